@@ -1,0 +1,31 @@
+"""mlx_w8a8: W8A8 (int8 weight x int8 activation) linear layers for MLX.
+
+Public API (the same on every platform; a missing GPU backend only means fewer kernels):
+
+- ``Linear``: drop-in for ``nn.Linear`` / 8-bit ``nn.QuantizedLinear``.
+- ``quantize(model)``, ``save(model, path, config)``, ``load(path)``: whole models.
+- ``quantize_weight``, ``quantize_activation``, ``int8_matmul``, ``w8a8_linear``: ops.
+- ``QuantizedWeight``: the weight format (MLX's affine 8-bit layout).
+"""
+
+__version__ = "0.1.0"
+
+from .weight import QuantizedWeight
+from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
+from .kernels import registry as _registry
+
+__all__ = [
+    "QuantizedWeight",
+    "quantize_weight",
+    "quantize_activation",
+    "int8_matmul",
+    "w8a8_linear",
+    "available_kernels",
+]
+
+
+def available_kernels(op: str = "linear") -> list[str]:
+    """Names of the candidates registered for ``op`` that can run on this machine."""
+    if op not in _registry.OPS:
+        raise ValueError(f"[mlx_w8a8.available_kernels] op must be one of {_registry.OPS}, got {op!r}")
+    return sorted({c.name for c in _registry.all_candidates() if c.op == op and c.available()})

@@ -1,0 +1,119 @@
+"""Pure-MLX candidates: they run on every device MLX has (CPU included).
+
+- ``reference``: the exact W8A8 math of ``docs/numerics.md`` in MLX ops. Integer dot
+  products are float32 matmuls over K-chunks short enough that every partial sum is an
+  integer of magnitude <= 2^24, hence exact; chunks are summed in int32.
+- ``mlx_qmm``: ``mx.quantized_matmul`` on the stored affine weights (W8A16). The tuner's
+  reference and the fallback when nothing has been measured.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import mlx.core as mx
+
+from . import registry, sources
+
+# |a * b| <= 128 * 128 = 2^14, so a chunk of 2^10 products sums to at most 2^24, and every
+# integer up to 2^24 is exact in float32: each chunk's float32 matmul is exact whatever
+# order the BLAS adds in. (TF32 inputs are exact too: |a|, |b| <= 128 need 8 bits.)
+EXACT_CHUNK = 1024
+# Bound on the float32 scratch of one grouped block ([groups, M, N]), in elements.
+_GROUPED_SCRATCH = 1 << 24
+
+
+def quantize_rows(x: mx.array, group_size: int | None = None):
+    """Per-token symmetric int8 quantization of ``x`` (``[M, K]`` float).
+
+    Returns:
+        ``(q, scale, row_sums)``: ``[M, K]`` int8, ``[M, 1]`` float32 and, when
+        ``group_size`` is given, ``[M, K // group_size]`` int32 (else ``None``).
+    """
+    xf = x.astype(mx.float32)
+    amax = mx.max(mx.abs(xf), axis=-1, keepdims=True)
+    finite = mx.isfinite(amax)  # NaN or Inf anywhere in the row -> not finite
+    scale = mx.where(finite, amax / 127.0, float("nan"))
+    usable = finite & (amax > 0)
+    safe = mx.where(usable, scale, 1.0)
+    q = mx.where(usable, mx.clip(mx.round(xf / safe), -127, 127), 0).astype(mx.int8)
+    row_sums = None
+    if group_size is not None:
+        m, k = q.shape
+        row_sums = q.astype(mx.int32).reshape(m, k // group_size, group_size).sum(-1)
+    return q, scale, row_sums
+
+
+def int8_matmul(a: mx.array, b: mx.array) -> mx.array:
+    """``a @ b.T`` for int8 ``a`` ``[M, K]``, ``b`` ``[N, K]``, as exact int32 ``[M, N]``."""
+    m, k = a.shape
+    n = b.shape[0]
+    acc = mx.zeros((m, n), dtype=mx.int32)
+    for k0 in range(0, k, EXACT_CHUNK):
+        ac = a[:, k0 : k0 + EXACT_CHUNK].astype(mx.float32)
+        bc = b[:, k0 : k0 + EXACT_CHUNK].astype(mx.float32)
+        acc = acc + mx.matmul(ac, bc.T).astype(mx.int32)
+    return acc
+
+
+def _grouped_sum(q: mx.array, weight) -> mx.array:
+    """``sum_g s_ng * P_mng`` in float32, ``P`` the exact per-group int8 dot products."""
+    m, k = q.shape
+    n, gs = weight.n, weight.group_size
+    groups = k // gs
+    xq = q.astype(mx.float32).reshape(m, groups, gs).transpose(1, 0, 2)  # [G, M, gs]
+    wq = weight.int8().astype(mx.float32).reshape(n, groups, gs).transpose(1, 2, 0)  # [G, gs, N]
+    s = weight.scales.astype(mx.float32).T.reshape(groups, 1, n)  # [G, 1, N]
+    block = max(1, _GROUPED_SCRATCH // max(1, m * n))
+    acc = mx.zeros((m, n), dtype=mx.float32)
+    for g0 in range(0, groups, block):
+        p = mx.matmul(xq[g0 : g0 + block], wq[g0 : g0 + block])  # exact: gs * 2^14 < 2^24
+        acc = acc + (p * s[g0 : g0 + block]).sum(axis=0)
+    return acc
+
+
+def w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Exact W8A8 linear (per-channel or grouped, by ``weight.format``)."""
+    if weight.per_channel:
+        q, scale, _ = quantize_rows(x)
+        acc = int8_matmul(q, weight.int8()).astype(mx.float32)
+        y = acc * scale * weight.channel_scales
+    else:
+        q, scale, row_sums = quantize_rows(x, weight.group_size)
+        partial = _grouped_sum(q, weight)
+        partial = partial + mx.matmul(row_sums.astype(mx.float32), weight.group_offsets.T)
+        y = partial * scale
+    if bias is not None:
+        y = y + bias.astype(mx.float32)
+    return y.astype(x.dtype)
+
+
+def qmm_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """W8A16: ``mx.quantized_matmul`` on the stored weights, no activation quantization."""
+    y = mx.quantized_matmul(
+        x, weight.q, weight.scales, weight.biases, transpose=True,
+        group_size=weight.group_size, bits=8,
+    )
+    if bias is not None:
+        y = y + bias
+    return y.astype(x.dtype)
+
+
+_DIGEST = sources.digest(inspect.getsource(inspect.getmodule(quantize_rows)))
+
+for _op, _run in (
+    ("linear", w8a8_linear),
+    ("int8_matmul", int8_matmul),
+    ("quantize_activation", quantize_rows),
+):
+    registry.register(registry.Candidate(name="reference", backend="any", op=_op, run=_run, digest=_DIGEST))
+
+registry.register(
+    registry.Candidate(
+        name="mlx_qmm",
+        backend="any",
+        op="linear",
+        run=qmm_linear,
+        digest=sources.digest("mx.quantized_matmul", mx.__version__),
+    )
+)

@@ -1,0 +1,164 @@
+"""The public ops: lazy ``mx.array`` in, lazy ``mx.array`` out.
+
+Each op validates its inputs, describes the work as a ``Problem`` and runs the candidate
+that :func:`mlx_w8a8.kernels.registry.choose` picks (a forced ``kernel=``, a tuning
+table's choice, or the fallback). Nothing here reads array data back to the host.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+
+from .kernels import registry
+from .kernels.registry import Problem
+from .weight import FLOAT_DTYPES, QuantizedWeight, describe, dtype_name, check_group_size
+
+__all__ = ["quantize_weight", "quantize_activation", "int8_matmul", "w8a8_linear"]
+
+
+def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True) -> QuantizedWeight:
+    """Quantize a float weight to MLX's affine 8-bit layout.
+
+    Args:
+        w: ``[N, K]`` float16/bfloat16/float32 (an ``nn.Linear`` weight).
+        group_size: 32, 64 or 128; must divide K.
+        per_channel: ``True`` (default) for symmetric per-channel int8, which the int8
+            GEMM runs on directly; ``False`` for group-wise affine as ``mx.quantize``.
+
+    Returns:
+        QuantizedWeight: ``q`` ``[N, K // 4]`` uint32, ``scales``/``biases``
+        ``[N, K // group_size]`` in ``w``'s dtype.
+    """
+    return QuantizedWeight.from_float(w, group_size=group_size, per_channel=per_channel)
+
+
+def _check_float_activation(op: str, x) -> None:
+    if not isinstance(x, mx.array) or x.dtype not in FLOAT_DTYPES:
+        raise ValueError(
+            f"[{op}] x must be a float16, bfloat16 or float32 array, got {describe(x)}"
+        )
+    if x.ndim < 1:
+        raise ValueError(f"[{op}] x must have at least one dimension [..., K], got a scalar")
+
+
+def quantize_activation(x: mx.array, group_size: int | None = None, *, kernel: str | None = None):
+    """Per-token (per-row) dynamic symmetric int8 quantization.
+
+    ``scale = max|x_row| / 127`` in float32, ``q = clip(rint(x / scale), -127, 127)``.
+    An all-zero row gives zeros and scale 0; a row with NaN/Inf gives scale NaN.
+
+    Args:
+        x: ``[..., K]`` float16/bfloat16/float32.
+        group_size: if given (32, 64 or 128 dividing K), also return per-group row sums.
+        kernel: force a candidate by name (default: the tuner's choice).
+
+    Returns:
+        ``(q, scales)``: ``[..., K]`` int8 and ``[..., 1]`` float32; with
+        ``group_size``, ``(q, scales, row_sums)`` with ``[..., K // group_size]`` int32.
+    """
+    op = "mlx_w8a8.quantize_activation"
+    _check_float_activation(op, x)
+    k = x.shape[-1]
+    if group_size is not None:
+        check_group_size(op, group_size, k)
+    lead = x.shape[:-1]
+    m = math.prod(lead)
+    problem = Problem("quantize_activation", m, 0, k, dtype_name(x.dtype), "int8", group_size)
+    x2 = x.reshape(m, k)
+    q, scale, sums = registry.choose(problem, kernel).run(x2, group_size)
+    q, scale = q.reshape(*lead, k), scale.reshape(*lead, 1)
+    if group_size is None:
+        return q, scale
+    return q, scale, sums.reshape(*lead, k // group_size)
+
+
+def int8_matmul(a: mx.array, b: mx.array, *, kernel: str | None = None) -> mx.array:
+    """Exact int8 matrix product ``a @ b.T``.
+
+    Args:
+        a: ``[M, K]`` int8.
+        b: ``[N, K]`` int8 (a weight as stored, row per output feature).
+        kernel: force a candidate by name (default: the tuner's choice).
+
+    Returns:
+        ``[M, N]`` int32, bit-exact.
+    """
+    op = "mlx_w8a8.int8_matmul"
+    for label, arr in (("a", a), ("b", b)):
+        if not isinstance(arr, mx.array) or arr.dtype != mx.int8 or arr.ndim != 2:
+            want = "[M, K]" if label == "a" else "[N, K]"
+            raise ValueError(f"[{op}] {label} must be a 2-D {want} int8 array, got {describe(arr)}")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(
+            f"[{op}] K mismatch: a is {list(a.shape)} and b is {list(b.shape)}; "
+            f"both must have the same last dimension"
+        )
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0 or k == 0:
+        return mx.zeros((m, n), dtype=mx.int32)
+    problem = Problem("int8_matmul", m, n, k, "int8", "int8")
+    return registry.choose(problem, kernel).run(a, b)
+
+
+def linear_problem(x: mx.array, weight: QuantizedWeight, has_bias: bool) -> Problem:
+    """The ``Problem`` a call of :func:`w8a8_linear` with these arguments solves."""
+    m = math.prod(x.shape[:-1])
+    return Problem(
+        "linear", m, weight.n, weight.k, dtype_name(x.dtype), weight.format,
+        weight.group_size, has_bias,
+    )
+
+
+def w8a8_linear(
+    x: mx.array,
+    weight: QuantizedWeight,
+    bias: mx.array | None = None,
+    *,
+    kernel: str | None = None,
+) -> mx.array:
+    """``x @ W.T (+ bias)`` for an 8-bit weight ``W``.
+
+    The W8A8 candidates quantize ``x`` per token to int8, multiply in int8 with int32
+    accumulation and dequantize in the epilogue (``docs/numerics.md``). The tuner may
+    instead pick ``mlx_qmm`` (``mx.quantized_matmul``, W8A16) where that is faster; with
+    no tuning-table entry ``mlx_qmm`` runs. Pass ``kernel="reference"`` (or another
+    W8A8 candidate) to force the W8A8 math.
+
+    Args:
+        x: ``[..., K]`` float16/bfloat16/float32.
+        weight: a :class:`QuantizedWeight` of shape ``[N, K]``.
+        bias: optional ``[N]`` float.
+        kernel: force a candidate by name (default: the tuner's choice).
+
+    Returns:
+        ``[..., N]`` in ``x.dtype``.
+    """
+    op = "mlx_w8a8.w8a8_linear"
+    _check_float_activation(op, x)
+    if not isinstance(weight, QuantizedWeight):
+        raise ValueError(
+            f"[{op}] weight must be a QuantizedWeight (make one with "
+            f"mlx_w8a8.quantize_weight), got {describe(weight)}"
+        )
+    if x.shape[-1] != weight.k:
+        raise ValueError(
+            f"[{op}] K mismatch: x has last dimension {x.shape[-1]} but the weight is "
+            f"[N, K] = {list(weight.shape)}"
+        )
+    if bias is not None and (
+        not isinstance(bias, mx.array) or bias.dtype not in FLOAT_DTYPES
+        or tuple(bias.shape) != (weight.n,)
+    ):
+        raise ValueError(
+            f"[{op}] bias must be a float array of shape [N] = [{weight.n}], "
+            f"got {describe(bias)}"
+        )
+    lead = x.shape[:-1]
+    problem = linear_problem(x, weight, bias is not None)
+    if problem.m == 0:
+        return mx.zeros((*lead, weight.n), dtype=x.dtype)
+    y = registry.choose(problem, kernel).run(x.reshape(problem.m, weight.k), weight, bias)
+    return y.reshape(*lead, weight.n)

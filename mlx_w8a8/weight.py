@@ -1,0 +1,224 @@
+"""The one weight format: MLX's affine 8-bit layout.
+
+``w[n, k] = scales[n, g] * q[n, k] + biases[n, g]`` with ``g = k // group_size`` and
+``q`` in ``[0, 255]`` packed four to a uint32 (element order: ``q.view(mx.uint8)`` is
+``[N, K]``). This is what ``mx.quantize(w, bits=8)`` writes and what every mlx-lm 8-bit
+checkpoint holds, so a checkpoint written by this package loads in stock mlx-lm.
+
+Symmetric per-channel int8 (``w = s_n * w_i8``, ``w_i8`` in ``[-127, 127]``) is the
+special case ``q = w_i8 + 128``, every group of row ``n`` with ``scale = s_n`` and
+``bias = -128 * s_n``. Int8 kernels read ``q ^ 0x80`` (``= q - 128`` as int8): there is
+no second copy of the weights.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+import mlx.core as mx
+
+GROUP_SIZES = (32, 64, 128)
+FLOAT_DTYPES = (mx.float16, mx.bfloat16, mx.float32)
+
+
+def dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")
+
+
+def describe(value) -> str:
+    if isinstance(value, mx.array):
+        return f"{dtype_name(value.dtype)} array of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def check_group_size(op: str, group_size, k: int) -> int:
+    """Validate ``group_size`` for an ``[*, k]`` weight; returns it as an int.
+
+    Raises:
+        ValueError: naming ``op`` when the group size is unsupported or does not divide K.
+    """
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"[{op}] group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+    if k % group_size != 0:
+        raise ValueError(
+            f"[{op}] group_size {group_size} does not divide K = {k}; the affine 8-bit "
+            f"format needs K to be a multiple of the group size"
+        )
+    return int(group_size)
+
+
+@attrs.frozen(slots=False, eq=False)
+class QuantizedWeight:
+    """A ``[N, K]`` weight in MLX's affine 8-bit layout.
+
+    Args:
+        q: ``[N, K // 4]`` uint32, four 8-bit codes per word (element order).
+        scales: ``[N, K // group_size]`` float16/bfloat16/float32.
+        biases: ``[N, K // group_size]``, same dtype as ``scales``.
+        group_size: 32, 64 or 128.
+        per_channel: whether the weight is symmetric per-channel int8 (one scale per
+            row, ``bias == -128 * scale``). ``None`` (the default) detects it, which
+            evaluates ``scales`` and ``biases`` once; pass it when it is known.
+
+    Raises:
+        ValueError: on a wrong dtype, a shape that does not match, or a bad group size.
+    """
+
+    q: mx.array
+    scales: mx.array
+    biases: mx.array
+    group_size: int
+    per_channel: bool = attrs.field(default=None)
+
+    def __attrs_post_init__(self):
+        op = "mlx_w8a8.QuantizedWeight"
+        if not isinstance(self.q, mx.array) or self.q.dtype != mx.uint32 or self.q.ndim != 2:
+            raise ValueError(
+                f"[{op}] q must be a [N, K // 4] uint32 array (MLX's packed 8-bit codes), "
+                f"got {describe(self.q)}"
+            )
+        n, k = self.q.shape[0], self.q.shape[1] * 4
+        check_group_size(op, self.group_size, k)
+        want = (n, k // self.group_size)
+        for label, arr in (("scales", self.scales), ("biases", self.biases)):
+            if not isinstance(arr, mx.array) or arr.dtype not in FLOAT_DTYPES:
+                raise ValueError(
+                    f"[{op}] {label} must be a float16, bfloat16 or float32 array, "
+                    f"got {describe(arr)}"
+                )
+            if tuple(arr.shape) != want:
+                raise ValueError(
+                    f"[{op}] {label} must have shape [N, K // group_size] = {list(want)} "
+                    f"for q of shape {list(self.q.shape)} and group_size "
+                    f"{self.group_size}, got {list(arr.shape)}"
+                )
+        if self.per_channel is None:
+            object.__setattr__(self, "per_channel", _is_per_channel(self.scales, self.biases))
+
+    # Shapes -------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Output features N."""
+        return self.q.shape[0]
+
+    @property
+    def k(self) -> int:
+        """Input features K."""
+        return self.q.shape[1] * 4
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+    @property
+    def format(self) -> str:
+        """``"per_channel"`` or ``"grouped"``: which W8A8 math applies."""
+        return "per_channel" if self.per_channel else "grouped"
+
+    # Views for kernels ----------------------------------------------------------------
+    def codes(self) -> mx.array:
+        """``[N, K]`` uint8 codes ``q`` (a view; no copy)."""
+        return self.q.view(mx.uint8)
+
+    def int8(self) -> mx.array:
+        """``[N, K]`` int8 ``q - 128`` (``q ^ 0x80``), what the int8 kernels multiply."""
+        return (self.codes() ^ 0x80).view(mx.int8)
+
+    @functools.cached_property
+    def channel_scales(self) -> mx.array:
+        """``[N]`` float32 per-channel scales ``s_n`` (meaningful when ``per_channel``)."""
+        return self.scales[:, 0].astype(mx.float32)
+
+    @functools.cached_property
+    def group_offsets(self) -> mx.array:
+        """``[N, K // group_size]`` float32 ``b' = bias + 128 * scale``.
+
+        With it the grouped W8A8 product is
+        ``sum_g s_g * (x_q . (q - 128))_g + b'_g * sum_{k in g} x_q`` (DESIGN.md).
+        """
+        return self.biases.astype(mx.float32) + 128.0 * self.scales.astype(mx.float32)
+
+    def dequantize(self) -> mx.array:
+        """``[N, K]`` float weight, as ``mx.dequantize`` gives it (scales' dtype)."""
+        return mx.dequantize(self.q, self.scales, self.biases, self.group_size, 8)
+
+    # Constructors -----------------------------------------------------------------------
+    @classmethod
+    def from_float(
+        cls, w: mx.array, group_size: int = 64, per_channel: bool = True
+    ) -> "QuantizedWeight":
+        """Quantize a float weight.
+
+        Args:
+            w: ``[N, K]`` float16/bfloat16/float32.
+            group_size: 32, 64 or 128, dividing K.
+            per_channel: ``True`` for symmetric per-channel int8 (``s_n = max|w_n| /
+                127``, the format int8 GEMM runs on directly); ``False`` for group-wise
+                affine exactly as ``mx.quantize(w, group_size, bits=8)``.
+
+        Returns:
+            The weight; scales and biases keep ``w``'s dtype, as ``mx.quantize`` does.
+        """
+        op = "mlx_w8a8.quantize_weight"
+        if not isinstance(w, mx.array) or w.dtype not in FLOAT_DTYPES:
+            raise ValueError(
+                f"[{op}] w must be a float16, bfloat16 or float32 array, got {describe(w)}"
+            )
+        if w.ndim != 2:
+            raise ValueError(f"[{op}] w must be 2-D [N, K], got shape {list(w.shape)}")
+        check_group_size(op, group_size, w.shape[1])
+        if not per_channel:
+            q, scales, biases = mx.quantize(w, group_size=group_size, bits=8)
+            return cls(q, scales, biases, group_size)
+        wf = w.astype(mx.float32)
+        # The scale is rounded to the storage dtype first and the codes are computed
+        # from the stored scale, so dequantization reproduces exactly s_n * w_i8.
+        scale = (mx.max(mx.abs(wf), axis=1, keepdims=True) / 127.0).astype(w.dtype)
+        sf = scale.astype(mx.float32)
+        safe = mx.where(sf > 0, sf, 1.0)
+        w_i8 = mx.clip(mx.round(wf / safe), -127, 127)
+        codes = (w_i8 + 128).astype(mx.uint8)
+        groups = w.shape[1] // group_size
+        scales = mx.broadcast_to(scale, (w.shape[0], groups))
+        biases = (-128.0 * scales.astype(mx.float32)).astype(w.dtype)
+        q = mx.contiguous(codes).view(mx.uint32)
+        return cls(q, mx.contiguous(scales), biases, group_size, per_channel=True)
+
+    @classmethod
+    def from_int8(
+        cls, w_i8: mx.array, scales: mx.array, group_size: int = 64
+    ) -> "QuantizedWeight":
+        """Store a symmetric per-channel int8 weight in the affine layout.
+
+        Args:
+            w_i8: ``[N, K]`` int8.
+            scales: ``[N]`` or ``[N, 1]`` float per-channel scales.
+            group_size: 32, 64 or 128, dividing K.
+        """
+        op = "mlx_w8a8.QuantizedWeight.from_int8"
+        if not isinstance(w_i8, mx.array) or w_i8.dtype != mx.int8 or w_i8.ndim != 2:
+            raise ValueError(f"[{op}] w_i8 must be a [N, K] int8 array, got {describe(w_i8)}")
+        n, k = w_i8.shape
+        check_group_size(op, group_size, k)
+        if not isinstance(scales, mx.array) or scales.dtype not in FLOAT_DTYPES or (
+            scales.size != n or scales.ndim not in (1, 2)
+        ):
+            raise ValueError(
+                f"[{op}] scales must be a float [N] or [N, 1] array with N = {n}, "
+                f"got {describe(scales)}"
+            )
+        s = mx.broadcast_to(scales.reshape(n, 1), (n, k // group_size))
+        codes = (w_i8.view(mx.uint8) ^ 0x80)
+        q = mx.contiguous(codes).view(mx.uint32)
+        biases = (-128.0 * s.astype(mx.float32)).astype(scales.dtype)
+        return cls(q, mx.contiguous(s), biases, group_size, per_channel=True)
+
+
+def _is_per_channel(scales: mx.array, biases: mx.array) -> bool:
+    """Whether every row has one scale and ``bias == -128 * scale`` (host sync, once)."""
+    s = scales.astype(mx.float32)
+    b = biases.astype(mx.float32)
+    uniform = mx.all(s == s[:, :1])
+    symmetric = mx.all(b == -128.0 * s)
+    return bool((uniform & symmetric).item())
