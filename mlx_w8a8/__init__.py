@@ -12,9 +12,15 @@ __version__ = "0.1.0"
 
 from .weight import QuantizedWeight
 from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
+from .nn import Linear
+from .convert import load, quantize, save
 from .kernels import registry as _registry
 
 __all__ = [
+    "Linear",
+    "quantize",
+    "save",
+    "load",
     "QuantizedWeight",
     "quantize_weight",
     "quantize_activation",
