@@ -1,0 +1,116 @@
+"""The numpy oracle of ``docs/numerics.md``: float64 / exact int64 on the host.
+
+Shared by every test module that checks a kernel, whatever backend runs it.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+# Half a unit in the last place of each output dtype, relative.
+HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# A float32 sum of K rounded terms: generous against K * 2^-24 for the K used here.
+F32_SUM_RTOL = 1e-5
+
+
+def to_numpy(a: mx.array) -> np.ndarray:
+    """Host copy; bfloat16 goes through float32 (numpy has no bfloat16)."""
+    if a.dtype == mx.bfloat16:
+        a = a.astype(mx.float32)
+    return np.array(a)
+
+
+def quantize_rows(x: np.ndarray):
+    """Per-token int8 codes and float32 scales, bit-exact to the contract.
+
+    Args:
+        x: ``[M, K]`` float (the values the kernel sees, already in float32 terms).
+
+    Returns:
+        ``(q, scale)``: ``[M, K]`` int8 and ``[M, 1]`` float32.
+    """
+    xf = x.astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        amax = np.max(np.abs(xf), axis=1, keepdims=True)
+        finite = np.isfinite(amax)
+        scale = np.where(finite, amax / np.float32(127), np.float32(np.nan)).astype(np.float32)
+        usable = finite & (amax > 0)
+        safe = np.where(usable, scale, np.float32(1)).astype(np.float32)
+        q = np.where(usable, np.clip(np.rint(xf / safe), -127, 127), 0).astype(np.int8)
+    return q, scale
+
+
+def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact ``a @ b.T`` in int64."""
+    return a.astype(np.int64) @ b.astype(np.int64).T
+
+
+def codes(weight) -> np.ndarray:
+    """``[N, K]`` uint8 codes of a ``QuantizedWeight`` (independent of the package's view)."""
+    return np.array(weight.q).view(np.uint8).reshape(weight.n, weight.k)
+
+
+def linear(x: np.ndarray, weight, bias: np.ndarray | None):
+    """W8A8 linear in float64 plus the error bound a float32 kernel may show.
+
+    Args:
+        x: ``[M, K]`` float32 values of the activation.
+        weight: a ``QuantizedWeight``.
+        bias: ``[N]`` or ``None``.
+
+    Returns:
+        ``(y, bound)``: ``[M, N]`` float64 each; ``bound`` is the float32 rounding
+        allowance before the output-dtype rounding.
+    """
+    q, scale = quantize_rows(x)
+    c = codes(weight).astype(np.int64)
+    s = to_numpy(weight.scales).astype(np.float64)
+    b = to_numpy(weight.biases).astype(np.float64)
+    gs = weight.group_size
+    w_deq = np.repeat(s, gs, axis=1) * c + np.repeat(b, gs, axis=1)  # [N, K] float64
+    sc = scale.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        if weight.per_channel:
+            acc = int8_matmul(q, (c - 128).astype(np.int8)).astype(np.float64)
+            y = acc * sc * s[:, 0][None, :]
+        else:
+            m, k = q.shape
+            groups = k // gs
+            qg = q.astype(np.int64).reshape(m, groups, gs)
+            wg = (c - 128).reshape(weight.n, groups, gs)
+            p = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)  # exact per group
+            r = qg.sum(-1).astype(np.float64)  # [M, G]
+            b_prime = b + 128.0 * s
+            y = sc * (np.einsum("mng,ng->mn", p, s) + r @ b_prime.T)
+        magnitude = np.abs(sc) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
+    if bias is not None:
+        y = y + bias.astype(np.float64)[None, :]
+        magnitude = magnitude + np.abs(bias.astype(np.float64))[None, :]
+    return y, F32_SUM_RTOL * magnitude + 1e-30
+
+
+def assert_close(got: mx.array, want: np.ndarray, bound: np.ndarray, dtype: str):
+    """``|got - want| <= bound + half an ulp of dtype``, NaN where ``want`` is NaN."""
+    g = to_numpy(got).astype(np.float64)
+    assert g.shape == want.shape, (g.shape, want.shape)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(g), nan), "NaN pattern differs from the oracle"
+    err = np.abs(g - want)[~nan]
+    allow = (bound + HALF_ULP[dtype] * np.abs(want))[~nan]
+    worst = int(np.argmax(err - allow)) if err.size else 0
+    assert np.all(err <= allow), (
+        f"max excess {float((err - allow)[worst]):.3g} at flat index {worst}: "
+        f"got {g[~nan][worst]!r}, want {want[~nan][worst]!r}"
+    )
+
+
+def sqnr_db(signal: np.ndarray, approx: np.ndarray) -> float:
+    """Signal-to-quantization-noise ratio in dB."""
+    noise = np.sum((signal - approx) ** 2)
+    return float(10 * np.log10(np.sum(signal**2) / max(noise, 1e-300)))
+
+
+def random_int8(rng: np.random.Generator, shape) -> np.ndarray:
+    """Full-range int8, -128 included."""
+    return rng.integers(-128, 128, size=shape, dtype=np.int8)

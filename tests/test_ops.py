@@ -1,0 +1,198 @@
+"""The public ops against the numpy oracle (reference candidates, on this machine's
+default device)."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_w8a8 as w8
+import oracle
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+# --- int8_matmul ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "m, n, k",
+    [
+        (1, 496, 33),  # M = 1: decode; K = 33: not a multiple of 4, 8, 16 or 32 (no tile fits)
+        (31, 64, 255),  # M just under a 32-row tile; K one short of 256
+        (33, 496, 513),  # M one past 32; N = 496 not a power of two; K one past a 512 tile
+        (129, 17, 1024),  # M one past 128; K exactly one exact float32 chunk (2^10)
+        (2, 8, 1025),  # K one past the chunk: the int32 carry between chunks is used
+        (3, 5, 4097),  # K = 4097: five chunks, the last of one column
+    ],
+)
+def test_int8_matmul_bit_exact(rng, m, n, k):
+    a = oracle.random_int8(rng, (m, k))
+    b = oracle.random_int8(rng, (n, k))
+    got = w8.int8_matmul(mx.array(a), mx.array(b))
+    assert got.dtype == mx.int32 and got.shape == (m, n)
+    np.testing.assert_array_equal(np.array(got), oracle.int8_matmul(a, b))
+
+
+def test_int8_matmul_extreme_values_stay_exact():
+    # -128 * -128 = 2^14 in every product: each 1024-long chunk sums to exactly 2^24,
+    # the largest magnitude at which float32 still counts every integer.
+    k = 4096
+    a = np.full((2, k), -128, np.int8)
+    b = np.full((3, k), -128, np.int8)
+    b[1] = 127  # mixed signs: -128 * 127 per product
+    got = np.array(w8.int8_matmul(mx.array(a), mx.array(b)))
+    np.testing.assert_array_equal(got, oracle.int8_matmul(a, b))
+    assert got[0, 0] == 16384 * k
+
+
+def test_int8_matmul_empty_dimensions_give_empty_or_zero():
+    # M = 0 appears with empty batches; K = 0 is the empty sum (zeros), as numpy has it.
+    assert w8.int8_matmul(mx.zeros((0, 8), mx.int8), mx.zeros((4, 8), mx.int8)).shape == (0, 4)
+    z = w8.int8_matmul(mx.zeros((2, 0), mx.int8), mx.zeros((3, 0), mx.int8))
+    np.testing.assert_array_equal(np.array(z), np.zeros((2, 3), np.int32))
+
+
+# --- quantize_activation -------------------------------------------------------------
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_quantize_activation_matches_oracle_bit_for_bit(rng, dtype):
+    x = mx.array(rng.standard_normal((7, 3, 96)).astype(np.float32) * 3).astype(DTYPES[dtype])
+    q, s = w8.quantize_activation(x)
+    assert q.dtype == mx.int8 and q.shape == (7, 3, 96)
+    assert s.dtype == mx.float32 and s.shape == (7, 3, 1)
+    want_q, want_s = oracle.quantize_rows(oracle.to_numpy(x).reshape(21, 96))
+    np.testing.assert_array_equal(np.array(q).reshape(21, 96), want_q)
+    np.testing.assert_array_equal(np.array(s).reshape(21, 1), want_s)
+
+
+def test_quantize_activation_ties_round_half_to_even():
+    # x / scale lands exactly on .5: half-to-even (2.5 -> 2) is the contract; a kernel
+    # rounding half away from zero would differ here and only here.
+    x = mx.array([[127.0, 2.5, -2.5, 3.5, 0.5]])
+    q, s = w8.quantize_activation(x)
+    assert float(s.item()) == 1.0
+    np.testing.assert_array_equal(np.array(q)[0], [127, 2, -2, 4, 0])
+
+
+def test_quantize_activation_zero_and_nonfinite_rows(rng):
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    x[1] = 0.0  # padding tokens: must give zeros, not 0/0 = NaN
+    x[2, 5] = np.nan  # a NaN must poison its own row only
+    x[3, 7] = np.inf
+    q, s = w8.quantize_activation(mx.array(x))
+    q, s = np.array(q), np.array(s)
+    assert s[1, 0] == 0.0 and not q[1].any()
+    assert np.isnan(s[2, 0]) and np.isnan(s[3, 0])
+    assert not q[2].any() and not q[3].any()
+    want_q, want_s = oracle.quantize_rows(x[:1])
+    np.testing.assert_array_equal(q[:1], want_q)
+    np.testing.assert_array_equal(s[:1], want_s)
+
+
+def test_quantize_activation_row_sums(rng):
+    x = rng.standard_normal((5, 128)).astype(np.float32)
+    q, s, r = w8.quantize_activation(mx.array(x), group_size=32)
+    assert r.dtype == mx.int32 and r.shape == (5, 4)
+    np.testing.assert_array_equal(np.array(r), np.array(q).astype(np.int64).reshape(5, 4, 32).sum(-1))
+
+
+# --- w8a8_linear ----------------------------------------------------------------------
+def _weight(rng, n, k, per_channel, group_size=64, dtype=mx.float32):
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05).astype(dtype)
+    return w, w8.quantize_weight(w, group_size=group_size, per_channel=per_channel)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "grouped"])
+@pytest.mark.parametrize("lead", [(1,), (33,), (2, 5)], ids=["M1", "M33", "3D"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_w8a8_linear_matches_oracle(rng, dtype, per_channel, lead, with_bias):
+    n, k = 96, 192
+    _, qw = _weight(rng, n, k, per_channel, dtype=DTYPES[dtype])
+    x = mx.array(rng.standard_normal((*lead, k)).astype(np.float32)).astype(DTYPES[dtype])
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(DTYPES[dtype]) if with_bias else None
+    y = w8.w8a8_linear(x, qw, bias, kernel="reference")
+    assert y.dtype == DTYPES[dtype] and y.shape == (*lead, n)
+    want, bound = oracle.linear(
+        oracle.to_numpy(x).reshape(-1, k), qw, None if bias is None else oracle.to_numpy(bias)
+    )
+    oracle.assert_close(y.reshape(-1, n), want, bound, dtype)
+
+
+@pytest.mark.parametrize("dtype, min_db", [("float32", 30.0), ("bfloat16", 30.0), ("float16", 30.0)])
+def test_w8a8_linear_quantization_error_is_what_int8_explains(rng, dtype, min_db):
+    # Against the float64 dense product the only error is int8 rounding of weights and
+    # activations: ~0.3% relative per operand for Gaussian data, about 40 dB; a wrong
+    # scale or a dropped group would collapse it far below the bound.
+    n, k, m = 256, 512, 64
+    w, qw = _weight(rng, n, k, True, dtype=DTYPES[dtype])
+    x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(DTYPES[dtype])
+    y = oracle.to_numpy(w8.w8a8_linear(x, qw, kernel="reference")).astype(np.float64)
+    dense = oracle.to_numpy(x).astype(np.float64) @ oracle.to_numpy(w).astype(np.float64).T
+    db = oracle.sqnr_db(dense, y)
+    print(f"W8A8 per-channel SQNR vs float64 dense ({dtype}): {db:.1f} dB")
+    assert db > min_db
+
+
+def test_w8a8_linear_zero_and_nan_rows(rng):
+    n, k = 32, 64
+    _, qw = _weight(rng, n, k, True)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[0] = 0.0
+    x[2, 3] = np.nan
+    y = np.array(w8.w8a8_linear(mx.array(x), qw, bias, kernel="reference"))
+    np.testing.assert_array_equal(y[0], np.array(bias))  # zeros + bias, never NaN
+    assert np.isfinite(y[1]).all()  # the neighbour row is untouched
+    assert np.isnan(y[2]).all()
+
+
+def test_default_dispatch_is_the_w8a16_reference(rng):
+    # No tuning table entry: mx.quantized_matmul on the same stored weights runs.
+    _, qw = _weight(rng, 64, 128, True)
+    x = mx.array(rng.standard_normal((4, 128)).astype(np.float32))
+    got = w8.w8a8_linear(x, qw)
+    want = mx.quantized_matmul(x, qw.q, qw.scales, qw.biases, group_size=64, bits=8)
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_mlx_qmm_matches_dequantized_float64(rng):
+    _, qw = _weight(rng, 64, 128, False)
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    y = np.array(w8.w8a8_linear(mx.array(x), qw, kernel="mlx_qmm"))
+    want = x.astype(np.float64) @ np.array(qw.dequantize()).astype(np.float64).T
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+# --- bad input ------------------------------------------------------------------------
+def test_int8_matmul_rejects_bad_input():
+    a = mx.zeros((4, 8), mx.int8)
+    with pytest.raises(ValueError, match=r"int8_matmul.*b must be a 2-D \[N, K\] int8.*float32"):
+        w8.int8_matmul(a, mx.zeros((4, 8)))  # float weights where int8 is expected
+    with pytest.raises(ValueError, match=r"int8_matmul.*a must be.*int32"):
+        w8.int8_matmul(mx.zeros((4, 8), mx.int32), a)
+    with pytest.raises(ValueError, match=r"int8_matmul.*K mismatch.*\[4, 8\].*\[4, 9\]"):
+        w8.int8_matmul(a, mx.zeros((4, 9), mx.int8))
+    with pytest.raises(ValueError, match=r"int8_matmul.*b must be a 2-D.*shape \(8,\)"):
+        w8.int8_matmul(a, mx.zeros((8,), mx.int8))  # 1-D weights
+
+
+def test_w8a8_linear_rejects_bad_input(rng):
+    _, qw = _weight(rng, 16, 64, True)
+    x = mx.zeros((2, 64))
+    with pytest.raises(ValueError, match=r"w8a8_linear.*x must be a float16, bfloat16 or float32.*int8"):
+        w8.w8a8_linear(mx.zeros((2, 64), mx.int8), qw)  # integer activations
+    with pytest.raises(ValueError, match=r"w8a8_linear.*K mismatch.*32.*\[16, 64\]"):
+        w8.w8a8_linear(mx.zeros((2, 32)), qw)
+    with pytest.raises(ValueError, match=r"w8a8_linear.*weight must be a QuantizedWeight.*float32 array"):
+        w8.w8a8_linear(x, mx.zeros((16, 64)))  # a float weight passed unquantized
+    with pytest.raises(ValueError, match=r"w8a8_linear.*bias must be.*\[16\].*\(17,\)"):
+        w8.w8a8_linear(x, qw, mx.zeros((17,)))
+    with pytest.raises(ValueError, match=r"unknown kernel 'nope'.*mlx_qmm"):
+        w8.w8a8_linear(x, qw, kernel="nope")
+
+
+def test_quantize_activation_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"quantize_activation.*x must be.*int32"):
+        w8.quantize_activation(mx.zeros((2, 64), mx.int32))
+    with pytest.raises(ValueError, match=r"quantize_activation.*group_size 64 does not divide K = 96"):
+        w8.quantize_activation(mx.zeros((2, 96)), group_size=64)
+    with pytest.raises(ValueError, match=r"quantize_activation.*group_size must be one of.*got 48"):
+        w8.quantize_activation(mx.zeros((2, 96)), group_size=48)

@@ -1,0 +1,81 @@
+"""The kernel registry: forcing, fallback, the tuner hook, availability."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_w8a8 as w8
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate, Problem
+
+PROBLEM = Problem("linear", 4, 32, 64, "float32", "per_channel", 64)
+
+
+@pytest.fixture
+def fake():
+    """A registered fake linear candidate, removed afterwards."""
+    calls = []
+
+    def run(x, weight, bias):
+        calls.append(x.shape)
+        return mx.full((x.shape[0], weight.n), 7.0, dtype=x.dtype)
+
+    state = {"available": True}
+    cand = registry.register(Candidate(
+        name="fake_linear", backend="any", op="linear", run=run,
+        supports=lambda p: p.m <= 8, available=lambda: state["available"],
+    ))
+    yield cand, calls, state
+    registry.unregister("linear", "fake_linear")
+    registry.set_chooser(None)
+
+
+def test_fallback_first_and_supports_respected(fake):
+    names = registry.names(registry.candidates(PROBLEM))
+    assert names[0] == "mlx_qmm" and "fake_linear" in names and "reference" in names
+    big = Problem("linear", 9, 32, 64, "float32", "per_channel", 64)
+    assert "fake_linear" not in registry.names(registry.candidates(big))
+
+
+def test_unavailable_candidate_is_not_offered(fake):
+    # A backend that is not present here (no GPU) must simply offer nothing.
+    _, _, state = fake
+    state["available"] = False
+    assert "fake_linear" not in registry.names(registry.candidates(PROBLEM))
+    assert "fake_linear" not in w8.available_kernels("linear")
+
+
+def test_forcing_a_kernel_and_errors(fake):
+    qw = w8.quantize_weight(mx.zeros((32, 64)))
+    y = w8.w8a8_linear(mx.ones((4, 64)), qw, kernel="fake_linear")
+    assert np.all(np.array(y) == 7.0)
+    with pytest.raises(ValueError, match=r"kernel 'fake_linear' cannot run linear for M=9"):
+        w8.w8a8_linear(mx.ones((9, 64)), qw, kernel="fake_linear")
+
+
+def test_chooser_hook_and_its_failure(fake):
+    cand, calls, _ = fake
+    qw = w8.quantize_weight(mx.zeros((32, 64)))
+    seen = []
+
+    def chooser(problem, found):
+        seen.append((problem, registry.names(found)))
+        return cand
+
+    registry.set_chooser(chooser)
+    w8.w8a8_linear(mx.ones((2, 3, 64)), qw)
+    assert calls == [(6, 64)]  # leading dims flattened into M
+    assert seen[0][0] == Problem("linear", 6, 32, 64, "float32", "per_channel", 64, False)
+
+    def broken(problem, found):
+        raise RuntimeError("table exploded")
+
+    registry.set_chooser(broken)  # a failing tuner never breaks inference
+    y = w8.w8a8_linear(mx.ones((2, 64)), qw)
+    assert registry.choose(PROBLEM).name == "mlx_qmm"
+    assert np.all(np.array(y) == 0.0)
+
+
+def test_unknown_op_rejected():
+    with pytest.raises(ValueError, match="available_kernels.*op must be one of"):
+        w8.available_kernels("conv")

@@ -1,0 +1,119 @@
+"""QuantizedWeight: MLX's affine 8-bit layout, per-channel detection, int8 view."""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from mlx_w8a8 import QuantizedWeight, quantize_weight
+import oracle
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_per_channel_is_exactly_scale_times_int8(rng, dtype, group_size):
+    w = mx.array(rng.standard_normal((48, 256)).astype(np.float32)).astype(dtype)
+    qw = quantize_weight(w, group_size=group_size)
+    assert qw.per_channel and qw.format == "per_channel" and qw.shape == (48, 256)
+    assert qw.scales.dtype == dtype  # mlx-lm keeps scales in the model dtype
+    s = oracle.to_numpy(qw.scales).astype(np.float64)
+    w_i8 = oracle.codes(qw).astype(np.int64) - 128
+    assert np.abs(w_i8).max() <= 127  # -128 is never produced
+    # The stored layout dequantizes to s_n * w_i8 (what int8 GEMM computes), up to the
+    # rounding of s * q + b in the dequantizer's dtype (q <= 255: 2^8 ulps of s).
+    deq = oracle.to_numpy(qw.dequantize()).astype(np.float64)
+    want = np.repeat(s, group_size, 1) * w_i8
+    ulp = {mx.float32: 2.0**-23, mx.bfloat16: 2.0**-7, mx.float16: 2.0**-10}[dtype]
+    assert np.all(np.abs(deq - want) <= np.repeat(s, group_size, 1) * 256 * ulp)
+    # The int8 view is q ^ 0x80.
+    np.testing.assert_array_equal(np.array(qw.int8()), w_i8.astype(np.int8))
+    # Quantization error is at most half a step per element (plus scale rounding).
+    wf = oracle.to_numpy(w).astype(np.float64)
+    step = s[:, :1]
+    assert np.all(np.abs(wf - step * w_i8) <= 0.5 * step * (1 + 2.0**-7) + 1e-12)
+
+
+def test_stock_mlx_quantized_matmul_reads_per_channel_weights(rng):
+    # DESIGN.md: a per-channel checkpoint is an ordinary 8-bit one to stock MLX.
+    w = mx.array(rng.standard_normal((64, 128)).astype(np.float32))
+    qw = quantize_weight(w)
+    x = mx.array(rng.standard_normal((5, 128)).astype(np.float32))
+    got = np.array(mx.quantized_matmul(x, qw.q, qw.scales, qw.biases, group_size=64, bits=8))
+    w_i8 = oracle.codes(qw).astype(np.float64) - 128
+    want = np.array(x).astype(np.float64) @ (np.array(qw.channel_scales)[:, None] * w_i8).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_affine_mode_is_mx_quantize(rng):
+    w = mx.array(rng.standard_normal((32, 128)).astype(np.float32))
+    qw = quantize_weight(w, group_size=32, per_channel=False)
+    q, s, b = mx.quantize(w, group_size=32, bits=8)
+    assert not qw.per_channel and qw.format == "grouped"
+    for got, want in ((qw.q, q), (qw.scales, s), (qw.biases, b)):
+        np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_per_channel_detection(rng):
+    w = mx.array(rng.standard_normal((16, 128)).astype(np.float32))
+    pc = quantize_weight(w)
+    # Rebuilt from raw arrays, detection sees uniform row scales and bias = -128 * scale.
+    assert QuantizedWeight(pc.q, pc.scales, pc.biases, 64).per_channel
+    # One bias off by one ulp makes it general affine: the grouped path must be used.
+    b = np.array(pc.biases)
+    b[3, 1] = np.nextafter(b[3, 1], 0, dtype=np.float32)
+    assert not QuantizedWeight(pc.q, pc.scales, mx.array(b), 64).per_channel
+    # A row whose groups have different scales is not per-channel either.
+    s = np.array(pc.scales)
+    s[0, 1] *= 2
+    assert not QuantizedWeight(pc.q, mx.array(s), mx.array(-128 * s), 64).per_channel
+
+
+def test_zero_row_quantizes_to_zero():
+    # An all-zero output channel (pruned) must give scale 0 and dequantize to 0, not NaN.
+    w = mx.zeros((4, 64))
+    qw = quantize_weight(w)
+    assert qw.per_channel
+    np.testing.assert_array_equal(np.array(qw.dequantize()), np.zeros((4, 64), np.float32))
+
+
+def test_from_int8_round_trip(rng):
+    w_i8 = rng.integers(-127, 128, (8, 64), dtype=np.int8)
+    s = rng.random(8).astype(np.float32) + 0.1
+    qw = QuantizedWeight.from_int8(mx.array(w_i8), mx.array(s), group_size=32)
+    assert qw.per_channel
+    np.testing.assert_array_equal(np.array(qw.int8()), w_i8)
+    np.testing.assert_array_equal(np.array(qw.channel_scales), s)
+
+
+def test_from_quantized_linear_keeps_the_arrays():
+    layer = nn.QuantizedLinear(128, 32, group_size=64, bits=8)
+    qw = QuantizedWeight(layer.weight, layer.scales, layer.biases, layer.group_size)
+    assert qw.q is layer.weight and qw.scales is layer.scales and not qw.per_channel
+
+
+def test_group_offsets(rng):
+    w = mx.array(rng.standard_normal((8, 64)).astype(np.float32))
+    qw = quantize_weight(w, group_size=32, per_channel=False)
+    want = np.array(qw.biases) + 128 * np.array(qw.scales)
+    np.testing.assert_allclose(np.array(qw.group_offsets), want, rtol=1e-7)
+
+
+def test_bad_weights_are_rejected(rng):
+    w = mx.zeros((8, 96))
+    with pytest.raises(ValueError, match=r"quantize_weight.*w must be 2-D \[N, K\], got shape \[96\]"):
+        quantize_weight(mx.zeros((96,)))
+    with pytest.raises(ValueError, match=r"quantize_weight.*group_size 64 does not divide K = 96"):
+        quantize_weight(w, group_size=64)
+    with pytest.raises(ValueError, match=r"quantize_weight.*group_size must be one of \(32, 64, 128\), got 16"):
+        quantize_weight(w, group_size=16)
+    with pytest.raises(ValueError, match=r"quantize_weight.*w must be a float16, bfloat16 or float32.*int8"):
+        quantize_weight(mx.zeros((8, 96), mx.int8))
+    pc = quantize_weight(mx.zeros((8, 128)))
+    with pytest.raises(ValueError, match=r"QuantizedWeight.*scales must have shape \[N, K // group_size\] = \[8, 2\].*got \[8, 4\]"):
+        QuantizedWeight(pc.q, mx.zeros((8, 4)), pc.biases, 64)
+    with pytest.raises(ValueError, match=r"QuantizedWeight.*biases must be a float16.*int32"):
+        QuantizedWeight(pc.q, pc.scales, mx.zeros((8, 2), mx.int32), 64)
+    with pytest.raises(ValueError, match=r"QuantizedWeight.*q must be a \[N, K // 4\] uint32.*int8"):
+        QuantizedWeight(mx.zeros((8, 128), mx.int8), pc.scales, pc.biases, 64)
+    with pytest.raises(ValueError, match=r"from_int8.*scales must be a float \[N\] or \[N, 1\].*N = 8"):
+        QuantizedWeight.from_int8(mx.zeros((8, 64), mx.int8), mx.zeros((4,)))
