@@ -1,0 +1,349 @@
+"""Run MLX ``metal_kernel`` kernels on the CPU by compiling their Metal source as C++.
+
+How one dispatch runs:
+
+1. ``capture_source`` asks MLX for the exact Metal source it would compile: the call to
+   the kernel is traced by ``mx.export_function`` with ``verbose=True``, which makes MLX
+   print the generated source (header, signature with ``[[buffer(i)]]`` bindings and
+   thread attributes, body, explicit template instantiation) even on a build without
+   Metal. The text is read back from file descriptor 1.
+2. ``translate`` turns it into one C++ translation unit: the emulation header
+   (``metal_emu.h``, standing in for the Metal standard library MLX prepends), the source
+   with only these rewrites — Metal attributes (``[[kernel]]``, ``[[buffer(i)]]``,
+   ``[[thread_position_in_grid]]``, ``[[host_name(..)]]``) removed; ``threadgroup`` arrays
+   made function-scope ``static`` (one threadgroup runs at a time, so that is one copy per
+   group) — and a launcher that binds buffers to the parameters exactly as MLX's
+   ``custom_kernel.cpp`` does (inputs in order, each followed by its ``_shape`` /
+   ``_strides`` / ``_ndim`` buffers when the source names them, then the outputs).
+   Any other attribute makes clang fail (``-Werror=unknown-attributes``).
+3. ``build`` compiles it once with clang (``-std=c++20``, address spaces on, no fast
+   math) into a shared library cached by content hash; ``cffi`` loads it.
+4. ``run`` copies the inputs into guarded host buffers (poisoned guard bytes on both
+   sides, so an out-of-bounds read sees garbage and an out-of-bounds write is reported),
+   fills outputs with ``init_value`` or a poison byte, runs the grid and returns numpy
+   arrays.
+
+``executor`` plugs this into ``mlx_w8a8.kernels.metal`` so the candidates' own launch
+code (shapes, grids, template arguments) runs unchanged, with emulation instead of a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import cffi
+import mlx.core as mx
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+HEADER = HERE / "metal_emu.h"
+INCLUDE = HERE / "include"
+GUARD = 256  # guard bytes on each side of every buffer
+POISON = 0xA5  # byte written to guards, fresh outputs and threadgroup memory
+
+_NP = {
+    "float": np.float32, "float16_t": np.float16, "half": np.float16, "bfloat16_t": np.uint16,
+    "int8_t": np.int8, "uint8_t": np.uint8, "int16_t": np.int16, "uint16_t": np.uint16,
+    "int32_t": np.int32, "uint32_t": np.uint32, "int64_t": np.int64, "uint64_t": np.uint64,
+    "int": np.int32, "bool": np.bool_,
+}
+# Thread attributes MLX's metal_kernel may add (common/metal_kernel.cpp), all emulated.
+ATTRIBUTES = {
+    "dispatch_quadgroups_per_threadgroup", "dispatch_simdgroups_per_threadgroup",
+    "dispatch_threads_per_threadgroup", "grid_origin", "grid_size",
+    "quadgroup_index_in_threadgroup", "quadgroups_per_threadgroup",
+    "simdgroup_index_in_threadgroup", "simdgroups_per_threadgroup", "thread_execution_width",
+    "thread_index_in_quadgroup", "thread_index_in_simdgroup", "thread_index_in_threadgroup",
+    "thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
+    "threadgroups_per_grid", "threads_per_grid", "threads_per_simdgroup", "threads_per_threadgroup",
+}
+
+
+class EmulationError(RuntimeError):
+    """A kernel failed to translate, compile or run in the emulator."""
+
+
+def compiler() -> str | None:
+    """The clang++ used for emulation (``MLX_W8A8_EMU_CXX`` overrides), or None."""
+    return os.environ.get("MLX_W8A8_EMU_CXX") or shutil.which("clang++")
+
+
+# --------------------------------------------------------------------------------------
+# 1. Source capture.
+# --------------------------------------------------------------------------------------
+_capture_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stdout_to(path: str):
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(path, "wb") as sink:
+        os.dup2(sink.fileno(), 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def capture_source(kernel, inputs, **call) -> str:
+    """The Metal source MLX generates for ``kernel(inputs=inputs, **call)``."""
+    call = dict(call, verbose=True)
+
+    def fn(*args):
+        return kernel(inputs=list(args), **call)
+
+    with _capture_lock, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "stdout.txt")
+        with _stdout_to(out):
+            mx.export_function(os.path.join(tmp, "k.mlxfn"), fn, *inputs)
+        text = Path(out).read_text()
+    match = re.search(r"Generated source code for `[^`]*`:\n```\n(.*)\n```", text, re.S)
+    if not match:
+        raise EmulationError(f"MLX printed no kernel source; got: {text[:500]!r}")
+    return match.group(1)
+
+
+# --------------------------------------------------------------------------------------
+# 2. Translation.
+# --------------------------------------------------------------------------------------
+_SIG = re.compile(r"\[\[kernel\]\] void (\w+)\(\n(.*?)\) \{\n", re.S)
+_PARAM = re.compile(r"^\s*(.+?)\s*(\w+) \[\[(\w+)(?:\((\d+)\))?\]\]$")
+_TG_ARRAY = re.compile(r"(^|[;{}]\s*)(threadgroup\s+[\w:<>, ]+?\s+\w+\s*(?:\[[^\]]+\])+\s*;)", re.M)
+
+
+def parse_signature(source: str):
+    """``(name, template_args, params)``; each param ``(type, name, attr, index)``."""
+    sig = _SIG.search(source)
+    if not sig:
+        raise EmulationError("no [[kernel]] signature in the generated source")
+    name, body = sig.group(1), sig.group(2)
+    params = []
+    for line in body.split(",\n"):
+        m = _PARAM.match(line.strip())
+        if not m:
+            raise EmulationError(f"cannot parse kernel parameter {line!r}")
+        ctype, pname, attr, index = m.groups()
+        if attr != "buffer" and attr not in ATTRIBUTES:
+            raise EmulationError(f"thread attribute [[{attr}]] is not emulated")
+        params.append((ctype, pname, attr, None if index is None else int(index)))
+    inst = re.search(r"decltype\((" + re.escape(name) + r"<[^()]*>)\)", source)
+    return name, (inst.group(1) if inst else name), params
+
+
+def translate(source: str) -> str:
+    """One C++ translation unit: emulation header + rewritten source + launcher."""
+    _, call_name, params = parse_signature(source)
+    body = re.sub(r"\[\[host_name\(\"[^\"]*\"\)\]\]\s*", "", source)
+    body = body.replace("[[kernel]] ", "")
+    body = re.sub(r" \[\[(\w+)(\(\d+\))?\]\]", lambda m: "" if (m.group(1) == "buffer" or m.group(1) in ATTRIBUTES) else m.group(0), body)
+    # The explicit instantiation line: plain C++ spells it `template void f<..>(..);`;
+    # the launcher's call instantiates the same specialization, so it is dropped.
+    body = re.sub(r"\ntemplate\s+decltype\([^;]*;\n", "\n", body)
+    tg_arrays = []
+
+    def make_static(m):
+        decl = m.group(2)
+        tg_arrays.append(re.search(r"(\w+)\s*\[", decl).group(1))
+        return m.group(1) + "static " + decl + f" emu_register_tg((void*)&{tg_arrays[-1]}, sizeof({tg_arrays[-1]}));"
+
+    body = _TG_ARRAY.sub(make_static, body)
+    args = []
+    for ctype, pname, attr, index in params:
+        if attr == "buffer":
+            if ctype.endswith("&"):
+                args.append(f"*({ctype[:-1].strip()}*)bufs[{index}]")
+            else:
+                args.append(f"({ctype})bufs[{index}]")
+        elif attr in ("thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
+                      "threads_per_threadgroup", "threadgroups_per_grid", "threads_per_grid", "grid_origin",
+                      "grid_size", "dispatch_threads_per_threadgroup"):
+            args.append(f"uint3(t.{attr})")
+        else:
+            args.append(f"t.{attr}")
+    launcher = f"""
+static void emu_body(const emu::ThreadIds& t, void** bufs) {{
+  {call_name}({", ".join(args)});
+}}
+extern "C" int emu_launch(void** bufs, unsigned gx, unsigned gy, unsigned gz,
+                          unsigned tx, unsigned ty, unsigned tz, char* err, int errlen) {{
+  int rc = emu::launch(emu::uvec3{{gx, gy, gz}}, emu::uvec3{{tx, ty, tz}}, emu_body, bufs, emu_reset_tg);
+  if (rc) std::snprintf(err, errlen, "%s", emu::rt().error.c_str());
+  return rc;
+}}
+"""
+    prologue = """#include "metal_emu.h"
+// Threadgroup arrays register themselves on first use; each new group refills them
+// with the poison byte so a read before any write sees garbage, not a neighbour's data.
+struct EmuTg { void* p; unsigned long n; };
+static EmuTg emu_tgs[64];
+static int emu_ntg = 0;
+static inline int emu_register_tg(void* p, unsigned long n) {
+  for (int i = 0; i < emu_ntg; ++i) if (emu_tgs[i].p == p) return 0;
+  if (emu_ntg == 64) emu::fail("too many threadgroup arrays");
+  emu_tgs[emu_ntg++] = EmuTg{p, n};
+  std::memset(p, %d, n);
+  return 0;
+}
+static void emu_reset_tg() { for (int i = 0; i < emu_ntg; ++i) std::memset(emu_tgs[i].p, %d, emu_tgs[i].n); }
+#line 1 "kernel.metal"
+""" % (POISON, POISON)
+    return prologue + body + launcher
+
+
+# --------------------------------------------------------------------------------------
+# 3. Build.
+# --------------------------------------------------------------------------------------
+FLAGS = ["-std=c++20", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
+         "-Werror=unknown-attributes", "-Wno-unused-value", "-Wno-c++11-narrowing"]
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("MLX_W8A8_EMU_CACHE") or os.path.join(tempfile.gettempdir(), "mlx_w8a8_metal_emu")
+    Path(base).mkdir(parents=True, exist_ok=True)
+    return Path(base)
+
+
+def compile_cpp(tu: str) -> Path:
+    """Compile ``tu`` to a shared library (cached by content); raises with clang's errors."""
+    cxx = compiler()
+    if cxx is None:
+        raise EmulationError("no clang++ found; the Metal emulation needs clang (apt-get install clang)")
+    key = hashlib.sha256("\0".join([tu, HEADER.read_text(), " ".join(FLAGS), cxx]).encode()).hexdigest()[:24]
+    lib = cache_dir() / f"k_{key}.so"
+    if lib.exists():
+        return lib
+    src = cache_dir() / f"k_{key}.cpp"
+    src.write_text(tu)
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    proc = subprocess.run([cxx, *FLAGS, "-I", str(HERE), "-I", str(INCLUDE), str(src), "-o", str(tmp)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmulationError(f"clang rejected the kernel:\n{proc.stderr[-6000:]}")
+    os.replace(tmp, lib)
+    return lib
+
+
+_ffi = cffi.FFI()
+_ffi.cdef("int emu_launch(void** bufs, unsigned gx, unsigned gy, unsigned gz, unsigned tx, unsigned ty, unsigned tz, char* err, int errlen);")
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str):
+    return _ffi.dlopen(path)
+
+
+def build(source: str):
+    """The loaded emulation library for a generated Metal source (compiled once)."""
+    return _load(str(compile_cpp(translate(source))))
+
+
+# --------------------------------------------------------------------------------------
+# 4. Run.
+# --------------------------------------------------------------------------------------
+def _np_of(arr: mx.array) -> np.ndarray:
+    if arr.dtype == mx.bfloat16:
+        return np.array(arr.view(mx.uint16))
+    return np.array(arr)
+
+
+def _guarded(data: bytes | None, nbytes: int, fill: int):
+    raw = np.full(nbytes + 2 * GUARD, POISON, dtype=np.uint8)
+    if data is not None:
+        raw[GUARD:GUARD + nbytes] = np.frombuffer(data, dtype=np.uint8)
+    else:
+        raw[GUARD:GUARD + nbytes] = fill
+    return raw
+
+
+def run_source(source: str, inputs, output_shapes, output_dtypes, grid, threadgroup, init_value=None):
+    """Run a generated source on numpy/mx inputs; returns the outputs as mx arrays.
+
+    Buffers bind as MLX's custom_kernel.cpp binds them. ``grid`` counts threads per
+    dimension and the threadgroup is clamped to it, as MLX does.
+    """
+    _, _, params = parse_signature(source)
+    lib = build(source)
+    by_index = {p[3]: p for p in params if p[2] == "buffer"}
+    raws, keep = [], []
+    index = 0
+    for arr in inputs:
+        a = _np_of(mx.contiguous(arr) if isinstance(arr, mx.array) else mx.array(arr))
+        a = np.ascontiguousarray(a)
+        raws.append(_guarded(a.tobytes(), a.nbytes, 0))
+        index += 1
+        if a.ndim > 0:
+            for suffix, values, dt in (("_shape", a.shape, np.int32),
+                                        ("_strides", [s // a.itemsize for s in a.strides], np.int64),
+                                        ("_ndim", [a.ndim], np.int32)):
+                if index in by_index and by_index[index][1].endswith(suffix):
+                    v = np.array(values, dtype=dt)
+                    raws.append(_guarded(v.tobytes(), v.nbytes, 0))
+                    index += 1
+    out_meta = []
+    for shape, dtype in zip(output_shapes, output_dtypes):
+        n = int(np.prod(shape)) * dtype.size
+        if init_value is None:
+            raws.append(_guarded(None, n, POISON))
+        else:
+            v = np.full(shape, init_value, dtype=np.float32).astype(_NP[_ctype(dtype)])
+            raws.append(_guarded(v.tobytes(), n, 0))
+        out_meta.append((len(raws) - 1, tuple(shape), dtype, n))
+    if len(raws) != len(by_index):
+        raise EmulationError(f"bound {len(raws)} buffers, the signature has {len(by_index)}")
+    ptrs = _ffi.new("void*[]", len(raws))
+    for i, raw in enumerate(raws):
+        ptrs[i] = _ffi.cast("void*", raw.ctypes.data + GUARD)
+    gx, gy, gz = grid
+    tx, ty, tz = (min(t, g) for t, g in zip(threadgroup, grid))
+    err = _ffi.new("char[]", 4096)
+    if lib.emu_launch(ptrs, gx, gy, gz, tx, ty, tz, err, 4096) != 0:
+        raise EmulationError(_ffi.string(err).decode())
+    for i, raw in enumerate(raws):
+        nbytes = raw.size - 2 * GUARD
+        if (raw[:GUARD] != POISON).any() or (raw[GUARD + nbytes:] != POISON).any():
+            raise EmulationError(f"out-of-bounds write next to buffer {i} ({params[i][1]})")
+    outs = []
+    for i, shape, dtype, n in out_meta:
+        host = raws[i][GUARD:GUARD + n].view(_NP[_ctype(dtype)]).reshape(shape)
+        arr = mx.array(host.copy())
+        if dtype == mx.bfloat16:
+            arr = arr.view(mx.bfloat16)
+        outs.append(arr)
+    return outs
+
+
+def _ctype(dtype) -> str:
+    return {mx.float32: "float", mx.float16: "float16_t", mx.bfloat16: "bfloat16_t", mx.int8: "int8_t",
+            mx.uint8: "uint8_t", mx.int32: "int32_t", mx.uint32: "uint32_t", mx.int16: "int16_t",
+            mx.uint16: "uint16_t", mx.int64: "int64_t", mx.uint64: "uint64_t", mx.bool_: "bool"}[dtype]
+
+
+def executor(kernel, *, inputs, output_shapes, output_dtypes, grid, threadgroup,
+             template=None, init_value=None, **_ignored):
+    """Drop-in for calling ``kernel(...)``: captures the source, runs it emulated.
+
+    Also records every source it ran in ``executor.sources`` (name -> source).
+    """
+    call = dict(output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
+                threadgroup=threadgroup, init_value=init_value)
+    if template:
+        call["template"] = template
+    source = capture_source(kernel, inputs, **call)
+    executor.sources[parse_signature(source)[0]] = source
+    return run_source(source, inputs, output_shapes, output_dtypes, grid, threadgroup, init_value)
+
+
+executor.sources = {}

@@ -1,0 +1,633 @@
+// Metal-emulation header: compiles Metal Shading Language kernels (as MLX's
+// mx.fast.metal_kernel generates them) as host C++ and runs a dispatch on the CPU.
+//
+// Execution model
+//   * Threadgroups run one after another; the threads of one threadgroup are fibers
+//     (ucontext) on one host thread. A fiber runs until it blocks at a barrier or a
+//     SIMD-group collective, then the next fiber in thread order runs. Scheduling is
+//     deterministic: a thread that skips a barrier runs ahead of every thread behind it,
+//     so a missing barrier shows up as wrong data, every run.
+//   * threadgroup_barrier waits for every thread of the group; simdgroup operations
+//     (simd_sum, simd_shuffle, simdgroup_matrix multiply, matmul2d.run, ...) are
+//     collectives of the 32 lanes of one SIMD-group. A barrier that some thread never
+//     reaches is reported as a deadlock (an error), never a hang.
+//   * Address spaces are real clang address spaces: device = 1, constant = 2,
+//     threadgroup = 3, thread = the generic space. Passing a pointer of one space where
+//     another is expected fails to compile, as it does with the Metal compiler.
+//   * `threadgroup` arrays declared in a kernel body are rewritten to function-scope
+//     statics by the harness (one group runs at a time, so a static is exactly one
+//     copy per threadgroup); the harness fills them with a poison byte before each group.
+//
+// Anything not defined here does not compile: unsupported constructs fail loudly.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <ucontext.h>
+#include <vector>
+
+
+// Conversions clang emits calls to for __fp16 on x86 (round to nearest even).
+extern "C" __attribute__((weak)) unsigned short __gnu_f2h_ieee(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
+  if (ax >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
+  if (ax < 0x38800000u) {                        // half subnormal or zero
+    float af;
+    std::memcpy(&af, &ax, 4);
+    return sign | static_cast<uint16_t>(std::nearbyint(af * 16777216.0f));
+  }
+  uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+  uint32_t rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return static_cast<uint16_t>(sign | h);
+}
+extern "C" __attribute__((weak)) float __gnu_h2f_ieee(unsigned short h) {
+  uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  if (e == 0) {
+    float v = std::ldexp(static_cast<float>(m), -24);
+    return sign ? -v : v;
+  }
+  x = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// --------------------------------------------------------------------------------------
+// Runtime: fibers, barriers, errors.
+// --------------------------------------------------------------------------------------
+namespace emu {
+
+struct uvec3 { uint32_t x, y, z; };
+
+// Every attribute MLX's metal_kernel may add to a signature (metal_kernel.cpp's list).
+struct ThreadIds {
+  uint32_t dispatch_quadgroups_per_threadgroup, dispatch_simdgroups_per_threadgroup;
+  uvec3 dispatch_threads_per_threadgroup, grid_origin, grid_size;
+  uint32_t quadgroup_index_in_threadgroup, quadgroups_per_threadgroup;
+  uint32_t simdgroup_index_in_threadgroup, simdgroups_per_threadgroup;
+  uint32_t thread_execution_width, thread_index_in_quadgroup, thread_index_in_simdgroup;
+  uint32_t thread_index_in_threadgroup;
+  uvec3 thread_position_in_grid, thread_position_in_threadgroup;
+  uvec3 threadgroup_position_in_grid, threadgroups_per_grid, threads_per_grid;
+  uint32_t threads_per_simdgroup;
+  uvec3 threads_per_threadgroup;
+};
+
+struct Barrier {
+  int expected = 0;
+  int arrived = 0;
+  unsigned gen = 0;
+  const char* what = "";
+};
+
+enum State { READY, WAITING, DONE };
+
+struct Fiber {
+  ucontext_t ctx;
+  char* stack = nullptr;
+  State state = READY;
+  Barrier* wait_on = nullptr;
+  unsigned wait_gen = 0;
+  ThreadIds ids;
+  uint32_t lane = 0, simd = 0;
+};
+
+constexpr int kSimdWidth = 32;
+constexpr size_t kStack = 256 * 1024;
+constexpr int kMaxThreads = 1024;
+
+// Per-SIMD-group staging for collectives. Two buffers, alternated by the barrier's
+// generation: a lane can only reach collective n+2 after every lane has left n+1,
+// hence after every lane has read collective n's buffer.
+struct SimdStage {
+  Barrier bar;
+  alignas(16) unsigned char vals[2][kSimdWidth][32];
+  double ma[2][16 * 32], mb[2][16 * 32], mc[2][16 * 32];
+};
+
+struct Runtime {
+  ucontext_t sched;
+  std::vector<Fiber> fibers;
+  std::vector<SimdStage> simds;
+  Barrier group_bar;
+  Fiber* cur = nullptr;
+  bool failed = false;
+  std::string error;
+  void (*body)(const ThreadIds&, void**) = nullptr;
+  void** bufs = nullptr;
+};
+
+inline Runtime& rt() {
+  static Runtime r;
+  return r;
+}
+
+inline void yield_to_scheduler() {
+  Runtime& r = rt();
+  swapcontext(&r.cur->ctx, &r.sched);
+}
+
+// Record an error and stop this dispatch. Never returns inside a kernel thread.
+[[noreturn]] inline void fail(const std::string& msg) {
+  Runtime& r = rt();
+  if (!r.failed) {
+    r.failed = true;
+    r.error = msg;
+  }
+  if (r.cur) {
+    r.cur->state = DONE;
+    swapcontext(&r.cur->ctx, &r.sched);
+  }
+  std::fprintf(stderr, "metal_emu: %s\n", msg.c_str());
+  std::abort();
+}
+
+inline Fiber& self() {
+  Runtime& r = rt();
+  if (!r.cur) fail("a kernel-only operation ran outside a kernel thread");
+  return *r.cur;
+}
+
+// Arrive at `b` and wait until every expected thread has arrived.
+inline unsigned arrive_and_wait(Barrier& b) {
+  Fiber& f = self();
+  unsigned g = b.gen;
+  if (++b.arrived == b.expected) {
+    b.arrived = 0;
+    b.gen++;
+  } else {
+    f.state = WAITING;
+    f.wait_on = &b;
+    f.wait_gen = g;
+  }
+  yield_to_scheduler();  // always yield so lower-numbered threads run first again
+  return g;
+}
+
+inline SimdStage& my_simd() { return rt().simds[self().simd]; }
+
+inline void fiber_entry() {
+  Runtime& r = rt();
+  Fiber* f = r.cur;
+  r.body(f->ids, r.bufs);
+  f->state = DONE;
+  swapcontext(&f->ctx, &r.sched);
+}
+
+// Run a whole dispatch. grid = threads per dimension (MLX's dispatch_threads),
+// tg = threads per threadgroup. Returns 0 or -1 with the message in r.error.
+// `reset_group` is called before each threadgroup (threadgroup-memory poison).
+inline int launch(uvec3 grid, uvec3 tg, void (*body)(const ThreadIds&, void**), void** bufs,
+                  void (*reset_group)()) {
+  Runtime& r = rt();
+  r.failed = false;
+  r.error.clear();
+  r.body = body;
+  r.bufs = bufs;
+  uint32_t nthreads = tg.x * tg.y * tg.z;
+  if (nthreads == 0 || nthreads > kMaxThreads) {
+    r.error = "threadgroup size " + std::to_string(nthreads) + " outside 1..1024";
+    return -1;
+  }
+  if (grid.x % tg.x || grid.y % tg.y || grid.z % tg.z) {
+    r.error = "non-uniform threadgroups (grid not a multiple of the threadgroup) are not emulated";
+    return -1;
+  }
+  uvec3 ngroups{grid.x / tg.x, grid.y / tg.y, grid.z / tg.z};
+  uint32_t nsimd = (nthreads + kSimdWidth - 1) / kSimdWidth;
+  r.fibers.assign(nthreads, Fiber());
+  r.simds.assign(nsimd, SimdStage());
+  for (auto& f : r.fibers) f.stack = static_cast<char*>(std::malloc(kStack));
+  int rc = 0;
+  for (uint32_t gz = 0; gz < ngroups.z && rc == 0; ++gz)
+    for (uint32_t gy = 0; gy < ngroups.y && rc == 0; ++gy)
+      for (uint32_t gx = 0; gx < ngroups.x && rc == 0; ++gx) {
+        if (reset_group) reset_group();
+        r.group_bar = Barrier();
+        r.group_bar.expected = nthreads;
+        r.group_bar.what = "threadgroup_barrier";
+        for (uint32_t s = 0; s < nsimd; ++s) {
+          r.simds[s].bar = Barrier();
+          r.simds[s].bar.expected = std::min<uint32_t>(kSimdWidth, nthreads - s * kSimdWidth);
+          r.simds[s].bar.what = "a SIMD-group collective";
+        }
+        for (uint32_t i = 0; i < nthreads; ++i) {
+          Fiber& f = r.fibers[i];
+          f.state = READY;
+          f.wait_on = nullptr;
+          ThreadIds& t = f.ids;
+          std::memset(&t, 0, sizeof(t));
+          uint32_t lx = i % tg.x, ly = (i / tg.x) % tg.y, lz = i / (tg.x * tg.y);
+          t.thread_position_in_threadgroup = {lx, ly, lz};
+          t.threadgroup_position_in_grid = {gx, gy, gz};
+          t.thread_position_in_grid = {gx * tg.x + lx, gy * tg.y + ly, gz * tg.z + lz};
+          t.threads_per_threadgroup = tg;
+          t.dispatch_threads_per_threadgroup = tg;
+          t.threadgroups_per_grid = ngroups;
+          t.threads_per_grid = grid;
+          t.grid_size = grid;
+          t.grid_origin = {0, 0, 0};
+          t.thread_index_in_threadgroup = i;
+          t.simdgroup_index_in_threadgroup = i / kSimdWidth;
+          t.thread_index_in_simdgroup = i % kSimdWidth;
+          t.simdgroups_per_threadgroup = nsimd;
+          t.dispatch_simdgroups_per_threadgroup = nsimd;
+          t.quadgroup_index_in_threadgroup = i / 4;
+          t.thread_index_in_quadgroup = i % 4;
+          t.quadgroups_per_threadgroup = (nthreads + 3) / 4;
+          t.dispatch_quadgroups_per_threadgroup = (nthreads + 3) / 4;
+          t.thread_execution_width = kSimdWidth;
+          t.threads_per_simdgroup = kSimdWidth;
+          f.lane = i % kSimdWidth;
+          f.simd = i / kSimdWidth;
+          getcontext(&f.ctx);
+          f.ctx.uc_stack.ss_sp = f.stack;
+          f.ctx.uc_stack.ss_size = kStack;
+          f.ctx.uc_link = nullptr;
+          makecontext(&f.ctx, fiber_entry, 0);
+        }
+        // Round-robin in thread order until every thread is done.
+        for (;;) {
+          bool ran = false, all_done = true;
+          for (uint32_t i = 0; i < nthreads && !r.failed; ++i) {
+            Fiber& f = r.fibers[i];
+            if (f.state == DONE) continue;
+            all_done = false;
+            if (f.state == WAITING) {
+              if (f.wait_on->gen == f.wait_gen) continue;
+              f.state = READY;
+            }
+            r.cur = &f;
+            swapcontext(&r.sched, &f.ctx);
+            r.cur = nullptr;
+            ran = true;
+          }
+          if (r.failed) { rc = -1; break; }
+          if (all_done) break;
+          if (!ran) {
+            // Nobody can move: some thread waits at a barrier another will never reach.
+            uint32_t waiting = 0, done = 0;
+            const char* what = "";
+            for (auto& f : r.fibers) {
+              if (f.state == WAITING) { waiting++; what = f.wait_on->what; }
+              if (f.state == DONE) done++;
+            }
+            r.error = "deadlock in threadgroup (" + std::to_string(gx) + "," + std::to_string(gy) +
+                      "," + std::to_string(gz) + "): " + std::to_string(waiting) +
+                      " threads wait at " + what + " that " + std::to_string(done) +
+                      " exited threads never reach (barrier in divergent control flow)";
+            rc = -1;
+            break;
+          }
+        }
+      }
+  for (auto& f : r.fibers) std::free(f.stack);
+  r.fibers.clear();
+  return rc;
+}
+
+}  // namespace emu
+
+// --------------------------------------------------------------------------------------
+// Metal types and functions (the subset the kernels use).
+// --------------------------------------------------------------------------------------
+namespace metal {
+
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
+
+// ---- half: clang's __fp16, a storage type whose arithmetic is done in float (Metal
+// rounds half arithmetic to half; the kernels here convert to float before arithmetic).
+// Conversions round to nearest even (the two helpers below, which clang calls for
+// __fp16 on x86). bfloat has no scalar type here: the kernels carry bfloat16 as uint16
+// bits, and a kernel naming bfloat16_t fails to compile.
+typedef __fp16 half;
+
+// ---- vectors (members x, y, z, w; element-wise arithmetic not emulated).
+template <class T, int N> struct vec;
+template <class T> struct vec<T, 2> {
+  T x, y;
+  vec() = default;
+  constexpr vec(const T& v) : x(v), y(v) {}
+  constexpr vec(const T& a, const T& b) : x(a), y(b) {}
+  T& operator[](int i) { return i == 0 ? x : y; }
+  const T& operator[](int i) const { return i == 0 ? x : y; }
+};
+template <class T> struct vec<T, 3> {
+  T x, y, z;
+  vec() = default;
+  constexpr vec(const T& v) : x(v), y(v), z(v) {}
+  constexpr vec(const T& a, const T& b, const T& c) : x(a), y(b), z(c) {}
+  vec(emu::uvec3 u) : x(T(u.x)), y(T(u.y)), z(T(u.z)) {}
+  T& operator[](int i) { return i == 0 ? x : (i == 1 ? y : z); }
+};
+template <class T> struct vec<T, 4> {
+  T x, y, z, w;
+  vec() = default;
+  constexpr vec(const T& v) : x(v), y(v), z(v), w(v) {}
+  constexpr vec(const T& a, const T& b, const T& c, const T& d) : x(a), y(b), z(c), w(d) {}
+  T& operator[](int i) { return i == 0 ? x : (i == 1 ? y : (i == 2 ? z : w)); }
+};
+#define EMU_VEC(T, P) typedef vec<T, 2> P##2; typedef vec<T, 3> P##3; typedef vec<T, 4> P##4;
+EMU_VEC(float, float) EMU_VEC(int, int) EMU_VEC(uint, uint) EMU_VEC(short, short)
+EMU_VEC(ushort, ushort) EMU_VEC(ulong, ulong) EMU_VEC(half, half)
+#undef EMU_VEC
+
+// ---- math (IEEE, round to nearest even: no fast math).
+template <class T> inline T max(T a, T b) { return a > b ? a : b; }
+template <class T> inline T min(T a, T b) { return a < b ? a : b; }
+inline float max(float a, float b) { return std::fmax(a, b); }  // Metal: fmax semantics
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float fmax(float a, float b) { return std::fmax(a, b); }
+inline float fmin(float a, float b) { return std::fmin(a, b); }
+template <class T> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+inline float abs(float x) { return std::fabs(x); }
+inline int abs(int x) { return x < 0 ? -x : x; }
+inline float fabs(float x) { return std::fabs(x); }
+inline float rint(float x) { return std::nearbyint(x); }  // default mode: half to even
+inline float floor(float x) { return std::floor(x); }
+inline float ceil(float x) { return std::ceil(x); }
+inline bool isfinite(float x) { return std::isfinite(x); }
+inline bool isnan(float x) { return std::isnan(x); }
+inline bool isinf(float x) { return std::isinf(x); }
+template <class T> inline T select(T a, T b, bool c) { return c ? b : a; }
+namespace precise {
+inline float divide(float a, float b) { return a / b; }  // IEEE division
+}  // namespace precise
+template <class T, class U> inline T as_type(U u) {
+  static_assert(sizeof(T) == sizeof(U), "as_type: sizes differ");
+  T t;
+  std::memcpy(&t, &u, sizeof(T));
+  return t;
+}
+
+// ---- barriers.
+enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
+inline void threadgroup_barrier(mem_flags) { emu::arrive_and_wait(emu::rt().group_bar); }
+inline void simdgroup_barrier(mem_flags) { emu::arrive_and_wait(emu::my_simd().bar); }
+
+// ---- SIMD-group value collectives. Every lane of the SIMD-group must take part
+// (uniform control flow); a lane that does not is reported as a deadlock.
+namespace detail {
+template <class T> inline unsigned publish(const T& v) {
+  static_assert(sizeof(T) <= 32, "simd collective on a value wider than 32 bytes");
+  emu::SimdStage& s = emu::my_simd();
+  unsigned buf = s.bar.gen & 1u;
+  std::memcpy(s.vals[buf][emu::self().lane], &v, sizeof(T));
+  emu::arrive_and_wait(s.bar);
+  return buf;
+}
+template <class T> inline T lane_value(unsigned buf, uint32_t lane) {
+  T v;
+  std::memcpy(&v, emu::my_simd().vals[buf][lane], sizeof(T));
+  return v;
+}
+inline int active_lanes() { return emu::my_simd().bar.expected; }
+}  // namespace detail
+
+template <class T> inline T simd_sum(T v) {
+  unsigned b = detail::publish(v);
+  T acc = detail::lane_value<T>(b, 0);
+  for (int l = 1; l < detail::active_lanes(); ++l) acc = acc + detail::lane_value<T>(b, l);
+  return acc;
+}
+template <class T> inline T simd_max(T v) {
+  unsigned b = detail::publish(v);
+  T acc = detail::lane_value<T>(b, 0);
+  for (int l = 1; l < detail::active_lanes(); ++l) acc = max(acc, detail::lane_value<T>(b, l));
+  return acc;
+}
+template <class T> inline T simd_min(T v) {
+  unsigned b = detail::publish(v);
+  T acc = detail::lane_value<T>(b, 0);
+  for (int l = 1; l < detail::active_lanes(); ++l) acc = min(acc, detail::lane_value<T>(b, l));
+  return acc;
+}
+template <class T> inline T simd_shuffle(T v, ushort lane) {
+  unsigned b = detail::publish(v);
+  if (lane >= detail::active_lanes()) emu::fail("simd_shuffle from an inactive lane");
+  return detail::lane_value<T>(b, lane);
+}
+template <class T> inline T simd_broadcast(T v, ushort lane) { return simd_shuffle(v, lane); }
+template <class T> inline T simd_shuffle_xor(T v, ushort mask) {
+  unsigned b = detail::publish(v);
+  uint32_t src = emu::self().lane ^ mask;
+  if (src >= uint32_t(detail::active_lanes())) emu::fail("simd_shuffle_xor from an inactive lane");
+  return detail::lane_value<T>(b, src);
+}
+template <class T> inline T simd_shuffle_down(T v, ushort delta) {
+  unsigned b = detail::publish(v);
+  uint32_t src = emu::self().lane + delta;  // the upper `delta` lanes keep their own value
+  return src < uint32_t(detail::active_lanes()) ? detail::lane_value<T>(b, src) : v;
+}
+
+// ---- simdgroup_matrix (8x8). Each lane holds two elements, in the per-lane layout
+// MLX's steel/gemm/mma.h assumes; only thread_elements() exposes it.
+template <class T, int Cols, int Rows> struct simdgroup_matrix {
+  static_assert(Cols == 8 && Rows == 8, "only 8x8 simdgroup matrices are emulated");
+  vec<T, 2> e;
+  simdgroup_matrix() = default;
+  explicit simdgroup_matrix(const T& diag) {  // Metal: a diagonal matrix
+    auto rc = coord();
+    e.x = rc.x == rc.y ? diag : T(0);
+    e.y = rc.x == rc.y + 1 ? diag : T(0);
+  }
+  vec<T, 2>& thread_elements() { return e; }
+  // (row, col) of this lane's first element; the second is at (row, col + 1).
+  static vec<int, 2> coord() {
+    int lane = int(emu::self().lane);
+    int qid = lane / 4;
+    int row = (qid & 4) + (lane / 2) % 4;
+    int col = (qid & 2) * 2 + (lane % 2) * 2;
+    return vec<int, 2>(row, col);
+  }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+
+template <class T, int C, int R> inline simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(const T& v) {
+  simdgroup_matrix<T, C, R> m;
+  m.e = vec<T, 2>(v);
+  return m;
+}
+
+// Loads and stores are per lane (each lane moves its own two elements); Metal requires
+// them in uniform control flow, which the multiply that follows enforces here.
+// Element (r, c) of the matrix is src[r * elements_per_row + c], or src[c * ... + r]
+// with transpose. A non-zero matrix_origin is not emulated (it fails).
+template <class T, class P>
+inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& m, P* src, ulong elements_per_row = 8,
+                           ulong2 matrix_origin = ulong2(0), bool transpose = false) {
+  if (matrix_origin.x || matrix_origin.y) emu::fail("simdgroup_load with a matrix_origin is not emulated");
+  auto rc = simdgroup_matrix<T, 8, 8>::coord();
+  for (int i = 0; i < 2; ++i) {
+    ulong r = rc.x, c = rc.y + i;
+    m.e[i] = T(transpose ? src[c * elements_per_row + r] : src[r * elements_per_row + c]);
+  }
+}
+template <class T, class P>
+inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P* dst, ulong elements_per_row = 8,
+                            ulong2 matrix_origin = ulong2(0), bool transpose = false) {
+  if (matrix_origin.x || matrix_origin.y) emu::fail("simdgroup_store with a matrix_origin is not emulated");
+  auto rc = simdgroup_matrix<T, 8, 8>::coord();
+  for (int i = 0; i < 2; ++i) {
+    ulong r = rc.x, c = rc.y + i;
+    (transpose ? dst[c * elements_per_row + r] : dst[r * elements_per_row + c]) = m.e[i];
+  }
+}
+
+namespace detail {
+// Gather an 8x8 matrix from all lanes into `out` (row-major doubles).
+template <class T> inline void publish8(double* out, const simdgroup_matrix<T, 8, 8>& m) {
+  auto rc = simdgroup_matrix<T, 8, 8>::coord();
+  out[rc.x * 8 + rc.y] = double(float(m.e.x));
+  out[rc.x * 8 + rc.y + 1] = double(float(m.e.y));
+}
+}  // namespace detail
+
+// D = A * B + C, a collective of the SIMD-group. Products and sums are formed in double
+// and rounded once to D's type: exact for the integer-valued operands the kernels use
+// (|partial sums| < 2^24), one rounding otherwise (hardware rounds per step, in an
+// unspecified order).
+template <class TD, class TA, class TB, class TC>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                                          const simdgroup_matrix<TB, 8, 8>& b,
+                                          const simdgroup_matrix<TC, 8, 8>& c) {
+  emu::SimdStage& s = emu::my_simd();
+  unsigned buf = s.bar.gen & 1u;
+  detail::publish8(s.ma[buf], a);
+  detail::publish8(s.mb[buf], b);
+  detail::publish8(s.mc[buf], c);
+  emu::arrive_and_wait(s.bar);
+  auto rc = simdgroup_matrix<TD, 8, 8>::coord();
+  for (int i = 0; i < 2; ++i) {
+    int r = rc.x, col = rc.y + i;
+    double acc = s.mc[buf][r * 8 + col];
+    for (int k = 0; k < 8; ++k) acc += s.ma[buf][r * 8 + k] * s.mb[buf][k * 8 + col];
+    d.e[i] = TD(float(acc));
+  }
+}
+template <class TD, class TA, class TB>
+inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                               const simdgroup_matrix<TB, 8, 8>& b) {
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, 8, 8>(TD(0)));
+}
+
+struct execution_simdgroup {};
+struct execution_simdgroups {};
+template <class T> struct remove_addrspace { typedef T type; };
+template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
+
+}  // namespace metal
+
+// --------------------------------------------------------------------------------------
+// MetalPerformancePrimitives: matmul2d with cooperative tensors, SIMD-group scope.
+//
+// Emulated: descriptor (16, 32, 16), no transposes, execution_simdgroup, modes
+// multiply and multiply_accumulate, element types int8 x int8 -> int32 (exact) and
+// float-like types (one rounding). Per-lane layout, as MLX's steel/gemm/nax.h uses it:
+// a 16x16 fragment gives lane l the elements (fm + 8 i, fn + j), i < 2, j < 4, at
+// index 4 i + j, with qid = l / 4, fm = (qid & 4) | ((l / 2) & 3), fn = ((qid & 2) |
+// (l & 1)) * 4. The left operand (16 x 16, M x K) is one fragment; the right (16 x 32,
+// K x N) and the destination (16 x 32, M x N) are two, columns 0..15 at indices 0..7 and
+// columns 16..31 at indices 8..15. Anything else fails to compile or run.
+// --------------------------------------------------------------------------------------
+namespace mpp {
+namespace tensor_ops {
+
+struct matmul2d_descriptor {
+  enum class mode { multiply, multiply_accumulate };
+  int m, n, k;
+  bool transpose_left, transpose_right, relaxed_precision;
+  mode matmul_mode;
+  constexpr matmul2d_descriptor(int m_, int n_, int k_, bool tl = false, bool tr = false,
+                                bool relaxed = false, mode md = mode::multiply)
+      : m(m_), n(n_), k(k_), transpose_left(tl), transpose_right(tr), relaxed_precision(relaxed),
+        matmul_mode(md) {}
+};
+
+template <class T, int N> struct cooperative_tensor {
+  T v[N];
+  T& operator[](int i) {
+    if (i < 0 || i >= N) emu::fail("cooperative tensor index out of range");
+    return v[i];
+  }
+  const T& operator[](int i) const { return v[i]; }
+  static constexpr int get_capacity() { return N; }
+};
+
+namespace detail {
+// Matrix coordinate (row, col) of element `idx` of a 16 x (16 * frags) fragment set.
+inline void coord(int idx, int& row, int& col) {
+  int lane = int(emu::self().lane);
+  int qid = lane >> 2;
+  int fm = (qid & 4) | ((lane >> 1) & 3);
+  int fn = ((qid & 2) | (lane & 1)) * 4;
+  int frag = idx / 8, e = idx % 8;
+  row = fm + (e / 4) * 8;
+  col = frag * 16 + fn + e % 4;
+}
+}  // namespace detail
+
+template <matmul2d_descriptor D, class Scope> struct matmul2d {
+  static_assert(D.m == 16 && D.n == 32 && D.k == 16, "matmul2d: only 16x32x16 is emulated");
+  static_assert(!D.transpose_left && !D.transpose_right, "matmul2d: transposed operands are not emulated");
+  static_assert(std::is_same_v<Scope, metal::execution_simdgroup>, "matmul2d: only execution_simdgroup is emulated");
+
+  template <class TA, class TB, class TC> cooperative_tensor<TA, 8> get_left_input_cooperative_tensor() { return {}; }
+  template <class TA, class TB, class TC> cooperative_tensor<TB, 16> get_right_input_cooperative_tensor() { return {}; }
+  template <class CTA, class CTB, class TC> cooperative_tensor<TC, 16> get_destination_cooperative_tensor() { return {}; }
+
+  template <class TA, class TB, class TC>
+  void run(const cooperative_tensor<TA, 8>& a, const cooperative_tensor<TB, 16>& b, cooperative_tensor<TC, 16>& c) {
+    constexpr bool ints = std::is_integral_v<TA> && std::is_integral_v<TB>;
+    static_assert(!ints || std::is_same_v<TC, int32_t>, "matmul2d: integer operands need an int32 destination");
+    emu::SimdStage& s = emu::my_simd();
+    unsigned buf = s.bar.gen & 1u;
+    int row, col;
+    for (int i = 0; i < 8; ++i) { detail::coord(i, row, col); s.ma[buf][row * 16 + col] = double(a.v[i]); }
+    for (int i = 0; i < 16; ++i) { detail::coord(i, row, col); s.mb[buf][row * 32 + col] = double(b.v[i]); }
+    emu::arrive_and_wait(s.bar);
+    for (int i = 0; i < 16; ++i) {
+      detail::coord(i, row, col);
+      if constexpr (ints) {
+        int64_t acc = D.matmul_mode == matmul2d_descriptor::mode::multiply_accumulate ? int64_t(c.v[i]) : 0;
+        for (int k = 0; k < 16; ++k)
+          acc += int64_t(s.ma[buf][row * 16 + k]) * int64_t(s.mb[buf][k * 32 + col]);
+        c.v[i] = TC(int32_t(uint32_t(acc)));  // int32 wrap-around, as the hardware's adder
+      } else {
+        double acc = D.matmul_mode == matmul2d_descriptor::mode::multiply_accumulate ? double(float(c.v[i])) : 0.0;
+        for (int k = 0; k < 16; ++k) acc += s.ma[buf][row * 16 + k] * s.mb[buf][k * 32 + col];
+        c.v[i] = TC(float(acc));
+      }
+    }
+  }
+};
+
+}  // namespace tensor_ops
+}  // namespace mpp
+
+// --------------------------------------------------------------------------------------
+// Metal spellings. After this point `device`, `constant`, `threadgroup` and `thread`
+// are address-space qualifiers, as in Metal.
+// --------------------------------------------------------------------------------------
+typedef metal::half float16_t;
+using namespace metal;
+
+#define device __attribute__((address_space(1)))
+#define constant __attribute__((address_space(2)))
+#define threadgroup __attribute__((address_space(3)))
+#define thread
+#define METAL_FUNC inline
