@@ -35,3 +35,14 @@ def available_kernels(op: str = "linear") -> list[str]:
     if op not in _registry.OPS:
         raise ValueError(f"[mlx_w8a8.available_kernels] op must be one of {_registry.OPS}, got {op!r}")
     return sorted({c.name for c in _registry.all_candidates() if c.op == op and c.available()})
+
+
+# --- Tuning (mlx_w8a8.tuning): installs the tuner's chooser in the kernel registry. ------
+from .tuning import (  # noqa: E402
+    TuneConfig,
+    TuningTableWarning,
+    set_online as set_online_tuning,
+    set_tuning_table,
+)
+
+__all__ += ["set_tuning_table", "set_online_tuning", "TuneConfig", "TuningTableWarning"]

@@ -1,0 +1,170 @@
+"""Problem shapes: the presets of ``tune --shapes``, ``MxNxK`` parsing and M buckets.
+
+Shapes follow the weight convention of the package: a projection ``y = x @ W.T`` with
+``W`` ``[N, K]`` (N output features, K input features) and ``x`` ``[M, K]`` (M tokens).
+
+Presets are the linear projections of three common open LLM families, from their
+published configs:
+
+=============  ======  ============  =====  ========  ========  =============================
+family         hidden  intermediate  heads  kv heads  head dim  projections (N x K)
+=============  ======  ============  =====  ========  ========  =============================
+Llama-3-8B     4096    14336         32     8         128       q/o 4096x4096, k/v 1024x4096,
+                                                                gate/up 14336x4096,
+                                                                down 4096x14336
+Mistral-7B     4096    14336         32     8         128       the same as Llama-3-8B
+Qwen2.5-7B     3584    18944         28     4         128       q/o 3584x3584, k/v 512x3584,
+                                                                gate/up 18944x3584,
+                                                                down 3584x18944
+=============  ======  ============  =====  ========  ========  =============================
+
+M is bucketed to powers of two up to ``M_CAP``; a table stores measured buckets and a
+lookup snaps to the nearest measured one (:func:`nearest_bucket`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+# (N, K) per projection, per family. Duplicate shapes (gate = up, q = o, Mistral =
+# Llama) are measured once.
+FAMILIES: dict[str, dict[str, list[tuple[int, int]]]] = {
+    "llama-3-8b": {
+        "attn": [(4096, 4096), (1024, 4096)],
+        "mlp": [(14336, 4096), (4096, 14336)],
+    },
+    "mistral-7b": {
+        "attn": [(4096, 4096), (1024, 4096)],
+        "mlp": [(14336, 4096), (4096, 14336)],
+    },
+    "qwen2.5-7b": {
+        "attn": [(3584, 3584), (512, 3584)],
+        "mlp": [(18944, 3584), (3584, 18944)],
+    },
+}
+PRESETS = ("mlp", "attn", "all")
+# Token counts measured when ``--m`` is not given: decode (M = 1). One pass over the
+# ``mlp`` preset with the pure-MLX candidates takes about a minute on a 2-core CPU;
+# on a GPU pass e.g. ``--m 1,16,128,512,2048`` for prefill too.
+DEFAULT_M = (1,)
+M_CAP = 8192
+
+_SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+
+
+def preset(name: str) -> list[tuple[int, int]]:
+    """The distinct ``(N, K)`` projection shapes of preset ``name``, in family order.
+
+    Args:
+        name: ``"mlp"``, ``"attn"`` or ``"all"``.
+
+    Raises:
+        ValueError: for any other name.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"[mlx_w8a8.tune] unknown shape preset {name!r}; presets: {list(PRESETS)}")
+    parts = ("attn", "mlp") if name == "all" else (name,)
+    seen: list[tuple[int, int]] = []
+    for family in FAMILIES.values():
+        for part in parts:
+            for shape in family[part]:
+                if shape not in seen:
+                    seen.append(shape)
+    return seen
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """Parse ``"MxNxK"`` (M tokens, N output features, K input features).
+
+    Raises:
+        ValueError: when the text is not three positive integers joined by ``x``.
+    """
+    match = _SHAPE.match(text)
+    if not match or min(int(g) for g in match.groups()) <= 0:
+        raise ValueError(
+            f"[mlx_w8a8.tune] shape must be MxNxK with positive integers (e.g. 1x4096x4096), "
+            f"got {text!r}"
+        )
+    m, n, k = (int(g) for g in match.groups())
+    return m, n, k
+
+
+def parse_m_list(text: str) -> list[int]:
+    """Parse a comma-separated list of token counts, e.g. ``"1,16,128"``.
+
+    Raises:
+        ValueError: on an empty list, a non-integer or a value < 1.
+    """
+    values = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(
+                f"[mlx_w8a8.tune] --m takes positive integers separated by commas, got {text!r}"
+            )
+        values.append(int(part))
+    if not values:
+        raise ValueError(f"[mlx_w8a8.tune] --m needs at least one token count, got {text!r}")
+    return sorted(set(values))
+
+
+def expand(specs: list[str], m_values: list[int] | None = None) -> list[tuple[int, int, int]]:
+    """Turn ``--shapes`` arguments into a list of distinct ``(M, N, K)``.
+
+    Args:
+        specs: preset names and/or ``MxNxK`` strings (a comma inside one argument also
+            separates). Presets are crossed with ``m_values``; an explicit ``MxNxK``
+            keeps its own M.
+        m_values: token counts for presets (default :data:`DEFAULT_M`).
+
+    Raises:
+        ValueError: on an unknown preset or a malformed shape.
+    """
+    ms = list(m_values) if m_values else list(DEFAULT_M)
+    out: list[tuple[int, int, int]] = []
+    for spec in specs:
+        for item in str(spec).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if item in PRESETS:
+                shapes = [(m, n, k) for (n, k) in preset(item) for m in ms]
+            else:
+                shapes = [parse_shape(item)]
+            for shape in shapes:
+                if shape not in out:
+                    out.append(shape)
+    if not out:
+        raise ValueError(f"[mlx_w8a8.tune] --shapes named no shape, got {specs!r}")
+    return out
+
+
+def bucket(m: int, cap: int = M_CAP) -> int:
+    """The M bucket of ``m``: the smallest power of two >= ``m``, at most ``cap``.
+
+    Raises:
+        ValueError: if ``m < 1``.
+    """
+    if m < 1:
+        raise ValueError(f"[mlx_w8a8.tuning] M must be >= 1 to bucket, got {m}")
+    return min(1 << (int(m) - 1).bit_length(), cap)
+
+
+def nearest_bucket(m: int, measured, cap: int = M_CAP) -> int | None:
+    """The measured bucket nearest to ``bucket(m)`` in log2 distance (ties: larger).
+
+    Args:
+        m: the token count at run time.
+        measured: the M buckets a table holds for this (N, K, ...).
+
+    Returns:
+        The bucket to use, or ``None`` if ``measured`` is empty.
+    """
+    measured = sorted(set(int(b) for b in measured))
+    if not measured:
+        return None
+    target = math.log2(bucket(m, cap))
+    return min(measured, key=lambda b: (abs(math.log2(b) - target), -b))

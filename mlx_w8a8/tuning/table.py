@@ -1,0 +1,357 @@
+"""Tuning tables: versioned JSON files of measured choices, layered and shared.
+
+A table file::
+
+    {"schema": 1,
+     "sections": [
+       {"backend": "cpu", "device": {...mx.device_info()...},
+        "mlx_version": "0.32.4", "package_version": "0.1.0",
+        "entries": [{"op": "linear", "m_bucket": 1, "n": 14336, "k": 4096,
+                     "dtype": "bfloat16", "weight_format": "per_channel",
+                     "group_size": 64, "choice": "mlx_qmm", "candidates": {...}, ...}]}]}
+
+A section's key is (backend, device identity, MLX version, package version); each entry
+also records the source digest of every candidate it measured, and is only used while
+those digests match the registered kernels. Sections and entries that do not match
+this machine are kept (a table can serve many devices) but never used.
+
+Layers, first hit wins: the table the user names (``MLX_W8A8_TUNING_TABLE`` or the API)
+> the user's cache table (``platformdirs.user_cache_dir("mlx_w8a8")/tuning.json``, or
+``$MLX_W8A8_CACHE_DIR/tuning.json``) > the tables shipped in ``mlx_w8a8/tables/``.
+
+Writes take a file lock (``<table>.lock``), re-read the file, merge the new entries in
+(replacing only entries with the same key) and replace the file atomically (temporary
+file + ``os.replace``), so concurrent tuners never lose each other's entries. A corrupt
+or unreadable table is reported once per process and skipped; it is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from importlib import resources
+from typing import Any, Iterable
+
+import filelock
+import mlx.core as mx
+import platformdirs
+
+log = logging.getLogger("mlx_w8a8.tuning")
+
+SCHEMA = 1
+ENV_TABLE = "MLX_W8A8_TUNING_TABLE"
+ENV_CACHE_DIR = "MLX_W8A8_CACHE_DIR"
+CACHE_FILE = "tuning.json"
+LOCK_TIMEOUT_S = 120.0
+ENTRY_FIELDS = ("op", "m_bucket", "n", "k", "dtype", "weight_format", "group_size", "choice")
+SECTION_FIELDS = ("backend", "device", "mlx_version", "package_version", "entries")
+
+
+class TableError(Exception):
+    """A table file that cannot be read as a tuning table (or written safely)."""
+
+
+class TuningTableWarning(UserWarning):
+    """A tuning table was skipped (corrupt) or holds entries this machine cannot use."""
+
+
+# --- identity -------------------------------------------------------------------------
+
+
+def backend() -> str:
+    """``"cpu"``, ``"metal"`` or ``"cuda"``: what MLX's default device runs on."""
+    device = mx.default_device()
+    if device.type == mx.DeviceType.cpu:
+        return "cpu"
+    try:
+        if mx.metal.is_available():
+            return "metal"
+    except Exception:
+        pass
+    try:
+        if mx.cuda.is_available():
+            return "cuda"
+    except Exception:
+        pass
+    return "gpu"
+
+
+def device_identity() -> dict[str, Any]:
+    """``mx.device_info()`` of the default device, JSON-safe (values str or int)."""
+    try:
+        info = mx.device_info()
+    except Exception as error:  # an old MLX or a device without info
+        return {"device_name": f"unknown ({type(error).__name__})"}
+    return {str(k): (v if isinstance(v, (int, str)) else str(v)) for k, v in sorted(info.items())}
+
+
+def device_key() -> dict[str, Any]:
+    """The section key of this process: backend, device, MLX and package versions."""
+    from .. import __version__
+
+    return {
+        "backend": backend(),
+        "device": device_identity(),
+        "mlx_version": mx.__version__,
+        "package_version": __version__,
+    }
+
+
+def section_key(section: dict) -> tuple:
+    """A hashable form of a section's key."""
+    return (
+        section["backend"],
+        json.dumps(section["device"], sort_keys=True),
+        section["mlx_version"],
+        section["package_version"],
+    )
+
+
+def entry_key(entry: dict) -> tuple:
+    """``(op, m_bucket, n, k, dtype, weight_format, group_size)`` of an entry."""
+    return tuple(entry[f] for f in ENTRY_FIELDS[:-1])
+
+
+# --- paths ------------------------------------------------------------------------------
+
+
+def cache_table_path() -> str:
+    """The user's cache table: ``$MLX_W8A8_CACHE_DIR`` or the platform cache dir."""
+    base = os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("mlx_w8a8")
+    return os.path.join(base, CACHE_FILE)
+
+
+def shipped_table_paths() -> list[str]:
+    """The ``*.json`` tables shipped in ``mlx_w8a8/tables/``, sorted by name."""
+    try:
+        folder = resources.files("mlx_w8a8").joinpath("tables")
+        found = [p for p in folder.iterdir() if p.name.endswith(".json") and p.is_file()]
+    except Exception:
+        return []
+    return sorted(str(p) for p in found)
+
+
+# --- reporting once ---------------------------------------------------------------------
+
+_reported: set[tuple[str, str]] = set()
+_report_lock = threading.Lock()
+
+
+def report_once(path: str, kind: str, message: str) -> None:
+    """Warn (``TuningTableWarning``) and log ``message`` once per (path, kind)."""
+    with _report_lock:
+        if (path, kind) in _reported:
+            return
+        _reported.add((path, kind))
+    log.warning("%s", message)
+    warnings.warn(message, TuningTableWarning, stacklevel=3)
+
+
+def reset_reports() -> None:
+    """Forget which tables were reported (tests; a long-lived process after a fix)."""
+    with _report_lock:
+        _reported.clear()
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def empty() -> dict:
+    return {"schema": SCHEMA, "sections": []}
+
+
+def validate(doc: Any, path: str = "<table>") -> dict:
+    """Check that ``doc`` is a tuning table this package can read.
+
+    Raises:
+        TableError: naming the path and what is wrong.
+    """
+    if not isinstance(doc, dict) or "schema" not in doc:
+        raise TableError(f"{path}: not a tuning table (no 'schema' field)")
+    if doc["schema"] != SCHEMA:
+        raise TableError(
+            f"{path}: tuning table schema {doc['schema']!r}; this mlx_w8a8 reads schema {SCHEMA}"
+        )
+    sections = doc.get("sections")
+    if not isinstance(sections, list):
+        raise TableError(f"{path}: 'sections' must be a list")
+    for i, section in enumerate(sections):
+        if not isinstance(section, dict) or any(f not in section for f in SECTION_FIELDS):
+            raise TableError(f"{path}: section {i} lacks one of {list(SECTION_FIELDS)}")
+        if not isinstance(section["device"], dict) or not isinstance(section["entries"], list):
+            raise TableError(f"{path}: section {i} has a malformed 'device' or 'entries'")
+        for j, entry in enumerate(section["entries"]):
+            if not isinstance(entry, dict) or any(f not in entry for f in ENTRY_FIELDS):
+                raise TableError(f"{path}: section {i} entry {j} lacks one of {list(ENTRY_FIELDS)}")
+    return doc
+
+
+def read(path: str) -> dict | None:
+    """Read and validate the table at ``path``; ``None`` if the file does not exist.
+
+    Raises:
+        TableError: if it exists but cannot be read or is not a valid table.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise TableError(f"{path}: cannot read ({error})") from error
+    try:
+        doc = json.loads(text)
+    except ValueError as error:
+        raise TableError(f"{path}: not valid JSON ({error})") from error
+    return validate(doc, path)
+
+
+def load(path: str) -> dict | None:
+    """Like :func:`read`, but a bad table is reported once and gives ``None``."""
+    try:
+        return read(path)
+    except TableError as error:
+        report_once(
+            path, "corrupt",
+            f"[mlx_w8a8.tuning] skipping tuning table {error}; it is left untouched "
+            f"(the reference kernels run where it would have decided)",
+        )
+        return None
+
+
+def matching_entries(doc: dict, key: dict, path: str = "<table>") -> list[dict]:
+    """The entries of ``doc`` measured under ``key`` (this machine and versions).
+
+    When the table holds sections but none for ``key``, reports once why (another
+    device, or another MLX/package version): those entries are kept but unused.
+    """
+    want = section_key(key)
+    found: list[dict] = []
+    others = []
+    for section in doc["sections"]:
+        if section_key(section) == want:
+            found.extend(section["entries"])
+        elif section["entries"]:
+            others.append(section)
+    if not found and others:
+        same_device = [
+            s for s in others
+            if s["backend"] == key["backend"] and s["device"] == key["device"]
+        ]
+        if same_device:
+            s = same_device[0]
+            report_once(
+                path, "version",
+                f"[mlx_w8a8.tuning] tuning table {path} was measured with MLX {s['mlx_version']} "
+                f"/ mlx_w8a8 {s['package_version']}; this is MLX {key['mlx_version']} / "
+                f"mlx_w8a8 {key['package_version']}: its entries are kept but unused "
+                f"(re-run `python -m mlx_w8a8.tune`)",
+            )
+        else:
+            s = others[0]
+            report_once(
+                path, "device",
+                f"[mlx_w8a8.tuning] tuning table {path} was measured on {s['backend']} "
+                f"{s['device'].get('device_name', s['device'])}; this is {key['backend']} "
+                f"{key['device'].get('device_name', key['device'])}: its entries are kept but "
+                f"unused (tune on this machine with `python -m mlx_w8a8.tune`)",
+            )
+    return found
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def merge(doc: dict, key: dict, entries: Iterable[dict]) -> dict:
+    """``doc`` with ``entries`` put into the section of ``key`` (same keys replaced).
+
+    Entries of other sections and other keys are left as they are.
+    """
+    want = section_key(key)
+    sections = list(doc["sections"])
+    for i, section in enumerate(sections):
+        if section_key(section) == want:
+            target = dict(section)
+            sections[i] = target
+            break
+    else:
+        target = dict(key, entries=[])
+        sections.append(target)
+    by_key = {entry_key(e): e for e in target["entries"]}
+    for e in entries:
+        by_key[entry_key(e)] = e
+    target["entries"] = [by_key[k] for k in sorted(by_key, key=_sortable)]
+    return {**doc, "schema": SCHEMA, "sections": sections}
+
+
+def _sortable(key: tuple) -> tuple:
+    return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
+
+
+def lock_for(path: str) -> filelock.FileLock:
+    """The lock that guards read-modify-write of the table at ``path``."""
+    return filelock.FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
+    """Merge ``entries`` into the table at ``path`` under ``key``, atomically.
+
+    Takes the table's file lock, re-reads the file (so entries written meanwhile by
+    another process are kept), merges and replaces the file with ``os.replace``.
+
+    Returns:
+        The table as written.
+
+    Raises:
+        TableError: if the existing file is not a valid table (it is not overwritten)
+            or the directory cannot be written.
+    """
+    entries = list(entries)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with lock_for(path):
+            current = read(path)
+            doc = merge(current if current is not None else empty(), key, entries)
+            _atomic_write(path, doc)
+    except (OSError, filelock.Timeout) as error:
+        raise TableError(f"{path}: cannot write ({error})") from error
+    return doc
+
+
+def write_doc(path: str, doc: dict) -> None:
+    """Merge every section of ``doc`` into the table at ``path`` (see write_entries)."""
+    validate(doc, "<export>")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with lock_for(path):
+            current = read(path) or empty()
+            for section in doc["sections"]:
+                key = {f: section[f] for f in SECTION_FIELDS if f != "entries"}
+                current = merge(current, key, section["entries"])
+            _atomic_write(path, current)
+    except (OSError, filelock.Timeout) as error:
+        raise TableError(f"{path}: cannot write ({error})") from error
+
+
+def _atomic_write(path: str, doc: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, sort_keys=False, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

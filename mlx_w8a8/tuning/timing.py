@@ -1,0 +1,219 @@
+"""Event-free paired timing: wall clock around ``mx.eval``.
+
+Method (after the paired qualification bench): every candidate is warmed up, then a
+sample is ``chain`` launches built and evaluated in one ``mx.eval``, timed with
+``time.perf_counter`` and divided by ``chain`` (graph construction is inside the timed
+region: the Python cost of building a candidate's graph is part of what a caller
+pays). Rounds run every candidate once, in alternating order (A B, then B A, ...), so
+drift of the machine (clocks, thermal state, other load) hits all candidates alike;
+at least 30 rounds are the default, and each candidate's median is its score. Launches
+rotate through several input tuples so that a small activation does not sit in cache
+between launches as it would not in a model. A candidate that raises is marked
+``unavailable`` and dropped from later rounds; the others go on.
+
+No device events are used, so the same code times CPU, Metal and CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable, Sequence
+
+import attrs
+import mlx.core as mx
+import numpy as np
+
+log = logging.getLogger("mlx_w8a8.tuning")
+
+PAIRS = 30
+WARMUP = 2
+MAX_CHAIN = 32
+# Aim for samples of at least this long so timer resolution and Python overhead of
+# one eval do not dominate short kernels (a GPU GEMV is ~10 us).
+TARGET_SAMPLE_S = 0.002
+
+
+@attrs.frozen
+class Timing:
+    """One candidate's samples.
+
+    Args:
+        name: the candidate.
+        samples_ns: per-launch nanoseconds, one per round it completed.
+        status: ``"ok"`` or ``"unavailable"`` (raised during warm-up or timing).
+        detail: the error, when unavailable.
+    """
+
+    name: str
+    samples_ns: tuple[float, ...] = ()
+    status: str = "ok"
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and len(self.samples_ns) > 0
+
+    @property
+    def median_ns(self) -> float:
+        return float(np.median(self.samples_ns)) if self.samples_ns else math.inf
+
+    @property
+    def p25_ns(self) -> float:
+        return float(np.percentile(self.samples_ns, 25)) if self.samples_ns else math.inf
+
+    @property
+    def p75_ns(self) -> float:
+        return float(np.percentile(self.samples_ns, 75)) if self.samples_ns else math.inf
+
+    @property
+    def spread_ns(self) -> float:
+        """Interquartile range of the samples (p75 - p25)."""
+        return self.p75_ns - self.p25_ns
+
+
+@attrs.frozen
+class Measurement:
+    """The result of :func:`paired_measure`.
+
+    Args:
+        timings: ``{name: Timing}`` for every arm, in the order given.
+        chain: launches per sample.
+        rounds: rounds run.
+    """
+
+    timings: dict
+    chain: int
+    rounds: int
+
+    def ratios(self, baseline: str, other: str) -> list[float]:
+        """Per-round ``other / baseline`` time ratios (paired samples)."""
+        a, b = self.timings[baseline].samples_ns, self.timings[other].samples_ns
+        return [y / x for x, y in zip(a, b) if x > 0]
+
+
+def _launch(fn: Callable[..., Any], inputs: Sequence[tuple], start: int, count: int) -> float:
+    """Build ``count`` launches of ``fn`` over rotated inputs, eval once; seconds."""
+    t0 = time.perf_counter()
+    outs = [fn(*inputs[(start + j) % len(inputs)]) for j in range(count)]
+    mx.eval(outs)
+    return time.perf_counter() - t0
+
+
+def paired_measure(
+    arms: Sequence[tuple[str, Callable[..., Any]]],
+    inputs: Sequence[tuple],
+    pairs: int = PAIRS,
+    warmup: int = WARMUP,
+    chain: int | None = None,
+    max_chain: int = MAX_CHAIN,
+    target_sample_s: float = TARGET_SAMPLE_S,
+    progress: Callable[[int], None] | None = None,
+) -> Measurement:
+    """Time ``arms`` in alternating-order rounds.
+
+    Args:
+        arms: ``(name, fn)`` pairs; ``fn(*args)`` returns an ``mx.array`` (or a
+            tuple of them) lazily.
+        inputs: argument tuples, rotated through launch by launch.
+        pairs: rounds (each gives every arm one sample); the default is 30.
+        warmup: untimed launches per arm first (each its own eval).
+        chain: launches per sample; ``None`` picks the smallest count that makes the
+            fastest arm's sample at least ``target_sample_s``, capped at ``max_chain``.
+        progress: called with 1 after each round (e.g. a tqdm bar's ``update``).
+
+    Returns:
+        A :class:`Measurement`; an arm that raised has status ``"unavailable"``.
+
+    Raises:
+        ValueError: if ``pairs < 1``, ``warmup < 0`` or there are no inputs.
+    """
+    if pairs < 1 or warmup < 0 or not inputs:
+        raise ValueError(
+            f"[mlx_w8a8.tuning.timing] need pairs >= 1, warmup >= 0 and inputs; got "
+            f"pairs={pairs}, warmup={warmup}, {len(inputs)} input tuples"
+        )
+    samples: dict[str, list[float]] = {name: [] for name, _ in arms}
+    failed: dict[str, str] = {}
+    fns = dict(arms)
+
+    def guarded(name: str, count: int, start: int) -> float | None:
+        try:
+            return _launch(fns[name], inputs, start, count)
+        except Exception as error:  # a crashing candidate is skipped, never fatal
+            failed[name] = f"{type(error).__name__}: {error}"
+            log.warning("[mlx_w8a8.tuning] candidate %r failed while timed (%s); skipped",
+                        name, failed[name])
+            return None
+
+    singles: dict[str, float] = {}
+    for name in fns:
+        for i in range(warmup):
+            if guarded(name, 1, i) is None:
+                break
+        if name not in failed:
+            t = guarded(name, 1, warmup)
+            if t is not None:
+                singles[name] = t
+    if chain is None:
+        fastest = min(singles.values()) if singles else target_sample_s
+        chain = int(min(max_chain, max(1, math.ceil(target_sample_s / max(fastest, 1e-9)))))
+    chain = max(1, int(chain))
+
+    names = list(fns)
+    for r in range(pairs):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            if name in failed:
+                continue
+            t = guarded(name, chain, r * chain)
+            if t is not None:
+                samples[name].append(t * 1e9 / chain)
+        if progress is not None:
+            progress(1)
+    timings = {
+        name: Timing(
+            name,
+            tuple(samples[name]) if name not in failed else (),
+            "unavailable" if name in failed else "ok",
+            failed.get(name, ""),
+        )
+        for name in names
+    }
+    return Measurement(timings, chain, pairs)
+
+
+def select_fastest(
+    medians: dict[str, float], reference: str, min_improvement_bps: float
+) -> str:
+    """The fastest candidate, if it beats ``reference`` by ``min_improvement_bps``.
+
+    After ``select_fastest_candidate`` of the seed: a challenger is chosen only when
+    ``t_c <= t_ref * (1 - bps / 10000)``; otherwise (or when the reference has no
+    finite time and nothing else does either) the reference stays.
+
+    Args:
+        medians: ``{name: median seconds or ns}``; non-finite values are ignored.
+        reference: the name kept when no challenger wins clearly.
+        min_improvement_bps: the margin in basis points (100 bps = 1 %).
+
+    Raises:
+        ValueError: if ``min_improvement_bps`` is negative or >= 10000.
+    """
+    if not 0 <= min_improvement_bps < 10000:
+        raise ValueError(
+            f"[mlx_w8a8.tuning] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}"
+        )
+    finite = {n: t for n, t in medians.items() if math.isfinite(t)}
+    if not finite:
+        return reference
+    fastest = min(finite, key=lambda n: (finite[n], n != reference))
+    if fastest == reference:
+        return reference
+    t_ref = finite.get(reference, math.inf)
+    if not math.isfinite(t_ref):
+        return fastest  # the reference could not be timed; the fastest passed the gate
+    if finite[fastest] <= t_ref * (1.0 - min_improvement_bps / 10000.0):
+        return fastest
+    return reference
