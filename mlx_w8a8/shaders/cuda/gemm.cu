@@ -1,0 +1,437 @@
+// Int8 x int8 -> int32 GEMM on tensor cores (mma.sync m16n8k32 s8), fused epilogues.
+//
+// File layout (read by mlx_w8a8/kernels/cuda.py and tests/test_cuda_compile.py): the text
+// before the first "// @@ body" line is the `header=` of mx.fast.cuda_kernel; each
+// "// @@ body NAME" line starts the `source=` (function body) of one kernel. MLX wraps a
+// body as `__global__ void custom_kernel_<name>(inputs..., outputs...) { <template
+// constants> <body> }` inside namespace mlx::core::cu, so the bodies only call the
+// templates defined here.
+//
+// C[m, n] = sum_k A[m, k] * B[n, k]; A [M, K] int8 (activation codes), B [N, K] int8 or
+// the stored uint8 weight codes q read as q ^ 0x80 (= q - 128 as int8; FLIP below).
+//
+// Tiling: a block computes a BM x BN tile with (BM/WTM) x (BN/WTN) warps, each warp a
+// WTM x WTN sub-tile as (WTM/16) x (WTN/8) mma tiles. K advances in steps of BK = 128
+// bytes through a STAGES-deep cp.async ring in dynamic shared memory.
+//
+// Invariants the launcher guarantees (cuda.py `supports`):
+//   * K % 16 == 0, so every 16-byte cp.async chunk is either fully inside K or fully
+//     outside (zero-filled); A and B rows start 16-byte aligned (row-contiguous inputs,
+//     K a multiple of 16).
+//   * M and N are arbitrary: rows past M / N are zero-filled on load and never stored.
+//   * |A|, |B| <= 128 and K < 2^17, so the int32 accumulator cannot overflow.
+//   * dynamic shared memory = STAGES * (BM + BN) * BK bytes (passed as shared_memory).
+
+namespace w8a8 {
+
+constexpr int kBK = 128;  // bytes (= int8 elements) of K per pipeline stage
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; src_bytes = 0 writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Byte offset of 16-byte chunk `chunk` (0..7) of tile row `row` (rows are kBK = 128 bytes).
+// XOR swizzle: the 8 rows one ldmatrix phase reads (same logical chunk) land in 8
+// different 16-byte bank groups, so ldmatrix and the cp.async stores are conflict-free.
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * kBK + ((chunk ^ (row & 7)) << 4);
+}
+
+template <typename T>
+__device__ __forceinline__ float to_f32(T v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// Store two adjacent outputs (n, n + 1) of one row; n is even. `pair` means both columns
+// exist and the address is 2-element aligned (N even), so one vector store is legal.
+__device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16* p, float v0, float v1) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+}
+__device__ __forceinline__ void store_pair(float* p, float v0, float v1) {
+  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+}
+
+template <typename T>
+__device__ __forceinline__ void store2(T* out, size_t idx, float v0, float v1, bool pair,
+                                       bool second) {
+  if (pair) {
+    store_pair(out + idx, v0, v1);
+  } else {
+    out[idx] = static_cast<T>(v0);
+    if (second) out[idx + 1] = static_cast<T>(v1);
+  }
+}
+
+// Tile index of this block, rasterized in groups of 8 tile-rows so that blocks running
+// together share A and B tiles in L2.
+__device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int& tm, int& tn) {
+  constexpr int kGroup = 8;
+  const int bid = blockIdx.x;
+  const int width = kGroup * tiles_n;
+  const int first = (bid / width) * kGroup;
+  const int rows = min(tiles_m - first, kGroup);
+  tm = first + (bid % width) % rows;
+  tn = (bid % width) / rows;
+}
+
+// The main loop: accumulates the warp's sub-tile. MODE 2 (grouped) folds the int32
+// partial sums of each weight group into float accumulators; see gemm_grouped.
+template <int BM, int BN, int WTM, int WTN, int STAGES, bool FLIP>
+struct Gemm {
+  static constexpr int kWarpsN = BN / WTN;
+  static constexpr int kThreads = (BM / WTM) * kWarpsN * 32;
+  static constexpr int MT = WTM / 16;
+  static constexpr int NT = WTN / 8;
+  static constexpr int kStageBytes = (BM + BN) * kBK;
+  static_assert(NT % 2 == 0, "B fragments are loaded for pairs of n8 tiles");
+  static_assert((BM * 8) % kThreads == 0 && (BN * 8) % kThreads == 0, "tile load split");
+
+  const int8_t* a;
+  const int8_t* b;
+  int M, N, K;
+  int m0, n0;  // tile origin
+  unsigned char* smem;
+
+  __device__ __forceinline__ void load_stage(int stage, int kt) const {
+    const int tid = threadIdx.x;
+    const int k0 = kt * kBK;
+    unsigned char* sa = smem + stage * kStageBytes;
+    unsigned char* sb = sa + BM * kBK;
+#pragma unroll
+    for (int i = 0; i < (BM * 8) / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      const int row = idx >> 3, chunk = idx & 7;
+      const int gm = m0 + row, gk = k0 + chunk * 16;
+      const bool ok = gm < M && gk < K;
+      const int8_t* src = ok ? a + (size_t)gm * K + gk : a;
+      cp_async_16(smem_addr(sa + swz(row, chunk)), src, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < (BN * 8) / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      const int row = idx >> 3, chunk = idx & 7;
+      const int gn = n0 + row, gk = k0 + chunk * 16;
+      const bool ok = gn < N && gk < K;
+      const int8_t* src = ok ? b + (size_t)gn * K + gk : b;
+      cp_async_16(smem_addr(sb + swz(row, chunk)), src, ok);
+    }
+  }
+
+  // One k32 step (ks = 0..3 within the stage) for the warp at (wm, wn): fragments + MMAs.
+  __device__ __forceinline__ void step(int stage, int ks, int wm, int wn,
+                                       int (&acc)[MT][NT][4]) const {
+    const int lane = threadIdx.x & 31;
+    const unsigned char* sa = smem + stage * kStageBytes;
+    const unsigned char* sb = sa + BM * kBK;
+    uint32_t af[MT][4];
+    uint32_t bf[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      // ldmatrix x4 on a 16 x 32-byte block: matrices (rows 0-7 | 8-15) x (chunk 0 | 1),
+      // which is exactly the s8 A fragment {a0, a1, a2, a3} of m16n8k32.
+      const int row = wm * WTM + mt * 16 + (lane & 15);
+      const int chunk = ks * 2 + (lane >> 4);
+      ldmatrix_x4(af[mt], smem_addr(sa + swz(row, chunk)));
+    }
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      // Matrices: (n 0-7, chunk 0), (n 0-7, chunk 1), (n 8-15, chunk 0), (n 8-15, chunk 1)
+      // = {b0, b1} of n-tile 2*np and of n-tile 2*np + 1.
+      const int row = wn * WTN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      const int chunk = ks * 2 + ((lane >> 3) & 1);
+      uint32_t r[4];
+      ldmatrix_x4(r, smem_addr(sb + swz(row, chunk)));
+      if constexpr (FLIP) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r[j] ^= 0x80808080u;  // uint8 code q -> int8 q - 128
+      }
+      bf[2 * np][0] = r[0];
+      bf[2 * np][1] = r[1];
+      bf[2 * np + 1][0] = r[2];
+      bf[2 * np + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+  }
+};
+
+// Fills acc (int32) for the whole K. Returns through acc; the caller owns the epilogue.
+// Pipeline hazard: the stage refilled at iteration kt is the one consumed at kt - 1;
+// the __syncthreads after the wait makes every warp finish reading it first.
+template <int BM, int BN, int WTM, int WTN, int STAGES, bool FLIP, typename Fold>
+__device__ __forceinline__ void mainloop(
+    const Gemm<BM, BN, WTM, WTN, STAGES, FLIP>& g, int wm, int wn,
+    int (&acc)[WTM / 16][WTN / 8][4], Fold fold) {
+  const int ktiles = (g.K + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) g.load_stage(s, s);
+    cp_async_commit();  // always commit so the group count stays STAGES - 1 ahead
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = kt + STAGES - 1;
+    if (next < ktiles) g.load_stage(next % STAGES, next);
+    cp_async_commit();
+    const int stage = kt % STAGES;
+#pragma unroll
+    for (int ks = 0; ks < kBK / 32; ++ks) {
+      g.step(stage, ks, wm, wn, acc);
+      fold(kt * kBK + ks * 32 + 32);  // k consumed so far (grouped epilogue hook)
+    }
+  }
+  cp_async_wait<0>();
+}
+
+struct NoFold {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
+// MODE 0: raw int32 C. MODE 1: per-channel dequant y = acc * row_scale[m] * col_scale[n]
+// (+ bias[n]) in float32, stored as T.
+template <int MODE, bool HAS_BIAS, typename T, int BM, int BN, int WTM, int WTN, int STAGES,
+          bool FLIP>
+__device__ __forceinline__ void gemm(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                     const float* row_scale, const float* col_scale,
+                                     const float* bias, T* out) {
+  extern __shared__ __align__(128) unsigned char w8a8_smem[];
+  using G = Gemm<BM, BN, WTM, WTN, STAGES, FLIP>;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  int tm, tn;
+  tile_coords(tiles_m, tiles_n, tm, tn);
+  G g{a, b, M, N, K, tm * BM, tn * BN, w8a8_smem};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp / G::kWarpsN, wn = warp % G::kWarpsN;
+  int acc[G::MT][G::NT][4];
+#pragma unroll
+  for (int i = 0; i < G::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < G::NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0;
+  mainloop(g, wm, wn, acc, NoFold{});
+
+  // Epilogue straight from the mma C fragments: c0, c1 at (row g, cols 2t, 2t+1),
+  // c2, c3 at (row g + 8, same cols).
+  const int gq = lane >> 2, tq = lane & 3;
+  const bool even_n = (N & 1) == 0;
+#pragma unroll
+  for (int nt = 0; nt < G::NT; ++nt) {
+    const int n = g.n0 + wn * WTN + nt * 8 + tq * 2;
+    if (n >= N) continue;
+    const bool second = n + 1 < N;
+    float cs0 = 0.f, cs1 = 0.f, b0 = 0.f, b1 = 0.f;
+    if constexpr (MODE == 1) {
+      cs0 = col_scale[n];
+      cs1 = second ? col_scale[n + 1] : 0.f;
+      if constexpr (HAS_BIAS) {
+        b0 = bias[n];
+        b1 = second ? bias[n + 1] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < G::MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = g.m0 + wm * WTM + mt * 16 + gq + h * 8;
+        if (m >= M) continue;
+        const size_t idx = (size_t)m * N + n;
+        const int c0 = acc[mt][nt][2 * h], c1 = acc[mt][nt][2 * h + 1];
+        if constexpr (MODE == 0) {
+          if (even_n) {
+            *reinterpret_cast<int2*>(out + idx) = make_int2(c0, c1);
+          } else {
+            out[idx] = c0;
+            if (second) out[idx + 1] = c1;
+          }
+        } else {
+          const float rs = row_scale[m];
+          float v0 = static_cast<float>(c0) * rs * cs0;
+          float v1 = static_cast<float>(c1) * rs * cs1;
+          if constexpr (HAS_BIAS) {
+            v0 += b0;
+            v1 += b1;
+          }
+          store2(out, idx, v0, v1, even_n && second, second);
+        }
+      }
+    }
+  }
+}
+
+// Grouped W8A8 (general affine 8-bit weights), docs/numerics.md:
+//   y[m, n] = row_scale[m] * sum_g (s[n, g] * P[m, n, g] + b'[n, g] * R[m, g]) (+ bias[n])
+// P is the exact int32 dot product over group g; after each group's last k32 step the
+// int32 accumulators are folded into float32 ones and reset. GS (32, 64, 128) divides
+// BK = 128, so a group never straddles a pipeline stage boundary in a way that matters:
+// the fold is keyed on the k consumed so far. The K tail is zero-filled, and K is a
+// multiple of GS, so no fold sees a partial group of real data.
+template <bool HAS_BIAS, typename T, typename ST, int GS, int BM, int BN, int WTM, int WTN,
+          int STAGES>
+__device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, int M, int N,
+                                             int K, const float* row_scale,
+                                             const int32_t* row_sums, const ST* scales,
+                                             const float* offsets, const float* bias, T* out) {
+  extern __shared__ __align__(128) unsigned char w8a8_smem[];
+  using G = Gemm<BM, BN, WTM, WTN, STAGES, true>;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  int tm, tn;
+  tile_coords(tiles_m, tiles_n, tm, tn);
+  G g{a, b, M, N, K, tm * BM, tn * BN, w8a8_smem};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp / G::kWarpsN, wn = warp % G::kWarpsN;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int groups = K / GS;
+
+  int acc[G::MT][G::NT][4];
+  float facc[G::MT][G::NT][4];
+#pragma unroll
+  for (int i = 0; i < G::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < G::NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        acc[i][j][r] = 0;
+        facc[i][j][r] = 0.f;
+      }
+
+  // Clamped indices: rows/cols past M/N read row/col 0's metadata (never stored).
+  auto fold = [&](int kdone) {
+    if (kdone % GS != 0) return;
+    const int grp = kdone / GS - 1;
+    if (grp >= groups) return;  // zero-filled K tail past the last group
+    float s[G::NT][2], o[G::NT][2];
+#pragma unroll
+    for (int nt = 0; nt < G::NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        int n = g.n0 + wn * WTN + nt * 8 + tq * 2 + j;
+        n = n < N ? n : 0;
+        s[nt][j] = to_f32(scales[(size_t)n * groups + grp]);
+        o[nt][j] = offsets[(size_t)n * groups + grp];
+      }
+    float r[G::MT][2];
+#pragma unroll
+    for (int mt = 0; mt < G::MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int m = g.m0 + wm * WTM + mt * 16 + gq + h * 8;
+        m = m < M ? m : 0;
+        r[mt][h] = static_cast<float>(row_sums[(size_t)m * groups + grp]);
+      }
+#pragma unroll
+    for (int mt = 0; mt < G::MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < G::NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int h = i >> 1, j = i & 1;
+          facc[mt][nt][i] += s[nt][j] * static_cast<float>(acc[mt][nt][i]) + o[nt][j] * r[mt][h];
+          acc[mt][nt][i] = 0;
+        }
+  };
+  mainloop(g, wm, wn, acc, fold);
+
+  const bool even_n = (N & 1) == 0;
+#pragma unroll
+  for (int nt = 0; nt < G::NT; ++nt) {
+    const int n = g.n0 + wn * WTN + nt * 8 + tq * 2;
+    if (n >= N) continue;
+    const bool second = n + 1 < N;
+    float b0 = 0.f, b1 = 0.f;
+    if constexpr (HAS_BIAS) {
+      b0 = bias[n];
+      b1 = second ? bias[n + 1] : 0.f;
+    }
+#pragma unroll
+    for (int mt = 0; mt < G::MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = g.m0 + wm * WTM + mt * 16 + gq + h * 8;
+        if (m >= M) continue;
+        const float rs = row_scale[m];
+        float v0 = rs * facc[mt][nt][2 * h], v1 = rs * facc[mt][nt][2 * h + 1];
+        if constexpr (HAS_BIAS) {
+          v0 += b0;
+          v1 += b1;
+        }
+        store2(out, (size_t)m * N + n, v0, v1, even_n && second, second);
+      }
+  }
+}
+
+}  // namespace w8a8
+
+// @@ body int32
+// Raw int8 GEMM: inputs a [M, K] int8, b [N, K] int8; output c [M, N] int32.
+w8a8::gemm<0, false, int32_t, BM, BN, WTM, WTN, STAGES, false>(
+    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, c);
+
+// @@ body channel
+// Per-channel W8A8: xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32.
+w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, true>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, ws,
+    nullptr, y);
+
+// @@ body channel_bias
+// As `channel`, plus bias [N] f32.
+w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, true>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, ws,
+    bias, y);
+
+// @@ body grouped
+// Grouped W8A8: xq [M, K] int8, xs [M, 1] f32, xr [M, G] int32 row sums, w [N, K/4] uint32,
+// ws [N, G] scales (ST), wo [N, G] f32 offsets b + 128 s.
+w8a8::gemm_grouped<false, T, ST, GS, BM, BN, WTM, WTN, STAGES>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    wo, nullptr, y);
+
+// @@ body grouped_bias
+w8a8::gemm_grouped<true, T, ST, GS, BM, BN, WTM, WTN, STAGES>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    wo, bias, y);

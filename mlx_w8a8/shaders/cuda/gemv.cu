@@ -1,0 +1,170 @@
+// Decode-size W8A8 linear (M <= 16): memory-bound over the stored affine weight codes.
+//
+// File layout: the text before the first "// @@ body" line is the `header=` of
+// mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
+//
+// Math (the W8A8 contract of docs/numerics.md, on activations already quantized by the
+// quantize kernel): per-channel weights accumulate sum_k xq[m, k] * (q[n, k] - 128) in
+// int32 with dp4a and scale once; grouped weights fold every 16-byte chunk (16 codes,
+// always inside one group because 16 divides GS) as s[n, g] * dot + b'[n, g] * sum(xq).
+//
+// Work split: a warp owns RW consecutive weight rows; lane l reads 16-byte chunks
+// l, l + 32, ... of each row (a warp reads 512 contiguous bytes per row per step, fully
+// coalesced), and the chunk of activation codes it needs for each of the MM rows of x
+// (L1-resident: x is at most 16 x K bytes). Each activation chunk is reused for the RW
+// weight rows. kUnroll chunks per row are loaded before any is used, so every warp keeps
+// several 16-byte loads in flight (the kernel is latency/bandwidth bound).
+//
+// Invariants the launcher guarantees: 1 <= M <= MM, K % 16 == 0 (K % GS == 0 grouped),
+// rows 16-byte aligned, blockDim.x a multiple of 32. Rows of x past M are read as row
+// M - 1 and never stored; weight rows past N are read as row N - 1 and never stored.
+
+namespace w8a8 {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+__device__ __forceinline__ void store_out(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store_out(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
+
+__device__ __forceinline__ int dot16(uint4 x, uint4 w, int acc) {
+  // w holds uint8 codes; ^ 0x80 per byte turns code q into int8 q - 128.
+  acc = __dp4a(static_cast<int>(x.x), static_cast<int>(w.x ^ 0x80808080u), acc);
+  acc = __dp4a(static_cast<int>(x.y), static_cast<int>(w.y ^ 0x80808080u), acc);
+  acc = __dp4a(static_cast<int>(x.z), static_cast<int>(w.z ^ 0x80808080u), acc);
+  acc = __dp4a(static_cast<int>(x.w), static_cast<int>(w.w ^ 0x80808080u), acc);
+  return acc;
+}
+
+__device__ __forceinline__ int sum16(uint4 x) {
+  const int ones = 0x01010101;
+  int s = __dp4a(static_cast<int>(x.x), ones, 0);
+  s = __dp4a(static_cast<int>(x.y), ones, s);
+  s = __dp4a(static_cast<int>(x.z), ones, s);
+  return __dp4a(static_cast<int>(x.w), ones, s);
+}
+
+// GS == 0: per-channel (ws = [N] f32 scales, wo unused). GS > 0: grouped (ws = [N, K/GS]
+// scales of type ST, wo = [N, K/GS] f32 offsets b + 128 s).
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
+__device__ __forceinline__ void gemv(const int8_t* xq, const float* xs, const uint32_t* w,
+                                     const ST* ws, const float* wo, const float* bias,
+                                     int M, int N, int K, T* y) {
+  constexpr int kUnroll = 4;
+  constexpr bool kGrouped = GS > 0;
+  const int lane = threadIdx.x & 31;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int n0 = warp * RW;
+  if (n0 >= N) return;  // whole warp leaves together
+  const int chunks = K >> 4;
+  const int groups = kGrouped ? K / GS : 1;
+
+  const uint4* wrow[RW];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    const int n = min(n0 + r, N - 1);
+    wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)n * chunks;
+  }
+  const uint4* xrow[MM];
+#pragma unroll
+  for (int m = 0; m < MM; ++m)
+    xrow[m] = reinterpret_cast<const uint4*>(xq) + (size_t)min(m, M - 1) * chunks;
+
+  int iacc[RW][MM];
+  float facc[RW][MM];
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int m = 0; m < MM; ++m) {
+      iacc[r][m] = 0;
+      facc[r][m] = 0.f;
+    }
+
+  for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    uint4 wv[kUnroll][RW];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * 32;
+#pragma unroll
+      for (int r = 0; r < RW; ++r) wv[u][r] = c < chunks ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * 32;
+      if (c >= chunks) break;
+      if constexpr (!kGrouped) {
+#pragma unroll
+        for (int m = 0; m < MM; ++m) {
+          const uint4 xv = __ldg(xrow[m] + c);
+#pragma unroll
+          for (int r = 0; r < RW; ++r) iacc[r][m] = dot16(xv, wv[u][r], iacc[r][m]);
+        }
+      } else {
+        const int g = (c * 16) / GS;
+        float s[RW], o[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+          const int n = min(n0 + r, N - 1);
+          s[r] = to_float(ws[(size_t)n * groups + g]);
+          o[r] = wo[(size_t)n * groups + g];
+        }
+#pragma unroll
+        for (int m = 0; m < MM; ++m) {
+          const uint4 xv = __ldg(xrow[m] + c);
+          const float xsum = static_cast<float>(sum16(xv));
+#pragma unroll
+          for (int r = 0; r < RW; ++r)
+            facc[r][m] += s[r] * static_cast<float>(dot16(xv, wv[u][r], 0)) + o[r] * xsum;
+        }
+      }
+    }
+  }
+
+  // Butterfly reduction: afterwards every lane holds every (r, m) total.
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int m = 0; m < MM; ++m)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        if constexpr (!kGrouped) iacc[r][m] += __shfl_xor_sync(0xffffffffu, iacc[r][m], o);
+        else facc[r][m] += __shfl_xor_sync(0xffffffffu, facc[r][m], o);
+      }
+
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    const int n = n0 + r;
+#pragma unroll
+    for (int m = 0; m < MM; ++m) {
+      // One lane per output; (r * MM + m) % 32 spreads the stores over the warp.
+      if (lane != ((r * MM + m) & 31) || n >= N || m >= M) continue;
+      float v;
+      if constexpr (!kGrouped) v = static_cast<float>(iacc[r][m]) * xs[m] * to_float(ws[n]);
+      else v = xs[m] * facc[r][m];
+      if constexpr (HAS_BIAS) v += bias[n];
+      store_out(y + (size_t)m * N + n, v);
+    }
+  }
+}
+
+}  // namespace w8a8
+
+// @@ body channel
+// xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
+w8a8::gemv<MM, RW, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr, xq_shape[0],
+                                       w_shape[0], xq_shape[1], y);
+
+// @@ body channel_bias
+w8a8::gemv<MM, RW, 0, true, T, float>(xq, xs, w, ws, nullptr, bias, xq_shape[0], w_shape[0],
+                                      xq_shape[1], y);
+
+// @@ body grouped
+// As `channel` but ws [N, G] scales (ST) and wo [N, G] f32 offsets.
+w8a8::gemv<MM, RW, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr, xq_shape[0], w_shape[0],
+                                     xq_shape[1], y);
+
+// @@ body grouped_bias
+w8a8::gemv<MM, RW, GS, true, T, ST>(xq, xs, w, ws, wo, bias, xq_shape[0], w_shape[0],
+                                    xq_shape[1], y);

@@ -1,0 +1,128 @@
+// Per-token symmetric int8 quantization of activations (docs/numerics.md).
+//
+// File layout: the text before the first "// @@ body" line is the `header=` of
+// mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
+//
+// One block per row; each thread handles 8 consecutive elements at a time (one 16-byte
+// load for float16/bfloat16, two for float32). Pass 1 finds amax, pass 2 re-reads the
+// row (it is at most a few tens of KiB, so the re-read hits L1/L2: DRAM sees x once) and
+// writes the codes, plus per-group row sums when GS > 0.
+//
+// Invariants the launcher guarantees (cuda.py `supports`): K % 8 == 0 (and K % GS == 0),
+// rows 16-byte aligned (row-contiguous input, K * sizeof(T) a multiple of 16),
+// blockDim.x a multiple of 32.
+//
+// Exactness: scale = amax / 127 and x / scale are IEEE round-to-nearest divisions
+// (__fdiv_rn, never a reciprocal multiply, which fast-math could substitute), and
+// rintf rounds half to even, so codes match the float64 oracle bit for bit.
+
+namespace w8a8 {
+
+__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 u = reinterpret_cast<const float4*>(p)[0];
+  const float4 v = reinterpret_cast<const float4*>(p)[1];
+  f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w;
+  f[4] = v.x; f[5] = v.y; f[6] = v.z; f[7] = v.w;
+}
+
+// |v| with NaN mapped to +inf, so a max over it is not-finite iff the row holds NaN/Inf
+// (fmaxf alone would drop NaNs).
+__device__ __forceinline__ float abs_or_inf(float v) {
+  const float a = fabsf(v);
+  return a == a ? a : __int_as_float(0x7f800000);
+}
+
+template <typename T, int GS>
+__device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float* scale,
+                                             int32_t* row_sums) {
+  __shared__ float warp_max[32];
+  const int row = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const int chunks = K >> 3;
+  const T* xr = x + (size_t)row * K;
+
+  float amax = 0.f;
+  for (int c = tid; c < chunks; c += blockDim.x) {
+    float f[8];
+    load8(xr + c * 8, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, abs_or_inf(f[i]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (lane == 0) warp_max[warp] = amax;
+  __syncthreads();
+  amax = warp_max[0];
+  for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
+
+  const bool finite = amax <= 3.402823466e38f;  // false for +inf
+  const float s = finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
+  const bool usable = finite && amax > 0.f;
+  if (tid == 0) scale[row] = s;
+
+  int8_t* qr = q + (size_t)row * K;
+  // Loop bound uniform across the block so whole warps stay converged for the shuffles
+  // of the row sums: a group (GS / 8 consecutive chunks = consecutive lanes) is either
+  // entirely inside K or entirely outside it, because K % GS == 0.
+  for (int base = 0; base < chunks; base += blockDim.x) {
+    const int c = base + tid;
+    const bool active = c < chunks;
+    int sum = 0;
+    if (active) {
+      float f[8];
+      load8(xr + c * 8, f);
+      uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        int v = 0;
+        if (usable) {
+          float r = rintf(__fdiv_rn(f[i], s));
+          r = fminf(fmaxf(r, -127.f), 127.f);
+          v = static_cast<int>(r);
+        }
+        sum += v;
+        packed[i >> 2] |= (static_cast<uint32_t>(v) & 0xffu) << ((i & 3) * 8);
+      }
+      *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+    }
+    if constexpr (GS > 0) {
+      constexpr int kLanes = GS / 8;  // 4, 8 or 16 lanes hold one group
+#pragma unroll
+      for (int o = kLanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (active && (lane & (kLanes - 1)) == 0) row_sums[(size_t)row * (K / GS) + c / kLanes] = sum;
+    }
+  }
+}
+
+}  // namespace w8a8
+
+// @@ body plain
+// x [M, K] float (T); outputs q [M, K] int8, scale [M, 1] f32.
+w8a8::quantize_row<T, 0>(x, x_shape[1], q, scale, nullptr);
+
+// @@ body sums
+// As `plain`, plus row_sums [M, K / GS] int32.
+w8a8::quantize_row<T, GS>(x, x_shape[1], q, scale, row_sums);

@@ -1,0 +1,139 @@
+"""Every CUDA kernel body compiles with ``nvcc`` for sm_90a, wrapped as MLX wraps it.
+
+``mx.fast.cuda_kernel`` compiles at first use, on the user's GPU; a kernel that does not
+compile would fail there, not in CI. This test builds each body the launchers can
+produce (``cuda.kernel_builds()``) the way ``mlx/backend/cuda/custom_kernel.cpp`` does:
+MLX's default header, the file's header, then inside ``namespace mlx::core::cu`` a
+``__global__`` function taking ``const T* <input>`` (plus ``__grid_constant__ Shape
+<input>_shape`` when the body mentions it) and ``T* <output>``, the template arguments as
+``constexpr`` / ``using`` lines, then the body. MLX's own ``utils.cuh`` is not shipped in
+the wheel as a file (it is compiled into libmlx), so a stand-in with the two names the
+bodies use (``Shape``, ``Strides``) is written to a temporary include directory.
+
+Skipped, with the reason printed, when ``nvcc`` is not on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from mlx_w8a8.kernels import cuda, sources
+
+NVCC = shutil.which("nvcc")
+ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+MAX_NDIM = 10  # mlx/backend/cuda/device/config.h
+
+# dtype name -> the type custom_kernel.cpp writes (dtype_to_cuda_type).
+CUDA_TYPES = {
+    "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+    "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
+    "uint64": "uint64_t", "float16": "__half", "bfloat16": "__nv_bfloat16",
+    "float32": "float", "float64": "double",
+}
+
+STAND_IN_UTILS = f"""#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/std/array>
+#include <cuda/std/limits>
+#include <cuda/std/tuple>
+namespace mlx::core::cu {{
+using Shape = cuda::std::array<int32_t, {MAX_NDIM}>;
+using Strides = cuda::std::array<int64_t, {MAX_NDIM}>;
+}}
+"""
+
+DEFAULT_HEADER = """
+#include "mlx/backend/cuda/device/utils.cuh"
+
+#include <cooperative_groups.h>
+
+"""
+
+
+def wrap(build: cuda.KernelBuild) -> str:
+    """The full translation unit MLX would hand to NVRTC for ``build``."""
+    header, bodies = cuda.split(sources.read("cuda", build.file))
+    body = bodies[build.body]
+    name = f"custom_kernel_w8a8_{build.file[:-3]}_{build.body}"
+    params = []
+    for arg, dtype, ndim in build.inputs:
+        params.append(f"    const {CUDA_TYPES[dtype]}* {arg}")
+        if ndim > 0:  # custom_kernel.cpp: shape/strides/ndim only if the body names them
+            if f"{arg}_shape" in body:
+                params.append(f"    const __grid_constant__ Shape {arg}_shape")
+            if f"{arg}_strides" in body:
+                params.append(f"    const __grid_constant__ Strides {arg}_strides")
+            if f"{arg}_ndim" in body:
+                params.append(f"    const __grid_constant__ int {arg}_ndim")
+    for arg, dtype in build.outputs:
+        params.append(f"    {CUDA_TYPES[dtype]}* {arg}")
+    consts = []
+    for key, value in build.template:
+        if isinstance(value, bool):
+            consts.append(f"  constexpr bool {key} = {'true' if value else 'false'};")
+        elif isinstance(value, int):
+            consts.append(f"  constexpr int {key} = {value};")
+        else:
+            consts.append(f"  using {key} = {CUDA_TYPES[value]};")
+    return (
+        DEFAULT_HEADER + header
+        + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
+        + f"__global__ void {name}(\n" + ",\n".join(params) + ") {\n"
+        + "\n".join(consts) + "\n\n" + body + "\n}\n\n} // namespace mlx::core::cu\n"
+    )
+
+
+def _label(build: cuda.KernelBuild) -> str:
+    return f"{build.file}:{build.body}:" + ",".join(f"{k}={v}" for k, v in build.template)
+
+
+def _compile(build: cuda.KernelBuild, workdir: str, index: int) -> tuple[int, str]:
+    src = os.path.join(workdir, f"k{index}.cu")
+    with open(src, "w") as f:
+        f.write(wrap(build))
+    cmd = [NVCC, ARCH, "-std=c++17", "-I", workdir, "-Xptxas", "-v", "-c", src,
+           "-o", os.path.join(workdir, f"k{index}.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+BUILDS = cuda.kernel_builds()
+
+
+def test_every_shipped_kernel_file_has_builds():
+    """Each .cu file shipped is covered by kernel_builds(), so none escapes compilation."""
+    from importlib import resources
+
+    shipped = {p.name for p in resources.files("mlx_w8a8").joinpath("shaders", "cuda").iterdir()
+               if p.name.endswith(".cu")}
+    built = {b.file for b in BUILDS}
+    assert shipped == built, f"kernel files without a compile check: {shipped - built}"
+    for file in shipped:
+        _, bodies = cuda.split(sources.read("cuda", file))
+        covered = {b.body for b in BUILDS if b.file == file}
+        assert covered == set(bodies), f"{file}: bodies never compiled: {set(bodies) - covered}"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: CUDA kernels not compiled here")
+def test_kernels_compile_for_sm90a(tmp_path):
+    inc = tmp_path / "mlx" / "backend" / "cuda" / "device"
+    inc.mkdir(parents=True)
+    (inc / "utils.cuh").write_text(STAND_IN_UTILS)
+    jobs = max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(jobs) as pool:
+        results = list(pool.map(lambda ib: _compile(ib[1], str(tmp_path), ib[0]),
+                                enumerate(BUILDS)))
+    failures = []
+    for build, (rc, log) in zip(BUILDS, results):
+        spills = [ln.strip() for ln in log.splitlines() if "spill" in ln and not ln.strip().startswith("0 bytes")]
+        regs = [ln.split("Used")[-1].strip() for ln in log.splitlines() if "Used" in ln]
+        print(f"{_label(build)}: rc={rc} {'; '.join(regs)}")
+        if rc != 0:
+            failures.append(f"{_label(build)}\n{log[-3000:]}")
+    assert not failures, "kernels that do not compile:\n" + "\n\n".join(failures)
