@@ -1,0 +1,300 @@
+"""``python -m mlx_w8a8.bench``: paired qualification of two kernels on this machine.
+
+Two modes.
+
+**Qualification** (the default; after the paired qualification bench): a *baseline*
+and a *candidate* — two kernel names (``--baseline mlx_qmm --candidate reference``) or
+two tuning tables (``--baseline-table A.json --candidate-table B.json``: each case runs
+the kernel that table chooses) — on a fixed case list. For each case, both arms are
+checked against an independent oracle (numpy float64 from the raw stored codes) before
+and after timing; then at least 30 pairs are timed in alternating order (A B, B A, ...),
+each sample being ``chain`` launches in one ``mx.eval`` divided by ``chain``. Output is
+JSON lines (case, arm identities and source digests, oracle errors, per-pair
+nanoseconds) on stdout or ``--jsonl PATH``, and a summary of median ratios
+(candidate / baseline) with their interquartile spread.
+
+**Cider-style comparison** (``--cider``): per shape, the W8A8 full pipeline
+(``w8a8_linear`` with a W8A8 kernel: quantize activations, int8 GEMM, dequant), the raw
+int8 GEMM (``int8_matmul``, no quantize/dequant), ``mx.quantized_matmul`` (8-bit
+weights, W8A16) and ``mx.matmul`` in bfloat16, timed in alternating rounds, over the
+shape list of the Cider int8 GEMM benchmark (M x K x N: 16..2048 x 4096 x 4096, and
+128/512 x 3584 x 18944, 128/512 x 18944 x 3584). Those shapes take minutes per shape
+on a small CPU; pass ``--shapes`` there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import mlx.core as mx
+import numpy as np
+
+from . import ops
+from .kernels import registry
+from .kernels.registry import Problem
+from .tuning import gate, shapes, table, timing
+from .tuning.tuner import Tuner
+from .tune import fmt_ns
+
+MIN_PAIRS = 30
+# Qualification cases (M, N, K): decode and short prefill on Llama-3-8B projections.
+CASES = [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (64, 1024, 4096)]
+# The Cider benchmark's list, given there as (M, K, N); stored here as (M, N, K).
+CIDER_SHAPES = [
+    (16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096),
+    (512, 4096, 4096), (1024, 4096, 4096), (2048, 4096, 4096),
+    (128, 18944, 3584), (512, 18944, 3584), (128, 3584, 18944), (512, 3584, 18944),
+]
+
+
+def oracle(x: mx.array, weight, bias) -> np.ndarray:
+    """``x @ W.T (+ bias)`` in float64 from the stored codes, scales and biases.
+
+    Independent of every kernel: the codes are unpacked with numpy and dequantized
+    in float64 (``w = scale * q + bias_g``).
+    """
+    codes = np.array(weight.q).view(np.uint8).reshape(weight.n, weight.k).astype(np.float64)
+    g = weight.group_size
+    s = np.repeat(np.array(weight.scales.astype(mx.float32)).astype(np.float64), g, axis=1)
+    b = np.repeat(np.array(weight.biases.astype(mx.float32)).astype(np.float64), g, axis=1)
+    w = s * codes + b
+    y = np.array(x.astype(mx.float32)).astype(np.float64) @ w.T
+    if bias is not None:
+        y = y + np.array(bias.astype(mx.float32)).astype(np.float64)
+    return y
+
+
+def check(y: mx.array, expected: np.ndarray, atol: float, rtol: float) -> tuple[bool, float, str]:
+    """Compare ``y`` with the oracle in bfloat16 terms: ``|y - o| <= max(atol, rtol |o|)``."""
+    got = np.array(y.astype(mx.bfloat16).astype(mx.float32)).astype(np.float64)
+    ref = np.array(mx.array(expected.astype(np.float32)).astype(mx.bfloat16).astype(mx.float32)).astype(np.float64)
+    err = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
+    limit = np.maximum(atol, rtol * np.abs(ref))
+    worst = float(err.max()) if err.size else 0.0
+    if (err > limit).any():
+        i = np.unravel_index(int(np.argmax(err / limit)), err.shape)
+        return False, worst, f"element {tuple(int(v) for v in i)}: {got[i]:.6g} vs oracle {ref[i]:.6g}"
+    return True, worst, ""
+
+
+def _arm_for(label: str, kernel: str | None, table_path: str | None, problem: Problem):
+    """``(name, identity, run)`` of one arm: a kernel, or a table's choice."""
+    origin = {"kernel": kernel} if kernel else {"table": table_path}
+    if table_path:
+        tuner = Tuner(table_path=table_path, use_cache=False, use_shipped=False, online=False)
+        hit = tuner.lookup(problem)
+        kernel = hit.choice if hit is not None else registry.fallback(problem).name
+        origin["choice"] = kernel
+        origin["table_hit"] = hit is not None
+    cand = registry.choose(problem, kernel)
+    identity = dict(origin, name=cand.name, backend=cand.backend, digest=cand.digest)
+    return cand.name, identity, cand.run
+
+
+def emit(record: dict, stream) -> None:
+    stream.write(json.dumps(record, allow_nan=False, default=str) + "\n")
+    stream.flush()
+
+
+def qualify(args, stream, out) -> int:
+    """The paired qualification run; returns the exit status."""
+    cases = shapes.expand(args.cases) if args.cases else list(CASES)
+    summary = []
+    status = 0
+    device = table.device_key()
+    for m, n, k in cases:
+        problem = Problem("linear", m, n, k, args.dtype, args.format, args.group_size, False)
+        name = f"linear-{m}x{n}x{k}-{args.dtype}-{args.format}"
+        try:
+            arms = [
+                _arm_for("baseline", args.baseline, args.baseline_table, problem),
+                _arm_for("candidate", args.candidate, args.candidate_table, problem),
+            ]
+        except ValueError as error:
+            emit({"case": name, "error": str(error)}, stream)
+            summary.append((name, None, None, [], "unavailable"))
+            status = 1
+            continue
+        inputs = gate.operands(problem, variants=4, seed=args.seed)
+        expected = [oracle(*args_) for args_ in inputs]
+
+        def verify() -> tuple[list[float], list[str]]:
+            errors, failures = [], []
+            for _, identity, run in arms:
+                worst, why = 0.0, ""
+                for args_, exp in zip(inputs, expected):
+                    try:
+                        ok, err, detail = check(run(*args_), exp, args.atol, args.rtol)
+                    except Exception as error:
+                        ok, err, detail = False, math.inf, f"{type(error).__name__}: {error}"
+                    worst = max(worst, err)
+                    if not ok and not why:
+                        why = f"{identity['name']}: {detail}"
+                errors.append(worst)
+                if why:
+                    failures.append(why)
+            return errors, failures
+
+        before, failed_before = verify()
+        result = timing.paired_measure(
+            [("baseline", arms[0][2]), ("candidate", arms[1][2])], inputs,
+            pairs=args.pairs, warmup=args.warmup, chain=args.chain,
+        )
+        emit({
+            "case": name, "m": m, "n": n, "k": k, "device": device,
+            "baseline": arms[0][1], "candidate": arms[1][1],
+            "max_abs_error": [_json_float(e) for e in before], "tolerance": [args.atol, args.rtol],
+            "oracle": "numpy float64 from stored codes", "failures": failed_before,
+            "chain": result.chain,
+        }, stream)
+        base, cand = result.timings["baseline"], result.timings["candidate"]
+        for i, (a, b) in enumerate(zip(base.samples_ns, cand.samples_ns)):
+            emit({"case": name, "pair": i, "baseline_ns": round(a, 1), "candidate_ns": round(b, 1)}, stream)
+        after, failed_after = verify()
+        emit({"case": name, "after": True, "max_abs_error": [_json_float(e) for e in after],
+              "failures": failed_after,
+              "unavailable": {k_: t.detail for k_, t in result.timings.items() if not t.ok}}, stream)
+        ok = not failed_before and not failed_after and base.ok and cand.ok
+        status = status or (0 if ok else 1)
+        ratios = result.ratios("baseline", "candidate") if base.ok and cand.ok else []
+        summary.append((name, base.median_ns if base.ok else None, cand.median_ns if cand.ok else None,
+                        ratios, "ok" if ok else "FAIL"))
+    _print_summary(summary, arms_label(args), out)
+    return status
+
+
+def _json_float(x: float):
+    return x if math.isfinite(x) else None
+
+
+def arms_label(args) -> str:
+    b = args.baseline or f"table {args.baseline_table}"
+    c = args.candidate or f"table {args.candidate_table}"
+    return f"candidate ({c}) / baseline ({b})"
+
+
+def _print_summary(rows, label: str, out) -> None:
+    print(f"\nmedian ratio {label}; spread = p25..p75 of the per-pair ratios", file=out)
+    head = ["case", "baseline", "candidate", "ratio", "spread", "pairs", "check"]
+    body = []
+    for name, b, c, ratios, verdict in rows:
+        if ratios:
+            r = np.array(ratios)
+            med, lo, hi = np.median(r), np.percentile(r, 25), np.percentile(r, 75)
+            cells = [f"{med:.3f}", f"{lo:.3f}..{hi:.3f}"]
+        else:
+            cells = ["-", "-"]
+        body.append([name, fmt_ns(b), fmt_ns(c)] + cells + [str(len(ratios)), verdict])
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    for r in [head, ["-" * w for w in widths]] + body:
+        print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip(), file=out)
+
+
+def _w8a8_kernel(problem: Problem) -> str:
+    """The W8A8 kernel for the full pipeline: a device kernel if one runs, else reference."""
+    names = [c.name for c in registry.candidates(problem) if c.name != "mlx_qmm"]
+    device = [n for n in names if n != "reference"]
+    return device[0] if device else "reference"
+
+
+def cider(args, stream, out) -> int:
+    """The Cider-style four-way comparison; returns the exit status."""
+    work = shapes.expand(args.shapes) if args.shapes else list(CIDER_SHAPES)
+    head = ["M", "K", "N", "w8a8-full", "int8-raw", "qmm-w8a16", "bf16-matmul",
+            "full/raw", "qmm/full", "matmul/full"]
+    body = []
+    device = table.device_key()
+    for m, n, k in work:
+        problem = Problem("linear", m, n, k, "bfloat16", "per_channel", args.group_size, False)
+        kernel = args.w8a8_kernel or _w8a8_kernel(problem)
+        xs = gate.activations(problem, 4, args.seed)
+        w = gate.make_weight(problem, args.seed)
+        w_f = w.dequantize().astype(mx.bfloat16)
+        b_i8 = w.int8()
+        a_i8 = [mx.random.randint(-127, 128, (m, k), key=mx.random.key(args.seed + i)).astype(mx.int8)
+                for i in range(4)]
+        mx.eval(w_f, b_i8, a_i8)
+        inputs = list(zip(xs, a_i8))
+        arms = [
+            ("w8a8-full", lambda x, a: ops.w8a8_linear(x, w, kernel=kernel)),
+            ("int8-raw", lambda x, a: ops.int8_matmul(a, b_i8)),
+            ("qmm-w8a16", lambda x, a: mx.quantized_matmul(
+                x, w.q, w.scales, w.biases, transpose=True, group_size=w.group_size, bits=8)),
+            ("bf16-matmul", lambda x, a: mx.matmul(x, w_f.T)),
+        ]
+        result = timing.paired_measure(arms, inputs, pairs=args.pairs, warmup=args.warmup, chain=args.chain)
+        med = {name: t.median_ns for name, t in result.timings.items()}
+        emit({"cider": True, "m": m, "k": k, "n": n, "device": device, "w8a8_kernel": kernel,
+              "chain": result.chain, "pairs": result.rounds,
+              "median_ns": {k_: _json_float(v) for k_, v in med.items()},
+              "samples_ns": {k_: [round(s, 1) for s in t.samples_ns] for k_, t in result.timings.items()},
+              "unavailable": {k_: t.detail for k_, t in result.timings.items() if not t.ok}}, stream)
+
+        def ratio(a, b):
+            return f"{med[a] / med[b]:.2f}x" if math.isfinite(med[a]) and math.isfinite(med[b]) else "-"
+
+        body.append([str(m), str(k), str(n)] + [fmt_ns(med[a]) for a, _ in arms]
+                    + [ratio("w8a8-full", "int8-raw"), ratio("qmm-w8a16", "w8a8-full"),
+                       ratio("bf16-matmul", "w8a8-full")])
+    print("\nmedian per launch; x/y = time(x) / time(y) (> 1: the W8A8 pipeline is faster "
+          "than x for qmm/full and matmul/full)", file=out)
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    for r in [head, ["-" * w for w in widths]] + body:
+        print("  ".join(x.rjust(w) for x, w in zip(r, widths)), file=out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mlx_w8a8.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--baseline", help="baseline kernel name (default: mlx_qmm)")
+    p.add_argument("--candidate", help="candidate kernel name (default: reference)")
+    p.add_argument("--baseline-table", help="baseline: the kernel this tuning table chooses")
+    p.add_argument("--candidate-table", help="candidate: the kernel this tuning table chooses")
+    p.add_argument("--cases", nargs="+", metavar="MxNxK", help="override the qualification cases")
+    p.add_argument("--cider", action="store_true", help="run the Cider-style four-way comparison")
+    p.add_argument("--shapes", nargs="+", metavar="MxNxK", help="shapes for --cider (default: Cider's list)")
+    p.add_argument("--w8a8-kernel", help="W8A8 kernel for --cider (default: a device kernel, else reference)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--format", default="per_channel", choices=("per_channel", "grouped"))
+    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
+    p.add_argument("--pairs", type=int, default=MIN_PAIRS, help="timed pairs per case (>= 30)")
+    p.add_argument("--warmup", type=int, default=timing.WARMUP)
+    p.add_argument("--chain", type=int, default=None, help="launches per eval (default: adaptive)")
+    p.add_argument("--atol", type=float, default=gate.ATOL, help="oracle check absolute tolerance")
+    p.add_argument("--rtol", type=float, default=gate.RTOL, help="oracle check relative tolerance")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jsonl", default="-", help="JSON lines destination (default: stdout)")
+    return p
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    """Run the bench; returns the exit status (1 when a correctness check failed)."""
+    args = build_parser().parse_args(argv)
+    if args.pairs < MIN_PAIRS:
+        print(f"mlx_w8a8.bench: at least {MIN_PAIRS} pairs are required, got {args.pairs}", file=sys.stderr)
+        return 2
+    if args.baseline and args.baseline_table or args.candidate and args.candidate_table:
+        print("mlx_w8a8.bench: give a kernel or a table for each arm, not both", file=sys.stderr)
+        return 2
+    if not args.baseline and not args.baseline_table:
+        args.baseline = "mlx_qmm"
+    if not args.candidate and not args.candidate_table:
+        args.candidate = "reference"
+    stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
+    out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
+    try:
+        return cider(args, stream, out) if args.cider else qualify(args, stream, out)
+    except ValueError as error:
+        print(f"mlx_w8a8.bench: {error}", file=sys.stderr)
+        return 2
+    finally:
+        if stream is not sys.stdout:
+            stream.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
