@@ -227,7 +227,8 @@ def compare(
         err = np.where(finite, err, np.inf)
         if err.size == 0:
             continue
-        excess = err / limit
+        with np.errstate(divide="ignore", invalid="ignore"):
+            excess = np.nan_to_num(err / limit, nan=0.0, posinf=np.inf)  # 0 / 0: equal
         i = np.unravel_index(int(np.argmax(excess)), err.shape)
         part_worst = float(err.max())
         if not finite.all() or (err > limit).any():

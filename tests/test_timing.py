@@ -1,0 +1,108 @@
+"""Paired, event-free timing and the selection rule."""
+
+import time
+
+import mlx.core as mx
+import pytest
+
+from mlx_w8a8.tuning import timing
+
+
+def _arm(log, name, sleep_s=0.0, fail_after=None):
+    calls = {"n": 0}
+
+    def run(x):
+        calls["n"] += 1
+        if fail_after is not None and calls["n"] > fail_after:
+            raise RuntimeError(f"{name} broke")
+        log.append(name)
+        if sleep_s:
+            time.sleep(sleep_s)
+        return x + 1
+
+    return run
+
+
+INPUTS = [(mx.full((4,), float(i)),) for i in range(3)]
+
+
+def test_rounds_alternate_order_and_every_arm_gets_a_sample_per_round():
+    log = []
+    m = timing.paired_measure([("a", _arm(log, "a")), ("b", _arm(log, "b"))], INPUTS,
+                              pairs=4, warmup=1, chain=2)
+    timed = log[4:]  # warm-up (1 each) and calibration (1 each) come first
+    # chain = 2 launches per sample; order A B, then B A, then A B ...
+    assert timed == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b", "b", "b", "a", "a"]
+    assert m.chain == 2 and m.rounds == 4
+    assert all(len(t.samples_ns) == 4 and t.ok for t in m.timings.values())
+    assert len(m.ratios("a", "b")) == 4
+
+
+def test_slower_arm_has_larger_median_and_time_is_per_launch():
+    log = []
+    m = timing.paired_measure([("fast", _arm(log, "fast")), ("slow", _arm(log, "slow", 0.004))],
+                              INPUTS, pairs=5, warmup=0, chain=3)
+    slow, fast = m.timings["slow"], m.timings["fast"]
+    # divided by the chain: one 4 ms sleep per launch, not 12 ms per sample
+    assert 3.5e6 < slow.median_ns < 8e6
+    assert fast.median_ns < slow.median_ns / 4
+    assert slow.p25_ns <= slow.median_ns <= slow.p75_ns and slow.spread_ns >= 0
+    assert all(r > 4 for r in m.ratios("fast", "slow"))
+
+
+def test_adaptive_chain_targets_a_sample_time_and_is_capped():
+    log = []
+    quick = timing.paired_measure([("a", _arm(log, "a"))], INPUTS, pairs=1, warmup=1,
+                                  max_chain=7, target_sample_s=10.0)
+    assert quick.chain == 7  # a tiny op would need thousands of launches: capped
+    slow = timing.paired_measure([("s", _arm(log, "s", 0.01))], INPUTS, pairs=1, warmup=0,
+                                 target_sample_s=0.002)
+    assert slow.chain == 1  # one launch already exceeds the target
+
+
+def test_inputs_rotate_between_launches():
+    seen = []
+
+    def run(x):
+        seen.append(float(x[0].item()))
+        return x
+
+    timing.paired_measure([("a", run)], INPUTS, pairs=2, warmup=0, chain=3)
+    assert set(seen) == {0.0, 1.0, 2.0}
+
+
+def test_crashing_arm_is_unavailable_and_the_rest_go_on():
+    log = []
+    m = timing.paired_measure(
+        [("ok", _arm(log, "ok")), ("flaky", _arm(log, "flaky", fail_after=4)),
+         ("dead", _arm(log, "dead", fail_after=0))],
+        INPUTS, pairs=6, warmup=1, chain=1,
+    )
+    assert m.timings["ok"].ok and len(m.timings["ok"].samples_ns) == 6
+    assert m.timings["flaky"].status == "unavailable" and "flaky broke" in m.timings["flaky"].detail
+    assert m.timings["dead"].status == "unavailable" and not m.timings["dead"].samples_ns
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="pairs=0"):
+        timing.paired_measure([("a", lambda x: x)], INPUTS, pairs=0)
+    with pytest.raises(ValueError, match="0 input tuples"):
+        timing.paired_measure([("a", lambda x: x)], [], pairs=1)
+
+
+def test_select_fastest_requires_the_minimum_improvement():
+    ref = "mlx_qmm"
+    # slower challenger: never chosen
+    assert timing.select_fastest({ref: 100.0, "slow": 150.0}, ref, 200) == ref
+    # 1 % faster, 2 % (200 bps) required: the reference stays
+    assert timing.select_fastest({ref: 100.0, "marginal": 99.0}, ref, 200) == ref
+    # exactly at the margin counts; clearly faster wins
+    assert timing.select_fastest({ref: 100.0, "edge": 98.0}, ref, 200) == "edge"
+    assert timing.select_fastest({ref: 100.0, "fast": 50.0, "faster": 40.0}, ref, 200) == "faster"
+    # zero margin: any gain wins; a tie keeps the reference
+    assert timing.select_fastest({ref: 100.0, "marginal": 99.0}, ref, 0) == "marginal"
+    assert timing.select_fastest({ref: 100.0, "tie": 100.0}, ref, 0) == ref
+    # non-finite times are ignored
+    assert timing.select_fastest({ref: 100.0, "nan": float("nan")}, ref, 0) == ref
+    with pytest.raises(ValueError, match="min_improvement_bps"):
+        timing.select_fastest({ref: 1.0}, ref, -1)
