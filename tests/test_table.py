@@ -1,0 +1,148 @@
+"""Tuning table files: schema, merge, atomic locked writes, reports of bad tables."""
+
+import json
+import multiprocessing as mp
+import os
+
+import pytest
+
+from mlx_w8a8.tuning import table
+
+
+def _entry(n=64, k=32, m_bucket=1, choice="mlx_qmm", op="linear"):
+    return {"op": op, "m_bucket": m_bucket, "n": n, "k": k, "dtype": "float32",
+            "weight_format": "per_channel", "group_size": 32, "choice": choice,
+            "candidates": {}}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_reports():
+    table.reset_reports()
+    yield
+    table.reset_reports()
+
+
+def test_device_key_names_backend_device_and_versions():
+    key = table.device_key()
+    assert key["backend"] == "cpu" or key["backend"] in ("metal", "cuda")
+    assert isinstance(key["device"], dict) and key["device"]
+    import mlx.core as mx
+    import mlx_w8a8
+    assert key["mlx_version"] == mx.__version__ and key["package_version"] == mlx_w8a8.__version__
+    json.dumps(key)  # JSON-safe
+
+
+def test_write_then_read_round_trip(tmp_path):
+    path = str(tmp_path / "sub" / "t.json")
+    key = table.device_key()
+    table.write_entries(path, key, [_entry()])
+    doc = table.read(path)
+    assert doc["schema"] == table.SCHEMA and len(doc["sections"]) == 1
+    assert table.matching_entries(doc, key, path) == [_entry()]
+    assert not [p for p in os.listdir(tmp_path / "sub") if p.endswith(".tmp")]  # no temp left
+
+
+def test_merge_replaces_same_key_and_keeps_the_rest(tmp_path):
+    path = str(tmp_path / "t.json")
+    key = table.device_key()
+    other = dict(key, mlx_version="0.0.1")
+    table.write_entries(path, other, [_entry(choice="old_mlx")])
+    table.write_entries(path, key, [_entry(n=64), _entry(n=128)])
+    table.write_entries(path, key, [_entry(n=64, choice="reference"), _entry(n=256)])
+    doc = table.read(path)
+    mine = {e["n"]: e["choice"] for e in table.matching_entries(doc, key, path)}
+    assert mine == {64: "reference", 128: "mlx_qmm", 256: "mlx_qmm"}
+    # the other version's section is kept, not deleted
+    assert any(s["mlx_version"] == "0.0.1" and s["entries"] for s in doc["sections"])
+
+
+@pytest.mark.parametrize("content, reason", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": 99, "sections": []}', "schema 99"),
+    ('{"sections": []}', "no 'schema'"),
+    ('{"schema": 1, "sections": [{"backend": "cpu"}]}', "section 0 lacks"),
+    ('{"schema": 1, "sections": [{"backend": "cpu", "device": {}, "mlx_version": "x", '
+     '"package_version": "y", "entries": [{"op": "linear"}]}]}', "entry 0 lacks"),
+])
+def test_corrupt_table_is_reported_once_and_skipped(tmp_path, content, reason):
+    path = str(tmp_path / "bad.json")
+    with open(path, "w") as f:
+        f.write(content)
+    with pytest.warns(table.TuningTableWarning, match=reason):
+        assert table.load(path) is None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second load must not warn again
+        assert table.load(path) is None
+
+
+def test_corrupt_table_is_never_overwritten(tmp_path):
+    path = str(tmp_path / "bad.json")
+    with open(path, "w") as f:
+        f.write("{truncated")
+    with pytest.raises(table.TableError, match="not valid JSON"):
+        table.write_entries(path, table.device_key(), [_entry()])
+    assert open(path).read() == "{truncated"
+
+
+def test_missing_table_is_not_an_error(tmp_path):
+    assert table.read(str(tmp_path / "none.json")) is None
+    assert table.load(str(tmp_path / "none.json")) is None
+
+
+def test_other_version_and_other_device_are_reported_and_unused(tmp_path):
+    key = table.device_key()
+    old = str(tmp_path / "old.json")
+    table.write_entries(old, dict(key, mlx_version="0.1.0", package_version="0.0.9"), [_entry()])
+    with pytest.warns(table.TuningTableWarning, match=r"measured with MLX 0\.1\.0 / mlx_w8a8 0\.0\.9"):
+        assert table.matching_entries(table.read(old), key, old) == []
+    far = str(tmp_path / "far.json")
+    table.write_entries(far, dict(key, backend="cuda", device={"device_name": "NVIDIA H200"}), [_entry()])
+    with pytest.warns(table.TuningTableWarning, match="measured on cuda NVIDIA H200"):
+        assert table.matching_entries(table.read(far), key, far) == []
+
+
+def test_a_multi_device_table_with_a_section_for_us_does_not_warn(tmp_path):
+    # Shipping one table for several devices is normal: no noise when ours is there.
+    path = str(tmp_path / "multi.json")
+    key = table.device_key()
+    table.write_entries(path, dict(key, backend="cuda", device={"device_name": "X"}), [_entry()])
+    table.write_entries(path, key, [_entry(choice="mine")])
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [e["choice"] for e in table.matching_entries(table.read(path), key, path)] == ["mine"]
+
+
+def test_cache_path_follows_the_override(tmp_path, monkeypatch):
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path))
+    assert table.cache_table_path() == os.path.join(str(tmp_path), "tuning.json")
+    monkeypatch.delenv(table.ENV_CACHE_DIR)
+    assert table.cache_table_path().endswith(os.path.join("mlx_w8a8", "tuning.json"))
+
+
+def test_shipped_tables_are_only_json_files():
+    # Nothing fake is shipped; whatever is there must be a readable table.
+    for path in table.shipped_table_paths():
+        assert path.endswith(".json") and table.read(path) is not None
+
+
+def _writer(path, start, count, key):
+    for n in range(start, start + count):
+        table.write_entries(path, key, [_entry(n=n)])
+
+
+def test_concurrent_writers_in_two_processes_lose_nothing(tmp_path):
+    # Read-modify-write without the lock would drop entries here: each process
+    # re-reads and writes the whole file 25 times while the other does the same.
+    path = str(tmp_path / "shared.json")
+    key = table.device_key()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, s, 25, key)) for s in (0, 1000)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    ns = sorted(e["n"] for e in table.matching_entries(table.read(path), key, path))
+    assert ns == list(range(25)) + list(range(1000, 1025))
