@@ -126,6 +126,10 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
     return GEMM_CONFIGS["grouped"] if m > 64 else GEMM_CONFIGS["grouped_small"]
 
 
+# Tests set this to fill every output with a value no kernel writes (``init_value`` of
+# mx.fast.cuda_kernel) before each launch, so an element a kernel skips shows up.
+POISON: float | None = None
+
 QUANT_THREADS = 256
 GEMV_THREADS = 256
 
@@ -188,7 +192,7 @@ def quantize(x: mx.array, group_size: int | None = None):
         q, scale = kern(
             inputs=[x], template=[("T", x.dtype)],
             output_shapes=[(m, k), (m, 1)], output_dtypes=[mx.int8, mx.float32],
-            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
+            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1), init_value=POISON,
         )
         return q, scale, None
     kern = _kernel("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
@@ -196,7 +200,7 @@ def quantize(x: mx.array, group_size: int | None = None):
         inputs=[x], template=[("T", x.dtype), ("GS", group_size)],
         output_shapes=[(m, k), (m, 1), (m, k // group_size)],
         output_dtypes=[mx.int8, mx.float32, mx.int32],
-        grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
+        grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1), init_value=POISON,
     )
     return q, scale, sums
 
@@ -211,6 +215,7 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | None = None) -> mx.
         inputs=[a, b], template=cfg.template(),
         output_shapes=[(m, n)], output_dtypes=[mx.int32],
         grid=(_tiles(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+        init_value=POISON,
     )[0]
 
 
@@ -231,6 +236,7 @@ def gemm_per_channel(xq, xs, weight, bias, out_dtype, config: GemmConfig | None 
         inputs=inputs, template=[("T", out_dtype)] + cfg.template(),
         output_shapes=[(m, n)], output_dtypes=[out_dtype],
         grid=(_tiles(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+        init_value=POISON,
     )[0]
 
 
@@ -252,6 +258,7 @@ def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None 
         inputs=inputs, template=template + cfg.template(),
         output_shapes=[(m, n)], output_dtypes=[out_dtype],
         grid=(_tiles(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+        init_value=POISON,
     )[0]
 
 
@@ -281,7 +288,7 @@ def gemv(xq, xs, weight, bias, out_dtype):
     return kern(
         inputs=inputs, template=template + [("MM", mm), ("RW", rw)],
         output_shapes=[(m, n)], output_dtypes=[out_dtype],
-        grid=(warps * 32, 1, 1), threadgroup=(GEMV_THREADS, 1, 1),
+        grid=(warps * 32, 1, 1), threadgroup=(GEMV_THREADS, 1, 1), init_value=POISON,
     )[0]
 
 

@@ -1,0 +1,306 @@
+"""CUDA kernels vs MLX and cuBLASLt baselines, in one process, on one GPU.
+
+For each shape (M x K x N, weight ``[N, K]``) it times, paired and in alternating order:
+
+- ``qmm``: ``mx.quantized_matmul`` 8-bit, group 64, on ``mx.quantize`` of the weight
+  (W8A16, what MLX users run today),
+- ``bf16``: ``mx.matmul`` in bfloat16,
+- ``w8a8``: ``cuda_w8a8_gemm`` (per-channel weight: quantize + int8 GEMM + dequant),
+- ``w8a8_g``: ``cuda_w8a8_gemm_grouped`` on the same group-64 affine weight as ``qmm``,
+- ``gemv`` / ``gemv_g`` (M <= 16): ``cuda_int8_gemv`` on the per-channel / group-64 weight,
+- ``i8gemm``: ``cuda_int8_gemm`` (raw int8 -> int32) and ``torch``: ``torch._int_mm`` on
+  the same int8 operands (cuBLASLt; needs M > 16).
+
+Timing: wall clock around ``mx.eval`` (MLX) or around the launches plus
+``torch.cuda.synchronize()`` (torch), ``chain`` launches per sample (the graph is built
+before the clock starts), warm-up first, ``--pairs`` rounds in alternating order,
+medians. Weights and activations rotate over enough copies to exceed twice the L2, so
+no arm is timed out of cache. TOPS count 2*M*N*K operations; GB/s count the weight
+bytes (int8 codes, or bf16 for ``bf16``) plus activations in and outputs out.
+
+Usage (on the GPU machine): ``python bench/cuda_bench.py [--quick] [--variants]
+[--out DIR]``; prints the table last and writes ``cuda_bench.md``/``.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mlx.core as mx  # noqa: E402
+
+from mlx_w8a8.kernels import cuda  # noqa: E402
+from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
+
+M_LIST = (1, 16, 64, 128, 256, 512, 1024, 2048, 8192)
+KN_LIST = ((4096, 4096), (3584, 18944), (18944, 3584))
+INT8_PEAK_TOPS = 1979.0  # H200 dense int8, datasheet
+BF16_PEAK_TFLOPS = 989.0
+L2_BYTES = 50 * 2**20
+TARGET_SAMPLE_S = 0.004
+MAX_CHAIN = 200
+
+
+def device_info() -> dict:
+    info = {"mlx": mx.__version__, "python": platform.python_version()}
+    try:
+        info.update({k: str(v) for k, v in mx.device_info().items()})
+    except Exception:
+        pass
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
+        info["nvidia_smi"] = smi
+    except Exception as error:
+        info["nvidia_smi"] = f"unavailable: {error}"
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = str(torch.version.cuda)
+    except Exception:
+        info["torch"] = "unavailable"
+    return info
+
+
+class Arm:
+    """One timed thing: ``build(i)`` makes launch ``i`` lazily (MLX) or runs it (torch)."""
+
+    def __init__(self, name, build, kind="mlx"):
+        self.name, self.build, self.kind = name, build, kind
+        self.samples: list[float] = []
+        self.error = ""
+
+    def sample(self, chain: int, start: int) -> float:
+        if self.kind == "mlx":
+            outs = [self.build(start + j) for j in range(chain)]
+            t0 = time.perf_counter()
+            mx.eval(outs)
+            return (time.perf_counter() - t0) / chain
+        import torch
+
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for j in range(chain):
+            self.build(start + j)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / chain
+
+
+def paired(arms: list[Arm], pairs: int, warmup: int = 3) -> int:
+    """Warm up, pick the chain length, then ``pairs`` alternating rounds."""
+    singles = {}
+    for arm in arms:
+        try:
+            for i in range(warmup):
+                arm.sample(1, i)
+            singles[arm.name] = min(arm.sample(4, 10 + 4 * i) for i in range(2))
+        except Exception as error:  # an arm that fails is reported, never fatal
+            arm.error = f"{type(error).__name__}: {error}"[:200]
+    live = [a for a in arms if not a.error]
+    if not live:
+        return 0
+    fastest = min(singles[a.name] for a in live)
+    chain = int(min(MAX_CHAIN, max(2, math.ceil(TARGET_SAMPLE_S / max(fastest, 1e-7)))))
+    for r in range(pairs):
+        order = live if r % 2 == 0 else live[::-1]
+        for arm in order:
+            arm.samples.append(arm.sample(chain, r * chain))
+    return chain
+
+
+def median_us(arm: Arm) -> float:
+    return statistics.median(arm.samples) * 1e6 if arm.samples else float("nan")
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second), torch events."""
+    import torch
+
+    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    a.random_(0, 255)
+    for _ in range(3):
+        b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(20):
+        start.record()
+        b.copy_(a)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del a, b
+    return 2 * 2**30 / statistics.median(times)
+
+
+def bench_shape(m, k, n, pairs, rng, variants=False):
+    """Time every arm for one shape; returns a dict of medians and derived numbers."""
+    import torch
+
+    w_bytes = n * k
+    copies = max(2, math.ceil(2 * L2_BYTES / w_bytes))
+    x_copies = max(2, math.ceil(2 * L2_BYTES / max(1, m * k * 2)))
+    x_copies = min(x_copies, 8)
+    copies = min(copies, 8)
+    ws = [mx.array((rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)).astype(mx.bfloat16)
+          for _ in range(copies)]
+    xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+          for _ in range(x_copies)]
+    pcs = [QuantizedWeight.from_float(w, 64, per_channel=True) for w in ws]
+    grs = [QuantizedWeight.from_float(w, 64, per_channel=False) for w in ws]
+    mx.eval(ws, xs, [(p.q, p.scales, p.biases, p.channel_scales) for p in pcs],
+            [(g.q, g.scales, g.biases, g.group_offsets) for g in grs])
+    # Raw int8 operands (shared by cuda_int8_gemm and torch._int_mm).
+    a8 = [cuda.quantize(x)[0] for x in xs]
+    b8 = [p.int8() for p in pcs]
+    mx.eval(a8, b8)
+    C = len(ws)
+    X = len(xs)
+
+    def pick(i):
+        return xs[i % X], i % C
+
+    arms = [
+        Arm("qmm", lambda i: mx.quantized_matmul(pick(i)[0], grs[i % C].q, grs[i % C].scales,
+                                                 grs[i % C].biases, transpose=True,
+                                                 group_size=64, bits=8)),
+        Arm("bf16", lambda i: mx.matmul(xs[i % X], ws[i % C].T)),
+        Arm("w8a8", lambda i: cuda._w8a8_gemm_run(xs[i % X], pcs[i % C], None)),
+        Arm("w8a8_g", lambda i: cuda._w8a8_grouped_run(xs[i % X], grs[i % C], None)),
+        Arm("i8gemm", lambda i: cuda.int8_gemm(a8[i % X], b8[i % C])),
+        Arm("quant", lambda i: cuda.quantize(xs[i % X])[0]),
+    ]
+    if m <= cuda.GEMV_MAX_M:
+        arms.append(Arm("gemv", lambda i: cuda._gemv_run(xs[i % X], pcs[i % C], None)))
+        arms.append(Arm("gemv_g", lambda i: cuda._gemv_run(xs[i % X], grs[i % C], None)))
+    if variants:
+        for key, cfg in cuda.GEMM_CONFIGS.items():
+            if key.startswith("grouped"):
+                arms.append(Arm(f"w8a8_g[{key}]", lambda i, cfg=cfg: cuda.gemm_grouped(
+                    *cuda.quantize(xs[i % X], 64), grs[i % C], None, mx.bfloat16, cfg)))
+            else:
+                arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: cuda.int8_gemm(
+                    a8[i % X], b8[i % C], cfg)))
+    torch_arm = None
+    if m > 16:
+        ta = [torch.from_numpy(np.array(a)).cuda() for a in a8]
+        tb = [torch.from_numpy(np.array(b)).cuda() for b in b8]
+        torch.cuda.synchronize()
+        torch_arm = Arm("torch", lambda i: torch._int_mm(ta[i % X], tb[i % C].t()), kind="torch")
+        arms.append(torch_arm)
+    chain = paired(arms, pairs)
+    ops = 2.0 * m * n * k
+    row = {"M": m, "K": k, "N": n, "chain": chain, "copies": C, "x_copies": X, "us": {}, "err": {}}
+    for arm in arms:
+        row["us"][arm.name] = median_us(arm)
+        if arm.error:
+            row["err"][arm.name] = arm.error
+        if arm.samples:
+            q1, q3 = np.percentile(np.array(arm.samples) * 1e6, [25, 75])
+            row.setdefault("iqr", {})[arm.name] = [float(q1), float(q3)]
+    row["tops"] = {name: ops / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
+    bytes_i8 = n * k + m * k * 2 + m * n * 2
+    row["gbs"] = {name: bytes_i8 / (us * 1e-6) / 1e9 for name, us in row["us"].items()}
+    # Paired ratios (median of per-round ratios): baseline time / candidate time.
+    def ratio(base, cand):
+        b = {a.name: a for a in arms}
+        if base not in b or cand not in b or not b[base].samples or not b[cand].samples:
+            return float("nan")
+        return statistics.median(x / y for x, y in zip(b[base].samples, b[cand].samples))
+
+    row["ratio"] = {
+        "w8a8/qmm": ratio("qmm", "w8a8"), "w8a8/bf16": ratio("bf16", "w8a8"),
+        "w8a8_g/qmm": ratio("qmm", "w8a8_g"), "i8gemm/torch": ratio("torch", "i8gemm"),
+        "gemv/qmm": ratio("qmm", "gemv"), "gemv_g/qmm": ratio("qmm", "gemv_g"),
+    }
+    del ws, xs, pcs, grs, a8, b8
+    return row
+
+
+def fmt(v, spec=".1f"):
+    return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def table(rows, copy_bw) -> str:
+    lines = [
+        "| M | K x N | qmm us | bf16 us | w8a8 us | w8a8_g us | i8gemm us (TOPS, %peak) | torch us (TOPS) | gemv us (GB/s, %copy) | w8a8/qmm | w8a8/bf16 | w8a8_g/qmm | i8gemm/torch | gemv/qmm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        us, tops, rt = r["us"], r["tops"], r["ratio"]
+        i8 = f"{fmt(us.get('i8gemm'))} ({fmt(tops.get('i8gemm'), '.0f')}, {fmt(100 * tops.get('i8gemm', float('nan')) / INT8_PEAK_TOPS, '.0f')}%)"
+        th = f"{fmt(us.get('torch'))} ({fmt(tops.get('torch'), '.0f')})" if "torch" in us else "n/a (M <= 16)"
+        if "gemv" in us:
+            gbs = r["N"] * r["K"] / (us["gemv"] * 1e-6) / 1e9
+            gv = f"{fmt(us['gemv'])} ({gbs:.0f}, {100 * gbs * 1e9 / copy_bw:.0f}%)"
+        else:
+            gv = "—"
+        lines.append(
+            f"| {r['M']} | {r['K']}x{r['N']} | {fmt(us.get('qmm'))} | {fmt(us.get('bf16'))} | "
+            f"{fmt(us.get('w8a8'))} | {fmt(us.get('w8a8_g'))} | {i8} | {th} | {gv} | "
+            f"{fmt(rt['w8a8/qmm'], '.2f')} | {fmt(rt['w8a8/bf16'], '.2f')} | "
+            f"{fmt(rt['w8a8_g/qmm'], '.2f')} | {fmt(rt['i8gemm/torch'], '.2f')} | "
+            f"{fmt(rt['gemv/qmm'], '.2f')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and pairs")
+    ap.add_argument("--variants", action="store_true", help="also time every tile config")
+    ap.add_argument("--pairs", type=int, default=30)
+    ap.add_argument("--m", type=str, default="", help="comma-separated M list")
+    ap.add_argument("--kn", type=str, default="", help="comma-separated KxN list")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    args = ap.parse_args(argv)
+    if not cuda.cuda_available():
+        print("cuda_bench: MLX has no CUDA GPU here; nothing to measure")
+        return 1
+    ms = [int(v) for v in args.m.split(",")] if args.m else list(M_LIST)
+    kns = [tuple(int(t) for t in v.split("x")) for v in args.kn.split(",")] if args.kn else list(KN_LIST)
+    pairs = args.pairs
+    if args.quick:
+        pairs = min(pairs, 10)
+    info = device_info()
+    print(json.dumps(info), flush=True)
+    bw = copy_bandwidth()
+    print(f"device copy bandwidth: {bw / 1e12:.2f} TB/s", flush=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    os.makedirs(args.out, exist_ok=True)
+    for k, n in kns:
+        for m in ms:
+            t0 = time.time()
+            row = bench_shape(m, k, n, pairs, rng, args.variants)
+            rows.append(row)
+            us = " ".join(f"{a}={v:.1f}" for a, v in row["us"].items())
+            print(f"M={m} K={k} N={n} chain={row['chain']} ({time.time() - t0:.1f}s): {us} "
+                  f"{json.dumps({a: round(v, 2) for a, v in row['ratio'].items() if math.isfinite(v)})}"
+                  + (f" errors={row['err']}" if row["err"] else ""), flush=True)
+            with open(os.path.join(args.out, "cuda_bench.json"), "w") as f:
+                json.dump({"device": info, "copy_bw": bw, "pairs": pairs, "rows": rows}, f, indent=1)
+    md = table(rows, bw)
+    header = (f"Measured on {info.get('nvidia_smi', '?')}; MLX {info['mlx']}, torch "
+              f"{info.get('torch')} (CUDA {info.get('torch_cuda')}); copy bandwidth "
+              f"{bw / 1e12:.2f} TB/s; {pairs} paired rounds, medians.\n\n")
+    with open(os.path.join(args.out, "cuda_bench.md"), "w") as f:
+        f.write(header + md + "\n")
+    print(header + md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

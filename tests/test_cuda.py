@@ -1,0 +1,226 @@
+"""The CUDA candidates against the numpy float64 / int64 oracle, on the GPU.
+
+Runs only where MLX has a CUDA device (the module is skipped elsewhere, with the reason
+in the skip message: ``pytest -rs``). Every launch fills its outputs with a poison value
+first (``cuda.POISON``: -128, which no quantized code, scale or likely sum takes), so an
+element a kernel never writes cannot pass by holding a previous run's right answer.
+Inputs are fresh random draws each run (the seed is printed) plus fixed patterns.
+
+Edge shapes and why:
+- M = 1, 33, 129, 1000: one row; partial 16-row mma tiles and partial 64/128-row block
+  tiles; many blocks with a tail.
+- N = 257 (odd: the scalar store path), 264 (partial 128/256-column block tile).
+- K = 48 (less than one 128-byte pipeline stage), 1088 (17 groups of 64: a stage holding
+  a partial group run), 4096 (many stages: the cp.async ring wraps).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+from mlx_w8a8.kernels import cuda, registry
+from mlx_w8a8.kernels.registry import Problem
+from mlx_w8a8.weight import QuantizedWeight
+
+import oracle
+
+if not cuda.cuda_available():
+    pytest.skip(
+        "CUDA execution tests need MLX's CUDA backend with a GPU (mx.cuda.is_available() "
+        "is False here); kernels are still compiled by tests/test_cuda_compile.py",
+        allow_module_level=True,
+    )
+
+MX_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+
+
+@pytest.fixture(autouse=True)
+def poison():
+    previous, cuda.POISON = cuda.POISON, -128.0
+    yield
+    cuda.POISON = previous
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b.T`` exactly: float64 sums of int8 products stay below 2^53."""
+    return (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
+
+
+def activation(rng, m, k, dtype, specials=True) -> mx.array:
+    """Random normal rows with per-row spread; with ``specials``, rows that test the
+    contract's corners: all zero, a NaN, an Inf, exact ties of rint (x = (j + 0.5) *
+    scale), and a row whose max is negative."""
+    x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.01, 10, (m, 1)).astype(np.float32)
+    if specials and m >= 6:
+        x[1] = 0.0
+        x[2, k // 2] = np.nan
+        x[3, 0] = np.inf
+        # scale = 31.75 / 127 = 0.25 exactly, and every other x / scale is j + 0.5: rint ties.
+        x[4] = (np.arange(k) % 9 - 4).astype(np.float32) * 0.25 + 0.125
+        x[4, 0] = -127 / 4.0
+        x[5] = -np.abs(x[5])
+    return mx.array(x).astype(MX_DTYPES[dtype])
+
+
+def host(x: mx.array) -> np.ndarray:
+    return oracle.to_numpy(x).astype(np.float32)
+
+
+# quantize_activation ----------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("m,k", [(1, 4096), (33, 1088), (129, 48), (1000, 4096), (7, 18944)])
+@pytest.mark.parametrize("group_size", [None, 32, 64, 128])
+def test_quantize_bit_exact(rng, dtype, m, k, group_size):
+    if group_size and k % group_size:
+        pytest.skip(f"group_size {group_size} does not divide K = {k} (not a valid problem)")
+    x = activation(rng, m, k, dtype)
+    q, scale, sums = cuda.quantize(x, group_size)
+    want_q, want_s = oracle.quantize_rows(host(x))
+    np.testing.assert_array_equal(np.array(q), want_q)
+    got_s = np.array(scale)
+    assert got_s.dtype == np.float32 and got_s.shape == (m, 1)
+    np.testing.assert_array_equal(np.isnan(got_s), np.isnan(want_s))
+    np.testing.assert_array_equal(got_s[~np.isnan(got_s)], want_s[~np.isnan(want_s)])
+    if group_size is None:
+        assert sums is None
+    else:
+        want_r = want_q.astype(np.int64).reshape(m, k // group_size, group_size).sum(-1)
+        np.testing.assert_array_equal(np.array(sums), want_r)
+
+
+# int8_matmul ------------------------------------------------------------------------------
+@pytest.mark.parametrize("m,n,k", [(1, 264, 4096), (33, 257, 48), (129, 264, 1088),
+                                   (1000, 512, 1024), (2048, 640, 256)])
+def test_int8_gemm_bit_exact(rng, m, n, k):
+    a = oracle.random_int8(rng, (m, k))
+    b = oracle.random_int8(rng, (n, k))
+    c = cuda.int8_gemm(mx.array(a), mx.array(b))
+    got = np.array(c)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
+
+
+@pytest.mark.parametrize("config", sorted(cuda.GEMM_CONFIGS))
+def test_int8_gemm_every_tile_config(rng, config):
+    """Each tile shape the launchers may pick, forced, on a shape with tails in M, N, K;
+    all -128 operands once too (the largest products, the only -128 * -128 = 2^14)."""
+    cfg = cuda.GEMM_CONFIGS[config]
+    m, n, k = 300, 392, 1040
+    a = oracle.random_int8(rng, (m, k))
+    b = oracle.random_int8(rng, (n, k))
+    np.testing.assert_array_equal(
+        np.array(cuda.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64), exact_matmul(a, b))
+    a[:] = -128
+    b[:] = -128
+    got = np.array(cuda.int8_gemm(mx.array(a), mx.array(b), cfg))
+    assert np.all(got == k * 16384)
+
+
+# linear -----------------------------------------------------------------------------------
+def make_weight(rng, n, k, group_size, per_channel, scale_dtype) -> QuantizedWeight:
+    w = rng.standard_normal((n, k)).astype(np.float32) * (1.0 / np.sqrt(k))
+    if not per_channel:
+        # Rows with a non-zero mean so the offsets b' = b + 128 s matter.
+        w += rng.uniform(-0.05, 0.05, (n, 1)).astype(np.float32)
+    return QuantizedWeight.from_float(
+        mx.array(w).astype(MX_DTYPES[scale_dtype]), group_size=group_size, per_channel=per_channel)
+
+
+def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, scale_dtype=None):
+    weight = make_weight(rng, n, k, group_size, per_channel, scale_dtype or dtype)
+    assert weight.per_channel == per_channel
+    x = activation(rng, m, k, dtype)
+    bias = None
+    if with_bias:
+        bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+    y = run(x, weight, bias)
+    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
+    want, bound = oracle.linear(host(x), weight, None if bias is None else host(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
+LINEAR_SHAPES = [(1, 264, 4096), (33, 257, 1088), (129, 264, 128), (1000, 384, 1024)]
+
+
+@pytest.mark.parametrize("m,n,k", LINEAR_SHAPES)
+@pytest.mark.parametrize("dtype,with_bias", [("bfloat16", False), ("float16", True), ("float32", False)])
+def test_w8a8_gemm_per_channel(rng, m, n, k, dtype, with_bias):
+    run = registry.get("linear", "cuda_w8a8_gemm").run
+    check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
+
+
+@pytest.mark.parametrize("config", ["large", "medium", "small"])
+def test_w8a8_gemm_every_tile_config(rng, config):
+    cfg = cuda.GEMM_CONFIGS[config]
+
+    def run(x, weight, bias):
+        xq, xs, _ = cuda.quantize(x)
+        return cuda.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg)
+
+    check_linear(rng, run, 300, 392, 1088, "bfloat16", 64, True, True)
+
+
+@pytest.mark.parametrize("m,n,k", LINEAR_SHAPES)
+@pytest.mark.parametrize("group_size,scale_dtype", [(32, "float16"), (64, "bfloat16"), (128, "float32")])
+def test_w8a8_gemm_grouped(rng, m, n, k, group_size, scale_dtype):
+    if k % group_size:
+        pytest.skip(f"group_size {group_size} does not divide K = {k}")
+    run = registry.get("linear", "cuda_w8a8_gemm_grouped").run
+    check_linear(rng, run, m, n, k, "bfloat16", group_size, False, m == 33, scale_dtype)
+
+
+@pytest.mark.parametrize("config", ["grouped", "grouped_small"])
+def test_w8a8_grouped_every_tile_config(rng, config):
+    cfg = cuda.GEMM_CONFIGS[config]
+
+    def run(x, weight, bias):
+        xq, xs, xr = cuda.quantize(x, weight.group_size)
+        return cuda.gemm_grouped(xq, xs, xr, weight, bias, x.dtype, cfg)
+
+    check_linear(rng, run, 300, 392, 1088, "float16", 32, False, True, "bfloat16")
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 13, 16])
+@pytest.mark.parametrize("per_channel,group_size", [(True, 64), (False, 32), (False, 128)])
+def test_int8_gemv(rng, m, per_channel, group_size):
+    run = registry.get("linear", "cuda_int8_gemv").run
+    check_linear(rng, run, m, 264, 1024, "bfloat16", group_size, per_channel, m % 2 == 1)
+    check_linear(rng, run, m, 257, 128, "float16", group_size, per_channel, False)
+
+
+# The candidates as the tuner sees them ----------------------------------------------------
+GATE_PROBLEMS = [
+    Problem("quantize_activation", 129, 0, 1024, "bfloat16", "int8", 64),
+    Problem("int8_matmul", 129, 264, 1024, "int8", "int8"),
+    Problem("linear", 512, 512, 1024, "bfloat16", "per_channel", 64, True),
+    Problem("linear", 512, 512, 1024, "bfloat16", "grouped", 64, False),
+    Problem("linear", 1, 512, 1024, "bfloat16", "per_channel", 64, False),
+    Problem("linear", 16, 512, 1024, "float16", "grouped", 128, True),
+]
+
+
+@pytest.mark.parametrize("problem", GATE_PROBLEMS, ids=lambda p: f"{p.op}-{p.m}-{p.weight_format}")
+def test_gate_accepts_cuda_candidates(problem):
+    from mlx_w8a8.tuning import gate
+
+    found = [c for c in registry.candidates(problem) if c.backend == "cuda"]
+    assert found, f"no CUDA candidate offered for {problem}"
+    results = gate.run_gate(problem, registry.fallback(problem), found, gate.operands(problem))
+    for cand in found:
+        assert results[cand.name].passed, (cand.name, results[cand.name])
+
+
+def test_capabilities():
+    """Each candidate says no to what it cannot run (instead of failing at launch)."""
+    gemv = registry.get("linear", "cuda_int8_gemv")
+    assert gemv.handles(Problem("linear", 16, 64, 256, "bfloat16", "grouped", 64))
+    assert not gemv.handles(Problem("linear", 17, 64, 256, "bfloat16", "grouped", 64))
+    gemm = registry.get("linear", "cuda_w8a8_gemm")
+    assert not gemm.handles(Problem("linear", 64, 64, 256, "bfloat16", "grouped", 64))
+    assert registry.get("linear", "cuda_w8a8_gemm_grouped").handles(
+        Problem("linear", 64, 64, 256, "bfloat16", "grouped", 64))
+    assert not registry.get("int8_matmul", "cuda_int8_gemm").handles(
+        Problem("int8_matmul", 4, 4, 40, "int8", "int8"))
