@@ -302,6 +302,8 @@ def grouped_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
 def int8_gemv(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     """Decode W8A8 linear for ``M <= 16`` rows, per-channel or grouped weights."""
     m = x.shape[0]
+    if not 1 <= m <= GEMV_MAX_M:
+        raise ValueError(f"[mlx_w8a8.linear] metal_int8_gemv takes M in 1..{GEMV_MAX_M} rows, got M = {m}")
     n = weight.n
     grouped = not weight.per_channel
     q, sa, rs = quantize(x, weight.group_size if grouped else None)

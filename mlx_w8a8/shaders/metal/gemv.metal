@@ -14,7 +14,9 @@
 // TO, OUT_BF16, HAS_BIAS. Grid: (ceil(N / (NT / 32)) * NT, 1, 1), threadgroup (NT, 1, 1).
 
 // @@ body gemv
-const int M = xq_shape[0];
+// Rows beyond MAXM are never touched (the launch code refuses M > MAXM): the
+// per-row accumulators below are MAXM long.
+const int M = min(xq_shape[0], MAXM);
 const int K = xq_shape[1];
 const int N = w_shape[0];
 const int G = MODE == 2 ? K / GS : 1;

@@ -1,0 +1,285 @@
+"""Every Metal kernel, executed in the Metal-emulation harness, against the numpy oracle.
+
+No Apple GPU is needed: ``tests/metal_emu`` compiles the exact source MLX would hand to
+the Metal compiler as C++ and runs the dispatch on the CPU (threads as fibers, real
+barriers, SIMD-group collectives). The candidates' own launch code runs unchanged; only
+the final "call the kernel" step is swapped for the emulator. These tests never skip:
+without clang they fail, saying so.
+
+Shapes are small (the emulator runs every GPU thread) but cover M = 1, 33, 64 and tails
+in N and K; int32 results must be bit-exact, float results within float32 rounding
+(docs/numerics.md). Outputs are poisoned by the harness before every run.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import oracle
+from metal_emu import harness
+from mlx_w8a8 import ops
+from mlx_w8a8.kernels import metal, registry
+from mlx_w8a8.kernels.registry import Problem
+from mlx_w8a8.weight import QuantizedWeight
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@pytest.fixture
+def emulated():
+    """Metal (without NAX unless a test says otherwise) present, kernels emulated."""
+    previous = metal.set_executor(harness.executor)
+    harness.executor.sources.clear()
+    try:
+        with metal.override(metal=True, nax=False):
+            yield harness.executor.sources
+    finally:
+        metal.set_executor(previous)
+
+
+def ran(sources, body: str) -> bool:
+    """Whether the emulator ran the kernel body ``body`` (by its MLX kernel name)."""
+    return any(name.startswith(f"custom_kernel_w8a8_{body}") for name in sources)
+
+
+def activation(rng, m, k, dtype, edge_rows=True):
+    """Random activations with a wide dynamic range; with ``edge_rows`` some rows are
+    all zero (scale 0 path), hold NaN / +Inf (scale NaN path) or tie at .5 (rounding)."""
+    x = (rng.standard_normal((m, k)) * np.exp(rng.uniform(-3, 3, (m, 1)))).astype(np.float32)
+    if edge_rows and m >= 4:
+        x[1] = 0.0
+        x[2, k // 2] = np.nan
+        x[3, 0] = np.inf
+    if edge_rows and m >= 6 and k >= 3:
+        # amax 127 gives scale exactly 1, so x / scale = x and k + 0.5 ties must go to even.
+        x[5] = rng.integers(-126, 126, k) + 0.5
+        x[5, 0] = 127.0
+    xm = mx.array(x).astype(getattr(mx, dtype))
+    return xm, oracle.to_numpy(xm).astype(np.float32)
+
+
+def weight(rng, n, k, per_channel, group_size=32):
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    return QuantizedWeight.from_float(w, group_size=group_size, per_channel=per_channel)
+
+
+# ---------------------------------------------------------------------------------------
+# quantize_activation
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,group_size", [
+    (1, 1, None),      # the smallest row: one element, fewer than a SIMD-group of lanes
+    (33, 200, None),   # K not a multiple of 32 or of the 256-element chunk
+    (64, 96, 32),      # several groups per SIMD-group (3 groups, 8 SIMD-groups)
+    (33, 640, 64),     # more groups (10) than SIMD-groups (8): a SIMD-group takes two
+    (7, 128, 128),     # one group per row
+])
+def test_quantize_matches_oracle(emulated, rng, dtype, m, k, group_size):
+    x, xv = activation(rng, m, k, dtype)
+    q, scale, rs = metal.quantize(x, group_size)
+    want_q, want_scale = oracle.quantize_rows(xv)
+    assert ran(emulated, "quantize")
+    assert q.dtype == mx.int8 and scale.dtype == mx.float32
+    np.testing.assert_array_equal(np.array(q), want_q)  # bit-exact codes
+    np.testing.assert_array_equal(np.array(scale), want_scale)  # NaN where the row is bad
+    assert np.array(q).min() >= -127  # -128 is never produced
+    if group_size is None:
+        assert rs is None
+    else:
+        want_rs = want_q.astype(np.int64).reshape(m, k // group_size, group_size).sum(-1)
+        np.testing.assert_array_equal(np.array(rs), want_rs)
+
+
+# ---------------------------------------------------------------------------------------
+# int8_matmul (raw int32), both kernels
+# ---------------------------------------------------------------------------------------
+INT8_SHAPES = [
+    (1, 1, 1),       # one output, one product: every tile is almost all tail
+    (1, 70, 150),    # decode row; N and K tails (70 = 64 + 6, 150 = 9 * 16 + 6)
+    (33, 33, 40),    # M, N one past a 32 tile; K one and a quarter 32-tiles
+    (64, 64, 64),    # exact NAX tile, two simd tiles each way
+    (64, 40, 17),    # K one past a 16 step
+]
+
+
+@pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_int8_matmul), ("simd_gemm", metal.simd_int8_matmul)])
+@pytest.mark.parametrize("m,n,k", INT8_SHAPES)
+def test_int8_matmul_bit_exact(emulated, rng, name, run, m, n, k):
+    a = oracle.random_int8(rng, (m, k))  # full range, -128 included
+    b = oracle.random_int8(rng, (n, k))
+    c = run(mx.array(a), mx.array(b))
+    assert ran(emulated, name)
+    assert c.dtype == mx.int32 and c.shape == (m, n)
+    np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+
+
+@pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_int8_matmul), ("simd_gemm", metal.simd_int8_matmul)])
+def test_int8_matmul_exact_past_2_24(emulated, name, run):
+    """All -128: each output is K * 2^14 = 2100 * 16384 > 2^24. A float accumulator that
+    were never flushed to int32 would round it; the simd kernel flushes every 1024."""
+    m, n, k = 2, 3, 2100
+    a = np.full((m, k), -128, np.int8)
+    b = np.full((n, k), -128, np.int8)
+    b[1, :7] = 127  # a value that is odd, so its loss would show
+    c = run(mx.array(a), mx.array(b))
+    assert ran(emulated, name)
+    np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+
+
+# ---------------------------------------------------------------------------------------
+# linear: per-channel (NAX, simd), grouped, GEMV
+# ---------------------------------------------------------------------------------------
+def check_linear(run, rng, m, n, k, dtype, per_channel, group_size, with_bias):
+    x, xv = activation(rng, m, k, dtype)
+    w = weight(rng, n, k, per_channel, group_size)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)) if with_bias else None
+    y = run(x, w, bias)
+    assert y.dtype == x.dtype and y.shape == (m, n)
+    want, bound = oracle.linear(xv, w, None if bias is None else np.array(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_w8a8_linear), ("simd_gemm", metal.simd_w8a8_linear)])
+@pytest.mark.parametrize("m,n,k,with_bias", [
+    (1, 70, 96, True),    # decode row through the GEMM; N tail
+    (33, 33, 160, False), # M and N tails; K = 5 simd tiles, 10 NAX steps
+    (64, 64, 64, True),   # exact tiles
+])
+def test_per_channel_linear(emulated, rng, dtype, name, run, m, n, k, with_bias):
+    check_linear(run, rng, m, n, k, dtype, True, 32, with_bias)
+    assert ran(emulated, name) and ran(emulated, "quantize")
+
+
+@pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k,group_size", [
+    (1, 40, 128, 32),   # 4 groups, decode row
+    (33, 70, 192, 64),  # 3 groups of 64: flush every 2 simd tiles / 4 NAX steps; tails
+    (64, 33, 256, 128), # 2 groups of 128
+])
+def test_grouped_linear(emulated, rng, nax, body, dtype, m, n, k, group_size):
+    """The grouped candidate runs the NAX kernel where NAX is present, the simd one elsewhere."""
+    with metal.override(metal=True, nax=nax):
+        check_linear(metal.grouped_w8a8_linear, rng, m, n, k, dtype, False, group_size, True)
+    assert ran(emulated, body)
+    assert not ran(emulated, "simd_gemm" if nax else "nax_gemm")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 7, 16])  # 16: the largest M the GEMV takes
+@pytest.mark.parametrize("per_channel,group_size,k", [
+    (True, 32, 96),    # K not a multiple of the 128 values one step of 32 lanes covers
+    (False, 32, 96),   # grouped: 3 groups, a lane's codes inside one group
+    (False, 128, 256),
+])
+def test_gemv(emulated, rng, dtype, m, per_channel, group_size, k):
+    check_linear(metal.int8_gemv, rng, m, 37, k, dtype, per_channel, group_size, m != 7)
+    assert ran(emulated, "gemv")
+
+
+def test_gemv_refuses_more_than_16_rows(emulated, rng):
+    x, _ = activation(rng, 17, 64, "float32", edge_rows=False)
+    with pytest.raises(ValueError, match="M in 1..16"):
+        metal.int8_gemv(x, weight(rng, 8, 64, True), None)
+
+
+# ---------------------------------------------------------------------------------------
+# Capabilities and dispatch
+# ---------------------------------------------------------------------------------------
+def problems():
+    return {
+        "quantize": Problem("quantize_activation", 8, 0, 64, "float32", "int8"),
+        "int8": Problem("int8_matmul", 64, 64, 64, "int8", "int8"),
+        "linear": Problem("linear", 64, 64, 64, "float16", "per_channel", 32),
+        "decode": Problem("linear", 4, 64, 64, "float16", "per_channel", 32),
+        "grouped": Problem("linear", 64, 64, 64, "bfloat16", "grouped", 64),
+    }
+
+
+@pytest.mark.parametrize("macos,arch,want", [
+    ("26.2", "applegpu_g17g", True),    # M5 on the first macOS with NAX
+    ("27.0", "applegpu_g17s", True),
+    ("26.1", "applegpu_g17g", False),   # OS too old
+    ("15.5", "applegpu_g17g", False),
+    ("26.2", "applegpu_g16s", False),   # M4 generation
+    ("26.2", "applegpu_g17p", False),   # a 'p' part needs generation 18
+    ("26.2", "applegpu_g18p", True),
+    ("", "applegpu_g17g", False),       # not macOS
+    ("26.2", "x86_64", False),          # not an Apple GPU architecture string
+])
+def test_nax_rule(macos, arch, want):
+    assert metal.nax_rule(macos, arch) is want
+
+
+def test_no_metal_offers_nothing():
+    """This machine has no Metal: every Metal candidate is registered, none is offered,
+    forcing one is a clear ValueError, and the fallback still answers."""
+    assert not mx.metal.is_available()
+    assert not metal.metal_available() and not metal.nax_available()
+    metal_names = {c.name for c in registry.all_candidates() if c.backend == "metal"}
+    assert metal_names == {"metal_quantize", "metal_nax_int8_gemm", "metal_simd_int8_gemm",
+                           "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
+                           "metal_w8a8_gemm_grouped", "metal_int8_gemv"}
+    for problem in problems().values():
+        offered = registry.names(registry.candidates(problem))
+        assert not [n for n in offered if n.startswith("metal_")], offered
+        assert metal.pick(problem) is None
+        assert registry.choose(problem).backend == "any"
+    with pytest.raises(ValueError, match="cannot run"):
+        registry.choose(problems()["int8"], "metal_simd_int8_gemm")
+
+
+@pytest.mark.parametrize("nax,want", [
+    (False, {"quantize": "metal_quantize", "int8": "metal_simd_int8_gemm",
+             "linear": "metal_simd_w8a8_gemm", "decode": "metal_int8_gemv",
+             "grouped": "metal_w8a8_gemm_grouped"}),
+    (True, {"quantize": "metal_quantize", "int8": "metal_nax_int8_gemm",
+            "linear": "metal_nax_w8a8_gemm", "decode": "metal_int8_gemv",
+            "grouped": "metal_w8a8_gemm_grouped"}),
+])
+def test_override_picks_nax_or_fallback(nax, want):
+    with metal.override(metal=True, nax=nax):
+        assert metal.nax_available() is nax
+        got = {key: metal.pick(p).name for key, p in problems().items()}
+        assert got == want
+        offered = registry.names(registry.candidates(problems()["int8"]))
+        assert ("metal_nax_int8_gemm" in offered) is nax
+        assert "metal_simd_int8_gemm" in offered  # the fallback runs on every Apple GPU
+    assert metal.pick(problems()["int8"]) is None  # the override is gone again
+
+
+def test_nax_needs_metal():
+    with metal.override(metal=False, nax=True):
+        assert not metal.nax_available()
+
+
+def test_override_validates():
+    with pytest.raises(ValueError, match="nax must be True, False or None"):
+        with metal.override(nax="yes"):
+            pass
+
+
+@pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
+def test_public_ops_dispatch_to_metal(emulated, rng, nax, body):
+    """Through the public ops with a forced kernel name, as a user on a Mac would."""
+    with metal.override(metal=True, nax=nax):
+        name = "metal_nax_w8a8_gemm" if nax else "metal_simd_w8a8_gemm"
+        x, xv = activation(rng, 5, 64, "float16", edge_rows=False)
+        w = weight(rng, 24, 64, True)
+        y = ops.w8a8_linear(x, w, kernel=name)
+        want, bound = oracle.linear(xv, w, None)
+        oracle.assert_close(y, want, bound, "float16")
+        a, b = oracle.random_int8(rng, (3, 48)), oracle.random_int8(rng, (5, 48))
+        c = ops.int8_matmul(mx.array(a), mx.array(b), kernel=name.replace("w8a8", "int8"))
+        np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+    assert ran(emulated, body)
+
+
+def test_digests_name_the_sources():
+    """A kernel edit changes the digest, so tuning-table entries become stale."""
+    digests = {c.name: c.digest for c in registry.all_candidates() if c.backend == "metal"}
+    assert all(len(d) == 16 for d in digests.values())
+    assert digests["metal_nax_int8_gemm"] != digests["metal_simd_int8_gemm"]
