@@ -268,16 +268,20 @@ class Tuner:
             return Hit(buckets[best], layer, path)
         return None
 
-    def measured(self, problem: Problem, path: str | None = None) -> dict | None:
+    def measured(
+        self, problem: Problem, path: str | None = None,
+        candidates: Sequence[Candidate] | None = None,
+    ) -> dict | None:
         """The entry for ``problem``'s exact M bucket in the table at ``path`` (default:
-        the writable one) if it is fresh and covers every candidate available now;
-        ``None`` when it needs (re)measuring."""
+        the writable one) if it is fresh and covers every candidate in ``candidates``
+        (default: all that can run it here); ``None`` when it needs (re)measuring."""
         path = path or self.writable_path()
         doc = table.load(path)
         if doc is None:
             return None
         want = problem_key(problem) + (shapes.bucket(problem.m),)
-        here = {c.name for c in registry.candidates(problem)}
+        found = registry.candidates(problem) if candidates is None else candidates
+        here = {c.name for c in found}
         for entry in table.matching_entries(doc, self.key, path):
             if _entry_problem_key(entry) + (entry["m_bucket"],) != want:
                 continue
@@ -458,7 +462,7 @@ class Tuner:
             (others): as :meth:`measure`.
         """
         if not force:
-            entry = self.measured(problem)
+            entry = self.measured(problem, candidates=candidates)
             if entry is not None:
                 return Outcome("table", entry["choice"], entry)
         claim = self.claim(problem)

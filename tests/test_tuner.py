@@ -1,0 +1,392 @@
+"""The tuner lifecycle and chooser: gate + timing + selection, tables in inference."""
+
+import json
+import multiprocessing as mp
+import time
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_w8a8
+from mlx_w8a8 import tuning
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate, Problem
+from mlx_w8a8.tuning import gate, table
+from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
+
+PROBLEM = Problem("linear", 2, 32, 64, "float32", "per_channel", 32)
+FAST = TuneConfig(pairs=5, warmup=1, chain=1, rotate=2)
+QMM = registry.get("linear", "mlx_qmm")
+FAKES = ("fast", "slow", "marginal", "drift", "crash", "flaky", "spy", "spy_a", "spy_b", "spy_c")
+
+
+def sleeper(seconds, offset=0.0):
+    def run(x, w, b):
+        if seconds:
+            time.sleep(seconds)
+        return QMM.run(x, w, b) + offset
+    return run
+
+
+def fake(name, run, **kw):
+    return registry.register(Candidate(name=name, backend="any", op="linear", run=run,
+                                       digest=f"d-{name}", **kw))
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """Isolated cache dir, no named table, no shipped tables; fakes removed after."""
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(table.ENV_TABLE, raising=False)
+    monkeypatch.delenv("MLX_W8A8_TUNE", raising=False)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    table.reset_reports()
+    tuning._tuner = None
+    tuning.install()
+    yield tmp_path
+    for name in FAKES:
+        registry.unregister("linear", name)
+    registry.register(QMM)
+    tuning._tuner = None
+    tuning.install()
+    table.reset_reports()
+
+
+def slow_reference(seconds=0.004):
+    """Make the reference (mlx_qmm) slow by sleeping; same numerics."""
+    registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
+                                run=sleeper(seconds), digest=QMM.digest))
+
+
+def only(*names):
+    """The candidates to race: the reference and the named fakes (not ``reference``)."""
+    return [registry.get("linear", n) for n in ("mlx_qmm",) + names]
+
+
+def tuner(tmp_path, **kw):
+    kw.setdefault("config", FAST)
+    return Tuner(table_path=str(tmp_path / "t.json"), use_cache=False, use_shipped=False, **kw)
+
+
+def test_clear_winner_is_chosen_and_recorded(env):
+    # The control for the rejection tests below: with a margin to win, a challenger wins.
+    slow_reference()
+    fake("fast", sleeper(0))
+    t = tuner(env)
+    out = t.tune(PROBLEM, candidates=only("fast"))
+    assert out.source == "measured" and out.choice == "fast"
+    e = out.entry
+    assert e["speedup"] > 2 and e["samples"] == 5 and e["m_bucket"] == 2
+    assert e["candidates"]["fast"]["median_ns"] < e["candidates"]["mlx_qmm"]["median_ns"]
+    assert e["candidates"]["fast"]["digest"] == "d-fast" and e["gate"]["worst_error"] == 0.0
+    assert "measured_at" in e and "spread_ns" in e["candidates"]["mlx_qmm"]
+    saved = table.matching_entries(table.read(t.table_path), t.key)
+    assert [s["choice"] for s in saved] == ["fast"]
+    # a re-run finds it in the table and measures nothing ...
+    assert t.tune(PROBLEM, candidates=only("fast")).source == "table"
+    # ... unless a kernel it did not measure can run now (here: ``reference``)
+    assert t.measured(PROBLEM) is None
+
+
+def test_drifting_challenger_is_rejected_even_when_fastest(env):
+    slow_reference()
+    fake("drift", sleeper(0, offset=0.5))
+    out = tuner(env).tune(PROBLEM, candidates=only("drift"))
+    assert out.choice == "mlx_qmm"
+    d = out.entry["candidates"]["drift"]
+    assert d["status"] == "rejected" and d["gate_error"] == pytest.approx(0.5, abs=0.01)
+    assert "median_ns" not in d  # never timed, never chosen
+
+
+def test_slower_challenger_is_not_chosen(env):
+    slow_reference(0.003)
+    fake("slow", sleeper(0.006))
+    out = tuner(env).tune(PROBLEM, candidates=only("slow"))
+    assert out.choice == "mlx_qmm"
+    c = out.entry["candidates"]
+    assert c["slow"]["median_ns"] > c["mlx_qmm"]["median_ns"]
+
+
+def test_win_below_the_minimum_improvement_is_not_chosen(env):
+    slow_reference(0.004)
+    fake("marginal", sleeper(0.0032))  # about 20 % faster
+    strict = tuner(env, config=TuneConfig(pairs=5, warmup=1, chain=1, rotate=2,
+                                          min_improvement_bps=5000))
+    out = strict.tune(PROBLEM, candidates=only("marginal"))
+    assert out.choice == "mlx_qmm"
+    assert out.entry["candidates"]["marginal"]["ratio_to_reference"] < 0.95  # it was faster
+    loose = tuner(env, config=TuneConfig(pairs=5, warmup=1, chain=1, rotate=2,
+                                         min_improvement_bps=500))
+    assert loose.tune(PROBLEM, candidates=only("marginal"), force=True).choice == "marginal"
+
+
+def test_crashing_challengers_are_skipped(env):
+    slow_reference()
+
+    def crash(x, w, b):
+        raise RuntimeError("launch failed")
+
+    calls = {"n": 0}
+
+    def flaky(x, w, b):  # passes the gate (2 calls), dies while timed
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise RuntimeError("device lost")
+        return QMM.run(x, w, b)
+
+    fake("crash", crash)
+    fake("flaky", flaky)
+    fake("fast", sleeper(0))
+    out = tuner(env).tune(PROBLEM, candidates=only("crash", "flaky", "fast"))
+    assert out.source == "measured" and out.choice == "fast"
+    c = out.entry["candidates"]
+    assert c["crash"]["status"] == "unavailable" and "launch failed" in c["crash"]["detail"]
+    assert c["flaky"]["status"] == "unavailable" and "device lost" in c["flaky"]["detail"]
+
+
+def test_failed_tuning_is_abandoned_and_inference_goes_on(env, monkeypatch):
+    def broken(*a, **k):
+        raise MemoryError("no room for inputs")
+
+    monkeypatch.setattr(gate, "operands", broken)
+    t = tuner(env)
+    out = t.tune(PROBLEM)
+    assert out.source == "abandoned" and out.choice is None and "no room" in out.detail
+    assert t.claim(PROBLEM) is not None  # the claim was released
+    tuning._tuner = t
+    t.online = True
+    x = mx.random.normal((2, 64))
+    w = mlx_w8a8.quantize_weight(mx.random.normal((32, 64)), group_size=32)
+    y = mlx_w8a8.w8a8_linear(x, w)  # online, but the key was abandoned: fallback
+    assert np.allclose(np.array(y), np.array(QMM.run(x, w, None)))
+
+
+def test_claim_is_exclusive_within_a_process(env):
+    t = tuner(env)
+    c = t.claim(PROBLEM)
+    assert c is not None and t.claim(PROBLEM) is None
+    assert t.claim(Problem("linear", 64, 32, 64, "float32", "per_channel", 32)) is not None  # other key
+    t.record(c, dict(_entry(), m_bucket=2))
+    assert t.claim(PROBLEM) is not None
+
+
+def _hold_claim(path, ready, done):
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    held = t.claim(PROBLEM)  # keep a reference: the lock lives as long as the claim
+    assert held is not None
+    ready.set()
+    done.wait(60)
+
+
+def test_claim_is_exclusive_across_processes(env):
+    path = str(env / "t.json")
+    ctx = mp.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_claim, args=(path, ready, done))
+    p.start()
+    try:
+        assert ready.wait(60)
+        t = Tuner(table_path=path, use_cache=False, use_shipped=False, config=FAST)
+        assert t.claim(PROBLEM) is None
+        assert t.tune(PROBLEM).source == "busy"
+    finally:
+        done.set()
+        p.join(60)
+    assert t.claim(PROBLEM) is not None  # released when the holder exits
+
+
+def _entry(choice="mlx_qmm", m_bucket=2, digests=None, **over):
+    e = {"op": "linear", "m_bucket": m_bucket, "n": 32, "k": 64, "dtype": "float32",
+         "weight_format": "per_channel", "group_size": 32, "choice": choice,
+         "candidates": {n: {"digest": d} for n, d in (digests or {}).items()}}
+    e.update(over)
+    return e
+
+
+def _weight():
+    return mlx_w8a8.quantize_weight(mx.random.normal((32, 64), key=mx.random.key(1)), group_size=32)
+
+
+def _spy(name="spy"):
+    calls = []
+
+    def run(x, w, b):
+        calls.append(x.shape)
+        return QMM.run(x, w, b)
+
+    fake(name, run)
+    return calls
+
+
+def test_table_hit_is_used_by_the_ops_without_file_io_per_call(env, monkeypatch):
+    calls = _spy()
+    path = str(env / "user.json")
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "d-spy"})])
+    mlx_w8a8.set_tuning_table(path)
+    loads = []
+    real_load = table.load
+    monkeypatch.setattr(table, "load", lambda p: loads.append(p) or real_load(p))
+    w = _weight()
+    for _ in range(3):
+        mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
+    assert len(calls) == 3
+    assert loads.count(path) == 1  # read once, then cached per problem
+
+
+def test_miss_uses_the_fallback_without_measuring(env, monkeypatch):
+    calls = _spy()
+    monkeypatch.setattr(Tuner, "measure", lambda *a, **k: pytest.fail("measured on a miss"))
+    y = mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight())
+    mx.eval(y)
+    assert calls == [] and tuning.lookup(PROBLEM) is None
+
+
+def test_online_tuning_measures_once_and_records(env, monkeypatch):
+    slow_reference(0.003)
+    calls = _spy()  # as fast as mlx_qmm without the sleep
+    mlx_w8a8.set_online_tuning(True, FAST)
+    measured = []
+    real = Tuner.measure
+    monkeypatch.setattr(Tuner, "measure", lambda self, *a, **k: measured.append(1) or real(self, *a, **k))
+    w = _weight()
+    mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
+    n_after_first = len(calls)
+    mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
+    assert measured == [1]
+    assert len(calls) == n_after_first + 1  # the second call ran the tuned choice
+    saved = table.read(table.cache_table_path())
+    assert [e["choice"] for e in table.matching_entries(saved, table.device_key())] == ["spy"]
+
+
+def test_online_tuning_from_the_environment(env, monkeypatch):
+    monkeypatch.setenv("MLX_W8A8_TUNE", "1")
+    assert Tuner().online
+    monkeypatch.setenv("MLX_W8A8_TUNE", "0")
+    assert not Tuner().online
+
+
+def test_layers_user_beats_cache_beats_shipped(env, monkeypatch):
+    a, b, c = _spy("spy_a"), _spy("spy_b"), _spy("spy_c")
+    key = table.device_key()
+    shipped = str(env / "shipped.json")
+    table.write_entries(shipped, key, [_entry("spy_a", digests={"spy_a": "d-spy_a"})])
+    table.write_entries(table.cache_table_path(), key, [_entry("spy_b", digests={"spy_b": "d-spy_b"})])
+    user = str(env / "user.json")
+    table.write_entries(user, key, [_entry("spy_c", digests={"spy_c": "d-spy_c"})])
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [shipped])
+    w = _weight()
+
+    def run():
+        mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
+
+    mlx_w8a8.set_tuning_table(user)
+    run()
+    assert (len(a), len(b), len(c)) == (0, 0, 1)
+    assert tuning.lookup(PROBLEM).layer == "user"
+    mlx_w8a8.set_tuning_table(None)
+    run()
+    assert (len(a), len(b), len(c)) == (0, 1, 1)
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(env / "empty-cache"))
+    tuning.reload()
+    run()
+    assert (len(a), len(b), len(c)) == (1, 1, 1)
+    monkeypatch.setenv(table.ENV_TABLE, user)  # the environment names a table too
+    tuning._tuner = None
+    run()
+    assert (len(a), len(b), len(c)) == (1, 1, 2)
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("corrupt", "not valid JSON"),
+    ("mlx", r"measured with MLX 0\.0\.1"),
+    ("package", r"mlx_w8a8 0\.0\.0"),
+    ("device", "measured on metal Apple M9"),
+])
+def test_unusable_table_leaves_inference_working_with_a_warning(env, kind, match):
+    calls = _spy()
+    path = str(env / f"{kind}.json")
+    key = table.device_key()
+    if kind == "corrupt":
+        with open(path, "w") as f:
+            f.write('{"schema": 1, "sections": [')
+    else:
+        other = {"mlx": dict(key, mlx_version="0.0.1"),
+                 "package": dict(key, package_version="0.0.0"),
+                 "device": dict(key, backend="metal", device={"device_name": "Apple M9"})}[kind]
+        table.write_entries(path, other, [_entry("spy", digests={"spy": "d-spy"})])
+    mlx_w8a8.set_tuning_table(path)
+    x, w = mx.random.normal((2, 64)), _weight()
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match=match):
+        y = mlx_w8a8.w8a8_linear(x, w)
+    assert calls == []  # its entry (if any) is not used
+    assert np.allclose(np.array(y), np.array(QMM.run(x, w, None)))
+    if kind == "corrupt":
+        assert open(path).read() == '{"schema": 1, "sections": ['  # untouched
+
+
+def test_entry_of_a_changed_kernel_is_stale(env):
+    calls = _spy()
+    path = str(env / "stale.json")
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "old-source"})])
+    mlx_w8a8.set_tuning_table(path)
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match=r"other versions of kernel\(s\) \['spy'\]"):
+        mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
+    assert calls == []
+
+
+def test_choice_that_cannot_run_here_falls_back(env):
+    state = {"on": True}
+    calls = []
+    fake("spy", lambda x, w, b: calls.append(1) or QMM.run(x, w, b), available=lambda: state["on"])
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "d-spy"})])
+    mlx_w8a8.set_tuning_table(path)
+    state["on"] = False  # e.g. a capability probe says no on this run
+    mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
+    assert calls == []
+
+
+def test_lookup_snaps_to_the_nearest_measured_bucket(env):
+    _spy("spy_a"), _spy("spy_b")
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [
+        _entry("spy_a", m_bucket=1, digests={"spy_a": "d-spy_a"}),
+        _entry("spy_b", m_bucket=64, digests={"spy_b": "d-spy_b"}),
+    ])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    pick = lambda m: t.lookup(Problem("linear", m, 32, 64, "float32", "per_channel", 32)).choice
+    assert [pick(m) for m in (1, 2, 5, 40, 4000)] == ["spy_a", "spy_a", "spy_b", "spy_b", "spy_b"]
+    # another N, dtype or group size is another problem: no hit
+    assert t.lookup(Problem("linear", 1, 48, 64, "float32", "per_channel", 32)) is None
+    assert t.lookup(Problem("linear", 1, 32, 64, "bfloat16", "per_channel", 32)) is None
+    assert t.lookup(Problem("linear", 1, 32, 64, "float32", "per_channel", 64)) is None
+
+
+def test_unwritable_table_keeps_the_measurement_in_memory(env):
+    slow_reference()
+    fake("fast", sleeper(0))
+    path = env / "bad.json"
+    path.write_text("garbage")
+    t = Tuner(table_path=str(path), use_cache=False, use_shipped=False, config=FAST)
+    with pytest.warns(mlx_w8a8.TuningTableWarning):
+        out = t.tune(PROBLEM)
+    assert out.choice == "fast" and path.read_text() == "garbage"
+    assert t.lookup(PROBLEM).layer == "memory"
+
+
+def test_exact_ops_tune_too(env):
+    t = tuner(env)
+    out = t.tune(Problem("int8_matmul", 2, 16, 64, "int8", "int8"))
+    assert out.source == "measured" and out.choice == "reference"
+    out = t.tune(Problem("quantize_activation", 2, 0, 64, "bfloat16", "int8", 32))
+    assert out.source == "measured" and out.entry["op"] == "quantize_activation"
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="min_improvement_bps"):
+        TuneConfig(min_improvement_bps=10000)
+    with pytest.raises(ValueError, match="atol"):
+        TuneConfig(atol=-1)
+    with pytest.raises(ValueError, match="rotate=1"):
+        TuneConfig(rotate=1)
