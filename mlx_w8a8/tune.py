@@ -95,7 +95,10 @@ def render(rows: list[tuple[str, dict]], out=None) -> str:
                 cells.append(c.get("status", "?"))
             else:
                 cells.append(fmt_ns(c.get("median_ns")))
-        err = (e.get("gate") or {}).get("worst_error")
+        # the largest |c - r| any challenger showed (rejected ones included)
+        errs = [c.get("gate_error") for c in cands.values() if isinstance(c, dict)]
+        errs = [x for x in errs if x is not None]
+        err = max(errs) if errs else (e.get("gate") or {}).get("worst_error")
         body.append(
             [str(e.get("m", e["m_bucket"])), str(e["n"]), str(e["k"]), e["dtype"], e["weight_format"]]
             + cells

@@ -1,0 +1,106 @@
+"""``python -m mlx_w8a8.bench``: paired qualification and the Cider-style comparison."""
+
+import io
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_w8a8 import bench
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate, Problem
+from mlx_w8a8.tuning import gate, table
+
+# float32: every arm is accurate there, so a failure below means the arm is wrong
+TINY = ["--cases", "2x32x64", "1x64x32", "--dtype", "float32", "--group-size", "32",
+        "--warmup", "1", "--chain", "1"]
+
+
+def run(argv, tmp_path):
+    out = io.StringIO()
+    jsonl = tmp_path / "out.jsonl"
+    code = bench.main(argv + ["--jsonl", str(jsonl)], out=out)
+    lines = [json.loads(l) for l in jsonl.read_text().splitlines()] if jsonl.exists() else []
+    return code, out.getvalue(), lines
+
+
+@pytest.fixture
+def drift():
+    qmm = registry.get("linear", "mlx_qmm")
+    registry.register(Candidate(name="bench_drift", backend="any", op="linear",
+                                run=lambda x, w, b: qmm.run(x, w, b) + 0.5, digest="drift"))
+    yield
+    registry.unregister("linear", "bench_drift")
+
+
+def test_oracle_is_the_float_product_of_the_stored_weight():
+    p = Problem("linear", 3, 16, 64, "float32", "grouped", 32, True)
+    x, w, b = gate.operands(p, 2)[1]
+    want = (np.array(x, dtype=np.float64) @ np.array(w.dequantize(), dtype=np.float64).T
+            + np.array(b, dtype=np.float64))
+    assert np.allclose(bench.oracle(x, w, b), want, rtol=1e-6, atol=1e-6)
+
+
+def test_qualification_writes_json_lines_and_a_summary(tmp_path):
+    code, text, lines = run(["--baseline", "mlx_qmm", "--candidate", "reference"] + TINY, tmp_path)
+    assert code == 0, text
+    heads = [l for l in lines if "baseline" in l and "pair" not in l]
+    pairs = [l for l in lines if "pair" in l]
+    afters = [l for l in lines if l.get("after")]
+    assert len(heads) == 2 and len(afters) == 2
+    assert len(pairs) == 2 * bench.MIN_PAIRS  # >= 30 pairs per case
+    h = heads[0]
+    assert h["baseline"]["name"] == "mlx_qmm" and h["candidate"]["name"] == "reference"
+    assert h["baseline"]["digest"] and h["device"]["mlx_version"] == mx.__version__
+    assert h["failures"] == [] and all(e is not None for e in h["max_abs_error"])
+    assert all(p["baseline_ns"] > 0 and p["candidate_ns"] > 0 for p in pairs)
+    assert "median ratio" in text and "linear-2x32x64-float32-per_channel" in text
+    assert text.count(" ok") >= 2
+
+
+def test_wrong_candidate_fails_the_oracle_check(tmp_path, drift):
+    code, text, lines = run(["--candidate", "bench_drift"] + TINY, tmp_path)
+    assert code == 1 and "FAIL" in text
+    head = next(l for l in lines if "failures" in l and not l.get("after"))
+    assert any(f.startswith("bench_drift:") for f in head["failures"])
+
+
+def test_tables_as_arms(tmp_path):
+    key = table.device_key()
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    entry = {"op": "linear", "m_bucket": 2, "n": 32, "k": 64, "dtype": "float32",
+             "weight_format": "per_channel", "group_size": 32, "candidates": {}}
+    table.write_entries(a, key, [dict(entry, choice="mlx_qmm")])
+    table.write_entries(b, key, [dict(entry, choice="reference")])
+    code, text, lines = run(["--baseline-table", a, "--candidate-table", b] + TINY, tmp_path)
+    assert code == 0, text
+    head = lines[0]
+    assert head["baseline"]["choice"] == "mlx_qmm" and head["candidate"]["choice"] == "reference"
+    assert head["candidate"]["table_hit"] is True
+    # the second case (1x64x32) is in neither table: both arms run the fallback
+    second = next(l for l in lines if l.get("case", "").startswith("linear-1x64x32") and "baseline" in l)
+    assert second["candidate"]["table_hit"] is False and second["candidate"]["name"] == "mlx_qmm"
+
+
+def test_fewer_than_30_pairs_or_mixed_arms_are_refused(tmp_path):
+    assert run(["--pairs", "29"] + TINY, tmp_path)[0] == 2
+    assert run(["--baseline", "mlx_qmm", "--baseline-table", "x.json"] + TINY, tmp_path)[0] == 2
+    assert run(["--candidate", "no_such_kernel"] + TINY, tmp_path)[0] == 1
+
+
+def test_cider_comparison_has_four_arms(tmp_path):
+    code, text, lines = run(["--cider", "--shapes", "4x32x64", "--group-size", "32",
+                             "--warmup", "1", "--chain", "1"], tmp_path)
+    assert code == 0, text
+    (rec,) = lines
+    assert set(rec["median_ns"]) == {"w8a8-full", "int8-raw", "qmm-w8a16", "bf16-matmul"}
+    assert all(len(s) == bench.MIN_PAIRS for s in rec["samples_ns"].values())
+    assert rec["w8a8_kernel"] != "mlx_qmm"  # the full pipeline is a W8A8 kernel
+    assert "full/raw" in text and "qmm/full" in text
+
+
+def test_cider_shape_list_is_the_seeds_in_m_n_k_order():
+    # The seed lists (M, K, N); 128 x 3584 x 18944 there is the Qwen2.5-7B up projection.
+    assert (128, 18944, 3584) in bench.CIDER_SHAPES and (512, 3584, 18944) in bench.CIDER_SHAPES
+    assert len(bench.CIDER_SHAPES) == 11
