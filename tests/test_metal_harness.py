@@ -1,0 +1,287 @@
+"""The Metal-emulation harness itself: it must catch what a GPU would get wrong.
+
+A harness that passes everything proves nothing, so each test here plants a bug into a
+shipped kernel (through the same launch code the candidates use) or runs a small kernel
+that breaks a Metal rule, and checks the harness reports it: a missing barrier and an
+off-by-one tail give wrong results or an out-of-bounds write, a pointer passed across
+address spaces fails to compile, a barrier some threads never reach is a deadlock error,
+and constructs the emulator does not model fail instead of running approximately.
+Each planted bug is paired with the unmodified kernel on the same inputs (which passes),
+so a failure is the bug's doing.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import oracle
+from metal_emu import harness
+from mlx_w8a8.kernels import metal, sources
+
+
+@pytest.fixture
+def emulated():
+    previous = metal.set_executor(harness.executor)
+    try:
+        with metal.override(metal=True, nax=False):
+            yield
+    finally:
+        metal.set_executor(previous)
+
+
+def plant(monkeypatch, file: str, old: str, new: str):
+    """Make ``metal._kernel`` build ``file`` with ``old`` replaced by ``new`` (once)."""
+    text = sources.read("metal", file)
+    assert text.count(old) == 1, f"the planted bug's anchor {old!r} must occur once in {file}"
+    real = metal._kernel
+
+    def fake(f, body, inputs, outputs):
+        if f != file:
+            return real(f, body, inputs, outputs)
+        header, bodies = metal.split(text.replace(old, new))
+        return mx.fast.metal_kernel(
+            name=f"w8a8_{body}_planted", input_names=list(inputs), output_names=list(outputs),
+            source=bodies[body], header=sources.read("metal", "common.h") + header)
+
+    monkeypatch.setattr(metal, "_kernel", fake)
+
+
+def kernel(source, inputs=("inp",), outputs=("out",), header=""):
+    return mx.fast.metal_kernel(name="probe", input_names=list(inputs), output_names=list(outputs),
+                                source=source, header=header)
+
+
+def run(k, inputs, out_shape, out_dtype, grid, tg, template=None):
+    return harness.executor(k, inputs=inputs, output_shapes=[out_shape], output_dtypes=[out_dtype],
+                            grid=grid, threadgroup=tg, template=template)[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Planted bugs in the shipped kernels
+# ---------------------------------------------------------------------------------------
+BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+
+
+def test_missing_barrier_in_quantize_is_caught(emulated, rng, monkeypatch):
+    """Without the barrier, thread 0 reads the other SIMD-groups' partial max before
+    they are written (poisoned threadgroup memory), so scales come out wrong."""
+    x = rng.standard_normal((9, 300)).astype(np.float32)
+    want_q, want_scale = oracle.quantize_rows(x)
+    _, scale, _ = metal.quantize(mx.array(x))
+    np.testing.assert_array_equal(np.array(scale), want_scale)  # intact kernel: right
+    plant(monkeypatch, "quantize.metal", BARRIER, "/* barrier removed */")
+    _, scale, _ = metal.quantize(mx.array(x))
+    assert not np.array_equal(np.array(scale), want_scale, equal_nan=True)
+
+
+def test_missing_staging_barrier_in_simd_gemm_is_caught(emulated, rng, monkeypatch):
+    """Without the barrier after staging, SIMD-group 0 multiplies tiles the other three
+    SIMD-groups have not written yet."""
+    a, b = oracle.random_int8(rng, (33, 64)), oracle.random_int8(rng, (40, 64))
+    want = oracle.int8_matmul(a, b)
+    np.testing.assert_array_equal(np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b))), want)
+    text = sources.read("metal", "simd_gemm.metal")
+    first = text.index(BARRIER)
+    anchor = text[first - 80:first + len(BARRIER)]  # the first of the two barriers
+    plant(monkeypatch, "simd_gemm.metal", anchor, anchor.replace(BARRIER, "/* barrier removed */"))
+    got = np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b)))
+    assert not np.array_equal(got, want)
+
+
+def test_dropped_k_tail_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
+    """A K loop that only runs whole 16-wide steps drops the last K % 16 products.
+    (An off-by-one in a load bound alone would be masked here: the other operand's
+    bounds check supplies a zero for the same k.)"""
+    a, b = oracle.random_int8(rng, (20, 40)), oracle.random_int8(rng, (24, 40))  # K tail: 40 = 2*16 + 8
+    want = oracle.int8_matmul(a, b)
+    np.testing.assert_array_equal(np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b))), want)
+    plant(monkeypatch, "nax_gemm.metal", "for (int k0 = 0; k0 < K; k0 += 16)",
+          "for (int k0 = 0; k0 + 16 <= K; k0 += 16)")
+    got = np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b)))
+    assert not np.array_equal(got, want)
+
+
+def test_off_by_one_store_tail_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
+    """Storing up to n <= N writes one element past the last row: a guard-byte hit."""
+    a, b = oracle.random_int8(rng, (5, 16)), oracle.random_int8(rng, (21, 16))
+    np.testing.assert_array_equal(np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b))),
+                                  oracle.int8_matmul(a, b))
+    plant(monkeypatch, "nax_gemm.metal", "if (m < M && n < N) {\n      const size_t o",
+          "if (m < M && n <= N) {\n      const size_t o")
+    with pytest.raises(harness.EmulationError, match="out-of-bounds write"):
+        metal.nax_int8_matmul(mx.array(a), mx.array(b))
+
+
+def test_off_by_one_store_tail_in_simd_gemm_is_caught(emulated, rng, monkeypatch):
+    """Storing up to n <= N writes one element past the last row: a guard-byte hit."""
+    a, b = oracle.random_int8(rng, (8, 32)), oracle.random_int8(rng, (33, 32))
+    np.testing.assert_array_equal(np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b))),
+                                  oracle.int8_matmul(a, b))
+    plant(monkeypatch, "simd_gemm.metal", "if (m < M && n < N) {\n    const size_t o",
+          "if (m < M && n <= N) {\n    const size_t o")
+    with pytest.raises(harness.EmulationError, match="out-of-bounds write"):
+        metal.simd_int8_matmul(mx.array(a), mx.array(b))
+
+
+def test_off_by_one_group_in_quantize_sums_is_caught(emulated, rng, monkeypatch):
+    """A row-sum chunk one element short drops the last code of every group."""
+    x = rng.standard_normal((5, 128)).astype(np.float32)
+    want_q, _ = oracle.quantize_rows(x)
+    want = want_q.astype(np.int64).reshape(5, 4, 32).sum(-1)
+    np.testing.assert_array_equal(np.array(metal.quantize(mx.array(x), 32)[2]), want)
+    plant(monkeypatch, "quantize.metal", "for (int j = int(lane); j < CH; j += 32)",
+          "for (int j = int(lane); j < CH - 1; j += 32)")
+    assert not np.array_equal(np.array(metal.quantize(mx.array(x), 32)[2]), want)
+
+
+# ---------------------------------------------------------------------------------------
+# Metal rules the harness enforces
+# ---------------------------------------------------------------------------------------
+HELPER = """
+METAL_FUNC float first(const device float* p) { return p[0]; }
+"""
+
+
+def test_threadgroup_pointer_where_device_expected_fails_to_compile():
+    k = kernel("""
+threadgroup float buf[32];
+buf[thread_position_in_threadgroup.x] = inp[thread_position_in_grid.x];
+threadgroup_barrier(mem_flags::mem_threadgroup);
+out[thread_position_in_grid.x] = first(buf);
+""", header=HELPER)
+    with pytest.raises(harness.EmulationError, match="no matching function for call to 'first'"):
+        run(k, [mx.zeros((32,))], (32,), mx.float32, (32, 1, 1), (32, 1, 1))
+
+
+def test_small_input_is_bound_in_constant_space():
+    """MLX binds an input of fewer than 8 elements as `const constant T*`: a helper
+    written for `const device T*` compiles for 8 elements and fails for 4, as on a Mac."""
+    k = kernel("out[thread_position_in_grid.x] = first(inp);", header=HELPER)
+    got = run(k, [mx.full((8,), 3.0)], (4,), mx.float32, (4, 1, 1), (4, 1, 1))
+    np.testing.assert_array_equal(np.array(got), 3.0)
+    with pytest.raises(harness.EmulationError, match="no matching function for call to 'first'"):
+        run(k, [mx.full((4,), 3.0)], (4,), mx.float32, (4, 1, 1), (4, 1, 1))
+
+
+def test_barrier_in_divergent_code_is_a_deadlock_error():
+    k = kernel("""
+if (thread_position_in_threadgroup.x < 16) {
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+out[thread_position_in_grid.x] = inp[thread_position_in_grid.x];
+""")
+    with pytest.raises(harness.EmulationError, match="deadlock"):
+        run(k, [mx.zeros((64,))], (64,), mx.float32, (64, 1, 1), (32, 1, 1))
+
+
+def test_simd_collective_skipped_by_some_lanes_is_a_deadlock_error():
+    k = kernel("""
+float v = inp[thread_position_in_grid.x];
+if (thread_index_in_simdgroup != 3) { v = simd_sum(v); }
+out[thread_position_in_grid.x] = v;
+""")
+    with pytest.raises(harness.EmulationError, match="deadlock"):
+        run(k, [mx.zeros((32,))], (32,), mx.float32, (32, 1, 1), (32, 1, 1))
+
+
+@pytest.mark.parametrize("source", [
+    # Not modelled: 16x16 simdgroup matrices.
+    "simdgroup_matrix<float, 16, 16> m; out[0] = 0;",
+    # Not modelled: atomics (not declared by the emulation header).
+    "atomic_fetch_add_explicit((device atomic_int*)out, 1, memory_order_relaxed);",
+    # Not modelled: transposed matmul2d operands.
+    """constexpr auto d = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, true, false, true);
+mpp::tensor_ops::matmul2d<d, metal::execution_simdgroup> op; out[0] = 0;""",
+])
+def test_unsupported_constructs_fail_to_compile(source):
+    header = "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>\n"
+    with pytest.raises(harness.EmulationError, match="clang rejected"):
+        run(kernel(source, header=header), [mx.zeros((32,))], (32,), mx.float32, (32, 1, 1), (32, 1, 1))
+
+
+def test_non_uniform_threadgroups_are_refused():
+    k = kernel("out[thread_position_in_grid.x] = inp[thread_position_in_grid.x];")
+    with pytest.raises(harness.EmulationError, match="non-uniform"):
+        run(k, [mx.zeros((40,))], (40,), mx.float32, (40, 1, 1), (32, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------
+# The emulated execution model
+# ---------------------------------------------------------------------------------------
+def test_source_is_what_mlx_generates():
+    k = kernel("out[thread_position_in_grid.x] = inp[thread_position_in_grid.x];")
+    src = harness.capture_source(k, [mx.zeros((16,))], output_shapes=[(16,)], output_dtypes=[mx.float32],
+                                 grid=(16, 1, 1), threadgroup=(16, 1, 1))
+    assert "[[kernel]] void custom_kernel_probe" in src
+    assert "const device float* inp [[buffer(0)]]" in src
+    assert "uint3 thread_position_in_grid [[thread_position_in_grid]]" in src
+
+
+def test_thread_attributes_in_a_2d_grid():
+    k = kernel("""
+uint3 g = thread_position_in_grid;
+uint i = g.y * threads_per_grid.x + g.x;
+out[i] = int(threadgroup_position_in_grid.x * 1000000 + threadgroup_position_in_grid.y * 10000
+             + simdgroup_index_in_threadgroup * 100 + thread_index_in_simdgroup) + int(inp[0]) * 0;
+""")
+    got = np.array(run(k, [mx.zeros((8,))], (6, 128), mx.int32, (128, 6, 1), (64, 2, 1)))
+    y, x = np.mgrid[0:6, 0:128]
+    linear = (y % 2) * 64 + x % 64  # index within a 64 x 2 threadgroup
+    want = (x // 64) * 1000000 + (y // 2) * 10000 + (linear // 32) * 100 + linear % 32
+    np.testing.assert_array_equal(got, want)
+
+
+def test_simd_collectives():
+    k = kernel("""
+uint l = thread_index_in_simdgroup;
+float v = inp[thread_position_in_grid.x];
+out[thread_position_in_grid.x * 4 + 0] = simd_sum(v);
+out[thread_position_in_grid.x * 4 + 1] = simd_max(v);
+out[thread_position_in_grid.x * 4 + 2] = simd_shuffle_xor(v, ushort(5));
+out[thread_position_in_grid.x * 4 + 3] = simd_shuffle_down(v, ushort(3));
+""")
+    x = np.arange(64, dtype=np.float32) * 1.5
+    got = np.array(run(k, [mx.array(x)], (256,), mx.float32, (64, 1, 1), (64, 1, 1))).reshape(64, 4)
+    lane = np.arange(64) % 32
+    base = np.arange(64) - lane
+    np.testing.assert_array_equal(got[:, 0], np.repeat([x[:32].sum(), x[32:].sum()], 32))
+    np.testing.assert_array_equal(got[:, 1], np.repeat([x[31], x[63]], 32))
+    np.testing.assert_array_equal(got[:, 2], x[base + (lane ^ 5)])
+    np.testing.assert_array_equal(got[:, 3], np.where(lane + 3 < 32, x[np.minimum(base + lane + 3, 63)], x))
+
+
+def test_threadgroup_memory_is_per_group_and_poisoned():
+    """Thread 0 of each group writes slot 0 only; reading slot 1 shows the poison, not a
+    previous group's value (each group starts from poisoned threadgroup memory)."""
+    k = kernel("""
+threadgroup uint slots[2];
+if (thread_position_in_threadgroup.x == 0) { slots[0] = threadgroup_position_in_grid.x; }
+if (threadgroup_position_in_grid.x == 0 && thread_position_in_threadgroup.x == 0) { slots[1] = 7; }
+threadgroup_barrier(mem_flags::mem_threadgroup);
+out[thread_position_in_grid.x * 2] = slots[0];
+out[thread_position_in_grid.x * 2 + 1] = slots[1] + uint(inp[0]) * 0;
+""")
+    got = np.array(run(k, [mx.zeros((8,))], (3 * 32 * 2,), mx.uint32, (96, 1, 1), (32, 1, 1))).reshape(96, 2)
+    np.testing.assert_array_equal(got[:, 0], np.arange(96) // 32)
+    assert (got[:32, 1] == 7).all() and (got[32:, 1] == 0xA5A5A5A5).all()
+
+
+def test_outputs_are_poisoned_before_the_run():
+    k = kernel("if (thread_position_in_grid.x == 0) { out[0] = inp[0]; }")
+    got = np.array(run(k, [mx.full((8,), 2.0)], (4,), mx.uint32, (4, 1, 1), (4, 1, 1)).view(mx.uint32))
+    assert got[0] == 2 and (got[1:] == 0xA5A5A5A5).all()
+
+
+def test_half_conversions_round_to_nearest_even(rng):
+    """float -> half in the emulator rounds as numpy does (ties, subnormals, overflow)."""
+    x = np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.integers(-8, 6, 4000),
+                        [65504, 65519.99, 65520, 6e-8, 2.9e-8, 1.00048828125, -1.00146484375]])
+    x = x.astype(np.float32)
+    k = kernel("out[thread_position_in_grid.x] = half(inp[thread_position_in_grid.x]);")
+    n = 4096
+    xin = np.resize(x, n)
+    got = np.array(run(k, [mx.array(xin)], (n,), mx.float16, (n, 1, 1), (256, 1, 1)))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got.view(np.uint16), xin.astype(np.float16).view(np.uint16))
