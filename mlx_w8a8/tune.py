@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", metavar="PATH", help="print the table at PATH and exit")
     p.add_argument("--atol", type=float, default=gate.ATOL, help="gate absolute tolerance")
     p.add_argument("--rtol", type=float, default=gate.RTOL, help="gate relative tolerance")
+    p.add_argument("--gate-reference-dtype", default="native",
+                   choices=("native", "float32"),
+                   help="run the gate's reference in the problem's dtype (native) or on "
+                   "float32-upcast activations (default: %(default)s)")
     p.add_argument("--min-improvement", type=float, default=MIN_IMPROVEMENT_BPS,
                    metavar="BPS", help="basis points a challenger must beat the reference by")
     p.add_argument("--pairs", type=int, default=timing.PAIRS,
@@ -171,7 +175,9 @@ def main(argv: list[str] | None = None, out=None) -> int:
         return 2
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
-                            pairs=args.pairs, warmup=args.warmup)
+                            pairs=args.pairs, warmup=args.warmup,
+                            reference_dtype=None if args.gate_reference_dtype == "native"
+                            else args.gate_reference_dtype)
         work = shapes.expand(args.shapes, shapes.parse_m_list(args.m)) if args.shapes else []
     except ValueError as error:
         print(f"mlx_w8a8.tune: {error}", file=sys.stderr)

@@ -141,3 +141,23 @@ def test_exact_ops_gate_by_equality():
     qref = registry.get("quantize_activation", "reference")
     same = _cand("same", lambda x, g: qref.run(x, g), op="quantize_activation")
     assert gate.run_gate(qa, qref, [same], gate.operands(qa, 2))["same"].passed
+
+
+def test_reference_can_be_run_in_float32_when_its_own_precision_is_the_problem():
+    # A reference that is only accurate in float32 (as mx.quantized_matmul on MLX's CPU
+    # in bfloat16, whose accumulation error exceeds atol at large K) would reject an
+    # accurate challenger; with reference_dtype="float32" the truth is the float32 run.
+    qmm = registry.get("linear", "mlx_qmm")
+
+    def sloppy(x, w, b):
+        y = qmm.run(x, w, b)
+        return y + 0.5 if x.dtype == mx.bfloat16 else y
+
+    prob = Problem("linear", 2, 16, 64, "bfloat16", "per_channel", 32)
+    ref = _cand("mlx_qmm", sloppy)
+    accurate = _cand("accurate", lambda x, w, b: qmm.run(x.astype(mx.float32), w, b).astype(x.dtype))
+    ins = gate.operands(prob, 2)
+    assert gate.run_gate(prob, ref, [accurate], ins)["accurate"].status == "rejected"
+    assert gate.run_gate(prob, ref, [accurate], ins, reference_dtype="float32")["accurate"].passed
+    with pytest.raises(ValueError, match="reference_dtype"):
+        gate.run_gate(prob, ref, [accurate], ins, reference_dtype="float8")

@@ -250,6 +250,7 @@ def run_gate(
     inputs: Sequence[tuple],
     atol: float = ATOL,
     rtol: float = RTOL,
+    reference_dtype: str | None = None,
 ) -> dict[str, GateResult]:
     """Gate every challenger against ``reference`` on every input tuple.
 
@@ -260,6 +261,11 @@ def run_gate(
         challengers: the others; the reference may be among them (it passes).
         inputs: argument tuples for ``run`` (see :func:`operands`).
         atol, rtol: tolerance for ``linear``.
+        reference_dtype: ``None`` (default) runs the reference on the inputs as they
+            are; ``"float32"`` runs it on the activation upcast to float32 (same
+            stored weights) and rounds its output back to the problem's dtype, so the
+            truth is not limited by the reference's own low-precision accumulation
+            (``linear`` only; e.g. ``mx.quantized_matmul`` on MLX's CPU in bfloat16).
 
     Returns:
         ``{name: GateResult}`` for the reference and every challenger.
@@ -269,8 +275,21 @@ def run_gate(
             a finite input (then nothing can be gated; the tuner abandons).
     """
     exact = problem.op in EXACT_OPS
+    upcast = reference_dtype not in (None, "native") and problem.op == "linear"
+    if upcast and reference_dtype not in _DTYPES:
+        raise ValueError(
+            f"[mlx_w8a8.tuning.{problem.op}] reference_dtype must be None, 'native' or one of "
+            f"{sorted(_DTYPES)}, got {reference_dtype!r}"
+        )
+
+    def run_reference(args):
+        if not upcast:
+            return reference.run(*args)
+        x, *rest = args
+        return reference.run(x.astype(_DTYPES[reference_dtype]), *rest).astype(x.dtype)
+
     try:
-        ref_outs = [reference.run(*args) for args in inputs]
+        ref_outs = [run_reference(args) for args in inputs]
         mx.eval(ref_outs)
     except Exception as error:
         raise RuntimeError(

@@ -60,6 +60,9 @@ class TuneConfig:
         max_chain: cap on the chosen chain.
         rotate: activation inputs rotated through (the gate uses the first two).
         seed: seed of the synthetic inputs and weights.
+        reference_dtype: ``None`` gates against the reference run as is; e.g.
+            ``"float32"`` runs the reference on upcast activations (see
+            :func:`.gate.run_gate`).
     """
 
     atol: float = gate.ATOL
@@ -71,6 +74,7 @@ class TuneConfig:
     max_chain: int = timing.MAX_CHAIN
     rotate: int = 4
     seed: int = 0
+    reference_dtype: str | None = None
 
     def __attrs_post_init__(self):
         if self.atol < 0 or self.rtol < 0:
@@ -385,7 +389,9 @@ class Tuner:
         if all(c.name != reference.name for c in found):
             found.insert(0, reference)
         inputs = gate.operands(problem, variants=cfg.rotate, seed=cfg.seed, weight=weight)
-        verdicts = gate.run_gate(problem, reference, found, inputs[:2], cfg.atol, cfg.rtol)
+        verdicts = gate.run_gate(
+            problem, reference, found, inputs[:2], cfg.atol, cfg.rtol, cfg.reference_dtype
+        )
         passing = [c for c in found if verdicts[c.name].passed]
         result = timing.paired_measure(
             [(c.name, c.run) for c in passing], inputs, pairs=cfg.pairs, warmup=cfg.warmup,
@@ -440,7 +446,10 @@ class Tuner:
             "has_bias": problem.has_bias,
             "speedup": round(medians[reference.name] / medians[choice], 4),
             "candidates": info,
-            "gate": {"atol": cfg.atol, "rtol": cfg.rtol, "worst_error": _finite(worst)},
+            "gate": {
+                "atol": cfg.atol, "rtol": cfg.rtol, "worst_error": _finite(worst),
+                "reference_dtype": cfg.reference_dtype or "native",
+            },
             "min_improvement_bps": cfg.min_improvement_bps,
             "samples": result.rounds,
             "chain": result.chain,
