@@ -13,6 +13,8 @@ in N and K; int32 results must be bit-exact, float results within float32 roundi
 
 from __future__ import annotations
 
+import contextlib
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -27,21 +29,43 @@ from mlx_w8a8.weight import QuantizedWeight
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-@pytest.fixture
-def emulated():
-    """Metal (without NAX unless a test says otherwise) present, kernels emulated."""
+class Backend:
+    """Where a test's kernels run: ``"emulator"`` (every machine with clang) or
+    ``"gpu"`` (an Apple GPU through MLX; skipped where there is no Metal)."""
+
+    def __init__(self, kind, sources):
+        self.kind, self.sources = kind, sources
+
+    def ran(self, body: str) -> bool:
+        """Whether the kernel body ``body`` ran (always True on a GPU: not observable)."""
+        if self.sources is None:
+            return True
+        return any(name.startswith(f"custom_kernel_w8a8_{body}") for name in self.sources)
+
+    def need_nax(self, nax: bool = True):
+        if nax and self.kind == "gpu" and not metal.nax_available():
+            pytest.skip("needs a GPU with neural accelerators (M5 class, macOS 26.2+)")
+
+
+# On a Mac every kernel test runs twice: emulated and on the GPU. Elsewhere the GPU
+# variant does not exist (rather than being skipped): the emulator runs everything.
+BACKENDS = ["emulator"] + (["gpu"] if mx.metal.is_available() else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def emulated(request):
+    """Emulator: Metal present without NAX unless a test says otherwise, kernels run by
+    the harness. GPU: real capabilities, kernels run by MLX on the Apple GPU."""
+    if request.param == "gpu":
+        yield Backend("gpu", None)
+        return
     previous = metal.set_executor(harness.executor)
     harness.executor.sources.clear()
     try:
         with metal.override(metal=True, nax=False):
-            yield harness.executor.sources
+            yield Backend("emulator", harness.executor.sources)
     finally:
         metal.set_executor(previous)
-
-
-def ran(sources, body: str) -> bool:
-    """Whether the emulator ran the kernel body ``body`` (by its MLX kernel name)."""
-    return any(name.startswith(f"custom_kernel_w8a8_{body}") for name in sources)
 
 
 def activation(rng, m, k, dtype, edge_rows=True):
@@ -80,7 +104,7 @@ def test_quantize_matches_oracle(emulated, rng, dtype, m, k, group_size):
     x, xv = activation(rng, m, k, dtype)
     q, scale, rs = metal.quantize(x, group_size)
     want_q, want_scale = oracle.quantize_rows(xv)
-    assert ran(emulated, "quantize")
+    assert emulated.ran("quantize")
     assert q.dtype == mx.int8 and scale.dtype == mx.float32
     np.testing.assert_array_equal(np.array(q), want_q)  # bit-exact codes
     np.testing.assert_array_equal(np.array(scale), want_scale)  # NaN where the row is bad
@@ -107,10 +131,11 @@ INT8_SHAPES = [
 @pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_int8_matmul), ("simd_gemm", metal.simd_int8_matmul)])
 @pytest.mark.parametrize("m,n,k", INT8_SHAPES)
 def test_int8_matmul_bit_exact(emulated, rng, name, run, m, n, k):
+    emulated.need_nax(name == "nax_gemm")
     a = oracle.random_int8(rng, (m, k))  # full range, -128 included
     b = oracle.random_int8(rng, (n, k))
     c = run(mx.array(a), mx.array(b))
-    assert ran(emulated, name)
+    assert emulated.ran(name)
     assert c.dtype == mx.int32 and c.shape == (m, n)
     np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
 
@@ -119,12 +144,13 @@ def test_int8_matmul_bit_exact(emulated, rng, name, run, m, n, k):
 def test_int8_matmul_exact_past_2_24(emulated, name, run):
     """All -128: each output is K * 2^14 = 2100 * 16384 > 2^24. A float accumulator that
     were never flushed to int32 would round it; the simd kernel flushes every 1024."""
+    emulated.need_nax(name == "nax_gemm")
     m, n, k = 2, 3, 2100
     a = np.full((m, k), -128, np.int8)
     b = np.full((n, k), -128, np.int8)
     b[1, :7] = 127  # a value that is odd, so its loss would show
     c = run(mx.array(a), mx.array(b))
-    assert ran(emulated, name)
+    assert emulated.ran(name)
     np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
 
 
@@ -149,8 +175,9 @@ def check_linear(run, rng, m, n, k, dtype, per_channel, group_size, with_bias):
     (64, 64, 64, True),   # exact tiles
 ])
 def test_per_channel_linear(emulated, rng, dtype, name, run, m, n, k, with_bias):
+    emulated.need_nax(name == "nax_gemm")
     check_linear(run, rng, m, n, k, dtype, True, 32, with_bias)
-    assert ran(emulated, name) and ran(emulated, "quantize")
+    assert emulated.ran(name) and emulated.ran("quantize")
 
 
 @pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
@@ -162,10 +189,12 @@ def test_per_channel_linear(emulated, rng, dtype, name, run, m, n, k, with_bias)
 ])
 def test_grouped_linear(emulated, rng, nax, body, dtype, m, n, k, group_size):
     """The grouped candidate runs the NAX kernel where NAX is present, the simd one elsewhere."""
+    emulated.need_nax(nax)
     with metal.override(metal=True, nax=nax):
         check_linear(metal.grouped_w8a8_linear, rng, m, n, k, dtype, False, group_size, True)
-    assert ran(emulated, body)
-    assert not ran(emulated, "simd_gemm" if nax else "nax_gemm")
+    assert emulated.ran(body)
+    if emulated.sources is not None:
+        assert not emulated.ran("simd_gemm" if nax else "nax_gemm")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -177,7 +206,7 @@ def test_grouped_linear(emulated, rng, nax, body, dtype, m, n, k, group_size):
 ])
 def test_gemv(emulated, rng, dtype, m, per_channel, group_size, k):
     check_linear(metal.int8_gemv, rng, m, 37, k, dtype, per_channel, group_size, m != 7)
-    assert ran(emulated, "gemv")
+    assert emulated.ran("gemv")
 
 
 def test_gemv_refuses_more_than_16_rows(emulated, rng):
@@ -217,7 +246,19 @@ def test_nax_rule(macos, arch, want):
 def test_no_metal_offers_nothing():
     """This machine has no Metal: every Metal candidate is registered, none is offered,
     forcing one is a clear ValueError, and the fallback still answers."""
-    assert not mx.metal.is_available()
+    absent = contextlib.nullcontext() if not mx.metal.is_available() else metal.override(metal=False)
+    with absent:
+        check_nothing_offered()
+
+
+def test_detection_follows_mlx():
+    """Without an override, Metal is what MLX reports (no Metal on the CI machine)."""
+    assert metal.metal_available() == bool(mx.metal.is_available())
+    if not mx.metal.is_available():
+        assert not metal.nax_available()
+
+
+def check_nothing_offered():
     assert not metal.metal_available() and not metal.nax_available()
     metal_names = {c.name for c in registry.all_candidates() if c.backend == "metal"}
     assert metal_names == {"metal_quantize", "metal_nax_int8_gemm", "metal_simd_int8_gemm",
@@ -248,7 +289,8 @@ def test_override_picks_nax_or_fallback(nax, want):
         offered = registry.names(registry.candidates(problems()["int8"]))
         assert ("metal_nax_int8_gemm" in offered) is nax
         assert "metal_simd_int8_gemm" in offered  # the fallback runs on every Apple GPU
-    assert metal.pick(problems()["int8"]) is None  # the override is gone again
+    if not mx.metal.is_available():
+        assert metal.pick(problems()["int8"]) is None  # the override is gone again
 
 
 def test_nax_needs_metal():
@@ -265,6 +307,7 @@ def test_override_validates():
 @pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
 def test_public_ops_dispatch_to_metal(emulated, rng, nax, body):
     """Through the public ops with a forced kernel name, as a user on a Mac would."""
+    emulated.need_nax(nax)
     with metal.override(metal=True, nax=nax):
         name = "metal_nax_w8a8_gemm" if nax else "metal_simd_w8a8_gemm"
         x, xv = activation(rng, 5, 64, "float16", edge_rows=False)
@@ -275,7 +318,7 @@ def test_public_ops_dispatch_to_metal(emulated, rng, nax, body):
         a, b = oracle.random_int8(rng, (3, 48)), oracle.random_int8(rng, (5, 48))
         c = ops.int8_matmul(mx.array(a), mx.array(b), kernel=name.replace("w8a8", "int8"))
         np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
-    assert ran(emulated, body)
+    assert emulated.ran(body)
 
 
 def test_digests_name_the_sources():
