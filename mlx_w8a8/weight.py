@@ -181,7 +181,9 @@ class QuantizedWeight:
         codes = (w_i8 + 128).astype(mx.uint8)
         groups = w.shape[1] // group_size
         scales = mx.broadcast_to(scale, (w.shape[0], groups))
-        biases = (-128.0 * scales.astype(mx.float32)).astype(w.dtype)
+        # contiguous: an elementwise op on a broadcast keeps broadcast strides, and MLX's
+        # CUDA quantized_matmul has no kernel for non-row-contiguous biases.
+        biases = mx.contiguous((-128.0 * scales.astype(mx.float32)).astype(w.dtype))
         q = mx.contiguous(codes).view(mx.uint32)
         return cls(q, mx.contiguous(scales), biases, group_size, per_channel=True)
 
@@ -211,7 +213,7 @@ class QuantizedWeight:
         s = mx.broadcast_to(scales.reshape(n, 1), (n, k // group_size))
         codes = (w_i8.view(mx.uint8) ^ 0x80)
         q = mx.contiguous(codes).view(mx.uint32)
-        biases = (-128.0 * s.astype(mx.float32)).astype(scales.dtype)
+        biases = mx.contiguous((-128.0 * s.astype(mx.float32)).astype(scales.dtype))
         return cls(q, mx.contiguous(s), biases, group_size, per_channel=True)
 
 
