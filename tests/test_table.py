@@ -146,3 +146,28 @@ def test_concurrent_writers_in_two_processes_lose_nothing(tmp_path):
         assert p.exitcode == 0
     ns = sorted(e["n"] for e in table.matching_entries(table.read(path), key, path))
     assert ns == list(range(25)) + list(range(1000, 1025))
+
+
+def test_import_and_inference_survive_missing_table_dependencies(tmp_path):
+    # A minimal image (no platformdirs, no filelock) must still import the package and
+    # run inference; only table writes are refused.
+    import subprocess
+    import sys
+    code = (
+        "import sys; sys.modules['platformdirs'] = None; sys.modules['filelock'] = None\n"
+        "import mlx.core as mx, mlx_w8a8\n"
+        "from mlx_w8a8.tuning import table\n"
+        "w = mlx_w8a8.quantize_weight(mx.ones((8, 64)), group_size=32)\n"
+        "mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))\n"
+        "assert table.cache_table_path().endswith('tuning.json')\n"
+        "try:\n"
+        f"    table.write_entries({str(tmp_path / 't.json')!r}, table.device_key(), [])\n"
+        "except table.TableError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout and "filelock" in r.stdout

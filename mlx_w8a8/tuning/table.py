@@ -36,9 +36,16 @@ import warnings
 from importlib import resources
 from typing import Any, Iterable
 
-import filelock
 import mlx.core as mx
-import platformdirs
+
+try:  # declared dependencies; a missing one must not break ``import mlx_w8a8``
+    import platformdirs
+except ImportError:  # pragma: no cover - exercised on minimal images
+    platformdirs = None
+try:
+    import filelock
+except ImportError:  # pragma: no cover
+    filelock = None
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
@@ -121,7 +128,13 @@ def entry_key(entry: dict) -> tuple:
 
 def cache_table_path() -> str:
     """The user's cache table: ``$MLX_W8A8_CACHE_DIR`` or the platform cache dir."""
-    base = os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("mlx_w8a8")
+    base = os.environ.get(ENV_CACHE_DIR)
+    if not base:
+        if platformdirs is not None:
+            base = platformdirs.user_cache_dir("mlx_w8a8")
+        else:  # the XDG default platformdirs would give on Linux
+            root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            base = os.path.join(root, "mlx_w8a8")
     return os.path.join(base, CACHE_FILE)
 
 
@@ -292,9 +305,19 @@ def _sortable(key: tuple) -> tuple:
     return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
 
 
-def lock_for(path: str) -> filelock.FileLock:
-    """The lock that guards read-modify-write of the table at ``path``."""
+def lock_for(path: str):
+    """The lock (a ``filelock.FileLock``) that guards read-modify-write of ``path``.
+
+    Raises:
+        TableError: if ``filelock`` is not installed (tables are then read-only).
+    """
+    if filelock is None:
+        raise TableError(f"{path}: cannot write safely, the 'filelock' package is not installed")
     return filelock.FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def _lock_errors() -> tuple:
+    return (OSError,) if filelock is None else (OSError, filelock.Timeout)
 
 
 def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
@@ -318,7 +341,7 @@ def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
             current = read(path)
             doc = merge(current if current is not None else empty(), key, entries)
             _atomic_write(path, doc)
-    except (OSError, filelock.Timeout) as error:
+    except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
     return doc
 
@@ -335,7 +358,7 @@ def write_doc(path: str, doc: dict) -> None:
                 key = {f: section[f] for f in SECTION_FIELDS if f != "entries"}
                 current = merge(current, key, section["entries"])
             _atomic_write(path, current)
-    except (OSError, filelock.Timeout) as error:
+    except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
 
 

@@ -34,7 +34,11 @@ import threading
 from typing import Any, Callable, Sequence
 
 import attrs
-import filelock
+
+try:  # a declared dependency; without it claims are per process only
+    import filelock
+except ImportError:  # pragma: no cover
+    filelock = None
 
 from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
@@ -309,7 +313,9 @@ class Tuner:
                 return None
             self._claimed.add(key)
         lock = None
-        for folder in (self.writable_path() + ".claims", os.path.join(tempfile.gettempdir(), "mlx_w8a8-claims")):
+        folders = () if filelock is None else (self.writable_path() + ".claims",
+                                               os.path.join(tempfile.gettempdir(), "mlx_w8a8-claims"))
+        for folder in folders:
             try:
                 os.makedirs(folder, exist_ok=True)
                 lock = filelock.FileLock(os.path.join(folder, key + ".lock"), timeout=0)
