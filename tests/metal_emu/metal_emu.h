@@ -21,6 +21,10 @@
 // Anything not defined here does not compile: unsupported constructs fail loudly.
 #pragma once
 
+#if defined(__APPLE__) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 600  // macOS declares the ucontext routines only with it
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -43,7 +43,8 @@ constexpr auto desc = mpp::tensor_ops::matmul2d_descriptor(
 mpp::tensor_ops::matmul2d<desc, metal::execution_simdgroup> op;
 auto ct_a = op.get_left_input_cooperative_tensor<int8_t, int8_t, int32_t>();
 auto ct_b = op.get_right_input_cooperative_tensor<int8_t, int8_t, int32_t>();
-auto ct_c = op.get_destination_cooperative_tensor<decltype(ct_a), decltype(ct_b), int32_t>();
+auto ct_c = op.get_destination_cooperative_tensor<
+    metal::remove_addrspace_t<decltype(ct_a)>, metal::remove_addrspace_t<decltype(ct_b)>, int32_t>();
 
 // This lane's accumulators: 2 row blocks (16 rows each) x 16 elements (32 columns).
 int c[2][16];
