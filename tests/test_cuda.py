@@ -186,9 +186,34 @@ def test_w8a8_grouped_every_tile_config(rng, config):
 @pytest.mark.parametrize("m", [1, 2, 3, 8, 13, 16])
 @pytest.mark.parametrize("per_channel,group_size", [(True, 64), (False, 32), (False, 128)])
 def test_int8_gemv(rng, m, per_channel, group_size):
+    """The registered candidate (fused: these M x K fit in shared memory)."""
     run = registry.get("linear", "cuda_int8_gemv").run
+    assert cuda.gemv_fuses(m, 1024)
     check_linear(rng, run, m, 264, 1024, "bfloat16", group_size, per_channel, m % 2 == 1)
     check_linear(rng, run, m, 257, 128, "float16", group_size, per_channel, False)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("m,per_channel", [(1, True), (5, False), (16, True), (16, False)])
+def test_int8_gemv_both_paths(rng, m, per_channel, fused):
+    """Fused and two-launch paths forced, K = 1088 (not a multiple of the 32 x 16-byte
+    sweep of a warp: a partial last sweep) and N = 8714 (more weight rows than the fused
+    grid's 264 x 8 warps take in one pass, even at RW = 4: the persistent loop wraps;
+    8714 % 4 = 2: a partial last row group)."""
+    def run(x, weight, bias):
+        return cuda.gemv(x, weight, bias, fused=fused)
+
+    assert 8714 > cuda.GEMV_FUSED_BLOCKS * (cuda.GEMV_THREADS // 32) * 4
+    check_linear(rng, run, m, 8714, 1088, "float32", 32 if not per_channel else 64,
+                 per_channel, True)
+
+
+def test_int8_gemv_large_k_two_launches(rng):
+    """M = 16 with K = 8192 does not fit the fused kernel's shared memory: the launcher
+    must take the two-launch path, and it must be right."""
+    assert not cuda.gemv_fuses(16, 8192)
+    run = registry.get("linear", "cuda_int8_gemv").run
+    check_linear(rng, run, 16, 136, 8192, "bfloat16", 64, True, False)
 
 
 # The candidates as the tuner sees them ----------------------------------------------------

@@ -58,7 +58,7 @@ DEFAULT_HEADER = """
 
 def wrap(build: cuda.KernelBuild) -> str:
     """The full translation unit MLX would hand to NVRTC for ``build``."""
-    header, bodies = cuda.split(sources.read("cuda", build.file))
+    header, bodies = cuda.load(build.file)  # the text the launchers pass to MLX
     body = bodies[build.body]
     name = f"custom_kernel_w8a8_{build.file[:-3]}_{build.body}"
     params = []

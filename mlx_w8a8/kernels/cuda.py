@@ -39,6 +39,7 @@ GEMV_MAX_M = 16
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 _BODY = re.compile(r"^// @@ body (\w+)\s*$", re.MULTILINE)
+_REQUIRES = re.compile(r"^// @@ requires (\S+)\s*$", re.MULTILINE)
 
 
 def split(text: str) -> tuple[str, dict[str, str]]:
@@ -59,6 +60,35 @@ def split(text: str) -> tuple[str, dict[str, str]]:
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         bodies[mark.group(1)] = text[mark.end() : end].strip() + "\n"
     return header, bodies
+
+
+def strip_comments(code: str) -> str:
+    """Drop ``//`` comments and blank lines (the kernels have no string literals).
+
+    MLX hashes the full kernel source on every launch to find the compiled module, so
+    shorter text is cheaper per launch; the files keep their comments.
+    """
+    out = []
+    for line in code.splitlines():
+        if '"' not in line:
+            line = line.split("//", 1)[0]
+        line = line.rstrip()
+        if line.strip():
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def load(file: str) -> tuple[str, dict[str, str]]:
+    """Header and bodies of ``shaders/cuda/<file>`` as passed to ``mx.fast.cuda_kernel``.
+
+    A ``// @@ requires OTHER.cu`` line in the header puts OTHER's header first; comments
+    are stripped (:func:`strip_comments`).
+    """
+    header, bodies = split(sources.read("cuda", file))
+    for other in _REQUIRES.findall(header):
+        header = load(other)[0] + header
+    return strip_comments(header), {k: strip_comments(v) for k, v in bodies.items()}
 
 
 def cuda_available() -> bool:
@@ -130,8 +160,11 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
 # mx.fast.cuda_kernel) before each launch, so an element a kernel skips shows up.
 POISON: float | None = None
 
-QUANT_THREADS = 256
+QUANT_MAX_THREADS = 1024
 GEMV_THREADS = 256
+# Fused GEMV: x's codes live in shared memory (MM * K bytes); grid of ~2 blocks per SM.
+GEMV_FUSED_MAX_SMEM = 96 * 1024
+GEMV_FUSED_BLOCKS = 2 * 132
 
 
 def gemv_rows_per_warp(m_bucket: int) -> int:
@@ -153,7 +186,7 @@ def gemv_bucket(m: int) -> int:
 def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
             shared_memory: int = 0):
     """The ``mx.fast.cuda_kernel`` for body ``body`` of ``shaders/cuda/<file>``, built once."""
-    header, bodies = split(sources.read("cuda", file))
+    header, bodies = load(file)
     stem = file.removesuffix(".cu")
     return mx.fast.cuda_kernel(
         name=f"w8a8_{stem}_{body}",
@@ -185,8 +218,9 @@ def quantize(x: mx.array, group_size: int | None = None):
     m, k = x.shape
     if k % QUANT_K_MULTIPLE:
         raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
-    # One thread per 8 elements up to QUANT_THREADS; always whole warps (row-sum shuffles).
-    threads = min(QUANT_THREADS, max(32, -(-(k // 8) // 32) * 32))
+    # Whole warps (row-sum shuffles), enough that each thread keeps its <= 4 chunks of 8
+    # in registers between the two passes (quantize.cu kCached) where K allows.
+    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (4 * 32)) * 32))
     if group_size is None:
         kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
         q, scale = kern(
@@ -262,32 +296,61 @@ def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None 
     )[0]
 
 
-def gemv(xq, xs, weight, bias, out_dtype):
-    """Small-M W8A8 (``M <= 16``) on quantized activations, either weight format."""
-    m, k = xq.shape
+def gemv_fuses(m: int, k: int) -> bool:
+    """Whether the one-launch GEMV (x quantized into shared memory) takes ``M x K``."""
+    return gemv_bucket(m) * k <= GEMV_FUSED_MAX_SMEM
+
+
+def gemv(x, weight, bias, fused: bool | None = None):
+    """Small-M W8A8 (``M <= 16``) for either weight format; ``y`` in ``x.dtype``.
+
+    Args:
+        x: ``[M, K]`` float activation.
+        weight: a ``QuantizedWeight`` ``[N, K]``.
+        bias: ``[N]`` or ``None``.
+        fused: one launch (quantize x in each block's shared memory) or two (the
+            quantize kernel first); ``None`` fuses when ``gemv_fuses(M, K)``.
+    """
+    m, k = x.shape
     n = weight.n
     mm = gemv_bucket(m)
     rw = gemv_rows_per_warp(mm)
+    if fused is None:
+        fused = gemv_fuses(m, k)
     grouped = not weight.per_channel
     if grouped:
-        inputs = [xq, xs, weight.q, weight.scales, weight.group_offsets]
-        names = ("xq", "xs", "w", "ws", "wo")
-        template = [("T", out_dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+        w_inputs = [weight.q, weight.scales, weight.group_offsets]
+        w_names = ("w", "ws", "wo")
+        template = [("T", x.dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
         body = "grouped"
     else:
-        inputs = [xq, xs, weight.q, weight.channel_scales]
-        names = ("xq", "xs", "w", "ws")
-        template = [("T", out_dtype)]
+        w_inputs = [weight.q, weight.channel_scales]
+        w_names = ("w", "ws")
+        template = [("T", x.dtype)]
         body = "channel"
     if bias is not None:
-        inputs.append(_as_f32(bias))
-        names += ("bias",)
+        w_inputs.append(_as_f32(bias))
+        w_names += ("bias",)
         body += "_bias"
-    kern = _kernel("gemv.cu", body, names, ("y",))
     warps = -(-n // rw)
+    template += [("MM", mm), ("RW", rw)]
+    if fused:
+        smem = mm * k
+        # The shared-memory size is part of the template so each size is its own kernel
+        # (MLX raises the function's dynamic shared-memory limit once, at first load).
+        kern = _kernel("gemv.cu", "fused_" + body, ("x",) + w_names, ("y",), smem)
+        blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
+        return kern(
+            inputs=[x] + w_inputs, template=template + [("SMEM_BYTES", smem)],
+            output_shapes=[(m, n)], output_dtypes=[x.dtype],
+            grid=(blocks * GEMV_THREADS, 1, 1), threadgroup=(GEMV_THREADS, 1, 1),
+            init_value=POISON,
+        )[0]
+    xq, xs, _ = quantize(x)
+    kern = _kernel("gemv.cu", body, ("xq", "xs") + w_names, ("y",))
     return kern(
-        inputs=inputs, template=template + [("MM", mm), ("RW", rw)],
-        output_shapes=[(m, n)], output_dtypes=[out_dtype],
+        inputs=[xq, xs] + w_inputs, template=template,
+        output_shapes=[(m, n)], output_dtypes=[x.dtype],
         grid=(warps * 32, 1, 1), threadgroup=(GEMV_THREADS, 1, 1), init_value=POISON,
     )[0]
 
@@ -308,8 +371,7 @@ def _w8a8_grouped_run(x, weight, bias):
 
 
 def _gemv_run(x, weight, bias):
-    xq, xs, _ = quantize(x)
-    return gemv(xq, xs, weight, bias, x.dtype)
+    return gemv(x, weight, bias)
 
 
 # Capability checks (cheap; no device memory touched) ------------------------------------
@@ -346,7 +408,7 @@ def _digest(*files: str, params: str = "") -> str:
 _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
 _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize,
-     _digest("quantize.cu", params=f"threads={QUANT_THREADS}")),
+     _digest("quantize.cu", params=f"threads<={QUANT_MAX_THREADS}")),
     ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8,
      _digest("gemm.cu", params=_GEMM_PARAMS)),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm,
@@ -354,7 +416,8 @@ _CANDIDATES = (
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _digest("quantize.cu", "gemm.cu", params=_GEMM_PARAMS)),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv,
-     _digest("quantize.cu", "gemv.cu", params=f"threads={GEMV_THREADS}")),
+     _digest("quantize.cu", "gemv.cu",
+             params=f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
 for _name, _op, _run, _supports, _dig in _CANDIDATES:
@@ -408,12 +471,17 @@ def kernel_builds() -> list[KernelBuild]:
                                    (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
+    gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
     for i, mm in enumerate((1, 2, 4, 8, 16)):
         rw = gemv_rows_per_warp(mm)
         for j, (body, st, gs) in enumerate(gemv_bodies):
             if (i + j) % 2 and mm not in (1, 16):
                 continue  # every body at M = 1 and 16; the middle buckets alternate
-            ins = (("xq", "int8", 2), ("xs", "float32", 2), ("w", "uint32", 2))
+            fused = body.startswith("fused_")
+            if fused:
+                ins = (("x", "bfloat16" if st is None else "float16", 2), ("w", "uint32", 2))
+            else:
+                ins = (("xq", "int8", 2), ("xs", "float32", 2), ("w", "uint32", 2))
             if st is None:
                 ins += (("ws", "float32", 1),)
                 tpl = (("T", "bfloat16"),)
@@ -422,6 +490,8 @@ def kernel_builds() -> list[KernelBuild]:
                 tpl = (("T", "float16"), ("ST", st), ("GS", gs))
             if body.endswith("bias"):
                 ins += (("bias", "float32", 1),)
-            out.append(KernelBuild("gemv.cu", body, ins, (("y", tpl[0][1]),),
-                                   tpl + (("MM", mm), ("RW", rw))))
+            tpl += (("MM", mm), ("RW", rw))
+            if fused:
+                tpl += (("SMEM_BYTES", mm * 4096),)
+            out.append(KernelBuild("gemv.cu", body, ins, (("y", tpl[0][1]),), tpl))
     return out

@@ -2,6 +2,9 @@
 //
 // File layout: the text before the first "// @@ body" line is the `header=` of
 // mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
+// The "// @@ requires" line below makes the loader put quantize.cu's header first (the
+// fused kernels quantize x with its helpers).
+// @@ requires quantize.cu
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations already quantized by the
 // quantize kernel): per-channel weights accumulate sum_k xq[m, k] * (q[n, k] - 128) in
@@ -15,9 +18,16 @@
 // weight rows. kUnroll chunks per row are loaded before any is used, so every warp keeps
 // several 16-byte loads in flight (the kernel is latency/bandwidth bound).
 //
+// Two entry points: `gemv` reads activation codes quantized by the quantize kernel (two
+// launches); `gemv_fused` (one launch) has every block quantize all M rows of x into
+// shared memory first (M * K bytes, at most a few tens of KiB; redundant across blocks,
+// but x is tiny next to the weight and L2-resident) and then walks weight rows
+// persistently (grid about 2 blocks per SM).
+//
 // Invariants the launcher guarantees: 1 <= M <= MM, K % 16 == 0 (K % GS == 0 grouped),
-// rows 16-byte aligned, blockDim.x a multiple of 32. Rows of x past M are read as row
-// M - 1 and never stored; weight rows past N are read as row N - 1 and never stored.
+// rows 16-byte aligned, blockDim.x a multiple of 32; fused: dynamic shared memory holds
+// MM * K bytes. Rows of x past M are read as row M - 1 and never stored; weight rows
+// past N are read as row N - 1 and never stored.
 
 namespace w8a8 {
 
@@ -47,106 +57,137 @@ __device__ __forceinline__ int sum16(uint4 x) {
 }
 
 // GS == 0: per-channel (ws = [N] f32 scales, wo unused). GS > 0: grouped (ws = [N, K/GS]
-// scales of type ST, wo = [N, K/GS] f32 offsets b + 128 s).
+// scales of type ST, wo = [N, K/GS] f32 offsets b + 128 s). The warp handles weight rows
+// n_first, n_first + n_stride, ... (RW at a time). xq / xs may point to shared memory.
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
+__device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, const uint32_t* w,
+                                          const ST* ws, const float* wo, const float* bias,
+                                          int M, int N, int K, T* y, int n_first, int n_stride) {
+  constexpr int kUnroll = 4;
+  constexpr bool kGrouped = GS > 0;
+  const int lane = threadIdx.x & 31;
+  const int chunks = K >> 4;
+  const int groups = kGrouped ? K / GS : 1;
+  const uint4* xrow[MM];
+  float xscale[MM];
+#pragma unroll
+  for (int m = 0; m < MM; ++m) {
+    xrow[m] = reinterpret_cast<const uint4*>(xq) + (size_t)min(m, M - 1) * chunks;
+    xscale[m] = xs[min(m, M - 1)];
+  }
+
+  for (int n0 = n_first; n0 < N; n0 += n_stride) {  // uniform per warp
+    const uint4* wrow[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+      wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)min(n0 + r, N - 1) * chunks;
+
+    int iacc[RW][MM];
+    float facc[RW][MM];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int m = 0; m < MM; ++m) {
+        iacc[r][m] = 0;
+        facc[r][m] = 0.f;
+      }
+
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+      uint4 wv[kUnroll][RW];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * 32;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+          wv[u][r] = c < chunks ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * 32;
+        if (c >= chunks) break;
+        if constexpr (!kGrouped) {
+#pragma unroll
+          for (int m = 0; m < MM; ++m) {
+            const uint4 xv = xrow[m][c];
+#pragma unroll
+            for (int r = 0; r < RW; ++r) iacc[r][m] = dot16(xv, wv[u][r], iacc[r][m]);
+          }
+        } else {
+          const int g = (c * 16) / GS;
+          float s[RW], o[RW];
+#pragma unroll
+          for (int r = 0; r < RW; ++r) {
+            const int n = min(n0 + r, N - 1);
+            s[r] = to_float(ws[(size_t)n * groups + g]);
+            o[r] = wo[(size_t)n * groups + g];
+          }
+#pragma unroll
+          for (int m = 0; m < MM; ++m) {
+            const uint4 xv = xrow[m][c];
+            const float xsum = static_cast<float>(sum16(xv));
+#pragma unroll
+            for (int r = 0; r < RW; ++r)
+              facc[r][m] += s[r] * static_cast<float>(dot16(xv, wv[u][r], 0)) + o[r] * xsum;
+          }
+        }
+      }
+    }
+
+    // Butterfly reduction: afterwards every lane holds every (r, m) total.
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int m = 0; m < MM; ++m)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          if constexpr (!kGrouped) iacc[r][m] += __shfl_xor_sync(0xffffffffu, iacc[r][m], o);
+          else facc[r][m] += __shfl_xor_sync(0xffffffffu, facc[r][m], o);
+        }
+
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
+      const int n = n0 + r;
+#pragma unroll
+      for (int m = 0; m < MM; ++m) {
+        // One lane per output; (r * MM + m) % 32 spreads the stores over the warp.
+        if (lane != ((r * MM + m) & 31) || n >= N || m >= M) continue;
+        float v;
+        if constexpr (!kGrouped) v = static_cast<float>(iacc[r][m]) * xscale[m] * to_float(ws[n]);
+        else v = xscale[m] * facc[r][m];
+        if constexpr (HAS_BIAS) v += bias[n];
+        store_out(y + (size_t)m * N + n, v);
+      }
+    }
+  }
+}
+
+// Two launches: xq / xs from the quantize kernel; one pass over the rows.
 template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
 __device__ __forceinline__ void gemv(const int8_t* xq, const float* xs, const uint32_t* w,
                                      const ST* ws, const float* wo, const float* bias,
                                      int M, int N, int K, T* y) {
-  constexpr int kUnroll = 4;
-  constexpr bool kGrouped = GS > 0;
-  const int lane = threadIdx.x & 31;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int n0 = warp * RW;
-  if (n0 >= N) return;  // whole warp leaves together
-  const int chunks = K >> 4;
-  const int groups = kGrouped ? K / GS : 1;
+  const int warps = (gridDim.x * blockDim.x) >> 5;
+  gemv_rows<MM, RW, GS, HAS_BIAS, T, ST>(xq, xs, w, ws, wo, bias, M, N, K, y, warp * RW,
+                                         warps * RW);
+}
 
-  const uint4* wrow[RW];
-#pragma unroll
-  for (int r = 0; r < RW; ++r) {
-    const int n = min(n0 + r, N - 1);
-    wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)n * chunks;
-  }
-  const uint4* xrow[MM];
-#pragma unroll
-  for (int m = 0; m < MM; ++m)
-    xrow[m] = reinterpret_cast<const uint4*>(xq) + (size_t)min(m, M - 1) * chunks;
-
-  int iacc[RW][MM];
-  float facc[RW][MM];
-#pragma unroll
-  for (int r = 0; r < RW; ++r)
-#pragma unroll
-    for (int m = 0; m < MM; ++m) {
-      iacc[r][m] = 0;
-      facc[r][m] = 0.f;
-    }
-
-  for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-    uint4 wv[kUnroll][RW];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * 32;
-#pragma unroll
-      for (int r = 0; r < RW; ++r) wv[u][r] = c < chunks ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * 32;
-      if (c >= chunks) break;
-      if constexpr (!kGrouped) {
-#pragma unroll
-        for (int m = 0; m < MM; ++m) {
-          const uint4 xv = __ldg(xrow[m] + c);
-#pragma unroll
-          for (int r = 0; r < RW; ++r) iacc[r][m] = dot16(xv, wv[u][r], iacc[r][m]);
-        }
-      } else {
-        const int g = (c * 16) / GS;
-        float s[RW], o[RW];
-#pragma unroll
-        for (int r = 0; r < RW; ++r) {
-          const int n = min(n0 + r, N - 1);
-          s[r] = to_float(ws[(size_t)n * groups + g]);
-          o[r] = wo[(size_t)n * groups + g];
-        }
-#pragma unroll
-        for (int m = 0; m < MM; ++m) {
-          const uint4 xv = __ldg(xrow[m] + c);
-          const float xsum = static_cast<float>(sum16(xv));
-#pragma unroll
-          for (int r = 0; r < RW; ++r)
-            facc[r][m] += s[r] * static_cast<float>(dot16(xv, wv[u][r], 0)) + o[r] * xsum;
-        }
-      }
-    }
-  }
-
-  // Butterfly reduction: afterwards every lane holds every (r, m) total.
-#pragma unroll
-  for (int r = 0; r < RW; ++r)
-#pragma unroll
-    for (int m = 0; m < MM; ++m)
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        if constexpr (!kGrouped) iacc[r][m] += __shfl_xor_sync(0xffffffffu, iacc[r][m], o);
-        else facc[r][m] += __shfl_xor_sync(0xffffffffu, facc[r][m], o);
-      }
-
-#pragma unroll
-  for (int r = 0; r < RW; ++r) {
-    const int n = n0 + r;
-#pragma unroll
-    for (int m = 0; m < MM; ++m) {
-      // One lane per output; (r * MM + m) % 32 spreads the stores over the warp.
-      if (lane != ((r * MM + m) & 31) || n >= N || m >= M) continue;
-      float v;
-      if constexpr (!kGrouped) v = static_cast<float>(iacc[r][m]) * xs[m] * to_float(ws[n]);
-      else v = xs[m] * facc[r][m];
-      if constexpr (HAS_BIAS) v += bias[n];
-      store_out(y + (size_t)m * N + n, v);
-    }
-  }
+// One launch: the block quantizes x (float, T) into shared memory, then the warps walk
+// the weight rows. Hazard: the __syncthreads between the two phases is what makes every
+// warp see every row's codes and scale.
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
+__device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const ST* ws,
+                                           const float* wo, const float* bias, int M, int N,
+                                           int K, T* y) {
+  extern __shared__ __align__(16) unsigned char w8a8_smem[];
+  __shared__ float x_scale[MM];
+  int8_t* xq = reinterpret_cast<int8_t*>(w8a8_smem);
+  quantize_rows_warp<T>(x, M, K, xq, x_scale);
+  __syncthreads();
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int warps = (gridDim.x * blockDim.x) >> 5;
+  gemv_rows<MM, RW, GS, HAS_BIAS, T, ST>(xq, x_scale, w, ws, wo, bias, M, N, K, y, warp * RW,
+                                         warps * RW);
 }
 
 }  // namespace w8a8
@@ -168,3 +209,21 @@ w8a8::gemv<MM, RW, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr, xq_shape[0], w_
 // @@ body grouped_bias
 w8a8::gemv<MM, RW, GS, true, T, ST>(xq, xs, w, ws, wo, bias, xq_shape[0], w_shape[0],
                                     xq_shape[1], y);
+
+// @@ body fused_channel
+// x [M, K] float (T), w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
+w8a8::gemv_fused<MM, RW, 0, false, T, float>(x, w, ws, nullptr, nullptr, x_shape[0],
+                                             w_shape[0], x_shape[1], y);
+
+// @@ body fused_channel_bias
+w8a8::gemv_fused<MM, RW, 0, true, T, float>(x, w, ws, nullptr, bias, x_shape[0], w_shape[0],
+                                            x_shape[1], y);
+
+// @@ body fused_grouped
+// x [M, K] float (T), w codes, ws [N, G] scales (ST), wo [N, G] f32 offsets.
+w8a8::gemv_fused<MM, RW, GS, false, T, ST>(x, w, ws, wo, nullptr, x_shape[0], w_shape[0],
+                                           x_shape[1], y);
+
+// @@ body fused_grouped_bias
+w8a8::gemv_fused<MM, RW, GS, true, T, ST>(x, w, ws, wo, bias, x_shape[0], w_shape[0],
+                                          x_shape[1], y);

@@ -54,6 +54,33 @@ __device__ __forceinline__ float abs_or_inf(float v) {
   return a == a ? a : __int_as_float(0x7f800000);
 }
 
+// The row scale from amax: (scale, usable). Not-finite amax -> NaN scale, codes 0;
+// amax 0 -> scale 0, codes 0.
+__device__ __forceinline__ float row_scale(float amax, bool& usable) {
+  const bool finite = amax <= 3.402823466e38f;  // false for +inf
+  usable = finite && amax > 0.f;
+  return finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
+}
+
+// Codes of 8 values, packed little-endian into two words; returns their sum.
+__device__ __forceinline__ int quantize8(const float (&f)[8], float s, bool usable,
+                                         uint32_t (&packed)[2]) {
+  int sum = 0;
+  packed[0] = packed[1] = 0u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    int v = 0;
+    if (usable) {
+      float r = rintf(__fdiv_rn(f[i], s));
+      r = fminf(fmaxf(r, -127.f), 127.f);
+      v = static_cast<int>(r);
+    }
+    sum += v;
+    packed[i >> 2] |= (static_cast<uint32_t>(v) & 0xffu) << ((i & 3) * 8);
+  }
+  return sum;
+}
+
 template <typename T, int GS>
 __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float* scale,
                                              int32_t* row_sums) {
@@ -64,12 +91,26 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   const int chunks = K >> 3;
   const T* xr = x + (size_t)row * K;
 
+  // The first kCached chunks of each thread stay in registers between the passes (the
+  // launcher sizes the block so that is the whole row for K <= 8 * kCached * 1024);
+  // chunks past them are re-read (L1/L2 hits).
+  constexpr int kCached = 4;
+  float cache[kCached][8];
   float amax = 0.f;
-  for (int c = tid; c < chunks; c += blockDim.x) {
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = tid + i * blockDim.x;
+    if (c < chunks) {
+      load8(xr + c * 8, cache[i]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(cache[i][j]));
+    }
+  }
+  for (int c = tid + kCached * blockDim.x; c < chunks; c += blockDim.x) {
     float f[8];
     load8(xr + c * 8, f);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, abs_or_inf(f[i]));
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -78,34 +119,20 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   amax = warp_max[0];
   for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
 
-  const bool finite = amax <= 3.402823466e38f;  // false for +inf
-  const float s = finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
-  const bool usable = finite && amax > 0.f;
+  bool usable;
+  const float s = row_scale(amax, usable);
   if (tid == 0) scale[row] = s;
 
   int8_t* qr = q + (size_t)row * K;
-  // Loop bound uniform across the block so whole warps stay converged for the shuffles
-  // of the row sums: a group (GS / 8 consecutive chunks = consecutive lanes) is either
+  // Every step's bound is uniform across the block so whole warps stay converged for the
+  // row-sum shuffles: a group (GS / 8 consecutive chunks = consecutive lanes) is either
   // entirely inside K or entirely outside it, because K % GS == 0.
-  for (int base = 0; base < chunks; base += blockDim.x) {
-    const int c = base + tid;
+  auto emit = [&](int c, const float (&f)[8]) {
     const bool active = c < chunks;
     int sum = 0;
     if (active) {
-      float f[8];
-      load8(xr + c * 8, f);
-      uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        int v = 0;
-        if (usable) {
-          float r = rintf(__fdiv_rn(f[i], s));
-          r = fminf(fmaxf(r, -127.f), 127.f);
-          v = static_cast<int>(r);
-        }
-        sum += v;
-        packed[i >> 2] |= (static_cast<uint32_t>(v) & 0xffu) << ((i & 3) * 8);
-      }
+      uint32_t packed[2];
+      sum = quantize8(f, s, usable, packed);
       *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
     }
     if constexpr (GS > 0) {
@@ -113,6 +140,48 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
 #pragma unroll
       for (int o = kLanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       if (active && (lane & (kLanes - 1)) == 0) row_sums[(size_t)row * (K / GS) + c / kLanes] = sum;
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    if (i * (int)blockDim.x >= chunks) break;  // uniform
+    emit(tid + i * blockDim.x, cache[i]);
+  }
+  for (int base = kCached * blockDim.x; base < chunks; base += blockDim.x) {
+    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (base + tid < chunks) load8(xr + (base + tid) * 8, f);
+    emit(base + tid, f);
+  }
+}
+
+// Quantize rows [0, M) of x into `q_out` (row stride K; shared or global memory) and
+// their scales into `scale_out`, one warp per row (rows warp, warp + nwarps, ...).
+// Used by the fused decode kernel (gemv.cu), whose block quantizes x into shared memory.
+template <typename T>
+__device__ __forceinline__ void quantize_rows_warp(const T* x, int M, int K, int8_t* q_out,
+                                                   float* scale_out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int chunks = K >> 3;
+  for (int m = warp; m < M; m += nwarps) {
+    const T* xr = x + (size_t)m * K;
+    float amax = 0.f;
+    for (int c = lane; c < chunks; c += 32) {
+      float f[8];
+      load8(xr + c * 8, f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    bool usable;
+    const float s = row_scale(amax, usable);
+    if (lane == 0) scale_out[m] = s;
+    for (int c = lane; c < chunks; c += 32) {
+      float f[8];
+      load8(xr + c * 8, f);
+      uint32_t packed[2];
+      quantize8(f, s, usable, packed);
+      *reinterpret_cast<uint2*>(q_out + (size_t)m * K + c * 8) = make_uint2(packed[0], packed[1]);
     }
   }
 }
