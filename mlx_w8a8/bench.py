@@ -194,10 +194,15 @@ def _print_summary(rows, label: str, out) -> None:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip(), file=out)
 
 
-def _w8a8_kernel(problem: Problem) -> str:
-    """The W8A8 kernel for the full pipeline: a device kernel if one runs, else reference."""
-    names = [c.name for c in registry.candidates(problem) if c.name != "mlx_qmm"]
-    device = [n for n in names if n != "reference"]
+def _device_kernel(problem: Problem, exclude=("mlx_qmm",)) -> str:
+    """A kernel for ``problem``: the tables' W8A8 choice if any, else the first device
+    (non-``any``) candidate that runs it, else ``reference``."""
+    from .tuning import lookup
+
+    hit = lookup(problem)
+    if hit is not None and hit.choice not in exclude:
+        return hit.choice
+    device = [c.name for c in registry.candidates(problem) if c.backend != "any"]
     return device[0] if device else "reference"
 
 
@@ -205,12 +210,13 @@ def cider(args, stream, out) -> int:
     """The Cider-style four-way comparison; returns the exit status."""
     work = shapes.expand(args.shapes) if args.shapes else list(CIDER_SHAPES)
     head = ["M", "K", "N", "w8a8-full", "int8-raw", "qmm-w8a16", "bf16-matmul",
-            "full/raw", "qmm/full", "matmul/full"]
+            "full/raw", "qmm/full", "matmul/full", "kernels (full, raw)"]
     body = []
     device = table.device_key()
     for m, n, k in work:
         problem = Problem("linear", m, n, k, "bfloat16", "per_channel", args.group_size, False)
-        kernel = args.w8a8_kernel or _w8a8_kernel(problem)
+        kernel = args.w8a8_kernel or _device_kernel(problem)
+        int8_kernel = _device_kernel(Problem("int8_matmul", m, n, k, "int8", "int8"))
         xs = gate.activations(problem, 4, args.seed)
         w = gate.make_weight(problem, args.seed)
         w_f = w.dequantize().astype(mx.bfloat16)
@@ -221,14 +227,14 @@ def cider(args, stream, out) -> int:
         inputs = list(zip(xs, a_i8))
         arms = [
             ("w8a8-full", lambda x, a: ops.w8a8_linear(x, w, kernel=kernel)),
-            ("int8-raw", lambda x, a: ops.int8_matmul(a, b_i8)),
+            ("int8-raw", lambda x, a: ops.int8_matmul(a, b_i8, kernel=int8_kernel)),
             ("qmm-w8a16", lambda x, a: mx.quantized_matmul(
                 x, w.q, w.scales, w.biases, transpose=True, group_size=w.group_size, bits=8)),
             ("bf16-matmul", lambda x, a: mx.matmul(x, w_f.T)),
         ]
         result = timing.paired_measure(arms, inputs, pairs=args.pairs, warmup=args.warmup, chain=args.chain)
         med = {name: t.median_ns for name, t in result.timings.items()}
-        emit({"cider": True, "m": m, "k": k, "n": n, "device": device, "w8a8_kernel": kernel,
+        emit({"cider": True, "m": m, "k": k, "n": n, "device": device, "w8a8_kernel": kernel, "int8_kernel": int8_kernel,
               "chain": result.chain, "pairs": result.rounds,
               "median_ns": {k_: _json_float(v) for k_, v in med.items()},
               "samples_ns": {k_: [round(s, 1) for s in t.samples_ns] for k_, t in result.timings.items()},
@@ -239,7 +245,7 @@ def cider(args, stream, out) -> int:
 
         body.append([str(m), str(k), str(n)] + [fmt_ns(med[a]) for a, _ in arms]
                     + [ratio("w8a8-full", "int8-raw"), ratio("qmm-w8a16", "w8a8-full"),
-                       ratio("bf16-matmul", "w8a8-full")])
+                       ratio("bf16-matmul", "w8a8-full"), f"{kernel}, {int8_kernel}"])
     print("\nmedian per launch; x/y = time(x) / time(y) (> 1: the W8A8 pipeline is faster "
           "than x for qmm/full and matmul/full)", file=out)
     widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]

@@ -32,6 +32,21 @@ def test_device_key_names_backend_device_and_versions():
     json.dumps(key)  # JSON-safe
 
 
+def test_device_identity_is_the_model_not_the_unit_or_its_state(monkeypatch):
+    # Free memory changes between processes and a UUID names one physical GPU: keyed
+    # on them, every table would be stale on the next run or on a second H200.
+    import mlx.core as mx
+    info = {"device_name": "NVIDIA H200", "architecture": "sm_90", "total_memory": 150754820096,
+            "free_memory": 149557477376, "uuid": "GPU-3f7d", "pci_bus_id": "0000:00:06.0",
+            "compute_capability_major": 9}
+    monkeypatch.setattr(mx, "device_info", lambda *a: dict(info))
+    assert table.device_identity() == {
+        "architecture": "sm_90", "compute_capability_major": 9,
+        "device_name": "NVIDIA H200", "total_memory": 150754820096}
+    info["free_memory"] = 1
+    assert table.device_identity()["device_name"] == "NVIDIA H200" and "free_memory" not in table.device_identity()
+
+
 def test_write_then_read_round_trip(tmp_path):
     path = str(tmp_path / "sub" / "t.json")
     key = table.device_key()

@@ -87,13 +87,24 @@ def backend() -> str:
     return "gpu"
 
 
+# ``mx.device_info()`` keys that are not the device model: state that changes between
+# processes (free memory) and the serial of one physical unit (a table measured on one
+# H200 applies to every H200).
+_NOT_IDENTITY = ("free", "uuid", "pci", "bus_id", "serial")
+
+
 def device_identity() -> dict[str, Any]:
-    """``mx.device_info()`` of the default device, JSON-safe (values str or int)."""
+    """The device model: ``mx.device_info()`` of the default device without volatile
+    or per-unit keys (free memory, UUID, PCI bus id), JSON-safe (values str or int)."""
     try:
         info = mx.device_info()
     except Exception as error:  # an old MLX or a device without info
         return {"device_name": f"unknown ({type(error).__name__})"}
-    return {str(k): (v if isinstance(v, (int, str)) else str(v)) for k, v in sorted(info.items())}
+    return {
+        str(k): (v if isinstance(v, (int, str)) else str(v))
+        for k, v in sorted(info.items())
+        if not any(word in str(k).lower() for word in _NOT_IDENTITY)
+    }
 
 
 def device_key() -> dict[str, Any]:
