@@ -48,6 +48,17 @@ def plant(monkeypatch, file: str, old: str, new: str):
     monkeypatch.setattr(metal, "_kernel", fake)
 
 
+def assert_caught(call, correct):
+    """The planted bug is caught: ``call()`` raises an emulation error (a race between
+    the two schedules, an out-of-bounds write) or returns a result ``correct`` rejects."""
+    try:
+        result = call()
+    except harness.EmulationError as error:
+        return str(error)
+    assert not correct(result), "the planted bug went unnoticed"
+    return "wrong result"
+
+
 def kernel(source, inputs=("inp",), outputs=("out",), header=""):
     return mx.fast.metal_kernel(name="probe", input_names=list(inputs), output_names=list(outputs),
                                 source=source, header=header)
@@ -72,22 +83,35 @@ def test_missing_barrier_in_quantize_is_caught(emulated, rng, monkeypatch):
     _, scale, _ = metal.quantize(mx.array(x))
     np.testing.assert_array_equal(np.array(scale), want_scale)  # intact kernel: right
     plant(monkeypatch, "quantize.metal", BARRIER, "/* barrier removed */")
-    _, scale, _ = metal.quantize(mx.array(x))
-    assert not np.array_equal(np.array(scale), want_scale, equal_nan=True)
+    assert_caught(lambda: metal.quantize(mx.array(x))[1],
+                  lambda scale: np.array_equal(np.array(scale), want_scale, equal_nan=True))
 
 
 def test_missing_staging_barrier_in_simd_gemm_is_caught(emulated, rng, monkeypatch):
     """Without the barrier after staging, SIMD-group 0 multiplies tiles the other three
-    SIMD-groups have not written yet."""
-    a, b = oracle.random_int8(rng, (33, 64)), oracle.random_int8(rng, (40, 64))
+    SIMD-groups have not written yet (read after write)."""
+    check_simd_gemm_barrier(rng, monkeypatch, 0)
+
+
+def test_missing_reuse_barrier_in_simd_gemm_is_caught(emulated, rng, monkeypatch):
+    """Without the barrier after the multiplies, a SIMD-group that is done with a tile
+    restages the next one while others still read it (write after read)."""
+    check_simd_gemm_barrier(rng, monkeypatch, 1)
+
+
+def check_simd_gemm_barrier(rng, monkeypatch, which):
+    a, b = oracle.random_int8(rng, (33, 96)), oracle.random_int8(rng, (40, 96))
     want = oracle.int8_matmul(a, b)
     np.testing.assert_array_equal(np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b))), want)
     text = sources.read("metal", "simd_gemm.metal")
-    first = text.index(BARRIER)
-    anchor = text[first - 80:first + len(BARRIER)]  # the first of the two barriers
+    at = text.index(BARRIER)
+    if which == 1:
+        at = text.index(BARRIER, at + 1)
+    assert text.count(BARRIER) == 2
+    anchor = text[at - 80:at + len(BARRIER)]
     plant(monkeypatch, "simd_gemm.metal", anchor, anchor.replace(BARRIER, "/* barrier removed */"))
-    got = np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b)))
-    assert not np.array_equal(got, want)
+    assert_caught(lambda: metal.simd_int8_matmul(mx.array(a), mx.array(b)),
+                  lambda got: np.array_equal(np.array(got), want))
 
 
 def test_dropped_k_tail_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
@@ -163,6 +187,14 @@ def test_small_input_is_bound_in_constant_space():
     np.testing.assert_array_equal(np.array(got), 3.0)
     with pytest.raises(harness.EmulationError, match="no matching function for call to 'first'"):
         run(k, [mx.full((4,), 3.0)], (4,), mx.float32, (4, 1, 1), (4, 1, 1))
+
+
+def test_schedule_dependent_result_is_a_race_error():
+    """Every thread of a group writes the same element: the survivor depends on the
+    order threads run in, which the two scheduler passes expose."""
+    k = kernel("out[threadgroup_position_in_grid.x] = float(thread_position_in_threadgroup.x) + inp[0];")
+    with pytest.raises(harness.EmulationError, match="depends on the order threads are scheduled"):
+        run(k, [mx.zeros((8,))], (2,), mx.float32, (64, 1, 1), (32, 1, 1))
 
 
 def test_barrier_in_divergent_code_is_a_deadlock_error():

@@ -18,10 +18,11 @@ How one dispatch runs:
    Any other attribute makes clang fail (``-Werror=unknown-attributes``).
 3. ``build`` compiles it once with clang (``-std=c++20``, address spaces on, no fast
    math) into a shared library cached by content hash; ``cffi`` loads it.
-4. ``run`` copies the inputs into guarded host buffers (poisoned guard bytes on both
-   sides, so an out-of-bounds read sees garbage and an out-of-bounds write is reported),
-   fills outputs with ``init_value`` or a poison byte, runs the grid and returns numpy
-   arrays.
+4. ``run_source`` copies the inputs into guarded host buffers (poisoned guard bytes on
+   both sides, so an out-of-bounds read sees garbage and an out-of-bounds write is
+   reported), fills outputs with ``init_value`` or a poison byte and runs the grid twice,
+   the fiber scheduler favouring the lowest and then the highest thread index; results
+   that differ between the two are a race and an error. Returns mx arrays.
 
 ``executor`` plugs this into ``mlx_w8a8.kernels.metal`` so the candidates' own launch
 code (shapes, grids, template arguments) runs unchanged, with emulation instead of a GPU.
@@ -50,6 +51,7 @@ HEADER = HERE / "metal_emu.h"
 INCLUDE = HERE / "include"
 GUARD = 256  # guard bytes on each side of every buffer
 POISON = 0xA5  # byte written to guards, fresh outputs and threadgroup memory
+SCHEDULES = (0, 1)  # scheduler scan orders every dispatch runs under: lowest / highest thread first
 
 _NP = {
     "float": np.float32, "float16_t": np.float16, "half": np.float16, "bfloat16_t": np.uint16,
@@ -178,8 +180,8 @@ static void emu_body(const emu::ThreadIds& t, void** bufs) {{
   {call_name}({", ".join(args)});
 }}
 extern "C" int emu_launch(void** bufs, unsigned gx, unsigned gy, unsigned gz,
-                          unsigned tx, unsigned ty, unsigned tz, char* err, int errlen) {{
-  int rc = emu::launch(emu::uvec3{{gx, gy, gz}}, emu::uvec3{{tx, ty, tz}}, emu_body, bufs, emu_reset_tg);
+                          unsigned tx, unsigned ty, unsigned tz, int policy, char* err, int errlen) {{
+  int rc = emu::launch(emu::uvec3{{gx, gy, gz}}, emu::uvec3{{tx, ty, tz}}, emu_body, bufs, emu_reset_tg, policy);
   if (rc) std::snprintf(err, errlen, "%s", emu::rt().error.c_str());
   return rc;
 }}
@@ -237,7 +239,7 @@ def compile_cpp(tu: str) -> Path:
 
 
 _ffi = cffi.FFI()
-_ffi.cdef("int emu_launch(void** bufs, unsigned gx, unsigned gy, unsigned gz, unsigned tx, unsigned ty, unsigned tz, char* err, int errlen);")
+_ffi.cdef("int emu_launch(void** bufs, unsigned gx, unsigned gy, unsigned gz, unsigned tx, unsigned ty, unsigned tz, int policy, char* err, int errlen);")
 
 
 @functools.lru_cache(maxsize=None)
@@ -277,7 +279,7 @@ def run_source(source: str, inputs, output_shapes, output_dtypes, grid, threadgr
     _, _, params = parse_signature(source)
     lib = build(source)
     by_index = {p[3]: p for p in params if p[2] == "buffer"}
-    raws, keep = [], []
+    raws = []
     index = 0
     for arr in inputs:
         a = _np_of(mx.contiguous(arr) if isinstance(arr, mx.array) else mx.array(arr))
@@ -303,21 +305,32 @@ def run_source(source: str, inputs, output_shapes, output_dtypes, grid, threadgr
         out_meta.append((len(raws) - 1, tuple(shape), dtype, n))
     if len(raws) != len(by_index):
         raise EmulationError(f"bound {len(raws)} buffers, the signature has {len(by_index)}")
-    ptrs = _ffi.new("void*[]", len(raws))
-    for i, raw in enumerate(raws):
-        ptrs[i] = _ffi.cast("void*", raw.ctypes.data + GUARD)
     gx, gy, gz = grid
     tx, ty, tz = (min(t, g) for t, g in zip(threadgroup, grid))
-    err = _ffi.new("char[]", 4096)
-    if lib.emu_launch(ptrs, gx, gy, gz, tx, ty, tz, err, 4096) != 0:
-        raise EmulationError(_ffi.string(err).decode())
-    for i, raw in enumerate(raws):
-        nbytes = raw.size - 2 * GUARD
-        if (raw[:GUARD] != POISON).any() or (raw[GUARD + nbytes:] != POISON).any():
-            raise EmulationError(f"out-of-bounds write next to buffer {i} ({params[i][1]})")
+    # Run twice, the scheduler scanning threads from the lowest and from the highest
+    # index, on fresh copies of every buffer; a race shows as differing results.
+    results = []
+    for policy in SCHEDULES:
+        bufs = [raw.copy() for raw in raws]
+        ptrs = _ffi.new("void*[]", len(bufs))
+        for i, buf in enumerate(bufs):
+            ptrs[i] = _ffi.cast("void*", buf.ctypes.data + GUARD)
+        err = _ffi.new("char[]", 4096)
+        if lib.emu_launch(ptrs, gx, gy, gz, tx, ty, tz, policy, err, 4096) != 0:
+            raise EmulationError(_ffi.string(err).decode())
+        for i, buf in enumerate(bufs):
+            nbytes = buf.size - 2 * GUARD
+            if (buf[:GUARD] != POISON).any() or (buf[GUARD + nbytes:] != POISON).any():
+                raise EmulationError(f"out-of-bounds write next to buffer {i} ({by_index[i][1]})")
+        results.append([bufs[i][GUARD:GUARD + n] for i, _, _, n in out_meta])
+    for j, (first, other) in enumerate(zip(results[0], results[-1])):
+        if not np.array_equal(first, other):
+            raise EmulationError(
+                f"output {j} depends on the order threads are scheduled in (a race: a missing "
+                f"barrier or an unsynchronised shared write)")
     outs = []
-    for i, shape, dtype, n in out_meta:
-        host = raws[i][GUARD:GUARD + n].view(_NP[_ctype(dtype)]).reshape(shape)
+    for raw, (_, shape, dtype, _) in zip(results[0], out_meta):
+        host = raw.view(_NP[_ctype(dtype)]).reshape(shape)
         arr = mx.array(host.copy())
         if dtype == mx.bfloat16:
             arr = arr.view(mx.bfloat16)

@@ -3,10 +3,12 @@
 //
 // Execution model
 //   * Threadgroups run one after another; the threads of one threadgroup are fibers
-//     (ucontext) on one host thread. A fiber runs until it blocks at a barrier or a
-//     SIMD-group collective, then the next fiber in thread order runs. Scheduling is
-//     deterministic: a thread that skips a barrier runs ahead of every thread behind it,
-//     so a missing barrier shows up as wrong data, every run.
+//     (ucontext) on one host thread. The first runnable fiber in scan order runs until
+//     it blocks at a barrier or a SIMD-group collective. Scheduling is deterministic;
+//     the harness runs every dispatch twice, scanning from the lowest and from the
+//     highest thread, and requires identical results: a thread that skips a barrier
+//     runs ahead of every thread behind it, so a missing barrier shows up as wrong data
+//     or as schedule-dependent data, every run.
 //   * threadgroup_barrier waits for every thread of the group; simdgroup operations
 //     (simd_sum, simd_shuffle, simdgroup_matrix multiply, matmul2d.run, ...) are
 //     collectives of the 32 lanes of one SIMD-group. A barrier that some thread never
@@ -190,9 +192,10 @@ inline void fiber_entry() {
 
 // Run a whole dispatch. grid = threads per dimension (MLX's dispatch_threads),
 // tg = threads per threadgroup. Returns 0 or -1 with the message in r.error.
-// `reset_group` is called before each threadgroup (threadgroup-memory poison).
+// `reset_group` is called before each threadgroup (threadgroup-memory poison);
+// `policy` picks the scan order of the scheduler (0: lowest thread first, 1: highest).
 inline int launch(uvec3 grid, uvec3 tg, void (*body)(const ThreadIds&, void**), void** bufs,
-                  void (*reset_group)()) {
+                  void (*reset_group)(), int policy) {
   Runtime& r = rt();
   r.failed = false;
   r.error.clear();
@@ -260,39 +263,41 @@ inline int launch(uvec3 grid, uvec3 tg, void (*body)(const ThreadIds&, void**), 
           f.ctx.uc_link = nullptr;
           makecontext(&f.ctx, fiber_entry, 0);
         }
-        // Round-robin in thread order until every thread is done.
+        // Always run the first runnable thread in scan order (lowest index first, or
+        // highest first with `policy` 1) until it blocks. The first runnable thread thus
+        // runs ahead of everyone behind it as far as the synchronisation allows, which
+        // is what makes a missing barrier visible: with one order the producer side of
+        // a hazard lags, with the other the consumer side does.
         for (;;) {
-          bool ran = false, all_done = true;
-          for (uint32_t i = 0; i < nthreads && !r.failed; ++i) {
-            Fiber& f = r.fibers[i];
+          Fiber* next = nullptr;
+          for (uint32_t j = 0; j < nthreads; ++j) {
+            Fiber& f = r.fibers[policy == 1 ? nthreads - 1 - j : j];
             if (f.state == DONE) continue;
-            all_done = false;
-            if (f.state == WAITING) {
-              if (f.wait_on->gen == f.wait_gen) continue;
-              f.state = READY;
-            }
-            r.cur = &f;
-            swapcontext(&r.sched, &f.ctx);
-            r.cur = nullptr;
-            ran = true;
+            if (f.state == WAITING && f.wait_on->gen == f.wait_gen) continue;
+            next = &f;
+            break;
           }
-          if (r.failed) { rc = -1; break; }
-          if (all_done) break;
-          if (!ran) {
-            // Nobody can move: some thread waits at a barrier another will never reach.
-            uint32_t waiting = 0, done = 0;
+          if (next == nullptr) {
+            uint32_t waiting = 0, exited = 0;
             const char* what = "";
             for (auto& f : r.fibers) {
               if (f.state == WAITING) { waiting++; what = f.wait_on->what; }
-              if (f.state == DONE) done++;
+              if (f.state == DONE) exited++;
             }
+            if (waiting == 0) break;  // every thread is done
+            // Nobody can move: some thread waits at a barrier another will never reach.
             r.error = "deadlock in threadgroup (" + std::to_string(gx) + "," + std::to_string(gy) +
                       "," + std::to_string(gz) + "): " + std::to_string(waiting) +
-                      " threads wait at " + what + " that " + std::to_string(done) +
+                      " threads wait at " + what + " that " + std::to_string(exited) +
                       " exited threads never reach (barrier in divergent control flow)";
             rc = -1;
             break;
           }
+          next->state = READY;
+          r.cur = next;
+          swapcontext(&r.sched, &next->ctx);
+          r.cur = nullptr;
+          if (r.failed) { rc = -1; break; }
         }
       }
   for (auto& f : r.fibers) std::free(f.stack);
