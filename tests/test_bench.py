@@ -95,7 +95,10 @@ def test_cider_comparison_has_four_arms(tmp_path):
     assert code == 0, text
     (rec,) = lines
     assert set(rec["median_ns"]) == {"w8a8-full", "int8-raw", "qmm-w8a16", "bf16-matmul"}
-    assert all(len(s) == bench.MIN_PAIRS for s in rec["samples_ns"].values())
+    # MLX's own arms always time; a package kernel that crashes is reported, not fatal
+    for arm, samples in rec["samples_ns"].items():
+        assert len(samples) == bench.MIN_PAIRS or arm in rec["unavailable"]
+    assert len(rec["samples_ns"]["qmm-w8a16"]) == len(rec["samples_ns"]["bf16-matmul"]) == bench.MIN_PAIRS
     assert rec["w8a8_kernel"] != "mlx_qmm"  # the full pipeline is a W8A8 kernel
     assert "full/raw" in text and "qmm/full" in text
 

@@ -376,9 +376,20 @@ def test_unwritable_table_keeps_the_measurement_in_memory(env):
 
 
 def test_exact_ops_tune_too(env):
+    # int8_matmul and quantize_activation are gated by equality against ``reference``;
+    # an off-by-one int8 kernel is rejected, whatever else (e.g. a CUDA kernel) competes.
     t = tuner(env)
-    out = t.tune(Problem("int8_matmul", 2, 16, 64, "int8", "int8"))
-    assert out.source == "measured" and out.choice == "reference"
+    mm = Problem("int8_matmul", 2, 16, 64, "int8", "int8")
+    ref = registry.get("int8_matmul", "reference")
+    off = registry.register(Candidate(name="off_by_one", backend="any", op="int8_matmul",
+                                      run=lambda a, b: ref.run(a, b) + 1, digest="x"))
+    try:
+        out = t.tune(mm)
+    finally:
+        registry.unregister("int8_matmul", "off_by_one")
+    assert out.source == "measured" and out.choice != "off_by_one"
+    assert out.choice in {c.name for c in registry.candidates(mm)}
+    assert out.entry["candidates"]["off_by_one"]["status"] == "rejected"
     out = t.tune(Problem("quantize_activation", 2, 0, 64, "bfloat16", "int8", 32))
     assert out.source == "measured" and out.entry["op"] == "quantize_activation"
 
