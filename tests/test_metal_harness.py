@@ -233,6 +233,22 @@ def test_unsupported_constructs_fail_to_compile(source):
         run(kernel(source, header=header), [mx.zeros((32,))], (32,), mx.float32, (32, 1, 1), (32, 1, 1))
 
 
+@pytest.mark.parametrize("line", [
+    "double d = inp[0]; out[0] = float(d);",        # Metal has no double precision
+    "static float keep = 0; out[0] = keep;",        # no function-scope statics in Metal
+    "out[0] = std::sqrt(inp[0]);",                  # no C++ standard library
+])
+def test_cpp_that_is_not_metal_is_refused(line):
+    """clang would accept these; the Metal compiler would not, so neither does the harness."""
+    with pytest.raises(harness.EmulationError, match="is not Metal Shading Language"):
+        run(kernel(line), [mx.zeros((32,))], (32,), mx.float32, (32, 1, 1), (32, 1, 1))
+
+
+def test_comments_may_say_anything():
+    k = kernel("// a static double, new: words in comments are not code\nout[0] = inp[0]; /* std::free */")
+    np.testing.assert_array_equal(np.array(run(k, [mx.full((8,), 4.0)], (1,), mx.float32, (1, 1, 1), (1, 1, 1))), [4.0])
+
+
 def test_non_uniform_threadgroups_are_refused():
     k = kernel("out[thread_position_in_grid.x] = inp[thread_position_in_grid.x];")
     with pytest.raises(harness.EmulationError, match="non-uniform"):

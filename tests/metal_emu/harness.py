@@ -7,7 +7,9 @@ How one dispatch runs:
    print the generated source (header, signature with ``[[buffer(i)]]`` bindings and
    thread attributes, body, explicit template instantiation) even on a build without
    Metal. The text is read back from file descriptor 1.
-2. ``translate`` turns it into one C++ translation unit: the emulation header
+2. ``translate`` first rejects C++ that Metal does not have (``double``, ``std::``,
+   exceptions, dynamic memory, function-scope statics, ...), then turns the source into
+   one C++ translation unit: the emulation header
    (``metal_emu.h``, standing in for the Metal standard library MLX prepends), the source
    with only these rewrites — Metal attributes (``[[kernel]]``, ``[[buffer(i)]]``,
    ``[[thread_position_in_grid]]``, ``[[host_name(..)]]``) removed; ``threadgroup`` arrays
@@ -145,8 +147,31 @@ def parse_signature(source: str):
     return name, (inst.group(1) if inst else name), params
 
 
+# C++ that clang accepts and the Metal Shading Language does not: no double precision,
+# no standard library, no exceptions or dynamic memory, no goto, no function-scope
+# statics (the harness adds its own for threadgroup arrays, after this check), no virtual.
+_NOT_METAL = re.compile(r"\b(double|std::|throw|try|catch|new|delete|malloc|free|printf|goto|static|virtual|"
+                        r"__fp16|_Float16)\b")
+
+
+def check_metal_language(source: str) -> None:
+    """Reject constructs that compile as C++ but not as Metal (comments ignored).
+
+    Raises:
+        EmulationError: naming the first such construct and its line.
+    """
+    code = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), source, flags=re.S)
+    code = re.sub(r"//[^\n]*", "", code)
+    code = re.sub(r'"[^"\n]*"', '""', code)
+    for lineno, line in enumerate(code.splitlines(), 1):
+        m = _NOT_METAL.search(line)
+        if m:
+            raise EmulationError(f"line {lineno}: `{m.group(1)}` is not Metal Shading Language: {line.strip()!r}")
+
+
 def translate(source: str) -> str:
     """One C++ translation unit: emulation header + rewritten source + launcher."""
+    check_metal_language(source)
     _, call_name, params = parse_signature(source)
     body = re.sub(r"\[\[host_name\(\"[^\"]*\"\)\]\]\s*", "", source)
     body = body.replace("[[kernel]] ", "")
