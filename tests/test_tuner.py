@@ -401,3 +401,37 @@ def test_config_validation():
         TuneConfig(atol=-1)
     with pytest.raises(ValueError, match="rotate=1"):
         TuneConfig(rotate=1)
+
+
+def test_online_busy_key_is_tried_once_not_per_call(env, monkeypatch):
+    # Another process holds the key: every later call must be a cached fallback, with
+    # no file I/O or lock attempt per call on the hot path.
+    mlx_w8a8.set_online_tuning(True, FAST)
+    t = tuning.get_tuner()
+    attempts = []
+    monkeypatch.setattr(Tuner, "claim", lambda self, p: attempts.append(p) and None)
+    w = _weight()
+    for _ in range(4):
+        mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
+    assert len(attempts) == 1
+    t.reload()  # an explicit reload allows a new attempt
+    mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
+    assert len(attempts) == 2
+
+
+def test_linear_layer_consults_the_tuning_table(env):
+    # mlx_w8a8.Linear goes through ops.w8a8_linear and so through the chooser.
+    import mlx.nn as nn
+    calls = _spy()
+    layer = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32)
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "d-spy"},
+                                                          has_bias=True)])
+    x = mx.random.normal((2, 64))
+    y0 = layer(x)  # no table named yet: fallback
+    mx.eval(y0)
+    assert calls == []
+    mlx_w8a8.set_tuning_table(path)
+    y1 = layer(x)
+    mx.eval(y1)
+    assert len(calls) == 1 and np.allclose(np.array(y0), np.array(y1), atol=1e-5)

@@ -191,6 +191,7 @@ class Tuner:
         self._cache: dict[Problem, str | None] = {}
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
+        self._attempted: set[str] = set()  # keys online tuning already tried
         self._key: dict | None = None
 
     # --- layers ---------------------------------------------------------------------------
@@ -219,10 +220,12 @@ class Tuner:
         return self.table_path or table.cache_table_path()
 
     def reload(self) -> None:
-        """Forget loaded tables and cached choices; the next lookup reads files again."""
+        """Forget loaded tables, cached choices and online attempts; the next lookup
+        reads files again."""
         with self._lock:
             self._index = None
             self._cache.clear()
+            self._attempted.clear()
 
     def _load_index(self) -> list[tuple[str, str | None, dict]]:
         with self._lock:
@@ -515,11 +518,17 @@ class Tuner:
             return None  # a candidate calling ops while being tuned gets the fallback
         try:
             name = self.decide(problem)
-            if name is None and self.online and self._claim_key(problem) not in self._abandoned:
-                outcome = self.tune(problem)
-                name = outcome.choice
-                if outcome.source in ("measured", "table"):
+            if name is None and self.online:
+                key = self._claim_key(problem)
+                with self._lock:
+                    first = key not in self._attempted and key not in self._abandoned
+                    self._attempted.add(key)
+                if first:  # one attempt per key and process: a busy key is not retried
+                    outcome = self.tune(problem)
+                    name = outcome.choice
                     with self._lock:
+                        if outcome.source == "measured":
+                            self._cache.clear()
                         self._cache[problem] = name
             if name is None:
                 return None
