@@ -164,9 +164,11 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
     mx.eval(ws, xs, [(p.q, p.scales, p.biases, p.channel_scales) for p in pcs],
             [(g.q, g.scales, g.biases, g.group_offsets) for g in grs])
     # Raw int8 operands (shared by cuda_int8_gemm and torch._int_mm).
-    a8 = [cuda.quantize(x)[0] for x in xs]
+    qx = [cuda.quantize(x) for x in xs]
+    a8 = [q for q, _, _ in qx]
+    s8 = [s for _, s, _ in qx]
     b8 = [p.int8() for p in pcs]
-    mx.eval(a8, b8)
+    mx.eval(a8, s8, b8)
     C = len(ws)
     X = len(xs)
 
@@ -180,6 +182,13 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
         Arm("bf16", lambda i: mx.matmul(xs[i % X], ws[i % C].T)),
         Arm("w8a8", lambda i: cuda._w8a8_gemm_run(xs[i % X], pcs[i % C], None)),
         Arm("w8a8_g", lambda i: cuda._w8a8_grouped_run(xs[i % X], grs[i % C], None)),
+        # The per-channel GEMM + epilogue alone (activations already quantized), and the
+        # full linear on the mma.sync 128 x 256 tile (when the default is wgmma).
+        Arm("w8a8_mm", lambda i: cuda.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C], None,
+                                                       mx.bfloat16)),
+        Arm("w8a8[large]", lambda i: cuda.gemm_per_channel(
+            *cuda.quantize(xs[i % X])[:2], pcs[i % C], None, mx.bfloat16,
+            cuda.GEMM_CONFIGS["large"])),
         Arm("i8gemm", lambda i: cuda.int8_gemm(a8[i % X], b8[i % C])),
         Arm("quant", lambda i: cuda.quantize(xs[i % X])[0]),
     ]
@@ -214,20 +223,29 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
     row["tops"] = {name: ops / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
     bytes_i8 = n * k + m * k * 2 + m * n * 2
     row["gbs"] = {name: bytes_i8 / (us * 1e-6) / 1e9 for name, us in row["us"].items()}
-    # Paired ratios (median of per-round ratios): baseline time / candidate time.
-    def ratio(base, cand):
-        b = {a.name: a for a in arms}
-        if base not in b or cand not in b or not b[base].samples or not b[cand].samples:
-            return float("nan")
-        return statistics.median(x / y for x, y in zip(b[base].samples, b[cand].samples))
-
-    row["ratio"] = {
-        "w8a8/qmm": ratio("qmm", "w8a8"), "w8a8/bf16": ratio("bf16", "w8a8"),
-        "w8a8_g/qmm": ratio("qmm", "w8a8_g"), "i8gemm/torch": ratio("torch", "i8gemm"),
-        "gemv/qmm": ratio("qmm", "gemv"), "gemv_g/qmm": ratio("qmm", "gemv_g"),
-    }
-    del ws, xs, pcs, grs, a8, b8
+    row["samples_us"] = {a.name: [t * 1e6 for t in a.samples] for a in arms}
+    row["ratio"] = ratios(row)
+    del ws, xs, pcs, grs, a8, b8, s8, qx
     return row
+
+
+def paired_ratio(row, base, cand, cand_alias=None):
+    """Median over rounds of t_base / t_cand (the samples of one round are paired)."""
+    smp = row.get("samples_us", {})
+    b, c = smp.get(base), smp.get(cand_alias or cand)
+    if not b or not c:
+        return float("nan")
+    return statistics.median(x / y for x, y in zip(b, c))
+
+
+def ratios(row, w8a8="w8a8"):
+    """The target ratios of one shape; ``w8a8`` names the arm used as the full linear."""
+    return {
+        "w8a8/qmm": paired_ratio(row, "qmm", w8a8), "w8a8/bf16": paired_ratio(row, "bf16", w8a8),
+        "w8a8_g/qmm": paired_ratio(row, "qmm", "w8a8_g"),
+        "i8gemm/torch": paired_ratio(row, "torch", "i8gemm"),
+        "gemv/qmm": paired_ratio(row, "qmm", "gemv"), "gemv_g/qmm": paired_ratio(row, "qmm", "gemv_g"),
+    }
 
 
 def fmt(v, spec=".1f"):

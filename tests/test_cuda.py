@@ -152,7 +152,7 @@ def test_w8a8_gemm_per_channel(rng, m, n, k, dtype, with_bias):
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
 
-@pytest.mark.parametrize("config", ["large", "medium", "small"])
+@pytest.mark.parametrize("config", ["wgmma", "large", "medium", "small"])
 def test_w8a8_gemm_every_tile_config(rng, config):
     cfg = cuda.GEMM_CONFIGS[config]
 

@@ -100,9 +100,11 @@ def cuda_available() -> bool:
 
 
 class GemmConfig(NamedTuple):
-    """Tile shape of the tensor-core GEMM (``gemm.cu``).
+    """Tile shape of the tensor-core GEMM.
 
-    ``bm x bn`` block tile, ``wtm x wtn`` warp tile, ``stages`` cp.async ring depth.
+    ``bm x bn`` block tile, ``wtm x wtn`` warp tile, ``stages`` cp.async ring depth;
+    ``wgmma``: the Hopper warpgroup kernel (``gemm_wgmma.cu``, fixed 128 x 256 tile,
+    two warpgroups) instead of ``mma.sync`` (``gemm.cu``).
     """
 
     bm: int
@@ -110,24 +112,34 @@ class GemmConfig(NamedTuple):
     wtm: int
     wtn: int
     stages: int
+    wgmma: bool = False
+
+    @property
+    def file(self) -> str:
+        return "gemm_wgmma.cu" if self.wgmma else "gemm.cu"
 
     @property
     def threads(self) -> int:
+        if self.wgmma:
+            return 256
         return (self.bm // self.wtm) * (self.bn // self.wtn) * 32
 
     @property
     def shared_memory(self) -> int:
-        return self.stages * (self.bm + self.bn) * 128
+        # wgmma: + 1024 bytes so the tile base can be rounded up to a 1024-byte boundary.
+        return self.stages * (self.bm + self.bn) * 128 + (1024 if self.wgmma else 0)
 
     def template(self) -> list[tuple[str, int]]:
+        if self.wgmma:  # fixed tile: only the ring depth is a parameter
+            return [("STAGES", self.stages)]
         return [("BM", self.bm), ("BN", self.bn), ("WTM", self.wtm), ("WTN", self.wtn),
                 ("STAGES", self.stages)]
 
 
 # Configurations the launchers pick from (tile_for / grouped_tile_for); the compile test
-# builds each of them. 132 SMs on an H200: a config is chosen so the grid has at least
-# about one block per SM.
+# builds each of them. 132 SMs on an H200.
 GEMM_CONFIGS = {
+    "wgmma": GemmConfig(128, 256, 64, 256, 4, True),
     "large": GemmConfig(128, 256, 64, 64, 3),
     "medium": GemmConfig(128, 128, 64, 64, 4),
     "small": GemmConfig(64, 128, 32, 64, 4),
@@ -135,6 +147,17 @@ GEMM_CONFIGS = {
     "grouped_small": GemmConfig(64, 128, 32, 32, 4),
 }
 _SMS = 132
+# Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile.
+PREFER_WGMMA = True
+
+
+@functools.lru_cache(maxsize=None)
+def is_sm90() -> bool:
+    """Whether the default GPU is compute capability 9.x (wgmma needs sm_90a)."""
+    try:
+        return int(mx.device_info().get("compute_capability_major", 0)) == 9
+    except Exception:
+        return False
 
 
 def _tiles(m: int, n: int, cfg: GemmConfig) -> int:
@@ -142,10 +165,12 @@ def _tiles(m: int, n: int, cfg: GemmConfig) -> int:
 
 
 def tile_for(m: int, n: int) -> GemmConfig:
-    """The per-channel / int32 GEMM tile for an ``M x N`` output."""
+    """The per-channel / int32 GEMM tile for an ``M x N`` output: the 128 x 256 tile once
+    it gives at least ~48 blocks (measured faster than 128 x 128 even at M = 512, N =
+    4096), else smaller tiles so more SMs get work."""
     large = GEMM_CONFIGS["large"]
-    if _tiles(m, n, large) >= 2 * _SMS:
-        return large
+    if _tiles(m, n, large) >= 48:
+        return GEMM_CONFIGS["wgmma"] if PREFER_WGMMA and is_sm90() else large
     if m > 64:
         return GEMM_CONFIGS["medium"]
     return GEMM_CONFIGS["small"]
@@ -155,10 +180,6 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
     """The grouped GEMM tile (float accumulators too, so smaller warp tiles)."""
     return GEMM_CONFIGS["grouped"] if m > 64 else GEMM_CONFIGS["grouped_small"]
 
-
-# Tests set this to fill every output with a value no kernel writes (``init_value`` of
-# mx.fast.cuda_kernel) before each launch, so an element a kernel skips shows up.
-POISON: float | None = None
 
 QUANT_MAX_THREADS = 1024
 GEMV_THREADS = 256
@@ -244,7 +265,7 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | None = None) -> mx.
     m, k = a.shape
     n = b.shape[0]
     cfg = config or tile_for(m, n)
-    kern = _kernel("gemm.cu", "int32", ("a", "b"), ("c",), cfg.shared_memory)
+    kern = _kernel(cfg.file, "int32", ("a", "b"), ("c",), cfg.shared_memory)
     return kern(
         inputs=[a, b], template=cfg.template(),
         output_shapes=[(m, n)], output_dtypes=[mx.int32],
@@ -265,7 +286,7 @@ def gemm_per_channel(xq, xs, weight, bias, out_dtype, config: GemmConfig | None 
         inputs.append(_as_f32(bias))
         names += ("bias",)
         body = "channel_bias"
-    kern = _kernel("gemm.cu", body, names, ("y",), cfg.shared_memory)
+    kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
     return kern(
         inputs=inputs, template=[("T", out_dtype)] + cfg.template(),
         output_shapes=[(m, n)], output_dtypes=[out_dtype],
@@ -279,6 +300,8 @@ def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None 
     m, k = xq.shape
     n = weight.n
     cfg = config or grouped_tile_for(m, n)
+    if cfg.wgmma:
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has no wgmma tile")
     inputs = [xq, xs, xr, weight.q, weight.scales, weight.group_offsets]
     names = ("xq", "xs", "xr", "w", "ws", "wo")
     body = "grouped"
@@ -410,9 +433,9 @@ _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize,
      _digest("quantize.cu", params=f"threads<={QUANT_MAX_THREADS}")),
     ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8,
-     _digest("gemm.cu", params=_GEMM_PARAMS)),
+     _digest("gemm.cu", "gemm_wgmma.cu", params=_GEMM_PARAMS)),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm,
-     _digest("quantize.cu", "gemm.cu", params=_GEMM_PARAMS)),
+     _digest("quantize.cu", "gemm.cu", "gemm_wgmma.cu", params=_GEMM_PARAMS)),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _digest("quantize.cu", "gemm.cu", params=_GEMM_PARAMS)),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv,
@@ -449,16 +472,17 @@ def kernel_builds() -> list[KernelBuild]:
         out.append(KernelBuild("quantize.cu", "sums", (("x", "bfloat16", 2),),
                                (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
                                (("T", "bfloat16"), ("GS", gs))))
-    for key in ("large", "medium", "small"):
+    for key in ("wgmma", "large", "medium", "small"):
         tpl = tuple(GEMM_CONFIGS[key].template())
-        out.append(KernelBuild("gemm.cu", "int32", (("a", "int8", 2), ("b", "int8", 2)),
+        file = GEMM_CONFIGS[key].file
+        out.append(KernelBuild(file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
                                (("c", "int32"),), tpl))
         for t, body in (("bfloat16", "channel"), ("float16", "channel_bias"),
                         ("float32", "channel")):
             ins = (("xq", "int8", 2), ("xs", "float32", 2), ("w", "uint32", 2), ("ws", "float32", 1))
             if body.endswith("bias"):
                 ins += (("bias", "float32", 1),)
-            out.append(KernelBuild("gemm.cu", body, ins, (("y", t),), (("T", t),) + tpl))
+            out.append(KernelBuild(file, body, ins, (("y", t),), (("T", t),) + tpl))
     for key in ("grouped", "grouped_small"):
         tpl = tuple(GEMM_CONFIGS[key].template())
         for gs, st, body in ((32, "float16", "grouped"), (64, "bfloat16", "grouped_bias"),
