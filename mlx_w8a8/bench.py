@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import sys
-import time
 
 import mlx.core as mx
 import numpy as np

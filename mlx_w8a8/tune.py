@@ -17,7 +17,6 @@ skipped; ``--force`` measures them again.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys

@@ -1,7 +1,6 @@
 """The ``python -m mlx_w8a8.tune`` command line."""
 
 import io
-import json
 import os
 import subprocess
 import sys

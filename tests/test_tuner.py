@@ -1,6 +1,5 @@
 """The tuner lifecycle and chooser: gate + timing + selection, tables in inference."""
 
-import json
 import multiprocessing as mp
 import time
 
