@@ -249,6 +249,12 @@ def test_comments_may_say_anything():
     np.testing.assert_array_equal(np.array(run(k, [mx.full((8,), 4.0)], (1,), mx.float32, (1, 1, 1), (1, 1, 1))), [4.0])
 
 
+def test_threadgroup_memory_over_32k_is_refused():
+    k = kernel("threadgroup float big[8193]; big[thread_position_in_grid.x] = inp[0]; out[0] = big[0];")
+    with pytest.raises(harness.EmulationError, match="exceeds the 32 KiB"):
+        run(k, [mx.zeros((8,))], (1,), mx.float32, (32, 1, 1), (32, 1, 1))
+
+
 def test_non_uniform_threadgroups_are_refused():
     k = kernel("out[thread_position_in_grid.x] = inp[thread_position_in_grid.x];")
     with pytest.raises(harness.EmulationError, match="non-uniform"):

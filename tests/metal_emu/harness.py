@@ -221,6 +221,9 @@ static inline int emu_register_tg(void* p, unsigned long n) {
   for (int i = 0; i < emu_ntg; ++i) if (emu_tgs[i].p == p) return 0;
   if (emu_ntg == 64) emu::fail("too many threadgroup arrays");
   emu_tgs[emu_ntg++] = EmuTg{p, n};
+  unsigned long total = 0;
+  for (int i = 0; i < emu_ntg; ++i) total += emu_tgs[i].n;
+  if (total > 32768) emu::fail("threadgroup memory " + std::to_string(total) + " bytes exceeds the 32 KiB of Apple GPUs");
   std::memset(p, %d, n);
   return 0;
 }
