@@ -275,6 +275,27 @@ def table(rows, copy_bw) -> str:
     return "\n".join(lines)
 
 
+def smoke_wgmma(out_dir: str) -> bool:
+    """Run the wgmma GEMM once on a small shape with tails and compare exactly; writes
+    ``wgmma_ok`` to ``out_dir`` when it is right (so a caller can turn it off if not)."""
+    cfg = cuda.GEMM_CONFIGS.get("wgmma")
+    if cfg is None or not cuda.is_sm90():
+        print("wgmma smoke: not applicable")
+        return False
+    rng = np.random.default_rng(1)
+    for m, n, k in ((300, 392, 1040), (129, 264, 48), (2048, 512, 4096)):
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (n, k), dtype=np.int8)
+        got = np.array(cuda.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64)
+        want = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
+        bad = int(np.sum(got != want))
+        print(f"wgmma smoke M={m} N={n} K={k}: {bad} wrong elements", flush=True)
+        if bad:
+            return False
+    open(os.path.join(out_dir, "wgmma_ok"), "w").write("ok\n")
+    return True
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer shapes and pairs")
@@ -283,7 +304,11 @@ def main(argv=None):
     ap.add_argument("--m", type=str, default="", help="comma-separated M list")
     ap.add_argument("--kn", type=str, default="", help="comma-separated KxN list")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--smoke-wgmma", action="store_true", help="only check the wgmma GEMM")
     args = ap.parse_args(argv)
+    if args.smoke_wgmma:
+        os.makedirs(args.out, exist_ok=True)
+        return 0 if smoke_wgmma(args.out) else 3
     if not cuda.cuda_available():
         print("cuda_bench: MLX has no CUDA GPU here; nothing to measure")
         return 1

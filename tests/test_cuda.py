@@ -154,6 +154,8 @@ def test_w8a8_gemm_per_channel(rng, m, n, k, dtype, with_bias):
 
 @pytest.mark.parametrize("config", ["wgmma", "large", "medium", "small"])
 def test_w8a8_gemm_every_tile_config(rng, config):
+    if config not in cuda.GEMM_CONFIGS:
+        pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
     cfg = cuda.GEMM_CONFIGS[config]
 
     def run(x, weight, bias):
@@ -198,7 +200,7 @@ def test_int8_gemv(rng, m, per_channel, group_size):
 def test_int8_gemv_both_paths(rng, m, per_channel, fused):
     """Fused and two-launch paths forced, K = 1088 (not a multiple of the 32 x 16-byte
     sweep of a warp: a partial last sweep) and N = 8714 (more weight rows than the fused
-    grid's 264 x 8 warps take in one pass, even at RW = 4: the persistent loop wraps;
+    grid's 132 x 8 warps take in one pass, even at RW = 4: the persistent loop wraps;
     8714 % 4 = 2: a partial last row group)."""
     def run(x, weight, bias):
         return cuda.gemv(x, weight, bias, fused=fused)

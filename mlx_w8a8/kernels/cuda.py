@@ -22,6 +22,7 @@ are created per call.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import NamedTuple
 
@@ -147,8 +148,12 @@ GEMM_CONFIGS = {
     "grouped_small": GemmConfig(64, 128, 32, 32, 4),
 }
 _SMS = 132
-# Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile.
-PREFER_WGMMA = True
+# Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile; the
+# environment variable MLX_W8A8_CUDA_WGMMA=0 turns it off (mma.sync everywhere).
+PREFER_WGMMA = os.environ.get("MLX_W8A8_CUDA_WGMMA", "1") != "0"
+_ALL_GEMM_CONFIGS = dict(GEMM_CONFIGS)  # the compile test builds every shipped kernel
+if not PREFER_WGMMA:
+    del GEMM_CONFIGS["wgmma"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,9 +188,9 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
 
 QUANT_MAX_THREADS = 1024
 GEMV_THREADS = 256
-# Fused GEMV: x's codes live in shared memory (MM * K bytes); grid of ~2 blocks per SM.
+# Fused GEMV: x's codes live in shared memory (MM * K bytes); a persistent grid.
 GEMV_FUSED_MAX_SMEM = 96 * 1024
-GEMV_FUSED_BLOCKS = 2 * 132
+GEMV_FUSED_BLOCKS = 132  # one block per SM: the grouped kernels need > 128 registers
 
 
 def gemv_rows_per_warp(m_bucket: int) -> int:
@@ -473,8 +478,8 @@ def kernel_builds() -> list[KernelBuild]:
                                (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
                                (("T", "bfloat16"), ("GS", gs))))
     for key in ("wgmma", "large", "medium", "small"):
-        tpl = tuple(GEMM_CONFIGS[key].template())
-        file = GEMM_CONFIGS[key].file
+        tpl = tuple(_ALL_GEMM_CONFIGS[key].template())
+        file = _ALL_GEMM_CONFIGS[key].file
         out.append(KernelBuild(file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
                                (("c", "int32"),), tpl))
         for t, body in (("bfloat16", "channel"), ("float16", "channel_bias"),

@@ -182,7 +182,7 @@ __device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const 
   extern __shared__ __align__(16) unsigned char w8a8_smem[];
   __shared__ float x_scale[MM];
   int8_t* xq = reinterpret_cast<int8_t*>(w8a8_smem);
-  quantize_rows_warp<T>(x, M, K, xq, x_scale);
+  quantize_rows_block<T>(x, M, K, xq, x_scale);
   __syncthreads();
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int warps = (gridDim.x * blockDim.x) >> 5;

@@ -155,17 +155,20 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
 }
 
 // Quantize rows [0, M) of x into `q_out` (row stride K; shared or global memory) and
-// their scales into `scale_out`, one warp per row (rows warp, warp + nwarps, ...).
-// Used by the fused decode kernel (gemv.cu), whose block quantizes x into shared memory.
+// their scales into `scale_out`, the whole block on one row at a time (each thread 8
+// elements per step, so a decode row of a few thousand elements takes one or two steps).
+// Used by the fused decode kernel (gemv.cu), whose blocks quantize x into shared memory.
+// All threads of the block must call it (it synchronizes).
 template <typename T>
-__device__ __forceinline__ void quantize_rows_warp(const T* x, int M, int K, int8_t* q_out,
-                                                   float* scale_out) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+__device__ __forceinline__ void quantize_rows_block(const T* x, int M, int K, int8_t* q_out,
+                                                    float* scale_out) {
+  __shared__ float warp_max[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   const int chunks = K >> 3;
-  for (int m = warp; m < M; m += nwarps) {
+  for (int m = 0; m < M; ++m) {
     const T* xr = x + (size_t)m * K;
     float amax = 0.f;
-    for (int c = lane; c < chunks; c += 32) {
+    for (int c = tid; c < chunks; c += blockDim.x) {
       float f[8];
       load8(xr + c * 8, f);
 #pragma unroll
@@ -173,10 +176,15 @@ __device__ __forceinline__ void quantize_rows_warp(const T* x, int M, int K, int
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0) warp_max[warp] = amax;
+    __syncthreads();
+    amax = warp_max[0];
+    for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
+    __syncthreads();  // warp_max is reused by the next row
     bool usable;
     const float s = row_scale(amax, usable);
-    if (lane == 0) scale_out[m] = s;
-    for (int c = lane; c < chunks; c += 32) {
+    if (tid == 0) scale_out[m] = s;
+    for (int c = tid; c < chunks; c += blockDim.x) {
       float f[8];
       load8(xr + c * 8, f);
       uint32_t packed[2];
