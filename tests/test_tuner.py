@@ -434,3 +434,23 @@ def test_linear_layer_consults_the_tuning_table(env):
     y1 = layer(x)
     mx.eval(y1)
     assert len(calls) == 1 and np.allclose(np.array(y0), np.array(y1), atol=1e-5)
+
+
+def test_claim_is_exclusive_across_threads_and_tuner_objects(env):
+    # Two tuners (e.g. two libraries in one process) racing from threads: one wins.
+    import threading
+    path = str(env / "t.json")
+    tuners = [Tuner(table_path=path, use_cache=False, use_shipped=False) for _ in range(4)]
+    claims, barrier = [], threading.Barrier(4)
+
+    def go(t):
+        barrier.wait()
+        claims.append(t.claim(PROBLEM))
+
+    threads = [threading.Thread(target=go, args=(t,)) for t in tuners]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    held = [c for c in claims if c is not None]
+    assert len(held) == 1
