@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", metavar="PATH", help="print the table at PATH and exit")
     p.add_argument("--atol", type=float, default=gate.ATOL, help="gate absolute tolerance")
     p.add_argument("--rtol", type=float, default=gate.RTOL, help="gate relative tolerance")
-    p.add_argument("--gate-reference-dtype", default="native",
+    p.add_argument("--gate-reference-dtype", default="float32",
                    choices=("native", "float32"),
                    help="run the gate's reference in the problem's dtype (native) or on "
                    "float32-upcast activations (default: %(default)s)")

@@ -21,13 +21,14 @@ def fake():
         return mx.full((x.shape[0], weight.n), 7.0, dtype=x.dtype)
 
     state = {"available": True}
+    previous = registry.set_chooser(None)  # these tests install their own choosers
     cand = registry.register(Candidate(
         name="fake_linear", backend="any", op="linear", run=run,
         supports=lambda p: p.m <= 8, available=lambda: state["available"],
     ))
     yield cand, calls, state
     registry.unregister("linear", "fake_linear")
-    registry.set_chooser(None)
+    registry.set_chooser(previous)
 
 
 def test_fallback_first_and_supports_respected(fake):

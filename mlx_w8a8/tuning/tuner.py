@@ -64,8 +64,9 @@ class TuneConfig:
         max_chain: cap on the chosen chain.
         rotate: activation inputs rotated through (the gate uses the first two).
         seed: seed of the synthetic inputs and weights.
-        reference_dtype: ``None`` gates against the reference run as is; e.g.
-            ``"float32"`` runs the reference on upcast activations (see
+        reference_dtype: ``"float32"`` (default) runs the gate's reference on
+            float32-upcast activations, so the truth is not limited by the reference's
+            own low-precision accumulation; ``None`` runs it as is (see
             :func:`.gate.run_gate`).
     """
 
@@ -78,7 +79,7 @@ class TuneConfig:
     max_chain: int = timing.MAX_CHAIN
     rotate: int = 4
     seed: int = 0
-    reference_dtype: str | None = None
+    reference_dtype: str | None = "float32"
 
     def __attrs_post_init__(self):
         if self.atol < 0 or self.rtol < 0:
