@@ -1,4 +1,5 @@
-"""Every CUDA kernel body compiles with ``nvcc`` for sm_90a, wrapped as MLX wraps it.
+"""Every CUDA kernel body compiles with ``nvcc`` for sm_90a, wrapped as MLX wraps it;
+and what the launchers hand to MLX is checked on any machine (no GPU needed).
 
 ``mx.fast.cuda_kernel`` compiles at first use, on the user's GPU; a kernel that does not
 compile would fail there, not in CI. This test builds each body the launchers can
@@ -16,6 +17,7 @@ Skipped, with the reason printed, when ``nvcc`` is not on PATH.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -137,3 +139,93 @@ def test_kernels_compile_for_sm90a(tmp_path):
         if rc != 0:
             failures.append(f"{_label(build)}\n{log[-3000:]}")
     assert not failures, "kernels that do not compile:\n" + "\n\n".join(failures)
+
+
+# Launch plans, checked on any machine ----------------------------------------------------
+class _Recorder:
+    """Stands in for mx.fast.cuda_kernel: records each build and launch, returns zeros."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, *, name, input_names, output_names, source, header,
+                 ensure_row_contiguous, shared_memory):
+        import mlx.core as mx
+
+        def launch(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+                   init_value=None, **_):
+            self.launches.append(dict(
+                name=name, inputs=list(input_names), outputs=list(output_names),
+                source=source, header=header, shared_memory=shared_memory, grid=grid,
+                threadgroup=threadgroup, template=list(template or []), arrays=inputs))
+            return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+        return launch
+
+
+def _launch_all():
+    """Every launcher, on CPU arrays, over the shapes and configs they can take."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    for m, k in ((1, 64), (7, 4096), (3, 18944)):
+        for gs in (None, 32, 64, 128):
+            cuda.quantize(mx.zeros((m, k), dtype=mx.bfloat16), gs)
+    a = mx.zeros((300, 256), dtype=mx.int8)
+    b = mx.zeros((264, 256), dtype=mx.int8)
+    for cfg in cuda._ALL_GEMM_CONFIGS.values():
+        cuda.int8_gemm(a, b, cfg)
+    w = mx.random.normal((264, 256))
+    pc = QuantizedWeight.from_float(w, 64, per_channel=True)
+    gr = QuantizedWeight.from_float(w.astype(mx.float16), 32, per_channel=False)
+    bias = mx.zeros((264,), dtype=mx.bfloat16)
+    for cfg in cuda._ALL_GEMM_CONFIGS.values():
+        xq, xs = mx.zeros((300, 256), dtype=mx.int8), mx.ones((300, 1))
+        if cfg.wgmma or cfg.wtn >= 64:
+            cuda.gemm_per_channel(xq, xs, pc, bias, mx.float16, cfg)
+            cuda.gemm_per_channel(xq, xs, pc, None, mx.float32, cfg)
+        if not cfg.wgmma:
+            xr = mx.zeros((300, 8), dtype=mx.int32)
+            cuda.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
+    for m in (1, 2, 3, 8, 16):
+        for weight in (pc, gr):
+            for fused in (True, False):
+                cuda.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight, bias if m % 2 else None,
+                          fused=fused)
+
+
+def test_launch_plans_are_compiled_and_consistent(monkeypatch):
+    """What the launchers hand to MLX, recorded without a GPU: every (file, body, template
+    names, tile) is among the builds the compile test compiles; every argument name is one
+    the body uses; block sizes are whole warps within limits; shared memory fits a block."""
+    import mlx.core as mx
+
+    rec = _Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    cuda._kernel.cache_clear()
+    try:
+        _launch_all()
+    finally:
+        cuda._kernel.cache_clear()
+    assert rec.launches
+    built = {}
+    for b in BUILDS:
+        key = (b.file, b.body)
+        built.setdefault(key, set()).add(tuple(k for k, _ in b.template))
+    tiles = {tuple(c.template()) for c in cuda._ALL_GEMM_CONFIGS.values()}
+    for launch in rec.launches:
+        match = [(f, body) for f, body in built if launch["name"] == f"w8a8_{f[:-3]}_{body}"]
+        assert len(match) == 1, f"launch {launch['name']} matches no compiled body"
+        names = tuple(k for k, _ in launch["template"])
+        assert names in built[match[0]], (launch["name"], names, built[match[0]])
+        ints = tuple((k, v) for k, v in launch["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES"))
+        if ints:
+            assert ints in tiles, (launch["name"], ints)
+        body = launch["source"]
+        for arg in launch["inputs"] + launch["outputs"]:
+            assert re.search(rf"\b{arg}\b", body), f"{launch['name']}: body never uses {arg!r}"
+        tg, grid = launch["threadgroup"][0], launch["grid"][0]
+        assert tg % 32 == 0 and 32 <= tg <= 1024 and grid % 32 == 0, (launch["name"], tg, grid)
+        assert launch["shared_memory"] <= 227 * 1024, (launch["name"], launch["shared_memory"])
+        assert "//" not in body, "comments reach MLX (hashed on every launch)"
