@@ -6,6 +6,8 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
 - ``quantize(model)``, ``save(model, path, config)``, ``load(path)``: whole models.
 - ``quantize_weight``, ``quantize_activation``, ``int8_matmul``, ``w8a8_linear``: ops.
 - ``QuantizedWeight``: the weight format (MLX's affine 8-bit layout).
+- ``set_tuning_table``, ``set_online_tuning``, ``TuneConfig``, ``TuningTableWarning``:
+  the tuner (importing the package installs it in the kernel registry).
 """
 
 __version__ = "0.1.0"
@@ -15,6 +17,8 @@ from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
 from .nn import Linear
 from .convert import load, quantize, save
 from .kernels import registry as _registry
+from .tuning import TuneConfig, TuningTableWarning, set_tuning_table
+from .tuning import set_online as set_online_tuning
 
 __all__ = [
     "Linear",
@@ -27,6 +31,10 @@ __all__ = [
     "int8_matmul",
     "w8a8_linear",
     "available_kernels",
+    "set_tuning_table",
+    "set_online_tuning",
+    "TuneConfig",
+    "TuningTableWarning",
 ]
 
 
@@ -35,14 +43,3 @@ def available_kernels(op: str = "linear") -> list[str]:
     if op not in _registry.OPS:
         raise ValueError(f"[mlx_w8a8.available_kernels] op must be one of {_registry.OPS}, got {op!r}")
     return sorted({c.name for c in _registry.all_candidates() if c.op == op and c.available()})
-
-
-# --- Tuning (mlx_w8a8.tuning): installs the tuner's chooser in the kernel registry. ------
-from .tuning import (  # noqa: E402
-    TuneConfig,
-    TuningTableWarning,
-    set_online as set_online_tuning,
-    set_tuning_table,
-)
-
-__all__ += ["set_tuning_table", "set_online_tuning", "TuneConfig", "TuningTableWarning"]
