@@ -164,11 +164,12 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
     mx.eval(ws, xs, [(p.q, p.scales, p.biases, p.channel_scales) for p in pcs],
             [(g.q, g.scales, g.biases, g.group_offsets) for g in grs])
     # Raw int8 operands (shared by cuda_int8_gemm and torch._int_mm).
-    qx = [cuda.quantize(x) for x in xs]
+    qx = [cuda.quantize(x, row_sum=True) for x in xs]
     a8 = [q for q, _, _ in qx]
     s8 = [s for _, s, _ in qx]
+    r8 = [r for _, _, r in qx]
     b8 = [p.int8() for p in pcs]
-    mx.eval(a8, s8, b8)
+    mx.eval(a8, s8, r8, b8)
     C = len(ws)
     X = len(xs)
 
@@ -182,15 +183,18 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
         Arm("bf16", lambda i: mx.matmul(xs[i % X], ws[i % C].T)),
         Arm("w8a8", lambda i: cuda._w8a8_gemm_run(xs[i % X], pcs[i % C], None)),
         Arm("w8a8_g", lambda i: cuda._w8a8_grouped_run(xs[i % X], grs[i % C], None)),
-        # The per-channel GEMM + epilogue alone (activations already quantized), and the
-        # full linear on the mma.sync 128 x 256 tile (when the default is wgmma).
+        # The per-channel GEMM + epilogue alone (activations already quantized): on the
+        # unsigned codes with the row-sum correction (the default for K <= U8_MAX_K) and
+        # with the codes flipped to int8 (the K > U8_MAX_K path); and the full linear on
+        # the mma.sync 128 x 256 tile (when the default is wgmma).
         Arm("w8a8_mm", lambda i: cuda.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C], None,
-                                                       mx.bfloat16)),
-        Arm("w8a8[large]", lambda i: cuda.gemm_per_channel(
-            *cuda.quantize(xs[i % X])[:2], pcs[i % C], None, mx.bfloat16,
-            cuda.GEMM_CONFIGS["large"])),
+                                                       mx.bfloat16, row_sums=r8[i % X])),
+        Arm("w8a8_mm[flip]", lambda i: cuda.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C],
+                                                             None, mx.bfloat16)),
+        Arm("w8a8[large]", lambda i: _linear_on(xs[i % X], pcs[i % C],
+                                                cuda.GEMM_CONFIGS["large"])),
         Arm("i8gemm", lambda i: cuda.int8_gemm(a8[i % X], b8[i % C])),
-        Arm("quant", lambda i: cuda.quantize(xs[i % X])[0]),
+        Arm("quant", lambda i: cuda.quantize(xs[i % X], row_sum=True)[0]),
     ]
     if m <= cuda.GEMV_MAX_M:
         arms.append(Arm("gemv", lambda i: cuda._gemv_run(xs[i % X], pcs[i % C], None)))
@@ -225,8 +229,17 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
     row["gbs"] = {name: bytes_i8 / (us * 1e-6) / 1e9 for name, us in row["us"].items()}
     row["samples_us"] = {a.name: [t * 1e6 for t in a.samples] for a in arms}
     row["ratio"] = ratios(row)
-    del ws, xs, pcs, grs, a8, b8, s8, qx
+    del ws, xs, pcs, grs, a8, b8, s8, r8, qx
     return row
+
+
+def _linear_on(x, weight, cfg):
+    """The full per-channel linear (as ``cuda._w8a8_gemm_run``) on tile ``cfg``."""
+    if x.shape[1] <= cuda.U8_MAX_K:
+        xq, xs, xr = cuda.quantize(x, row_sum=True)
+        return cuda.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg, row_sums=xr)
+    xq, xs, _ = cuda.quantize(x)
+    return cuda.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg)
 
 
 def paired_ratio(row, base, cand, cand_alias=None):

@@ -94,6 +94,23 @@ def test_quantize_bit_exact(rng, dtype, m, k, group_size):
         np.testing.assert_array_equal(np.array(sums), want_r)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("m,k", QUANT_SHAPES)
+def test_quantize_row_sum_bit_exact(rng, dtype, m, k):
+    """The ``rowsum`` body: same codes and scales as ``plain`` plus the int32 sum of each
+    row's codes (0 for the zero / NaN / Inf rows)."""
+    x = activation(rng, m, k, dtype)
+    q, scale, rsum = cuda.quantize(x, row_sum=True)
+    want_q, want_s = oracle.quantize_rows(host(x))
+    np.testing.assert_array_equal(np.array(q), want_q)
+    got_s = np.array(scale)
+    np.testing.assert_array_equal(np.isnan(got_s), np.isnan(want_s))
+    np.testing.assert_array_equal(got_s[~np.isnan(got_s)], want_s[~np.isnan(want_s)])
+    got_r = np.array(rsum)
+    assert got_r.dtype == np.int32 and got_r.shape == (m, 1)
+    np.testing.assert_array_equal(got_r[:, 0], want_q.astype(np.int64).sum(-1))
+
+
 # int8_matmul ------------------------------------------------------------------------------
 @pytest.mark.parametrize("m,n,k", [(1, 264, 4096), (33, 257, 48), (129, 264, 1088),
                                    (1000, 512, 1024), (2048, 640, 256)])
@@ -155,17 +172,53 @@ def test_w8a8_gemm_per_channel(rng, m, n, k, dtype, with_bias):
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
 
+@pytest.mark.parametrize("unsigned", [True, False], ids=["u8", "flip"])
 @pytest.mark.parametrize("config", ["wgmma", "large", "medium", "small"])
-def test_w8a8_gemm_every_tile_config(rng, config):
+def test_w8a8_gemm_every_tile_config(rng, config, unsigned):
+    """Both weight paths (unsigned codes + row-sum correction; codes flipped to int8)
+    on every tile config."""
     if config not in cuda.GEMM_CONFIGS:
         pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
     cfg = cuda.GEMM_CONFIGS[config]
 
     def run(x, weight, bias):
-        xq, xs, _ = cuda.quantize(x)
-        return cuda.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg)
+        xq, xs, xr = cuda.quantize(x, row_sum=unsigned)
+        return cuda.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
 
     check_linear(rng, run, 300, 392, 1088, "bfloat16", 64, True, True)
+    check_linear(rng, run, 129, 264, 4096, "float32", 64, True, False)
+
+
+@pytest.mark.parametrize("config", ["wgmma", "large"])
+@pytest.mark.parametrize("k", [cuda.U8_MAX_K // 32 * 32, cuda.U8_MAX_K // 32 * 32 + 32])
+def test_w8a8_gemm_unsigned_k_bound(config, k):
+    """Extreme operands at the exactness bound of the unsigned path: activation codes
+    +-127 and weight codes 255 (int8 +127) everywhere, so |sum_k a_k q_k| = 127 * 255 * K,
+    just below 2^31 at K = 66304; at K = 66336 the registered candidate must take the
+    flipped path (the unsigned sum would pass 2^31). Float32 output against the oracle."""
+    if config not in cuda.GEMM_CONFIGS:
+        pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
+    cfg = cuda.GEMM_CONFIGS[config]
+    m, n = 130, 264
+    x = np.ones((m, k), dtype=np.float32)
+    x[1::2] = -1.0
+    x[7, ::3] = 0.0
+    w = np.full((n, k), 127, dtype=np.int8)
+    w[5] = -127
+    weight = QuantizedWeight.from_int8(mx.array(w), mx.ones((n,), dtype=mx.float32), 32)
+    assert np.all(oracle.codes(weight)[0] == 255)
+    xm = mx.array(x)
+    want, bound = oracle.linear(x, weight, None)
+    if k <= cuda.U8_MAX_K:
+        xq, xs, xr = cuda.quantize(xm, row_sum=True)
+        y = cuda.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
+        oracle.assert_close(y, want, bound, "float32")
+    else:
+        with pytest.raises(ValueError):
+            xq, xs, xr = cuda.quantize(xm, row_sum=True)
+            cuda.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
+    y = registry.get("linear", "cuda_w8a8_gemm").run(xm, weight, None)
+    oracle.assert_close(y, want, bound, "float32")
 
 
 GROUPED_CASES = [(m, n, k, gs, st) for m, n, k in LINEAR_SHAPES

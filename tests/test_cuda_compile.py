@@ -172,6 +172,7 @@ def _launch_all():
     for m, k in ((1, 64), (7, 4096), (3, 18944)):
         for gs in (None, 32, 64, 128):
             cuda.quantize(mx.zeros((m, k), dtype=mx.bfloat16), gs)
+        cuda.quantize(mx.zeros((m, k), dtype=mx.float16), None, row_sum=True)
     a = mx.zeros((300, 256), dtype=mx.int8)
     b = mx.zeros((264, 256), dtype=mx.int8)
     for cfg in cuda._ALL_GEMM_CONFIGS.values():
@@ -185,6 +186,9 @@ def _launch_all():
         if cfg.wgmma or cfg.wtn >= 64:
             cuda.gemm_per_channel(xq, xs, pc, bias, mx.float16, cfg)
             cuda.gemm_per_channel(xq, xs, pc, None, mx.float32, cfg)
+            xr1 = mx.zeros((300, 1), dtype=mx.int32)
+            cuda.gemm_per_channel(xq, xs, pc, bias, mx.bfloat16, cfg, row_sums=xr1)
+            cuda.gemm_per_channel(xq, xs, pc, None, mx.float16, cfg, row_sums=xr1)
         if not cfg.wgmma:
             xr = mx.zeros((300, 8), dtype=mx.int32)
             cuda.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
@@ -229,3 +233,28 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
         assert tg % 32 == 0 and 32 <= tg <= 1024 and grid % 32 == 0, (launch["name"], tg, grid)
         assert launch["shared_memory"] <= 227 * 1024, (launch["name"], launch["shared_memory"])
         assert "//" not in body, "comments reach MLX (hashed on every launch)"
+
+
+def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
+    """The registered per-channel linear multiplies the unsigned codes (``channel_u8``,
+    quantize with row sums) while K * 127 * 255 < 2^31 and flips them above (``channel``)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    assert cuda.U8_MAX_K * 127 * 255 < 2**31 <= (cuda.U8_MAX_K + 1) * 127 * 255
+    rec = _Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    cuda._kernel.cache_clear()
+    try:
+        for k in (4096, 66304, 66336):
+            w = QuantizedWeight.from_int8(mx.zeros((8, k), dtype=mx.int8), mx.ones((8,)), 32)
+            start = len(rec.launches)
+            cuda._w8a8_gemm_run(mx.zeros((2, k), dtype=mx.bfloat16), w, None)
+            names = [launch["name"] for launch in rec.launches[start:]]
+            if k <= cuda.U8_MAX_K:
+                assert names == ["w8a8_quantize_rowsum", "w8a8_gemm_channel_u8"], (k, names)
+            else:
+                assert names == ["w8a8_quantize_plain", "w8a8_gemm_channel"], (k, names)
+    finally:
+        cuda._kernel.cache_clear()

@@ -7,8 +7,10 @@ device is the GPU; importing this module never needs CUDA):
   optional per-group row sums, one block per row.
 - ``cuda_int8_gemm`` (``int8_matmul``): int8 tensor-core GEMM, int32 out: ``wgmma``
   (Hopper, 128 x 256 tile) where the output has enough tiles, ``mma.sync`` otherwise.
-- ``cuda_w8a8_gemm`` (``linear``, per-channel weights): quantize + GEMM with the
-  dequant (+ bias) epilogue fused.
+- ``cuda_w8a8_gemm`` (``linear``, per-channel weights): quantize (codes, scales and the
+  row sums R_m) + GEMM multiplying the stored unsigned weight codes directly
+  (``s8 x u8`` tensor-core instructions) with ``- 128 R_m`` and the dequant (+ bias)
+  fused in the epilogue; for K > ``U8_MAX_K`` the codes are flipped to int8 instead.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
@@ -42,6 +44,11 @@ GEMM_K_MULTIPLE = 16
 QUANT_K_MULTIPLE = 8
 # |a|, |b| <= 128: K * 2^14 < 2^31 keeps the int32 accumulator exact.
 MAX_K = 1 << 17
+# The per-channel GEMM multiplies int8 activations (|a| <= 127) by the UNSIGNED weight codes
+# (q <= 255) and subtracts 128 * sum_k a_k afterwards: the unsigned int32 sum is exact only
+# while K * 127 * 255 < 2^31, i.e. K <= 66311. Above that the codes are flipped to int8.
+U8_MAX_K = (2**31 - 1) // (127 * 255)
+assert U8_MAX_K == 66311
 GEMV_MAX_M = 16
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -241,16 +248,18 @@ def _as_f32(a: mx.array) -> mx.array:
 
 
 # Launchers ------------------------------------------------------------------------------
-def quantize(x: mx.array, group_size: int | None = None):
+def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False):
     """Per-token int8 quantization on the GPU.
 
     Args:
         x: ``[M, K]`` float16/bfloat16/float32, ``K % 8 == 0``.
         group_size: ``None`` or 32/64/128 dividing K (adds per-group row sums).
+        row_sum: with ``group_size=None``, also return each row's code sum ``[M, 1]``
+            int32 (the per-channel GEMM's correction term).
 
     Returns:
         ``(q, scale, row_sums)``: ``[M, K]`` int8, ``[M, 1]`` float32 and
-        ``[M, K // group_size]`` int32 or ``None``.
+        ``[M, K // group_size]`` int32, ``[M, 1]`` int32 (``row_sum``) or ``None``.
     """
     m, k = x.shape
     if k % QUANT_K_MULTIPLE:
@@ -258,6 +267,15 @@ def quantize(x: mx.array, group_size: int | None = None):
     # Whole warps (row-sum shuffles), enough that each thread keeps its <= 4 chunks of 8
     # in registers between the two passes (quantize.cu kCached) where K allows.
     threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (4 * 32)) * 32))
+    if group_size is None and row_sum:
+        kern = _kernel("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
+        q, scale, rsum = kern(
+            inputs=[x], template=[("T", x.dtype)],
+            output_shapes=[(m, k), (m, 1), (m, 1)],
+            output_dtypes=[mx.int8, mx.float32, mx.int32],
+            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1), init_value=POISON,
+        )
+        return q, scale, rsum
     if group_size is None:
         kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
         q, scale = kern(
@@ -290,18 +308,32 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | None = None) -> mx.
     )[0]
 
 
-def gemm_per_channel(xq, xs, weight, bias, out_dtype, config: GemmConfig | None = None):
-    """Per-channel W8A8 GEMM on quantized activations (``xq`` int8, ``xs`` f32 [M, 1])."""
+def gemm_per_channel(xq, xs, weight, bias, out_dtype, config: GemmConfig | None = None,
+                     row_sums: mx.array | None = None):
+    """Per-channel W8A8 GEMM on quantized activations (``xq`` int8, ``xs`` f32 [M, 1]).
+
+    With ``row_sums`` (``[M, 1]`` int32, ``quantize(x, row_sum=True)``) the weight codes
+    are multiplied unsigned and corrected by ``- 128 * row_sums`` (needs
+    ``K <= U8_MAX_K``); without, they are flipped to int8 inside the GEMM.
+    """
     m, k = xq.shape
     n = weight.n
     cfg = config or tile_for(m, n)
-    inputs = [xq, xs, weight.q, weight.channel_scales]
-    names = ("xq", "xs", "w", "ws")
-    body = "channel"
+    if row_sums is not None:
+        if k > U8_MAX_K:
+            raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
+                             f"{U8_MAX_K} (exact int32 sums), got {k}")
+        inputs = [xq, xs, row_sums, weight.q, weight.channel_scales]
+        names = ("xq", "xs", "xr", "w", "ws")
+        body = "channel_u8"
+    else:
+        inputs = [xq, xs, weight.q, weight.channel_scales]
+        names = ("xq", "xs", "w", "ws")
+        body = "channel"
     if bias is not None:
         inputs.append(_as_f32(bias))
         names += ("bias",)
-        body = "channel_bias"
+        body += "_bias"
     kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
     return kern(
         inputs=inputs, template=[("T", out_dtype)] + cfg.template(),
@@ -400,6 +432,9 @@ def _quantize_run(x, group_size):
 
 
 def _w8a8_gemm_run(x, weight, bias):
+    if x.shape[1] <= U8_MAX_K:  # unsigned codes, exact int32 (see U8_MAX_K)
+        xq, xs, xr = quantize(x, row_sum=True)
+        return gemm_per_channel(xq, xs, weight, bias, x.dtype, row_sums=xr)
     xq, xs, _ = quantize(x)
     return gemm_per_channel(xq, xs, weight, bias, x.dtype)
 
@@ -451,7 +486,8 @@ _CANDIDATES = (
     ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8,
      _digest("gemm.cu", "gemm_wgmma.cu", params=_GEMM_PARAMS)),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm,
-     _digest("quantize.cu", "gemm.cu", "gemm_wgmma.cu", params=_GEMM_PARAMS)),
+     _digest("quantize.cu", "gemm.cu", "gemm_wgmma.cu",
+             params=f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _digest("quantize.cu", "gemm.cu", params=_GEMM_PARAMS)),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv,
@@ -484,6 +520,9 @@ def kernel_builds() -> list[KernelBuild]:
     for t in FLOAT_DTYPES:
         out.append(KernelBuild("quantize.cu", "plain", (("x", t, 2),),
                                (("q", "int8"), ("scale", "float32")), (("T", t),)))
+        out.append(KernelBuild("quantize.cu", "rowsum", (("x", t, 2),),
+                               (("q", "int8"), ("scale", "float32"), ("rsum", "int32")),
+                               (("T", t),)))
     for gs in (32, 64, 128):
         out.append(KernelBuild("quantize.cu", "sums", (("x", "bfloat16", 2),),
                                (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
@@ -494,8 +533,13 @@ def kernel_builds() -> list[KernelBuild]:
         out.append(KernelBuild(file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
                                (("c", "int32"),), tpl))
         for t, body in (("bfloat16", "channel"), ("float16", "channel_bias"),
-                        ("float32", "channel")):
-            ins = (("xq", "int8", 2), ("xs", "float32", 2), ("w", "uint32", 2), ("ws", "float32", 1))
+                        ("float32", "channel"), ("bfloat16", "channel_u8"),
+                        ("float16", "channel_u8_bias"), ("float32", "channel_u8"),
+                        ("bfloat16", "channel_u8_bias")):
+            ins = (("xq", "int8", 2), ("xs", "float32", 2))
+            if "_u8" in body:
+                ins += (("xr", "int32", 2),)
+            ins += (("w", "uint32", 2), ("ws", "float32", 1))
             if body.endswith("bias"):
                 ins += (("bias", "float32", 1),)
             out.append(KernelBuild(file, body, ins, (("y", t),), (("T", t),) + tpl))

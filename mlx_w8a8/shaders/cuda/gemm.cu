@@ -1,4 +1,4 @@
-// Int8 x int8 -> int32 GEMM on tensor cores (mma.sync m16n8k32 s8), fused epilogues.
+// Int8 GEMM on tensor cores (mma.sync m16n8k32, s8 x s8 or s8 x u8), fused epilogues.
 //
 // File layout (read by mlx_w8a8/kernels/cuda.py and tests/test_cuda_compile.py): the text
 // before the first "// @@ body" line is the `header=` of mx.fast.cuda_kernel; each
@@ -7,8 +7,17 @@
 // constants> <body> }` inside namespace mlx::core::cu, so the bodies only call the
 // templates defined here.
 //
-// C[m, n] = sum_k A[m, k] * B[n, k]; A [M, K] int8 (activation codes), B [N, K] int8 or
-// the stored uint8 weight codes q read as q ^ 0x80 (= q - 128 as int8; FLIP below).
+// C[m, n] = sum_k A[m, k] * B[n, k]; A [M, K] int8 (activation codes). B, by WB:
+//   kWeightS8   B [N, K] int8 (the raw int8_matmul).
+//   kWeightFlip the stored uint8 weight codes q read as q ^ 0x80 (= q - 128 as int8).
+//   kWeightU8   the stored codes q multiplied as UNSIGNED (mma .s8.u8: no flip) and the
+//               signed result recovered exactly in int32 by the epilogue:
+//                 sum_k a_k (q_k - 128) = sum_k a_k q_k - 128 R,  R = sum_k a_k
+//               (R from the quantize kernel: the full-row sum, or per group).
+//               EXACTNESS: |a q| <= 127 * 255, so the unsigned int32 sum is exact only
+//               while K * 127 * 255 < 2^31, i.e. K <= 66311 (cuda.U8_MAX_K); the per-channel
+//               launcher takes kWeightFlip above that. The grouped kernel resets its int32
+//               accumulators every group (GS <= 128), so it is exact for any K.
 //
 // Tiling: a block computes a BM x BN tile with (BM/WTM) x (BN/WTN) warps, each warp a
 // WTM x WTN sub-tile as (WTM/16) x (WTN/8) mma tiles. K advances in steps of BK = 128
@@ -19,12 +28,16 @@
 //     outside (zero-filled); A and B rows start 16-byte aligned (row-contiguous inputs,
 //     K a multiple of 16).
 //   * M and N are arbitrary: rows past M / N are zero-filled on load and never stored.
-//   * |A|, |B| <= 128 and K < 2^17, so the int32 accumulator cannot overflow.
+//   * |A|, |B| <= 128 and K < 2^17, so the signed int32 accumulator cannot overflow;
+//     kWeightU8 additionally needs K <= 66311 per accumulation run (see above).
 //   * dynamic shared memory = STAGES * (BM + BN) * BK bytes (passed as shared_memory).
 
 namespace w8a8 {
 
 constexpr int kBK = 128;  // bytes (= int8 elements) of K per pipeline stage
+
+// How B's bytes are multiplied (see the top of the file).
+constexpr int kWeightS8 = 0, kWeightFlip = 1, kWeightU8 = 2;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -52,13 +65,23 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+// A signed (activation codes); B signed, or unsigned (U8: the stored weight codes).
+template <bool U8>
+__device__ __forceinline__ void mma_i8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (U8) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 // Byte offset of 16-byte chunk `chunk` (0..7) of tile row `row` (rows are kBK = 128 bytes).
@@ -118,7 +141,7 @@ __device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int& tm, i
 
 // The main loop: accumulates the warp's sub-tile. MODE 2 (grouped) folds the int32
 // partial sums of each weight group into float accumulators; see gemm_grouped.
-template <int BM, int BN, int WTM, int WTN, int STAGES, bool FLIP>
+template <int BM, int BN, int WTM, int WTN, int STAGES, int WB>
 struct Gemm {
   static constexpr int kWarpsN = BN / WTN;
   static constexpr int kThreads = (BM / WTM) * kWarpsN * 32;
@@ -183,7 +206,7 @@ struct Gemm {
       const int chunk = ks * 2 + ((lane >> 3) & 1);
       uint32_t r[4];
       ldmatrix_x4(r, smem_addr(sb + swz(row, chunk)));
-      if constexpr (FLIP) {
+      if constexpr (WB == kWeightFlip) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) r[j] ^= 0x80808080u;  // uint8 code q -> int8 q - 128
       }
@@ -195,16 +218,17 @@ struct Gemm {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+      for (int nt = 0; nt < NT; ++nt)
+        mma_i8<WB == kWeightU8>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
   }
 };
 
 // Fills acc (int32) for the whole K. Returns through acc; the caller owns the epilogue.
 // Pipeline hazard: the stage refilled at iteration kt is the one consumed at kt - 1;
 // the __syncthreads after the wait makes every warp finish reading it first.
-template <int BM, int BN, int WTM, int WTN, int STAGES, bool FLIP, typename Fold>
+template <int BM, int BN, int WTM, int WTN, int STAGES, int WB, typename Fold>
 __device__ __forceinline__ void mainloop(
-    const Gemm<BM, BN, WTM, WTN, STAGES, FLIP>& g, int wm, int wn,
+    const Gemm<BM, BN, WTM, WTN, STAGES, WB>& g, int wm, int wn,
     int (&acc)[WTM / 16][WTN / 8][4], Fold fold) {
   const int ktiles = (g.K + kBK - 1) / kBK;
 #pragma unroll
@@ -233,14 +257,15 @@ struct NoFold {
 };
 
 // MODE 0: raw int32 C. MODE 1: per-channel dequant y = acc * row_scale[m] * col_scale[n]
-// (+ bias[n]) in float32, stored as T.
+// (+ bias[n]) in float32, stored as T; with WB == kWeightU8, acc = U - 128 * row_sums[m]
+// first (int32, exact: the signed dot product, see the top of the file).
 template <int MODE, bool HAS_BIAS, typename T, int BM, int BN, int WTM, int WTN, int STAGES,
-          bool FLIP>
+          int WB>
 __device__ __forceinline__ void gemm(const int8_t* a, const int8_t* b, int M, int N, int K,
-                                     const float* row_scale, const float* col_scale,
-                                     const float* bias, T* out) {
+                                     const float* row_scale, const int32_t* row_sums,
+                                     const float* col_scale, const float* bias, T* out) {
   extern __shared__ __align__(128) unsigned char w8a8_smem[];
-  using G = Gemm<BM, BN, WTM, WTN, STAGES, FLIP>;
+  using G = Gemm<BM, BN, WTM, WTN, STAGES, WB>;
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
   tile_coords(tiles_m, tiles_n, tm, tn);
@@ -281,7 +306,12 @@ __device__ __forceinline__ void gemm(const int8_t* a, const int8_t* b, int M, in
         const int m = g.m0 + wm * WTM + mt * 16 + gq + h * 8;
         if (m >= M) continue;
         const size_t idx = (size_t)m * N + n;
-        const int c0 = acc[mt][nt][2 * h], c1 = acc[mt][nt][2 * h + 1];
+        int c0 = acc[mt][nt][2 * h], c1 = acc[mt][nt][2 * h + 1];
+        if constexpr (WB == kWeightU8) {
+          const int corr = 128 * row_sums[m];  // |128 R| <= 128 * 127 * K < 2^31
+          c0 -= corr;
+          c1 -= corr;
+        }
         if constexpr (MODE == 0) {
           if (even_n) {
             *reinterpret_cast<int2*>(out + idx) = make_int2(c0, c1);
@@ -311,6 +341,9 @@ __device__ __forceinline__ void gemm(const int8_t* a, const int8_t* b, int M, in
 // BK = 128, so a group never straddles a pipeline stage boundary in a way that matters:
 // the fold is keyed on the k consumed so far. The K tail is zero-filled, and K is a
 // multiple of GS, so no fold sees a partial group of real data.
+// The weight codes are multiplied unsigned (kWeightU8): the int32 accumulator holds
+// U = sum_{k in g} a_k q_k (|U| <= 127 * 255 * GS, exact) and the fold takes
+// P = U - 128 R[m, g] (exact int32, the same P as with flipped codes) before any float.
 template <bool HAS_BIAS, typename T, typename ST, int GS, int BM, int BN, int WTM, int WTN,
           int STAGES>
 __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, int M, int N,
@@ -318,7 +351,7 @@ __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, i
                                              const int32_t* row_sums, const ST* scales,
                                              const float* offsets, const float* bias, T* out) {
   extern __shared__ __align__(128) unsigned char w8a8_smem[];
-  using G = Gemm<BM, BN, WTM, WTN, STAGES, true>;
+  using G = Gemm<BM, BN, WTM, WTN, STAGES, kWeightU8>;
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
   tile_coords(tiles_m, tiles_n, tm, tn);
@@ -355,14 +388,14 @@ __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, i
         s[nt][j] = to_f32(scales[(size_t)n * groups + grp]);
         o[nt][j] = offsets[(size_t)n * groups + grp];
       }
-    float r[G::MT][2];
+    int ri[G::MT][2];
 #pragma unroll
     for (int mt = 0; mt < G::MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         int m = g.m0 + wm * WTM + mt * 16 + gq + h * 8;
         m = m < M ? m : 0;
-        r[mt][h] = static_cast<float>(row_sums[(size_t)m * groups + grp]);
+        ri[mt][h] = row_sums[(size_t)m * groups + grp];
       }
 #pragma unroll
     for (int mt = 0; mt < G::MT; ++mt)
@@ -371,7 +404,9 @@ __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, i
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int h = i >> 1, j = i & 1;
-          facc[mt][nt][i] += s[nt][j] * static_cast<float>(acc[mt][nt][i]) + o[nt][j] * r[mt][h];
+          const int p = acc[mt][nt][i] - 128 * ri[mt][h];  // signed group sum, exact
+          facc[mt][nt][i] += s[nt][j] * static_cast<float>(p) +
+                             o[nt][j] * static_cast<float>(ri[mt][h]);
           acc[mt][nt][i] = 0;
         }
   };
@@ -409,20 +444,33 @@ __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, i
 
 // @@ body int32
 // Raw int8 GEMM: inputs a [M, K] int8, b [N, K] int8; output c [M, N] int32.
-w8a8::gemm<0, false, int32_t, BM, BN, WTM, WTN, STAGES, false>(
-    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, c);
+w8a8::gemm<0, false, int32_t, BM, BN, WTM, WTN, STAGES, w8a8::kWeightS8>(
+    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, nullptr, c);
 
 // @@ body channel
-// Per-channel W8A8: xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32.
-w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, true>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, ws,
-    nullptr, y);
+// Per-channel W8A8 with flipped codes (any K < 2^17; the launcher uses it for
+// K > 66311): xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32.
+w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightFlip>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs,
+    nullptr, ws, nullptr, y);
 
 // @@ body channel_bias
 // As `channel`, plus bias [N] f32.
-w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, true>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, ws,
-    bias, y);
+w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightFlip>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs,
+    nullptr, ws, bias, y);
+
+// @@ body channel_u8
+// Per-channel W8A8 on the unsigned codes (K <= 66311 only): as `channel`, plus
+// xr [M, 1] int32 activation row sums.
+w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightU8>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr,
+    ws, nullptr, y);
+
+// @@ body channel_u8_bias
+w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightU8>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr,
+    ws, bias, y);
 
 // @@ body grouped
 // Grouped W8A8: xq [M, K] int8, xs [M, 1] f32, xr [M, G] int32 row sums, w [N, K/4] uint32,

@@ -6,7 +6,9 @@
 // One block per row; each thread handles 8 consecutive elements at a time (one 16-byte
 // load for float16/bfloat16, two for float32). Pass 1 finds amax, pass 2 re-reads the
 // row (it is at most a few tens of KiB, so the re-read hits L1/L2: DRAM sees x once) and
-// writes the codes, plus per-group row sums when GS > 0.
+// writes the codes, plus per-group row sums when GS > 0, or the full-row sum R_m =
+// sum_k q_mk (int32) when RSUM (the per-channel GEMM's unsigned-weight correction,
+// gemm.cu).
 //
 // Invariants the launcher guarantees (cuda.py `supports`): K % 8 == 0 (and K % GS == 0),
 // rows 16-byte aligned (row-contiguous input, K * sizeof(T) a multiple of 16),
@@ -81,10 +83,14 @@ __device__ __forceinline__ int quantize8(const float (&f)[8], float s, bool usab
   return sum;
 }
 
-template <typename T, int GS>
+// RSUM (only with GS == 0): row_sums is [M, 1] and receives the whole row's code sum;
+// |R_m| <= 127 K fits int32 for any K the launchers accept.
+template <typename T, int GS, bool RSUM = false>
 __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float* scale,
                                              int32_t* row_sums) {
+  static_assert(!(RSUM && GS > 0), "full-row sum and group sums are separate bodies");
   __shared__ float warp_max[32];
+  __shared__ int warp_sum[32];
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int nwarps = blockDim.x >> 5;
@@ -124,6 +130,7 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   if (tid == 0) scale[row] = s;
 
   int8_t* qr = q + (size_t)row * K;
+  int total = 0;  // RSUM: this thread's share of the row sum
   // Every step's bound is uniform across the block so whole warps stay converged for the
   // row-sum shuffles: a group (GS / 8 consecutive chunks = consecutive lanes) is either
   // entirely inside K or entirely outside it, because K % GS == 0.
@@ -135,6 +142,7 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
       sum = quantize8(f, s, usable, packed);
       *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
     }
+    total += sum;
     if constexpr (GS > 0) {
       constexpr int kLanes = GS / 8;  // 4, 8 or 16 lanes hold one group
 #pragma unroll
@@ -151,6 +159,19 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (base + tid < chunks) load8(xr + (base + tid) * 8, f);
     emit(base + tid, f);
+  }
+  if constexpr (RSUM) {
+    // Block reduction of the row sum: every thread of the block reaches this point (all
+    // loop bounds above are uniform), so the barrier is safe.
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    if (lane == 0) warp_sum[warp] = total;
+    __syncthreads();
+    if (tid == 0) {
+      int r = 0;
+      for (int w = 0; w < nwarps; ++w) r += warp_sum[w];
+      row_sums[row] = r;
+    }
   }
 }
 
@@ -199,6 +220,10 @@ __device__ __forceinline__ void quantize_rows_block(const T* x, int M, int K, in
 // @@ body plain
 // x [M, K] float (T); outputs q [M, K] int8, scale [M, 1] f32.
 w8a8::quantize_row<T, 0>(x, x_shape[1], q, scale, nullptr);
+
+// @@ body rowsum
+// As `plain`, plus rsum [M, 1] int32: the sum of each row's codes (per-channel GEMM).
+w8a8::quantize_row<T, 0, true>(x, x_shape[1], q, scale, rsum);
 
 // @@ body sums
 // As `plain`, plus row_sums [M, K / GS] int32.
