@@ -324,6 +324,25 @@ def test_unusable_table_leaves_inference_working_with_a_warning(env, kind, match
         assert open(path).read() == '{"schema": 1, "sections": ['  # untouched
 
 
+def test_shipped_table_of_another_device_is_used_quietly(env, monkeypatch, recwarn):
+    # The package ships tables for devices it is not running on (an H200 table on a
+    # laptop): that is expected and must not warn on every import; the same table
+    # named by the user does warn (test above).
+    calls = _spy()
+    path = str(env / "shipped-other.json")
+    key = table.device_key()
+    other = dict(key, backend="metal", device={"device_name": "Apple M9"})
+    table.write_entries(path, other, [_entry("spy", digests={"spy": "d-spy"})])
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [path])
+    tuning._tuner = None
+    tuning.install()
+    x, w = mx.random.normal((2, 64)), _weight()
+    y = mlx_w8a8.w8a8_linear(x, w)
+    assert calls == []
+    assert not [r for r in recwarn if issubclass(r.category, mlx_w8a8.TuningTableWarning)]
+    assert np.allclose(np.array(y), np.array(QMM.run(x, w, None)))
+
+
 def test_entry_of_a_changed_kernel_is_stale(env):
     calls = _spy()
     path = str(env / "stale.json")

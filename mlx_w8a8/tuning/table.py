@@ -247,11 +247,15 @@ def load(path: str) -> dict | None:
         return None
 
 
-def matching_entries(doc: dict, key: dict, path: str = "<table>") -> list[dict]:
+def matching_entries(
+    doc: dict, key: dict, path: str = "<table>", report_other_devices: bool = True
+) -> list[dict]:
     """The entries of ``doc`` measured under ``key`` (this machine and versions).
 
     When the table holds sections but none for ``key``, reports once why (another
     device, or another MLX/package version): those entries are kept but unused.
+    ``report_other_devices=False`` stays quiet about tables of other devices (the
+    shipped tables: a package carries tables for devices it is not running on).
     """
     want = section_key(key)
     found: list[dict] = []
@@ -275,7 +279,7 @@ def matching_entries(doc: dict, key: dict, path: str = "<table>") -> list[dict]:
                 f"mlx_w8a8 {key['package_version']}: its entries are kept but unused "
                 f"(re-run `python -m mlx_w8a8.tune`)",
             )
-        else:
+        elif report_other_devices:
             s = others[0]
             report_once(
                 path, "device",

@@ -237,7 +237,9 @@ class Tuner:
                     if doc is None:
                         continue
                     by_problem: dict[tuple, dict[int, dict]] = {}
-                    for entry in table.matching_entries(doc, self.key, path):
+                    quiet = layer == "shipped"  # tables for other devices are expected there
+                    entries = table.matching_entries(doc, self.key, path, not quiet)
+                    for entry in entries:
                         by_problem.setdefault(_entry_problem_key(entry), {})[entry["m_bucket"]] = entry
                     index.append((layer, path, by_problem))
                 self._index = index
