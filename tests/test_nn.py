@@ -86,3 +86,18 @@ def test_forced_kernel_is_used(rng):
     layer.kernel = "does_not_exist"
     with pytest.raises(ValueError, match="unknown kernel 'does_not_exist'"):
         layer(x)
+
+
+def test_works_under_mx_compile(rng):
+    # mlx-lm users compile their step functions; the layer's per-channel detection (a
+    # host read) must not run on traced values. It runs on the parameters, which are
+    # concrete, also right after they were replaced.
+    layer = w8.Linear(128, 64)
+    x = mx.array(rng.standard_normal((4, 128)).astype(np.float32))
+    for kernel in (None, "reference"):
+        layer.kernel = kernel
+        np.testing.assert_array_equal(np.array(mx.compile(lambda v: layer(v))(x)), np.array(layer(x)))
+    fresh = w8.Linear(128, 64)
+    fresh.update(layer.parameters())
+    fresh.kernel = "reference"
+    np.testing.assert_array_equal(np.array(mx.compile(lambda v: fresh(v))(x)), np.array(layer(x)))
