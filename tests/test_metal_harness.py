@@ -127,26 +127,19 @@ def test_dropped_k_tail_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
     assert not np.array_equal(got, want)
 
 
-def test_off_by_one_store_tail_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
+@pytest.mark.parametrize("kernel, shapes, indent", [
+    ("nax", ((5, 16), (21, 16)), "      "),
+    ("simd", ((8, 32), (33, 32)), "    "),
+])
+def test_off_by_one_store_tail_in_gemm_is_caught(emulated, rng, monkeypatch, kernel, shapes, indent):
     """Storing up to n <= N writes one element past the last row: a guard-byte hit."""
-    a, b = oracle.random_int8(rng, (5, 16)), oracle.random_int8(rng, (21, 16))
-    np.testing.assert_array_equal(np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b))),
-                                  oracle.int8_matmul(a, b))
-    plant(monkeypatch, "nax_gemm.metal", "if (m < M && n < N) {\n      const size_t o",
-          "if (m < M && n <= N) {\n      const size_t o")
+    run = {"nax": metal.nax_int8_matmul, "simd": metal.simd_int8_matmul}[kernel]
+    a, b = oracle.random_int8(rng, shapes[0]), oracle.random_int8(rng, shapes[1])
+    np.testing.assert_array_equal(np.array(run(mx.array(a), mx.array(b))), oracle.int8_matmul(a, b))
+    plant(monkeypatch, f"{kernel}_gemm.metal", f"if (m < M && n < N) {{\n{indent}const size_t o",
+          f"if (m < M && n <= N) {{\n{indent}const size_t o")
     with pytest.raises(harness.EmulationError, match="out-of-bounds write"):
-        metal.nax_int8_matmul(mx.array(a), mx.array(b))
-
-
-def test_off_by_one_store_tail_in_simd_gemm_is_caught(emulated, rng, monkeypatch):
-    """Storing up to n <= N writes one element past the last row: a guard-byte hit."""
-    a, b = oracle.random_int8(rng, (8, 32)), oracle.random_int8(rng, (33, 32))
-    np.testing.assert_array_equal(np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b))),
-                                  oracle.int8_matmul(a, b))
-    plant(monkeypatch, "simd_gemm.metal", "if (m < M && n < N) {\n    const size_t o",
-          "if (m < M && n <= N) {\n    const size_t o")
-    with pytest.raises(harness.EmulationError, match="out-of-bounds write"):
-        metal.simd_int8_matmul(mx.array(a), mx.array(b))
+        run(mx.array(a), mx.array(b))
 
 
 def test_off_by_one_group_in_quantize_sums_is_caught(emulated, rng, monkeypatch):
