@@ -70,7 +70,14 @@ class Candidate:
         digest: a short digest of the candidate's source (kernel text, launch
             parameters) so a tuning table can tell when a measurement is stale.
         available: ``available() -> bool``; whether the backend can run here now
-            (checked on every lookup so a test can flip a capability override).
+            (checked when a decision is made, never per call).
+        stages: ``linear`` only, optional: ``stages(problem) -> (act_key, quantize,
+            apply)`` or ``None``. Splits ``run`` into ``quantize(x) -> acts`` (the
+            activation quantization) and ``apply(acts, weight, bias, out_dtype) -> y``
+            so layers fed the same ``x`` (q/k/v, gate/up) quantize it once: ``act_key``
+            (hashable) names the activation format, and candidates whose keys are equal
+            must produce interchangeable ``acts``. ``run(x, w, b)`` must equal
+            ``apply(quantize(x), w, b, x.dtype)``.
     """
 
     name: str
@@ -80,6 +87,7 @@ class Candidate:
     supports: Callable[[Problem], bool] = lambda problem: True
     digest: str = ""
     available: Callable[[], bool] = lambda: True
+    stages: Callable[[Problem], Any] | None = None
 
     def handles(self, problem: Problem) -> bool:
         """True when this candidate can run ``problem`` on this machine now."""
