@@ -1,14 +1,61 @@
-"""``mlx_w8a8.Linear``: a W8A8 drop-in for ``nn.Linear`` and 8-bit ``nn.QuantizedLinear``."""
+"""``mlx_w8a8.Linear``: a W8A8 drop-in for ``nn.Linear`` and 8-bit ``nn.QuantizedLinear``.
+
+The hot path is built like MLX's own layers: decide once, run many times. The first
+call with a given input shape and dtype resolves the kernel (a forced ``layer.kernel``,
+a tuning-table entry, a decision borrowed from a nearby measured shape, the built-in
+prior, or ``mx.quantized_matmul``) into a ready closure that later calls reuse; the
+weight format is a static attribute fixed at construction or conversion. Anything that
+can change a decision (a table reload, ``set_tuning_table``, a recorded measurement, a
+kernel registered, a new ``layer.kernel``) bumps ``registry.generation`` or clears the
+layer's plans, so the next call re-decides.
+
+Layers that receive the same input array (q/k/v projections, gate/up) quantize it once:
+the two-stage candidates (``Candidate.stages``) share the int8 activations through a
+small per-thread memo keyed by the input's identity.
+"""
 
 from __future__ import annotations
 
 import math
+import threading
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import ops
-from .weight import QuantizedWeight, check_group_size
+from .kernels import registry
+from .kernels.registry import Problem
+from .weight import FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
+
+# Plans kept per layer (one per distinct input shape and dtype); beyond that the
+# cache starts over (a model fed ever-new shapes re-decides, it does not grow).
+_MAX_PLANS = 64
+# Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
+_SHARED_SLOTS = 4
+_shared = threading.local()
+
+
+def _shared_activations(x: mx.array, key, quantize, x2: mx.array):
+    """``quantize(x2)``, reused when the same ``x`` with the same ``key`` was just seen.
+
+    The memo holds a reference to ``x`` so its identity cannot be reused while the
+    entry lives; entries are replaced first-in first-out.
+    """
+    slots = getattr(_shared, "slots", None)
+    if slots is None:
+        slots = _shared.slots = []
+    for held, held_key, acts in slots:
+        if held is x and held_key == key:
+            return acts
+    acts = quantize(x2)
+    slots.append((x, key, acts))
+    if len(slots) > _SHARED_SLOTS:
+        del slots[0]
+    return acts
+
+
+def clear_shared_activations() -> None:
+    """Drop this thread's memoised activations (they are otherwise held until replaced)."""
+    _shared.slots = []
 
 
 class Linear(nn.Module):
@@ -18,11 +65,14 @@ class Linear(nn.Module):
     Its parameters are those of an 8-bit ``nn.QuantizedLinear`` (``weight`` ``[N, K //
     4]`` uint32, ``scales``, ``biases`` ``[N, K // group_size]``, optional ``bias``
     ``[N]``), so a model saved with it loads in stock mlx-lm as an 8-bit model and an
-    mlx-lm 8-bit checkpoint loads into it.
+    mlx-lm 8-bit checkpoint loads into it. ``format`` (``"per_channel"`` or
+    ``"grouped"``) is a static attribute like ``bits`` and ``group_size``.
 
-    Which kernel runs is decided per call by the tuner (a tuning-table hit, else the
-    reference ``mx.quantized_matmul``); set ``layer.kernel`` to a candidate name to
-    force one (``"reference"`` is the exact W8A8 math on any device).
+    Which kernel runs is decided on the first call per input shape and dtype (a
+    tuning-table entry, a nearby measured shape, the built-in prior, else
+    ``mx.quantized_matmul``) and reused; ``repr(layer)`` shows the decisions. Set
+    ``layer.kernel`` to a candidate name to force one (``"exact"`` is the exact W8A8
+    math on any device).
 
     Args:
         input_dims: K, the input features.
@@ -43,43 +93,158 @@ class Linear(nn.Module):
     ):
         super().__init__()
         for label, value in (("input_dims", input_dims), ("output_dims", output_dims)):
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(
                     f"[mlx_w8a8.Linear] {label} must be a positive int, got {value!r}"
                 )
         check_group_size("mlx_w8a8.Linear", group_size, input_dims)
         scale = math.sqrt(1.0 / input_dims)
         w = mx.random.uniform(low=-scale, high=scale, shape=(output_dims, input_dims))
+        self._init_state()
         self._set_weight(QuantizedWeight.from_float(w, group_size, per_channel))
         if bias:
             self.bias = mx.zeros((output_dims,))
-        self.kernel = None
         self.freeze()
+
+    # --- static configuration -------------------------------------------------------------
+    def _init_state(self) -> None:
+        # Plain object attributes (not parameters): nn.Module stores dicts as children.
+        object.__setattr__(self, "_kernel", None)
+        object.__setattr__(self, "_plans", {})
+        object.__setattr__(self, "_decisions", {})
+        object.__setattr__(self, "_generation", -1)
 
     def _set_weight(self, qw: QuantizedWeight) -> None:
         self.weight, self.scales, self.biases = qw.q, qw.scales, qw.biases
         self.group_size, self.bits, self.mode = qw.group_size, 8, "affine"
-        self._quantized = qw
+        self.format = qw.format
+        object.__setattr__(self, "_qw", qw)
+        object.__setattr__(self, "_checked", qw.q)
+        self._forget()
+
+    def _forget(self) -> None:
+        self._plans.clear()
+        self._decisions.clear()
+
+    @property
+    def kernel(self) -> str | None:
+        """The forced candidate name, or ``None`` to let the tuner decide."""
+        return self._kernel
+
+    @kernel.setter
+    def kernel(self, name: str | None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise ValueError(
+                f"[mlx_w8a8.Linear] kernel must be a candidate name or None, got {name!r}"
+            )
+        object.__setattr__(self, "_kernel", name)
+        self._forget()
 
     @property
     def quantized_weight(self) -> QuantizedWeight:
-        """The layer's weight as a :class:`QuantizedWeight`.
+        """The layer's weight as a :class:`QuantizedWeight` of the layer's ``format``.
 
-        Rebuilt (detecting per-channel symmetry once, a host read) only when the
-        parameter arrays were replaced, e.g. by ``load_weights`` or ``update``.
+        Rebuilt (no host read) only when the parameter arrays were replaced, e.g. by
+        ``load_weights``, ``update`` or ``mx.compile(..., inputs=model.state)``.
         """
-        qw = self._quantized
-        if qw.q is not self.weight or qw.scales is not self.scales or qw.biases is not self.biases:
-            qw = QuantizedWeight(self.weight, self.scales, self.biases, self.group_size)
-            self._quantized = qw
+        qw = self._qw
+        w, s, b = self["weight"], self["scales"], self["biases"]
+        if qw.q is not w or qw.scales is not s or qw.biases is not b:
+            qw = self._rebuild(w, s, b)
         return qw
 
-    def _extra_repr(self) -> str:
-        qw = self.quantized_weight
-        return (
-            f"input_dims={qw.k}, output_dims={qw.n}, bias={'bias' in self}, "
-            f"group_size={qw.group_size}, format={qw.format}"
+    def _rebuild(self, w, s, b) -> QuantizedWeight:
+        per_channel = self.format == "per_channel"
+        qw = QuantizedWeight(w, s, b, self.group_size, per_channel=per_channel)
+        if per_channel and self._checked is not w:
+            # New weights under a per-channel claim: check the claim once (a host read).
+            # Inside mx.compile the arrays are traced and cannot be read; the claim made
+            # at construction/conversion stands there.
+            try:
+                holds = QuantizedWeight(w, s, b, self.group_size).per_channel
+            except ValueError:
+                holds = None
+            if holds is False:
+                self.format = "grouped"
+                qw = QuantizedWeight(w, s, b, self.group_size, per_channel=False)
+                self._forget()
+            if holds is not None:
+                object.__setattr__(self, "_checked", w)
+        object.__setattr__(self, "_qw", qw)
+        return qw
+
+    @property
+    def input_dims(self) -> int:
+        return self["weight"].shape[1] * 4
+
+    @property
+    def output_dims(self) -> int:
+        return self["weight"].shape[0]
+
+    # --- decisions ----------------------------------------------------------------------
+    def problem(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> Problem:
+        """The ``linear`` problem of a call with ``m`` tokens of ``dtype``."""
+        return Problem(
+            "linear", m, self.output_dims, self.input_dims, dtype_name(dtype), self.format,
+            self.group_size, "bias" in self,
         )
+
+    def decision(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> tuple[str, str]:
+        """``(kernel name, source)`` a call with ``m`` tokens of ``dtype`` would run;
+        ``source`` is ``"forced"``, ``"table"``, ``"borrowed"``, ``"prior"``,
+        ``"measured"`` or ``"fallback"``."""
+        candidate, source = registry.decide(self.problem(m, dtype), self._kernel)
+        return candidate.name, source
+
+    def _plan(self, x: mx.array):
+        op = "mlx_w8a8.Linear"
+        if not isinstance(x, mx.array) or x.dtype not in FLOAT_DTYPES or x.ndim < 1:
+            raise ValueError(
+                f"[{op}] x must be a float16, bfloat16 or float32 array [..., K], "
+                f"got {describe(x)}"
+            )
+        n, k = self.output_dims, self.input_dims
+        if x.shape[-1] != k:
+            raise ValueError(
+                f"[{op}] K mismatch: x has last dimension {x.shape[-1]} but the layer "
+                f"takes input_dims = {k}"
+            )
+        lead = tuple(x.shape[:-1])
+        m = math.prod(lead)
+        out_shape = (*lead, n)
+        if m == 0:
+            dtype = x.dtype
+            plan = lambda x: mx.zeros(out_shape, dtype=dtype)  # noqa: E731
+            return self._keep(x, plan, (0, "none", "empty"))
+        candidate, source = registry.decide(self.problem(m, x.dtype), self._kernel)
+        flat = len(lead) != 1
+        stages = candidate.stages(self.problem(m, x.dtype)) if candidate.stages else None
+        if stages is not None:
+            act_key, quantize, apply = stages
+            out_dtype = x.dtype
+
+            def plan(x):
+                qw = self.quantized_weight
+                x2 = x.reshape(m, k) if flat else x
+                acts = _shared_activations(x, act_key, quantize, x2)
+                y = apply(acts, qw, self.get("bias"), out_dtype)
+                return y.reshape(out_shape) if flat else y
+        else:
+            run = candidate.run
+
+            def plan(x):
+                qw = self.quantized_weight
+                y = run(x.reshape(m, k) if flat else x, qw, self.get("bias"))
+                return y.reshape(out_shape) if flat else y
+        return self._keep(x, plan, (m, candidate.name, source))
+
+    def _keep(self, x, plan, decision):
+        if len(self._plans) >= _MAX_PLANS:
+            self._forget()
+        key = (x.shape, x.dtype)
+        self._plans[key] = plan
+        self._decisions[key] = decision
+        return plan
 
     def __call__(self, x: mx.array) -> mx.array:
         """Args:
@@ -88,7 +253,25 @@ class Linear(nn.Module):
         Returns:
             ``[..., N]`` in ``x.dtype``.
         """
-        return ops.w8a8_linear(x, self.quantized_weight, self.get("bias"), kernel=self.kernel)
+        if self._generation != registry.generation:
+            self._forget()
+            object.__setattr__(self, "_generation", registry.generation)
+        plan = self._plans.get((x.shape, x.dtype)) if isinstance(x, mx.array) else None
+        if plan is None:
+            plan = self._plan(x)
+        return plan(x)
+
+    def _extra_repr(self) -> str:
+        text = (
+            f"input_dims={self.input_dims}, output_dims={self.output_dims}, "
+            f"bias={'bias' in self}, group_size={self.group_size}, format={self.format}"
+        )
+        if self._kernel is not None:
+            text += f", kernel={self._kernel!r}"
+        runs = sorted({v for v in self._decisions.values() if v[0] > 0})
+        if runs:
+            text += ", runs={" + ", ".join(f"M={m}: {name} ({src})" for m, name, src in runs) + "}"
+        return text
 
     @classmethod
     def from_linear(
@@ -99,7 +282,8 @@ class Linear(nn.Module):
         Args:
             layer: the layer. An ``nn.Linear`` is quantized (``per_channel`` picks
                 symmetric per-channel int8 or group-wise affine); an 8-bit
-                ``nn.QuantizedLinear`` keeps its weights exactly (its own group size).
+                ``nn.QuantizedLinear`` keeps its weights exactly (its own group size;
+                its format is detected here, once).
             group_size: for ``nn.Linear`` only: 32, 64 or 128, dividing K.
             per_channel: for ``nn.Linear`` only.
 
@@ -121,11 +305,31 @@ class Linear(nn.Module):
                 f"[{op}] layer must be an nn.Linear or an 8-bit nn.QuantizedLinear, "
                 f"got {type(layer).__name__}"
             )
+        return cls.from_weight(qw, layer.get("bias") if "bias" in layer else None)
+
+    @classmethod
+    def from_weight(cls, weight: QuantizedWeight, bias: mx.array | None = None) -> "Linear":
+        """A layer holding ``weight`` (its format is taken from it) and ``bias``.
+
+        Args:
+            weight: a :class:`QuantizedWeight` ``[N, K]``.
+            bias: optional ``[N]`` float.
+        """
+        op = "mlx_w8a8.Linear.from_weight"
+        if not isinstance(weight, QuantizedWeight):
+            raise ValueError(f"[{op}] weight must be a QuantizedWeight, got {describe(weight)}")
+        if bias is not None and (
+            not isinstance(bias, mx.array) or tuple(bias.shape) != (weight.n,)
+        ):
+            raise ValueError(
+                f"[{op}] bias must be a float array of shape [N] = [{weight.n}], "
+                f"got {describe(bias)}"
+            )
         out = cls.__new__(cls)
         nn.Module.__init__(out)
-        out._set_weight(qw)
-        if "bias" in layer:
-            out.bias = layer.bias
-        out.kernel = None
+        out._init_state()
+        out._set_weight(weight)
+        if bias is not None:
+            out.bias = bias
         out.freeze()
         return out

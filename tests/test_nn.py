@@ -28,7 +28,7 @@ def test_safetensors_round_trip(tmp_path, rng):
     other = w8.Linear(128, 48, group_size=32)
     other.load_weights(path)
     x = mx.array(rng.standard_normal((3, 128)).astype(np.float32))
-    for kernel in (None, "reference"):
+    for kernel in (None, "exact"):
         layer.kernel = other.kernel = kernel
         np.testing.assert_array_equal(np.array(layer(x)), np.array(other(x)))
     # After load_weights the layer re-derives its format from the new arrays.
@@ -40,7 +40,7 @@ def test_from_linear_per_channel_and_grouped(rng):
     x = mx.array(rng.standard_normal((2, 7, 256)).astype(np.float32))
     for per_channel in (True, False):
         layer = w8.Linear.from_linear(base, group_size=128, per_channel=per_channel)
-        layer.kernel = "reference"
+        layer.kernel = "exact"
         assert layer.quantized_weight.per_channel == per_channel
         np.testing.assert_array_equal(np.array(layer.bias), np.array(base.bias))
         y = layer(x)
@@ -80,7 +80,7 @@ def test_bad_construction():
 def test_forced_kernel_is_used(rng):
     layer = w8.Linear(64, 16, bias=False)
     x = mx.array(rng.standard_normal((2, 64)).astype(np.float32))
-    layer.kernel = "reference"
+    layer.kernel = "exact"
     want, bound = oracle.linear(np.array(x), layer.quantized_weight, None)
     oracle.assert_close(layer(x), want, bound, "float32")
     layer.kernel = "does_not_exist"
@@ -94,10 +94,161 @@ def test_works_under_mx_compile(rng):
     # concrete, also right after they were replaced.
     layer = w8.Linear(128, 64)
     x = mx.array(rng.standard_normal((4, 128)).astype(np.float32))
-    for kernel in (None, "reference"):
+    for kernel in (None, "exact"):
         layer.kernel = kernel
         np.testing.assert_array_equal(np.array(mx.compile(lambda v: layer(v))(x)), np.array(layer(x)))
     fresh = w8.Linear(128, 64)
     fresh.update(layer.parameters())
-    fresh.kernel = "reference"
+    fresh.kernel = "exact"
     np.testing.assert_array_equal(np.array(mx.compile(lambda v: fresh(v))(x)), np.array(layer(x)))
+
+
+# --- the hot path: decide once, run many -------------------------------------------------
+
+import mlx_w8a8.nn as w8nn  # noqa: E402
+from mlx_w8a8 import tuning  # noqa: E402
+from mlx_w8a8.kernels import registry  # noqa: E402
+from mlx_w8a8.kernels.registry import Candidate  # noqa: E402
+from mlx_w8a8.tuning import prior, table  # noqa: E402
+
+QMM = registry.get("linear", "mlx_qmm")
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    """No tables but the ones a test writes; no prior; spies removed after."""
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(table.ENV_TABLE, raising=False)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    monkeypatch.setattr(prior, "RULES", {})
+    tuning._tuner = None
+    tuning.install()
+    yield tmp_path
+    for name in ("spy", "staged"):
+        registry.unregister("linear", name)
+    tuning._tuner = None
+    tuning.install()
+
+
+def _spy(calls, name="spy"):
+    def run(x, w, b):
+        calls.append(x.shape)
+        return QMM.run(x, w, b)
+    registry.register(Candidate(name=name, backend="any", op="linear", run=run, digest="d-" + name))
+
+
+def _entry(layer, choice, m_bucket=2):
+    return {"op": "linear", "m_bucket": m_bucket, "n": layer.output_dims, "k": layer.input_dims,
+            "dtype": "float32", "weight_format": layer.format, "group_size": layer.group_size,
+            "choice": choice, "has_bias": "bias" in layer,
+            "candidates": {choice: {"digest": "d-" + choice}}}
+
+
+def test_decision_is_made_once_per_shape(tables, monkeypatch):
+    layer = w8.Linear(64, 32, group_size=32)
+    x = mx.ones((2, 64))
+    made = []
+    real = registry.decide
+    monkeypatch.setattr(registry, "decide", lambda *a: made.append(a) or real(*a))
+    for _ in range(5):
+        mx.eval(layer(x))
+    assert len(made) == 1
+    mx.eval(layer(mx.ones((3, 64))), layer(mx.ones((2, 64), dtype=mx.bfloat16)))
+    assert len(made) == 3  # a new shape and a new dtype are new decisions
+
+
+@pytest.mark.parametrize("event", ["set_tuning_table", "reload", "online_record", "forced_kernel"])
+def test_cached_decision_is_invalidated(tables, event):
+    calls = []
+    _spy(calls)
+    layer = w8.Linear(64, 32, group_size=32)
+    x = mx.ones((2, 64))
+    path = str(tables / "t.json")
+    if event == "reload":
+        w8.set_tuning_table(path)
+    mx.eval(layer(x))
+    assert calls == [] and layer.decision(2, mx.float32)[0] == "mlx_qmm"
+    if event == "forced_kernel":
+        layer.kernel = "spy"
+    elif event == "online_record":
+        t = tuning.get_tuner()
+        claim = t.claim(layer.problem(2, mx.float32))
+        t.record(claim, _entry(layer, "spy"))
+    else:
+        table.write_entries(path, table.device_key(), [_entry(layer, "spy")])
+        if event == "set_tuning_table":
+            w8.set_tuning_table(path)
+        else:
+            tuning.reload()
+    mx.eval(layer(x))
+    assert calls == [(2, 64)]
+    if event == "forced_kernel":
+        layer.kernel = None
+        mx.eval(layer(x))
+        assert calls == [(2, 64)]
+
+
+def test_compile_with_inputs_state_and_as_a_closure(tables, rng):
+    # mlx-lm compiles step functions with the model's state as an input; the layer must
+    # not read traced weights back to the host (format is a static attribute).
+    model = nn.Sequential(w8.Linear(128, 64), w8.Linear(64, 32, bias=False))
+    x = mx.array(rng.standard_normal((4, 128)).astype(np.float32))
+    for kernel in (None, "exact"):
+        for layer in model.layers:
+            layer.kernel = kernel
+        want = np.array(model(x))
+        state_compiled = mx.compile(lambda v: model(v), inputs=model.state)
+        np.testing.assert_array_equal(np.array(state_compiled(x)), want)
+        np.testing.assert_array_equal(np.array(mx.compile(lambda v: model(v))(x)), want)
+    # Replacing the parameters (as a compiled training step or update() would) is seen.
+    fresh = nn.Sequential(w8.Linear(128, 64), w8.Linear(64, 32, bias=False))
+    fresh.update(model.parameters())
+    for layer in fresh.layers:
+        layer.kernel = "exact"
+    np.testing.assert_array_equal(
+        np.array(mx.compile(lambda v: fresh(v), inputs=fresh.state)(x)), want)
+
+
+def test_format_is_static_and_checked_once_when_weights_are_replaced(rng):
+    layer = w8.Linear(128, 16, group_size=32)
+    assert layer.format == "per_channel"
+    grouped = w8.quantize_weight(mx.array(rng.standard_normal((16, 128)).astype(np.float32)),
+                                 group_size=32, per_channel=False)
+    layer.update({"weight": grouped.q, "scales": grouped.scales, "biases": grouped.biases})
+    layer.kernel = "exact"
+    x = mx.array(rng.standard_normal((3, 128)).astype(np.float32))
+    y = layer(x)
+    # The per-channel claim no longer holds: the layer runs the grouped math (correct).
+    assert layer.format == "grouped"
+    want, bound = oracle.linear(np.array(x), grouped, np.array(layer.bias))
+    oracle.assert_close(y, want, bound, "float32")
+
+
+def test_layers_fed_the_same_input_quantize_it_once(tables):
+    quantized = []
+
+    def quantize(x):
+        quantized.append(x.shape)
+        return x  # the "activations" of this fake are x itself
+
+    def apply(acts, w, b, dtype):
+        return QMM.run(acts, w, b).astype(dtype)
+
+    stages = lambda problem: (("fake", problem.k), quantize, apply)  # noqa: E731
+    registry.register(Candidate(name="staged", backend="any", op="linear",
+                                run=lambda x, w, b: apply(quantize(x), w, b, x.dtype),
+                                stages=stages))
+    q, k, v = (w8.Linear(64, n, group_size=32) for n in (32, 16, 16))
+    for layer in (q, k, v):
+        layer.kernel = "staged"
+    w8nn.clear_shared_activations()
+    x = mx.ones((2, 3, 64))
+    outs = [layer(x) for layer in (q, k, v)]
+    assert len(quantized) == 1  # q, k and v shared one quantization of x
+    for layer, out in zip((q, k, v), outs):
+        layer.kernel = "mlx_qmm"
+        np.testing.assert_allclose(np.array(out), np.array(layer(x)), rtol=1e-6)
+        layer.kernel = "staged"
+    x2 = mx.ones((2, 3, 64))  # equal values, another array: quantized again
+    mx.eval(q(x2), k(x2))
+    assert len(quantized) == 2

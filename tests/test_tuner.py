@@ -11,7 +11,7 @@ import mlx_w8a8
 from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate, Problem
-from mlx_w8a8.tuning import gate, table
+from mlx_w8a8.tuning import gate, prior, table
 from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 
 PROBLEM = Problem("linear", 2, 32, 64, "float32", "per_channel", 32)
@@ -40,6 +40,8 @@ def env(tmp_path, monkeypatch):
     monkeypatch.delenv(table.ENV_TABLE, raising=False)
     monkeypatch.delenv("MLX_W8A8_TUNE", raising=False)
     monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    # Untuned problems run the fallback here; the built-in prior has its own tests.
+    monkeypatch.setattr(prior, "RULES", {})
     table.reset_reports()
     tuning._tuner = None
     tuning.install()
@@ -473,3 +475,99 @@ def test_claim_is_exclusive_across_threads_and_tuner_objects(env):
         th.join()
     held = [c for c in claims if c is not None]
     assert len(held) == 1
+
+
+# --- lookup across layers, borrowing ------------------------------------------------------
+
+
+def _layered(env, monkeypatch, user_entries, shipped_entries):
+    key = table.device_key()
+    shipped, user = str(env / "shipped.json"), str(env / "user.json")
+    table.write_entries(shipped, key, shipped_entries)
+    table.write_entries(user, key, user_entries)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [shipped])
+    return Tuner(table_path=user, use_cache=False, use_shipped=True)
+
+
+def test_exact_bucket_in_a_lower_layer_beats_a_far_bucket_in_a_higher_one(env, monkeypatch):
+    # The README's main command tunes M = 1 into the user's table; that entry must not
+    # hide the shipped table's prefill entries (issue: a far bucket in a higher layer won).
+    _spy("spy_a"), _spy("spy_b")
+    t = _layered(env, monkeypatch,
+                 [_entry("spy_a", m_bucket=1, digests={"spy_a": "d-spy_a"})],
+                 [_entry("spy_b", m_bucket=512, digests={"spy_b": "d-spy_b"})])
+    at = lambda m: t.lookup(Problem("linear", m, 32, 64, "float32", "per_channel", 32))  # noqa: E731
+    assert (at(1).choice, at(1).layer) == ("spy_a", "user")
+    assert (at(512).choice, at(512).layer) == ("spy_b", "shipped")
+    assert at(300).choice == "spy_b"  # bucket 512 is nearer than 1
+    # Equal buckets in both layers: precedence decides (user > shipped).
+    table.write_entries(str(env / "user.json"), table.device_key(),
+                        [_entry("spy_a", m_bucket=512, digests={"spy_a": "d-spy_a"})])
+    t.reload()
+    assert (at(512).choice, at(512).layer) == ("spy_a", "user")
+
+
+def test_entry_whose_kernel_cannot_run_this_m_is_passed_over(env, monkeypatch):
+    # A GEMV-like kernel measured at M = 1 must not be picked for M = 16 when it cannot
+    # run there; the next nearest usable entry is taken instead.
+    _spy("spy_b")
+    fake("spy_a", QMM.run, supports=lambda p: p.m <= 8)
+    t = _layered(env, monkeypatch,
+                 [_entry("spy_a", m_bucket=16, digests={"spy_a": "d-spy_a"})],
+                 [_entry("spy_b", m_bucket=64, digests={"spy_b": "d-spy_b"})])
+    assert t.lookup(Problem("linear", 4, 32, 64, "float32", "per_channel", 32)).choice == "spy_a"
+    assert t.lookup(Problem("linear", 16, 32, 64, "float32", "per_channel", 32)).choice == "spy_b"
+
+
+def test_has_bias_prefers_the_matching_entry_at_equal_distance(env, monkeypatch):
+    _spy("spy_a"), _spy("spy_b")
+    t = _layered(env, monkeypatch,
+                 [_entry("spy_a", m_bucket=2, has_bias=False, digests={"spy_a": "d-spy_a"})],
+                 [_entry("spy_b", m_bucket=2, has_bias=True, digests={"spy_b": "d-spy_b"})])
+    biased = Problem("linear", 2, 32, 64, "float32", "per_channel", 32, has_bias=True)
+    assert t.lookup(biased).choice == "spy_b"
+    assert t.lookup(PROBLEM).choice == "spy_a"
+
+
+def test_unknown_shape_borrows_the_nearest_measured_shape_and_logs_once(env, caplog):
+    _spy("spy_a"), _spy("spy_b")
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [
+        _entry("spy_a", n=32, k=64, digests={"spy_a": "d-spy_a"}),
+        _entry("spy_b", n=64, k=128, digests={"spy_b": "d-spy_b"}),
+        # another format never lends its decision
+        _entry("spy_b", n=48, k=64, weight_format="grouped", digests={"spy_b": "d-spy_b"}),
+    ])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    assert t.lookup(Problem("linear", 2, 48, 64, "float32", "per_channel", 32)) is None
+    caplog.set_level("INFO", logger="mlx_w8a8.tuning")
+    near_small = Problem("linear", 2, 40, 64, "float32", "per_channel", 32)  # 2560 vs 2048
+    assert t.decide(near_small) == ("spy_a", "borrowed")
+    assert t.decide(Problem("linear", 2, 64, 120, "float32", "per_channel", 32)) == ("spy_b", "borrowed")
+    t.decide(Problem("linear", 4, 40, 64, "float32", "per_channel", 32))  # same shape again
+    said = [r.getMessage() for r in caplog.records if "using the decision measured" in r.getMessage()]
+    assert len(said) == 2 and "N=40 K=64" in said[0] and "N=32 K=64" in said[0]
+    assert "tune --model" in said[0]
+    # Beyond 2x in N or K nothing is borrowed.
+    assert t.decide(Problem("linear", 2, 160, 64, "float32", "per_channel", 32)) == (None, "none")
+    assert t.decide(Problem("linear", 2, 32, 64, "bfloat16", "per_channel", 32)) == (None, "none")
+
+
+def test_decide_does_not_cache_a_decision_made_stale_by_a_concurrent_record(env, monkeypatch):
+    # decide() looks up, another thread records meanwhile, decide() stores its (stale)
+    # None: the next call must still see the new entry.
+    _spy("spy")
+    t = tuner(env)
+    real_lookup = Tuner.lookup
+
+    def lookup_then_record(self, problem):
+        hit = real_lookup(self, problem)  # None: nothing measured yet
+        claim = self.claim(problem)
+        self.record(claim, _entry("spy", digests={"spy": "d-spy"}))
+        return hit
+
+    monkeypatch.setattr(Tuner, "lookup", lookup_then_record)
+    monkeypatch.setattr(Tuner, "borrow", lambda self, p: None)
+    assert t.decide(PROBLEM) == (None, "none")
+    monkeypatch.setattr(Tuner, "lookup", real_lookup)
+    assert t.decide(PROBLEM) == ("spy", "table")

@@ -2,10 +2,11 @@
 
 Ops in :mod:`mlx_w8a8.ops` never call a kernel directly. They describe the work as a
 :class:`Problem`, ask :func:`choose` for a candidate and call its ``run``. Backends
-(reference, CUDA, Metal) register candidates at import; a backend that is missing on
+(the pure-MLX ``exact`` and ``mlx_qmm``, CUDA, Metal) register candidates at import; a backend that is missing on
 this machine registers nothing, so callers see fewer candidates and nothing breaks.
 
-A candidate implements one op; names are unique per op (``reference`` exists for each).
+A candidate implements one op; names are unique per op (``exact``, the W8A8 math of
+``docs/numerics.md`` in MLX ops, exists for each).
 Run signatures, by ``Problem.op``:
 
 - ``"linear"``: ``run(x, weight, bias) -> y`` with ``x`` ``[M, K]`` float16/bfloat16/
@@ -61,14 +62,17 @@ class Candidate:
     """One implementation of one op.
 
     Args:
-        name: unique name, e.g. ``"mlx_qmm"``, ``"reference"``, ``"cuda_w8a8_gemm"``.
+        name: unique name, e.g. ``"mlx_qmm"``, ``"exact"``, ``"cuda_w8a8_gemm"``.
         backend: where it runs: ``"any"`` (pure MLX), ``"cuda"`` or ``"metal"``.
         op: the ``Problem.op`` it implements.
         run: the implementation (signature per op: module docstring).
         supports: ``supports(problem) -> bool``; shapes, formats and dtypes it takes.
             It must be cheap and must not touch device memory.
-        digest: a short digest of the candidate's source (kernel text, launch
-            parameters) so a tuning table can tell when a measurement is stale.
+        digest: a short digest of what the candidate executes (the source of its
+            Python functions, its kernel text and launch parameters; see
+            :func:`mlx_w8a8.kernels.sources.code_digest`) so a tuning table can tell
+            when a measurement is stale. An empty digest makes every entry that
+            measured the candidate stale.
         available: ``available() -> bool``; whether the backend can run here now
             (checked when a decision is made, never per call).
         stages: ``linear`` only, optional: ``stages(problem) -> (act_key, quantize,
@@ -78,6 +82,10 @@ class Candidate:
             (hashable) names the activation format, and candidates whose keys are equal
             must produce interchangeable ``acts``. ``run(x, w, b)`` must equal
             ``apply(quantize(x), w, b, x.dtype)``.
+        w8a8: ``linear`` only: whether ``run`` computes the W8A8 math of
+            ``docs/numerics.md`` (per-token int8 activations). The tuner's gate checks
+            such candidates against ``exact`` within the float32-epilogue bound;
+            ``mlx_qmm`` (W8A16, ``False``) is only held to the user-facing tolerance.
     """
 
     name: str
@@ -88,6 +96,7 @@ class Candidate:
     digest: str = ""
     available: Callable[[], bool] = lambda: True
     stages: Callable[[Problem], Any] | None = None
+    w8a8: bool = True
 
     def handles(self, problem: Problem) -> bool:
         """True when this candidate can run ``problem`` on this machine now."""
@@ -101,14 +110,31 @@ class Candidate:
 
 _lock = threading.Lock()
 _candidates: dict[tuple[str, str], Candidate] = {}
+# The exact W8A8 math in MLX ops (registered for every op by ``kernels.reference``).
+EXACT = "exact"
 # Per op, the candidate used when nothing else decides (no tuning-table hit).
-_FALLBACK = {"linear": "mlx_qmm", "int8_matmul": "reference", "quantize_activation": "reference"}
+_FALLBACK = {"linear": "mlx_qmm", "int8_matmul": EXACT, "quantize_activation": EXACT}
+
+
+# Bumped whenever a decision made earlier may no longer hold: a candidate registered or
+# removed, a chooser installed, tables reloaded or re-pointed, a measurement recorded.
+# Layers cache their decisions (``mlx_w8a8.Linear``) and compare generations per call:
+# one integer comparison on the hot path instead of a search.
+generation = 0
+
+
+def invalidate() -> None:
+    """Mark every cached kernel decision stale (they are re-made on next use)."""
+    global generation
+    with _lock:
+        generation += 1
 
 
 def register(candidate: Candidate) -> Candidate:
     """Add ``candidate``; a second registration of (op, name) replaces the first."""
     with _lock:
         _candidates[(candidate.op, candidate.name)] = candidate
+    invalidate()
     return candidate
 
 
@@ -116,6 +142,7 @@ def unregister(op: str, name: str) -> None:
     """Remove candidate ``name`` of ``op`` (no error if absent). Used by tests."""
     with _lock:
         _candidates.pop((op, name), None)
+    invalidate()
 
 
 def get(op: str, name: str) -> Candidate:
@@ -124,14 +151,19 @@ def get(op: str, name: str) -> Candidate:
     Raises:
         ValueError: if there is none.
     """
-    with _lock:
-        candidate = _candidates.get((op, name))
-        known = sorted(n for o, n in _candidates if o == op)
+    candidate = _candidates.get((op, name))
     if candidate is None:
+        with _lock:
+            known = sorted(n for o, n in _candidates if o == op)
         raise ValueError(
             f"[mlx_w8a8.{op}] unknown kernel {name!r}; kernels registered for {op}: {known}"
         )
     return candidate
+
+
+def find(op: str, name: str) -> Candidate | None:
+    """The candidate called ``name`` that implements ``op``, or ``None``."""
+    return _candidates.get((op, name))
 
 
 def all_candidates() -> list[Candidate]:
@@ -154,27 +186,37 @@ def fallback(problem: Problem) -> Candidate:
 
 # The tuner's hook. ``choose`` asks the installed chooser; with none installed (or
 # when it fails) the fallback runs. Tuning never breaks inference.
-Chooser = Callable[[Problem, list[Candidate]], "Candidate | None"]
+# A chooser returns ``None`` (no opinion), a ``Candidate``, or ``(Candidate, source)``
+# where ``source`` says where the decision came from (``"table"``, ``"borrowed"``,
+# ``"prior"``, ...), shown by ``repr(layer)`` and ``mlx_w8a8.quantize``'s summary.
+Chooser = Callable[[Problem, list[Candidate]], Any]
 _chooser: Chooser | None = None
 
 
 def set_chooser(chooser: Chooser | None) -> Chooser | None:
-    """Install ``chooser(problem, candidates) -> Candidate | None``; returns the old one."""
+    """Install ``chooser(problem, candidates)``; returns the old one."""
     global _chooser
     previous, _chooser = _chooser, chooser
+    invalidate()
     return previous
 
 
-def choose(problem: Problem, kernel: str | None = None) -> Candidate:
-    """Pick the candidate that runs ``problem``.
+def decide(problem: Problem, kernel: str | None = None) -> tuple[Candidate, str]:
+    """Pick the candidate that runs ``problem`` and say why.
 
     Args:
         problem: the work to do.
         kernel: a candidate name to force, or ``None`` to let the tuner decide.
 
+    Returns:
+        ``(candidate, source)``: ``source`` is ``"forced"``, ``"fallback"`` or what the
+        chooser said (``"table"``, ``"borrowed"``, ``"prior"``, ``"measured"``, ...).
+
     Raises:
         ValueError: if ``kernel`` is unknown or cannot run ``problem`` here.
     """
+    if _lookup_hook is not None:
+        _lookup_hook(problem)
     if kernel is not None:
         candidate = get(problem.op, kernel)
         if not candidate.handles(problem):
@@ -184,16 +226,33 @@ def choose(problem: Problem, kernel: str | None = None) -> Candidate:
                 f"format={problem.weight_format} on this machine; available: "
                 f"{names(candidates(problem))}"
             )
-        return candidate
-    found = candidates(problem)
+        return candidate, "forced"
     if _chooser is not None:
         try:
-            picked = _chooser(problem, found)
+            picked = _chooser(problem, candidates(problem))
         except Exception:  # the tuner logs its own failures; inference goes on
             picked = None
-        if picked is not None:
+        if isinstance(picked, tuple):
             return picked
-    return fallback(problem)
+        if picked is not None:
+            return picked, "chooser"
+    return fallback(problem), "fallback"
+
+
+# Called with the problem on every ``decide`` when set (``kernels`` logs unavailable
+# backends at debug level through it); ``None`` costs nothing.
+_lookup_hook: Callable[[Problem], None] | None = None
+
+
+def set_lookup_hook(hook: Callable[[Problem], None] | None) -> None:
+    """Install ``hook(problem)``, called at the start of every :func:`decide`."""
+    global _lookup_hook
+    _lookup_hook = hook
+
+
+def choose(problem: Problem, kernel: str | None = None) -> Candidate:
+    """The candidate that runs ``problem`` (:func:`decide` without the reason)."""
+    return decide(problem, kernel)[0]
 
 
 def names(found: Iterable[Candidate]) -> list[str]:

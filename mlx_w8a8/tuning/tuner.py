@@ -42,13 +42,15 @@ except ImportError:  # pragma: no cover
 
 from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
-from . import gate, shapes, table, timing
+from . import gate, prior, shapes, table, timing
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
 MIN_IMPROVEMENT_BPS = 200.0
 ENV_ONLINE = "MLX_W8A8_TUNE"
 _CACHE_LIMIT = 4096
+# A shape no table holds borrows from measured shapes with N and K within this factor.
+BORROW_MAX_RATIO = 2.0
 
 
 @attrs.define
@@ -189,7 +191,8 @@ class Tuner:
         self._lock = threading.RLock()
         self._memory: dict[tuple, dict] = {}  # measured here, also kept if a write failed
         self._index: list[tuple[str, str | None, dict]] | None = None
-        self._cache: dict[Problem, str | None] = {}
+        self._cache: dict[Problem, tuple[str | None, str]] = {}
+        self._borrow_logged: set[tuple] = set()
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
         self._attempted: set[str] = set()  # keys online tuning already tried
@@ -227,6 +230,8 @@ class Tuner:
             self._index = None
             self._cache.clear()
             self._attempted.clear()
+            self._borrow_logged.clear()
+        registry.invalidate()
 
     def _load_index(self) -> list[tuple[str, str | None, dict]]:
         with self._lock:
@@ -265,21 +270,92 @@ class Tuner:
             )
         return not stale
 
-    def lookup(self, problem: Problem) -> Hit | None:
-        """The usable entry for ``problem``, first layer wins, nearest M bucket within it."""
-        pkey = problem_key(problem)
+    def _layers_for(self, pkey: tuple) -> list[tuple[str, str | None, dict]]:
+        """``(layer, path, by_problem)`` in precedence order, this process's own
+        measurements first."""
         layers: list[tuple[str, str | None, dict]] = []
         with self._lock:
-            mem = {e["m_bucket"]: e for k, e in self._memory.items() if _entry_problem_key(e) == pkey}
+            mem: dict[tuple, dict[int, dict]] = {}
+            for e in self._memory.values():
+                mem.setdefault(_entry_problem_key(e), {})[e["m_bucket"]] = e
         if mem:
-            layers.append(("memory", None, {pkey: mem}))
+            layers.append(("memory", None, mem))
         layers.extend(self._load_index())
-        for layer, path, by_problem in layers:
-            buckets = {b: e for b, e in by_problem.get(pkey, {}).items() if self._fresh(e, path)}
-            if not buckets:
+        return layers
+
+    def _best(self, problem: Problem, found: list[tuple[str, str | None, dict]]) -> Hit | None:
+        """Among ``(layer, path, entry)`` pick the entry whose choice can run ``problem``
+        here and whose M bucket is nearest (equally far: the larger); then matching
+        ``has_bias``; then the layer order (memory > user > cache > shipped)."""
+        target = math.log2(shapes.bucket(problem.m))
+        best, best_rank = None, None
+        for order, (layer, path, entry) in enumerate(found):
+            choice = registry.find(problem.op, entry["choice"])
+            if choice is None or not choice.handles(problem):
                 continue
-            best = shapes.nearest_bucket(problem.m, buckets)
-            return Hit(buckets[best], layer, path)
+            if not self._fresh(entry, path):
+                continue
+            rank = (
+                abs(math.log2(entry["m_bucket"]) - target),
+                -entry["m_bucket"],  # equally far: the larger bucket (shapes.nearest_bucket)
+                bool(entry.get("has_bias", problem.has_bias)) != problem.has_bias,
+                order,
+            )
+            if best_rank is None or rank < best_rank:
+                best, best_rank = Hit(entry, layer, path), rank
+        return best
+
+    def lookup(self, problem: Problem) -> Hit | None:
+        """The usable entry for ``problem``'s (N, K, dtype, format) across all layers.
+
+        Entries whose chosen kernel cannot run this M here are skipped; among the
+        rest the nearest M bucket wins (an exact bucket in the shipped table beats a
+        far one in the user's), then an entry measured with the same ``has_bias``
+        (bias is a per-element epilogue add: it rarely changes the ranking, so entries
+        are shared across it), then the layer precedence memory > user > cache >
+        shipped.
+        """
+        pkey = problem_key(problem)
+        found = [
+            (layer, path, entry)
+            for layer, path, by_problem in self._layers_for(pkey)
+            for entry in by_problem.get(pkey, {}).values()
+        ]
+        return self._best(problem, found)
+
+    def borrow(self, problem: Problem, max_ratio: float = BORROW_MAX_RATIO) -> Hit | None:
+        """A decision borrowed from the nearest measured shape, for an (N, K) that no
+        table holds: same op, dtype and weight format (and group size for grouped
+        weights), N and K each within ``max_ratio`` of this one's, nearest in FLOPs
+        (``log(N K)``), then in shape; within that shape, :meth:`lookup`'s rule."""
+        shapes_seen: dict[tuple[int, int], list] = {}
+        for layer, path, by_problem in self._layers_for(problem_key(problem)):
+            for key, buckets in by_problem.items():
+                op, n, k, dtype, fmt, group = key
+                if (op, dtype, fmt) != (problem.op, problem.dtype, problem.weight_format):
+                    continue
+                if fmt == "grouped" and group != problem.group_size:
+                    continue
+                if max(n / problem.n, problem.n / n) > max_ratio:
+                    continue
+                if max(k / problem.k, problem.k / k) > max_ratio:
+                    continue
+                shapes_seen.setdefault((n, k), []).extend(
+                    (layer, path, e) for e in buckets.values()
+                )
+        here = math.log(problem.n * problem.k)
+        order = sorted(
+            shapes_seen,
+            key=lambda nk: (
+                abs(math.log(nk[0] * nk[1]) - here),
+                abs(math.log(nk[0] / problem.n)) + abs(math.log(nk[1] / problem.k)),
+                nk,
+            ),
+        )
+        for nk in order:
+            hit = self._best(problem, shapes_seen[nk])
+            if hit is not None:
+                return hit
         return None
 
     def measured(
@@ -351,6 +427,7 @@ class Tuner:
             with self._lock:
                 self._memory[table.entry_key(entry)] = entry
                 self._cache.clear()
+            registry.invalidate()  # layers re-decide on their next call
             path = self.writable_path()
             try:
                 table.write_entries(path, self.key, [entry])
@@ -401,8 +478,11 @@ class Tuner:
         if all(c.name != reference.name for c in found):
             found.insert(0, reference)
         inputs = gate.operands(problem, variants=cfg.rotate, seed=cfg.seed, weight=weight)
+        shared = inputs[0][1] if problem.op != "quantize_activation" else None
         verdicts = gate.run_gate(
-            problem, reference, found, inputs[:2], cfg.atol, cfg.rtol, cfg.reference_dtype
+            problem, reference, found,
+            gate.gate_operands(problem, seed=cfg.seed, weight=shared),
+            cfg.atol, cfg.rtol, cfg.reference_dtype,
         )
         passing = [c for c in found if verdicts[c.name].passed]
         result = timing.paired_measure(
@@ -427,6 +507,8 @@ class Tuner:
                 "status": status,
                 "gate_error": _finite(v.worst_error),
             }
+            if v.sqnr_db is not None:
+                row["sqnr_db"] = round(v.sqnr_db, 2) if math.isfinite(v.sqnr_db) else None
             if t is not None and t.ok:
                 ratios = result.ratios(reference.name, cand.name)
                 row.update(
@@ -461,6 +543,7 @@ class Tuner:
             "gate": {
                 "atol": cfg.atol, "rtol": cfg.rtol, "worst_error": _finite(worst),
                 "reference_dtype": cfg.reference_dtype or "native",
+                "exact": registry.EXACT, "min_sqnr_db": gate.MIN_SQNR_DB,
             },
             "min_improvement_bps": cfg.min_improvement_bps,
             "samples": result.rounds,
@@ -502,25 +585,53 @@ class Tuner:
         return Outcome("measured", entry["choice"], entry)
 
     # --- the chooser ----------------------------------------------------------------------
-    def decide(self, problem: Problem) -> str | None:
-        """The candidate name for ``problem`` from the tables (cached), or ``None``."""
+    def decide(self, problem: Problem) -> tuple[str | None, str]:
+        """``(candidate name or None, source)`` for ``problem`` from the tables: an
+        entry (``"table"``), a nearby shape's decision (``"borrowed"``), else
+        ``(None, "none")``. Cached per problem until the next invalidation."""
+        generation = registry.generation
         with self._lock:
             if problem in self._cache:
                 return self._cache[problem]
         hit = self.lookup(problem)
-        name = hit.choice if hit is not None else None
+        source = "table"
+        if hit is None:
+            hit = self.borrow(problem)
+            source = "borrowed"
+            if hit is not None:
+                self._log_borrow(problem, hit)
+        decision = (hit.choice, source) if hit is not None else (None, "none")
         with self._lock:
-            if len(self._cache) >= _CACHE_LIMIT:
-                self._cache.clear()
-            self._cache[problem] = name
-        return name
+            # A record() or reload() that ran meanwhile bumped the generation: this
+            # decision may be stale, so it is returned but not cached.
+            if registry.generation == generation:
+                if len(self._cache) >= _CACHE_LIMIT:
+                    self._cache.clear()
+                self._cache[problem] = decision
+        return decision
 
-    def choose(self, problem: Problem, candidates: list[Candidate]) -> Candidate | None:
-        """The registry hook: a table's choice, online tuning if enabled, else ``None``."""
+    def _log_borrow(self, problem: Problem, hit: Hit) -> None:
+        key = (problem.op, problem.n, problem.k, problem.dtype, problem.weight_format)
+        with self._lock:
+            if key in self._borrow_logged:
+                return
+            self._borrow_logged.add(key)
+        e = hit.entry
+        log.info(
+            "[mlx_w8a8.tuning] no table entry for %s N=%d K=%d %s %s: using the decision "
+            "measured for N=%d K=%d (M bucket %d: %s, %s table); `python -m "
+            "mlx_w8a8.tune --model ...` would measure this shape",
+            problem.op, problem.n, problem.k, problem.dtype, problem.weight_format,
+            e["n"], e["k"], e["m_bucket"], e["choice"], hit.layer,
+        )
+
+    def choose(self, problem: Problem, candidates: list[Candidate]):
+        """The registry hook: ``(candidate, source)`` from a table, a borrowed shape,
+        online tuning (if enabled) or the built-in prior; ``None`` for the fallback."""
         if getattr(_tls, "busy", False):
             return None  # a candidate calling ops while being tuned gets the fallback
         try:
-            name = self.decide(problem)
+            name, source = self.decide(problem)
             if name is None and self.online:
                 key = self._claim_key(problem)
                 with self._lock:
@@ -528,17 +639,13 @@ class Tuner:
                     self._attempted.add(key)
                 if first:  # one attempt per key and process: a busy key is not retried
                     outcome = self.tune(problem)
-                    name = outcome.choice
-                    with self._lock:
-                        if outcome.source == "measured":
-                            self._cache.clear()
-                        self._cache[problem] = name
-            if name is None:
-                return None
-            for cand in candidates:
-                if cand.name == name:
-                    return cand
-            return None
+                    name, source = outcome.choice, "measured"
+            if name is not None:
+                for cand in candidates:
+                    if cand.name == name:
+                        return cand, source
+            picked = prior.choose(self.key["backend"], problem, candidates)
+            return (picked, "prior") if picked is not None else None
         except Exception as error:  # tuning never breaks inference
             log.warning("[mlx_w8a8.tuning] chooser failed for %s: %s", gate.describe(problem), error)
             return None

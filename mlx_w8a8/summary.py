@@ -1,0 +1,57 @@
+"""What a converted model will run: per layer, the kernel and where the decision came
+from (forced, a tuning table, a borrowed nearby shape, the built-in prior, or the
+fallback ``mx.quantized_matmul``), at decode and prefill token counts."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .nn import Linear
+
+# Token counts the summary resolves: one decode step and a typical prefill chunk.
+SUMMARY_M = (1, 512)
+
+
+def decisions(
+    model: nn.Module, m: int, dtype: mx.Dtype | None = None
+) -> dict[str, tuple[str, str]]:
+    """``{path: (kernel, source)}`` for every :class:`mlx_w8a8.Linear` of ``model`` at
+    ``m`` tokens.
+
+    Args:
+        model: a model converted by :func:`mlx_w8a8.quantize`.
+        m: the token count (rows of the activation).
+        dtype: the activation dtype; default: each layer's scales' dtype (the model's).
+    """
+    if not isinstance(m, int) or m < 1:
+        raise ValueError(f"[mlx_w8a8.decisions] m must be a positive int, got {m!r}")
+    return {
+        path: layer.decision(m, dtype if dtype is not None else layer["scales"].dtype)
+        for path, layer in model.named_modules()
+        if isinstance(layer, Linear)
+    }
+
+
+def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | None = None) -> str:
+    """One line: how many W8A8 layers, and per token count which kernels run how often
+    with the source of each decision, e.g. ``"mlx_w8a8: 224 layers (224 per_channel);
+    M=1: cuda_int8_gemv x196 (table), mlx_qmm x28 (fallback); M=512: ..."``."""
+    layers = [layer for _, layer in model.named_modules() if isinstance(layer, Linear)]
+    if not layers:
+        return "mlx_w8a8: no mlx_w8a8.Linear layers"
+    formats = Counter(layer.format for layer in layers)
+    parts = [
+        f"mlx_w8a8: {len(layers)} layers ("
+        + ", ".join(f"{n} {fmt}" for fmt, n in sorted(formats.items())) + ")"
+    ]
+    for rows in m:
+        counts = Counter(decisions(model, rows, dtype).values())
+        runs = ", ".join(
+            f"{name} x{n} ({source})"
+            for (name, source), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        parts.append(f"M={rows}: {runs}")
+    return "; ".join(parts)

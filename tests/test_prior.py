@@ -1,0 +1,79 @@
+"""The built-in prior: used when no table entry or borrowed decision exists."""
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+
+import mlx_w8a8
+from mlx_w8a8 import tuning
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate, Problem
+from mlx_w8a8.tuning import prior, table
+from mlx_w8a8.tuning.tuner import Tuner
+
+QMM = registry.get("linear", "mlx_qmm")
+
+
+@pytest.fixture
+def empty_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(table.ENV_TABLE, raising=False)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    tuning._tuner = None
+    tuning.install()
+    yield tmp_path
+    for name in ("p_small", "p_large"):
+        registry.unregister("linear", name)
+    tuning._tuner = None
+    tuning.install()
+
+
+def _fakes(monkeypatch):
+    for name in ("p_small", "p_large"):
+        registry.register(Candidate(name=name, backend="any", op="linear", run=QMM.run,
+                                    supports=(lambda p: p.m <= 4) if name == "p_small" else (lambda p: True)))
+    monkeypatch.setattr(prior, "RULES", {
+        ("cpu", "linear", "per_channel"): [(1, 4, ("p_small",)), (64, None, ("missing", "p_large"))],
+    })
+
+
+def test_rules_pick_by_m_range_and_first_available(empty_tables, monkeypatch):
+    _fakes(monkeypatch)
+    found = lambda m: registry.candidates(Problem("linear", m, 32, 64, "float32", "per_channel", 32))  # noqa: E731
+    pick = lambda m: prior.choose("cpu", Problem("linear", m, 32, 64, "float32", "per_channel", 32), found(m))  # noqa: E731
+    assert pick(1).name == "p_small" and pick(4).name == "p_small"
+    assert pick(16) is None  # no rule covers 5..63: the fallback runs
+    assert pick(64).name == "p_large" and pick(5000).name == "p_large"  # "missing" skipped
+    assert prior.choose("cuda", Problem("linear", 1, 32, 64, "float32", "per_channel", 32), found(1)) is None
+    assert prior.choose("cpu", Problem("linear", 1, 32, 64, "float32", "grouped", 32), found(1)) is None
+
+
+def test_layer_reports_where_its_kernel_came_from(empty_tables, monkeypatch):
+    _fakes(monkeypatch)
+    layer = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32)
+    assert layer.decision(1, mx.float32) == ("p_small", "prior")
+    assert layer.decision(16, mx.float32) == ("mlx_qmm", "fallback")
+    mx.eval(layer(mx.ones((2, 64))), layer(mx.ones((100, 64))))
+    text = repr(layer)
+    assert "M=2: p_small (prior)" in text and "M=100: p_large (prior)" in text
+    layer.kernel = "mlx_qmm"
+    assert layer.decision(1, mx.float32) == ("mlx_qmm", "forced")
+
+
+def test_shipped_rules_name_registered_kernels():
+    # A renamed kernel must not silently drop out of the prior.
+    known = {c.name for c in registry.all_candidates() if c.op == "linear"}
+    for rules in prior.RULES.values():
+        for _, _, names in rules:
+            assert any(n in known for n in names), names
+
+
+def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
+    # Measured on MLX's CPU backend (prior.py cites the figures): W8A8 exact is faster
+    # and more accurate than mx.quantized_matmul for per-channel weights.
+    if table.backend() != "cpu":
+        pytest.skip("the CPU rule applies to MLX's CPU backend")
+    layer = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32)
+    assert layer.decision(1) == (prior.EXACT, "prior")
+    grouped = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32, per_channel=False)
+    assert grouped.decision(1) == ("mlx_qmm", "fallback")
