@@ -7,7 +7,8 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
 - ``quantize_weight``, ``quantize_activation``, ``int8_matmul``, ``w8a8_linear``: ops.
 - ``QuantizedWeight``: the weight format (MLX's affine 8-bit layout).
 - ``set_tuning_table``, ``set_online_tuning``, ``TuneConfig``, ``TuningTableWarning``:
-  the tuner (importing the package installs it in the kernel registry).
+  the tuner (importing the package installs it in the kernel registry); ``tune_model``
+  measures the linear shapes of a model.
 """
 
 __version__ = "0.1.0"
@@ -17,7 +18,7 @@ from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
 from .nn import Linear
 from .convert import load, quantize, save
 from .kernels import registry as _registry
-from .tuning import TuneConfig, TuningTableWarning, set_tuning_table
+from .tuning import TuneConfig, TuningTableWarning, set_tuning_table, tune_model
 from .tuning import set_online as set_online_tuning
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "available_kernels",
     "set_tuning_table",
     "set_online_tuning",
+    "tune_model",
     "TuneConfig",
     "TuningTableWarning",
 ]

@@ -35,11 +35,13 @@ import numpy as np
 from . import ops
 from .kernels import registry
 from .kernels.registry import Problem
-from .tuning import gate, shapes, table, timing
+from .tuning import gate, render, shapes, table, timing
 from .tuning.tuner import Tuner
-from .tune import fmt_ns
 
+PROG = "mlx_w8a8.bench"
 MIN_PAIRS = 30
+# The exact W8A8 math in MLX ops (named "reference" by older versions of the registry).
+EXACT = getattr(registry, "EXACT", "reference")
 # Qualification cases (M, N, K): decode and short prefill on Llama-3-8B projections.
 CASES = [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (64, 1024, 4096)]
 # The Cider benchmark's list, given there as (M, K, N); stored here as (M, N, K).
@@ -115,30 +117,17 @@ def qualify(args, stream, out) -> int:
             ]
         except ValueError as error:
             emit({"case": name, "error": str(error)}, stream)
-            summary.append((name, None, None, [], "unavailable"))
+            summary.append((name, None, None, [], "unavailable", [str(error)]))
             status = 1
             continue
         inputs = gate.operands(problem, variants=4, seed=args.seed)
         expected = [oracle(*args_) for args_ in inputs]
 
-        def verify() -> tuple[list[float], list[str]]:
-            errors, failures = [], []
-            for _, identity, run in arms:
-                worst, why = 0.0, ""
-                for args_, exp in zip(inputs, expected):
-                    try:
-                        ok, err, detail = check(run(*args_), exp, args.atol, args.rtol)
-                    except Exception as error:
-                        ok, err, detail = False, math.inf, f"{type(error).__name__}: {error}"
-                    worst = max(worst, err)
-                    if not ok and not why:
-                        why = f"{identity['name']}: {detail}"
-                errors.append(worst)
-                if why:
-                    failures.append(why)
-            return errors, failures
+        def verify() -> list[tuple[float, str]]:
+            """Per arm: (worst error, first failure or "")."""
+            return [_verify(run, identity["name"], inputs, expected, args) for _, identity, run in arms]
 
-        before, failed_before = verify()
+        before = verify()
         result = timing.paired_measure(
             [("baseline", arms[0][2]), ("candidate", arms[1][2])], inputs,
             pairs=args.pairs, warmup=args.warmup, chain=args.chain,
@@ -146,24 +135,78 @@ def qualify(args, stream, out) -> int:
         emit({
             "case": name, "m": m, "n": n, "k": k, "device": device,
             "baseline": arms[0][1], "candidate": arms[1][1],
-            "max_abs_error": [_json_float(e) for e in before], "tolerance": [args.atol, args.rtol],
-            "oracle": "numpy float64 from stored codes", "failures": failed_before,
+            "max_abs_error": [_json_float(e) for e, _ in before], "tolerance": [args.atol, args.rtol],
+            "oracle": "numpy float64 from stored codes", "failures": [w for _, w in before if w],
             "chain": result.chain,
         }, stream)
         base, cand = result.timings["baseline"], result.timings["candidate"]
         for i, (a, b) in enumerate(zip(base.samples_ns, cand.samples_ns)):
             emit({"case": name, "pair": i, "baseline_ns": round(a, 1), "candidate_ns": round(b, 1)}, stream)
-        after, failed_after = verify()
-        emit({"case": name, "after": True, "max_abs_error": [_json_float(e) for e in after],
-              "failures": failed_after,
+        after = verify()
+        failing = [side for side, b4, af in zip(SIDES, before, after) if b4[1] or af[1]]
+        why = {side: b4[1] or af[1] for side, b4, af in zip(SIDES, before, after)}
+        worst = {side: max(b4[0], af[0]) for side, b4, af in zip(SIDES, before, after)}
+        explain = []
+        for side, (_, identity, run) in zip(SIDES, arms):
+            if side in failing:
+                explain.append(_explain(side, identity["name"], worst[side], why[side], run,
+                                        inputs, expected, args))
+        timed = base.ok and cand.ok
+        if "candidate" in failing or not timed:
+            verdict = "FAIL"
+        elif failing:
+            verdict = "baseline_off_oracle"
+        else:
+            verdict = "ok"
+        if not timed:
+            explain += [f"{side} {identity['name']} could not be timed: {t.detail}"
+                        for side, (_, identity, _r), t in zip(SIDES, arms, (base, cand)) if not t.ok]
+        emit({"case": name, "after": True, "max_abs_error": [_json_float(e) for e, _ in after],
+              "failures": [w for _, w in after if w], "failing": failing, "verdict": verdict,
+              "explanation": explain,
               "unavailable": {k_: t.detail for k_, t in result.timings.items() if not t.ok}}, stream)
-        ok = not failed_before and not failed_after and base.ok and cand.ok
-        status = status or (0 if ok else 1)
-        ratios = result.ratios("baseline", "candidate") if base.ok and cand.ok else []
+        status = status or (1 if verdict == "FAIL" else 0)
+        ratios = result.ratios("baseline", "candidate") if timed else []
+        check_cell = {"ok": "ok", "baseline_off_oracle": "ok, baseline off"}.get(
+            verdict, "FAIL: " + "+".join(failing or ["timing"]))
         summary.append((name, base.median_ns if base.ok else None, cand.median_ns if cand.ok else None,
-                        ratios, "ok" if ok else "FAIL"))
+                        ratios, check_cell, explain))
     _print_summary(summary, arms_label(args), out)
     return status
+
+
+SIDES = ("baseline", "candidate")
+
+
+def _verify(run, label: str, inputs, expected, args) -> tuple[float, str]:
+    """``(worst error, first failure or "")`` of ``run`` over ``inputs`` vs the oracle."""
+    worst, why = 0.0, ""
+    for args_, exp in zip(inputs, expected):
+        try:
+            ok, err, detail = check(run(*args_), exp, args.atol, args.rtol)
+        except Exception as error:
+            ok, err, detail = False, math.inf, f"{type(error).__name__}: {error}"
+        worst = max(worst, err)
+        if not ok and not why:
+            why = f"{label}: {detail}"
+    return worst, why
+
+
+def _explain(side: str, label: str, worst: float, why: str, run, inputs, expected, args) -> str:
+    """Why ``side`` misses the oracle: its worst error, and whether the same kernel is
+    within tolerance on float32-upcast activations (then its low-precision arithmetic
+    in ``args.dtype`` is the cause, not the weights or the other arm)."""
+    text = (f"{side} {label} fails the oracle: worst |error| {worst:.4g} > max(atol {args.atol}, "
+            f"rtol {args.rtol} x |oracle|) ({why.split(': ', 1)[-1]})")
+    if args.dtype == "float32":
+        return text
+    upcast = [(x.astype(mx.float32), w, b) for x, w, b in inputs]
+    worst32, why32 = _verify(run, label, upcast, expected, args)
+    if not why32:
+        return (text + f"; on float32-upcast activations the same kernel is within tolerance "
+                f"(worst {worst32:.4g}): its {args.dtype} arithmetic on this device is the "
+                f"inaccurate side")
+    return text + f"; also on float32-upcast activations (worst {worst32:.4g})"
 
 
 def _json_float(x: float):
@@ -180,29 +223,27 @@ def _print_summary(rows, label: str, out) -> None:
     print(f"\nmedian ratio {label}; spread = p25..p75 of the per-pair ratios", file=out)
     head = ["case", "baseline", "candidate", "ratio", "spread", "pairs", "check"]
     body = []
-    for name, b, c, ratios, verdict in rows:
-        if ratios:
-            r = np.array(ratios)
-            med, lo, hi = np.median(r), np.percentile(r, 25), np.percentile(r, 75)
-            cells = [f"{med:.3f}", f"{lo:.3f}..{hi:.3f}"]
-        else:
-            cells = ["-", "-"]
-        body.append([name, fmt_ns(b), fmt_ns(c)] + cells + [str(len(ratios)), verdict])
-    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    for r in [head, ["-" * w for w in widths]] + body:
-        print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip(), file=out)
+    notes = []
+    for name, b, c, ratios, verdict, explain in rows:
+        stats = render.spread(ratios)
+        cells = [f"{stats[0]:.3f}", f"{stats[1]:.3f}..{stats[2]:.3f}"] if stats else ["-", "-"]
+        body.append([name, render.fmt_ns(b), render.fmt_ns(c)] + cells + [str(len(ratios)), verdict])
+        notes += [f"{name}: {line}" for line in explain]
+    print(render.columns(head, body), file=out)
+    for line in notes:
+        print(line, file=out)
 
 
 def _device_kernel(problem: Problem, exclude=("mlx_qmm",)) -> str:
     """A kernel for ``problem``: the tables' W8A8 choice if any, else the first device
-    (non-``any``) candidate that runs it, else ``reference``."""
+    (non-``any``) candidate that runs it, else the exact W8A8 kernel."""
     from .tuning import lookup
 
     hit = lookup(problem)
     if hit is not None and hit.choice not in exclude:
         return hit.choice
     device = [c.name for c in registry.candidates(problem) if c.backend != "any"]
-    return device[0] if device else "reference"
+    return device[0] if device else EXACT
 
 
 def cider(args, stream, out) -> int:
@@ -242,27 +283,25 @@ def cider(args, stream, out) -> int:
         def ratio(a, b):
             return f"{med[a] / med[b]:.2f}x" if math.isfinite(med[a]) and math.isfinite(med[b]) else "-"
 
-        body.append([str(m), str(k), str(n)] + [fmt_ns(med[a]) for a, _ in arms]
+        body.append([str(m), str(k), str(n)] + [render.fmt_ns(med[a]) for a, _ in arms]
                     + [ratio("w8a8-full", "int8-raw"), ratio("qmm-w8a16", "w8a8-full"),
                        ratio("bf16-matmul", "w8a8-full"), f"{kernel}, {int8_kernel}"])
     print("\nmedian per launch; x/y = time(x) / time(y) (> 1: the W8A8 pipeline is faster "
           "than x for qmm/full and matmul/full)", file=out)
-    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    for r in [head, ["-" * w for w in widths]] + body:
-        print("  ".join(x.rjust(w) for x, w in zip(r, widths)), file=out)
+    print(render.columns(head, body, right=range(len(head))), file=out)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mlx_w8a8.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", help="baseline kernel name (default: mlx_qmm)")
-    p.add_argument("--candidate", help="candidate kernel name (default: reference)")
+    p.add_argument("--candidate", help=f"candidate kernel name (default: {EXACT})")
     p.add_argument("--baseline-table", help="baseline: the kernel this tuning table chooses")
     p.add_argument("--candidate-table", help="candidate: the kernel this tuning table chooses")
     p.add_argument("--cases", nargs="+", metavar="MxNxK", help="override the qualification cases")
     p.add_argument("--cider", action="store_true", help="run the Cider-style four-way comparison")
     p.add_argument("--shapes", nargs="+", metavar="MxNxK", help="shapes for --cider (default: Cider's list)")
-    p.add_argument("--w8a8-kernel", help="W8A8 kernel for --cider (default: a device kernel, else reference)")
+    p.add_argument("--w8a8-kernel", help=f"W8A8 kernel for --cider (default: a device kernel, else {EXACT})")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--format", default="per_channel", choices=("per_channel", "grouped"))
     p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
@@ -280,21 +319,22 @@ def main(argv: list[str] | None = None, out=None) -> int:
     """Run the bench; returns the exit status (1 when a correctness check failed)."""
     args = build_parser().parse_args(argv)
     if args.pairs < MIN_PAIRS:
-        print(f"mlx_w8a8.bench: at least {MIN_PAIRS} pairs are required, got {args.pairs}", file=sys.stderr)
+        print(render.error_line(PROG, f"at least {MIN_PAIRS} pairs are required, got {args.pairs}"),
+              file=sys.stderr)
         return 2
     if args.baseline and args.baseline_table or args.candidate and args.candidate_table:
-        print("mlx_w8a8.bench: give a kernel or a table for each arm, not both", file=sys.stderr)
+        print(render.error_line(PROG, "give a kernel or a table for each arm, not both"), file=sys.stderr)
         return 2
     if not args.baseline and not args.baseline_table:
         args.baseline = "mlx_qmm"
     if not args.candidate and not args.candidate_table:
-        args.candidate = "reference"
+        args.candidate = EXACT
     stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
     out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
     try:
         return cider(args, stream, out) if args.cider else qualify(args, stream, out)
     except ValueError as error:
-        print(f"mlx_w8a8.bench: {error}", file=sys.stderr)
+        print(render.error_line(PROG, error), file=sys.stderr)
         return 2
     finally:
         if stream is not sys.stdout:

@@ -2,33 +2,46 @@
 
 Examples::
 
-    python -m mlx_w8a8.tune --shapes mlp                 # decode (M = 1) of the presets
+    python -m mlx_w8a8.tune --model llama-3-8b           # every linear shape of a model
+    python -m mlx_w8a8.tune --model path/to/mlx-model --m 1,16,128 --tp 2
     python -m mlx_w8a8.tune --shapes mlp,attn --m 1,16,128,512 --table app/tuning.json
     python -m mlx_w8a8.tune --shapes 1x4096x4096 8x4096x14336
     python -m mlx_w8a8.tune --table app/tuning.json --export dist/tuning.json
     python -m mlx_w8a8.tune --show dist/tuning.json
 
-Presets (:mod:`mlx_w8a8.tuning.shapes`): ``mlp`` and ``attn`` are the MLP and
-attention projections of Llama-3-8B, Mistral-7B and Qwen2.5-7B; ``all`` is both.
-Shapes already measured in the target table (same device, versions and kernels) are
-skipped; ``--force`` measures them again.
+``--model`` takes an mlx-lm model folder, its ``config.json``, or a preset
+(``llama-3-8b``, ``mistral-7b``, ``qwen2.5-7b``: :mod:`mlx_w8a8.models`) and measures
+exactly the distinct linear shapes of that model (``lm_head`` included unless tied to
+the embeddings); it needs mlx-lm. Shape presets (:mod:`mlx_w8a8.tuning.shapes`): ``mlp``
+and ``attn`` are the MLP and attention projections of Llama-3-8B, Mistral-7B and
+Qwen2.5-7B; ``all`` is both. Shapes already measured in the target table (same device,
+versions and kernels) are skipped; ``--force`` measures them again. Ctrl-C stops after
+saying how many entries were saved (exit 130); the exit status is 1 when nothing
+measured could be recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 import time
 
-from .kernels import registry
 from .kernels.registry import Problem
-from .tuning import shapes, table
+from .tuning import gate, linears, render, shapes, table, timing
+from .tuning.batch import Batch
 from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
-from .tuning import gate, timing
 
+PROG = "mlx_w8a8.tune"
 DTYPES = ("bfloat16", "float16", "float32")
+
+
+def _m_help() -> str:
+    gpu = ", ".join(map(str, shapes.GPU_M[:3])) + f", ..., {shapes.GPU_M[-1]}"
+    cpu = ", ".join(map(str, shapes.CPU_M))
+    return (f"token counts M to measure, comma-separated (default: {gpu} on a GPU, covering "
+            f"decode and prefill; {cpu} on a CPU, where one 4096x14336 bfloat16 "
+            f"quantized_matmul takes about a second at M = 4)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,16 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Gate and time every W8A8 linear kernel per (M, N, K) on this "
         "machine and record the fastest acceptable one in a tuning table.",
     )
+    p.add_argument("--model", metavar="PATH|PRESET",
+                   help="tune every distinct linear shape of a model: an mlx-lm model folder, "
+                   "its config.json, or llama-3-8b, mistral-7b, qwen2.5-7b (needs mlx-lm)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="with --model: shapes of one of N tensor-parallel ranks "
+                   "(q/k/v/gate/up at N/tp outputs, o/down at K/tp inputs)")
     p.add_argument("--shapes", nargs="+", metavar="SPEC",
                    help="presets (mlp, attn, all: Llama-3-8B, Mistral-7B, Qwen2.5-7B "
                    "projections) and/or MxNxK (M tokens, N out, K in) shapes")
-    p.add_argument("--m", default=",".join(map(str, shapes.DEFAULT_M)),
-                   help="token counts M for presets, comma-separated (default: %(default)s)")
+    p.add_argument("--m", default=None, help=_m_help())
     p.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="activation dtype")
     p.add_argument("--format", dest="weight_format", default="per_channel",
-                   choices=("per_channel", "grouped"), help="weight format")
+                   choices=("per_channel", "grouped"),
+                   help="weight format (with --model: of the layers mlx_w8a8.quantize converts "
+                   "from float)")
     p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
-    p.add_argument("--bias", action="store_true", help="measure with a bias vector")
+    p.add_argument("--bias", action="store_true", help="--shapes: measure with a bias vector")
     p.add_argument("--table", help="table to read and write (default: the user cache table)")
     p.add_argument("--export", metavar="PATH",
                    help="write this machine's entries of the table to PATH (for shipping)")
@@ -68,49 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def fmt_ns(ns) -> str:
-    """``ns`` as a short human duration (``-`` for none)."""
-    if ns is None or not math.isfinite(ns):
-        return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
+def fail(message, status: int = 1) -> int:
+    """Print ``message`` on stderr with one ``[mlx_w8a8.tune]`` prefix; return ``status``."""
+    print(render.error_line(PROG, message), file=sys.stderr)
+    return status
 
 
-def render(rows: list[tuple[str, dict]], out=None) -> str:
-    """A readable table of ``(note, entry)`` rows: shape, medians, choice, speedup, gate."""
-    names: list[str] = []
-    for _, e in rows:
-        for n in e.get("candidates", {}):
-            if n not in names:
-                names.append(n)
-    head = ["M", "N", "K", "dtype", "format"] + names + ["choice", "speedup", "gate err", "note"]
-    body = []
-    for note, e in rows:
-        cands = e.get("candidates", {})
-        cells = []
-        for n in names:
-            c = cands.get(n)
-            if c is None:
-                cells.append("")
-            elif c.get("status") != "ok":
-                cells.append(c.get("status", "?"))
-            else:
-                cells.append(fmt_ns(c.get("median_ns")))
-        # the largest |c - r| any challenger showed (rejected ones included)
-        errs = [c.get("gate_error") for c in cands.values() if isinstance(c, dict)]
-        errs = [x for x in errs if x is not None]
-        err = max(errs) if errs else (e.get("gate") or {}).get("worst_error")
-        body.append(
-            [str(e.get("m", e["m_bucket"])), str(e["n"]), str(e["k"]), e["dtype"], e["weight_format"]]
-            + cells
-            + [e["choice"], f"{e.get('speedup', 1.0):.2f}x", "-" if err is None else f"{err:.3g}", note]
-        )
-    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + body]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def model_problems(args, m_values, out) -> list[Problem]:
+    """The problems of ``--model``: its distinct linear shapes at each M."""
+    from . import models
+
+    model, config, label = models.build(args.model, dtype=None)
+    found, skipped = linears.model_shapes(model, args.dtype, args.weight_format,
+                                          args.group_size, args.tp)
+    if not found:
+        raise ValueError(f"[{PROG}] {label} has no linear layers to tune")
+    tp = f", tp={args.tp} (one rank)" if args.tp > 1 else ""
+    print(f"{label} ({config.get('model_type')}, {config.get('num_hidden_layers')} layers{tp}): "
+          f"{len(found)} distinct linear shape(s) x {len(m_values)} M = "
+          f"{len(found) * len(m_values)} problem(s)", file=out)
+    for s in found:
+        names = sorted({p.rsplit('.', 1)[-1] for p in s.paths})
+        bias = ", bias" if s.has_bias else ""
+        print(f"  {s.n}x{s.k} {s.weight_format} g{s.group_size}{bias}: {', '.join(names)} "
+              f"({len(s.paths)} layer(s))", file=out)
+    for path, why in skipped:
+        print(f"  skipped {path}: {why}", file=out)
+    return linears.problems(found, m_values)
 
 
 def show(path: str, out) -> int:
@@ -118,11 +122,9 @@ def show(path: str, out) -> int:
     try:
         doc = table.read(path)
     except table.TableError as error:
-        print(f"mlx_w8a8.tune: {error}", file=sys.stderr)
-        return 1
+        return fail(error)
     if doc is None:
-        print(f"mlx_w8a8.tune: no table at {path}", file=sys.stderr)
-        return 1
+        return fail(f"no table at {path}")
     here = table.section_key(table.device_key())
     print(f"{path}: schema {doc['schema']}, {len(doc['sections'])} section(s)", file=out)
     for s in doc["sections"]:
@@ -135,8 +137,7 @@ def show(path: str, out) -> int:
             by_op.setdefault(e["op"], []).append(e)
         for op, entries in by_op.items():
             print(f"op {op}:", file=out)
-            notes = [(e.get("measured_at", ""), e) for e in entries]
-            print(render(notes), file=out)
+            print(render.entries([(e.get("measured_at", ""), e) for e in entries]), file=out)
     return 0
 
 
@@ -144,88 +145,90 @@ def export(source: str, dest: str, out) -> int:
     """Write this machine's section of ``source`` into ``dest`` (merged, atomic)."""
     doc = table.load(source)
     if doc is None:
-        print(f"mlx_w8a8.tune: nothing to export from {source}", file=sys.stderr)
-        return 1
+        return fail(f"nothing to export from {source}")
     key = table.device_key()
     entries = table.matching_entries(doc, key, source)
     if not entries:
-        print(f"mlx_w8a8.tune: {source} has no entries for this machine", file=sys.stderr)
-        return 1
+        return fail(f"{source} has no entries for this machine")
     try:
         table.write_entries(dest, key, entries)
     except table.TableError as error:
-        print(f"mlx_w8a8.tune: {error}", file=sys.stderr)
-        return 1
+        return fail(error)
     print(f"exported {len(entries)} entries for this machine to {dest}", file=out)
     return 0
 
 
 def main(argv: list[str] | None = None, out=None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status (130 after Ctrl-C)."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.verbose else logging.ERROR,
                         format="%(message)s")
-    if args.show and not args.shapes:
+    if args.show and not (args.shapes or args.model):
         return show(args.show, out)
-    if not args.shapes and not args.export:
+    if not (args.shapes or args.model or args.export):
         build_parser().print_usage(sys.stderr)
-        print("mlx_w8a8.tune: give --shapes, --export or --show", file=sys.stderr)
-        return 2
+        return fail("give --model, --shapes, --export or --show", 2)
+    if args.tp != 1 and not args.model:
+        return fail(f"--tp applies to --model only, got --tp {args.tp} without --model", 2)
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
                             pairs=args.pairs, warmup=args.warmup,
                             reference_dtype=None if args.gate_reference_dtype == "native"
                             else args.gate_reference_dtype)
-        work = shapes.expand(args.shapes, shapes.parse_m_list(args.m)) if args.shapes else []
+        m_values = shapes.parse_m_list(args.m) if args.m is not None else list(shapes.default_m())
+        work: list[Problem] = []
+        if args.model:
+            work += model_problems(args, m_values, out)
+        if args.shapes:
+            work += [Problem("linear", m, n, k, args.dtype, args.weight_format, args.group_size,
+                             args.bias)
+                     for m, n, k in shapes.expand(args.shapes, m_values)]
     except ValueError as error:
-        print(f"mlx_w8a8.tune: {error}", file=sys.stderr)
-        return 2
+        return fail(error, 2)
+    except KeyboardInterrupt:
+        return fail("interrupted, 0 entries saved", 130)
     tuner = Tuner(table_path=args.table, use_cache=args.table is None, use_shipped=False,
                   online=False, config=config)
     target = tuner.writable_path()
-    group = args.group_size
-    rows: list[tuple[str, dict]] = []
     failures = 0
-    if work:
-        print(f"tuning {len(work)} shape(s) into {target} "
-              f"({table.backend()}, {tuner.key['device'].get('device_name', '?')})", file=out)
-    bar = None
-    if work and not args.no_progress:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(work) * config.pairs, unit="round", file=sys.stderr,
-                       dynamic_ncols=True, leave=False)
-        except Exception:
-            bar = None
-    started = time.perf_counter()
-    for m, n, k in work:
-        problem = Problem("linear", m, n, k, args.dtype, args.weight_format, group, args.bias)
-        if bar is not None:
-            bar.set_description(f"{m}x{n}x{k}")
-        if k % group:
-            print(f"  {m}x{n}x{k}: skipped, group size {group} does not divide K", file=out)
+    runnable = []
+    for problem in work:
+        if problem.k % problem.group_size:
+            print(f"  {problem.m}x{problem.n}x{problem.k}: skipped, group size "
+                  f"{problem.group_size} does not divide K", file=out)
             failures += 1
-            continue
-        found = registry.candidates(problem)
-        outcome = tuner.tune(problem, candidates=found, force=args.force,
-                             progress=bar.update if bar is not None else None)
-        if bar is not None and outcome.source != "measured":
-            bar.update(config.pairs)
+        elif problem not in runnable:
+            runnable.append(problem)
+    batch = Batch(tuner, runnable, force=args.force, progress=not args.no_progress)
+    if runnable:
+        todo = len(batch.pending())
+        print(f"tuning {len(runnable)} problem(s), {todo} to measure, into {target} "
+              f"({table.backend()}, {tuner.key['device'].get('device_name', '?')})", file=out)
+    started = time.perf_counter()
+    try:
+        batch.run()
+    except KeyboardInterrupt:
+        return fail(f"interrupted, {batch.saved()} entries saved in {target}", 130)
+    rows = []
+    for problem, outcome in batch.results:
         if outcome.entry is not None:
             rows.append(("cached" if outcome.source == "table" else "measured", outcome.entry))
         else:
             failures += 1
-            print(f"  {m}x{n}x{k}: {outcome.source} ({outcome.detail}); the reference stays",
-                  file=out)
-    if bar is not None:
-        bar.close()
+            print(f"  {problem.m}x{problem.n}x{problem.k}: {outcome.source} ({outcome.detail}); "
+                  f"the reference stays", file=out)
+    status = 0
     if rows:
-        print(render(rows), file=out)
-        print(f"{len(rows)} shape(s) in {time.perf_counter() - started:.1f} s; table: {target}",
+        print(render.entries(rows), file=out)
+        print(f"{len(rows)} problem(s) in {time.perf_counter() - started:.1f} s; table: {target}",
               file=out)
-    status = 1 if failures and not rows else 0
+    measured, saved = len(batch.measured()), batch.saved()
+    if saved < measured:
+        status = fail(f"{measured - saved} of {measured} measured entries could not be recorded "
+                      f"in {target} (see the warning above); they were not saved")
+    elif failures and not rows:
+        status = 1
     if args.export:
         status = export(target, args.export, out) or status
     if args.show:
@@ -234,4 +237,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before tuning started (while importing, parsing)
+        sys.exit(fail("interrupted, 0 entries saved", 130))

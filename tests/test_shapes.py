@@ -26,7 +26,7 @@ def test_expand_crosses_presets_with_m_and_keeps_explicit_m():
     assert len(out) == 9
     # a comma inside one argument separates too, duplicates collapse
     assert shapes.expand(["2x8x8,2x8x8"]) == [(2, 8, 8)]
-    assert shapes.expand(["attn"]) == [(m, n, k) for n, k in shapes.preset("attn") for m in shapes.DEFAULT_M]
+    assert shapes.expand(["attn"]) == [(m, n, k) for n, k in shapes.preset("attn") for m in shapes.default_m()]
 
 
 @pytest.mark.parametrize("text", ["4096x4096", "0x8x8", "ax8x8", "1x8x8x8", ""])

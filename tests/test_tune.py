@@ -1,14 +1,18 @@
 """The ``python -m mlx_w8a8.tune`` command line."""
 
 import io
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from mlx_w8a8 import tune
 from mlx_w8a8.tuning import table
+from mlx_w8a8.tuning.tuner import Tuner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--pairs", "3", "--warmup", "1", "--dtype", "float32", "--group-size", "32", "--no-progress"]
@@ -25,6 +29,24 @@ def run(argv):
     out = io.StringIO()
     code = tune.main(argv, out=out)
     return code, out.getvalue()
+
+
+# A tiny Llama: q/o 64x64, k/v 32x64 (2 KV heads of 16), gate/up 128x64, down 64x128,
+# lm_head 256x64 (untied): five distinct shapes, two of them shared by two projections.
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+def tiny_model(tmp_path, **changes):
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(dict(TINY_LLAMA, **changes)))
+    return str(folder)
+
+
+def entries_of(path):
+    return table.matching_entries(table.read(path), table.device_key(), path)
 
 
 def test_tunes_writes_then_reuses_the_table(tmp_path):
@@ -117,3 +139,109 @@ def test_module_entry_point_runs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mlx_w8a8.tune", "--help"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--shapes" in r.stdout and "Llama-3-8B" in r.stdout
+
+
+def test_model_writes_one_entry_per_distinct_shape_and_bucket(tmp_path):
+    pytest.importorskip("mlx_lm")
+    path = str(tmp_path / "t.json")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "1,2", "--table", path] + TINY)
+    assert code == 0, text
+    shapes = {(64, 64), (32, 64), (128, 64), (64, 128), (256, 64)}
+    got = sorted((e["m_bucket"], e["n"], e["k"]) for e in entries_of(path))
+    assert got == sorted((m, n, k) for n, k in shapes for m in (1, 2))
+    assert all(e["dtype"] == "float32" and e["weight_format"] == "per_channel"
+               and e["group_size"] == 32 for e in entries_of(path))
+    assert "5 distinct linear shape(s) x 2 M = 10 problem(s)" in text
+    assert "q_proj" in text and "lm_head" in text
+    # tied embeddings: no lm_head layer, no 256x64 entry
+    tied = str(tmp_path / "tied.json")
+    code, text = run(["--model", tiny_model(tmp_path, tie_word_embeddings=True), "--m", "1",
+                      "--table", tied] + TINY)
+    assert code == 0, text
+    assert sorted((e["n"], e["k"]) for e in entries_of(tied)) == sorted(shapes - {(256, 64)})
+
+
+def test_model_config_file_and_tp(tmp_path):
+    pytest.importorskip("mlx_lm")
+    path = str(tmp_path / "t.json")
+    config = os.path.join(tiny_model(tmp_path), "config.json")
+    code, text = run(["--model", config, "--tp", "2", "--m", "1", "--table", path] + TINY)
+    assert code == 0, text
+    # column-parallel q 32x64, k/v 16x64, gate/up 64x64; row-parallel o 64x32, down 64x64
+    # (= gate/up); lm_head is not split
+    assert sorted((e["n"], e["k"]) for e in entries_of(path)) == sorted(
+        [(32, 64), (16, 64), (64, 64), (64, 32), (256, 64)])
+    # an indivisible split is refused before anything is measured
+    code, _ = run(["--model", config, "--tp", "3", "--m", "1", "--table", path] + TINY)
+    assert code == 2
+    assert run(["--shapes", "1x32x64", "--tp", "2"] + TINY)[0] == 2  # --tp needs --model
+
+
+def test_unknown_model_is_reported(tmp_path, capsys):
+    code, _ = run(["--model", "llama-9", "--m", "1"] + TINY)
+    err = capsys.readouterr().err
+    assert code == 2 and "llama-3-8b" in err and "'llama-9'" in err
+
+
+def test_interrupt_saves_what_was_measured(tmp_path, monkeypatch, capsys):
+    path = str(tmp_path / "t.json")
+    calls = []
+    real = Tuner.tune
+
+    def tune_then_interrupt(self, problem, *args, **kwargs):
+        calls.append(problem)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, problem, *args, **kwargs)
+
+    monkeypatch.setattr(Tuner, "tune", tune_then_interrupt)
+    code, text = run(["--shapes", "1x32x64,2x32x64,4x32x64,8x32x64", "--table", path] + TINY)
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "interrupted, 2 entries saved" in err and "Traceback" not in err
+    assert len(entries_of(path)) == 2
+
+
+def test_ctrl_c_in_a_real_process_exits_130_without_traceback(tmp_path):
+    path = tmp_path / "t.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    shapes = ",".join(f"{m}x64x64" for m in (1, 2, 3, 4, 5, 6, 7, 8))
+    cmd = [sys.executable, "-m", "mlx_w8a8.tune", "--table", str(path), "--shapes", shapes,
+           "--pairs", "40", "--warmup", "1", "--dtype", "float32", "--group-size", "32",
+           "--no-progress"]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            if table.read(str(path)):  # the first entry is in: interrupt mid-run
+                break
+        except table.TableError:
+            pass
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    saved = len(entries_of(str(path)))
+    assert p.returncode == 130, out + err
+    assert "Traceback" not in err and f"interrupted, {saved} entries saved" in err
+    assert 1 <= saved < 8
+
+
+def test_nothing_recorded_exits_nonzero_with_one_prefix(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.warns(table.TuningTableWarning):
+        code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
+    err = capsys.readouterr().err
+    assert code == 1 and bad.read_text() == "{"
+    assert "1 of 1 measured entries could not be recorded" in err
+    code, _ = run(["--shapes", "1x2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().startswith("[mlx_w8a8.tune] shape must be MxNxK")
+    assert err.count("mlx_w8a8.tune") == 1  # not "mlx_w8a8.tune: [mlx_w8a8.tune] ..."
+
+
+def test_help_states_the_default_buckets():
+    text = tune.build_parser().format_help()
+    assert "--model" in text and "--tp" in text
+    assert "4096 on a GPU" in text and "1, 4 on a CPU" in text

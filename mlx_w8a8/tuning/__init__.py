@@ -10,6 +10,7 @@ Public API:
 - :func:`set_tuning_table` — name the table read first (and written by tuning).
 - :func:`set_online` — measure on a miss, on first use of each shape.
 - :func:`tune` — measure one problem now (gate, paired timing, record).
+- :func:`tune_model` — measure the distinct linear shapes of a model.
 - :func:`lookup` — what the tables say for a problem.
 - :func:`reload` — re-read the table files.
 - :func:`get_tuner` — the process-wide :class:`Tuner`.
@@ -28,6 +29,7 @@ from ..kernels import registry
 from ..kernels.registry import Problem
 from .table import TableError, TuningTableWarning
 from .tuner import Hit, Outcome, TuneConfig, Tuner
+from .batch import tune_model
 
 __all__ = [
     "Tuner",
@@ -40,6 +42,7 @@ __all__ = [
     "set_tuning_table",
     "set_online",
     "tune",
+    "tune_model",
     "lookup",
     "reload",
     "install",

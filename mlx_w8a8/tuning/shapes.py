@@ -19,7 +19,15 @@ Qwen2.5-7B     3584    18944         28     4         128       q/o 3584x3584, k
 =============  ======  ============  =====  ========  ========  =============================
 
 M is bucketed to powers of two up to ``M_CAP``; a table stores measured buckets and a
-lookup snaps to the nearest measured one (:func:`nearest_bucket`).
+lookup snaps to the nearest measured one (:func:`nearest_bucket`). The buckets measured
+when none are named (:func:`default_m`) cover decode and prefill on a GPU (``GPU_M``:
+1, 2, 4, ..., 4096) and decode plus a short prompt on a CPU (``CPU_M``: 1 and 4), where
+one bfloat16 ``mx.quantized_matmul`` of a 4096 x 14336 projection takes about a second
+at M = 4.
+
+Tensor parallelism (:func:`split_for_tp`) follows mlx-lm's ``shard()``: column-parallel
+projections (q/k/v, gate/up) keep K and split N across ranks, row-parallel ones (o,
+down) split K; the others (``lm_head``) are not split.
 """
 
 from __future__ import annotations
@@ -44,13 +52,63 @@ FAMILIES: dict[str, dict[str, list[tuple[int, int]]]] = {
     },
 }
 PRESETS = ("mlp", "attn", "all")
-# Token counts measured when ``--m`` is not given: decode (M = 1). One pass over the
-# ``mlp`` preset with the pure-MLX candidates takes about a minute on a 2-core CPU;
-# on a GPU pass e.g. ``--m 1,16,128,512,2048`` for prefill too.
-DEFAULT_M = (1,)
+# Token counts measured when none are given (see :func:`default_m`).
+GPU_M = tuple(1 << i for i in range(13))  # 1, 2, 4, ..., 4096: decode and prefill
+CPU_M = (1, 4)  # decode and a short prompt; larger M takes minutes per shape there
 M_CAP = 8192
 
+# Projection names by how mlx-lm's ``shard()`` splits them across tensor-parallel ranks.
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj",
+                   "gate_up_proj", "wq", "wk", "wv", "w1", "w3", "fc1", "c_fc")
+ROW_PARALLEL = ("o_proj", "down_proj", "out_proj", "wo", "w2", "fc2", "c_proj", "dense")
+
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+
+
+def default_m(backend: str | None = None) -> tuple[int, ...]:
+    """The M buckets measured when none are named: ``GPU_M`` on a GPU, ``CPU_M`` on a CPU.
+
+    Args:
+        backend: ``"cpu"``, ``"cuda"``, ``"metal"``...; default: MLX's default device.
+    """
+    if backend is None:
+        import mlx.core as mx
+
+        backend = "cpu" if mx.default_device().type == mx.DeviceType.cpu else "gpu"
+    return CPU_M if backend == "cpu" else GPU_M
+
+
+def split_for_tp(name: str, n: int, k: int, tp: int) -> tuple[int, int]:
+    """``(N, K)`` of projection ``name`` on one of ``tp`` tensor-parallel ranks.
+
+    Column-parallel projections (``COLUMN_PARALLEL``: q/k/v, gate/up) give ``(N / tp,
+    K)``, row-parallel ones (``ROW_PARALLEL``: o, down) ``(N, K / tp)``; others (e.g.
+    ``lm_head``) are not split.
+
+    Args:
+        name: the layer's attribute name (the last part of its path).
+        n, k: the full projection's output and input features.
+        tp: ranks, >= 1.
+
+    Raises:
+        ValueError: if ``tp < 1`` or the split dimension is not divisible by ``tp``.
+    """
+    if not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"[mlx_w8a8.tune] tp must be a positive int, got {tp!r}")
+    if tp == 1:
+        return n, k
+    if name in COLUMN_PARALLEL:
+        dim, label = n, "N"
+    elif name in ROW_PARALLEL:
+        dim, label = k, "K"
+    else:
+        return n, k
+    if dim % tp:
+        raise ValueError(
+            f"[mlx_w8a8.tune] {name} ({n}x{k}) cannot be split across tp={tp} ranks: "
+            f"{label} = {dim} is not divisible by {tp}"
+        )
+    return (n // tp, k) if label == "N" else (n, k // tp)
 
 
 def preset(name: str) -> list[tuple[int, int]]:
@@ -118,12 +176,12 @@ def expand(specs: list[str], m_values: list[int] | None = None) -> list[tuple[in
         specs: preset names and/or ``MxNxK`` strings (a comma inside one argument also
             separates). Presets are crossed with ``m_values``; an explicit ``MxNxK``
             keeps its own M.
-        m_values: token counts for presets (default :data:`DEFAULT_M`).
+        m_values: token counts for presets (default :func:`default_m`).
 
     Raises:
         ValueError: on an unknown preset or a malformed shape.
     """
-    ms = list(m_values) if m_values else list(DEFAULT_M)
+    ms = list(m_values) if m_values else list(default_m())
     out: list[tuple[int, int, int]] = []
     for spec in specs:
         for item in str(spec).split(","):

@@ -1,0 +1,223 @@
+"""mlx-lm models by name, folder or config: the architecture, with random weights when
+there are none, for tuning and benchmarking (``tune --model``, ``bench --model``).
+
+A model is named by
+
+- a preset: ``llama-3-8b``, ``mistral-7b`` (v0.3) or ``qwen2.5-7b``, whose configs are the
+  published ``config.json`` of those models (:data:`PRESETS`);
+- an mlx-lm model folder (``config.json`` plus, optionally, ``model*.safetensors``);
+- a ``config.json`` file.
+
+Building needs mlx-lm (``pip install 'mlx-w8a8[lm]'``); the architecture comes from
+``mlx_lm.models.<model_type>``, exactly as ``mlx_lm.load`` builds it. Random weights are
+mlx-lm's own initialisation, seeded, and stay lazy until evaluated: building an
+8B-shaped model to read its layer shapes allocates nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+
+# The published config.json of each preset (Hugging Face: meta-llama/Meta-Llama-3-8B,
+# mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B), fields mlx-lm reads.
+PRESETS: dict[str, dict] = {
+    "llama-3-8b": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "mistral-7b": {
+        "model_type": "mistral",
+        "architectures": ["MistralForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 32768,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "qwen2.5-7b": {
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "sliding_window": 131072,
+        "use_sliding_window": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+}
+
+OP = "mlx_w8a8.models"
+
+
+def _mlx_lm_utils():
+    try:
+        from mlx_lm import utils
+    except ImportError:
+        raise ValueError(
+            f"[{OP}] building a model needs mlx-lm (pip install 'mlx-w8a8[lm]')"
+        ) from None
+    return utils
+
+
+def resolve(spec: str | os.PathLike | dict) -> tuple[dict, Path | None, str]:
+    """The config of a model named by ``spec``.
+
+    Args:
+        spec: a preset name, an mlx-lm model folder, a ``config.json`` path, or a
+            config dict.
+
+    Returns:
+        ``(config, folder, label)``: a copy of the config; the folder holding the
+        model's files (``None`` for presets and dicts); a short name for reports.
+
+    Raises:
+        ValueError: for an unknown name, a missing or unreadable config, or a config
+            without ``model_type``.
+    """
+    if isinstance(spec, dict):
+        config, folder, label = copy.deepcopy(spec), None, str(spec.get("model_type", "model"))
+    elif str(spec) in PRESETS:
+        config, folder, label = copy.deepcopy(PRESETS[str(spec)]), None, str(spec)
+    else:
+        path = Path(spec)
+        if path.is_dir():
+            folder, file = path, path / "config.json"
+        elif path.is_file():
+            folder, file = path.parent, path
+        else:
+            raise ValueError(
+                f"[{OP}] model must be a preset {sorted(PRESETS)}, an mlx-lm model folder "
+                f"or a config.json, got {str(spec)!r} (no such file or folder)"
+            )
+        try:
+            config = json.loads(file.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"[{OP}] no config.json in {folder}") from None
+        except (OSError, ValueError) as error:
+            raise ValueError(f"[{OP}] cannot read {file}: {error}") from None
+        label = folder.name or str(file)
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ValueError(f"[{OP}] the config of {label!r} has no 'model_type'")
+    return config, folder, label
+
+
+def truncate(config: dict, layers: int | None) -> dict:
+    """``config`` with ``num_hidden_layers`` (and per-layer lists) cut to ``layers``.
+
+    Raises:
+        ValueError: if ``layers`` is not a positive int.
+    """
+    if layers is None:
+        return config
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise ValueError(f"[{OP}] layers must be a positive int, got {layers!r}")
+    out = dict(config)
+    out["num_hidden_layers"] = min(layers, int(config.get("num_hidden_layers", layers)))
+    for key in ("layer_types",):
+        if isinstance(out.get(key), list):
+            out[key] = out[key][: out["num_hidden_layers"]]
+    return out
+
+
+def has_weights(folder: Path | None) -> bool:
+    """Whether ``folder`` holds ``model*.safetensors`` files."""
+    return folder is not None and bool(glob.glob(str(folder / "model*.safetensors")))
+
+
+def instantiate(config: dict) -> nn.Module:
+    """A fresh mlx-lm model of ``config`` with mlx-lm's random initial weights (lazy)."""
+    utils = _mlx_lm_utils()
+    try:
+        model_class, args_class = utils._get_classes(config)
+    except ValueError as error:
+        raise ValueError(f"[{OP}] {error} (model_type {config.get('model_type')!r})") from None
+    return model_class(args_class.from_dict(config))
+
+
+def build(
+    spec: str | os.PathLike | dict,
+    layers: int | None = None,
+    dtype: mx.Dtype | None = mx.bfloat16,
+    seed: int = 0,
+) -> tuple[nn.Module, dict, str]:
+    """Build the model named by ``spec`` with mlx-lm's architecture.
+
+    Weights come from the folder's ``model*.safetensors`` when there are any (loaded
+    lazily by ``mlx_lm.utils.load_model``), else they are mlx-lm's random
+    initialisation seeded with ``seed``.
+
+    Args:
+        spec: a preset, a folder, a ``config.json`` or a config dict (:func:`resolve`).
+        layers: keep the first ``layers`` transformer blocks (``num_hidden_layers``).
+        dtype: floating parameters are cast to it (``None`` keeps them).
+        seed: seed of the random weights.
+
+    Returns:
+        ``(model, config, label)``; parameters are not evaluated.
+    """
+    config, folder, label = resolve(spec)
+    config = truncate(config, layers)
+    if has_weights(folder):
+        utils = _mlx_lm_utils()
+        model, loaded = utils.load_model(
+            folder, lazy=True, strict=layers is None,
+            model_config={"num_hidden_layers": config["num_hidden_layers"]} if layers else None,
+        )
+        config = dict(loaded, num_hidden_layers=config["num_hidden_layers"])
+    else:
+        mx.random.seed(seed)
+        model = instantiate(config)
+    if dtype is not None:
+        model.set_dtype(dtype)
+    return model, config, label
+
+
+def clone(model: nn.Module, config: dict) -> nn.Module:
+    """A second instance of ``model``'s architecture holding the same parameter arrays
+    (shared, not copied: MLX arrays are immutable, so converting one instance's layers
+    leaves the other untouched)."""
+    other = instantiate(config)
+    other.update(model.parameters())
+    return other
+
+
+def is_quantized(config: dict) -> bool:
+    """Whether ``config`` describes an already quantized checkpoint."""
+    return bool(config.get("quantization") or config.get("quantization_config"))
