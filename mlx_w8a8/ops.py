@@ -124,7 +124,7 @@ def w8a8_linear(
     The W8A8 candidates quantize ``x`` per token to int8, multiply in int8 with int32
     accumulation and dequantize in the epilogue (``docs/numerics.md``). The tuner may
     instead pick ``mlx_qmm`` (``mx.quantized_matmul``, W8A16) where that is faster; with
-    no tuning-table entry ``mlx_qmm`` runs. Pass ``kernel="reference"`` (or another
+    no tuning-table entry ``mlx_qmm`` runs. Pass ``kernel="exact"`` (or another
     W8A8 candidate) to force the W8A8 math.
 
     Args:

@@ -43,7 +43,7 @@ def test_oracle_is_the_float_product_of_the_stored_weight():
 
 
 def test_qualification_writes_json_lines_and_a_summary(tmp_path):
-    code, text, lines = run(["--baseline", "mlx_qmm", "--candidate", "reference"] + TINY, tmp_path)
+    code, text, lines = run(["--baseline", "mlx_qmm", "--candidate", "exact"] + TINY, tmp_path)
     assert code == 0, text
     heads = [l for l in lines if "baseline" in l and "pair" not in l]
     pairs = [l for l in lines if "pair" in l]
@@ -51,7 +51,7 @@ def test_qualification_writes_json_lines_and_a_summary(tmp_path):
     assert len(heads) == 2 and len(afters) == 2
     assert len(pairs) == 2 * bench.MIN_PAIRS  # >= 30 pairs per case
     h = heads[0]
-    assert h["baseline"]["name"] == "mlx_qmm" and h["candidate"]["name"] == "reference"
+    assert h["baseline"]["name"] == "mlx_qmm" and h["candidate"]["name"] == "exact"
     assert h["baseline"]["digest"] and h["device"]["mlx_version"] == mx.__version__
     assert h["failures"] == [] and all(e is not None for e in h["max_abs_error"])
     assert all(p["baseline_ns"] > 0 and p["candidate_ns"] > 0 for p in pairs)
@@ -72,11 +72,11 @@ def test_tables_as_arms(tmp_path):
     entry = {"op": "linear", "m_bucket": 2, "n": 32, "k": 64, "dtype": "float32",
              "weight_format": "per_channel", "group_size": 32, "candidates": {}}
     table.write_entries(a, key, [dict(entry, choice="mlx_qmm")])
-    table.write_entries(b, key, [dict(entry, choice="reference")])
+    table.write_entries(b, key, [dict(entry, choice="exact")])
     code, text, lines = run(["--baseline-table", a, "--candidate-table", b] + TINY, tmp_path)
     assert code == 0, text
     head = lines[0]
-    assert head["baseline"]["choice"] == "mlx_qmm" and head["candidate"]["choice"] == "reference"
+    assert head["baseline"]["choice"] == "mlx_qmm" and head["candidate"]["choice"] == "exact"
     assert head["candidate"]["table_hit"] is True
     # the second case (1x64x32) is in neither table: both arms run the fallback
     second = next(l for l in lines if l.get("case", "").startswith("linear-1x64x32") and "baseline" in l)

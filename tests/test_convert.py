@@ -95,7 +95,7 @@ def test_mlx_lm_llama_convert_run_save_load(tmp_path, rng):
     n_layers = sum(isinstance(m, w8.Linear) for _, m in model.named_modules())
     assert n_layers == 2 * 7 + 1  # q, k, v, o, gate, up, down per block + lm_head
     reports = {}
-    for kernel in ("reference", None):  # exact W8A8 math, and the default dispatch
+    for kernel in ("exact", None):  # exact W8A8 math, and the default dispatch
         _use(model, kernel)
         logits = np.array(model(tokens).astype(mx.float32)).astype(np.float64)
         reports[kernel or "default"] = oracle.sqnr_db(ref, logits)
@@ -131,7 +131,7 @@ def test_load_converts_a_stock_8bit_checkpoint(tmp_path, rng):
     proj = ours.model.layers[1].self_attn.q_proj
     assert isinstance(proj, w8.Linear) and not proj.quantized_weight.per_channel
     assert isinstance(ours.lm_head, nn.Linear)
-    _use(ours, "reference")
+    _use(ours, "exact")
     got = np.array(ours(tokens).astype(mx.float32)).astype(np.float64)
     db = oracle.sqnr_db(want, got)
     print(f"stock 8-bit checkpoint, grouped W8A8 vs W8A16 logits: {db:.1f} dB")

@@ -1,4 +1,4 @@
-"""The numerical gate: challengers must match the reference candidate."""
+"""The numerical gate: challengers must match the references (two stages)."""
 
 import logging
 import math
@@ -14,8 +14,9 @@ from mlx_w8a8.tuning import gate
 LINEAR = Problem("linear", 3, 48, 128, "float32", "per_channel", 64)
 
 
-def _cand(name, run, op="linear"):
-    return Candidate(name=name, backend="any", op=op, run=run, digest=name)
+def _cand(name, run, op="linear", w8a8=False):
+    # w8a8=False: these fakes wrap mlx_qmm (W8A16), so only stage 1 applies to them.
+    return Candidate(name=name, backend="any", op=op, run=run, digest=name, w8a8=w8a8)
 
 
 def test_compare_accepts_rounding_and_rejects_drift():
@@ -133,12 +134,12 @@ def test_failing_reference_raises():
 
 def test_exact_ops_gate_by_equality():
     prob = Problem("int8_matmul", 3, 8, 64, "int8", "int8")
-    ref = registry.get("int8_matmul", "reference")
+    ref = registry.get("int8_matmul", "exact")
     off = _cand("off_by_one", lambda a, b: ref.run(a, b) + 1, op="int8_matmul")
     res = gate.run_gate(prob, ref, [off], gate.operands(prob, 2))
     assert res["off_by_one"].status == "rejected" and res["off_by_one"].worst_error == 1.0
     qa = Problem("quantize_activation", 3, 0, 64, "float32", "int8", 32)
-    qref = registry.get("quantize_activation", "reference")
+    qref = registry.get("quantize_activation", "exact")
     same = _cand("same", lambda x, g: qref.run(x, g), op="quantize_activation")
     assert gate.run_gate(qa, qref, [same], gate.operands(qa, 2))["same"].passed
 
@@ -161,3 +162,162 @@ def test_reference_can_be_run_in_float32_when_its_own_precision_is_the_problem()
     assert gate.run_gate(prob, ref, [accurate], ins, reference_dtype="float32")["accurate"].passed
     with pytest.raises(ValueError, match="reference_dtype"):
         gate.run_gate(prob, ref, [accurate], ins, reference_dtype="float8")
+
+
+# --- stage 2: the W8A8 contract -------------------------------------------------------
+# The planted bugs below were found by mutation runs: each passes the user-facing rule
+# (stage 1: bf16 atol 0.125 / rtol 0.01 against mlx_qmm) on the seed's inputs, the
+# pattern and one random draw, at the decode shape M = 1, K = 14336 (Llama-3-8B down
+# projection; N reduced from 4096 to keep the test fast). Each test asserts both: the
+# stage-1 verdict alone accepts it, and the gate rejects it.
+BIG = Problem("linear", 1, 512, 14336, "bfloat16", "per_channel", 64)
+
+
+def planted_w8a8(drop=0, dequant=127.0, ties_away=False):
+    """A W8A8 per-channel linear in MLX ops with one bug planted.
+
+    Args:
+        drop: ignore the last ``drop`` elements of K (a tile loop that stops early).
+        dequant: the divisor of the dequantization scale (127 is right; 128 is the
+            /127 vs /128 mistake).
+        ties_away: round ties away from zero (one code off on every tie; the
+            contract is round half to even).
+    """
+    from mlx_w8a8.kernels import reference
+
+    def run(x, w, b):
+        xf = x.astype(mx.float32)
+        amax = mx.max(mx.abs(xf), axis=-1, keepdims=True)
+        r = xf / (amax / 127.0)
+        q = mx.sign(r) * mx.floor(mx.abs(r) + 0.5) if ties_away else mx.round(r)
+        q = mx.clip(q, -127, 127)
+        if drop:
+            k = x.shape[1]
+            q = q * (mx.arange(k) < k - drop)
+        acc = reference.int8_matmul(q.astype(mx.int8), w.int8()).astype(mx.float32)
+        y = acc * (amax / dequant) * w.channel_scales
+        if b is not None:
+            y = y + b.astype(mx.float32)
+        return y.astype(x.dtype)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def big():
+    """Stage-1 truth on the seed's two inputs, and the new gate's inputs (one weight)."""
+    qmm = registry.get("linear", "mlx_qmm")
+    new = gate.gate_operands(BIG)
+    old = new[:2]  # the pattern and the random draw: what the old gate ran
+    truth = [qmm.run(x.astype(mx.float32), w, b).astype(x.dtype) for x, w, b in old]
+    return qmm, old, truth, new
+
+
+@pytest.mark.parametrize("bug, kwargs, stage2_input", [
+    ("drop_k_tail_8", dict(drop=8), None),
+    ("drop_k_tail_16", dict(drop=16), None),
+    ("dequant_by_128", dict(dequant=128.0), None),
+    ("ties_away_from_zero", dict(ties_away=True), "ties"),
+])
+def test_planted_bug_passes_stage_1_but_not_the_gate(big, bug, kwargs, stage2_input):
+    qmm, old, truth, new = big
+    run = planted_w8a8(**kwargs)
+    # The old rule (stage 1 alone, on the old inputs) accepts the broken kernel ...
+    for x_args, r in zip(old, truth):
+        assert gate.compare(r, run(*x_args))[0], f"{bug}: stage 1 alone now rejects it"
+    # ... the gate does not.
+    res = gate.run_gate(BIG, qmm, [_cand(bug, run, w8a8=True)], new, reference_dtype="float32")
+    assert res[bug].status == "rejected" and res[bug].stage == 2, res[bug]
+    if stage2_input:
+        assert f"({stage2_input})" in res[bug].detail
+
+
+def test_the_exact_kernel_and_a_correct_rewrite_pass_both_stages(big):
+    # The control for the planted bugs: the same code without a bug is accepted, and so
+    # is the ``exact`` candidate; both sit above the SQNR floor with margin.
+    qmm, _, _, new = big
+    exact = registry.get("linear", "exact")
+    res = gate.run_gate(BIG, qmm, [exact, _cand("clean", planted_w8a8(), w8a8=True)], new,
+                        reference_dtype="float32")
+    for name in ("exact", "clean"):
+        assert res[name].passed, res[name]
+        assert res[name].sqnr_db > gate.MIN_SQNR_DB + 5
+
+
+def test_sqnr_floor_rejects_what_the_bound_cannot_see():
+    # Stage 2's exact truth is replaced by the candidate itself, so only the SQNR
+    # floor against mlx_qmm can reject it: a kernel at ~20 dB (output noise of 10 %).
+    qmm = registry.get("linear", "mlx_qmm")
+    prob = Problem("linear", 4, 64, 256, "float32", "per_channel", 64)
+    ins = gate.gate_operands(prob)
+    noisy = _cand("noisy", lambda x, w, b: qmm.run(x, w, b) * 1.1, w8a8=True)
+    res = gate.run_gate(prob, qmm, [noisy], ins, atol=10.0, rtol=1.0, exact=noisy)
+    assert res["noisy"].status == "rejected" and "SQNR" in res["noisy"].detail
+    assert res["noisy"].stage == 2
+    ok = gate.run_gate(prob, qmm, [noisy], ins, atol=10.0, rtol=1.0, exact=noisy, min_sqnr_db=15.0)
+    assert ok["noisy"].passed and 19 < ok["noisy"].sqnr_db < 22
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("fmt", ["per_channel", "grouped"])
+def test_epilogue_reordering_stays_inside_the_bound(dtype, fmt):
+    # A correct kernel may order its float32 epilogue differently: scale products in
+    # the other order, groups summed backwards. The bound must accept that (it is the
+    # float32 rounding the contract allows), while one float32 ulp more per element
+    # on a large output is still tiny next to the bugs above.
+    from mlx_w8a8.kernels import reference
+
+    prob = Problem("linear", 3, 64, 512, dtype, fmt, 32, True)
+    ins = gate.gate_operands(prob)
+
+    def reordered(x, w, b):
+        if w.per_channel:
+            q, scale, _ = reference.quantize_rows(x)
+            acc = reference.int8_matmul(q, w.int8()).astype(mx.float32)
+            y = acc * (scale * w.channel_scales)  # the other association
+            return (y + b.astype(mx.float32)).astype(x.dtype)
+        q, scale, sums = reference.quantize_rows(x, w.group_size)
+        m, k = q.shape
+        groups = k // w.group_size
+        xq = q.astype(mx.float32).reshape(m, groups, w.group_size)
+        wq = w.int8().astype(mx.float32).reshape(w.n, groups, w.group_size)
+        y = mx.zeros((m, w.n))
+        for g in reversed(range(groups)):  # groups summed last to first
+            p = xq[:, g] @ wq[:, g].T
+            y = y + p * w.scales[:, g].astype(mx.float32) + sums[:, g : g + 1].astype(mx.float32) * w.group_offsets[:, g]
+        return (y * scale + b.astype(mx.float32)).astype(x.dtype)
+
+    res = gate.run_gate(prob, registry.get("linear", "mlx_qmm"), [_cand("re", reordered, w8a8=True)],
+                        ins, reference_dtype="float32")
+    assert res["re"].passed, res["re"]
+
+
+def test_bound_is_float32_rounding_not_bf16_slack():
+    # The stage-2 bound is a few float32 ulps of the output's magnitude sum, orders of
+    # magnitude below the stage-1 atol: that is what makes it able to see a K tail.
+    prob = Problem("linear", 2, 32, 4096, "float32", "per_channel", 64)
+    x, w, b = gate.gate_operands(prob)[1]
+    bound = gate.w8a8_bound(x, w, b)
+    assert bound.shape == (2, 32) and (bound > 0).all()
+    assert bound.max() < 1e-3 * gate.ATOL
+    grouped = Problem("linear", 2, 32, 4096, "float32", "grouped", 64)
+    xg, wg, bg = gate.gate_operands(grouped)[1]
+    assert gate.w8a8_bound(xg, wg, bg).max() > bound.max()  # 2G + 4 roundings, not 4
+
+
+def test_probes_expose_tails_and_ties():
+    prob = Problem("linear", 3, 16, 256, "bfloat16", "per_channel", 64)
+    ins = gate.gate_operands(prob)
+    assert [gate.input_name(prob, i) for i in range(len(ins))] == list(gate.INPUT_NAMES)
+    tail = np.array(ins[2][0].astype(mx.float32))
+    assert not tail[:, : 256 - gate.TAIL].any() and (tail[:, -gate.TAIL :] != 0).all()
+    ties = np.array(ins[3][0].astype(mx.float32))
+    amax = np.abs(ties).max(axis=1, keepdims=True)
+    codes = ties / (amax / 127)
+    off_max = np.abs(ties) != amax
+    assert np.all(np.abs(codes[off_max] % 1) == 0.5)  # every other element is a tie
+    mm = Problem("int8_matmul", 2, 8, 64, "int8", "int8")
+    mins = gate.gate_operands(mm)
+    assert gate.input_name(mm, 3) == "extremes" and np.array(mins[3][0]).min() == -128
+    # every input of a problem shares its weight (and bias) with the timing operands
+    assert all(args[1] is ins[0][1] for args in ins)

@@ -108,7 +108,7 @@ def test_w8a8_linear_matches_oracle(rng, dtype, per_channel, lead, with_bias):
     _, qw = _weight(rng, n, k, per_channel, dtype=DTYPES[dtype])
     x = mx.array(rng.standard_normal((*lead, k)).astype(np.float32)).astype(DTYPES[dtype])
     bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(DTYPES[dtype]) if with_bias else None
-    y = w8.w8a8_linear(x, qw, bias, kernel="reference")
+    y = w8.w8a8_linear(x, qw, bias, kernel="exact")
     assert y.dtype == DTYPES[dtype] and y.shape == (*lead, n)
     want, bound = oracle.linear(
         oracle.to_numpy(x).reshape(-1, k), qw, None if bias is None else oracle.to_numpy(bias)
@@ -124,7 +124,7 @@ def test_w8a8_linear_quantization_error_is_what_int8_explains(rng, dtype, min_db
     n, k, m = 256, 512, 64
     w, qw = _weight(rng, n, k, True, dtype=DTYPES[dtype])
     x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(DTYPES[dtype])
-    y = oracle.to_numpy(w8.w8a8_linear(x, qw, kernel="reference")).astype(np.float64)
+    y = oracle.to_numpy(w8.w8a8_linear(x, qw, kernel="exact")).astype(np.float64)
     dense = oracle.to_numpy(x).astype(np.float64) @ oracle.to_numpy(w).astype(np.float64).T
     db = oracle.sqnr_db(dense, y)
     print(f"W8A8 per-channel SQNR vs float64 dense ({dtype}): {db:.1f} dB")
@@ -138,7 +138,7 @@ def test_w8a8_linear_zero_and_nan_rows(rng):
     x = rng.standard_normal((3, k)).astype(np.float32)
     x[0] = 0.0
     x[2, 3] = np.nan
-    y = np.array(w8.w8a8_linear(mx.array(x), qw, bias, kernel="reference"))
+    y = np.array(w8.w8a8_linear(mx.array(x), qw, bias, kernel="exact"))
     np.testing.assert_array_equal(y[0], np.array(bias))  # zeros + bias, never NaN
     assert np.isfinite(y[1]).all()  # the neighbour row is untouched
     assert np.isnan(y[2]).all()

@@ -63,10 +63,10 @@ def test_merge_replaces_same_key_and_keeps_the_rest(tmp_path):
     other = dict(key, mlx_version="0.0.1")
     table.write_entries(path, other, [_entry(choice="old_mlx")])
     table.write_entries(path, key, [_entry(n=64), _entry(n=128)])
-    table.write_entries(path, key, [_entry(n=64, choice="reference"), _entry(n=256)])
+    table.write_entries(path, key, [_entry(n=64, choice="exact"), _entry(n=256)])
     doc = table.read(path)
     mine = {e["n"]: e["choice"] for e in table.matching_entries(doc, key, path)}
-    assert mine == {64: "reference", 128: "mlx_qmm", 256: "mlx_qmm"}
+    assert mine == {64: "exact", 128: "mlx_qmm", 256: "mlx_qmm"}
     # the other version's section is kept, not deleted
     assert any(s["mlx_version"] == "0.0.1" and s["entries"] for s in doc["sections"])
 

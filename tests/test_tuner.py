@@ -29,6 +29,8 @@ def sleeper(seconds, offset=0.0):
 
 
 def fake(name, run, **kw):
+    # The fakes wrap mlx_qmm (W8A16): only the gate's stage 1 applies to them.
+    kw.setdefault("w8a8", False)
     return registry.register(Candidate(name=name, backend="any", op="linear", run=run,
                                        digest=f"d-{name}", **kw))
 
@@ -61,7 +63,7 @@ def slow_reference(seconds=0.004):
 
 
 def only(*names):
-    """The candidates to race: the reference and the named fakes (not ``reference``)."""
+    """The candidates to race: the reference and the named fakes (not ``exact``)."""
     return [registry.get("linear", n) for n in ("mlx_qmm",) + names]
 
 
@@ -86,7 +88,7 @@ def test_clear_winner_is_chosen_and_recorded(env):
     assert [s["choice"] for s in saved] == ["fast"]
     # a re-run finds it in the table and measures nothing ...
     assert t.tune(PROBLEM, candidates=only("fast")).source == "table"
-    # ... unless a kernel it did not measure can run now (here: ``reference``)
+    # ... unless a kernel it did not measure can run now (here: ``exact``)
     assert t.measured(PROBLEM) is None
 
 
@@ -396,11 +398,11 @@ def test_unwritable_table_keeps_the_measurement_in_memory(env):
 
 
 def test_exact_ops_tune_too(env):
-    # int8_matmul and quantize_activation are gated by equality against ``reference``;
+    # int8_matmul and quantize_activation are gated by equality against ``exact``;
     # an off-by-one int8 kernel is rejected, whatever else (e.g. a CUDA kernel) competes.
     t = tuner(env)
     mm = Problem("int8_matmul", 2, 16, 64, "int8", "int8")
-    ref = registry.get("int8_matmul", "reference")
+    ref = registry.get("int8_matmul", "exact")
     off = registry.register(Candidate(name="off_by_one", backend="any", op="int8_matmul",
                                       run=lambda a, b: ref.run(a, b) + 1, digest="x"))
     try:
@@ -571,3 +573,22 @@ def test_decide_does_not_cache_a_decision_made_stale_by_a_concurrent_record(env,
     assert t.decide(PROBLEM) == (None, "none")
     monkeypatch.setattr(Tuner, "lookup", real_lookup)
     assert t.decide(PROBLEM) == ("spy", "table")
+
+
+@pytest.mark.parametrize("wrong_on", range(len(gate.INPUT_NAMES)))
+def test_tuner_gates_every_gate_input(env, wrong_on):
+    # A fast candidate right on every gate input but one must be rejected whichever
+    # input that is: kills the "gate only the first input(s)" mutants of measure().
+    slow_reference()
+    seen = []
+
+    def sneaky(x, w, b):
+        y = QMM.run(x, w, b)
+        seen.append(1)
+        return y + 0.5 if len(seen) == wrong_on + 1 else y
+
+    fake("spy", sneaky)
+    out = tuner(env).tune(PROBLEM, candidates=only("spy"))
+    row = out.entry["candidates"]["spy"]
+    assert row["status"] == "rejected" and out.choice == "mlx_qmm", row
+    assert f"input {wrong_on} ({gate.INPUT_NAMES[wrong_on]})" in row["detail"]

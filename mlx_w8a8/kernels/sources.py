@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 from importlib import resources
+from typing import Callable
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,3 +33,19 @@ def digest(*parts: str) -> str:
         h.update(part.encode("utf-8"))
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+def code_digest(*functions: Callable, texts: tuple[str, ...] = (), params: str = "") -> str:
+    """The digest of one candidate: the source of the Python functions it runs, the
+    kernel texts it compiles and its launch parameters.
+
+    Only what the candidate executes is hashed (not whole modules), so editing a
+    comment elsewhere in a backend module does not make tuning tables stale, while
+    editing a function the candidate calls does.
+
+    Args:
+        functions: the candidate's ``run`` and the package functions it calls.
+        texts: kernel source texts (e.g. from :func:`read`).
+        params: launch parameters and constants, as text.
+    """
+    return digest(*(inspect.getsource(f) for f in functions), *texts, params)

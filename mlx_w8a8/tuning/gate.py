@@ -1,15 +1,47 @@
-"""The numerical gate: a challenger must agree with the reference candidate.
+"""The numerical gate: a challenger must agree with the references, in two stages.
 
 Method (after ``select``/``retain_compatible`` of the affine-projection tuner): run the
-reference and every challenger on the same inputs — a deterministic pattern and a
-seeded random draw — and accept a challenger only if every output element is finite
-and ``|c - r| <= max(atol, rtol * |r|)``, both sides rounded to bfloat16 first
-(defaults ``atol = 0.125``, ``rtol = 0.01``). Ops whose contract is exact
-(``int8_matmul``, ``quantize_activation``) use equality instead. A rejected challenger
-is logged with its worst element and is never chosen; one that raises is
-``unavailable`` and skipped.
+references and every challenger on the same inputs (:func:`gate_operands`) and accept a
+challenger only if it passes both stages on every input:
 
-This module also makes the operands the tuner feeds candidates (:func:`operands`):
+1. **User-facing rule** (every ``linear`` candidate): every output element is finite and
+   ``|c - r| <= max(atol, rtol * |r|)`` against ``mlx_qmm`` (``mx.quantized_matmul``),
+   both sides rounded to bfloat16 first (defaults ``atol = 0.125``, ``rtol = 0.01``).
+   This is what a user would accept from a W8A16 layer; it is far too loose to tell a
+   correct W8A8 kernel from a broken one (an honest W8A8 error is ~0.03 on outputs of
+   magnitude 1, and a kernel that drops the last 16 of K = 14336 stays under 0.125).
+2. **W8A8 contract** (candidates with ``w8a8=True``): against the ``exact`` candidate
+   (the W8A8 math of ``docs/numerics.md`` in MLX ops), elementwise within the bound
+   a float32 epilogue can explain (:func:`w8a8_bound`), plus an SQNR floor against
+   ``mlx_qmm`` (``MIN_SQNR_DB``, as torchao's autoquant rejects by ``min_sqnr``).
+
+Ops whose contract is exact (``int8_matmul``, ``quantize_activation``) use equality
+with ``exact`` instead. A rejected challenger is logged with its worst element and the
+stage that rejected it, and is never chosen; one that raises is ``unavailable`` and
+skipped.
+
+The bound of stage 2. Both kernels compute the same integers (codes, scales and int32
+dot products are bit-exact by contract); they may differ only in float32 rounding of
+the epilogue. With ``u = 2^-24`` and ``gamma(n) = n u / (1 - n u)``, an epilogue that
+rounds each term of the output at most ``n`` times lies within ``gamma(n) * T`` of the
+exact value, ``T = scale_m * sum_k |q_mk| (|s_nk| |c_nk| + |b'_nk|) + |bias_n|`` (the
+output with every term made positive; ``c = q - 128`` the weight codes, ``s`` the
+scale and ``b' = b + 128 s`` the offset of ``k``'s group). Per-channel: ``n = 4``
+(int32 to float32, two scale products, the bias add). Grouped with ``G`` groups:
+``n = 2G + 4`` (one product per group term, at most ``2G - 1`` additions in any order,
+the row scale, the bias). Two such kernels differ by at most ``2 gamma(n) T``; in
+float16/bfloat16 each output is then rounded once more, adding at most one unit in the
+last place of the output dtype. ``T`` itself is computed in float32 with non-negative
+terms, so it is scaled by ``1 + gamma(K + 2)`` to stay an upper bound.
+
+Gate inputs (:data:`INPUT_NAMES`): the seed's ramp pattern, a seeded random draw, a row
+that is zero except the last ``TAIL`` elements of K (a kernel that drops or misreads a
+K tail is wrong on all of it) and a row of exact quantization ties ``(j + 1/2) c`` with
+``127 c`` as its maximum (a kernel that rounds ties the wrong way, or quantizes with
+``/127`` and dequantizes with ``/128``, is off on every element). At ``M > 1`` every
+input repeats its first row pattern with a per-row shift, so rows differ.
+
+This module also makes the operands the tuner times candidates on (:func:`operands`):
 synthetic weights of the problem's shape and format, with activations of the
 magnitude a trained layer sees.
 """
@@ -24,6 +56,7 @@ import attrs
 import mlx.core as mx
 import numpy as np
 
+from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
 from ..weight import QuantizedWeight
 
@@ -31,11 +64,26 @@ log = logging.getLogger("mlx_w8a8.tuning")
 
 ATOL = 0.125
 RTOL = 0.01
+# Stage 2's floor on 10 log10(sum r^2 / sum (c - r)^2) against mlx_qmm, per input. Per-token
+# int8 activations cost 10 log10(12 * 127^2 / crest^2) dB (crest = max|x| / rms(x)): about
+# 40 dB for a Gaussian row of K = 4096 (crest ~4.5), more for the other gate inputs. 30 dB
+# leaves that margin while a dropped group, a wrong scale or a swapped operand fall far
+# below it.
+MIN_SQNR_DB = 30.0
 # Ops whose every candidate must be bit-exact (docs/numerics.md).
 EXACT_OPS = ("int8_matmul", "quantize_activation")
 # The seed's 17-value ramp: multiples of 1/16 in [-0.5, 0.5], exact in every float dtype.
 PATTERN = np.arange(-8, 9, dtype=np.float32) / 16.0
 DEFAULT_GROUP_SIZE = 64
+# Nonzero elements at the end of K in the ``k_tail`` input.
+TAIL = 32
+# The gate's inputs, in order (float activations; int8_matmul's last one is ``extremes``).
+INPUT_NAMES = ("pattern", "random", "k_tail", "ties")
+INT8_INPUT_NAMES = ("pattern", "random", "k_tail", "extremes")
+# float32 unit roundoff.
+U32 = 2.0**-24
+# Significand bits (with the implicit one) of the output dtypes that round the epilogue.
+_SIGNIFICAND = {"float16": 11, "bfloat16": 8}
 
 _DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
@@ -48,19 +96,30 @@ class GateResult:
         name: the candidate.
         status: ``"ok"`` (passed), ``"rejected"`` (numerically different) or
             ``"unavailable"`` (raised while running).
-        worst_error: the largest ``|c - r|`` over all inputs, in bfloat16 terms
+        worst_error: the largest stage-1 ``|c - r|`` over all inputs, in bfloat16 terms
             (``inf`` for a non-finite or mismatched output; ``0.0`` when exact).
         detail: for a failure, the worst element: input, index, values and limit.
+        stage: the stage that rejected it (1: user-facing rule or exact equality,
+            2: the W8A8 contract), ``0`` when it passed or was unavailable.
+        sqnr_db: the lowest SQNR against ``mlx_qmm`` over the inputs (stage 2 only;
+            ``None`` where stage 2 did not run).
     """
 
     name: str
     status: str
     worst_error: float = 0.0
     detail: str = ""
+    stage: int = 0
+    sqnr_db: float | None = None
 
     @property
     def passed(self) -> bool:
         return self.status == "ok"
+
+
+def gamma(n: int) -> float:
+    """``n u / (1 - n u)``: the relative error of ``n`` float32 roundings (Higham)."""
+    return n * U32 / (1.0 - n * U32)
 
 
 def dtype_of(problem: Problem) -> mx.Dtype:
@@ -134,6 +193,58 @@ def activations(problem: Problem, variants: int, seed: int = 0) -> list[mx.array
     return out
 
 
+def probes(problem: Problem, seed: int = 0) -> list[mx.array]:
+    """The two probe activations of the gate: ``k_tail`` and ``ties`` (``extremes``
+    for ``int8_matmul``), ``[M, K]`` in the problem's dtype.
+
+    - ``k_tail``: zero except the last ``min(K, TAIL)`` elements of each row (random):
+      the whole output comes from the K tail, so a dropped or misread tail is wrong
+      by the output's own size.
+    - ``ties``: each row is ``c * (127, j_1 + 1/2, j_2 + 1/2, ...)`` with ``c`` a power
+      of two and ``j`` random in ``[-100, 99]``: the scale is exactly ``c`` and every
+      other element is an exact rounding tie (round half to even is the contract), so
+      a kernel that rounds ties otherwise, or dequantizes with another scale
+      (``/128`` for ``/127``), is off on every element. Exact in bfloat16 and float16.
+    - ``extremes`` (int8): rows of ``127`` and ``-128`` runs, whose products are not
+      multiples of a power of two large enough for an unchunked float32 sum to be exact.
+    """
+    m, k = problem.m, problem.k
+    rng = np.random.default_rng(seed + 12345)
+    dtype = dtype_of(problem)
+    tail = min(k, TAIL)
+    if dtype == mx.int8:
+        xt = np.zeros((m, k), np.int8)
+        xt[:, k - tail :] = rng.integers(-127, 128, (m, tail))
+        xe = np.where((np.arange(k)[None, :] + np.arange(m)[:, None]) % 5 == 0, -128, 127)
+        return [mx.array(xt), mx.array(xe.astype(np.int8))]
+    xt = np.zeros((m, k), np.float32)
+    xt[:, k - tail :] = rng.standard_normal((m, tail))
+    c = 2.0**-6  # amax = 127 / 64 ~ 2: the magnitude of a normal draw
+    xi = (rng.integers(-100, 100, (m, k)) + 0.5) * c
+    xi[np.arange(m), np.arange(m) % k] = 127 * c * np.where(np.arange(m) % 2, -1, 1)
+    out = [mx.array(xt).astype(dtype), mx.array(xi.astype(np.float32)).astype(dtype)]
+    mx.eval(out)
+    return out
+
+
+def _with_weight(problem: Problem, xs: list[mx.array], seed: int, weight: Any) -> list[tuple]:
+    if problem.op == "quantize_activation":
+        return [(x, problem.group_size) for x in xs]
+    if problem.op == "int8_matmul":
+        if weight is None:
+            weight = mx.array(_int8_pattern((problem.n, problem.k), 11))
+        return [(x, weight) for x in xs]
+    if weight is None:
+        weight = make_weight(problem, seed)
+    bias = None
+    if problem.has_bias:
+        bias = (mx.random.normal((problem.n,), key=mx.random.key(seed + 7)) * 0.1).astype(
+            dtype_of(problem)
+        )
+        mx.eval(bias)
+    return [(x, weight, bias) for x in xs]
+
+
 def operands(
     problem: Problem, variants: int = 2, seed: int = 0, weight: Any = None
 ) -> list[tuple]:
@@ -151,22 +262,21 @@ def operands(
         ``variants`` tuples: ``(x, weight, bias)`` for ``linear``, ``(a, b)`` for
         ``int8_matmul``, ``(x, group_size)`` for ``quantize_activation``.
     """
-    xs = activations(problem, variants, seed)
-    if problem.op == "quantize_activation":
-        return [(x, problem.group_size) for x in xs]
-    if problem.op == "int8_matmul":
-        if weight is None:
-            weight = mx.array(_int8_pattern((problem.n, problem.k), 11))
-        return [(x, weight) for x in xs]
-    if weight is None:
-        weight = make_weight(problem, seed)
-    bias = None
-    if problem.has_bias:
-        bias = (mx.random.normal((problem.n,), key=mx.random.key(seed + 7)) * 0.1).astype(
-            dtype_of(problem)
-        )
-        mx.eval(bias)
-    return [(x, weight, bias) for x in xs]
+    return _with_weight(problem, activations(problem, variants, seed), seed, weight)
+
+
+def gate_operands(problem: Problem, seed: int = 0, weight: Any = None) -> list[tuple]:
+    """The gate's argument tuples, named by :func:`input_name`: the pattern, a random
+    draw, then :func:`probes`. Same weight (and bias) as :func:`operands` with the same
+    ``seed`` and ``weight``."""
+    xs = activations(problem, 2, seed) + probes(problem, seed)
+    return _with_weight(problem, xs, seed, weight)
+
+
+def input_name(problem: Problem, index: int) -> str:
+    """The name of gate input ``index`` (``"input <i>"`` past the known ones)."""
+    names = INT8_INPUT_NAMES if problem.op == "int8_matmul" else INPUT_NAMES
+    return names[index] if index < len(names) else f"input {index}"
 
 
 def _parts(out) -> list:
@@ -243,6 +353,99 @@ def compare(
     return passed, worst, worst_detail
 
 
+def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None) -> np.ndarray:
+    """``2 gamma(n) T``: how far two correct float32 W8A8 epilogues may differ (module
+    docstring), ``[M, N]`` float64, before any rounding to a 16-bit output dtype.
+
+    Args:
+        x: ``[M, K]`` float activation; weight: the ``[N, K]`` weight; bias: ``[N]``.
+    """
+    from ..kernels.reference import quantize_rows  # the exact codes and scales
+
+    q, scale, _ = quantize_rows(x)
+    n, k, gs = weight.n, weight.k, weight.group_size
+    groups = k // gs
+    codes = mx.abs(weight.int8().astype(mx.float32)).reshape(n, groups, gs)
+    s = mx.abs(weight.scales.astype(mx.float32))[..., None]
+    off = mx.abs(weight.group_offsets)[..., None]
+    w_abs = (codes * s + off).reshape(n, k)
+    t = mx.matmul(mx.abs(q.astype(mx.float32)), w_abs.T) * mx.abs(scale)
+    if bias is not None:
+        t = t + mx.abs(bias.astype(mx.float32))
+    rounds = 4 if weight.per_channel else 2 * groups + 4
+    factor = 2.0 * gamma(rounds) * (1.0 + gamma(k + 2))
+    return np.array(t).astype(np.float64) * factor
+
+
+def _ulp(values: np.ndarray, dtype: str) -> np.ndarray:
+    """One unit in the last place of ``dtype`` at ``|values|`` (0 for float32, whose
+    rounding the float32 bound already counts)."""
+    bits = _SIGNIFICAND.get(dtype)
+    if bits is None:
+        return np.zeros_like(values)
+    _, exponent = np.frexp(np.abs(values))
+    tiny = 2.0 ** (-24 if dtype == "float16" else -133)  # the smallest subnormal
+    return np.maximum(np.ldexp(1.0, exponent - bits), tiny)
+
+
+def compare_w8a8(
+    exact: mx.array, candidate: mx.array, bound: np.ndarray, dtype: str
+) -> tuple[bool, float, str]:
+    """Stage 2, elementwise: ``|c - e| <= bound + ulp_dtype(max(|c|, |e|))``.
+
+    Args:
+        exact: the ``exact`` candidate's output; candidate: the challenger's.
+        bound: :func:`w8a8_bound` of the same operands.
+        dtype: the output dtype name (its rounding adds one ulp).
+
+    Returns:
+        ``(passed, worst_excess, detail)``: ``worst_excess`` is the largest
+        ``|c - e| / limit`` (``inf`` for non-finite or mismatched outputs).
+    """
+    if tuple(exact.shape) != tuple(candidate.shape):
+        return False, math.inf, (
+            f"shape {tuple(candidate.shape)}, the exact kernel {tuple(exact.shape)}"
+        )
+    en = np.array(exact.astype(mx.float32)).astype(np.float64)
+    cn = np.array(candidate.astype(mx.float32)).astype(np.float64)
+    finite = np.isfinite(en) & np.isfinite(cn)
+    if not finite.all():
+        i = np.unravel_index(int(np.argmin(finite)), en.shape)
+        return False, math.inf, (
+            f"element {tuple(int(v) for v in i)}: {cn[i]} vs exact {en[i]} (not finite)"
+        )
+    if en.size == 0:
+        return True, 0.0, ""
+    limit = bound + _ulp(np.maximum(np.abs(en), np.abs(cn)), dtype)
+    err = np.abs(cn - en)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = np.where(err == 0, 0.0, err / limit)
+    i = np.unravel_index(int(np.argmax(excess)), err.shape)
+    worst = float(excess[i])
+    if worst <= 1.0:
+        return True, worst, ""
+    return False, worst, (
+        f"element {tuple(int(v) for v in i)}: {cn[i]:.8g} vs exact {en[i]:.8g}, "
+        f"|c - e| = {err[i]:.3g} > {limit[i]:.3g} (float32 epilogue bound "
+        f"{bound[i]:.3g} + one {dtype} ulp)"
+    )
+
+
+def sqnr_db(reference: mx.array, candidate: mx.array) -> float:
+    """``10 log10(sum r^2 / sum (c - r)^2)`` in float64 (``inf`` when equal)."""
+    r = np.array(reference.astype(mx.float32)).astype(np.float64)
+    c = np.array(candidate.astype(mx.float32)).astype(np.float64)
+    noise = float(np.sum((c - r) ** 2))
+    signal = float(np.sum(r**2))
+    if not math.isfinite(noise):
+        return -math.inf
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
 def run_gate(
     problem: Problem,
     reference: Candidate,
@@ -251,30 +454,36 @@ def run_gate(
     atol: float = ATOL,
     rtol: float = RTOL,
     reference_dtype: str | None = None,
+    exact: Candidate | None = None,
+    min_sqnr_db: float = MIN_SQNR_DB,
 ) -> dict[str, GateResult]:
-    """Gate every challenger against ``reference`` on every input tuple.
+    """Gate every challenger against the references on every input tuple.
 
     Args:
         problem: the work (its op picks exact or tolerance comparison).
-        reference: the candidate whose outputs are the truth (``mlx_qmm`` for
-            ``linear``, ``reference`` for the exact ops).
+        reference: the candidate of stage 1 (``mlx_qmm`` for ``linear``, ``exact`` for
+            the exact ops).
         challengers: the others; the reference may be among them (it passes).
-        inputs: argument tuples for ``run`` (see :func:`operands`).
-        atol, rtol: tolerance for ``linear``.
-        reference_dtype: ``None`` (default) runs the reference on the inputs as they
-            are; ``"float32"`` runs it on the activation upcast to float32 (same
+        inputs: argument tuples for ``run`` (see :func:`gate_operands`); every one is
+            gated.
+        atol, rtol: stage 1's tolerance for ``linear``.
+        reference_dtype: ``None`` (default) runs the stage-1 reference on the inputs as
+            they are; ``"float32"`` runs it on the activation upcast to float32 (same
             stored weights) and rounds its output back to the problem's dtype, so the
             truth is not limited by the reference's own low-precision accumulation
             (``linear`` only; e.g. ``mx.quantized_matmul`` on MLX's CPU in bfloat16).
+        exact: ``linear`` only: the W8A8 truth of stage 2 (default: the registered
+            ``exact`` candidate). Stage 2 runs for challengers with ``w8a8=True``.
+        min_sqnr_db: stage 2's SQNR floor against the stage-1 reference.
 
     Returns:
         ``{name: GateResult}`` for the reference and every challenger.
 
     Raises:
-        RuntimeError: if the reference itself raises or gives a non-finite output on
-            a finite input (then nothing can be gated; the tuner abandons).
+        RuntimeError: if a reference raises (then nothing can be gated; the tuner
+            abandons).
     """
-    exact = problem.op in EXACT_OPS
+    exact_op = problem.op in EXACT_OPS
     upcast = reference_dtype not in (None, "native") and problem.op == "linear"
     if upcast and reference_dtype not in _DTYPES:
         raise ValueError(
@@ -288,42 +497,76 @@ def run_gate(
         x, *rest = args
         return reference.run(x.astype(_DTYPES[reference_dtype]), *rest).astype(x.dtype)
 
+    def reference_failed(cand: Candidate, error: Exception) -> RuntimeError:
+        return RuntimeError(
+            f"[mlx_w8a8.tuning.{problem.op}] reference candidate {cand.name!r} failed: "
+            f"{type(error).__name__}: {error}"
+        )
+
     try:
         ref_outs = [run_reference(args) for args in inputs]
         mx.eval(ref_outs)
     except Exception as error:
-        raise RuntimeError(
-            f"[mlx_w8a8.tuning.{problem.op}] reference candidate {reference.name!r} failed: "
-            f"{type(error).__name__}: {error}"
-        ) from error
+        raise reference_failed(reference, error) from error
+
+    staged = problem.op == "linear" and any(c.w8a8 for c in challengers)
+    exact_outs, bounds = [], []
+    if staged:
+        exact = exact if exact is not None else registry.get(problem.op, registry.EXACT)
+        try:
+            exact_outs = [exact.run(*args) for args in inputs]
+            mx.eval(exact_outs)
+        except Exception as error:
+            raise reference_failed(exact, error) from error
+        bounds = [w8a8_bound(*args) for args in inputs]
+
+    def reject(name, stage, worst, index, why, against):
+        detail = f"input {index} ({input_name(problem, index)}): {why}"
+        log.warning(
+            "[mlx_w8a8.tuning] %s: rejected numerically incompatible candidate %r "
+            "(stage %d, against %r): %s", describe(problem), name, stage, against, detail,
+        )
+        return GateResult(name, "rejected", worst, detail, stage)
+
     results = {reference.name: GateResult(reference.name, "ok", 0.0)}
     for cand in challengers:
         if cand.name == reference.name:
             continue
-        worst, status, detail = 0.0, "ok", ""
-        for index, (args, ref_out) in enumerate(zip(inputs, ref_outs)):
+        worst, verdict, lowest = 0.0, None, None
+        for index, args in enumerate(inputs):
             try:
                 out = cand.run(*args)
                 mx.eval(out)
             except Exception as error:
-                status, worst = "unavailable", math.inf
                 detail = f"raised {type(error).__name__}: {error}"
                 log.warning(
                     "[mlx_w8a8.tuning] %s: candidate %r is unavailable (%s); skipped",
                     describe(problem), cand.name, detail,
                 )
+                verdict = GateResult(cand.name, "unavailable", math.inf, detail)
                 break
-            passed, err, why = compare(ref_out, out, atol, rtol, exact)
+            passed, err, why = compare(ref_outs[index], out, atol, rtol, exact_op)
             worst = max(worst, err)
             if not passed:
-                status = "rejected"
-                detail = f"input {index} ({'pattern' if index == 0 else 'random'}): {why}"
-                log.warning(
-                    "[mlx_w8a8.tuning] %s: rejected numerically incompatible candidate %r "
-                    "against %r: %s", describe(problem), cand.name, reference.name, detail,
-                )
+                verdict = reject(cand.name, 1, worst, index, why, reference.name)
                 break
-        results[cand.name] = GateResult(cand.name, status, worst, detail)
+            if not (staged and cand.w8a8):
+                continue
+            passed, _, why = compare_w8a8(
+                exact_outs[index], out, bounds[index], problem.dtype
+            )
+            if not passed:
+                verdict = reject(cand.name, 2, worst, index, why, exact.name)
+                break
+            db = sqnr_db(ref_outs[index], out)
+            lowest = db if lowest is None else min(lowest, db)
+            if db < min_sqnr_db:
+                why = f"SQNR {db:.1f} dB against {reference.name!r} < {min_sqnr_db} dB"
+                verdict = reject(cand.name, 2, worst, index, why, reference.name)
+                break
+        if verdict is None:
+            verdict = GateResult(cand.name, "ok", worst)
+        results[cand.name] = attrs.evolve(verdict, sqnr_db=lowest)
     return results
 
 
