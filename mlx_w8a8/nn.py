@@ -147,11 +147,17 @@ class Linear(nn.Module):
         Rebuilt (no host read) only when the parameter arrays were replaced, e.g. by
         ``load_weights``, ``update`` or ``mx.compile(..., inputs=model.state)``.
         """
+        qw = self._weight(self.format)
+        return qw if qw is not None else self._qw  # the format changed: _qw is the new one
+
+    def _weight(self, fmt: str) -> QuantizedWeight | None:
+        """The current weight, or ``None`` when replaced arrays changed the format from
+        ``fmt`` (the caller's decision no longer applies)."""
         qw = self._qw
         w, s, b = self["weight"], self["scales"], self["biases"]
         if qw.q is not w or qw.scales is not s or qw.biases is not b:
             qw = self._rebuild(w, s, b)
-        return qw
+        return qw if qw.format == fmt else None
 
     def _rebuild(self, w, s, b) -> QuantizedWeight:
         per_channel = self.format == "per_channel"
@@ -216,24 +222,33 @@ class Linear(nn.Module):
             dtype = x.dtype
             plan = lambda x: mx.zeros(out_shape, dtype=dtype)  # noqa: E731
             return self._keep(x, plan, (0, "none", "empty"))
-        candidate, source = registry.decide(self.problem(m, x.dtype), self._kernel)
+        problem = self.problem(m, x.dtype)
+        candidate, source = registry.decide(problem, self._kernel)
         flat = len(lead) != 1
-        stages = candidate.stages(self.problem(m, x.dtype)) if candidate.stages else None
-        if stages is not None:
+        stages = candidate.stages(problem) if candidate.stages else None
+        if candidate.bind is not None:
+            plan = candidate.bind(self, problem)
+        elif stages is not None:
             act_key, quantize, apply = stages
             out_dtype = x.dtype
+            fmt = self.format
 
             def plan(x):
-                qw = self.quantized_weight
+                qw = self._weight(fmt)
+                if qw is None:  # new weights changed the format: re-decide
+                    return self(x)
                 x2 = x.reshape(m, k) if flat else x
                 acts = _shared_activations(x, act_key, quantize, x2)
                 y = apply(acts, qw, self.get("bias"), out_dtype)
                 return y.reshape(out_shape) if flat else y
         else:
             run = candidate.run
+            fmt = self.format
 
             def plan(x):
-                qw = self.quantized_weight
+                qw = self._weight(fmt)
+                if qw is None:  # new weights changed the format: re-decide
+                    return self(x)
                 y = run(x.reshape(m, k) if flat else x, qw, self.get("bias"))
                 return y.reshape(out_shape) if flat else y
         return self._keep(x, plan, (m, candidate.name, source))
@@ -256,8 +271,9 @@ class Linear(nn.Module):
         if self._generation != registry.generation:
             self._forget()
             object.__setattr__(self, "_generation", registry.generation)
-        plan = self._plans.get((x.shape, x.dtype)) if isinstance(x, mx.array) else None
-        if plan is None:
+        try:
+            plan = self._plans[(x.shape, x.dtype)]
+        except (KeyError, AttributeError):  # a new shape or dtype, or not an array
             plan = self._plan(x)
         return plan(x)
 

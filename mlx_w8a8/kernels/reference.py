@@ -74,20 +74,32 @@ def _grouped_sum(q: mx.array, weight) -> mx.array:
     return acc
 
 
-def w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
-    """Exact W8A8 linear (per-channel or grouped, by ``weight.format``)."""
+def w8a8_apply(acts, weight, bias: mx.array | None, out_dtype: mx.Dtype) -> mx.array:
+    """The exact W8A8 product on activations quantized by :func:`quantize_rows` (with
+    the weight's group size for grouped weights)."""
+    q, scale, row_sums = acts
     if weight.per_channel:
-        q, scale, _ = quantize_rows(x)
         acc = int8_matmul(q, weight.int8()).astype(mx.float32)
         y = acc * scale * weight.channel_scales
     else:
-        q, scale, row_sums = quantize_rows(x, weight.group_size)
         partial = _grouped_sum(q, weight)
         partial = partial + mx.matmul(row_sums.astype(mx.float32), weight.group_offsets.T)
         y = partial * scale
     if bias is not None:
         y = y + bias.astype(mx.float32)
-    return y.astype(x.dtype)
+    return y.astype(out_dtype)
+
+
+def w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Exact W8A8 linear (per-channel or grouped, by ``weight.format``)."""
+    acts = quantize_rows(x, None if weight.per_channel else weight.group_size)
+    return w8a8_apply(acts, weight, bias, x.dtype)
+
+
+def w8a8_stages(problem):
+    """``(act_key, quantize, apply)`` of the exact kernel (``Candidate.stages``)."""
+    group = None if problem.weight_format == "per_channel" else problem.group_size
+    return ("exact", group), (lambda x: quantize_rows(x, group)), w8a8_apply
 
 
 def qmm_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
@@ -98,12 +110,30 @@ def qmm_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     )
     if bias is not None:
         y = y + bias
-    return y.astype(x.dtype)
+    return y if y.dtype == x.dtype else y.astype(x.dtype)
+
+
+def qmm_bind(layer, problem):
+    """``x -> y`` for ``layer`` (an ``mlx_w8a8.Linear``) as ``nn.QuantizedLinear`` runs
+    it: one ``mx.quantized_matmul`` on ``[..., K]``, no reshape, the arrays read from the
+    layer at call time. Same math as :func:`qmm_linear`."""
+    group = layer.group_size
+    if problem.has_bias:
+        def run(x):
+            y = mx.quantized_matmul(x, layer["weight"], layer["scales"], layer["biases"],
+                                    True, group, 8) + layer["bias"]
+            return y if y.dtype == x.dtype else y.astype(x.dtype)
+    else:
+        def run(x):
+            y = mx.quantized_matmul(x, layer["weight"], layer["scales"], layer["biases"],
+                                    True, group, 8)
+            return y if y.dtype == x.dtype else y.astype(x.dtype)
+    return run
 
 
 _EXACT_PARAMS = f"EXACT_CHUNK={EXACT_CHUNK} GROUPED_SCRATCH={_GROUPED_SCRATCH}"
 _EXACT_RUNS = (
-    ("linear", w8a8_linear, (w8a8_linear, quantize_rows, int8_matmul, _grouped_sum)),
+    ("linear", w8a8_linear, (w8a8_linear, w8a8_apply, quantize_rows, int8_matmul, _grouped_sum)),
     ("int8_matmul", int8_matmul, (int8_matmul,)),
     ("quantize_activation", quantize_rows, (quantize_rows,)),
 )
@@ -112,6 +142,7 @@ for _op, _run, _functions in _EXACT_RUNS:
         registry.Candidate(
             name=registry.EXACT, backend="any", op=_op, run=_run,
             digest=sources.code_digest(*_functions, params=_EXACT_PARAMS),
+            stages=w8a8_stages if _op == "linear" else None,
         )
     )
 
@@ -121,7 +152,8 @@ registry.register(
         backend="any",
         op="linear",
         run=qmm_linear,
-        digest=sources.code_digest(qmm_linear, params=f"mx.quantized_matmul {mx.__version__}"),
+        bind=qmm_bind,
+        digest=sources.code_digest(qmm_linear, qmm_bind, params=f"mx.quantized_matmul {mx.__version__}"),
         w8a8=False,
     )
 )

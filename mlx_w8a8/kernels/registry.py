@@ -82,6 +82,11 @@ class Candidate:
             (hashable) names the activation format, and candidates whose keys are equal
             must produce interchangeable ``acts``. ``run(x, w, b)`` must equal
             ``apply(quantize(x), w, b, x.dtype)``.
+        bind: ``linear`` only, optional: ``bind(layer, problem) -> f`` with ``f(x) ->
+            y`` for ``x`` ``[..., K]`` of ``problem``'s dtype: the whole call of an
+            ``mlx_w8a8.Linear`` as one closure, reading the layer's arrays at call time
+            (they may be replaced) and returning what ``run`` would. For kernels that
+            can be called as cheaply as MLX's own layers (no reshape, no weight view).
         w8a8: ``linear`` only: whether ``run`` computes the W8A8 math of
             ``docs/numerics.md`` (per-token int8 activations). The tuner's gate checks
             such candidates against ``exact`` within the float32-epilogue bound;
@@ -96,6 +101,7 @@ class Candidate:
     digest: str = ""
     available: Callable[[], bool] = lambda: True
     stages: Callable[[Problem], Any] | None = None
+    bind: Callable[[Any, Problem], Callable] | None = None
     w8a8: bool = True
 
     def handles(self, problem: Problem) -> bool:
