@@ -3,7 +3,10 @@
 Public API (the same on every platform; a missing GPU backend only means fewer kernels):
 
 - ``Linear``: drop-in for ``nn.Linear`` / 8-bit ``nn.QuantizedLinear``.
-- ``quantize(model)``, ``save(model, path, config)``, ``load(path)``: whole models.
+- ``quantize(model)``, ``save(model, path, config)``, ``load(path)``: whole models;
+  ``summary(model)`` / ``decisions(model, m)``: which kernel each layer runs and why.
+- ``shard(model, group)``: tensor parallelism over ``mx.distributed``
+  (``mlx_w8a8.distributed``: the sharded layers, ``shard_linear``, ``rank_shapes``).
 - ``quantize_weight``, ``quantize_activation``, ``int8_matmul``, ``w8a8_linear``: ops.
 - ``QuantizedWeight``: the weight format (MLX's affine 8-bit layout).
 - ``set_tuning_table``, ``set_online_tuning``, ``TuneConfig``, ``TuningTableWarning``:
@@ -17,6 +20,8 @@ from .weight import QuantizedWeight
 from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
 from .nn import Linear
 from .convert import load, quantize, save
+from .summary import decisions, summary
+from .distributed import shard
 from .kernels import registry as _registry
 from .tuning import TuneConfig, TuningTableWarning, set_tuning_table, tune_model
 from .tuning import set_online as set_online_tuning
@@ -26,6 +31,9 @@ __all__ = [
     "quantize",
     "save",
     "load",
+    "summary",
+    "decisions",
+    "shard",
     "QuantizedWeight",
     "quantize_weight",
     "quantize_activation",

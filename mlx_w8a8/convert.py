@@ -1,23 +1,37 @@
-"""Whole models: ``quantize`` in place, ``save`` and ``load`` checkpoints.
+"""Whole models: ``quantize`` in place, ``save`` and ``load`` checkpoints, and the
+``python -m mlx_w8a8.convert`` command line.
 
 A checkpoint is a folder holding ``model.safetensors`` and ``config.json``. W8A8 layers
 are stored in MLX's affine 8-bit layout under the parameter names of
 ``nn.QuantizedLinear``, and ``config.json`` carries the standard ``"quantization"``
 entry, so stock mlx-lm loads the folder as an ordinary 8-bit model. The ``"mlx_w8a8"``
 entry lists the W8A8 layers so :func:`load` brings them back as :class:`Linear`.
+
+Mixed models keep some layers off W8A8 (``quantize(skip=...)``): on W8A16 (an 8-bit
+``nn.QuantizedLinear``) or float. Every layer that differs from the top-level entry is
+written per layer, in mlx-lm's convention (``quantization[path]`` is the layer's
+``{"group_size", "bits", "mode"}``, or ``false`` for a float layer), so mlx-lm and
+:func:`load` build the same layers.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import shutil
+import sys
+import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
+from . import distributed
+from .kernels import registry
 from .nn import Linear
+from .summary import summary
 from .weight import GROUP_SIZES
 
 CONFIG_KEY = "mlx_w8a8"
@@ -25,7 +39,41 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 
 
+KEEP = ("w8a16", "float")
+# Files of a source folder that save(source=...) does not copy: the weights (rewritten)
+# and the configuration (rewritten with the quantization entries).
+_NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "config.json", "*.bin", "*.pt",
+               "*.pth", "*.gguf", "*.npz")
+
+
+def matches(path: str, pattern: str) -> bool:
+    """Whether a layer path matches a skip pattern.
+
+    A pattern matches the path itself, any path ending in ``"." + pattern`` (so
+    ``"lm_head"`` or ``"down_proj"`` name those layers wherever they sit), or, as a
+    shell glob, the whole path (``"model.layers.0.*"``).
+    """
+    return path == pattern or path.endswith("." + pattern) or fnmatch.fnmatchcase(path, pattern)
+
+
+def _skip_table(skip) -> list[tuple[str, str]]:
+    if skip is None:
+        return []
+    if isinstance(skip, str):
+        skip = [skip]
+    items = list(skip.items()) if isinstance(skip, Mapping) else [(p, "w8a16") for p in skip]
+    for pattern, keep in items:
+        if not isinstance(pattern, str) or keep not in KEEP:
+            raise ValueError(
+                f"[mlx_w8a8.quantize] skip maps layer patterns to one of {KEEP}, got "
+                f"{pattern!r}: {keep!r}"
+            )
+    return items
+
+
 def _convertible(layer: nn.Module, group_size: int) -> bool:
+    if distributed.is_mlx_sharded(layer):
+        return distributed.convertible(layer, group_size)
     if isinstance(layer, nn.QuantizedLinear):
         return layer.bits == 8 and getattr(layer, "mode", "affine") == "affine"
     if isinstance(layer, nn.Linear):
@@ -38,12 +86,20 @@ def quantize(
     class_predicate: Callable[[str, nn.Module], bool] | None = None,
     group_size: int = 64,
     per_channel: bool = True,
+    skip: Mapping[str, str] | Iterable[str] | None = None,
+    kernel: str | None = None,
+    verbose: bool = False,
 ) -> nn.Module:
     """Replace linear layers of ``model`` by :class:`mlx_w8a8.Linear`, in place.
 
     Like ``nn.quantize``: every ``nn.Linear`` whose K is divisible by ``group_size`` and
     every 8-bit affine ``nn.QuantizedLinear`` is converted unless ``class_predicate``
-    says otherwise. Embeddings, norms and other layers are left as they are.
+    says otherwise; so are MLX's sharded linear layers (``model.shard(group)`` first),
+    to the W8A8 sharded layers of :mod:`mlx_w8a8.distributed` (left as they are where
+    a ``skip`` pattern matches). Embeddings, norms and other layers are left as they
+    are. Layers matching a ``skip`` pattern (see :func:`matches`) stay off W8A8:
+    ``"w8a16"`` makes a float layer an 8-bit ``nn.QuantizedLinear`` (mlx-lm's group-wise affine, with
+    ``group_size``) and keeps an 8-bit one as it is; ``"float"`` leaves it unchanged.
 
     Args:
         model: the model (updated in place and returned).
@@ -52,24 +108,59 @@ def quantize(
         group_size: 32, 64 or 128 for layers quantized from float.
         per_channel: symmetric per-channel int8 (default) or group-wise affine for
             layers quantized from float; 8-bit layers keep their own weights.
+        skip: layer patterns to keep off W8A8: ``{pattern: "w8a16" | "float"}`` (the
+            first matching pattern decides), or an iterable of patterns kept on W8A16.
+            E.g. ``{"lm_head": "float"}`` or ``["lm_head", "down_proj"]``.
+        kernel: force this ``linear`` candidate (e.g. ``"exact"``, ``"mlx_qmm"``) in
+            every converted layer (``layer.kernel``); ``None`` lets the tuner decide.
+        verbose: print :func:`mlx_w8a8.summary` (which kernel each layer runs at
+            decode and prefill, and where each decision came from) to stderr.
 
     Returns:
         The model.
+
+    Raises:
+        ValueError: for a bad ``group_size``, ``skip`` or an unknown ``kernel``.
     """
     if group_size not in GROUP_SIZES:
         raise ValueError(
             f"[mlx_w8a8.quantize] group_size must be one of {GROUP_SIZES}, got {group_size!r}"
         )
+    if kernel is not None:
+        registry.get("linear", kernel)  # unknown: ValueError naming the known kernels
+
+    table = _skip_table(skip)
 
     def convert(path, layer):
         if not _convertible(layer, group_size):
             return layer
         if class_predicate is not None and not class_predicate(path, layer):
             return layer
-        return Linear.from_linear(layer, group_size=group_size, per_channel=per_channel)
+        keep = next((k for pattern, k in table if matches(path, pattern)), None)
+        if distributed.is_mlx_sharded(layer):  # sharded layers a skip pattern matches stay
+            return layer if keep else distributed.from_sharded(layer, group_size, per_channel)
+        if keep == "float" or (keep == "w8a16" and isinstance(layer, nn.QuantizedLinear)):
+            return layer
+        if keep == "w8a16":
+            return nn.QuantizedLinear.from_linear(layer, group_size=group_size, bits=8)
+        out = Linear.from_linear(layer, group_size=group_size, per_channel=per_channel)
+        out.kernel = kernel
+        return out
 
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
     model.update_modules(leaves)
+    left = sorted(
+        {f"{m.bits}-bit {getattr(m, 'mode', 'affine')}" for _, m in model.named_modules()
+         if isinstance(m, nn.QuantizedLinear) and not (m.bits == 8 and getattr(m, "mode", "affine") == "affine")}
+    )
+    if left:
+        warnings.warn(
+            f"[mlx_w8a8.quantize] the model holds {', '.join(left)} QuantizedLinear layers; "
+            f"only float and 8-bit affine layers convert to W8A8, those were left as they are",
+            stacklevel=2,
+        )
+    if verbose:
+        print(summary(model), file=sys.stderr)
     return model
 
 
@@ -83,7 +174,51 @@ def w8a8_layers(model: nn.Module) -> dict[str, dict]:
     }
 
 
-def save(model: nn.Module, path: str | Path, config: dict | None = None) -> Path:
+def _layer_entries(model: nn.Module, default: dict) -> dict:
+    """mlx-lm's per-layer ``quantization[path]`` entries: every 8-bit layer whose
+    parameters differ from ``default`` and every W8A16 layer (a dict), every float
+    linear layer (``False``)."""
+    entries = {}
+    for path, m in tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module):
+        if isinstance(m, (Linear, nn.QuantizedLinear)):
+            params = {"group_size": m.group_size, "bits": m.bits, "mode": getattr(m, "mode", "affine")}
+            if isinstance(m, nn.QuantizedLinear) or params != default:
+                entries[path] = params
+        elif isinstance(m, nn.Linear):
+            entries[path] = False
+    return entries
+
+
+def copy_non_weight_files(source: str | Path, out: str | Path) -> list[str]:
+    """Copy the tokenizer and the other non-weight files of a model folder, as
+    ``mlx_lm.convert`` does (weights and ``config.json`` are not copied).
+
+    Args:
+        source: the source model folder.
+        out: the output folder.
+
+    Returns:
+        The names copied.
+    """
+    src, dst = Path(source), Path(out)
+    if not src.is_dir():
+        raise ValueError(f"[mlx_w8a8.save] source folder {src} does not exist")
+    copied = []
+    for f in sorted(src.iterdir()):
+        if not f.is_file() or any(fnmatch.fnmatch(f.name, pat) for pat in _NOT_COPIED):
+            continue
+        if f.resolve() != (dst / f.name).resolve():
+            shutil.copy2(f, dst / f.name)
+        copied.append(f.name)
+    return copied
+
+
+def save(
+    model: nn.Module,
+    path: str | Path,
+    config: dict | None = None,
+    source: str | Path | None = None,
+) -> Path:
     """Write ``model`` to the folder ``path`` (created if needed).
 
     Args:
@@ -91,6 +226,8 @@ def save(model: nn.Module, path: str | Path, config: dict | None = None) -> Path
         path: the output folder; ``model.safetensors`` and ``config.json`` go there.
         config: the model's configuration (for mlx-lm models: the ``config.json``
             contents, with ``model_type``); the quantization entries are added.
+        source: the folder the model was loaded from; its tokenizer and other
+            non-weight files are copied (so ``mlx_lm.load`` of the output works).
 
     Returns:
         The folder.
@@ -103,15 +240,20 @@ def save(model: nn.Module, path: str | Path, config: dict | None = None) -> Path
         )
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        copy_non_weight_files(source, out)
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(out / WEIGHTS_FILE), weights, metadata={"format": "mlx"})
     cfg = dict(config or {})
     sizes = sorted({entry["group_size"] for entry in layers.values()})
-    quantization = dict(cfg.get("quantization") or {})
-    # mlx-lm infers each layer's group size from its scales' shape; the top-level
-    # value only has to be a valid one.
-    quantization.update({"group_size": sizes[0], "bits": 8, "mode": "affine"})
+    default = {"group_size": sizes[0], "bits": 8, "mode": "affine"}
+    quantization = {  # per-layer entries of an earlier quantization are rewritten
+        k: v for k, v in (cfg.get("quantization") or {}).items() if not isinstance(v, (dict, bool))
+    }
+    quantization.update(default)
+    quantization.update(_layer_entries(model, default))
     cfg["quantization"] = quantization
+    cfg["quantization_config"] = quantization  # mlx-lm writes both (Hugging Face's name)
     from . import __version__
 
     cfg[CONFIG_KEY] = {"version": __version__, "layers": layers}
@@ -169,6 +311,10 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True):
             class_predicate=lambda p, m, g=group_size: listed.get(p, {}).get("group_size") == g,
             group_size=group_size,
         )
+    per_layer = config.get("quantization") or {}
+    w8a16 = {p: v for p, v in per_layer.items() if isinstance(v, dict) and p not in listed}
+    if w8a16:  # the W8A16 layers of a mixed model, as mlx-lm builds them
+        nn.quantize(model, class_predicate=lambda p, m: w8a16.get(p, False))
     missing = sorted(set(listed) - set(w8a8_layers(model)))
     if missing:
         raise ValueError(
@@ -178,3 +324,136 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True):
     model.load_weights(str(folder / WEIGHTS_FILE), strict=strict)
     mx.eval(model.parameters())
     return model, config
+
+
+# --- command line: python -m mlx_w8a8.convert -------------------------------------------
+
+
+def _parser():
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m mlx_w8a8.convert",
+        description="Convert a float mlx-lm model folder to a W8A8 checkpoint (stock mlx-lm "
+        "loads it as 8-bit), optionally SmoothQuant-smoothed and mixed W8A8/W8A16.",
+    )
+    p.add_argument("--model", required=True, help="float mlx-lm model folder")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--smooth", type=float, metavar="ALPHA",
+                   help="SmoothQuant migration strength in [0, 1] (needs --calibration)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="local text file for calibration (tokenized with the model's "
+                   "tokenizer when the folder has one, else as bytes)")
+    p.add_argument("--skip", nargs="*", metavar="PATTERN", default=None,
+                   help="layers kept off W8A8 (path, suffix such as lm_head or down_proj, "
+                   "or glob); default: lm_head; give --skip alone to skip nothing")
+    p.add_argument("--sqnr-floor", type=float, metavar="DB",
+                   help="also keep off W8A8 every layer whose W8A8 SQNR on the calibration "
+                   "data is below DB (needs --calibration)")
+    p.add_argument("--keep", choices=KEEP, default="w8a16",
+                   help="what skipped layers become (default: w8a16)")
+    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
+    p.add_argument("--grouped", action="store_true",
+                   help="group-wise affine weights instead of symmetric per-channel int8")
+    p.add_argument("--seq-len", type=int, default=512, help="calibration sequence length")
+    p.add_argument("--samples", type=int, default=64, help="calibration sequences")
+    p.add_argument("--batch-size", type=int, default=4)
+    return p
+
+
+def convert(
+    model_path: str | Path,
+    out: str | Path,
+    smooth_alpha: float | None = None,
+    calibration: str | Path | None = None,
+    skip: Iterable[str] = ("lm_head",),
+    sqnr_floor: float | None = None,
+    keep: str = "w8a16",
+    group_size: int = 64,
+    per_channel: bool = True,
+    seq_len: int = 512,
+    samples: int = 64,
+    batch_size: int = 4,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Float mlx-lm folder -> (smoothed, mixed) W8A8 checkpoint folder.
+
+    Args:
+        model_path: float mlx-lm model folder.
+        out: output folder (weights, ``config.json``, the source's tokenizer and other
+            non-weight files, and ``sensitivity.json`` when a report was made).
+        smooth_alpha: SmoothQuant strength, or ``None`` for no smoothing.
+        calibration: text file; needed by ``smooth_alpha`` and ``sqnr_floor``.
+        skip: layer patterns kept on ``keep`` (see :func:`matches`).
+        sqnr_floor: keep layers whose W8A8 SQNR is below this (dB) on ``keep`` too.
+        keep: ``"w8a16"`` or ``"float"``.
+        group_size, per_channel: the W8A8 weight format (see :func:`quantize`).
+        seq_len, samples, batch_size: calibration windows.
+        log: where progress lines go.
+
+    Returns:
+        The output folder.
+    """
+    from mlx_lm.utils import load_model
+
+    from .calibrate import calibrate
+    from .sensitivity import policy, sensitivity
+    from .smooth import smooth
+    from .tokens import batches, text_tokens
+
+    op = "mlx_w8a8.convert"
+    if (smooth_alpha is not None or sqnr_floor is not None) and calibration is None:
+        raise ValueError(f"[{op}] --smooth and --sqnr-floor need --calibration FILE")
+    if keep not in KEEP:
+        raise ValueError(f"[{op}] keep must be one of {KEEP}, got {keep!r}")
+    model_path, out = Path(model_path), Path(out)
+    model, config = load_model(model_path)
+    data = None
+    if calibration is not None:
+        tokens = text_tokens(calibration, model_path)
+        data = batches(tokens, seq_len, batch_size, limit=samples)
+        log(f"calibration: {sum(b.shape[0] for b in data)} x {seq_len} tokens from {calibration}")
+    if smooth_alpha is not None:
+        stats = calibrate(model, data, progress=True)
+        applied = smooth(model, stats, smooth_alpha)
+        log(f"smoothed {len(applied)} sites with alpha = {smooth_alpha}")
+    table = {pattern: keep for pattern in skip}
+    if sqnr_floor is not None:
+        report = sensitivity(model, data, group_size, per_channel, progress=True)
+        out.mkdir(parents=True, exist_ok=True)
+        report.save(out / "sensitivity.json")
+        log(report.table())
+        below = policy(report, sqnr_floor, keep)
+        log(f"{len(below)} layers below {sqnr_floor} dB kept on {keep}: {sorted(below)}")
+        table.update(below)
+    quantize(model, group_size=group_size, per_channel=per_channel, skip=table)
+    kinds = {"w8a8": 0, "w8a16": 0, "float": 0}
+    for _, m in tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module):
+        if isinstance(m, Linear):
+            kinds["w8a8"] += 1
+        elif isinstance(m, nn.QuantizedLinear):
+            kinds["w8a16"] += 1
+        elif isinstance(m, nn.Linear):
+            kinds["float"] += 1
+    save(model, out, config, source=model_path)
+    log(f"wrote {out}: linear layers {kinds}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        convert(
+            args.model, args.out, args.smooth, args.calibration,
+            ["lm_head"] if args.skip is None else args.skip,
+            args.sqnr_floor, args.keep, args.group_size, not args.grouped,
+            args.seq_len, args.samples, args.batch_size,
+        )
+    except ValueError as error:
+        print(f"error: {error}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""summary/decisions: what a converted model runs, and quantize(kernel=, verbose=)."""
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+
+import mlx_w8a8 as w8
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(64, 32)
+        self.o = nn.Linear(32, 64, bias=False)
+        self.norm = nn.RMSNorm(64)
+
+    def __call__(self, x):
+        return self.o(self.q(self.norm(x)))
+
+
+def test_quantize_forces_a_kernel_model_wide_and_summarises(capsys):
+    model = w8.quantize(Tiny(), group_size=32, kernel="mlx_qmm", verbose=True)
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("mlx_w8a8: 2 layers (2 per_channel)")
+    assert "M=1: mlx_qmm x2 (forced)" in said and "M=512: mlx_qmm x2 (forced)" in said
+    assert w8.decisions(model, 4) == {"q": ("mlx_qmm", "forced"), "o": ("mlx_qmm", "forced")}
+    y = model(mx.ones((3, 64)))
+    assert y.shape == (3, 64)
+
+
+def test_unknown_kernel_is_refused_before_anything_converts():
+    model = Tiny()
+    with pytest.raises(ValueError, match=r"unknown kernel 'nope'"):
+        w8.quantize(model, group_size=32, kernel="nope")
+    assert isinstance(model.q, nn.Linear)
+
+
+def test_other_bit_widths_are_reported_not_silently_skipped():
+    model = Tiny()
+    nn.quantize(model, group_size=32, bits=4, class_predicate=lambda p, m: p == "q")
+    with pytest.warns(UserWarning, match=r"4-bit affine QuantizedLinear layers.*left as they are"):
+        w8.quantize(model, group_size=32)
+    assert isinstance(model.q, nn.QuantizedLinear) and isinstance(model.o, w8.Linear)
+    assert w8.summary(nn.Sequential(nn.ReLU())) == "mlx_w8a8: no mlx_w8a8.Linear layers"
+
+
+def test_decisions_validates_m():
+    with pytest.raises(ValueError, match=r"decisions\] m must be a positive int, got 0"):
+        w8.decisions(Tiny(), 0)
