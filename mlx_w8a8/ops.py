@@ -7,13 +7,14 @@ table's choice, or the fallback). Nothing here reads array data back to the host
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import mlx.core as mx
 
 from .kernels import registry
 from .kernels.registry import Problem
-from .weight import FLOAT_DTYPES, QuantizedWeight, describe, dtype_name, check_group_size
+from .weight import FLOAT_DTYPES, MAX_K, QuantizedWeight, describe, dtype_name, check_group_size
 
 __all__ = ["quantize_weight", "quantize_activation", "int8_matmul", "w8a8_linear"]
 
@@ -34,6 +35,12 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
     return QuantizedWeight.from_float(w, group_size=group_size, per_channel=per_channel)
 
 
+def _on(stream):
+    """``with mx.stream(stream)`` when a stream or device was given: the kernel is then
+    chosen (and its table key made) for that device, and runs on that stream."""
+    return contextlib.nullcontext() if stream is None else mx.stream(stream)
+
+
 def _check_float_activation(op: str, x) -> None:
     if not isinstance(x, mx.array) or x.dtype not in FLOAT_DTYPES:
         raise ValueError(
@@ -43,7 +50,10 @@ def _check_float_activation(op: str, x) -> None:
         raise ValueError(f"[{op}] x must have at least one dimension [..., K], got a scalar")
 
 
-def quantize_activation(x: mx.array, group_size: int | None = None, *, kernel: str | None = None):
+def quantize_activation(
+    x: mx.array, group_size: int | None = None, *, kernel: str | None = None,
+    stream: mx.Stream | mx.Device | None = None,
+):
     """Per-token (per-row) dynamic symmetric int8 quantization.
 
     ``scale = max|x_row| / 127`` in float32, ``q = clip(rint(x / scale), -127, 127)``.
@@ -53,6 +63,8 @@ def quantize_activation(x: mx.array, group_size: int | None = None, *, kernel: s
         x: ``[..., K]`` float16/bfloat16/float32.
         group_size: if given (32, 64 or 128 dividing K), also return per-group row sums.
         kernel: force a candidate by name (default: the tuner's choice).
+        stream: the stream or device to run on, as MLX ops take it (default: the
+            default stream); the kernel is chosen for that device.
 
     Returns:
         ``(q, scales)``: ``[..., K]`` int8 and ``[..., 1]`` float32; with
@@ -67,23 +79,33 @@ def quantize_activation(x: mx.array, group_size: int | None = None, *, kernel: s
     m = math.prod(lead)
     problem = Problem("quantize_activation", m, 0, k, dtype_name(x.dtype), "int8", group_size)
     x2 = x.reshape(m, k)
-    q, scale, sums = registry.choose(problem, kernel).run(x2, group_size)
+    with _on(stream):
+        q, scale, sums = registry.choose(problem, kernel).run(x2, group_size)
     q, scale = q.reshape(*lead, k), scale.reshape(*lead, 1)
     if group_size is None:
         return q, scale
     return q, scale, sums.reshape(*lead, k // group_size)
 
 
-def int8_matmul(a: mx.array, b: mx.array, *, kernel: str | None = None) -> mx.array:
+def int8_matmul(
+    a: mx.array, b: mx.array, *, kernel: str | None = None,
+    stream: mx.Stream | mx.Device | None = None,
+) -> mx.array:
     """Exact int8 matrix product ``a @ b.T``.
 
     Args:
         a: ``[M, K]`` int8.
         b: ``[N, K]`` int8 (a weight as stored, row per output feature).
         kernel: force a candidate by name (default: the tuner's choice).
+        stream: the stream or device to run on, as MLX ops take it (default: the
+            default stream); the kernel is chosen for that device.
 
     Returns:
         ``[M, N]`` int32, bit-exact.
+
+    Raises:
+        ValueError: on a non-int8 or non-2-D operand, mismatched K, or K >= 2^17 (where
+            an int32 sum of int8 products can overflow).
     """
     op = "mlx_w8a8.int8_matmul"
     for label, arr in (("a", a), ("b", b)):
@@ -97,10 +119,16 @@ def int8_matmul(a: mx.array, b: mx.array, *, kernel: str | None = None) -> mx.ar
         )
     m, k = a.shape
     n = b.shape[0]
+    if k >= MAX_K:
+        raise ValueError(
+            f"[{op}] K = {k} is too large: the int32 result is exact only for K < 2^17 = "
+            f"{MAX_K} (|a * b| <= 2^14, and K = 2^17 products of -128 * -128 sum to 2^31)"
+        )
     if m == 0 or n == 0 or k == 0:
         return mx.zeros((m, n), dtype=mx.int32)
     problem = Problem("int8_matmul", m, n, k, "int8", "int8")
-    return registry.choose(problem, kernel).run(a, b)
+    with _on(stream):
+        return registry.choose(problem, kernel).run(a, b)
 
 
 def linear_problem(x: mx.array, weight: QuantizedWeight, has_bias: bool) -> Problem:
@@ -118,6 +146,7 @@ def w8a8_linear(
     bias: mx.array | None = None,
     *,
     kernel: str | None = None,
+    stream: mx.Stream | mx.Device | None = None,
 ) -> mx.array:
     """``x @ W.T (+ bias)`` for an 8-bit weight ``W``.
 
@@ -132,6 +161,8 @@ def w8a8_linear(
         weight: a :class:`QuantizedWeight` of shape ``[N, K]``.
         bias: optional ``[N]`` float.
         kernel: force a candidate by name (default: the tuner's choice).
+        stream: the stream or device to run on, as MLX ops take it (default: the
+            default stream); the kernel is chosen for that device.
 
     Returns:
         ``[..., N]`` in ``x.dtype``.
@@ -160,5 +191,6 @@ def w8a8_linear(
     problem = linear_problem(x, weight, bias is not None)
     if problem.m == 0:
         return mx.zeros((*lead, weight.n), dtype=x.dtype)
-    y = registry.choose(problem, kernel).run(x.reshape(problem.m, weight.k), weight, bias)
+    with _on(stream):
+        y = registry.choose(problem, kernel).run(x.reshape(problem.m, weight.k), weight, bias)
     return y.reshape(*lead, weight.n)

@@ -31,16 +31,41 @@ def test_int8_matmul_bit_exact(rng, m, n, k):
     np.testing.assert_array_equal(np.array(got), oracle.int8_matmul(a, b))
 
 
-def test_int8_matmul_extreme_values_stay_exact():
-    # -128 * -128 = 2^14 in every product: each 1024-long chunk sums to exactly 2^24,
-    # the largest magnitude at which float32 still counts every integer.
-    k = 4096
-    a = np.full((2, k), -128, np.int8)
-    b = np.full((3, k), -128, np.int8)
-    b[1] = 127  # mixed signs: -128 * 127 per product
-    got = np.array(w8.int8_matmul(mx.array(a), mx.array(b)))
-    np.testing.assert_array_equal(got, oracle.int8_matmul(a, b))
-    assert got[0, 0] == 16384 * k
+def test_int8_matmul_large_sums_stay_exact(monkeypatch):
+    # Sums past 2^24 made of products that are not multiples of a large power of two:
+    # an unchunked float32 accumulation rounds them (all 127: 16129 * K), so this is
+    # where the exact kernel's K-chunking matters. -128 * -128 = 2^14 products alone
+    # would not tell: their sums are exact in float32 without chunking.
+    from mlx_w8a8.kernels import reference
+
+    rng = np.random.default_rng(7)
+    k = 8192
+    a = np.full((3, k), 127, np.int8)
+    a[1, ::3] = -128  # mixed signs and magnitudes
+    a[2] = rng.integers(-128, 128, k)
+    b = np.full((4, k), 127, np.int8)
+    b[1] = -128
+    b[2, ::8] = 126  # 127 with a sparse 126: odd, non-uniform products
+    b[3] = rng.integers(-128, 128, k)
+    want = oracle.int8_matmul(a, b)
+    assert want[0, 0] == 127 * 127 * k > 2**24
+    got = np.array(w8.int8_matmul(mx.array(a), mx.array(b), kernel="exact"))
+    np.testing.assert_array_equal(got, want)
+    # The same check catches the mutant that sums all of K in one float32 matmul.
+    monkeypatch.setattr(reference, "EXACT_CHUNK", 1 << 20)
+    mutant = np.array(w8.int8_matmul(mx.array(a), mx.array(b), kernel="exact"))
+    assert not np.array_equal(mutant, want)
+
+
+def test_int8_matmul_refuses_k_where_int32_can_overflow():
+    # K = 2^17 products of -128 * -128 sum to 2^31, one past the int32 maximum: refused
+    # (docs/numerics.md promises exactness for K < 2^17); K = 2^17 - 1 is the largest.
+    k = 1 << 17
+    with pytest.raises(ValueError, match=r"int8_matmul.*K = 131072 is too large.*K < 2\^17"):
+        w8.int8_matmul(mx.full((1, k), -128, mx.int8), mx.full((1, k), -128, mx.int8))
+    a = mx.full((1, k - 1), -128, mx.int8)
+    got = w8.int8_matmul(a, a, kernel="exact")
+    assert int(got.item()) == (k - 1) * 2**14 == 2**31 - 2**14
 
 
 def test_int8_matmul_empty_dimensions_give_empty_or_zero():
@@ -196,3 +221,27 @@ def test_quantize_activation_rejects_bad_input():
         w8.quantize_activation(mx.zeros((2, 96)), group_size=64)
     with pytest.raises(ValueError, match=r"quantize_activation.*group_size must be one of.*got 48"):
         w8.quantize_activation(mx.zeros((2, 96)), group_size=48)
+
+
+def test_ops_take_a_stream_like_mlx_ops(rng):
+    # A stream (or device) argument runs the op there; the result is the same math.
+    x = mx.array(rng.standard_normal((3, 64)).astype(np.float32))
+    w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)), group_size=32)
+    s = mx.new_stream(mx.cpu)
+    for where in (s, mx.cpu):
+        np.testing.assert_array_equal(
+            np.array(w8.w8a8_linear(x, w, kernel="exact", stream=where)),
+            np.array(w8.w8a8_linear(x, w, kernel="exact")))
+        q, sc = w8.quantize_activation(x, stream=where)
+        c = w8.int8_matmul(q, w.int8(), stream=where)
+        assert c.dtype == mx.int32 and sc.shape == (3, 1)
+    from mlx_w8a8.kernels import registry
+
+    seen = []
+    real = registry.choose
+    try:
+        registry.choose = lambda p, k=None: seen.append(mx.default_stream(mx.default_device())) or real(p, k)
+        w8.int8_matmul(q, w.int8(), stream=s)
+    finally:
+        registry.choose = real
+    assert seen == [s]  # the kernel was chosen with the given stream current
