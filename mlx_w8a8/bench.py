@@ -1,9 +1,10 @@
-"""``python -m mlx_w8a8.bench``: paired qualification of two kernels on this machine.
+"""``python -m mlx_w8a8.bench``: paired qualification of two kernels on this machine,
+and whole-model comparisons.
 
-Two modes.
+Three modes.
 
 **Qualification** (the default; after the paired qualification bench): a *baseline*
-and a *candidate* — two kernel names (``--baseline mlx_qmm --candidate reference``) or
+and a *candidate* — two kernel names (``--baseline mlx_qmm --candidate exact``) or
 two tuning tables (``--baseline-table A.json --candidate-table B.json``: each case runs
 the kernel that table chooses) — on a fixed case list. For each case, both arms are
 checked against an independent oracle (numpy float64 from the raw stored codes) before
@@ -11,7 +12,11 @@ and after timing; then at least 30 pairs are timed in alternating order (A B, B 
 each sample being ``chain`` launches in one ``mx.eval`` divided by ``chain``. Output is
 JSON lines (case, arm identities and source digests, oracle errors, per-pair
 nanoseconds) on stdout or ``--jsonl PATH``, and a summary of median ratios
-(candidate / baseline) with their interquartile spread.
+(candidate / baseline) with their interquartile spread. When one arm misses the oracle
+the summary says which and why (e.g. on a CPU, MLX's bfloat16 ``quantized_matmul`` —
+the ``mlx_qmm`` baseline — misses it while being within tolerance on float32-upcast
+activations: the baseline's arithmetic is the inaccurate side, the exit status stays 0);
+a candidate that misses it fails the run (exit status 1).
 
 **Cider-style comparison** (``--cider``): per shape, the W8A8 full pipeline
 (``w8a8_linear`` with a W8A8 kernel: quantize activations, int8 GEMM, dequant), the raw
@@ -20,6 +25,10 @@ weights, W8A16) and ``mx.matmul`` in bfloat16, timed in alternating rounds, over
 shape list of the Cider int8 GEMM benchmark (M x K x N: 16..2048 x 4096 x 4096, and
 128/512 x 3584 x 18944, 128/512 x 18944 x 3584). Those shapes take minutes per shape
 on a small CPU; pass ``--shapes`` there.
+
+**Model benchmark** (``--model PATH|PRESET``): bf16 vs mlx-lm 8-bit vs mlx_w8a8 on a
+whole mlx-lm model (prefill and decode tokens/s, ratios with spread, logits SQNR); see
+:mod:`mlx_w8a8.modelbench`.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from . import ops
+from . import modelbench, ops
 from .kernels import registry
 from .kernels.registry import Problem
 from .tuning import gate, render, shapes, table, timing
@@ -311,13 +320,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=gate.ATOL, help="oracle check absolute tolerance")
     p.add_argument("--rtol", type=float, default=gate.RTOL, help="oracle check relative tolerance")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jsonl", default="-", help="JSON lines destination (default: stdout)")
+    p.add_argument("--jsonl", "--json", dest="jsonl", default="-",
+                   help="JSON lines destination (default: stdout)")
+    modelbench.add_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None, out=None) -> int:
     """Run the bench; returns the exit status (1 when a correctness check failed)."""
     args = build_parser().parse_args(argv)
+    if args.model:
+        return _model_main(args, out)
     if args.pairs < MIN_PAIRS:
         print(render.error_line(PROG, f"at least {MIN_PAIRS} pairs are required, got {args.pairs}"),
               file=sys.stderr)
@@ -333,6 +346,20 @@ def main(argv: list[str] | None = None, out=None) -> int:
     out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
     try:
         return cider(args, stream, out) if args.cider else qualify(args, stream, out)
+    except ValueError as error:
+        print(render.error_line(PROG, error), file=sys.stderr)
+        return 2
+    finally:
+        if stream is not sys.stdout:
+            stream.close()
+
+
+def _model_main(args, out) -> int:
+    """``--model``: the model benchmark (:mod:`mlx_w8a8.modelbench`)."""
+    stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
+    out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
+    try:
+        return modelbench.run(args, stream, out, emit)
     except ValueError as error:
         print(render.error_line(PROG, error), file=sys.stderr)
         return 2

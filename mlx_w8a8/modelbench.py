@@ -1,0 +1,306 @@
+"""``python -m mlx_w8a8.bench --model PATH|PRESET``: a whole model, three ways.
+
+Builds the model with mlx-lm's architecture (:mod:`mlx_w8a8.models`: a preset, an
+mlx-lm folder or a ``config.json``; random weights when the folder holds none;
+``--layers`` keeps the first L transformer blocks) in bfloat16, once, and makes three
+variants from the same weights:
+
+- ``bf16``: the model as built;
+- ``mlx-lm-8bit``: ``nn.quantize(model, group_size=64, bits=8)`` with the predicate
+  ``mlx_lm.convert`` uses (every layer with ``to_quantized`` whose K the group size
+  divides: linear layers and the embedding);
+- ``mlx_w8a8``: ``mlx_w8a8.quantize(model)`` (linear layers; ``--kernel`` forces one).
+
+Measurements, each paired and alternating (warm-up first, then rounds in the order
+A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
+
+- **prefill** for each ``--tokens`` T: one forward of T random tokens into a fresh KV
+  cache, ``mx.eval`` of the logits; tokens/s = T / wall time (graph building included).
+- **decode**: ``--decode`` N steps of ``mlx_lm.generate.generate_step`` (greedy, KV
+  cache, ``async_eval`` pipelining, exactly as ``mlx_lm.generate`` runs them) after a
+  ``--prompt`` P token prompt; tokens/s over the N steps after the first token.
+- **SQNR** of each variant's prefill logits against the bfloat16 model's, in dB
+  (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
+
+Output: JSON lines (``--json FILE``, default stdout: a ``setup`` record, one ``round``
+record per timed round, one ``summary`` record per measurement) and a readable table
+(on stderr when the JSON goes to stdout).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from . import models
+from .tuning import render, table
+
+VARIANTS = ("bf16", "mlx-lm-8bit", "mlx_w8a8")
+GROUP_SIZE, BITS = 64, 8
+# Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
+# bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
+GPU_DEFAULTS = {"tokens": "1,128,512,2048", "decode": 64, "prompt": 128, "rounds": 10}
+CPU_DEFAULTS = {"tokens": "1,16", "decode": 4, "prompt": 8, "rounds": 2}
+
+
+def add_arguments(p) -> None:
+    """The model benchmark's options, on ``python -m mlx_w8a8.bench``'s parser."""
+    g = p.add_argument_group(
+        "model benchmark (--model)",
+        "bf16 vs mlx-lm 8-bit vs mlx_w8a8 on a whole mlx-lm model; defaults on a GPU: "
+        f"--tokens {GPU_DEFAULTS['tokens']} --decode {GPU_DEFAULTS['decode']} --prompt "
+        f"{GPU_DEFAULTS['prompt']} --rounds {GPU_DEFAULTS['rounds']}; on a CPU: --tokens "
+        f"{CPU_DEFAULTS['tokens']} --decode {CPU_DEFAULTS['decode']} --prompt "
+        f"{CPU_DEFAULTS['prompt']} --rounds {CPU_DEFAULTS['rounds']}",
+    )
+    g.add_argument("--model", "--preset", dest="model", metavar="PATH|PRESET",
+                   help="benchmark a model: llama-3-8b, mistral-7b, qwen2.5-7b, an mlx-lm "
+                   "folder or a config.json (needs mlx-lm)")
+    g.add_argument("--layers", type=int, help="keep the first L transformer blocks")
+    g.add_argument("--tokens", help="prefill lengths T, comma-separated")
+    g.add_argument("--decode", type=int, help="decode steps N (0: no decode measurement)")
+    g.add_argument("--prompt", type=int, help="prompt tokens before the decode steps")
+    g.add_argument("--rounds", type=int, help="timed rounds per measurement (>= 2)")
+    g.add_argument("--kernel", help="force this kernel in every mlx_w8a8 layer")
+    g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
+
+
+def settings(args) -> dict:
+    """The run's settings: the options given, device defaults for the others.
+
+    Raises:
+        ValueError: for malformed or out-of-range values.
+    """
+    from .tuning import shapes
+
+    defaults = CPU_DEFAULTS if table.backend() == "cpu" else GPU_DEFAULTS
+    tokens = args.tokens if args.tokens is not None else defaults["tokens"]
+    try:
+        t_values = shapes.parse_m_list(tokens)
+    except ValueError:
+        raise ValueError(
+            f"[mlx_w8a8.bench] --tokens takes positive token counts separated by commas, "
+            f"got {tokens!r}"
+        ) from None
+    out = {"tokens": t_values}
+    for key, low in (("decode", 0), ("prompt", 1), ("rounds", 2)):
+        value = getattr(args, key)
+        value = defaults[key] if value is None else value
+        if value < low:
+            raise ValueError(f"[mlx_w8a8.bench] --{key} must be >= {low}, got {value}")
+        out[key] = value
+    return out
+
+
+# --- variants ---------------------------------------------------------------------------
+
+
+def _mlx_lm_predicate(path: str, module: nn.Module) -> bool:
+    # mlx_lm.utils.quantize_model: layers that can quantize, K divisible by the group
+    return hasattr(module, "to_quantized") and module.weight.shape[-1] % GROUP_SIZE == 0
+
+
+def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | None = None):
+    """Build the model once and the three variants from its weights.
+
+    Returns:
+        ``({name: model}, config, label)``; every parameter is evaluated.
+
+    Raises:
+        ValueError: for a model that cannot be built, or a checkpoint that is already
+            quantized (the bf16 variant needs float weights).
+    """
+    import mlx_w8a8
+
+    base, config, label = models.build(spec, layers=layers, dtype=mx.bfloat16, seed=seed)
+    if models.is_quantized(config):
+        raise ValueError(
+            f"[mlx_w8a8.bench] {label} is a quantized checkpoint; the model benchmark starts "
+            f"from float weights (a float folder, a config.json or a preset)"
+        )
+    mx.eval(base.parameters())
+    q8 = models.clone(base, config)
+    nn.quantize(q8, group_size=GROUP_SIZE, bits=BITS, class_predicate=_mlx_lm_predicate)
+    w8 = models.clone(base, config)
+    mlx_w8a8.quantize(w8, **({"kernel": kernel} if kernel else {}))
+    mx.eval(q8.parameters(), w8.parameters())
+    return dict(zip(VARIANTS, (base, q8, w8))), config, label
+
+
+def nbytes(model: nn.Module) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+
+
+# --- measurements -----------------------------------------------------------------------
+
+
+def prefill(model: nn.Module, tokens: mx.array) -> tuple[float, mx.array]:
+    """One forward of ``tokens`` ``[1, T]`` into a fresh KV cache; ``(seconds, logits)``."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    start = time.perf_counter()
+    logits = model(tokens, cache=cache)
+    mx.eval(logits)
+    return time.perf_counter() - start, logits
+
+
+def decode(model: nn.Module, prompt: mx.array, steps: int) -> float:
+    """Seconds of ``steps`` decode steps of ``mlx_lm``'s ``generate_step`` after
+    ``prompt`` (timed from the first generated token to the ``steps``-th next one)."""
+    from mlx_lm.generate import generate_step
+
+    gen = generate_step(prompt, model, max_tokens=steps + 1)
+    start = None
+    try:
+        for i, _ in enumerate(gen):
+            if i == 0:
+                start = time.perf_counter()
+            elif i == steps:
+                return time.perf_counter() - start
+    finally:
+        gen.close()
+        mx.synchronize()
+    raise RuntimeError(f"[mlx_w8a8.bench] generate_step stopped before {steps} steps")
+
+
+def sqnr_db(reference: mx.array, x: mx.array) -> float:
+    """``10 log10(sum(ref^2) / sum((x - ref)^2))`` in float32; ``inf`` when equal."""
+    ref = reference.astype(mx.float32)
+    noise = mx.sum(mx.square(x.astype(mx.float32) - ref)).item()
+    signal = mx.sum(mx.square(ref)).item()
+    if noise == 0:
+        return math.inf
+    return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
+
+
+def alternate(names, rounds: int, measure, on_round=None) -> dict[str, list[float]]:
+    """Run ``measure(name) -> seconds`` for every name, ``rounds`` times, the order
+    reversed every other round; ``{name: [seconds per round]}``."""
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        order = list(names) if r % 2 == 0 else list(names)[::-1]
+        for n in order:
+            times[n].append(measure(n))
+        if on_round is not None:
+            on_round(r, order, {n: times[n][-1] for n in names})
+    return times
+
+
+def summarize(times: dict[str, list[float]], tokens: int) -> dict:
+    """tokens/s per variant and the per-round speed ratios with their spread."""
+
+    def stats(values):
+        s = render.spread(values)
+        return None if s is None else {"median": s[0], "p25": s[1], "p75": s[2]}
+
+    speed = {n: stats([tokens / t for t in ts]) for n, ts in times.items()}
+    pairs = {"mlx_w8a8/mlx-lm-8bit": ("mlx_w8a8", "mlx-lm-8bit"),
+             "mlx_w8a8/bf16": ("mlx_w8a8", "bf16"),
+             "mlx-lm-8bit/bf16": ("mlx-lm-8bit", "bf16")}
+    ratios = {}
+    for key, (a, b) in pairs.items():
+        per_round = [tb / ta for ta, tb in zip(times[a], times[b])]  # speed a / speed b
+        ratios[key] = dict(stats(per_round) or {}, rounds=[round(x, 4) for x in per_round])
+    return {"tokens_per_s": speed, "ratio": ratios}
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+def run(args, stream, out, emit) -> int:
+    """The model benchmark; returns the exit status (JSON to ``stream``, table to ``out``)."""
+    cfg = settings(args)
+    if args.table:
+        from .tuning import set_tuning_table
+
+        set_tuning_table(args.table)
+    seed = args.seed
+    variants, config, label = make_variants(args.model, args.layers, seed, args.kernel)
+    vocab = int(config["vocab_size"])
+    emit({
+        "kind": "setup", "model": label, "model_type": config.get("model_type"),
+        "layers": config.get("num_hidden_layers"), "hidden_size": config.get("hidden_size"),
+        "vocab_size": vocab, "dtype": "bfloat16", "device": table.device_key(),
+        "variants": list(VARIANTS), "bytes": {n: nbytes(m) for n, m in variants.items()},
+        "quantization": {"mlx-lm-8bit": {"group_size": GROUP_SIZE, "bits": BITS},
+                         "mlx_w8a8": {"kernel": args.kernel}},
+        **cfg, "seed": seed,
+    }, stream)
+    rows = []
+
+    def record(measure, tokens):
+        def on_round(r, order, seconds):
+            emit({"kind": "round", "measure": measure, "tokens": tokens, "round": r,
+                  "order": order, "seconds": {n: round(s, 6) for n, s in seconds.items()}}, stream)
+        return on_round
+
+    for t in cfg["tokens"]:
+        tokens = mx.random.randint(0, vocab, (1, t), key=mx.random.key(1000 * seed + t)).astype(mx.int32)
+        # warm-up (every variant once), whose logits give the SQNR
+        _, ref = prefill(variants["bf16"], tokens)
+        sqnr = {}
+        for name in VARIANTS[1:]:
+            _, logits = prefill(variants[name], tokens)
+            sqnr[name] = sqnr_db(ref, logits)
+            del logits
+        del ref
+        times = alternate(VARIANTS, cfg["rounds"], lambda n: prefill(variants[n], tokens)[0],
+                          record("prefill", t))
+        summary = {"kind": "summary", "measure": "prefill", "tokens": t, **summarize(times, t),
+                   "sqnr_db": {n: _finite(v) for n, v in sqnr.items()}}
+        emit(summary, stream)
+        rows.append((f"prefill T={t}", summary))
+        mx.clear_cache()
+    if cfg["decode"]:
+        n = cfg["decode"]
+        prompt = mx.random.randint(0, vocab, (cfg["prompt"],), key=mx.random.key(1000 * seed)).astype(mx.int32)
+        for name in VARIANTS:  # warm-up
+            decode(variants[name], prompt, min(n, 2))
+        times = alternate(VARIANTS, cfg["rounds"], lambda v: decode(variants[v], prompt, n),
+                          record("decode", n))
+        summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"],
+                   **summarize(times, n)}
+        emit(summary, stream)
+        rows.append((f"decode N={n} (prompt {cfg['prompt']})", summary))
+    print(f"\n{label}: {config.get('num_hidden_layers')} layer(s), hidden {config.get('hidden_size')}, "
+          f"vocab {vocab}, bfloat16; {cfg['rounds']} alternating rounds per row", file=out)
+    print(render_table(rows), file=out)
+    print("ratios: speed of the first over the second, median (p25..p75) of the per-round "
+          "ratios; > 1: the first is faster. SQNR: logits vs bf16 on the same tokens.", file=out)
+    return 0
+
+
+def render_table(rows: list[tuple[str, dict]]) -> str:
+    """The readable table of the summaries."""
+    head = ["measure"] + [f"{n} tok/s" for n in VARIANTS] + [
+        "w8a8 / 8-bit", "w8a8 / bf16", "8-bit / bf16", "SQNR 8-bit", "SQNR w8a8"]
+    body = []
+    for label, s in rows:
+        speed = [_fmt_speed(s["tokens_per_s"].get(n)) for n in VARIANTS]
+        ratios = []
+        for key in ("mlx_w8a8/mlx-lm-8bit", "mlx_w8a8/bf16", "mlx-lm-8bit/bf16"):
+            r = s["ratio"][key]
+            ratios.append("-" if r.get("median") is None else
+                          f"{r['median']:.2f}x ({r['p25']:.2f}..{r['p75']:.2f})")
+        sq = s.get("sqnr_db") or {}
+        body.append([label] + speed + ratios + [_fmt_db(sq.get("mlx-lm-8bit")), _fmt_db(sq.get("mlx_w8a8"))])
+    return render.columns(head, body, right=range(1, len(head)))
+
+
+def _fmt_speed(stats) -> str:
+    return "-" if not stats else f"{stats['median']:.4g}"
+
+
+def _fmt_db(value) -> str:
+    return "-" if value is None else f"{value:.1f} dB"
+
+
+def _finite(x: float):
+    return round(x, 3) if math.isfinite(x) else None

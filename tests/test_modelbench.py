@@ -1,0 +1,132 @@
+"""``python -m mlx_w8a8.bench --model``: the whole-model benchmark (structure, not speed)."""
+
+import io
+import json
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+import mlx_w8a8
+from mlx_w8a8 import bench, modelbench
+
+# A tiny Llama (two blocks, untied lm_head 256x64): the real architecture at a size
+# where every measurement takes milliseconds.
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY))
+    return str(folder)
+
+
+def run(argv, tmp_path):
+    out = io.StringIO()
+    path = tmp_path / "model.jsonl"
+    code = bench.main(argv + ["--json", str(path)], out=out)
+    lines = [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+    return code, out.getvalue(), lines
+
+
+def test_every_length_is_reported_with_finite_ratios_and_sqnr(tiny, tmp_path):
+    pytest.importorskip("mlx_lm")
+    code, text, lines = run(["--model", tiny, "--tokens", "1,8", "--decode", "3", "--prompt", "4",
+                             "--rounds", "3"], tmp_path)
+    assert code == 0, text
+    setup = lines[0]
+    assert setup["kind"] == "setup" and setup["variants"] == list(modelbench.VARIANTS)
+    assert setup["layers"] == 2 and setup["tokens"] == [1, 8] and setup["rounds"] == 3
+    # the 8-bit variants are smaller than bf16
+    assert setup["bytes"]["mlx-lm-8bit"] < setup["bytes"]["bf16"]
+    assert setup["bytes"]["mlx_w8a8"] < setup["bytes"]["bf16"]
+    summaries = [l for l in lines if l["kind"] == "summary"]
+    assert [(s["measure"], s["tokens"]) for s in summaries] == [
+        ("prefill", 1), ("prefill", 8), ("decode", 3)]
+    for s in summaries:
+        for name in modelbench.VARIANTS:
+            assert s["tokens_per_s"][name]["median"] > 0
+        for key, r in s["ratio"].items():
+            assert len(r["rounds"]) == 3 and all(math.isfinite(x) and x > 0 for x in r["rounds"])
+            assert r["p25"] <= r["median"] <= r["p75"]
+    for s in summaries[:2]:
+        # quantized logits are close to bf16's but not identical to them
+        assert set(s["sqnr_db"]) == {"mlx-lm-8bit", "mlx_w8a8"}
+        assert all(v is not None and 15 < v < 80 for v in s["sqnr_db"].values()), s["sqnr_db"]
+    rounds = [l for l in lines if l["kind"] == "round"]
+    assert len(rounds) == 3 * 3
+    # alternating order: A B C, C B A, A B C
+    assert [r["order"] for r in rounds[:3]] == [
+        list(modelbench.VARIANTS), list(modelbench.VARIANTS)[::-1], list(modelbench.VARIANTS)]
+    for row in ("prefill T=1", "prefill T=8", "decode N=3 (prompt 4)", "w8a8 / 8-bit", "SQNR w8a8"):
+        assert row in text
+
+
+def test_layers_truncates_and_bad_options_are_refused(tiny, tmp_path):
+    pytest.importorskip("mlx_lm")
+    code, text, lines = run(["--model", tiny, "--layers", "1", "--tokens", "2", "--decode", "0",
+                             "--rounds", "2"], tmp_path)
+    assert code == 0, text
+    assert lines[0]["layers"] == 1
+    assert [l["measure"] for l in lines if l["kind"] == "summary"] == ["prefill"]
+    assert run(["--model", tiny, "--rounds", "1"], tmp_path)[0] == 2
+    assert run(["--model", tiny, "--tokens", "0"], tmp_path)[0] == 2
+    assert run(["--model", "no-such-model"], tmp_path)[0] == 2
+
+
+def test_variants_come_from_the_same_weights(tiny):
+    pytest.importorskip("mlx_lm")
+    variants, config, _ = modelbench.make_variants(tiny, seed=3)
+    base, q8, w8 = (variants[n] for n in modelbench.VARIANTS)
+    up = base.model.layers[1].mlp.up_proj
+    assert isinstance(up, nn.Linear) and up.weight.dtype == mx.bfloat16
+    # mlx-lm 8-bit: exactly nn.quantize of the bf16 weight (group 64), embedding too
+    q_up = q8.model.layers[1].mlp.up_proj
+    assert isinstance(q_up, nn.QuantizedLinear) and (q_up.bits, q_up.group_size) == (8, 64)
+    wq, scales, biases = mx.quantize(up.weight, group_size=64, bits=8)
+    assert mx.array_equal(q_up.weight, wq) and mx.array_equal(q_up.scales, scales)
+    assert isinstance(q8.model.embed_tokens, nn.QuantizedEmbedding)
+    # mlx_w8a8: every linear layer converted, and it dequantizes to the bf16 weight
+    w_up = w8.model.layers[1].mlp.up_proj
+    assert isinstance(w_up, mlx_w8a8.Linear) and isinstance(w8.lm_head, mlx_w8a8.Linear)
+    deq = mx.dequantize(w_up.weight, w_up.scales, w_up.biases, group_size=w_up.group_size, bits=8)
+    err = np.abs(np.array(deq.astype(mx.float32)) - np.array(up.weight.astype(mx.float32)))
+    step = np.array(w_up.scales.astype(mx.float32)).max()
+    assert err.max() <= step  # within one quantization step of the same weights
+    # the norms and embeddings are shared, not re-drawn
+    assert mx.array_equal(w8.model.norm.weight, base.model.norm.weight)
+    assert mx.array_equal(w8.model.embed_tokens.weight, base.model.embed_tokens.weight)
+
+
+def test_sqnr_matches_its_definition(rng):
+    ref = rng.standard_normal((3, 50)).astype(np.float32)
+    noise = 0.01 * rng.standard_normal((3, 50)).astype(np.float32)
+    want = 10 * np.log10((ref.astype(np.float64) ** 2).sum() / (noise.astype(np.float64) ** 2).sum())
+    got = modelbench.sqnr_db(mx.array(ref), mx.array(ref + noise))
+    assert abs(got - want) < 0.05
+    assert modelbench.sqnr_db(mx.array(ref), mx.array(ref)) == math.inf
+
+
+def test_summary_ratios_are_per_round_speed_ratios():
+    times = {"bf16": [1.0, 2.0, 4.0], "mlx-lm-8bit": [2.0, 2.0, 2.0], "mlx_w8a8": [1.0, 1.0, 1.0]}
+    s = modelbench.summarize(times, tokens=10)
+    assert s["tokens_per_s"]["mlx_w8a8"]["median"] == 10.0
+    assert s["tokens_per_s"]["bf16"]["median"] == 5.0
+    # w8a8 is 2x the 8-bit variant in every round; vs bf16 1x, 2x, 4x
+    assert s["ratio"]["mlx_w8a8/mlx-lm-8bit"]["rounds"] == [2.0, 2.0, 2.0]
+    assert s["ratio"]["mlx_w8a8/bf16"]["rounds"] == [1.0, 2.0, 4.0]
+    assert s["ratio"]["mlx_w8a8/bf16"]["median"] == 2.0
+    assert s["ratio"]["mlx-lm-8bit/bf16"]["rounds"] == [0.5, 1.0, 2.0]
+
+
+def test_alternate_reverses_the_order_every_other_round():
+    seen = []
+    times = modelbench.alternate(["a", "b", "c"], 4, lambda n: seen.append(n) or 1.0)
+    assert "".join(seen) == "abccbaabccba"
+    assert all(len(v) == 4 for v in times.values())
