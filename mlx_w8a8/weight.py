@@ -14,12 +14,20 @@ no second copy of the weights.
 from __future__ import annotations
 
 import functools
+import numbers
 
 import attrs
 import mlx.core as mx
 
 GROUP_SIZES = (32, 64, 128)
-FLOAT_DTYPES = (mx.float16, mx.bfloat16, mx.float32)
+# The float dtypes of activations, scales and biases: the one table of the package
+# (kernels and tuning import these names; do not copy them).
+FLOAT_DTYPES_BY_NAME = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+FLOAT_DTYPES = tuple(FLOAT_DTYPES_BY_NAME.values())
+FLOAT_DTYPE_NAMES = tuple(FLOAT_DTYPES_BY_NAME)
+# Exclusive bound on K for an int32 sum of int8 products: |a|, |b| <= 128 gives
+# |sum| <= K * 2^14, which is below 2^31 for every K < 2^17 (and reaches it at 2^17).
+MAX_K = 1 << 17
 
 
 def dtype_name(dtype: mx.Dtype) -> str:
@@ -36,10 +44,20 @@ def check_group_size(op: str, group_size, k: int) -> int:
     """Validate ``group_size`` for an ``[*, k]`` weight; returns it as an int.
 
     Raises:
-        ValueError: naming ``op`` when the group size is unsupported or does not divide K.
+        ValueError: naming ``op`` when the group size is not an int of ``GROUP_SIZES``,
+            K is not positive, or the group size does not divide K.
     """
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"[{op}] group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or (
+        group_size not in GROUP_SIZES
+    ):
+        raise ValueError(
+            f"[{op}] group_size must be one of {GROUP_SIZES} (an int), got {group_size!r} "
+            f"({type(group_size).__name__})"
+        )
+    if k < 1:
+        raise ValueError(
+            f"[{op}] K must be a positive multiple of the group size {group_size}, got K = {k}"
+        )
     if k % group_size != 0:
         raise ValueError(
             f"[{op}] group_size {group_size} does not divide K = {k}; the affine 8-bit "
@@ -86,6 +104,14 @@ class QuantizedWeight:
                 raise ValueError(
                     f"[{op}] {label} must be a float16, bfloat16 or float32 array, "
                     f"got {describe(arr)}"
+                )
+            bits = _packed_bits(self.q, self.scales, self.biases, self.group_size)
+            if bits is not None and bits != 8:
+                raise ValueError(
+                    f"[{op}] q holds {bits}-bit codes (q {list(self.q.shape)} packs "
+                    f"{arr.shape[1] * self.group_size} values per row for {label} "
+                    f"{list(arr.shape)} with group_size {self.group_size}); QuantizedWeight "
+                    f"is MLX's 8-bit layout: quantize the float weight with bits=8"
                 )
             if tuple(arr.shape) != want:
                 raise ValueError(
@@ -135,7 +161,8 @@ class QuantizedWeight:
         """``[N, K // group_size]`` float32 ``b' = bias + 128 * scale``.
 
         With it the grouped W8A8 product is
-        ``sum_g s_g * (x_q . (q - 128))_g + b'_g * sum_{k in g} x_q`` (DESIGN.md).
+        ``sum_g s_g * (x_q . (q - 128))_g + b'_g * sum_{k in g} x_q`` (``docs/numerics.md``,
+        grouped W8A8 linear).
         """
         return self.biases.astype(mx.float32) + 128.0 * self.scales.astype(mx.float32)
 
@@ -215,6 +242,19 @@ class QuantizedWeight:
         q = mx.contiguous(codes).view(mx.uint32)
         biases = mx.contiguous((-128.0 * s.astype(mx.float32)).astype(scales.dtype))
         return cls(q, mx.contiguous(s), biases, group_size, per_channel=True)
+
+
+def _packed_bits(q: mx.array, scales: mx.array, biases: mx.array, group_size: int) -> int | None:
+    """The bits per code that ``q`` holds if ``scales`` and ``biases`` (of one shape)
+    describe its rows (``None`` when the shapes do not say): 32 bits per word over the
+    values per row."""
+    if not isinstance(biases, mx.array) or tuple(biases.shape) != tuple(scales.shape):
+        return None
+    if scales.ndim != 2 or scales.shape[0] != q.shape[0] or scales.shape[1] < 1:
+        return None
+    values = scales.shape[1] * group_size
+    words = q.shape[1] * 32
+    return words // values if words % values == 0 else None
 
 
 def _is_per_channel(scales: mx.array, biases: mx.array) -> bool:

@@ -34,7 +34,7 @@ def test_per_channel_is_exactly_scale_times_int8(rng, dtype, group_size):
 
 
 def test_stock_mlx_quantized_matmul_reads_per_channel_weights(rng):
-    # DESIGN.md: a per-channel checkpoint is an ordinary 8-bit one to stock MLX.
+    # A per-channel checkpoint is an ordinary 8-bit one to stock MLX.
     w = mx.array(rng.standard_normal((64, 128)).astype(np.float32))
     qw = quantize_weight(w)
     x = mx.array(rng.standard_normal((5, 128)).astype(np.float32))
@@ -104,7 +104,7 @@ def test_bad_weights_are_rejected(rng):
         quantize_weight(mx.zeros((96,)))
     with pytest.raises(ValueError, match=r"quantize_weight.*group_size 64 does not divide K = 96"):
         quantize_weight(w, group_size=64)
-    with pytest.raises(ValueError, match=r"quantize_weight.*group_size must be one of \(32, 64, 128\), got 16"):
+    with pytest.raises(ValueError, match=r"quantize_weight.*group_size must be one of \(32, 64, 128\) \(an int\), got 16"):
         quantize_weight(w, group_size=16)
     with pytest.raises(ValueError, match=r"quantize_weight.*w must be a float16, bfloat16 or float32.*int8"):
         quantize_weight(mx.zeros((8, 96), mx.int8))
@@ -117,3 +117,33 @@ def test_bad_weights_are_rejected(rng):
         QuantizedWeight(mx.zeros((8, 128), mx.int8), pc.scales, pc.biases, 64)
     with pytest.raises(ValueError, match=r"from_int8.*scales must be a float \[N\] or \[N, 1\].*N = 8"):
         QuantizedWeight.from_int8(mx.zeros((8, 64), mx.int8), mx.zeros((4,)))
+
+
+def test_group_size_must_be_an_int():
+    # 64.0 == 64, so a membership test alone lets it through to MLX's own error.
+    w = mx.zeros((8, 128))
+    with pytest.raises(ValueError, match=r"quantize_weight.*group_size must be one of.*an int.*got 64\.0 \(float\)"):
+        quantize_weight(w, group_size=64.0)
+    with pytest.raises(ValueError, match=r"group_size must be one of.*an int.*got True"):
+        quantize_weight(w, group_size=True)
+    pc = quantize_weight(w)
+    with pytest.raises(ValueError, match=r"QuantizedWeight.*group_size must be one of.*an int.*64\.0"):
+        QuantizedWeight(pc.q, pc.scales, pc.biases, 64.0)
+    assert QuantizedWeight(pc.q, pc.scales, pc.biases, np.int64(64)).group_size == 64
+
+
+def test_empty_k_is_rejected():
+    # K = 0: no group to quantize; MLX would fail later with its own message.
+    with pytest.raises(ValueError, match=r"quantize_weight.*K must be a positive multiple.*got K = 0"):
+        quantize_weight(mx.zeros((8, 0)))
+    with pytest.raises(ValueError, match=r"QuantizedWeight.*K must be a positive.*K = 0"):
+        QuantizedWeight(mx.zeros((8, 0), mx.uint32), mx.zeros((8, 0)), mx.zeros((8, 0)), 64)
+
+
+@pytest.mark.parametrize("bits", [4, 2])
+def test_other_bit_widths_are_named(bits):
+    # A 4-bit checkpoint's arrays have the right dtypes; only the shapes differ. The
+    # message must say "4-bit", not that the scales have the wrong shape.
+    q, s, b = mx.quantize(mx.zeros((8, 256)), group_size=64, bits=bits)
+    with pytest.raises(ValueError, match=rf"QuantizedWeight.*q holds {bits}-bit codes.*bits=8"):
+        QuantizedWeight(q, s, b, 64)

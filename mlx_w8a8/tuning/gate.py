@@ -58,7 +58,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
-from ..weight import QuantizedWeight
+from ..weight import FLOAT_DTYPES_BY_NAME, QuantizedWeight
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
@@ -85,7 +85,7 @@ U32 = 2.0**-24
 # Significand bits (with the implicit one) of the output dtypes that round the epilogue.
 _SIGNIFICAND = {"float16": 11, "bfloat16": 8}
 
-_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+_DTYPES = FLOAT_DTYPES_BY_NAME
 
 
 @attrs.frozen
