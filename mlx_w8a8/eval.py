@@ -1,0 +1,176 @@
+"""Perplexity of a model on local text: ``python -m mlx_w8a8.eval --model DIR --text FILE``.
+
+The text is cut into non-overlapping windows of ``--seq-len`` tokens; perplexity is
+``exp`` of the mean next-token negative log-likelihood over every predicted token.
+Side by side (``--variants``) a float folder is evaluated in bfloat16 (``bf16``), with
+its linear layers on mlx-lm's 8-bit weights (``w8a16``: ``nn.QuantizedLinear``, 8 bits,
+group size 64; embeddings stay bfloat16) and as W8A8 (``w8a8``:
+:func:`mlx_w8a8.quantize` of the bfloat16 model); a W8A8 checkpoint as W8A8 and as stock
+mlx-lm loads it (``w8a16``). W8A8 layers run the exact W8A8 math unless ``--kernel``
+names another W8A8 candidate: the tuner's default may run ``mlx_qmm``, which is W8A16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Iterable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .nn import Linear
+from .sensitivity import EXACT
+from .tokens import batches, text_tokens
+
+VARIANTS = ("bf16", "w8a16", "w8a8")
+
+
+def perplexity(
+    model: nn.Module, data: Iterable[mx.array], progress: str | None = None
+) -> tuple[float, int]:
+    """Perplexity of ``model`` on token windows.
+
+    Args:
+        model: called as ``model(tokens)`` -> ``[B, T, V]`` logits.
+        data: ``[B, T]`` int token windows (each row predicts its tokens 1..T-1).
+        progress: a tqdm description, or ``None``.
+
+    Returns:
+        ``(perplexity, predicted tokens)``.
+    """
+    total, count = mx.array(0.0), 0
+    if progress is not None:
+        from tqdm import tqdm
+
+        data = tqdm(data, desc=progress, unit="batch")
+    for batch in data:
+        logits = model(batch[:, :-1]).astype(mx.float32)
+        nll = nn.losses.cross_entropy(logits, batch[:, 1:], reduction="sum")
+        total = total + nll
+        mx.eval(total)
+        count += batch[:, 1:].size
+    if count == 0:
+        raise ValueError("[mlx_w8a8.perplexity] data is empty; give at least one window")
+    return math.exp(total.item() / count), count
+
+
+def use_kernel(model: nn.Module, kernel: str | None) -> int:
+    """Force ``kernel`` on every :class:`mlx_w8a8.Linear` of ``model``; returns how many."""
+    n = 0
+    for _, m in model.named_modules():
+        if isinstance(m, Linear):
+            m.kernel = kernel
+            n += 1
+    return n
+
+
+def load_variant(folder: str | Path, variant: str, kernel: str | None = EXACT):
+    """Load ``folder`` as one of :data:`VARIANTS`.
+
+    Args:
+        folder: a float mlx-lm folder, or a checkpoint written by :func:`mlx_w8a8.save`.
+        variant: ``"bf16"`` (float folders only), ``"w8a16"`` (linear layers on
+            mlx-lm's 8-bit weights, or the checkpoint as stock mlx-lm loads it) or
+            ``"w8a8"``. A float folder's model is cast to bfloat16 first.
+        kernel: the W8A8 candidate forced on W8A8 layers (default: the exact math).
+
+    Returns:
+        The model.
+    """
+    from mlx_lm.utils import load_model
+
+    from .convert import load, quantize
+
+    op = "mlx_w8a8.eval"
+    if variant not in VARIANTS:
+        raise ValueError(f"[{op}] variant must be one of {VARIANTS}, got {variant!r}")
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text())
+    quantized = "quantization" in config
+    if variant == "bf16" and quantized:
+        raise ValueError(
+            f"[{op}] {folder} is a quantized checkpoint; bf16 needs the float model folder"
+        )
+    if not quantized:
+        model = load_model(folder)[0]
+        model.set_dtype(mx.bfloat16)
+        if variant == "bf16":
+            return model
+    if variant == "w8a16":
+        if quantized:
+            model = load_model(folder)[0]
+        else:
+            nn.quantize(
+                model, group_size=64, bits=8,
+                class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0,
+            )
+        return model
+    # A float folder is quantized here; a checkpoint loads its W8A8 layers (a stock
+    # mlx-lm 8-bit one: all of its 8-bit layers, on the grouped W8A8 math).
+    model = quantize(model) if not quantized else load(folder)[0]
+    use_kernel(model, kernel)
+    return model
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m mlx_w8a8.eval",
+        description="Perplexity of a model on a local text file (bf16 / mlx-lm 8-bit / "
+        "W8A8 side by side with --variants).",
+    )
+    p.add_argument("--model", required=True, help="model folder (float, or a W8A8 checkpoint)")
+    p.add_argument("--text", required=True, help="local UTF-8 text file")
+    p.add_argument("--variants", default=None,
+                   help=f"comma-separated, among {','.join(VARIANTS)}; default: bf16 for a "
+                   f"float folder, w8a8 for a quantized one")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--samples", type=int, default=None, help="at most this many windows")
+    p.add_argument("--kernel", default=EXACT,
+                   help=f"W8A8 candidate for W8A8 layers (default: {EXACT}, the exact math)")
+    p.add_argument("--json", metavar="FILE", help="also append the results as JSON lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    folder = Path(args.model)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError) as error:
+        print(f"error: [mlx_w8a8.eval] cannot read {folder / 'config.json'}: {error}")
+        return 2
+    if args.variants is None:
+        variants = ["w8a8" if "quantization" in config else "bf16"]
+    else:
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    try:
+        tokens = text_tokens(args.text, folder)
+        data = batches(tokens, args.seq_len, args.batch_size, args.samples)
+        results = []
+        for variant in variants:
+            model = load_variant(folder, variant, args.kernel)
+            ppl, count = perplexity(model, data, progress=variant)
+            results.append({"model": str(folder), "variant": variant, "perplexity": ppl,
+                            "tokens": count, "seq_len": args.seq_len,
+                            "kernel": args.kernel if variant == "w8a8" else None})
+            del model
+    except ValueError as error:
+        print(f"error: {error}")
+        return 2
+    base = results[0]["perplexity"]
+    print(f"{'variant':<8} {'perplexity':>11} {'vs first':>9}  tokens")
+    for r in results:
+        print(f"{r['variant']:<8} {r['perplexity']:>11.4f} {100 * (r['perplexity'] / base - 1):>+8.2f}%  {r['tokens']}")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
