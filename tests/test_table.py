@@ -186,3 +186,52 @@ def test_import_and_inference_survive_missing_table_dependencies(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "refused:" in r.stdout and "filelock" in r.stdout
+
+
+def test_written_table_respects_the_umask_and_nothing_lands_beside_it(tmp_path):
+    # A table is a file users share: 0644 under a 022 umask (mkstemp alone gives 0600),
+    # and no lock or claim files next to it (they live in the user cache directory).
+    folder = tmp_path / "app"
+    path = str(folder / "tuning.json")
+    old = os.umask(0o022)
+    try:
+        table.write_entries(path, table.device_key(), [_entry()])
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644
+    assert os.listdir(folder) == ["tuning.json"]
+    os.umask(0o077)
+    try:
+        table.write_entries(str(folder / "private.json"), table.device_key(), [_entry()])
+    finally:
+        os.umask(old)
+    assert os.stat(folder / "private.json").st_mode & 0o777 == 0o600
+    os.chmod(path, 0o664)  # an existing table keeps the mode its owner gave it
+    table.write_entries(path, table.device_key(), [_entry(n=128)])
+    assert os.stat(path).st_mode & 0o777 == 0o664
+
+
+def test_missing_named_table_is_reported_once(tmp_path):
+    # A typo in MLX_W8A8_TUNING_TABLE must not go unnoticed; the cache table, which
+    # may not exist yet, stays quiet (missing_ok, the default).
+    path = str(tmp_path / "typo.json")
+    with pytest.warns(table.TuningTableWarning, match=r"typo\.json does not exist"):
+        assert table.load(path, missing_ok=False) is None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert table.load(path, missing_ok=False) is None
+        assert table.load(str(tmp_path / "cache.json")) is None
+
+
+def test_a_table_problem_is_one_warning_not_a_warning_and_a_log_line(tmp_path, caplog):
+    # With logging configured the user would otherwise read every message twice.
+    import logging
+    path = str(tmp_path / "bad.json")
+    with open(path, "w") as f:
+        f.write("{not json")
+    with caplog.at_level(logging.INFO, logger="mlx_w8a8.tuning"):
+        with pytest.warns(table.TuningTableWarning) as caught:
+            table.load(path)
+    assert len(caught) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]

@@ -1,6 +1,7 @@
 """The tuner lifecycle and chooser: gate + timing + selection, tables in inference."""
 
 import multiprocessing as mp
+import os
 import time
 
 import mlx.core as mx
@@ -592,3 +593,88 @@ def test_tuner_gates_every_gate_input(env, wrong_on):
     row = out.entry["candidates"]["spy"]
     assert row["status"] == "rejected" and out.choice == "mlx_qmm", row
     assert f"input {wrong_on} ({gate.INPUT_NAMES[wrong_on]})" in row["detail"]
+
+
+@pytest.mark.parametrize("candidates", [{}, {"spy": {}}, {"spy": {"digest": ""}}, {"spy": "d-spy"}],
+                         ids=["no_candidates", "no_digest", "empty_digest", "not_a_record"])
+def test_entry_that_cannot_say_what_it_measured_is_stale(env, candidates):
+    calls = _spy()
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [dict(_entry("spy"), candidates=candidates)])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match="other versions of kernel"):
+        assert t.lookup(PROBLEM) is None
+    # the control: the same entry with the digest of the registered kernel is used
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "d-spy"})])
+    t.reload()
+    assert t.lookup(PROBLEM).choice == "spy" and calls == []
+
+
+def test_decide_does_not_cache_a_miss_made_stale_by_a_concurrent_record(env):
+    # Thread A's decide() looks up (miss); thread B records an entry for the key before
+    # A stores its answer. A may return its miss once, but must not cache it: the next
+    # decide() sees B's entry. record() bumps registry.generation under the tuner's
+    # lock; decide() caches only when the generation did not move.
+    _spy()
+    t = tuner(env)
+    claim = t.claim(PROBLEM)
+    real_lookup = t.lookup
+
+    def racing_lookup(problem):
+        hit = real_lookup(problem)
+        if claim is not None and not getattr(racing_lookup, "done", False):
+            racing_lookup.done = True
+            t.record(claim, _entry("spy", digests={"spy": "d-spy"}))  # "thread B"
+        return hit
+
+    t.lookup = racing_lookup
+    first = registry.generation
+    t.decide(PROBLEM)
+    assert registry.generation > first
+    t.lookup = real_lookup
+    assert t.decide(PROBLEM)[0] == "spy"
+
+
+def test_editing_a_kernel_function_makes_its_entries_stale(env, tmp_path, monkeypatch):
+    # Digests hash what a candidate runs (sources.code_digest): editing the function
+    # stales the entry; editing another function of the same module does not.
+    import importlib
+    import sys
+    from mlx_w8a8.kernels import sources
+
+    src = tmp_path / "kernel_mod.py"
+    body = ("def helper():\n    return {h}\n\n\n"
+            "def run(x, w, b):\n    import mlx_w8a8.kernels.registry as r\n"
+            "    return r.get('linear', 'mlx_qmm').run(x, w, b) * {scale}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def register(h, scale):
+        src.write_text(body.format(h=h, scale=scale))
+        sys.modules.pop("kernel_mod", None)
+        importlib.invalidate_caches()
+        mod = importlib.import_module("kernel_mod")
+        return registry.register(Candidate(name="spy", backend="any", op="linear", run=mod.run,
+                                           digest=sources.code_digest(mod.run), w8a8=False))
+
+    cand = register(1, 1.0)
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": cand.digest})])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    assert t.lookup(PROBLEM).choice == "spy"
+    register(2, 1.0)  # another function of the module changed: still fresh
+    t.reload()
+    assert t.lookup(PROBLEM).choice == "spy"
+    register(2, 1.5)  # the candidate's own function changed: stale
+    t.reload()
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match=r"other versions of kernel\(s\) \['spy'\]"):
+        assert t.lookup(PROBLEM) is None
+
+
+def test_tuning_leaves_nothing_beside_the_table(env):
+    slow_reference()
+    fake("fast", sleeper(0))
+    folder = env / "app"
+    folder.mkdir()
+    t = Tuner(table_path=str(folder / "t.json"), use_cache=False, use_shipped=False, config=FAST)
+    assert t.tune(PROBLEM, candidates=only("fast")).source == "measured"
+    assert sorted(os.listdir(folder)) == ["t.json"]

@@ -19,10 +19,13 @@ Layers, first hit wins: the table the user names (``MLX_W8A8_TUNING_TABLE`` or t
 > the user's cache table (``platformdirs.user_cache_dir("mlx_w8a8")/tuning.json``, or
 ``$MLX_W8A8_CACHE_DIR/tuning.json``) > the tables shipped in ``mlx_w8a8/tables/``.
 
-Writes take a file lock (``<table>.lock``), re-read the file, merge the new entries in
-(replacing only entries with the same key) and replace the file atomically (temporary
-file + ``os.replace``), so concurrent tuners never lose each other's entries. A corrupt
-or unreadable table is reported once per process and skipped; it is never overwritten.
+Writes take a file lock (in the user cache directory, :mod:`.locks`; nothing is written
+beside the table but the table), re-read the file, merge the new entries in (replacing
+only entries with the same key) and replace the file atomically (temporary file +
+``os.replace``), so concurrent tuners never lose each other's entries. A new table gets
+the permissions the umask gives (``0644`` under ``022``), an existing one keeps its
+own. A corrupt or unreadable table is reported once per process (one
+``TuningTableWarning``) and skipped; it is never overwritten.
 """
 
 from __future__ import annotations
@@ -38,22 +41,14 @@ from typing import Any, Iterable
 
 import mlx.core as mx
 
-try:  # declared dependencies; a missing one must not break ``import mlx_w8a8``
-    import platformdirs
-except ImportError:  # pragma: no cover - exercised on minimal images
-    platformdirs = None
-try:
-    import filelock
-except ImportError:  # pragma: no cover
-    filelock = None
+from . import locks
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
 SCHEMA = 1
 ENV_TABLE = "MLX_W8A8_TUNING_TABLE"
-ENV_CACHE_DIR = "MLX_W8A8_CACHE_DIR"
+ENV_CACHE_DIR = locks.ENV_CACHE_DIR
 CACHE_FILE = "tuning.json"
-LOCK_TIMEOUT_S = 120.0
 ENTRY_FIELDS = ("op", "m_bucket", "n", "k", "dtype", "weight_format", "group_size", "choice")
 SECTION_FIELDS = ("backend", "device", "mlx_version", "package_version", "entries")
 
@@ -139,14 +134,7 @@ def entry_key(entry: dict) -> tuple:
 
 def cache_table_path() -> str:
     """The user's cache table: ``$MLX_W8A8_CACHE_DIR`` or the platform cache dir."""
-    base = os.environ.get(ENV_CACHE_DIR)
-    if not base:
-        if platformdirs is not None:
-            base = platformdirs.user_cache_dir("mlx_w8a8")
-        else:  # the XDG default platformdirs would give on Linux
-            root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            base = os.path.join(root, "mlx_w8a8")
-    return os.path.join(base, CACHE_FILE)
+    return os.path.join(locks.cache_dir(), CACHE_FILE)
 
 
 def shipped_table_paths() -> list[str]:
@@ -166,12 +154,13 @@ _report_lock = threading.Lock()
 
 
 def report_once(path: str, kind: str, message: str) -> None:
-    """Warn (``TuningTableWarning``) and log ``message`` once per (path, kind)."""
+    """Warn (one ``TuningTableWarning``) once per (path, kind); the log gets it at
+    debug level only, so a user with logging configured does not read it twice."""
     with _report_lock:
         if (path, kind) in _reported:
             return
         _reported.add((path, kind))
-    log.warning("%s", message)
+    log.debug("%s", message)
     warnings.warn(message, TuningTableWarning, stacklevel=3)
 
 
@@ -234,10 +223,24 @@ def read(path: str) -> dict | None:
     return validate(doc, path)
 
 
-def load(path: str) -> dict | None:
-    """Like :func:`read`, but a bad table is reported once and gives ``None``."""
+def load(path: str, missing_ok: bool = True) -> dict | None:
+    """Like :func:`read`, but a bad table is reported once and gives ``None``.
+
+    Args:
+        path: the table file.
+        missing_ok: ``False`` for a table the user named to be read
+            (``MLX_W8A8_TUNING_TABLE``, ``set_tuning_table``): a missing file is then
+            reported once too (a typo would otherwise silently run the fallback).
+    """
     try:
-        return read(path)
+        doc = read(path)
+        if doc is None and not missing_ok:
+            report_once(
+                path, "missing",
+                f"[mlx_w8a8.tuning] tuning table {path} does not exist: nothing is read from "
+                f"it (tuning creates it; check the path in {ENV_TABLE} or set_tuning_table)",
+            )
+        return doc
     except TableError as error:
         report_once(
             path, "corrupt",
@@ -321,18 +324,23 @@ def _sortable(key: tuple) -> tuple:
 
 
 def lock_for(path: str):
-    """The lock (a ``filelock.FileLock``) that guards read-modify-write of ``path``.
+    """The lock (a ``filelock.FileLock`` in the user cache directory) that guards
+    read-modify-write of ``path``.
 
     Raises:
-        TableError: if ``filelock`` is not installed (tables are then read-only).
+        TableError: if ``filelock`` is not installed (tables are then read-only) or no
+            lock folder can be written.
     """
-    if filelock is None:
+    if locks.filelock is None:
         raise TableError(f"{path}: cannot write safely, the 'filelock' package is not installed")
-    return filelock.FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S)
+    try:
+        return locks.table_lock(path)
+    except OSError as error:
+        raise TableError(f"{path}: cannot lock ({error})") from error
 
 
 def _lock_errors() -> tuple:
-    return (OSError,) if filelock is None else (OSError, filelock.Timeout)
+    return (OSError,) if locks.filelock is None else (OSError, locks.filelock.Timeout)
 
 
 def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
@@ -377,10 +385,33 @@ def write_doc(path: str, doc: dict) -> None:
         raise TableError(f"{path}: cannot write ({error})") from error
 
 
+def _umask() -> int:
+    """The process umask (read without changing it where the OS says it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _umask_lock:  # set and restore: brief, and serialized within the process
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_umask_lock = threading.Lock()
+
+
 def _atomic_write(path: str, doc: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
+    try:  # an existing table keeps its permissions; a new one gets what the umask gives
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json.tmp", dir=folder)
     try:
+        os.chmod(tmp, mode)  # mkstemp makes 0600, which os.replace would keep
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1, sort_keys=False, allow_nan=False)
             f.write("\n")

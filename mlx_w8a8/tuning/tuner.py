@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover
 
 from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
-from . import gate, prior, shapes, table, timing
+from . import gate, locks, prior, shapes, table, timing
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
@@ -252,13 +252,20 @@ class Tuner:
 
     # --- lookup ---------------------------------------------------------------------------
     def _fresh(self, entry: dict, path: str | None) -> bool:
-        """Whether every kernel the entry measured is unchanged here (same digest)."""
+        """Whether every kernel the entry measured that is registered here is unchanged
+        (same digest). An entry with no candidates, or a candidate without a digest,
+        is stale: nothing says what was measured."""
         measured = entry.get("candidates") or {}
         current = {c.name: c.digest for c in registry.all_candidates() if c.op == entry["op"]}
         stale = [
             name for name, info in measured.items()
-            if name in current and isinstance(info, dict) and info.get("digest", current[name]) != current[name]
+            if name in current and (
+                not isinstance(info, dict) or not info.get("digest")
+                or info["digest"] != current[name]
+            )
         ]
+        if not measured:
+            stale.append("(no candidates recorded)")
         if entry["choice"] not in current:
             stale.append(entry["choice"])
         if stale and path is not None:
@@ -388,28 +395,28 @@ class Tuner:
         return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
     def claim(self, problem: Problem) -> Claim | None:
-        """Claim ``problem``'s key for measuring; ``None`` if another tuner holds it."""
+        """Claim ``problem``'s key for measuring; ``None`` if another tuner holds it.
+
+        Across threads an in-process set decides; across processes a non-blocking
+        claim file in the user cache directory (:func:`.locks.claim_lock`), never
+        beside the table. Without ``filelock`` (or a writable folder for the claim
+        file) the claim holds within this process only.
+        """
         key = self._claim_key(problem)
         with self._lock:
             if key in self._claimed:
                 return None
             self._claimed.add(key)
         lock = None
-        folders = () if filelock is None else (self.writable_path() + ".claims",
-                                               os.path.join(tempfile.gettempdir(), "mlx_w8a8-claims"))
-        for folder in folders:
-            try:
-                os.makedirs(folder, exist_ok=True)
-                lock = filelock.FileLock(os.path.join(folder, key + ".lock"), timeout=0)
-                lock.acquire()
-                break
-            except filelock.Timeout:
+        try:
+            lock = locks.claim_lock(key)
+            lock.acquire()
+        except OSError as error:  # filelock.Timeout is an OSError too
+            if locks.filelock is not None and isinstance(error, locks.filelock.Timeout):
                 with self._lock:
                     self._claimed.discard(key)
                 return None
-            except OSError:
-                lock = None
-                continue
+            lock = None
         return Claim(key, problem, lock)
 
     def _release(self, claim: Claim) -> None:
@@ -426,8 +433,12 @@ class Tuner:
         try:
             with self._lock:
                 self._memory[table.entry_key(entry)] = entry
+                # Bump registry.generation under the lock decide() checks it under: a
+                # decide() that looked up before this entry existed cannot cache its
+                # stale miss (its generation differs), and one that cached just before
+                # is cleared here. Layers re-decide on their next call.
+                registry.invalidate()
                 self._cache.clear()
-            registry.invalidate()  # layers re-decide on their next call
             path = self.writable_path()
             try:
                 table.write_entries(path, self.key, [entry])
@@ -469,14 +480,23 @@ class Tuner:
                 shape and format).
             progress: called with 1 after each timing round.
 
+        Holds the device lock (:func:`.locks.device_lock`) while it gates and times, so
+        no other process measures on this device meanwhile.
+
         Raises:
             RuntimeError: if the reference candidate cannot run or be timed.
+            locks.DeviceBusy: if another process keeps the device past the timeout.
         """
         cfg = self.config
         found = list(candidates) if candidates is not None else registry.candidates(problem)
         reference = registry.fallback(problem)
         if all(c.name != reference.name for c in found):
             found.insert(0, reference)
+        with locks.device_lock():  # one measuring process per device at a time
+            return self._measure(problem, found, reference, weight, progress)
+
+    def _measure(self, problem, found, reference, weight, progress) -> dict:
+        cfg = self.config
         inputs = gate.operands(problem, variants=cfg.rotate, seed=cfg.seed, weight=weight)
         shared = inputs[0][1] if problem.op != "quantize_activation" else None
         verdicts = gate.run_gate(
