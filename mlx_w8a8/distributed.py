@@ -21,8 +21,6 @@ inference: their parameters are frozen and no gradient is aggregated.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
-
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.nn.layers import distributed as mlx_dist
@@ -343,7 +341,9 @@ def shard(
     if sharding is not None:
         unknown = sorted(set(sharding) - set(modules))
         if unknown:
-            raise ValueError(f"[{op}] sharding lists paths that are not modules of the model: {unknown}")
+            raise ValueError(
+                f"[{op}] sharding lists paths that are not modules of the model: {unknown}"
+            )
         new = [(p, shard_linear(modules[p], s, group=group)) for p, s in sharding.items()]
         model.update_modules(tree_unflatten(new))
         return model

@@ -210,7 +210,8 @@ def run(tmp_path_factory):
 
     model = _float_model(seed)
     (folder / "float").mkdir()
-    mx.save_safetensors(str(folder / "float" / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(folder / "float" / "model.safetensors"), weights)
     (folder / "float" / "config.json").write_text(json.dumps(CONFIG))
 
     refs = {}
@@ -257,7 +258,8 @@ def test_all_to_sharded_is_bit_identical_to_the_row_slice(run, fmt, per_channel,
         np.testing.assert_array_equal(out[f"layer_{fmt}_a2s"], full[:, r * n : (r + 1) * n])
         # 2 segments (a fused weight): rank r holds part r of each segment.
         h = full.shape[1] // 2
-        want = np.concatenate([full[:, s * h + r * h // TP : s * h + (r + 1) * h // TP] for s in range(2)], 1)
+        part = h // TP
+        want = np.concatenate([full[:, s * h + r * part : s * h + (r + 1) * part] for s in range(2)], 1)
         np.testing.assert_array_equal(out[f"layer_{fmt}_a2s_seg2"], want)
 
 
@@ -282,7 +284,8 @@ def test_sharded_to_all_matches_the_per_shard_oracle(run, fmt, per_channel, gs):
     allow = allow + 2.0**-23 * np.abs(data["b"])
     for out in run["ranks"]:
         oracle.assert_close(mx.array(out[f"layer_{fmt}_s2a"]), want, allow, "float32")
-    np.testing.assert_array_equal(run["ranks"][0][f"layer_{fmt}_s2a"], run["ranks"][1][f"layer_{fmt}_s2a"])
+    first, second = (out[f"layer_{fmt}_s2a"] for out in run["ranks"])
+    np.testing.assert_array_equal(first, second)  # every rank returns the same output
 
 
 @pytest.mark.parametrize("fmt,per_channel,gs", FORMATS)
@@ -343,7 +346,8 @@ def test_both_orders_give_the_same_model(run):
     for out in run["ranks"]:
         assert out["param_names_differ"].size == 0, out["param_names_differ"]
         assert out["params_differ"].size == 0, out["params_differ"]
-        assert sorted(out["classes"].tolist()) == ["AllToShardedLinear", "Linear", "ShardedToAllLinear"]
+        want = ["AllToShardedLinear", "Linear", "ShardedToAllLinear"]  # Linear: lm_head
+        assert sorted(out["classes"].tolist()) == want
 
 
 # --- single-process pieces --------------------------------------------------------------------
@@ -352,7 +356,8 @@ def test_rank_shapes_of_a_lazy_llama():
     w8.quantize(model)
     # q 128x128 -> 64x128, k/v 64x128 -> 32x128, o 128x128 -> 128x64, gate/up 256x128 ->
     # 128x128, down 128x256 -> 128x128, lm_head 96x128 unsharded.
-    assert tp.rank_shapes(model, 2) == sorted([(64, 128), (32, 128), (128, 64), (128, 128), (96, 128)])
+    want = [(64, 128), (32, 128), (128, 64), (128, 128), (96, 128)]
+    assert tp.rank_shapes(model, 2) == sorted(want)
     assert tp.rank_shapes(llama.Model(llama.ModelArgs.from_dict(CONFIG)), 1) == sorted(
         [(128, 128), (64, 128), (256, 128), (128, 256), (96, 128)]
     )
