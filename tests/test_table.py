@@ -235,3 +235,18 @@ def test_a_table_problem_is_one_warning_not_a_warning_and_a_log_line(tmp_path, c
             table.load(path)
     assert len(caught) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+
+
+def test_device_key_follows_the_device_a_call_runs_on(monkeypatch):
+    # Keys are per device, never one key cached for the process: a call under
+    # ``with mx.stream(gpu)`` (an op's stream=) reads the GPU's section, the next CPU
+    # call the CPU's.
+    import mlx.core as mx
+    cpu = table.device_key(mx.cpu)
+    assert cpu["backend"] == "cpu" and table.device_key(mx.cpu) is cpu
+    gpu = mx.Device(mx.gpu, 0)
+    assert table.device_key(gpu)["backend"] != "cpu"
+    monkeypatch.setattr(mx, "default_device", lambda: gpu)
+    assert table.device_key()["backend"] != "cpu"
+    monkeypatch.undo()
+    assert table.device_key() == table.device_key(mx.default_device())

@@ -64,9 +64,17 @@ class TuningTableWarning(UserWarning):
 # --- identity -------------------------------------------------------------------------
 
 
-def backend() -> str:
-    """``"cpu"``, ``"metal"`` or ``"cuda"``: what MLX's default device runs on."""
-    device = mx.default_device()
+def _device(device: Any) -> Any:
+    """``device`` as an ``mx.Device`` (``mx.gpu`` is a type; ``None`` the default)."""
+    if device is None:
+        return mx.default_device()
+    return mx.Device(device) if isinstance(device, mx.DeviceType) else device
+
+
+def backend(device: Any = None) -> str:
+    """``"cpu"``, ``"metal"`` or ``"cuda"``: what ``device`` runs on (default: MLX's
+    default device, which ``with mx.stream(s)`` sets to the stream's device)."""
+    device = _device(device)
     if device.type == mx.DeviceType.cpu:
         return "cpu"
     try:
@@ -88,11 +96,12 @@ def backend() -> str:
 _NOT_IDENTITY = ("free", "uuid", "pci", "bus_id", "serial")
 
 
-def device_identity() -> dict[str, Any]:
-    """The device model: ``mx.device_info()`` of the default device without volatile
-    or per-unit keys (free memory, UUID, PCI bus id), JSON-safe (values str or int)."""
+def device_identity(device: Any = None) -> dict[str, Any]:
+    """The device model: ``mx.device_info()`` of ``device`` (default: the default
+    device) without volatile or per-unit keys (free memory, UUID, PCI bus id),
+    JSON-safe (values str or int)."""
     try:
-        info = mx.device_info()
+        info = mx.device_info() if device is None else mx.device_info(device)
     except Exception as error:  # an old MLX or a device without info
         return {"device_name": f"unknown ({type(error).__name__})"}
     return {
@@ -102,16 +111,31 @@ def device_identity() -> dict[str, Any]:
     }
 
 
-def device_key() -> dict[str, Any]:
-    """The section key of this process: backend, device, MLX and package versions."""
-    from .. import __version__
+def device_key(device: Any = None) -> dict[str, Any]:
+    """The section key of ``device``: backend, device model, MLX and package versions.
 
-    return {
-        "backend": backend(),
-        "device": device_identity(),
-        "mlx_version": mx.__version__,
-        "package_version": __version__,
-    }
+    ``device`` defaults to the device a call runs on: ``mx.default_device()``, which
+    ``with mx.stream(s)`` (and the ``stream=`` of the ops) sets to the stream's device,
+    so a process using the CPU and a GPU reads and writes each device's own section.
+    Computed once per device and process; do not modify the returned dict.
+    """
+    device = _device(device)
+    name = str(device)
+    key = _device_keys.get(name)
+    if key is None:
+        from .. import __version__
+
+        key = {
+            "backend": backend(device),
+            "device": device_identity(device),
+            "mlx_version": mx.__version__,
+            "package_version": __version__,
+        }
+        _device_keys[name] = key
+    return key
+
+
+_device_keys: dict[str, dict[str, Any]] = {}
 
 
 def section_key(section: dict) -> tuple:
