@@ -49,7 +49,23 @@ __all__ = [
 
 
 def available_kernels(op: str = "linear") -> list[str]:
-    """Names of the candidates registered for ``op`` that can run on this machine."""
+    """Names of the candidates registered for ``op`` that can run on this machine.
+
+    A backend whose module failed to import offers none; then a ``RuntimeWarning``
+    names it and its error (also in ``mlx_w8a8.kernels.unavailable()``).
+    """
     if op not in _registry.OPS:
         raise ValueError(f"[mlx_w8a8.available_kernels] op must be one of {_registry.OPS}, got {op!r}")
+    from . import kernels
+
+    broken = kernels.unavailable()
+    if broken:
+        import warnings
+
+        warnings.warn(
+            "[mlx_w8a8.available_kernels] backends that failed to import: "
+            + "; ".join(f"{b} ({reason})" for b, reason in sorted(broken.items())),
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return sorted({c.name for c in _registry.all_candidates() if c.op == op and c.available()})

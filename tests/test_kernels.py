@@ -65,3 +65,13 @@ def test_tests_are_hermetic():
                 ("MLX_W8A8_TEST_SEED", table.ENV_CACHE_DIR)]
     assert "mlx_w8a8-cache" in os.environ[table.ENV_CACHE_DIR]
     assert not tuning.get_tuner().online and tuning.get_tuner().table_path is None
+
+
+def test_available_kernels_names_a_failed_backend(broken_backend):
+    import mlx_w8a8
+
+    with pytest.warns(RuntimeWarning):
+        kernels._load("cuda")
+    with pytest.warns(RuntimeWarning, match=r"available_kernels.*cuda \(NameError: name 'tile_forr'"):
+        names = mlx_w8a8.available_kernels("linear")
+    assert "exact" in names and "mlx_qmm" in names
