@@ -21,12 +21,13 @@ inference: their parameters are frozen and no gradient is aggregated.
 
 from __future__ import annotations
 
+import attrs
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.nn.layers import distributed as mlx_dist
 from mlx.utils import tree_unflatten
 
-from . import ops
+from .kernels.registry import Problem
 from .nn import Linear
 from .weight import QuantizedWeight, check_group_size
 
@@ -116,6 +117,19 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
             "from_sharded(mlx_layer)"
         )
 
+    def get(self, key, default=None):
+        """``Module.get``, except that it hides the bias from the kernel: the layer's
+        kernel plans (:class:`mlx_w8a8.Linear`) read the bias through ``get``, and here
+        it is added once, after the sum. ``self["bias"]``, ``"bias" in self`` and the
+        parameter tree still hold it."""
+        if key == "bias":
+            return default
+        return super().get(key, default)
+
+    def problem(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> Problem:
+        """The per-rank ``linear`` problem: this rank's ``[N, K/R]``, no bias."""
+        return attrs.evolve(super().problem(m, dtype), has_bias=False)
+
     def __call__(self, x: mx.array) -> mx.array:
         """Args:
             x: ``[..., K/R]`` float16/bfloat16/float32, this rank's slice.
@@ -123,10 +137,9 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
         Returns:
             ``[..., N]`` in ``x.dtype``, the same on every rank.
         """
-        partial = ops.w8a8_linear(x, self.quantized_weight, None, kernel=self.kernel)
-        y = mx.distributed.all_sum(partial, group=self.group)
+        y = mx.distributed.all_sum(super().__call__(x), group=self.group)
         if "bias" in self:
-            y = y + self.bias.astype(y.dtype)
+            y = y + self["bias"].astype(y.dtype)
         return y
 
 
