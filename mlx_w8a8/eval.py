@@ -2,11 +2,11 @@
 
 The text is cut into non-overlapping windows of ``--seq-len`` tokens; perplexity is
 ``exp`` of the mean next-token negative log-likelihood over every predicted token.
-Side by side (``--variants``) a float folder is evaluated in bfloat16 (``bf16``), with
-its linear layers on mlx-lm's 8-bit weights (``w8a16``: ``nn.QuantizedLinear``, 8 bits,
-group size 64; embeddings stay bfloat16) and as W8A8 (``w8a8``:
-:func:`mlx_w8a8.quantize` of the bfloat16 model); a W8A8 checkpoint as W8A8 and as stock
-mlx-lm loads it (``w8a16``). W8A8 layers run the exact W8A8 math unless ``--kernel``
+Side by side (``--variants``) a float folder is evaluated as it is (``float``, cast to
+``--dtype``, bfloat16 by default), with its linear layers on mlx-lm's 8-bit weights
+(``w8a16``: ``nn.QuantizedLinear``, 8 bits, group size 64; embeddings stay float) and
+as W8A8 (``w8a8``: :func:`mlx_w8a8.quantize` of the cast model); a W8A8 checkpoint as
+W8A8 and as stock mlx-lm loads it (``w8a16``). W8A8 layers run the exact W8A8 math unless ``--kernel``
 names another W8A8 candidate: the tuner's default may run ``mlx_qmm``, which is W8A16.
 """
 
@@ -25,7 +25,8 @@ from .nn import Linear
 from .sensitivity import EXACT
 from .tokens import batches, text_tokens
 
-VARIANTS = ("bf16", "w8a16", "w8a8")
+VARIANTS = ("float", "w8a16", "w8a8")
+DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
 
 def perplexity(
@@ -67,15 +68,18 @@ def use_kernel(model: nn.Module, kernel: str | None) -> int:
     return n
 
 
-def load_variant(folder: str | Path, variant: str, kernel: str | None = EXACT):
+def load_variant(
+    folder: str | Path, variant: str, kernel: str | None = EXACT, dtype: str = "bfloat16"
+):
     """Load ``folder`` as one of :data:`VARIANTS`.
 
     Args:
         folder: a float mlx-lm folder, or a checkpoint written by :func:`mlx_w8a8.save`.
-        variant: ``"bf16"`` (float folders only), ``"w8a16"`` (linear layers on
+        variant: ``"float"`` (float folders only), ``"w8a16"`` (linear layers on
             mlx-lm's 8-bit weights, or the checkpoint as stock mlx-lm loads it) or
-            ``"w8a8"``. A float folder's model is cast to bfloat16 first.
+            ``"w8a8"``.
         kernel: the W8A8 candidate forced on W8A8 layers (default: the exact math).
+        dtype: a float folder's model is cast to it first (a key of :data:`DTYPES`).
 
     Returns:
         The model.
@@ -90,14 +94,17 @@ def load_variant(folder: str | Path, variant: str, kernel: str | None = EXACT):
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())
     quantized = "quantization" in config
-    if variant == "bf16" and quantized:
+    if dtype not in DTYPES:
+        raise ValueError(f"[{op}] dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    if variant == "float" and quantized:
         raise ValueError(
-            f"[{op}] {folder} is a quantized checkpoint; bf16 needs the float model folder"
+            f"[{op}] {folder} is a quantized checkpoint; the float variant needs the float "
+            f"model folder"
         )
     if not quantized:
         model = load_model(folder)[0]
-        model.set_dtype(mx.bfloat16)
-        if variant == "bf16":
+        model.set_dtype(DTYPES[dtype])
+        if variant == "float":
             return model
     if variant == "w8a16":
         if quantized:
@@ -118,17 +125,19 @@ def load_variant(folder: str | Path, variant: str, kernel: str | None = EXACT):
 def _parser():
     p = argparse.ArgumentParser(
         prog="python -m mlx_w8a8.eval",
-        description="Perplexity of a model on a local text file (bf16 / mlx-lm 8-bit / "
-        "W8A8 side by side with --variants).",
+        description="Perplexity of a model on a local text file (float / mlx-lm 8-bit / "
+        "W8A8 side by side with --variants float,w8a16,w8a8).",
     )
     p.add_argument("--model", required=True, help="model folder (float, or a W8A8 checkpoint)")
     p.add_argument("--text", required=True, help="local UTF-8 text file")
     p.add_argument("--variants", default=None,
-                   help=f"comma-separated, among {','.join(VARIANTS)}; default: bf16 for a "
+                   help=f"comma-separated, among {','.join(VARIANTS)}; default: float for a "
                    f"float folder, w8a8 for a quantized one")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--samples", type=int, default=None, help="at most this many windows")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16",
+                   help="float folders are cast to this first (default: bfloat16)")
     p.add_argument("--kernel", default=EXACT,
                    help=f"W8A8 candidate for W8A8 layers (default: {EXACT}, the exact math)")
     p.add_argument("--json", metavar="FILE", help="also append the results as JSON lines")
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: [mlx_w8a8.eval] cannot read {folder / 'config.json'}: {error}")
         return 2
     if args.variants is None:
-        variants = ["w8a8" if "quantization" in config else "bf16"]
+        variants = ["w8a8" if "quantization" in config else "float"]
     else:
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     try:
@@ -152,10 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         data = batches(tokens, args.seq_len, args.batch_size, args.samples)
         results = []
         for variant in variants:
-            model = load_variant(folder, variant, args.kernel)
+            model = load_variant(folder, variant, args.kernel, args.dtype)
             ppl, count = perplexity(model, data, progress=variant)
             results.append({"model": str(folder), "variant": variant, "perplexity": ppl,
-                            "tokens": count, "seq_len": args.seq_len,
+                            "tokens": count, "seq_len": args.seq_len, "dtype": args.dtype,
                             "kernel": args.kernel if variant == "w8a8" else None})
             del model
     except ValueError as error:

@@ -1,0 +1,77 @@
+"""Tiny randomly initialised mlx-lm models and model folders for the accuracy tests.
+
+Hermetic: nothing is downloaded; a folder's tokenizer is the byte tokenizer written by
+``mlx_w8a8.tokens.write_byte_tokenizer``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+
+def args_for(family: str, n_heads: int = 4, n_kv: int = 2, hidden: int = 128,
+             inter: int = 256, layers: int = 2):
+    """``(module, ModelArgs)`` of a tiny model of ``family`` (llama, mistral, qwen2, qwen3)."""
+    from mlx_lm.models import llama, qwen2, qwen3
+
+    common = dict(
+        hidden_size=hidden, num_hidden_layers=layers, intermediate_size=inter,
+        num_attention_heads=n_heads, num_key_value_heads=n_kv, rms_norm_eps=1e-5,
+        vocab_size=256, tie_word_embeddings=False, max_position_embeddings=256,
+    )
+    if family in ("llama", "mistral"):
+        return llama, llama.ModelArgs(model_type=family, **common)
+    if family == "qwen2":
+        return qwen2, qwen2.ModelArgs(model_type="qwen2", **common)
+    if family == "qwen3":
+        # head_dim != hidden / heads, as in the real Qwen3 models
+        return qwen3, qwen3.ModelArgs(model_type="qwen3", head_dim=48, rope_theta=1e6, **common)
+    raise ValueError(family)
+
+
+def model(family: str = "llama", dtype=mx.float32, rng: np.random.Generator | None = None, **kw):
+    """A tiny model with non-trivial norm weights and biases (so folding into them is
+    exercised), and its config dict."""
+    module, args = args_for(family, **kw)
+    m = module.Model(args)
+    if rng is not None:
+        for block in m.model.layers:
+            for norm in (block.input_layernorm, block.post_attention_layernorm):
+                norm.weight = mx.array(rng.uniform(0.5, 2.0, norm.weight.shape).astype(np.float32))
+            attn = block.self_attn
+            for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+                if "bias" in proj:
+                    proj.bias = mx.array(rng.normal(0, 0.5, proj.bias.shape).astype(np.float32))
+    m.set_dtype(dtype)
+    mx.eval(m.parameters())
+    config = {k: v for k, v in dataclasses.asdict(args).items() if v is not None}
+    return m, config
+
+
+def folder(path: Path, m, config: dict, tokenizer: bool = True) -> Path:
+    """Save ``m`` as an mlx-lm model folder (with a byte tokenizer)."""
+    from mlx_lm.utils import save_config, save_model
+
+    from mlx_w8a8.tokens import write_byte_tokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    save_model(path, m)
+    save_config(dict(config), path / "config.json")
+    if tokenizer:
+        write_byte_tokenizer(path)
+    return path
+
+
+def text_file(path: Path, n_bytes: int = 4096) -> Path:
+    """A small local text file: Python source from the standard library (json's
+    decoder), repeated to ``n_bytes``."""
+    import json.decoder
+
+    src = Path(json.decoder.__file__).read_bytes()
+    data = (src * (n_bytes // len(src) + 1))[:n_bytes]
+    path.write_bytes(data)
+    return path
