@@ -169,8 +169,13 @@ def test_w8a8_linear_zero_and_nan_rows(rng):
     assert np.isnan(y[2]).all()
 
 
-def test_default_dispatch_is_the_w8a16_reference(rng):
-    # No tuning table entry: mx.quantized_matmul on the same stored weights runs.
+def test_default_dispatch_is_the_w8a16_reference(rng, monkeypatch):
+    # No tuning table entry and no built-in prior rule (the prior picks the exact kernel
+    # on MLX's CPU, see tuning/prior.py): mx.quantized_matmul on the same stored
+    # weights runs.
+    from mlx_w8a8.tuning import prior
+
+    monkeypatch.setattr(prior, "RULES", {})
     _, qw = _weight(rng, 64, 128, True)
     x = mx.array(rng.standard_normal((4, 128)).astype(np.float32))
     got = w8.w8a8_linear(x, qw)
