@@ -470,6 +470,7 @@ class Tuner:
         candidates: Sequence[Candidate] | None = None,
         weight: Any = None,
         progress: Callable[[int], None] | None = None,
+        device_timeout: float | None = None,
     ) -> dict:
         """Gate and time the candidates of ``problem``; the table entry of the result.
 
@@ -479,6 +480,9 @@ class Tuner:
             weight: the weight to measure on (default: a synthetic one of the same
                 shape and format).
             progress: called with 1 after each timing round.
+            device_timeout: seconds to wait for another process measuring on this
+                device (default :data:`.locks.DEVICE_TIMEOUT_S`; online tuning in
+                inference may want 0, then the fallback runs).
 
         Holds the device lock (:func:`.locks.device_lock`) while it gates and times, so
         no other process measures on this device meanwhile.
@@ -492,7 +496,7 @@ class Tuner:
         reference = registry.fallback(problem)
         if all(c.name != reference.name for c in found):
             found.insert(0, reference)
-        with locks.device_lock():  # one measuring process per device at a time
+        with locks.device_lock(timeout=device_timeout):  # one process per device
             return self._measure(problem, found, reference, weight, progress)
 
     def _measure(self, problem, found, reference, weight, progress) -> dict:
