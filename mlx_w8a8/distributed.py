@@ -59,6 +59,31 @@ class _ShardedMixin:
 
     sharding: str
 
+    def __init__(
+        self,
+        input_dims: int,
+        output_dims: int,
+        bias: bool = True,
+        group_size: int = 64,
+        per_channel: bool = True,
+        group: mx.distributed.Group | None = None,
+    ):
+        """A randomly initialised layer holding this rank's part, as MLX's sharded
+        layers are built.
+
+        Args:
+            input_dims: K, the full input features.
+            output_dims: N, the full output features.
+            bias: whether to add a learned bias. Default: ``True``.
+            group_size: 32, 64 or 128. Default: ``64``.
+            per_channel: symmetric per-channel int8 or group-wise affine. Default: ``True``.
+            group: the group. Default: the global group.
+        """
+        group = _group_or_default(group)
+        n, k = split_shape(output_dims, input_dims, self.sharding, group.size(), group_size)
+        super().__init__(k, n, bias=bias, group_size=group_size, per_channel=per_channel)
+        self.group = group
+
     @classmethod
     def _from_parts(cls, qw: QuantizedWeight, bias, group, kernel=None):
         layer = cls.from_weight(qw, bias)
@@ -78,7 +103,8 @@ class AllToShardedLinear(_ShardedMixin, Linear):
     biases) and of the bias, takes the full ``[..., K]`` input and returns its
     ``[..., N/R]`` slice of the output: exactly :class:`mlx_w8a8.Linear` on the row
     slice, bit-identical to those columns of the single-device output for the same
-    kernel. Build it with :func:`shard_linear` or :func:`from_sharded`.
+    kernel. Usually made by :func:`shard_linear`, :func:`shard` or :func:`from_sharded`;
+    the constructor takes the full dimensions (like ``mlx.nn.AllToShardedLinear``).
 
     Attributes:
         group: the ``mx.distributed.Group``.
@@ -86,12 +112,6 @@ class AllToShardedLinear(_ShardedMixin, Linear):
 
     sharding = "all-to-sharded"
 
-    def __init__(self, *args, **kwargs):
-        raise TypeError(
-            "[mlx_w8a8.distributed.AllToShardedLinear] build it with "
-            "mlx_w8a8.distributed.shard_linear(layer, 'all-to-sharded', group=...) or "
-            "from_sharded(mlx_layer)"
-        )
 
 
 class ShardedToAllLinear(_ShardedMixin, Linear):
@@ -102,7 +122,8 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
     bias. It takes its ``[..., K/R]`` slice of the activation, quantizes it per token
     with the slice's own scale, multiplies in int8 and dequantizes (the layer's kernel),
     then ``mx.distributed.all_sum`` adds the ``R`` float partial results and the bias is
-    added once: every rank returns the same ``[..., N]``.
+    added once: every rank returns the same ``[..., N]``. Made like
+    :class:`AllToShardedLinear`.
 
     Attributes:
         group: the ``mx.distributed.Group``.
@@ -110,25 +131,34 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
 
     sharding = "sharded-to-all"
 
-    def __init__(self, *args, **kwargs):
-        raise TypeError(
-            "[mlx_w8a8.distributed.ShardedToAllLinear] build it with "
-            "mlx_w8a8.distributed.shard_linear(layer, 'sharded-to-all', group=...) or "
-            "from_sharded(mlx_layer)"
-        )
 
-    def get(self, key, default=None):
-        """``Module.get``, except that it hides the bias from the kernel: the layer's
-        kernel plans (:class:`mlx_w8a8.Linear`) read the bias through ``get``, and here
-        it is added once, after the sum. ``self["bias"]``, ``"bias" in self`` and the
-        parameter tree still hold it."""
-        if key == "bias":
-            return default
-        return super().get(key, default)
+    @property
+    def kernel(self) -> str | None:
+        """The forced candidate name, or ``None`` to let the tuner decide."""
+        return Linear.kernel.fget(self)
+
+    @kernel.setter
+    def kernel(self, name: str | None) -> None:
+        Linear.kernel.fset(self, name)
+        local = self.__dict__.get("_local")
+        if local is not None:
+            local.kernel = name
 
     def problem(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> Problem:
         """The per-rank ``linear`` problem: this rank's ``[N, K/R]``, no bias."""
         return attrs.evolve(super().problem(m, dtype), has_bias=False)
+
+    def _product(self) -> Linear:
+        """A bias-free :class:`mlx_w8a8.Linear` on this layer's own arrays: the per-rank
+        product with its cached kernel plans. Not a child module (the arrays are this
+        layer's parameters); rebuilt when they are replaced."""
+        local = self.__dict__.get("_local")
+        qw = self.quantized_weight
+        if local is None or local.quantized_weight is not qw:
+            local = Linear.from_weight(qw)
+            local.kernel = self.kernel
+            object.__setattr__(self, "_local", local)
+        return local
 
     def __call__(self, x: mx.array) -> mx.array:
         """Args:
@@ -137,7 +167,7 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
         Returns:
             ``[..., N]`` in ``x.dtype``, the same on every rank.
         """
-        y = mx.distributed.all_sum(super().__call__(x), group=self.group)
+        y = mx.distributed.all_sum(self._product()(x), group=self.group)
         if "bias" in self:
             y = y + self["bias"].astype(y.dtype)
         return y

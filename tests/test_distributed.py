@@ -372,17 +372,45 @@ def test_split_shape():
         tp.split_shape(4096, 4096, "rows", 2)
 
 
+class Two:
+    """Shape-only stand-in for a group of two (MLX's sharding asks only size and rank)."""
+
+    def size(self):
+        return 2
+
+    def rank(self):
+        return 0
+
+
+def test_constructors_take_full_dims():
+    a2s = tp.AllToShardedLinear(256, 128, group=Two())
+    assert a2s.weight.shape == (64, 256 // 4) and a2s.bias.shape == (64,)
+    s2a = tp.ShardedToAllLinear(256, 128, group_size=32, group=Two())
+    assert s2a.weight.shape == (128, 128 // 4) and s2a.bias.shape == (128,)
+    assert s2a.scales.shape == (128, 4)
+    with pytest.raises(ValueError, match="do not split into 2 equal parts"):
+        tp.AllToShardedLinear(256, 127, group=Two())
+
+
 def test_shard_linear_rejects_a_split_inside_a_group():
     layer = w8.Linear(192, 8, group_size=64)
     group = mx.distributed.init()  # a single process: size 1 splits nothing
     assert isinstance(tp.shard_linear(layer, "sharded-to-all", group=group), tp.ShardedToAllLinear)
-
-    class Two:
-        def size(self):
-            return 2
-
-        def rank(self):
-            return 0
-
     with pytest.raises(ValueError, match="multiple of tp \\* group_size = 128"):
         tp.shard_linear(layer, "sharded-to-all", group=Two())
+
+
+def test_sharded_to_all_follows_replaced_parameters(rng):
+    # The per-rank product runs on a bias-free twin of the layer's arrays; after
+    # load_weights/update replaces them, the twin must be rebuilt (one process: size 1).
+    x = mx.array(rng.normal(0, 1, (3, 128)).astype(np.float32))
+    layer = w8.Linear(128, 16)
+    s2a = tp.shard_linear(layer, "sharded-to-all", group=mx.distributed.init())
+    s2a.kernel = layer.kernel = EXACT
+    np.testing.assert_array_equal(np.array(s2a(x)), np.array(layer(x)))
+    other = w8.Linear(128, 16)
+    new = {"weight": other.weight, "scales": other.scales, "biases": other.biases,
+           "bias": mx.array(rng.normal(0, 1, 16).astype(np.float32))}
+    s2a.update(new)
+    layer.update(new)
+    np.testing.assert_array_equal(np.array(s2a(x)), np.array(layer(x)))
