@@ -33,7 +33,8 @@ def _fakes(monkeypatch):
         registry.register(Candidate(name=name, backend="any", op="linear", run=QMM.run,
                                     supports=(lambda p: p.m <= 4) if name == "p_small" else (lambda p: True)))
     monkeypatch.setattr(prior, "RULES", {
-        ("cpu", "linear", "per_channel"): [(1, 4, ("p_small",)), (64, None, ("missing", "p_large"))],
+        ("cpu", "linear", "per_channel"): [(1, 4, 0, ("p_small",)), (64, None, 0, ("missing", "p_large")),
+                                           (5, 63, 64 * 64, ("p_large",))],
     })
 
 
@@ -42,10 +43,12 @@ def test_rules_pick_by_m_range_and_first_available(empty_tables, monkeypatch):
     found = lambda m: registry.candidates(Problem("linear", m, 32, 64, "float32", "per_channel", 32))  # noqa: E731
     pick = lambda m: prior.choose("cpu", Problem("linear", m, 32, 64, "float32", "per_channel", 32), found(m))  # noqa: E731
     assert pick(1).name == "p_small" and pick(4).name == "p_small"
-    assert pick(16) is None  # no rule covers 5..63: the fallback runs
+    assert pick(16) is None  # 5..63 needs N*K >= 4096 (this weight is 32x64): fallback
     assert pick(64).name == "p_large" and pick(5000).name == "p_large"  # "missing" skipped
     assert prior.choose("cuda", Problem("linear", 1, 32, 64, "float32", "per_channel", 32), found(1)) is None
     assert prior.choose("cpu", Problem("linear", 1, 32, 64, "float32", "grouped", 32), found(1)) is None
+    big = Problem("linear", 16, 64, 64, "float32", "per_channel", 32)
+    assert prior.choose("cpu", big, registry.candidates(big)).name == "p_large"
 
 
 def test_layer_reports_where_its_kernel_came_from(empty_tables, monkeypatch):
@@ -64,7 +67,7 @@ def test_shipped_rules_name_registered_kernels():
     # A renamed kernel must not silently drop out of the prior.
     known = {c.name for c in registry.all_candidates() if c.op == "linear"}
     for rules in prior.RULES.values():
-        for _, _, names in rules:
+        for _, _, _, names in rules:
             assert any(n in known for n in names), names
 
 

@@ -5,8 +5,9 @@ measured shape exists. Each rule comes from a recorded measurement, cited beside
 where nothing was measured the prior says nothing and ``mx.quantized_matmul``
 (``mlx_qmm``) runs, as in stock MLX.
 
-A rule is ``(m_min, m_max, names)``: for ``m_min <= M <= m_max`` (``None`` = no upper
-bound) the first of ``names`` that can run the problem on this machine is used.
+A rule is ``(m_min, m_max, min_weight, names)``: for ``m_min <= M <= m_max`` (``None`` =
+no upper bound) and weights of at least ``min_weight`` elements (``N * K``) the first of
+``names`` that can run the problem on this machine is used.
 """
 
 from __future__ import annotations
@@ -16,24 +17,35 @@ from ..kernels.registry import Candidate, Problem
 # The exact W8A8 kernel in pure MLX (float32 matmuls on exact K-chunks).
 EXACT = "exact"
 
-Rule = tuple[int, "int | None", tuple[str, ...]]
+Rule = tuple[int, "int | None", int, tuple[str, ...]]
+
+# 2^25 weight elements (e.g. 4096 x 8192): above it the decode GEMV beat mx.quantized_matmul.
+_LARGE = 1 << 25
+_MEDIUM = 1 << 24
 
 RULES: dict[tuple[str, str, str], list[Rule]] = {
-    # CUDA, per-channel weights: the shipped H200 table (tables/nvidia-h200.json, MLX
-    # 0.32.4, bf16; Llama-3-8B / Qwen2.5-7B MLP shapes) chose the GEMV at M = 1
-    # (1.06-1.29x mlx_qmm), mlx_qmm at M = 16 (the W8A8 GEMM 1.28-1.71x slower there)
-    # and the W8A8 GEMM from M = 128 (1.47-3.57x). M between 2 and 127 was not
-    # measured except at 16, so mlx_qmm keeps it.
+    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16;
+    # bench/results/h200_2026-11-30_tune_llama3_8b_partial.json and the shipped
+    # tables/nvidia-h200.json):
+    # - M = 1: the W8A8 GEMV beat mlx_qmm on 4096x14336 / 14336x4096 / 3584x18944 /
+    #   18944x3584 (0.82-0.95x its time) and lost on 4096x4096 (1.23x) and 1024x4096
+    #   (1.84x); M = 2..4: it won from 4096x4096 up (0.38-0.85x) and lost on 1024x4096.
+    # - M = 8..64: mlx_qmm was fastest on every Llama-3-8B shape except 4096x14336 at 64.
+    # - M >= 128: the W8A8 GEMM. The tuner timed it slower than mlx_qmm for the
+    #   attention projections up to M = 512, but a 4-layer Llama-3-8B model prefilled
+    #   faster with the GEMM there (1.50x / 2.23x mlx-lm 8-bit at T = 128 / 512) than
+    #   with those table choices (1.26x / 1.70x): bench/results/h200_2026-11-30_model_*.
     ("cuda", "linear", "per_channel"): [
-        (1, 1, ("cuda_int8_gemv",)),
-        (128, None, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (1, 1, _LARGE, ("cuda_int8_gemv",)),
+        (2, 4, _MEDIUM, ("cuda_int8_gemv",)),
+        (128, None, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than
     # mx.quantized_matmul at every measured shape (tune --shapes mlp at M = 1: 1.51-2.02x;
     # 4x4096x14336: 459 vs 2808 ms) and more accurate (38.4 vs 17.8 dB SQNR vs float64
     # there: MLX's CPU bf16 quantized_matmul accumulates in low precision).
     ("cpu", "linear", "per_channel"): [
-        (1, None, (EXACT,)),
+        (1, None, 0, (EXACT,)),
     ],
 }
 
@@ -45,8 +57,10 @@ def choose(backend: str, problem: Problem, found: list[Candidate]) -> Candidate 
     if not rules:
         return None
     by_name = {c.name: c for c in found}
-    for m_min, m_max, names in rules:
+    for m_min, m_max, min_weight, names in rules:
         if problem.m < m_min or (m_max is not None and problem.m > m_max):
+            continue
+        if problem.n * problem.k < min_weight:
             continue
         for name in names:
             if name in by_name:
@@ -60,9 +74,10 @@ def describe(backend: str) -> list[str]:
     for (b, op, fmt), rules in RULES.items():
         if b != backend:
             continue
-        for m_min, m_max, names in rules:
+        for m_min, m_max, min_weight, names in rules:
             upper = "" if m_max is None else f"..{m_max}"
-            out.append(f"{op} {fmt} M={m_min}{upper}: {' | '.join(names)}")
+            size = f", N*K >= {min_weight}" if min_weight else ""
+            out.append(f"{op} {fmt} M={m_min}{upper}{size}: {' | '.join(names)}")
     return out
 
 
