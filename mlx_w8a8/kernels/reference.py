@@ -74,6 +74,35 @@ def _grouped_sum(q: mx.array, weight) -> mx.array:
     return acc
 
 
+def _split11(a: mx.array) -> list[mx.array]:
+    """``a`` (float32) as three float32 arrays of at most 11 significant bits each, of
+    the sign of ``a``, summing to ``a`` exactly (truncation of the mantissa: each
+    difference is exact)."""
+    mask = mx.array(0xFFFFE000, dtype=mx.uint32)  # sign, exponent, top 10 mantissa bits
+    hi = (a.view(mx.uint32) & mask).view(mx.float32)
+    rest = a - hi
+    mid = (rest.view(mx.uint32) & mask).view(mx.float32)
+    return [hi, mid, rest - mid]
+
+
+def _offset_sum(row_sums: mx.array, offsets: mx.array) -> mx.array:
+    """``sum_g R_mg * b'_ng`` (``[M, N]`` float32) with every product exact even where
+    MLX runs float32 matmuls in TF32 (``MLX_ENABLE_TF32``, inputs rounded to 11
+    significant bits): ``|R| <= 127 * 128`` is split as ``128 R_hi + R_lo`` (both of at
+    most 7 bits, the sign of ``R``) and ``b'`` by :func:`_split11`, so each of the six
+    matmuls multiplies exactly and only its float32 sums round (``docs/numerics.md``)."""
+    r = row_sums.astype(mx.int32)
+    r_hi = mx.where(r < 0, -((-r) // 128), r // 128)  # toward zero: |R| = 128|R_hi| + |R_lo|
+    r_lo = (r - 128 * r_hi).astype(mx.float32)
+    r_hi = r_hi.astype(mx.float32)
+    acc_hi = acc_lo = None
+    for part in _split11(offsets.astype(mx.float32)):
+        hi, lo = mx.matmul(r_hi, part.T), mx.matmul(r_lo, part.T)
+        acc_hi = hi if acc_hi is None else acc_hi + hi
+        acc_lo = lo if acc_lo is None else acc_lo + lo
+    return acc_hi * 128.0 + acc_lo
+
+
 def w8a8_apply(acts, weight, bias: mx.array | None, out_dtype: mx.Dtype) -> mx.array:
     """The exact W8A8 product on activations quantized by :func:`quantize_rows` (with
     the weight's group size for grouped weights)."""
@@ -83,7 +112,7 @@ def w8a8_apply(acts, weight, bias: mx.array | None, out_dtype: mx.Dtype) -> mx.a
         y = acc * scale * weight.channel_scales
     else:
         partial = _grouped_sum(q, weight)
-        partial = partial + mx.matmul(row_sums.astype(mx.float32), weight.group_offsets.T)
+        partial = partial + _offset_sum(row_sums, weight.group_offsets)
         y = partial * scale
     if bias is not None:
         y = y + bias.astype(mx.float32)
@@ -133,7 +162,8 @@ def qmm_bind(layer, problem):
 
 _EXACT_PARAMS = f"EXACT_CHUNK={EXACT_CHUNK} GROUPED_SCRATCH={_GROUPED_SCRATCH}"
 _EXACT_RUNS = (
-    ("linear", w8a8_linear, (w8a8_linear, w8a8_apply, quantize_rows, int8_matmul, _grouped_sum)),
+    ("linear", w8a8_linear, (w8a8_linear, w8a8_apply, quantize_rows, int8_matmul, _grouped_sum,
+                             _offset_sum, _split11)),
     ("int8_matmul", int8_matmul, (int8_matmul,)),
     ("quantize_activation", quantize_rows, (quantize_rows,)),
 )

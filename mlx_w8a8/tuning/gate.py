@@ -32,7 +32,8 @@ scale and ``b' = b + 128 s`` the offset of ``k``'s group). Per-channel: ``n = 4`
 the row scale, the bias). Two such kernels differ by at most ``2 gamma(n) T``; in
 float16/bfloat16 each output is then rounded once more, adding at most one unit in the
 last place of the output dtype. ``T`` itself is computed in float32 with non-negative
-terms, so it is scaled by ``1 + gamma(K + 2)`` to stay an upper bound.
+terms (whose inputs MLX may round to TF32), so it is scaled by
+``(1 + gamma(K + 2)) (1 + 2^-9)`` to stay an upper bound.
 
 Gate inputs (:data:`INPUT_NAMES`): the seed's ramp pattern, a seeded random draw, a row
 that is zero except the last ``TAIL`` elements of K (a kernel that drops or misreads a
@@ -373,7 +374,10 @@ def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None) -> n
     if bias is not None:
         t = t + mx.abs(bias.astype(mx.float32))
     rounds = 4 if weight.per_channel else 2 * groups + 4
-    factor = 2.0 * gamma(rounds) * (1.0 + gamma(k + 2))
+    # T is itself a float32 matmul of non-negative terms (relative error <= gamma(K + 2)),
+    # whose inputs MLX may round to TF32 (11 significant bits, MLX_ENABLE_TF32): 2^-9
+    # covers both roundings of each product.
+    factor = 2.0 * gamma(rounds) * (1.0 + gamma(k + 2)) * (1.0 + 2.0**-9)
     return np.array(t).astype(np.float64) * factor
 
 
