@@ -34,12 +34,25 @@ _SHARED_SLOTS = 4
 _shared = threading.local()
 
 
+def share_activations(enabled: bool = True) -> None:
+    """Turn the sharing of quantized activations between layers fed the same input on
+    (the default) or off (to measure what it saves). Applies to later calls."""
+    global _SHARE
+    _SHARE = bool(enabled)
+    clear_shared_activations()
+
+
+_SHARE = True
+
+
 def _shared_activations(x: mx.array, key, quantize, x2: mx.array):
     """``quantize(x2)``, reused when the same ``x`` with the same ``key`` was just seen.
 
     The memo holds a reference to ``x`` so its identity cannot be reused while the
     entry lives; entries are replaced first-in first-out.
     """
+    if not _SHARE:
+        return quantize(x2)
     slots = getattr(_shared, "slots", None)
     if slots is None:
         slots = _shared.slots = []

@@ -252,3 +252,9 @@ def test_layers_fed_the_same_input_quantize_it_once(tables):
     x2 = mx.ones((2, 3, 64))  # equal values, another array: quantized again
     mx.eval(q(x2), k(x2))
     assert len(quantized) == 2
+    w8nn.share_activations(False)  # off (the model benchmark measures the saving)
+    try:
+        mx.eval(q(x2), k(x2))
+        assert len(quantized) == 4
+    finally:
+        w8nn.share_activations(True)
