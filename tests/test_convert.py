@@ -149,3 +149,129 @@ def test_load_converts_a_stock_8bit_checkpoint(tmp_path, rng):
     db = oracle.sqnr_db(want, got)
     print(f"stock 8-bit checkpoint, grouped W8A8 vs W8A16 logits: {db:.1f} dB")
     assert db > 25
+
+
+# --- mixed models, skip patterns, the convert command line -------------------------------
+import tiny_lm  # noqa: E402
+
+
+def test_matches_patterns():
+    from mlx_w8a8.convert import matches
+
+    assert matches("lm_head", "lm_head") and matches("language_model.lm_head", "lm_head")
+    assert matches("model.layers.3.mlp.down_proj", "down_proj")
+    assert not matches("model.layers.3.mlp.down_proj_x", "down_proj")  # whole names only
+    assert matches("model.layers.0.self_attn.q_proj", "model.layers.0.*")
+    assert not matches("model.layers.10.self_attn.q_proj", "model.layers.1.*")
+
+
+def test_quantize_skip_keeps_layers_on_w8a16_or_float():
+    model, _ = tiny_lm.model("llama")
+    w8.quantize(model, skip={"lm_head": "w8a16", "layers.1.mlp.down_proj": "float", "down_proj": "w8a16"})
+    assert type(model.lm_head) is nn.QuantizedLinear and model.lm_head.bits == 8
+    assert type(model.model.layers[1].mlp.down_proj) is nn.Linear  # first matching pattern wins
+    assert type(model.model.layers[0].mlp.down_proj) is nn.QuantizedLinear
+    assert isinstance(model.model.layers[0].mlp.up_proj, w8.Linear)
+    plain, _ = tiny_lm.model("llama")
+    w8.quantize(plain, skip=["lm_head"])  # an iterable: W8A16
+    assert type(plain.lm_head) is nn.QuantizedLinear
+    with pytest.raises(ValueError, match=r"quantize\] skip maps layer patterns to one of"):
+        w8.quantize(plain, skip={"lm_head": "int4"})
+
+
+def _kinds(model):
+    """``{path: "W8A8" | "QuantizedLinear" | "Linear"}`` of the linear layers."""
+    kinds = {}
+    for path, m in model.named_modules():
+        if isinstance(m, w8.Linear):
+            kinds[path] = "W8A8"
+        elif isinstance(m, (nn.QuantizedLinear, nn.Linear)):
+            kinds[path] = type(m).__name__
+    return kinds
+
+
+def test_mixed_checkpoint_loads_the_same_in_mlx_lm_and_here(tmp_path, rng):
+    from mlx_lm import load as lm_load
+
+    model, config = tiny_lm.model("llama", rng=rng)
+    src = tiny_lm.folder(tmp_path / "src", model, config)
+    w8.quantize(model, skip={"lm_head": "float", "layers.0.mlp.down_proj": "w8a16"})
+    _use(model, "mlx_qmm")
+    tokens = mx.array(rng.integers(0, 256, (2, 10)))
+    want = np.array(model(tokens))
+    out = w8.save(model, tmp_path / "out", config, source=src)
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+    q = json.loads((out / "config.json").read_text())["quantization"]
+    assert q["lm_head"] is False
+    assert q["model.layers.0.mlp.down_proj"] == {"group_size": 64, "bits": 8, "mode": "affine"}
+
+    stock, tokenizer = lm_load(str(out))  # the tokenizer was copied: mlx_lm.load works
+    assert tokenizer.encode("ab", add_special_tokens=False) == [97, 98]
+    assert type(stock.lm_head) is nn.Linear
+    np.testing.assert_array_equal(np.array(stock(tokens)), want)
+
+    ours, _ = w8.load(out)
+    given, _ = w8.load(out, tiny_lm.model("llama")[0])
+    for loaded in (ours, given):
+        assert _kinds(loaded) == _kinds(model)
+        _use(loaded, "mlx_qmm")
+        np.testing.assert_array_equal(np.array(loaded(tokens)), want)
+
+
+def test_convert_cli_smoothed_mixed_checkpoint(tmp_path, capsys):
+    from mlx_lm import load as lm_load
+
+    from mlx_w8a8.convert import main
+
+    rng = np.random.default_rng(3)
+    model, config = tiny_lm.model("qwen2", rng=rng)  # q/k/v biases: folded too
+    src = tiny_lm.folder(tmp_path / "src", model, config)
+    text = tiny_lm.text_file(tmp_path / "calib.txt", 2048)
+    tokens = mx.array(rng.integers(0, 256, (2, 12)))
+    ref = np.array(model(tokens)).astype(np.float64)
+    common = ["--model", str(src), "--smooth", "0.7", "--calibration", str(text),
+              "--seq-len", "64", "--samples", "4"]
+
+    # 1. Smoothed, lm_head on W8A16 (the default skip), a report with no layer below.
+    one = tmp_path / "one"
+    assert main([*common, "--out", str(one), "--sqnr-floor", "-1000"]) == 0
+    printed = capsys.readouterr().out
+    assert "smoothed 8 sites" in printed and "logits (whole model)" in printed
+    report = json.loads((one / "sensitivity.json").read_text())["layers"]
+    assert len(report) == 15
+    stock, _ = lm_load(str(one))  # tokenizer copied from the source folder
+    assert type(stock.lm_head) is nn.QuantizedLinear
+    assert type(stock.model.layers[0].self_attn.q_proj) is nn.QuantizedLinear
+    ours, _ = w8.load(one)
+    assert type(ours.lm_head) is nn.QuantizedLinear
+    assert isinstance(ours.model.layers[0].self_attn.q_proj, w8.Linear)
+    _use(ours, "mlx_qmm")
+    got = np.array(stock(tokens)).astype(np.float64)
+    np.testing.assert_array_equal(got, np.array(ours(tokens)))
+    # The smoothed, 8-bit model still computes the float model's function.
+    assert oracle.sqnr_db(ref, got) > 30
+
+    # 2. A floor just above the three weakest layers keeps exactly those on W8A16.
+    ranked = sorted(report, key=lambda p: report[p]["w8a8_db"])
+    worst = ranked[:3]
+    floor = (report[ranked[2]]["w8a8_db"] + report[ranked[3]]["w8a8_db"]) / 2
+    two = tmp_path / "two"
+    assert main([*common, "--out", str(two), "--sqnr-floor", str(floor), "--skip"]) == 0
+    cfg = json.loads((two / "config.json").read_text())
+    on_w8a16 = {p for p, v in cfg["quantization"].items() if isinstance(v, dict)}
+    assert on_w8a16 == set(worst)  # --skip alone: lm_head no longer skipped
+    assert len(cfg["mlx_w8a8"]["layers"]) == 15 - 3
+    stock, _ = lm_load(str(two))
+    ours, _ = w8.load(two)
+    assert set(_kinds(stock).values()) == {"QuantizedLinear"}  # 8-bit everywhere for mlx-lm
+    kinds = _kinds(ours)
+    assert {p for p, k in kinds.items() if k == "QuantizedLinear"} == set(worst)
+    assert sum(k == "W8A8" for k in kinds.values()) == 12
+    _use(ours, "mlx_qmm")
+    np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
+
+    # 3. Errors: smoothing without calibration text; every layer below the floor.
+    assert main(["--model", str(src), "--out", str(tmp_path / "x"), "--smooth", "0.5"]) == 2
+    assert "need --calibration" in capsys.readouterr().out
+    assert main([*common, "--out", str(tmp_path / "y"), "--sqnr-floor", "1000"]) == 2
+    assert "no mlx_w8a8.Linear layers" in capsys.readouterr().out
