@@ -310,7 +310,9 @@ def test_sharded_to_all_within_the_stated_bound_of_one_device(run, fmt, per_chan
         got = out[f"layer_{fmt}_s2a"].astype(np.float64)
         assert np.array_equal(np.isnan(got), np.isnan(single)), "NaN rows differ"
         err = np.abs(got - single)[finite]
-        assert np.all(err <= bound[finite]), f"max err/bound {np.max(err / bound[finite]):.3g}"
+        ratio = float(np.max(err / bound[finite]))
+        assert ratio <= 1.0, f"max err/bound {ratio:.3g}"
+    print(f"[{fmt}] sharded-to-all vs one device: max err/bound {ratio:.3f}")  # tightness
     # The outlier row: shard 1's scale is much finer, so the two really differ.
     assert np.max(np.abs(run["ranks"][0][f"layer_{fmt}_s2a"][2] - single[2])) > 0
 
