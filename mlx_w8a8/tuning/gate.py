@@ -507,22 +507,9 @@ def run_gate(
             f"{type(error).__name__}: {error}"
         )
 
-    try:
-        ref_outs = [run_reference(args) for args in inputs]
-        mx.eval(ref_outs)
-    except Exception as error:
-        raise reference_failed(reference, error) from error
-
     staged = problem.op == "linear" and any(c.w8a8 for c in challengers)
-    exact_outs, bounds = [], []
     if staged:
         exact = exact if exact is not None else registry.get(problem.op, registry.EXACT)
-        try:
-            exact_outs = [exact.run(*args) for args in inputs]
-            mx.eval(exact_outs)
-        except Exception as error:
-            raise reference_failed(exact, error) from error
-        bounds = [w8a8_bound(*args) for args in inputs]
 
     def reject(name, stage, worst, index, why, against):
         detail = f"input {index} ({input_name(problem, index)}): {why}"
@@ -532,12 +519,29 @@ def run_gate(
         )
         return GateResult(name, "rejected", worst, detail, stage)
 
-    results = {reference.name: GateResult(reference.name, "ok", 0.0)}
-    for cand in challengers:
-        if cand.name == reference.name:
-            continue
-        worst, verdict, lowest = 0.0, None, None
-        for index, args in enumerate(inputs):
+    # One input at a time (its truths, then every challenger still in the race), so
+    # only one input's outputs and bound are held: [M, N] each, large at prefill M.
+    pending = [c for c in challengers if c.name != reference.name]
+    worst = {c.name: 0.0 for c in pending}
+    lowest: dict[str, float | None] = {c.name: None for c in pending}
+    verdicts: dict[str, GateResult] = {}
+    for index, args in enumerate(inputs):
+        pending = [c for c in pending if c.name not in verdicts]
+        try:  # even with no challenger left: a reference that fails here is reported
+            ref_out = run_reference(args)
+            mx.eval(ref_out)
+        except Exception as error:
+            raise reference_failed(reference, error) from error
+        exact_out = bound = None
+        if staged and any(c.w8a8 for c in pending):
+            try:
+                exact_out = exact.run(*args)
+                mx.eval(exact_out)
+            except Exception as error:
+                raise reference_failed(exact, error) from error
+            bound = w8a8_bound(*args)
+        for cand in pending:
+            name = cand.name
             try:
                 out = cand.run(*args)
                 mx.eval(out)
@@ -545,32 +549,32 @@ def run_gate(
                 detail = f"raised {type(error).__name__}: {error}"
                 log.warning(
                     "[mlx_w8a8.tuning] %s: candidate %r is unavailable (%s); skipped",
-                    describe(problem), cand.name, detail,
+                    describe(problem), name, detail,
                 )
-                verdict = GateResult(cand.name, "unavailable", math.inf, detail)
-                break
-            passed, err, why = compare(ref_outs[index], out, atol, rtol, exact_op)
-            worst = max(worst, err)
-            if not passed:
-                verdict = reject(cand.name, 1, worst, index, why, reference.name)
-                break
-            if not (staged and cand.w8a8):
+                verdicts[name] = GateResult(name, "unavailable", math.inf, detail)
                 continue
-            passed, _, why = compare_w8a8(
-                exact_outs[index], out, bounds[index], problem.dtype
-            )
+            passed, err, why = compare(ref_out, out, atol, rtol, exact_op)
+            worst[name] = max(worst[name], err)
             if not passed:
-                verdict = reject(cand.name, 2, worst, index, why, exact.name)
-                break
-            db = sqnr_db(ref_outs[index], out)
-            lowest = db if lowest is None else min(lowest, db)
+                verdicts[name] = reject(name, 1, worst[name], index, why, reference.name)
+                continue
+            if exact_out is None or not cand.w8a8:
+                continue
+            passed, _, why = compare_w8a8(exact_out, out, bound, problem.dtype)
+            if not passed:
+                verdicts[name] = reject(name, 2, worst[name], index, why, exact.name)
+                continue
+            db = sqnr_db(ref_out, out)
+            lowest[name] = db if lowest[name] is None else min(lowest[name], db)
             if db < min_sqnr_db:
                 why = f"SQNR {db:.1f} dB against {reference.name!r} < {min_sqnr_db} dB"
-                verdict = reject(cand.name, 2, worst, index, why, reference.name)
-                break
-        if verdict is None:
-            verdict = GateResult(cand.name, "ok", worst)
-        results[cand.name] = attrs.evolve(verdict, sqnr_db=lowest)
+                verdicts[name] = reject(name, 2, worst[name], index, why, reference.name)
+    results = {reference.name: GateResult(reference.name, "ok", 0.0)}
+    for cand in challengers:
+        if cand.name == reference.name:
+            continue
+        verdict = verdicts.get(cand.name) or GateResult(cand.name, "ok", worst[cand.name])
+        results[cand.name] = attrs.evolve(verdict, sqnr_db=lowest[cand.name])
     return results
 
 
