@@ -48,4 +48,14 @@ def code_digest(*functions: Callable, texts: tuple[str, ...] = (), params: str =
         texts: kernel source texts (e.g. from :func:`read`).
         params: launch parameters and constants, as text.
     """
-    return digest(*(inspect.getsource(f) for f in functions), *texts, params)
+    return digest(*(_source(f) for f in functions), *texts, params)
+
+
+def _source(function: Callable) -> str:
+    """The source text of ``function``; its compiled code where no source ships (a
+    frozen or byte-compiled-only install), so the digest still follows changes."""
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        code = function.__code__
+        return f"{code.co_code.hex()} {code.co_consts!r} {code.co_names!r}"
