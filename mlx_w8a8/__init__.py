@@ -5,6 +5,9 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
 - ``Linear``: drop-in for ``nn.Linear`` / 8-bit ``nn.QuantizedLinear``.
 - ``quantize(model)``, ``save(model, path, config)``, ``load(path)``: whole models;
   ``summary(model)`` / ``decisions(model, m)``: which kernel each layer runs and why.
+- ``calibrate(model, batches)``, ``smooth(model, stats, alpha)``, ``sensitivity(model,
+  batches)`` / ``policy(report, floor)``, ``perplexity(model, data)``: accuracy
+  (SmoothQuant, mixed W8A8/W8A16 models; ``python -m mlx_w8a8.convert`` / ``.eval``).
 - ``shard(model, group)``: tensor parallelism over ``mx.distributed``
   (``mlx_w8a8.distributed``: the sharded layers, ``shard_linear``, ``rank_shapes``).
 - ``quantize_weight``, ``quantize_activation``, ``int8_matmul``, ``w8a8_linear``: ops.
@@ -16,10 +19,22 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
 
 __version__ = "0.1.0"
 
+import warnings as _warnings
+
+# ``python -m mlx_w8a8.convert`` / ``.eval`` run modules this package imports; runpy's
+# warning about that is noise here (the command lines only call the modules' functions).
+_warnings.filterwarnings(
+    "ignore", message=r"'mlx_w8a8\.(convert|eval)' found in sys\.modules", category=RuntimeWarning
+)
+
 from .weight import QuantizedWeight
 from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
 from .nn import Linear
 from .convert import load, quantize, save
+from .calibrate import calibrate
+from .smooth import smooth
+from .sensitivity import policy, sensitivity
+from .eval import perplexity
 from .summary import decisions, summary
 from .distributed import shard
 from .kernels import registry as _registry
@@ -33,6 +48,11 @@ __all__ = [
     "load",
     "summary",
     "decisions",
+    "calibrate",
+    "smooth",
+    "sensitivity",
+    "policy",
+    "perplexity",
     "shard",
     "QuantizedWeight",
     "quantize_weight",
