@@ -70,7 +70,10 @@ def test_tables_as_arms(tmp_path):
     key = table.device_key()
     a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     entry = {"op": "linear", "m_bucket": 2, "n": 32, "k": 64, "dtype": "float32",
-             "weight_format": "per_channel", "group_size": 32, "candidates": {}}
+             "weight_format": "per_channel", "group_size": 32,
+             # an entry must say what it measured (digests), else it is stale
+             "candidates": {n: {"digest": registry.get("linear", n).digest}
+                            for n in ("mlx_qmm", bench.EXACT)}}
     table.write_entries(a, key, [dict(entry, choice="mlx_qmm")])
     table.write_entries(b, key, [dict(entry, choice="exact")])
     code, text, lines = run(["--baseline-table", a, "--candidate-table", b] + TINY, tmp_path)
