@@ -6,9 +6,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# Read by the ``rng`` fixture to replay a failure; every other MLX_W8A8_* variable is
-# removed for the duration of each test.
-SEED_VARIABLE = "MLX_W8A8_TEST_SEED"
+# Settings of the test harness itself, kept: the ``rng`` fixture's replay seed, the
+# Metal emulator's compiler and cache, the tensor-parallel tests' backend. Every other
+# MLX_W8A8_* variable (the package's own settings) is removed for each test.
+HARNESS_VARIABLES = (
+    "MLX_W8A8_TEST_SEED", "MLX_W8A8_EMU_CXX", "MLX_W8A8_EMU_CACHE", "MLX_W8A8_TP_BACKEND",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +25,7 @@ def hermetic(tmp_path_factory, monkeypatch):
     from mlx_w8a8.tuning import table
 
     for name in list(os.environ):
-        if name.startswith("MLX_W8A8_") and name != SEED_VARIABLE:
+        if name.startswith("MLX_W8A8_") and name not in HARNESS_VARIABLES:
             monkeypatch.delenv(name)
     monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path_factory.mktemp("mlx_w8a8-cache")))
     chooser = registry.set_chooser(None)

@@ -58,11 +58,12 @@ def test_tests_are_hermetic():
     # (e.g. MLX_W8A8_TUNE=1 in the shell running the suite) never reach a test.
     import os
 
+    from conftest import HARNESS_VARIABLES
     from mlx_w8a8 import tuning
     from mlx_w8a8.tuning import table
 
     assert not [v for v in os.environ if v.startswith("MLX_W8A8_") and v not in
-                ("MLX_W8A8_TEST_SEED", table.ENV_CACHE_DIR)]
+                HARNESS_VARIABLES + (table.ENV_CACHE_DIR,)]
     assert "mlx_w8a8-cache" in os.environ[table.ENV_CACHE_DIR]
     assert not tuning.get_tuner().online and tuning.get_tuner().table_path is None
 
