@@ -39,8 +39,10 @@ Gate inputs (:data:`INPUT_NAMES`): the seed's ramp pattern, a seeded random draw
 that is zero except the last ``TAIL`` elements of K (a kernel that drops or misreads a
 K tail is wrong on all of it) and a row of exact quantization ties ``(j + 1/2) c`` with
 ``127 c`` as its maximum (a kernel that rounds ties the wrong way, or quantizes with
-``/127`` and dequantizes with ``/128``, is off on every element). At ``M > 1`` every
-input repeats its first row pattern with a per-row shift, so rows differ.
+``/127`` and dequantizes with ``/128``, is off on every element); ``int8_matmul`` gets
+runs of ``127`` and ``-128`` instead of ties, whose sums an unchunked float32 matmul
+rounds. At ``M > 1`` rows differ (the ramp is shifted per row; the others draw each
+row).
 
 This module also makes the operands the tuner times candidates on (:func:`operands`):
 synthetic weights of the problem's shape and format, with activations of the
