@@ -43,7 +43,7 @@ def test_oracle_is_the_float_product_of_the_stored_weight():
 
 
 def test_qualification_writes_json_lines_and_a_summary(tmp_path):
-    code, text, lines = run(["--baseline", "mlx_qmm", "--candidate", "exact"] + TINY, tmp_path)
+    code, text, lines = run(["--baseline", "mlx_qmm", "--candidate", bench.EXACT] + TINY, tmp_path)
     assert code == 0, text
     heads = [l for l in lines if "baseline" in l and "pair" not in l]
     pairs = [l for l in lines if "pair" in l]
@@ -51,7 +51,7 @@ def test_qualification_writes_json_lines_and_a_summary(tmp_path):
     assert len(heads) == 2 and len(afters) == 2
     assert len(pairs) == 2 * bench.MIN_PAIRS  # >= 30 pairs per case
     h = heads[0]
-    assert h["baseline"]["name"] == "mlx_qmm" and h["candidate"]["name"] == "exact"
+    assert h["baseline"]["name"] == "mlx_qmm" and h["candidate"]["name"] == bench.EXACT
     assert h["baseline"]["digest"] and h["device"]["mlx_version"] == mx.__version__
     assert h["failures"] == [] and all(e is not None for e in h["max_abs_error"])
     assert all(p["baseline_ns"] > 0 and p["candidate_ns"] > 0 for p in pairs)
@@ -61,9 +61,42 @@ def test_qualification_writes_json_lines_and_a_summary(tmp_path):
 
 def test_wrong_candidate_fails_the_oracle_check(tmp_path, drift):
     code, text, lines = run(["--candidate", "bench_drift"] + TINY, tmp_path)
-    assert code == 1 and "FAIL" in text
+    assert code == 1 and "FAIL: candidate" in text
     head = next(l for l in lines if "failures" in l and not l.get("after"))
     assert any(f.startswith("bench_drift:") for f in head["failures"])
+    after = next(l for l in lines if l.get("after"))
+    assert after["failing"] == ["candidate"] and after["verdict"] == "FAIL"
+    assert "candidate bench_drift fails the oracle" in text
+
+
+@pytest.fixture
+def bf16_drift():
+    """A kernel accurate on float32 activations but off in bfloat16: the shape of MLX's
+    CPU bfloat16 quantized_matmul (accurate when the same weights see float32 input)."""
+    qmm = registry.get("linear", "mlx_qmm")
+
+    def run(x, w, b):
+        y = qmm.run(x, w, b)
+        return y + 0.5 if x.dtype == mx.bfloat16 else y
+
+    registry.register(Candidate(name="bench_bf16_drift", backend="any", op="linear", run=run,
+                                digest="bf16drift"))
+    yield
+    registry.unregister("linear", "bench_bf16_drift")
+
+
+def test_inaccurate_baseline_is_named_and_does_not_fail_the_run(tmp_path, bf16_drift):
+    # bfloat16, where the baseline is the side that misses the oracle
+    argv = ["--baseline", "bench_bf16_drift", "--candidate", bench.EXACT, "--cases", "2x32x64",
+            "--group-size", "32", "--warmup", "1", "--chain", "1"]
+    code, text, lines = run(argv, tmp_path)
+    assert code == 0, text
+    after = next(l for l in lines if l.get("after"))
+    assert after["failing"] == ["baseline"] and after["verdict"] == "baseline_off_oracle"
+    (why,) = after["explanation"]
+    assert why.startswith("baseline bench_bf16_drift fails the oracle")
+    assert "on float32-upcast activations the same kernel is within tolerance" in why
+    assert "ok, baseline off" in text and "FAIL" not in text and why in text
 
 
 def test_tables_as_arms(tmp_path):
@@ -75,11 +108,11 @@ def test_tables_as_arms(tmp_path):
              "candidates": {n: {"digest": registry.get("linear", n).digest}
                             for n in ("mlx_qmm", bench.EXACT)}}
     table.write_entries(a, key, [dict(entry, choice="mlx_qmm")])
-    table.write_entries(b, key, [dict(entry, choice="exact")])
+    table.write_entries(b, key, [dict(entry, choice=bench.EXACT)])
     code, text, lines = run(["--baseline-table", a, "--candidate-table", b] + TINY, tmp_path)
     assert code == 0, text
     head = lines[0]
-    assert head["baseline"]["choice"] == "mlx_qmm" and head["candidate"]["choice"] == "exact"
+    assert head["baseline"]["choice"] == "mlx_qmm" and head["candidate"]["choice"] == bench.EXACT
     assert head["candidate"]["table_hit"] is True
     # the second case (1x64x32) is in neither table: both arms run the fallback
     second = next(l for l in lines if l.get("case", "").startswith("linear-1x64x32") and "baseline" in l)

@@ -60,3 +60,28 @@ def test_nearest_bucket_snaps_in_log_space():
     assert shapes.nearest_bucket(100, measured) == 512   # bucket 128: 3 from 16, 2 from 512
     assert shapes.nearest_bucket(4000, measured) == 512
     assert shapes.nearest_bucket(7, []) is None
+
+
+def test_default_m_covers_decode_and_prefill_on_a_gpu_and_is_short_on_a_cpu():
+    gpu = shapes.default_m("cuda")
+    assert gpu[0] == 1 and gpu[-1] == 4096 and len(gpu) == 13
+    assert all(b == 2 * a for a, b in zip(gpu, gpu[1:]))  # every power of two in between
+    assert shapes.default_m("metal") == gpu
+    assert shapes.default_m("cpu") == shapes.CPU_M == (1, 4)
+
+
+def test_tp_splits_column_parallel_n_and_row_parallel_k():
+    # Llama-3-8B at tp=4: q 4096x4096 -> 1024x4096, k 1024 -> 256, gate/up 14336 ->
+    # 3584 (column-parallel, N split); o and down keep N and split K (row-parallel)
+    assert shapes.split_for_tp("q_proj", 4096, 4096, 4) == (1024, 4096)
+    assert shapes.split_for_tp("k_proj", 1024, 4096, 4) == (256, 4096)
+    assert shapes.split_for_tp("up_proj", 14336, 4096, 4) == (3584, 4096)
+    assert shapes.split_for_tp("o_proj", 4096, 4096, 4) == (4096, 1024)
+    assert shapes.split_for_tp("down_proj", 4096, 14336, 4) == (4096, 3584)
+    # lm_head is not sharded by mlx-lm's shard(): unchanged
+    assert shapes.split_for_tp("lm_head", 128256, 4096, 4) == (128256, 4096)
+    assert shapes.split_for_tp("q_proj", 4096, 4096, 1) == (4096, 4096)
+    with pytest.raises(ValueError, match="k_proj.*not divisible by 3"):
+        shapes.split_for_tp("k_proj", 1024, 4096, 3)
+    with pytest.raises(ValueError, match="tp must be a positive int"):
+        shapes.split_for_tp("q_proj", 8, 8, 0)
