@@ -140,15 +140,34 @@ def test_int8_matmul_bit_exact(emulated, rng, name, run, m, n, k):
     np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
 
 
+@pytest.mark.parametrize("tile", sorted(metal.NAX_TILES))
+def test_nax_tiles_bit_exact(emulated, rng, tile):
+    """Every registered NAX tile on one shape with tails everywhere: M = 70 gives 3 M
+    tiles of 32 (swizzle 1: one threadgroup of the grid is past the last tile) or 2 of
+    64; N = 140 leaves a partial SIMD-group block; K = 100 runs 3 unguarded 32-steps and
+    a guarded 4-wide tail."""
+    emulated.need_nax()
+    a, b = oracle.random_int8(rng, (70, 100)), oracle.random_int8(rng, (140, 100))
+    c = metal.nax_int8_matmul(mx.array(a), mx.array(b), tile=tile)
+    assert emulated.ran("nax_gemm")
+    np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+    cand = registry.get("int8_matmul", f"metal_nax_int8_gemm_{tile}")
+    with metal.override(metal=True, nax=True):
+        np.testing.assert_array_equal(np.array(cand.run(mx.array(a), mx.array(b))), oracle.int8_matmul(a, b))
+
+
 @pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_int8_matmul), ("simd_gemm", metal.simd_int8_matmul)])
 def test_int8_matmul_exact_past_2_24(emulated, name, run):
-    """All -128: each output is K * 2^14 = 2100 * 16384 > 2^24. A float accumulator that
-    were never flushed to int32 would round it; the simd kernel flushes every 1024."""
+    """127 x 127 products (odd, 16129) with every 8th weight 126: each output is about
+    2100 * 16129 > 2^24, so a float accumulator that were never flushed to int32 would
+    round (the simd kernel flushes every 1024 values of K; the emulated float MMA adds
+    in float32, no more precisely than the GPU). K = 2100 also spans 9 NAX K blocks."""
     emulated.need_nax(name == "nax_gemm")
     m, n, k = 2, 3, 2100
-    a = np.full((m, k), -128, np.int8)
-    b = np.full((n, k), -128, np.int8)
-    b[1, :7] = 127  # a value that is odd, so its loss would show
+    a = np.full((m, k), 127, np.int8)
+    b = np.full((n, k), 127, np.int8)
+    b[:, ::8] = 126
+    b[1, :7] = -128
     c = run(mx.array(a), mx.array(b))
     assert emulated.ran(name)
     np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
@@ -209,6 +228,35 @@ def test_gemv(emulated, rng, dtype, m, per_channel, group_size, k):
     assert emulated.ran("gemv")
 
 
+def gemv_flush_case():
+    """Inputs on which a GEMV lane's float partial sum passes 2^24 while the total stays
+    small: codes +-127 alternating by 4-wide chunk (a lane's chunks all share a sign),
+    weights 127 with every 8th 126. K = 40960 gives each lane 320 chunks, |partial| ~
+    2.06e7 > 2^24 (odd products then round in float), yet C = -650240 per row is exact
+    in float32, so one lost unit shows in the output."""
+    k = 40960
+    sign = np.where((np.arange(k) // 4) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    x = np.stack([sign, -sign])
+    w = np.full((4, k), 127.0, np.float32)
+    w[:, ::8] = 126.0
+    wq = QuantizedWeight.from_float(mx.array(w), group_size=128, per_channel=True)
+    return x, wq
+
+
+def test_gemv_exact_past_2_24(emulated):
+    """The GEMV's float FMA accumulation is flushed to int32 every 1024 products; the
+    output is checked bit for bit against float32(C) * sa * sw with C exact."""
+    x, wq = gemv_flush_case()
+    y = np.array(metal.int8_gemv(mx.array(x), wq, None))
+    assert emulated.ran("gemv")
+    q, sa = oracle.quantize_rows(x)
+    c = oracle.int8_matmul(q, (oracle.codes(wq).astype(np.int64) - 128).astype(np.int8))
+    assert abs(c).max() < 2**24  # the total is exact in float32; only lane partials are large
+    sw = np.array(wq.channel_scales)
+    want = (c.astype(np.float32) * sa) * sw[None, :]
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
 def test_gemv_refuses_more_than_16_rows(emulated, rng):
     x, _ = activation(rng, 17, 64, "float32", edge_rows=False)
     with pytest.raises(ValueError, match="M in 1..16"):
@@ -228,19 +276,111 @@ def problems():
     }
 
 
+@pytest.mark.parametrize("mac_ver,darwin,want", [
+    ("26.2", "25.2.0", (26, 2)),   # a Python built with the macOS 26 SDK reports the truth
+    ("16.0", "25.2.0", (26, 2)),   # older SDK: 16.x compatibility version, Darwin 25.2 = macOS 26.2
+    ("16.0", "25.1.0", (26, 1)),
+    ("15.5", "24.5.0", (15, 5)),   # macOS 15 is reported as it is
+    ("", "", None),                # not macOS
+    ("26", "", (26, 0)),
+])
+def test_macos_version(mac_ver, darwin, want):
+    assert metal.macos_version(mac_ver, darwin) == want
+
+
 @pytest.mark.parametrize("macos,arch,want", [
-    ("26.2", "applegpu_g17g", True),    # M5 on the first macOS with NAX
-    ("27.0", "applegpu_g17s", True),
-    ("26.1", "applegpu_g17g", False),   # OS too old
-    ("15.5", "applegpu_g17g", False),
-    ("26.2", "applegpu_g16s", False),   # M4 generation
-    ("26.2", "applegpu_g17p", False),   # a 'p' part needs generation 18
-    ("26.2", "applegpu_g18p", True),
-    ("", "applegpu_g17g", False),       # not macOS
-    ("26.2", "x86_64", False),          # not an Apple GPU architecture string
+    ((26, 2), "applegpu_g17g", True),    # M5 on the first macOS with NAX
+    ((27, 0), "applegpu_g17s", True),
+    ((26, 1), "applegpu_g17g", False),   # OS too old
+    ((15, 5), "applegpu_g17g", False),
+    ((26, 2), "applegpu_g16s", False),   # M4 generation
+    ((26, 2), "applegpu_g17p", False),   # a 'p' part needs generation 18
+    ((26, 2), "applegpu_g18p", True),
+    (None, "applegpu_g17g", False),      # not macOS
+    ((26, 2), "x86_64", False),          # not an Apple GPU architecture string
 ])
 def test_nax_rule(macos, arch, want):
-    assert metal.nax_rule(macos, arch) is want
+    on, reason = metal.nax_rule(macos, arch)
+    assert on is want and reason
+
+
+def test_nax_decision_reads_darwin_and_probes_last():
+    """The cpython #135675 case turns NAX on; the build probe runs only when the OS and
+    GPU allow NAX, and its failure (or exception) turns NAX off with the reason."""
+    calls = []
+
+    def probe(result):
+        def run():
+            calls.append(result)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        return run
+
+    on, why = metal.nax_decision("16.0", "25.2.0", "applegpu_g17g", probe((True, "ok")))
+    assert on and "26.2" in why and calls == [(True, "ok")]
+    on, why = metal.nax_decision("16.0", "25.2.0", "applegpu_g17g", probe((False, "no MPP header")))
+    assert not on and "no MPP header" in why
+    on, why = metal.nax_decision("26.2", "25.2.0", "applegpu_g17g", probe(RuntimeError("compile failed")))
+    assert not on and "compile failed" in why
+    calls.clear()
+    on, why = metal.nax_decision("16.0", "25.1.0", "applegpu_g17g", probe((True, "ok")))
+    assert not on and "26.1" in why and calls == []  # too old: no probe
+    on, why = metal.nax_decision("26.2", "25.2.0", "applegpu_g16s", probe((True, "ok")))
+    assert not on and "generation 16" in why and calls == []
+
+
+def test_probe_is_cached_per_key(tmp_path):
+    path = str(tmp_path / "sub" / "nax_probe.json")
+    runs = []
+
+    def probe():
+        runs.append(1)
+        return False, "MLX_METAL_NO_NAX build"
+
+    assert metal.cached_probe("mlx 1.0", probe, path) == (False, "MLX_METAL_NO_NAX build")
+    on, why = metal.cached_probe("mlx 1.0", probe, path)
+    assert (on, len(runs)) == (False, 1) and "cached" in why
+    metal.cached_probe("mlx 1.1", probe, path)  # another MLX version probes again
+    assert len(runs) == 2
+    (tmp_path / "sub" / "nax_probe.json").write_text("{not json")
+    assert metal.cached_probe("mlx 1.0", probe, path)[0] is False and len(runs) == 3  # corrupt: re-probe
+
+
+def test_nax_probe_kernel_runs_in_the_emulator():
+    """The one-line matmul2d probe compiles against the emulated Metal 4 headers and
+    every lane reads the 16-long dot product of ones."""
+    previous = metal.set_executor(harness.executor)
+    try:
+        assert metal.run_nax_probe() == (True, "ok")
+    finally:
+        metal.set_executor(previous)
+
+
+def test_probe_failure_is_a_reason_not_an_error():
+    def broken(kernel, **kwargs):
+        raise RuntimeError("Unable to build metal library from source\nerror: no MetalPerformancePrimitives")
+
+    previous = metal.set_executor(broken)
+    try:
+        on, why = metal.run_nax_probe()
+    finally:
+        metal.set_executor(previous)
+    assert not on and "Unable to build metal library" in why
+
+
+def test_metal_follows_the_default_device(monkeypatch):
+    """A Metal build whose default device is the CPU offers no Metal candidate."""
+    monkeypatch.setattr(metal, "_metal_built", lambda: True)
+    previous = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    try:
+        on, why = metal.metal_status()
+        assert not on and "default device" in why
+        assert not metal.metal_available() and not metal.nax_available()
+        assert metal.pick(problems()["int8"]) is None
+    finally:
+        mx.set_default_device(previous)
 
 
 def test_no_metal_offers_nothing():
@@ -252,18 +392,24 @@ def test_no_metal_offers_nothing():
 
 
 def test_detection_follows_mlx():
-    """Without an override, Metal is what MLX reports (no Metal on the CI machine)."""
-    assert metal.metal_available() == bool(mx.metal.is_available())
+    """Without an override, Metal is what MLX reports for its default device (no Metal
+    on the CI machine), and the reasons say why."""
+    want = bool(mx.metal.is_available()) and mx.default_device().type == mx.gpu
+    assert metal.metal_available() == want
+    report = metal.status()
+    assert set(report) == {"metal", "nax"} and all(reason for _, reason in report.values())
     if not mx.metal.is_available():
         assert not metal.nax_available()
+        assert "no Metal backend" in report["metal"][1]
 
 
 def check_nothing_offered():
     assert not metal.metal_available() and not metal.nax_available()
     metal_names = {c.name for c in registry.all_candidates() if c.backend == "metal"}
+    tiles = {f"metal_nax_{op}_gemm_{t}" for op in ("int8", "w8a8") for t in metal.NAX_TILES}
     assert metal_names == {"metal_quantize", "metal_nax_int8_gemm", "metal_simd_int8_gemm",
                            "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
-                           "metal_w8a8_gemm_grouped", "metal_int8_gemv"}
+                           "metal_w8a8_gemm_grouped", "metal_int8_gemv"} | tiles
     for problem in problems().values():
         offered = registry.names(registry.candidates(problem))
         assert not [n for n in offered if n.startswith("metal_")], offered

@@ -115,20 +115,20 @@ def check_simd_gemm_barrier(rng, monkeypatch, which):
 
 
 def test_dropped_k_tail_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
-    """A K loop that only runs whole 16-wide steps drops the last K % 16 products.
+    """A K loop that only runs whole 32-wide steps drops the last K % 32 products.
     (An off-by-one in a load bound alone would be masked here: the other operand's
     bounds check supplies a zero for the same k.)"""
-    a, b = oracle.random_int8(rng, (20, 40)), oracle.random_int8(rng, (24, 40))  # K tail: 40 = 2*16 + 8
+    a, b = oracle.random_int8(rng, (20, 40)), oracle.random_int8(rng, (24, 40))  # K tail: 40 = 32 + 8
     want = oracle.int8_matmul(a, b)
     np.testing.assert_array_equal(np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b))), want)
-    plant(monkeypatch, "nax_gemm.metal", "for (int k0 = 0; k0 < K; k0 += 16)",
-          "for (int k0 = 0; k0 + 16 <= K; k0 += 16)")
+    plant(monkeypatch, "nax_gemm.metal", "for (int k0 = kb; k0 < kb_end; k0 += SK)",
+          "for (int k0 = kb; k0 + SK <= kb_end; k0 += SK)")
     got = np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b)))
     assert not np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("kernel, shapes, indent", [
-    ("nax", ((5, 16), (21, 16)), "      "),
+    ("nax", ((5, 16), (21, 16)), "        "),
     ("simd", ((8, 32), (33, 32)), "    "),
 ])
 def test_off_by_one_store_tail_in_gemm_is_caught(emulated, rng, monkeypatch, kernel, shapes, indent):
@@ -151,6 +151,39 @@ def test_off_by_one_group_in_quantize_sums_is_caught(emulated, rng, monkeypatch)
     plant(monkeypatch, "quantize.metal", "for (int j = int(lane); j < CH; j += 32)",
           "for (int j = int(lane); j < CH - 1; j += 32)")
     assert not np.array_equal(np.array(metal.quantize(mx.array(x), 32)[2]), want)
+
+
+def test_untransposed_right_operand_in_nax_gemm_is_caught(emulated, rng, monkeypatch):
+    """The emulated matmul2d honours transpose_right: the kernel loads B as [N, K]
+    fragments, so declaring the operand untransposed multiplies the wrong elements."""
+    a, b = oracle.random_int8(rng, (32, 32)), oracle.random_int8(rng, (32, 32))
+    want = oracle.int8_matmul(a, b)
+    np.testing.assert_array_equal(np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b))), want)
+    plant(monkeypatch, "nax_gemm.metal", "16, 32, 16, false, true, true,", "16, 32, 16, false, false, true,")
+    assert not np.array_equal(np.array(metal.nax_int8_matmul(mx.array(a), mx.array(b))), want)
+
+
+def test_missing_flush_in_simd_gemm_is_caught(emulated, monkeypatch):
+    """Without the int32 flush every 1024 values of K, the float accumulator passes 2^24
+    and rounds the odd 127 x 127 products (test_metal's flush case)."""
+    m, n, k = 2, 3, 2100
+    a = np.full((m, k), 127, np.int8)
+    b = np.full((n, k), 127, np.int8)
+    b[:, ::8] = 126
+    want = oracle.int8_matmul(a, b)
+    np.testing.assert_array_equal(np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b))), want)
+    plant(monkeypatch, "simd_gemm.metal", "constexpr int EXACT_K = 1024;", "constexpr int EXACT_K = 1 << 20;")
+    assert not np.array_equal(np.array(metal.simd_int8_matmul(mx.array(a), mx.array(b))), want)
+
+
+def test_missing_flush_in_gemv_is_caught(emulated, monkeypatch):
+    """Without the flush every 256 steps (1024 products) a lane's float partial rounds."""
+    from test_metal import gemv_flush_case
+
+    x, wq = gemv_flush_case()
+    good = np.array(metal.int8_gemv(mx.array(x), wq, None))
+    plant(monkeypatch, "gemv.metal", "constexpr int FLUSH_STEPS = 256;", "constexpr int FLUSH_STEPS = 1 << 20;")
+    assert not np.array_equal(np.array(metal.int8_gemv(mx.array(x), wq, None)), good)
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,6 +257,138 @@ def test_unsupported_constructs_fail_to_compile(source):
     header = "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>\n"
     with pytest.raises(harness.EmulationError, match="clang rejected"):
         run(kernel(source, header=header), [mx.zeros((32,))], (32,), mx.float32, (32, 1, 1), (32, 1, 1))
+
+
+MPP = "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>\n"
+NAX_OP = """constexpr auto d = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, false, true, true,
+    mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);
+mpp::tensor_ops::matmul2d<d, metal::execution_simdgroup> op;
+"""
+
+
+def compile_probe(source, header="", inputs=None, out_dtype=mx.float32):
+    """Run a one-SIMD-group probe kernel; returns its 32 outputs."""
+    inputs = inputs if inputs is not None else [mx.zeros((32,))]
+    return run(kernel(source, header=header), inputs, (32,), out_dtype, (32, 1, 1), (32, 1, 1))
+
+
+@pytest.mark.parametrize("source, message", [
+    # Metal has no integer simdgroup matrices (half, float, bfloat only).
+    ("simdgroup_matrix<int, 8, 8> m = make_filled_simdgroup_matrix<int, 8, 8>(1); out[0] = 0;",
+     "element type must be half, float or bfloat"),
+    ("simdgroup_matrix<int8_t, 8, 8> m; out[0] = 0;", "element type must be half, float or bfloat"),
+    # simdgroup_load takes a pointer to the matrix's element type ...
+    ("simdgroup_half8x8 m; simdgroup_load(m, (const device int8_t*)inp, 8); out[0] = 0;",
+     "no matching function for call to 'simdgroup_load'"),
+    # ... in device or threadgroup memory, never thread memory.
+    ("half h[64]; for (int i = 0; i < 64; ++i) { h[i] = half(0); }\n"
+     "simdgroup_half8x8 m; simdgroup_load(m, h, 8); out[0] = 0;",
+     "no matching function for call to 'simdgroup_load'"),
+    ("threadgroup float t[64]; simdgroup_float8x8 m; simdgroup_store(m, (thread float*)nullptr, 8);"
+     " t[0] = 0; out[0] = t[0];", "no matching function for call to 'simdgroup_store'"),
+    # Narrowing in a braced initialiser is an error in Metal (C++).
+    ("int k = int(inp[0]); short s{k}; out[0] = float(s);", "narrowing"),
+])
+def test_metal_compiler_rejections(source, message):
+    with pytest.raises(harness.EmulationError, match=message):
+        compile_probe(source)
+
+
+@pytest.mark.parametrize("types, ok", [
+    ("int8_t, int8_t, int32_t", True),     # the W8A8 combination
+    ("uint8_t, uint8_t, int32_t", True),   # in Apple's table too
+    ("int8_t, uint8_t, int32_t", False),   # mixed signedness: not in the table
+    ("uint8_t, int8_t, int32_t", False),
+    ("int8_t, int8_t, float", False),      # integer x integer only to int32
+    ("half, int8_t, float", True),         # mixed precision with a float destination
+    ("half, half, int32_t", False),
+])
+def test_matmul2d_type_table(types, ok):
+    """Apple's MPPTensorOpsMatMul2d.h table, as static_asserts in the emulator."""
+    src = NAX_OP + f"""auto ct_a = op.get_left_input_cooperative_tensor<{types}>();
+auto ct_b = op.get_right_input_cooperative_tensor<{types}>();
+auto ct_c = op.get_destination_cooperative_tensor<metal::remove_addrspace_t<decltype(ct_a)>,
+    metal::remove_addrspace_t<decltype(ct_b)>, {types.split(", ")[2]}>();
+for (short i = 0; i < 8; ++i) {{ ct_a[i] = 2; }}
+for (short i = 0; i < 16; ++i) {{ ct_b[i] = 3; ct_c[i] = 1; }}
+op.run(ct_a, ct_b, ct_c);
+out[thread_index_in_simdgroup] = float(ct_c[0]) + inp[0];
+"""
+    if ok:
+        np.testing.assert_array_equal(np.array(compile_probe(src, MPP)), 97.0)  # 1 + 16 * 2 * 3
+    else:
+        with pytest.raises(harness.EmulationError, match="not in Apple's matmul2d type table"):
+            compile_probe(src, MPP)
+
+
+def test_fresh_cooperative_tensor_is_poison_not_zero():
+    """multiply_accumulate into a destination that was never written adds garbage."""
+    src = NAX_OP + """auto ct_a = op.get_left_input_cooperative_tensor<int8_t, int8_t, int32_t>();
+auto ct_b = op.get_right_input_cooperative_tensor<int8_t, int8_t, int32_t>();
+auto ct_c = op.get_destination_cooperative_tensor<metal::remove_addrspace_t<decltype(ct_a)>,
+    metal::remove_addrspace_t<decltype(ct_b)>, int32_t>();
+for (short i = 0; i < 8; ++i) { ct_a[i] = 1; }
+for (short i = 0; i < 16; ++i) { ct_b[i] = 1; }
+op.run(ct_a, ct_b, ct_c);
+out[thread_index_in_simdgroup] = ct_c[0] + int(inp[0]);
+"""
+    got = np.array(compile_probe(src, MPP, out_dtype=mx.int32))
+    assert (got == np.int32(np.uint32(0xA5A5A5A5).view(np.int32)) + 16).all()
+
+
+def test_fresh_simdgroup_matrix_is_nan_not_zero():
+    src = """threadgroup float t[64];
+simdgroup_float8x8 m;
+simdgroup_store(m, t, 8);
+simdgroup_barrier(mem_flags::mem_threadgroup);
+out[thread_index_in_simdgroup] = t[thread_index_in_simdgroup] + inp[0];
+"""
+    assert np.isnan(np.array(compile_probe(src))).all()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("consteval int three() { return 3; }", "consteval"),                           # C++20
+    ("struct P { int a, b; }; constexpr P p = {.a = 1, .b = 2};", "not Metal Shading Language"),
+])
+def test_cpp20_is_refused_even_where_nax_needs_cpp20(source, message):
+    with pytest.raises(harness.EmulationError, match=message):
+        compile_probe("out[0] = inp[0];", MPP + source + "\n")
+
+
+def test_threadgroup_array_in_a_helper_is_refused():
+    helper = "METAL_FUNC float stage(float v) {\n  threadgroup float buf[32];\n  buf[0] = v;\n  return buf[0];\n}\n"
+    with pytest.raises(harness.EmulationError, match="threadgroup array declared outside the kernel"):
+        compile_probe("out[0] = stage(inp[0]);", helper)
+
+
+def test_mem_none_barrier_does_not_fence_threadgroup_memory():
+    src = """threadgroup float buf[32];
+buf[thread_index_in_simdgroup] = inp[thread_index_in_simdgroup];
+threadgroup_barrier(mem_flags::mem_none);
+out[thread_index_in_simdgroup] = buf[31 - thread_index_in_simdgroup];
+"""
+    with pytest.raises(harness.EmulationError, match="mem_none"):
+        compile_probe(src)
+    fenced = src.replace("mem_none", "mem_threadgroup")
+    np.testing.assert_array_equal(np.array(compile_probe(fenced, inputs=[mx.arange(32, dtype=mx.float32)])),
+                                  np.arange(32)[::-1])
+
+
+def test_mlx_preamble_names_collide_as_on_a_mac():
+    """MLX prepends its utils.h to every metal_kernel source: a header that defines one
+    of its names again (here `Limits`) fails to compile, as it would with MLX on a Mac."""
+    with pytest.raises(harness.EmulationError, match="Limits"):
+        compile_probe("out[0] = inp[0];", "template <typename T> struct Limits { static constexpr T max = 1; };\n")
+    np.testing.assert_array_equal(np.array(compile_probe("out[thread_index_in_simdgroup] = Limits<float>::max;")),
+                                  np.inf)
+
+
+def test_plain_sources_build_as_cpp17_nax_sources_as_cpp20():
+    assert harness.standard("out[0] = 1;") == "-std=c++17"
+    assert harness.standard(MPP) == "-std=c++20"
+    # A C++20 feature clang would accept in C++20 mode fails in a plain (Metal 3) source.
+    with pytest.raises(harness.EmulationError, match="clang rejected"):
+        compile_probe("using L = decltype([] { return 3; }); out[0] = float(L()());")
 
 
 @pytest.mark.parametrize("line", [

@@ -50,6 +50,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "metal_emu.h"
+PREAMBLE = HERE / "mlx_preamble.h"
 INCLUDE = HERE / "include"
 GUARD = 256  # guard bytes on each side of every buffer
 POISON = 0xA5  # byte written to guards, fresh outputs and threadgroup memory
@@ -151,7 +152,8 @@ def parse_signature(source: str):
 # no standard library, no exceptions or dynamic memory, no goto, no function-scope
 # statics (the harness adds its own for threadgroup arrays, after this check), no virtual.
 _NOT_METAL = re.compile(r"\b(double|std::|throw|try|catch|new|delete|malloc|free|printf|goto|static|virtual|"
-                        r"__fp16|_Float16)\b")
+                        r"__fp16|_Float16|consteval|constinit|concept|requires|co_await|co_yield|co_return|"
+                        r"char8_t)\b|<=>|[{,(]\s*\.[A-Za-z_]\w*\s*=")
 
 
 def check_metal_language(source: str) -> None:
@@ -166,12 +168,45 @@ def check_metal_language(source: str) -> None:
     for lineno, line in enumerate(code.splitlines(), 1):
         m = _NOT_METAL.search(line)
         if m:
-            raise EmulationError(f"line {lineno}: `{m.group(1)}` is not Metal Shading Language: {line.strip()!r}")
+            what = m.group(1) or m.group(0).strip()
+            raise EmulationError(f"line {lineno}: `{what}` is not Metal Shading Language: {line.strip()!r}")
+
+
+def check_structure(source: str) -> None:
+    """Rules about where things are, beyond single lines:
+
+    - ``threadgroup`` arrays are declared in the kernel function only (Metal refuses
+      them in helper functions and at namespace scope);
+    - a kernel that shares ``threadgroup`` memory must order it with a barrier whose
+      flags include ``mem_threadgroup``: ``mem_none`` synchronises execution but is
+      not a memory fence (the emulator does not model memory ordering, so it refuses
+      the kernel instead of running it as if fenced).
+
+    Raises:
+        EmulationError: naming the rule and the line.
+    """
+    code = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), source, flags=re.S)
+    code = re.sub(r"//[^\n]*", "", code)
+    sig = _SIG.search(code)
+    start = code.rfind("template", 0, sig.start()) if sig else -1
+    if sig and (start < 0 or code[start:sig.start()].count(";") or code[start:sig.start()].count("}")):
+        start = sig.start()
+    outside = code[:start] if sig else code
+    m = _TG_ARRAY.search(outside)
+    if m:
+        line = outside[:m.start(2)].count("\n") + 1
+        raise EmulationError(f"line {line}: threadgroup array declared outside the kernel function "
+                             f"(Metal allows them only in the kernel): {m.group(2).strip()!r}")
+    inside = code[start:] if sig else ""
+    if _TG_ARRAY.search(inside) and "mem_flags::mem_none" in inside and "mem_threadgroup" not in inside:
+        raise EmulationError("threadgroup memory is shared but every threadgroup_barrier uses mem_flags::mem_none, "
+                             "which orders execution, not memory: use mem_flags::mem_threadgroup")
 
 
 def translate(source: str) -> str:
     """One C++ translation unit: emulation header + rewritten source + launcher."""
     check_metal_language(source)
+    check_structure(source)
     _, call_name, params = parse_signature(source)
     body = re.sub(r"\[\[host_name\(\"[^\"]*\"\)\]\]\s*", "", source)
     body = body.replace("[[kernel]] ", "")
@@ -212,6 +247,7 @@ extern "C" int emu_launch(void** bufs, unsigned gx, unsigned gy, unsigned gz,
 }}
 """
     prologue = """#include "metal_emu.h"
+#include "mlx_preamble.h"  // MLX prepends its utils.h to every metal_kernel source
 // Threadgroup arrays register themselves on first use; each new group refills them
 // with the poison byte so a read before any write sees garbage, not a neighbour's data.
 struct EmuTg { void* p; unsigned long n; };
@@ -236,8 +272,19 @@ static void emu_reset_tg() { for (int i = 0; i < emu_ntg; ++i) std::memset(emu_t
 # --------------------------------------------------------------------------------------
 # 3. Build.
 # --------------------------------------------------------------------------------------
-FLAGS = ["-std=c++20", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
-         "-Werror=unknown-attributes", "-Wno-unused-value", "-Wno-c++11-narrowing"]
+# Metal 3 is C++17-based: -std=c++17 by default. matmul2d is declared with a class-type
+# template parameter (the descriptor), which needs C++20 in clang, so a source that
+# includes MetalPerformancePrimitives (Metal 4) builds with -std=c++20 and the C++20-only
+# constructs Metal does not have are refused by check_metal_language instead.
+# Narrowing in braced initialisers is an error, as in Metal.
+FLAGS = ["-O1", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
+         "-Werror=unknown-attributes", "-Werror=c++11-narrowing", "-Wno-unused-value"]
+MPP_INCLUDE = "MetalPerformancePrimitives/MetalPerformancePrimitives.h"
+
+
+def standard(source: str) -> str:
+    """The -std flag a translated source builds with (see FLAGS)."""
+    return "-std=c++20" if MPP_INCLUDE in source else "-std=c++17"
 
 
 def cache_dir() -> Path:
@@ -251,14 +298,15 @@ def compile_cpp(tu: str) -> Path:
     cxx = compiler()
     if cxx is None:
         raise EmulationError("no clang++ found; the Metal emulation needs clang (apt-get install clang)")
-    key = hashlib.sha256("\0".join([tu, HEADER.read_text(), " ".join(FLAGS), cxx]).encode()).hexdigest()[:24]
+    flags = [standard(tu), *FLAGS]
+    key = hashlib.sha256("\0".join([tu, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx]).encode()).hexdigest()[:24]
     lib = cache_dir() / f"k_{key}.so"
     if lib.exists():
         return lib
     src = cache_dir() / f"k_{key}.cpp"
     src.write_text(tu)
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([cxx, *FLAGS, "-I", str(HERE), "-I", str(INCLUDE), str(src), "-o", str(tmp)],
+    proc = subprocess.run([cxx, *flags, "-I", str(HERE), "-I", str(INCLUDE), str(src), "-o", str(tmp)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise EmulationError(f"clang rejected the kernel:\n{proc.stderr[-6000:]}")

@@ -324,9 +324,19 @@ typedef unsigned long ulong;
 // bits, and a kernel naming bfloat16_t fails to compile.
 typedef __fp16 half;
 
-// ---- vectors (members x, y, z, w; element-wise arithmetic not emulated).
+// ---- vectors (members x, y, z, w; element-wise arithmetic not emulated). Aligned as
+// Metal aligns them (a 3-vector like a 4-vector), so a vector load through a cast
+// pointer has Metal's alignment requirement.
 template <class T, int N> struct vec;
-template <class T> struct vec<T, 2> {
+// Copies out of device / constant / threadgroup memory (a vector load through a pointer).
+#define EMU_VEC_LOADS(...)                                                            \
+  vec(const vec&) = default;                                                          \
+  vec& operator=(const vec&) = default;                                               \
+  vec(const __attribute__((address_space(1))) vec& o) : vec(__VA_ARGS__) {}          \
+  vec(const __attribute__((address_space(2))) vec& o) : vec(__VA_ARGS__) {}          \
+  vec(const __attribute__((address_space(3))) vec& o) : vec(__VA_ARGS__) {}
+template <class T> struct alignas(sizeof(T) * 2) vec<T, 2> {
+  EMU_VEC_LOADS(T(o.x), T(o.y))
   T x, y;
   vec() = default;
   constexpr vec(const T& v) : x(v), y(v) {}
@@ -334,24 +344,29 @@ template <class T> struct vec<T, 2> {
   T& operator[](int i) { return i == 0 ? x : y; }
   const T& operator[](int i) const { return i == 0 ? x : y; }
 };
-template <class T> struct vec<T, 3> {
+template <class T> struct alignas(sizeof(T) * 4) vec<T, 3> {
+  EMU_VEC_LOADS(T(o.x), T(o.y), T(o.z))
   T x, y, z;
   vec() = default;
   constexpr vec(const T& v) : x(v), y(v), z(v) {}
   constexpr vec(const T& a, const T& b, const T& c) : x(a), y(b), z(c) {}
   vec(emu::uvec3 u) : x(T(u.x)), y(T(u.y)), z(T(u.z)) {}
   T& operator[](int i) { return i == 0 ? x : (i == 1 ? y : z); }
+  const T& operator[](int i) const { return i == 0 ? x : (i == 1 ? y : z); }
 };
-template <class T> struct vec<T, 4> {
+template <class T> struct alignas(sizeof(T) * 4) vec<T, 4> {
+  EMU_VEC_LOADS(T(o.x), T(o.y), T(o.z), T(o.w))
   T x, y, z, w;
   vec() = default;
   constexpr vec(const T& v) : x(v), y(v), z(v), w(v) {}
   constexpr vec(const T& a, const T& b, const T& c, const T& d) : x(a), y(b), z(c), w(d) {}
   T& operator[](int i) { return i == 0 ? x : (i == 1 ? y : (i == 2 ? z : w)); }
+  const T& operator[](int i) const { return i == 0 ? x : (i == 1 ? y : (i == 2 ? z : w)); }
 };
 #define EMU_VEC(T, P) typedef vec<T, 2> P##2; typedef vec<T, 3> P##3; typedef vec<T, 4> P##4;
 EMU_VEC(float, float) EMU_VEC(int, int) EMU_VEC(uint, uint) EMU_VEC(short, short)
 EMU_VEC(ushort, ushort) EMU_VEC(ulong, ulong) EMU_VEC(half, half)
+EMU_VEC(int8_t, char) EMU_VEC(uchar, uchar)
 #undef EMU_VEC
 
 // ---- math (IEEE, round to nearest even: no fast math).
@@ -365,6 +380,7 @@ template <class T> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi);
 inline float abs(float x) { return std::fabs(x); }
 inline int abs(int x) { return x < 0 ? -x : x; }
 inline float fabs(float x) { return std::fabs(x); }
+inline float fma(float a, float b, float c) { return std::fma(a, b, c); }  // one rounding, as Metal's fma
 inline float rint(float x) { return std::nearbyint(x); }  // default mode: half to even
 inline float floor(float x) { return std::floor(x); }
 inline float ceil(float x) { return std::ceil(x); }
@@ -384,6 +400,9 @@ template <class T, class U> inline T as_type(U u) {
 
 // ---- barriers.
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
+// Execution barriers. Memory ordering is not modelled (fibers on one core see every
+// write at once); the harness rejects, statically, a kernel that shares threadgroup
+// memory under `mem_none` barriers only.
 inline void threadgroup_barrier(mem_flags) { emu::arrive_and_wait(emu::rt().group_bar); }
 inline void simdgroup_barrier(mem_flags) { emu::arrive_and_wait(emu::my_simd().bar); }
 
@@ -444,10 +463,19 @@ template <class T> inline T simd_shuffle_down(T v, ushort delta) {
 
 // ---- simdgroup_matrix (8x8). Each lane holds two elements, in the per-lane layout
 // MLX's steel/gemm/mma.h assumes; only thread_elements() exposes it.
+// Element types: Metal has half, float and bfloat matrices only (no integer matrices);
+// bfloat has no scalar type here, so half and float are the emulated ones. A matrix
+// declared without an initialiser holds NaN (poison), never zeros.
+namespace detail {
+template <class T> constexpr bool is_matrix_elem = std::is_same_v<T, half> || std::is_same_v<T, float>;
+}  // namespace detail
+
 template <class T, int Cols, int Rows> struct simdgroup_matrix {
+  static_assert(detail::is_matrix_elem<T>,
+                "simdgroup_matrix element type must be half, float or bfloat (Metal has no integer matrices)");
   static_assert(Cols == 8 && Rows == 8, "only 8x8 simdgroup matrices are emulated");
   vec<T, 2> e;
-  simdgroup_matrix() = default;
+  simdgroup_matrix() { std::memset(&e, 0xFF, sizeof(e)); }  // all-ones bytes: NaN
   explicit simdgroup_matrix(const T& diag) {  // Metal: a diagonal matrix
     auto rc = coord();
     e.x = rc.x == rc.y ? diag : T(0);
@@ -472,33 +500,54 @@ template <class T, int C, int R> inline simdgroup_matrix<T, C, R> make_filled_si
   return m;
 }
 
-// Loads and stores are per lane (each lane moves its own two elements); Metal requires
-// them in uniform control flow, which the multiply that follows enforces here.
-// Element (r, c) of the matrix is src[r * elements_per_row + c], or src[c * ... + r]
-// with transpose. A non-zero matrix_origin is not emulated (it fails).
+// Loads and stores as Metal declares them: the pointee type is the matrix's element
+// type and the pointer is `device` or `threadgroup` (a `thread` pointer, a `constant`
+// one or another element type does not match, as with the Metal compiler). Each lane
+// moves its own two elements; element (r, c) is src[r * elements_per_row + c], or
+// src[c * elements_per_row + r] with transpose. A non-zero matrix_origin fails.
+namespace detail {
 template <class T, class P>
-inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& m, P* src, ulong elements_per_row = 8,
-                           ulong2 matrix_origin = ulong2(0), bool transpose = false) {
-  if (matrix_origin.x || matrix_origin.y) emu::fail("simdgroup_load with a matrix_origin is not emulated");
+inline void sg_load(simdgroup_matrix<T, 8, 8>& m, P src, ulong elements_per_row, ulong2 origin, bool transpose) {
+  if (origin.x || origin.y) emu::fail("simdgroup_load with a matrix_origin is not emulated");
   auto rc = simdgroup_matrix<T, 8, 8>::coord();
   for (int i = 0; i < 2; ++i) {
     ulong r = rc.x, c = rc.y + i;
-    m.e[i] = T(transpose ? src[c * elements_per_row + r] : src[r * elements_per_row + c]);
+    m.e[i] = transpose ? src[c * elements_per_row + r] : src[r * elements_per_row + c];
   }
 }
 template <class T, class P>
-inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P* dst, ulong elements_per_row = 8,
-                            ulong2 matrix_origin = ulong2(0), bool transpose = false) {
-  if (matrix_origin.x || matrix_origin.y) emu::fail("simdgroup_store with a matrix_origin is not emulated");
+inline void sg_store(const simdgroup_matrix<T, 8, 8>& m, P dst, ulong elements_per_row, ulong2 origin, bool transpose) {
+  if (origin.x || origin.y) emu::fail("simdgroup_store with a matrix_origin is not emulated");
   auto rc = simdgroup_matrix<T, 8, 8>::coord();
   for (int i = 0; i < 2; ++i) {
     ulong r = rc.x, c = rc.y + i;
     (transpose ? dst[c * elements_per_row + r] : dst[r * elements_per_row + c]) = m.e[i];
   }
 }
+}  // namespace detail
+template <class T>
+inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& m, const __attribute__((address_space(1))) T* src,
+                           ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0), bool transpose = false) {
+  detail::sg_load(m, src, elements_per_row, matrix_origin, transpose);
+}
+template <class T>
+inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& m, const __attribute__((address_space(3))) T* src,
+                           ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0), bool transpose = false) {
+  detail::sg_load(m, src, elements_per_row, matrix_origin, transpose);
+}
+template <class T>
+inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, __attribute__((address_space(1))) T* dst,
+                            ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0), bool transpose = false) {
+  detail::sg_store(m, dst, elements_per_row, matrix_origin, transpose);
+}
+template <class T>
+inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, __attribute__((address_space(3))) T* dst,
+                            ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0), bool transpose = false) {
+  detail::sg_store(m, dst, elements_per_row, matrix_origin, transpose);
+}
 
 namespace detail {
-// Gather an 8x8 matrix from all lanes into `out` (row-major doubles).
+// Gather an 8x8 matrix from all lanes into `out` (row-major).
 template <class T> inline void publish8(double* out, const simdgroup_matrix<T, 8, 8>& m) {
   auto rc = simdgroup_matrix<T, 8, 8>::coord();
   out[rc.x * 8 + rc.y] = double(float(m.e.x));
@@ -506,10 +555,10 @@ template <class T> inline void publish8(double* out, const simdgroup_matrix<T, 8
 }
 }  // namespace detail
 
-// D = A * B + C, a collective of the SIMD-group. Products and sums are formed in double
-// and rounded once to D's type: exact for the integer-valued operands the kernels use
-// (|partial sums| < 2^24), one rounding otherwise (hardware rounds per step, in an
-// unspecified order).
+// D = A * B + C, a collective of the SIMD-group. Each product of two half or float
+// elements is formed in float and added in float32, in k order, rounding after every
+// addition (the hardware's order is unspecified; this is no more precise than it).
+// Integer-valued sums are exact below 2^24 and round above it, as on the GPU.
 template <class TD, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
                                           const simdgroup_matrix<TB, 8, 8>& b,
@@ -523,8 +572,11 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d, const s
   auto rc = simdgroup_matrix<TD, 8, 8>::coord();
   for (int i = 0; i < 2; ++i) {
     int r = rc.x, col = rc.y + i;
-    double acc = s.mc[buf][r * 8 + col];
-    for (int k = 0; k < 8; ++k) acc += s.ma[buf][r * 8 + k] * s.mb[buf][k * 8 + col];
+    volatile float acc = float(s.mc[buf][r * 8 + col]);
+    for (int k = 0; k < 8; ++k) {
+      volatile float p = float(s.ma[buf][r * 8 + k]) * float(s.mb[buf][k * 8 + col]);
+      acc = acc + p;
+    }
     d.e[i] = TD(float(acc));
   }
 }
@@ -544,15 +596,25 @@ template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type
 // --------------------------------------------------------------------------------------
 // MetalPerformancePrimitives: matmul2d with cooperative tensors, SIMD-group scope.
 //
-// Emulated: descriptor (16, 32, 16), no transposes, execution_simdgroup, modes
-// multiply and multiply_accumulate, element types int8 x int8 -> int32 (exact) and
-// float-like types (one rounding). Per-lane layout, as MLX's steel/gemm/nax.h uses it:
-// a 16x16 fragment gives lane l the elements (fm + 8 i, fn + j), i < 2, j < 4, at
-// index 4 i + j, with qid = l / 4, fm = (qid & 4) | ((l / 2) & 3), fn = ((qid & 2) |
-// (l & 1)) * 4. The left operand (16 x 16, M x K) is one fragment; the right (16 x 32,
-// K x N) and the destination (16 x 32, M x N) are two, columns 0..15 at indices 0..7 and
-// columns 16..31 at indices 8..15. Anything else fails to compile or run.
+// Emulated: descriptor (16, 32, 16), transpose_right false or true (transpose_left
+// fails), execution_simdgroup, modes multiply and multiply_accumulate, and the element
+// type combinations of Apple's MPPTensorOpsMatMul2d.h table that have a host type here
+// (half, float, int8_t, uint8_t, int32_t; bfloat and the 4/2-bit and fp8 formats have
+// none): any other combination, e.g. int8_t x uint8_t, fails to compile. Integer
+// products are exact with int32 wrap-around; float ones are summed in float32.
+// Per-lane layout, as MLX's steel/gemm/nax.h uses it: a 16x16 fragment gives lane l the
+// elements (fm + 8 i, fn + j), i < 2, j < 4, at index 4 i + j, with qid = l / 4,
+// fm = (qid & 4) | ((l / 2) & 3), fn = ((qid & 2) | (l & 1)) * 4. The left operand
+// (16 x 16, rows m, columns k) is one fragment; the right operand is two: without
+// transpose (rows k, columns n) n 0..15 at indices 0..7 and 16..31 at 8..15; with
+// transpose_right (rows n, columns k) n 0..15 at indices 0..7 and 16..31 at 8..15. The
+// destination (rows m, columns n) is two, as the untransposed right operand. Fresh
+// cooperative tensors hold poison (0xA5 bytes), never zeros.
 // --------------------------------------------------------------------------------------
+// Declared only in the C++20 build the harness uses for sources that include
+// <MetalPerformancePrimitives/MetalPerformancePrimitives.h> (as on Metal, where matmul2d
+// exists only with that include).
+#if __cplusplus >= 202002L
 namespace mpp {
 namespace tensor_ops {
 
@@ -567,8 +629,30 @@ struct matmul2d_descriptor {
         matmul_mode(md) {}
 };
 
+namespace detail {
+template <class A, class B> constexpr bool same = std::is_same_v<A, B>;
+// Apple's table (MPPTensorOpsMatMul2d.h), restricted to types with a host spelling.
+template <class L, class R, class D> constexpr bool type_ok() {
+  using metal::half;
+  constexpr bool i8 = same<L, int8_t> && same<R, int8_t>;
+  constexpr bool u8 = same<L, uint8_t> && same<R, uint8_t>;
+  if (i8 || u8) return same<D, int32_t>;
+  constexpr bool lf = same<L, half> || same<L, float> || same<L, int8_t> || same<L, uint8_t>;
+  constexpr bool rf = same<R, half> || same<R, float> || same<R, int8_t> || same<R, uint8_t>;
+  if (!lf || !rf) return false;
+  constexpr bool lint = same<L, int8_t> || same<L, uint8_t>, rint_ = same<R, int8_t> || same<R, uint8_t>;
+  if (lint && rint_) return false;  // mixed-signedness or integer x integer to a float type
+  if (same<D, float>) return true;  // every remaining pair has a float destination
+  if (same<D, half>) {              // half destinations: half with half or an 8-bit integer
+    return (same<L, half> && (same<R, half> || rint_)) || (lint && same<R, half>);
+  }
+  return false;
+}
+}  // namespace detail
+
 template <class T, int N> struct cooperative_tensor {
   T v[N];
+  cooperative_tensor() { std::memset(v, 0xA5, sizeof(v)); }
   T& operator[](int i) {
     if (i < 0 || i >= N) emu::fail("cooperative tensor index out of range");
     return v[i];
@@ -592,22 +676,39 @@ inline void coord(int idx, int& row, int& col) {
 
 template <matmul2d_descriptor D, class Scope> struct matmul2d {
   static_assert(D.m == 16 && D.n == 32 && D.k == 16, "matmul2d: only 16x32x16 is emulated");
-  static_assert(!D.transpose_left && !D.transpose_right, "matmul2d: transposed operands are not emulated");
+  static_assert(!D.transpose_left, "matmul2d: a transposed left operand is not emulated");
   static_assert(std::is_same_v<Scope, metal::execution_simdgroup>, "matmul2d: only execution_simdgroup is emulated");
 
-  template <class TA, class TB, class TC> cooperative_tensor<TA, 8> get_left_input_cooperative_tensor() { return {}; }
-  template <class TA, class TB, class TC> cooperative_tensor<TB, 16> get_right_input_cooperative_tensor() { return {}; }
-  template <class CTA, class CTB, class TC> cooperative_tensor<TC, 16> get_destination_cooperative_tensor() { return {}; }
+  template <class TA, class TB, class TC> cooperative_tensor<TA, 8> get_left_input_cooperative_tensor() {
+    static_assert(detail::type_ok<TA, TB, TC>(), "matmul2d: element types not in Apple's matmul2d type table");
+    return {};
+  }
+  template <class TA, class TB, class TC> cooperative_tensor<TB, 16> get_right_input_cooperative_tensor() {
+    static_assert(detail::type_ok<TA, TB, TC>(), "matmul2d: element types not in Apple's matmul2d type table");
+    return {};
+  }
+  template <class CTA, class CTB, class TC> cooperative_tensor<TC, 16> get_destination_cooperative_tensor() {
+    return {};
+  }
 
   template <class TA, class TB, class TC>
   void run(const cooperative_tensor<TA, 8>& a, const cooperative_tensor<TB, 16>& b, cooperative_tensor<TC, 16>& c) {
+    static_assert(detail::type_ok<TA, TB, TC>(), "matmul2d: element types not in Apple's matmul2d type table");
     constexpr bool ints = std::is_integral_v<TA> && std::is_integral_v<TB>;
-    static_assert(!ints || std::is_same_v<TC, int32_t>, "matmul2d: integer operands need an int32 destination");
     emu::SimdStage& s = emu::my_simd();
     unsigned buf = s.bar.gen & 1u;
     int row, col;
+    // ma: A as [m][k] (16 x 16); mb: B as [k][n] (16 x 32) whatever the register layout.
     for (int i = 0; i < 8; ++i) { detail::coord(i, row, col); s.ma[buf][row * 16 + col] = double(a.v[i]); }
-    for (int i = 0; i < 16; ++i) { detail::coord(i, row, col); s.mb[buf][row * 32 + col] = double(b.v[i]); }
+    for (int i = 0; i < 16; ++i) {
+      detail::coord(i, row, col);
+      if constexpr (D.transpose_right) {
+        int n = (i / 8) * 16 + row, k = col - (i / 8) * 16;  // fragment f: rows n, columns k
+        s.mb[buf][k * 32 + n] = double(b.v[i]);
+      } else {
+        s.mb[buf][row * 32 + col] = double(b.v[i]);
+      }
+    }
     emu::arrive_and_wait(s.bar);
     for (int i = 0; i < 16; ++i) {
       detail::coord(i, row, col);
@@ -617,8 +718,11 @@ template <matmul2d_descriptor D, class Scope> struct matmul2d {
           acc += int64_t(s.ma[buf][row * 16 + k]) * int64_t(s.mb[buf][k * 32 + col]);
         c.v[i] = TC(int32_t(uint32_t(acc)));  // int32 wrap-around, as the hardware's adder
       } else {
-        double acc = D.matmul_mode == matmul2d_descriptor::mode::multiply_accumulate ? double(float(c.v[i])) : 0.0;
-        for (int k = 0; k < 16; ++k) acc += s.ma[buf][row * 16 + k] * s.mb[buf][k * 32 + col];
+        volatile float acc = D.matmul_mode == matmul2d_descriptor::mode::multiply_accumulate ? float(c.v[i]) : 0.0f;
+        for (int k = 0; k < 16; ++k) {
+          volatile float p = float(s.ma[buf][row * 16 + k]) * float(s.mb[buf][k * 32 + col]);
+          acc = acc + p;
+        }
         c.v[i] = TC(float(acc));
       }
     }
@@ -627,6 +731,7 @@ template <matmul2d_descriptor D, class Scope> struct matmul2d {
 
 }  // namespace tensor_ops
 }  // namespace mpp
+#endif  // C++20: MetalPerformancePrimitives
 
 // --------------------------------------------------------------------------------------
 // Metal spellings. After this point `device`, `constant`, `threadgroup` and `thread`

@@ -16,11 +16,14 @@
 //         with C_g the exact int32 dot product over group g (GS values of K).
 //
 // Template parameters: TB (int8_t / uint8_t), FLIP, MODE, GS (MODE 2), TO (output
-// element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS.
+// element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
+// b start 4-byte aligned and K % 4 == 0: stage with 4-byte loads).
 // Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [N, G] f32,
 // wo [N, G] f32, rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
 // Output: out [M, N] TO. Tile BM x BN = 32 x 32, 4 SIMD-groups (2 x 2) of 16 x 16 each.
 // Grid: (ceil(N / 32) * 128, ceil(M / 32), 1), threadgroup (128, 1, 1).
+
+#define W8A8_SIMD_UNROLL _Pragma("clang loop unroll(full)")
 
 // @@ body simd_gemm
 constexpr int BM = 32, BN = 32, BK = 32, LDS = BK + 8;  // +8 halves: fewer bank conflicts
@@ -49,7 +52,8 @@ for (int i = 0; i < 2; ++i) {
     acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
 }
-// Lane `lane` owns elements lane * 8 .. lane * 8 + 7 (row-major) of the 16 x 16 sub-tile.
+// Lane `lane` owns elements lane + 32 e, e < 8 (row-major) of the 16 x 16 sub-tile:
+// consecutive lanes read consecutive scratch words, so the flush has no bank conflicts.
 int acc_i[8];
 float acc_f[8];
 for (int e = 0; e < 8; ++e) {
@@ -58,18 +62,42 @@ for (int e = 0; e < 8; ++e) {
 }
 
 for (int k0 = 0; k0 < K; k0 += BK) {
-  // Stage A and B tiles (zero outside M, N, K: the zeros add nothing to any sum).
-  for (int i = int(tid); i < BM * BK; i += NT) {
+  // Stage A and B tiles as half (zero outside M, N, K: the zeros add nothing to any
+  // sum). Each thread moves runs of 4 consecutive K values: with VEC (K % 4 == 0 and
+  // 4-byte aligned rows, as for a linear layer's codes and quantized activations) one
+  // 4-byte load and one 8-byte threadgroup store per run.
+  for (int i = int(tid) * 4; i < BM * BK; i += NT * 4) {
     const int r = i / BK, c = i % BK;
     const int gm = m0 + r, gk = k0 + c;
-    int v = (gm < M && gk < K) ? int(a[size_t(gm) * K + gk]) : 0;
-    As[r * LDS + c] = half(v);
+    half4 h = half4(half(0));
+    if (VEC && gm < M && gk < K) {
+      const char4 v = *((const device char4*)(a + size_t(gm) * K + gk));
+      h = half4(half(v.x), half(v.y), half(v.z), half(v.w));
+    } else if (gm < M) {
+      W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
+        h[j] = half(gk + j < K ? int(a[size_t(gm) * K + gk + j]) : 0);
+      }
+    }
+    W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
+      As[r * LDS + c + j] = h[j];
+    }
   }
-  for (int i = int(tid); i < BN * BK; i += NT) {
+  for (int i = int(tid) * 4; i < BN * BK; i += NT * 4) {
     const int r = i / BK, c = i % BK;
     const int gn = n0 + r, gk = k0 + c;
-    int v = (gn < N && gk < K) ? W8A8_WEIGHT(FLIP, b[size_t(gn) * K + gk]) : 0;
-    Bs[r * LDS + c] = half(v);
+    half4 h = half4(half(0));
+    if (VEC && gn < N && gk < K) {
+      const uchar4 v = *((const device uchar4*)((const device uint8_t*)b + size_t(gn) * K + gk));
+      h = half4(half(W8A8_WEIGHT(FLIP, v.x)), half(W8A8_WEIGHT(FLIP, v.y)),
+                half(W8A8_WEIGHT(FLIP, v.z)), half(W8A8_WEIGHT(FLIP, v.w)));
+    } else if (gn < N) {
+      W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
+        h[j] = half(gk + j < K ? W8A8_WEIGHT(FLIP, b[size_t(gn) * K + gk + j]) : 0);
+      }
+    }
+    W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
+      Bs[r * LDS + c + j] = h[j];
+    }
   }
   // Hazard: the whole tile must be staged before any SIMD-group reads it.
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -105,7 +133,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
     simdgroup_barrier(mem_flags::mem_threadgroup);
     const int g = (k_end - 1) / FLUSH;  // MODE 2: the group just completed
     for (int e = 0; e < 8; ++e) {
-      const int idx = int(lane) * 8 + e;
+      const int idx = int(lane) + 32 * e;
       const float v = cs[idx];
       if (MODE == 2) {
         const int m = m0 + sm + idx / 16, n = n0 + sn + idx % 16;
@@ -122,7 +150,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
 }
 
 for (int e = 0; e < 8; ++e) {
-  const int idx = int(lane) * 8 + e;
+  const int idx = int(lane) + 32 * e;
   const int m = m0 + sm + idx / 16, n = n0 + sn + idx % 16;
   if (m < M && n < N) {
     const size_t o = size_t(m) * N + n;

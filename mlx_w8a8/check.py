@@ -1,0 +1,260 @@
+"""Self-check of this machine: ``python -m mlx_w8a8.check``.
+
+Prints the MLX version, the default device and ``mx.device_info()``, each kernel
+backend (loaded, or why it failed to import), the Metal capabilities with their reasons
+(NAX on or off and why), then runs every candidate available here, for every op, on a
+few small shapes with tails against a float64 / exact int64 numpy check and prints
+``ok`` or ``FAIL`` per candidate. Exits with status 1 if any candidate fails, 0
+otherwise. Seconds on a CPU; the first command to run on a new machine.
+
+What each candidate is checked against:
+
+- ``int8_matmul``: exact int64 ``a @ b.T`` (bit-exact).
+- ``quantize_activation``: the per-token contract of ``docs/numerics.md`` (codes, scales
+  and row sums bit-exact).
+- ``linear``: the W8A8 math in float64 (activations quantized per token, exact integer
+  products) within the float32 epilogue bound plus half an ulp of the output dtype;
+  ``mlx_qmm`` (W8A16, no activation quantization) against ``x @ dequantized(w).T``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from . import kernels
+from .kernels import metal, registry
+from .weight import QuantizedWeight
+
+W8A16 = ("mlx_qmm",)  # linear candidates that multiply the float activations as they are
+HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+F32_RTOL = 1e-5  # float32 epilogue bound, relative to sum |x| |w| (docs/numerics.md)
+
+# Shapes: (M, N, K). Each has a tail somewhere: M = 1 (decode), M = 33 and N = 70 one
+# past or short of power-of-two tiles, K not a multiple of 32 where the op allows it.
+INT8_SHAPES = [(1, 40, 64), (33, 70, 100), (5, 3, 7)]
+QUANT_SHAPES = [(5, 96, None), (3, 128, 32), (1, 300, None)]
+LINEAR_CASES = [  # (M, N, K, dtype, per_channel, group_size, bias)
+    (1, 40, 96, "float32", True, 32, True),
+    (33, 70, 128, "bfloat16", True, 64, False),
+    (6, 24, 256, "float16", False, 128, True),
+    (17, 40, 192, "float32", False, 64, False),
+]
+
+
+# ---------------------------------------------------------------------------------------
+# The numpy oracle.
+# ---------------------------------------------------------------------------------------
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token int8 codes ``[M, K]`` and float32 scales ``[M, 1]`` of ``x``."""
+    xf = x.astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        amax = np.max(np.abs(xf), axis=1, keepdims=True)
+        finite = np.isfinite(amax)
+        scale = np.where(finite, amax / np.float32(127), np.float32(np.nan)).astype(np.float32)
+        usable = finite & (amax > 0)
+        safe = np.where(usable, scale, np.float32(1)).astype(np.float32)
+        q = np.where(usable, np.clip(np.rint(xf / safe), -127, 127), 0).astype(np.int8)
+    return q, scale
+
+
+def host(a: mx.array) -> np.ndarray:
+    return np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
+
+
+def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, bound)`` of the W8A8 math in float64 for float32 activation values ``x``."""
+    q, scale = quantize_rows(x)
+    codes = np.array(w.codes()).astype(np.int64)
+    s = host(w.scales).astype(np.float64)
+    b = host(w.biases).astype(np.float64)
+    gs = w.group_size
+    groups = x.shape[1] // gs
+    qg = q.astype(np.int64).reshape(q.shape[0], groups, gs)
+    wg = (codes - 128).reshape(codes.shape[0], groups, gs)
+    per_group = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)
+    sums = qg.sum(-1).astype(np.float64)
+    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ (b + 128.0 * s).T)
+    w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
+    magnitude = np.abs(scale.astype(np.float64)) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
+    if bias is not None:
+        y = y + bias[None, :]
+        magnitude = magnitude + np.abs(bias)[None, :]
+    return y, F32_RTOL * magnitude
+
+
+def linear_w8a16(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, bound)`` of ``x @ dequantized(w).T`` in float64 (``mlx_qmm``'s math)."""
+    w_deq = host(mx.dequantize(w.q, w.scales, w.biases, w.group_size, 8)).astype(np.float64)
+    y = x.astype(np.float64) @ w_deq.T
+    magnitude = np.abs(x.astype(np.float64)) @ np.abs(w_deq).T
+    if bias is not None:
+        y = y + bias[None, :]
+        magnitude = magnitude + np.abs(bias)[None, :]
+    return y, 1e-4 * magnitude  # MLX's own kernels, inputs rounded to the activation dtype
+
+
+def within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, dtype: str) -> str | None:
+    """None if ``got`` matches, else a one-line description of the worst element."""
+    if got.shape != want.shape:
+        return f"shape {got.shape}, expected {want.shape}"
+    nan = np.isnan(want)
+    if not np.array_equal(np.isnan(got), nan):
+        return "NaN pattern differs"
+    err = np.abs(got - want)
+    allow = bound + HALF_ULP[dtype] * np.abs(want)
+    bad = (err > allow) & ~nan
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, err - allow, -np.inf)), got.shape)
+        return f"at {tuple(int(v) for v in i)}: got {got[i]!r}, want {want[i]!r} (allowed {allow[i]:.3g})"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Cases: (problem, call(candidate) -> error or None).
+# ---------------------------------------------------------------------------------------
+Case = tuple[registry.Problem, Callable[[registry.Candidate], "str | None"]]
+
+
+def int8_cases(rng: np.random.Generator) -> list[Case]:
+    cases = []
+    for m, n, k in INT8_SHAPES:
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (n, k), dtype=np.int8)
+        want = a.astype(np.int64) @ b.astype(np.int64).T
+
+        def call(c, a=a, b=b, want=want):
+            got = np.array(c.run(mx.array(a), mx.array(b)))
+            return None if np.array_equal(got, want) else f"{int((got != want).sum())} of {want.size} differ"
+
+        cases.append((registry.Problem("int8_matmul", m, n, k, "int8", "int8"), call))
+    return cases
+
+
+def activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
+    x = (rng.standard_normal((m, k)) * np.exp(rng.uniform(-2, 2, (m, 1)))).astype(np.float32)
+    if m > 1:
+        x[1] = 0.0  # an all-zero row: scale 0, codes 0
+    return x
+
+
+def quantize_cases(rng: np.random.Generator) -> list[Case]:
+    cases = []
+    for m, k, gs in QUANT_SHAPES:
+        x = activations(rng, m, k)
+        q_want, s_want = quantize_rows(x)
+
+        def call(c, x=x, gs=gs, q_want=q_want, s_want=s_want):
+            q, s, rs = c.run(mx.array(x), gs)
+            if not np.array_equal(np.array(q), q_want):
+                return "codes differ"
+            if not np.array_equal(np.array(s).reshape(s_want.shape), s_want, equal_nan=True):
+                return "scales differ"
+            if gs is not None:
+                rs_want = q_want.astype(np.int64).reshape(q_want.shape[0], -1, gs).sum(-1)
+                if rs is None or not np.array_equal(np.array(rs), rs_want):
+                    return "row sums differ"
+            return None
+
+        cases.append((registry.Problem("quantize_activation", m, 0, k, "float32", "int8", gs), call))
+    return cases
+
+
+def linear_cases(rng: np.random.Generator) -> list[Case]:
+    cases = []
+    for m, n, k, dtype, per_channel, gs, with_bias in LINEAR_CASES:
+        xm = mx.array(activations(rng, m, k)).astype(getattr(mx, dtype))
+        x = host(xm)
+        w = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32)),
+                                       group_size=gs, per_channel=per_channel)
+        bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+        w8a8 = linear_w8a8(x, w, bias)
+        w8a16 = linear_w8a16(x, w, bias)
+
+        def call(c, xm=xm, w=w, bias=bias, dtype=dtype, w8a8=w8a8, w8a16=w8a16):
+            y = c.run(xm, w, None if bias is None else mx.array(bias))
+            if y.dtype != xm.dtype:
+                return f"output dtype {y.dtype}, expected {xm.dtype}"
+            want, bound = w8a16 if c.name in W8A16 else w8a8
+            return within(host(y).astype(np.float64), want, bound, dtype)
+
+        fmt = "per_channel" if per_channel else "grouped"
+        cases.append((registry.Problem("linear", m, n, k, dtype, fmt, gs, with_bias), call))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------
+# Report.
+# ---------------------------------------------------------------------------------------
+def environment() -> list[str]:
+    lines = [f"mlx {mx.__version__}; default device {mx.default_device()}"]
+    try:
+        info = mx.device_info()
+        lines.append("device: " + ", ".join(f"{k}={v}" for k, v in sorted(info.items())))
+    except Exception as error:
+        lines.append(f"device: mx.device_info() failed ({type(error).__name__}: {error})")
+    for name, probe in (("metal", lambda: mx.metal.is_available()), ("cuda", lambda: mx.cuda.is_available())):
+        try:
+            built = bool(probe())
+        except Exception:
+            built = False
+        lines.append(f"MLX {name} backend: {'present' if built else 'absent'}")
+    by_backend: dict[str, int] = {}
+    for c in registry.all_candidates():
+        by_backend[c.backend] = by_backend.get(c.backend, 0) + 1
+    for backend in ("cuda", "metal"):
+        reason = kernels.UNAVAILABLE.get(backend)
+        if reason:
+            lines.append(f"kernels {backend}: FAILED to import: {reason}")
+        else:
+            lines.append(f"kernels {backend}: imported, {by_backend.get(backend, 0)} candidates registered")
+    for cap, (on, why) in metal.status().items():
+        lines.append(f"capability {cap}: {'on' if on else 'off'} ({why})")
+    return lines
+
+
+def run_checks(seed: int = 0, out=print) -> int:
+    """Check every available candidate; returns the number of failures."""
+    rng = np.random.default_rng(seed)
+    failures = checked = 0
+    for op, cases in (("quantize_activation", quantize_cases(rng)), ("int8_matmul", int8_cases(rng)),
+                      ("linear", linear_cases(rng))):
+        results: dict[str, list[str]] = {}
+        backend_of: dict[str, str] = {}
+        for problem, call in cases:
+            for cand in registry.candidates(problem):
+                backend_of[cand.name] = cand.backend
+                try:
+                    error = call(cand)
+                except Exception as exc:  # a crashing candidate is a failure, not a crash of the check
+                    error = f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+                shape = f"M={problem.m} N={problem.n} K={problem.k} {problem.dtype} {problem.weight_format}"
+                results.setdefault(cand.name, []).append(None if error is None else f"{shape}: {error}")
+        for name in sorted(results):
+            errors = [e for e in results[name] if e is not None]
+            checked += 1
+            status = "ok" if not errors else "FAIL"
+            out(f"  {status:4}  {op:20} {name:32} [{backend_of[name]}] {len(results[name])} shapes")
+            for e in errors:
+                out(f"        {e}")
+            failures += bool(errors)
+    out(f"{checked} candidates checked, {failures} failed")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlx_w8a8.check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    args = parser.parse_args(argv)
+    print("mlx_w8a8 self-check")
+    for line in environment():
+        print(f"  {line}")
+    return 1 if run_checks(args.seed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
