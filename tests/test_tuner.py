@@ -230,7 +230,7 @@ def test_table_hit_is_used_by_the_ops_without_file_io_per_call(env, monkeypatch)
     mlx_w8a8.set_tuning_table(path)
     loads = []
     real_load = table.load
-    monkeypatch.setattr(table, "load", lambda p: loads.append(p) or real_load(p))
+    monkeypatch.setattr(table, "load", lambda p, **kw: loads.append(p) or real_load(p, **kw))
     w = _weight()
     for _ in range(3):
         mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), w))
@@ -678,3 +678,53 @@ def test_tuning_leaves_nothing_beside_the_table(env):
     t = Tuner(table_path=str(folder / "t.json"), use_cache=False, use_shipped=False, config=FAST)
     assert t.tune(PROBLEM, candidates=only("fast")).source == "measured"
     assert sorted(os.listdir(folder)) == ["t.json"]
+
+
+def test_busy_device_is_reported_busy_and_the_key_stays_open(env):
+    # Another process holds this device's measuring lock: tune() says "busy" (naming
+    # who holds it) without abandoning the key, and a later attempt can measure.
+    import multiprocessing
+
+    from mlx_w8a8.tuning import locks
+
+    slow_reference()
+    fake("fast", sleeper(0))
+    t = tuner(env)
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+
+    def hold(ready, release):
+        with locks.device_lock():
+            ready.set()
+            release.wait(30)
+
+    holder = multiprocessing.get_context("fork").Process(target=hold, args=(ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        out = t.tune(PROBLEM, candidates=only("fast"), device_timeout=0)
+        assert out.source == "busy" and "being measured by pid" in out.detail
+    finally:
+        release.set()
+        holder.join(30)
+    out = t.tune(PROBLEM, candidates=only("fast"))
+    assert out.source == "measured" and out.choice == "fast"
+
+
+def test_a_named_table_that_does_not_exist_warns(env):
+    t = Tuner(table_path=str(env / "missing.json"), use_cache=False, use_shipped=False)
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match="missing.json"):
+        assert t.lookup(PROBLEM) is None
+
+
+def test_decisions_and_tables_are_kept_per_device(env, monkeypatch):
+    # The tuner keys tables and decisions by the device calls run on; a second device
+    # (simulated: a different section key) sees none of the first one's entries.
+    _spy("spy")
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "d-spy"})])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    assert t.decide(PROBLEM) == ("spy", "table")
+    other = dict(table.device_key(), device={"device_name": "Other GPU"})
+    monkeypatch.setattr(table, "device_key", lambda device=None: other)
+    monkeypatch.setattr(mx, "default_device", lambda: "other-device")
+    assert t.decide(PROBLEM) == (None, "none")

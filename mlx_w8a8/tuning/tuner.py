@@ -29,16 +29,11 @@ import json
 import logging
 import math
 import os
-import tempfile
 import threading
 from typing import Any, Callable, Sequence
 
 import attrs
-
-try:  # a declared dependency; without it claims are per process only
-    import filelock
-except ImportError:  # pragma: no cover
-    filelock = None
+import mlx.core as mx
 
 from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
@@ -190,21 +185,20 @@ class Tuner:
         self.config = config or TuneConfig()
         self._lock = threading.RLock()
         self._memory: dict[tuple, dict] = {}  # measured here, also kept if a write failed
-        self._index: list[tuple[str, str | None, dict]] | None = None
-        self._cache: dict[Problem, tuple[str | None, str]] = {}
+        # Per device (``str(mx.default_device())``): tables are keyed by device, and a
+        # process may run on the CPU and a GPU.
+        self._index: dict[str, list[tuple[str, str | None, dict]]] = {}
+        self._cache: dict[tuple[str, Problem], tuple[str | None, str]] = {}
         self._borrow_logged: set[tuple] = set()
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
         self._attempted: set[str] = set()  # keys online tuning already tried
-        self._key: dict | None = None
 
     # --- layers ---------------------------------------------------------------------------
     @property
     def key(self) -> dict:
-        """This machine's section key (computed once)."""
-        if self._key is None:
-            self._key = table.device_key()
-        return self._key
+        """The section key of the device calls run on now (``mx.default_device()``)."""
+        return table.device_key()
 
     def layers(self) -> list[tuple[str, str]]:
         """``(layer, path)`` of the table files, in lookup order."""
@@ -227,28 +221,31 @@ class Tuner:
         """Forget loaded tables, cached choices and online attempts; the next lookup
         reads files again."""
         with self._lock:
-            self._index = None
+            self._index = {}
             self._cache.clear()
             self._attempted.clear()
             self._borrow_logged.clear()
         registry.invalidate()
 
     def _load_index(self) -> list[tuple[str, str | None, dict]]:
+        device = str(mx.default_device())
         with self._lock:
-            if self._index is None:
+            if device not in self._index:
                 index = []
+                key = self.key
                 for layer, path in self.layers():
-                    doc = table.load(path)
+                    # A table the user named must exist; the cache table need not yet.
+                    doc = table.load(path, missing_ok=layer != "user")
                     if doc is None:
                         continue
                     by_problem: dict[tuple, dict[int, dict]] = {}
                     quiet = layer == "shipped"  # tables for other devices are expected there
-                    entries = table.matching_entries(doc, self.key, path, not quiet)
+                    entries = table.matching_entries(doc, key, path, not quiet)
                     for entry in entries:
                         by_problem.setdefault(_entry_problem_key(entry), {})[entry["m_bucket"]] = entry
                     index.append((layer, path, by_problem))
-                self._index = index
-            return self._index
+                self._index[device] = index
+            return self._index[device]
 
     # --- lookup ---------------------------------------------------------------------------
     def _fresh(self, entry: dict, path: str | None) -> bool:
@@ -283,8 +280,10 @@ class Tuner:
         layers: list[tuple[str, str | None, dict]] = []
         with self._lock:
             mem: dict[tuple, dict[int, dict]] = {}
-            for e in self._memory.values():
-                mem.setdefault(_entry_problem_key(e), {})[e["m_bucket"]] = e
+            here = table.section_key(self.key)
+            for (section, _), e in self._memory.items():
+                if section == here:
+                    mem.setdefault(_entry_problem_key(e), {})[e["m_bucket"]] = e
         if mem:
             layers.append(("memory", None, mem))
         layers.extend(self._load_index())
@@ -432,7 +431,7 @@ class Tuner:
         """Store ``entry`` (in memory, and merged into the writable table), release."""
         try:
             with self._lock:
-                self._memory[table.entry_key(entry)] = entry
+                self._memory[(table.section_key(self.key), table.entry_key(entry))] = entry
                 # Bump registry.generation under the lock decide() checks it under: a
                 # decide() that looked up before this entry existed cannot cache its
                 # stale miss (its generation differs), and one that cached just before
@@ -449,7 +448,7 @@ class Tuner:
                     f"kept for this process only",
                 )
             with self._lock:
-                self._index = None
+                self._index = {}
         finally:
             self._release(claim)
 
@@ -491,7 +490,6 @@ class Tuner:
             RuntimeError: if the reference candidate cannot run or be timed.
             locks.DeviceBusy: if another process keeps the device past the timeout.
         """
-        cfg = self.config
         found = list(candidates) if candidates is not None else registry.candidates(problem)
         reference = registry.fallback(problem)
         if all(c.name != reference.name for c in found):
@@ -582,11 +580,15 @@ class Tuner:
         force: bool = False,
         weight: Any = None,
         progress: Callable[[int], None] | None = None,
+        device_timeout: float | None = None,
     ) -> Outcome:
         """Run the lifecycle for ``problem``: never raises for a tuning failure.
 
         Args:
             force: measure even when the writable table already has a fresh entry.
+            device_timeout: seconds to wait for another process measuring on this
+                device (``None``: the lock's default); past it the outcome is
+                ``"busy"`` and the key can be tried again later.
             (others): as :meth:`measure`.
         """
         if not force:
@@ -599,7 +601,11 @@ class Tuner:
         busy = getattr(_tls, "busy", False)
         _tls.busy = True
         try:
-            entry = self.measure(problem, candidates, weight, progress)
+            entry = self.measure(problem, candidates, weight, progress,
+                                 device_timeout=device_timeout)
+        except locks.DeviceBusy as error:  # not a failure of this key: release it
+            self._release(claim)
+            return Outcome("busy", None, None, str(error))
         except Exception as error:
             self.abandon(claim, f"{type(error).__name__}: {error}")
             return Outcome("abandoned", None, None, f"{type(error).__name__}: {error}")
@@ -614,9 +620,10 @@ class Tuner:
         entry (``"table"``), a nearby shape's decision (``"borrowed"``), else
         ``(None, "none")``. Cached per problem until the next invalidation."""
         generation = registry.generation
+        ckey = (str(mx.default_device()), problem)
         with self._lock:
-            if problem in self._cache:
-                return self._cache[problem]
+            if ckey in self._cache:
+                return self._cache[ckey]
         hit = self.lookup(problem)
         source = "table"
         if hit is None:
@@ -631,7 +638,7 @@ class Tuner:
             if registry.generation == generation:
                 if len(self._cache) >= _CACHE_LIMIT:
                     self._cache.clear()
-                self._cache[problem] = decision
+                self._cache[ckey] = decision
         return decision
 
     def _log_borrow(self, problem: Problem, hit: Hit) -> None:
@@ -662,7 +669,8 @@ class Tuner:
                     first = key not in self._attempted and key not in self._abandoned
                     self._attempted.add(key)
                 if first:  # one attempt per key and process: a busy key is not retried
-                    outcome = self.tune(problem)
+                    # Inference never waits for another process's measurements.
+                    outcome = self.tune(problem, device_timeout=0)
                     name, source = outcome.choice, "measured"
             if name is not None:
                 for cand in candidates:
