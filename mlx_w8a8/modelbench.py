@@ -18,7 +18,9 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
   cache, ``mx.eval`` of the logits; tokens/s = T / wall time (graph building included).
 - **decode**: ``--decode`` N steps of ``mlx_lm.generate.generate_step`` (greedy, KV
   cache, ``async_eval`` pipelining, exactly as ``mlx_lm.generate`` runs them) after a
-  ``--prompt`` P token prompt; tokens/s over the N steps after the first token.
+  ``--prompt`` P token prompt; tokens/s over the N steps after the first token. Where
+  ``mlx_lm.generate`` does not import (it needs ``transformers``), the same loop
+  (:func:`generate_steps`) runs instead; the ``setup`` record says which.
 - **SQNR** of each variant's prefill logits against the bfloat16 model's, in dB
   (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
 
@@ -151,12 +153,66 @@ def prefill(model: nn.Module, tokens: mx.array) -> tuple[float, mx.array]:
     return time.perf_counter() - start, logits
 
 
-def decode(model: nn.Module, prompt: mx.array, steps: int) -> float:
-    """Seconds of ``steps`` decode steps of ``mlx_lm``'s ``generate_step`` after
-    ``prompt`` (timed from the first generated token to the ``steps``-th next one)."""
-    from mlx_lm.generate import generate_step
+def generate_steps(prompt: mx.array, model: nn.Module, max_tokens: int):
+    """``mlx_lm.generate.generate_step``'s loop for greedy sampling without logits
+    processors or KV quantization, for where ``mlx_lm.generate`` cannot be imported
+    (it needs ``transformers``): the prompt but its last token in chunks of 2048 into
+    the cache, then one step per token, each next step launched with ``async_eval``
+    before the current token is read. Yields ``(token, logprobs)``."""
+    from mlx_lm.models.cache import make_prompt_cache
 
-    gen = generate_step(prompt, model, max_tokens=steps + 1)
+    cache = make_prompt_cache(model)
+    stream = mx.new_stream(mx.default_device())
+
+    def step(y):
+        with mx.stream(stream):
+            logits = model(y[None], cache=cache)[:, -1, :]
+            logprobs = logits - mx.logsumexp(logits, keepdims=True)
+            return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+    with mx.stream(stream):
+        while prompt.size > 1:
+            n = min(2048, prompt.size - 1)
+            model(prompt[:n][None], cache=cache)
+            mx.eval([c.state for c in cache])
+            prompt = prompt[n:]
+            mx.clear_cache()
+        y, logprobs = step(prompt)
+    mx.async_eval(y, logprobs)
+    n = 0
+    while True:
+        if n != max_tokens:
+            next_y, next_logprobs = step(y)
+            mx.async_eval(next_y, next_logprobs)
+        if n == 0:
+            mx.eval(y)
+        if n == max_tokens:
+            break
+        yield y.item(), logprobs
+        if n % 256 == 0:
+            mx.clear_cache()
+        y, logprobs = next_y, next_logprobs
+        n += 1
+
+
+def decode_loop():
+    """``(name, generate_step)``: mlx-lm's own loop where it imports, else the replica."""
+    if models.mlx_lm_mode() == "full":
+        try:
+            from mlx_lm.generate import generate_step
+
+            return "mlx_lm.generate.generate_step", generate_step
+        except ImportError:
+            pass
+    return "mlx_w8a8.modelbench.generate_steps", generate_steps
+
+
+def decode(model: nn.Module, prompt: mx.array, steps: int, loop=None) -> float:
+    """Seconds of ``steps`` decode steps after ``prompt`` (timed from the first
+    generated token to the ``steps``-th next one), run by ``loop`` (default:
+    :func:`decode_loop`)."""
+    loop = loop or decode_loop()[1]
+    gen = loop(prompt, model, max_tokens=steps + 1)
     start = None
     try:
         for i, _ in enumerate(gen):
@@ -167,7 +223,7 @@ def decode(model: nn.Module, prompt: mx.array, steps: int) -> float:
     finally:
         gen.close()
         mx.synchronize()
-    raise RuntimeError(f"[mlx_w8a8.bench] generate_step stopped before {steps} steps")
+    raise RuntimeError(f"[mlx_w8a8.bench] the decode loop stopped before {steps} steps")
 
 
 def sqnr_db(reference: mx.array, x: mx.array) -> float:
@@ -224,6 +280,7 @@ def run(args, stream, out, emit) -> int:
     seed = args.seed
     variants, config, label = make_variants(args.model, args.layers, seed, args.kernel)
     vocab = int(config["vocab_size"])
+    loop_name, loop = decode_loop()
     emit({
         "kind": "setup", "model": label, "model_type": config.get("model_type"),
         "layers": config.get("num_hidden_layers"), "hidden_size": config.get("hidden_size"),
@@ -231,7 +288,7 @@ def run(args, stream, out, emit) -> int:
         "variants": list(VARIANTS), "bytes": {n: nbytes(m) for n, m in variants.items()},
         "quantization": {"mlx-lm-8bit": {"group_size": GROUP_SIZE, "bits": BITS},
                          "mlx_w8a8": {"kernel": args.kernel}},
-        **cfg, "seed": seed,
+        **cfg, "seed": seed, "decode_loop": loop_name, "mlx_lm": models.mlx_lm_mode(),
     }, stream)
     rows = []
 
@@ -262,8 +319,8 @@ def run(args, stream, out, emit) -> int:
         n = cfg["decode"]
         prompt = mx.random.randint(0, vocab, (cfg["prompt"],), key=mx.random.key(1000 * seed)).astype(mx.int32)
         for name in VARIANTS:  # warm-up
-            decode(variants[name], prompt, min(n, 2))
-        times = alternate(VARIANTS, cfg["rounds"], lambda v: decode(variants[v], prompt, n),
+            decode(variants[name], prompt, min(n, 2), loop)
+        times = alternate(VARIANTS, cfg["rounds"], lambda v: decode(variants[v], prompt, n, loop),
                           record("decode", n))
         summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"],
                    **summarize(times, n)}

@@ -5,21 +5,32 @@ A model is named by
 
 - a preset: ``llama-3-8b``, ``mistral-7b`` (v0.3) or ``qwen2.5-7b``, whose configs are the
   published ``config.json`` of those models (:data:`PRESETS`);
-- an mlx-lm model folder (``config.json`` plus, optionally, ``model*.safetensors``);
-- a ``config.json`` file.
+- an mlx-lm model folder (``config.json`` plus, optionally, ``model*.safetensors``,
+  whose weights are then used);
+- a ``config.json`` file (the architecture alone: random weights).
 
 Building needs mlx-lm (``pip install 'mlx-w8a8[lm]'``); the architecture comes from
 ``mlx_lm.models.<model_type>``, exactly as ``mlx_lm.load`` builds it. Random weights are
 mlx-lm's own initialisation, seeded, and stay lazy until evaluated: building an
 8B-shaped model to read its layer shapes allocates nothing.
+
+mlx-lm's model files need only MLX, but its package imports ``transformers`` and
+``huggingface_hub`` (for tokenizers and downloads). Where those are missing, the model
+files are imported on their own (:func:`mlx_lm_mode` says ``"models-only"``): random
+weights and config files work, loading a checkpoint's weights does not.
 """
 
 from __future__ import annotations
 
 import copy
 import glob
+import importlib
+import importlib.util
 import json
 import os
+import sys
+import types
+import warnings
 from pathlib import Path
 
 import mlx.core as mx
@@ -86,14 +97,57 @@ PRESETS: dict[str, dict] = {
 OP = "mlx_w8a8.models"
 
 
-def _mlx_lm_utils():
+# model_type -> module, for the models-only mode (mlx_lm.utils.MODEL_REMAPPING's entries
+# for the presets' families)
+_REMAP = {"mistral": "llama"}
+_mode: str | None = None
+
+
+def mlx_lm_mode() -> str:
+    """``"full"`` when the ``mlx_lm`` package imports, ``"models-only"`` when only its
+    model files can be used (its package needs ``transformers``/``huggingface_hub``).
+
+    Raises:
+        ValueError: when mlx-lm is not installed.
+    """
+    global _mode
+    if _mode is not None:
+        return _mode
     try:
-        from mlx_lm import utils
+        import mlx_lm  # noqa: F401
+
+        _mode = "full"
+    except ImportError as error:
+        spec = importlib.util.find_spec("mlx_lm")
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(
+                f"[{OP}] building a model needs mlx-lm (pip install 'mlx-w8a8[lm]')"
+            ) from None
+        # the package's __init__ failed (a tokenizer/download dependency); its model
+        # files import nothing beyond MLX: make them importable without it
+        stub = types.ModuleType("mlx_lm")
+        stub.__path__ = list(spec.submodule_search_locations)
+        stub.__spec__ = spec
+        sys.modules["mlx_lm"] = stub
+        warnings.warn(
+            f"[{OP}] the mlx_lm package does not import here ({error}); using its model "
+            f"files alone (random weights only)", stacklevel=2,
+        )
+        _mode = "models-only"
+    return _mode
+
+
+def _classes(config: dict):
+    if mlx_lm_mode() == "full":
+        from mlx_lm.utils import _get_classes
+
+        return _get_classes(config)
+    model_type = _REMAP.get(config["model_type"], config["model_type"])
+    try:
+        arch = importlib.import_module(f"mlx_lm.models.{model_type}")
     except ImportError:
-        raise ValueError(
-            f"[{OP}] building a model needs mlx-lm (pip install 'mlx-w8a8[lm]')"
-        ) from None
-    return utils
+        raise ValueError(f"Model type {model_type} not supported.") from None
+    return arch.Model, arch.ModelArgs
 
 
 def resolve(spec: str | os.PathLike | dict) -> tuple[dict, Path | None, str]:
@@ -104,8 +158,9 @@ def resolve(spec: str | os.PathLike | dict) -> tuple[dict, Path | None, str]:
             config dict.
 
     Returns:
-        ``(config, folder, label)``: a copy of the config; the folder holding the
-        model's files (``None`` for presets and dicts); a short name for reports.
+        ``(config, folder, label)``: a copy of the config; the model folder whose
+        weights to load (``None`` for presets, dicts and ``config.json`` files); a short
+        name for reports.
 
     Raises:
         ValueError: for an unknown name, a missing or unreadable config, or a config
@@ -120,7 +175,7 @@ def resolve(spec: str | os.PathLike | dict) -> tuple[dict, Path | None, str]:
         if path.is_dir():
             folder, file = path, path / "config.json"
         elif path.is_file():
-            folder, file = path.parent, path
+            folder, file = None, path
         else:
             raise ValueError(
                 f"[{OP}] model must be a preset {sorted(PRESETS)}, an mlx-lm model folder "
@@ -129,10 +184,10 @@ def resolve(spec: str | os.PathLike | dict) -> tuple[dict, Path | None, str]:
         try:
             config = json.loads(file.read_text())
         except FileNotFoundError:
-            raise ValueError(f"[{OP}] no config.json in {folder}") from None
+            raise ValueError(f"[{OP}] no config.json in {path}") from None
         except (OSError, ValueError) as error:
             raise ValueError(f"[{OP}] cannot read {file}: {error}") from None
-        label = folder.name or str(file)
+        label = path.name if folder is not None else (path.parent.name or path.name)
     if not isinstance(config, dict) or "model_type" not in config:
         raise ValueError(f"[{OP}] the config of {label!r} has no 'model_type'")
     return config, folder, label
@@ -163,9 +218,8 @@ def has_weights(folder: Path | None) -> bool:
 
 def instantiate(config: dict) -> nn.Module:
     """A fresh mlx-lm model of ``config`` with mlx-lm's random initial weights (lazy)."""
-    utils = _mlx_lm_utils()
     try:
-        model_class, args_class = utils._get_classes(config)
+        model_class, args_class = _classes(config)
     except ValueError as error:
         raise ValueError(f"[{OP}] {error} (model_type {config.get('model_type')!r})") from None
     return model_class(args_class.from_dict(config))
@@ -195,8 +249,14 @@ def build(
     config, folder, label = resolve(spec)
     config = truncate(config, layers)
     if has_weights(folder):
-        utils = _mlx_lm_utils()
-        model, loaded = utils.load_model(
+        if mlx_lm_mode() != "full":
+            raise ValueError(
+                f"[{OP}] loading the weights in {folder} needs the full mlx-lm package "
+                f"(its import failed here); pass its config.json for random weights"
+            )
+        from mlx_lm.utils import load_model
+
+        model, loaded = load_model(
             folder, lazy=True, strict=layers is None,
             model_config={"num_hidden_layers": config["num_hidden_layers"]} if layers else None,
         )

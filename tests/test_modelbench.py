@@ -130,3 +130,53 @@ def test_alternate_reverses_the_order_every_other_round():
     times = modelbench.alternate(["a", "b", "c"], 4, lambda n: seen.append(n) or 1.0)
     assert "".join(seen) == "abccbaabccba"
     assert all(len(v) == 4 for v in times.values())
+
+
+def test_the_replica_loop_generates_what_mlx_lm_generates(tiny):
+    # the loop used where mlx_lm.generate cannot be imported must be mlx-lm's own:
+    # same tokens and log-probabilities from the same model and prompt
+    generate = pytest.importorskip("mlx_lm.generate")
+    variants, _, _ = modelbench.make_variants(tiny, seed=1)
+    model = variants["bf16"]
+    prompt = mx.array([3, 17, 200, 5, 9], dtype=mx.int32)
+    want = list(generate.generate_step(prompt, model, max_tokens=6))
+    got = list(modelbench.generate_steps(prompt, model, max_tokens=6))
+    assert [t for t, _ in got] == [t for t, _ in want] and len(got) == 6
+    for (_, a), (_, b) in zip(got, want):
+        assert mx.array_equal(a, b)
+    assert modelbench.decode(model, prompt, 3, modelbench.generate_steps) > 0
+
+
+BLOCKED = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("transformers", "huggingface_hub"):
+            raise ImportError(f"No module named {name!r} (blocked by the test)")
+sys.meta_path.insert(0, Block())
+from mlx_w8a8 import bench, models
+code = bench.main(sys.argv[1:])
+assert models.mlx_lm_mode() == "models-only", models.mlx_lm_mode()
+sys.exit(code)
+"""
+
+
+def test_runs_where_mlx_lm_package_does_not_import(tiny, tmp_path):
+    # mlx-lm's package imports transformers and huggingface_hub; its model files do not.
+    # Without them the benchmark still builds the model and decodes with the replica loop.
+    pytest.importorskip("mlx_lm")
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    path = tmp_path / "out.jsonl"
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "--model", tiny, "--tokens", "2",
+                        "--decode", "2", "--prompt", "3", "--rounds", "2", "--json", str(path)],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [json.loads(l) for l in path.read_text().splitlines()]
+    assert lines[0]["mlx_lm"] == "models-only"
+    assert lines[0]["decode_loop"] == "mlx_w8a8.modelbench.generate_steps"
+    assert [l["measure"] for l in lines if l["kind"] == "summary"] == ["prefill", "decode"]

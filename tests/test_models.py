@@ -24,9 +24,10 @@ def test_resolve_preset_folder_file_and_dict(tmp_path):
     config["hidden_size"] = 1  # a copy: the preset is untouched
     assert models.PRESETS["qwen2.5-7b"]["hidden_size"] == 3584
     (tmp_path / "config.json").write_text(json.dumps(TINY))
-    for spec in (tmp_path, tmp_path / "config.json"):
-        config, folder, _ = models.resolve(spec)
-        assert config == TINY and folder == tmp_path
+    config, folder, _ = models.resolve(tmp_path)  # a folder: its weights will be used
+    assert config == TINY and folder == tmp_path
+    config, folder, _ = models.resolve(tmp_path / "config.json")  # the architecture alone
+    assert config == TINY and folder is None
     assert models.resolve(dict(TINY))[0] == TINY
 
 
@@ -63,6 +64,9 @@ def test_folder_weights_are_loaded_not_redrawn(tmp_path):
     loaded, _, _ = models.build(tmp_path, seed=2, dtype=None)
     want, got = params(source), params(loaded)
     assert set(got) == set(want) and all(mx.array_equal(got[k], want[k]) for k in want)
+    # its config.json alone: random weights of the same architecture
+    fresh = params(models.build(tmp_path / "config.json", seed=2, dtype=None)[0])
+    assert set(fresh) == set(want) and not mx.array_equal(fresh["lm_head.weight"], want["lm_head.weight"])
     # --layers on a checkpoint keeps the first blocks' weights
     short, config, _ = models.build(tmp_path, layers=1, seed=2, dtype=None)
     assert config["num_hidden_layers"] == 1 and len(short.layers) == 1
