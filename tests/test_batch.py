@@ -60,6 +60,10 @@ def test_pending_skips_measured_and_saved_counts_what_reached_the_file(tmp_path)
     assert both.pending() == problems[1:]
     both.run()  # with the bar on (stderr)
     assert [o.source for _, o in both.results] == ["table", "measured"] and both.saved() == 1
+    # another tuner replaced that entry since: this batch's measurement is no longer there
+    (entry,) = both.measured()
+    table.write_entries(str(path), table.device_key(), [dict(entry, measured_at="later")])
+    assert both.saved() == 0
     # measured but not written (a corrupt table is never overwritten): nothing saved
     bad = tmp_path / "bad.json"
     bad.write_text("{")
