@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="alternating timing rounds (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=timing.WARMUP)
     p.add_argument("--force", action="store_true", help="re-measure shapes already in the table")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the problems (and which are already in the table), measure nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
@@ -201,6 +203,14 @@ def main(argv: list[str] | None = None, out=None) -> int:
         elif problem not in runnable:
             runnable.append(problem)
     batch = Batch(tuner, runnable, force=args.force, progress=not args.no_progress)
+    if args.dry_run:
+        pending = set(batch.pending())
+        for p in runnable:
+            state = "to measure" if p in pending else "in the table"
+            print(f"  {p.m}x{p.n}x{p.k} {p.dtype} {p.weight_format} g{p.group_size}"
+                  f"{' bias' if p.has_bias else ''}: {state}", file=out)
+        print(f"{len(pending)} of {len(runnable)} problem(s) to measure into {target}", file=out)
+        return 0
     if runnable:
         todo = len(batch.pending())
         print(f"tuning {len(runnable)} problem(s), {todo} to measure, into {target} "

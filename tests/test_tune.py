@@ -177,6 +177,21 @@ def test_model_config_file_and_tp(tmp_path):
     assert run(["--shapes", "1x32x64", "--tp", "2"] + TINY)[0] == 2  # --tp needs --model
 
 
+@pytest.mark.parametrize("name", ["llama-3-8b", "mistral-7b", "qwen2.5-7b"])
+def test_presets_list_their_shapes_without_measuring(name, tmp_path):
+    pytest.importorskip("mlx_lm")
+    path = tmp_path / "t.json"
+    code, text = run(["--model", name, "--m", "1,2048", "--table", str(path), "--dry-run"])
+    assert code == 0, text
+    # q/o, k/v, gate/up, down, lm_head (untied in all three); Qwen2's q/k/v have a
+    # bias, so its q and o (both 3584x3584) are two problems
+    n = 6 if name == "qwen2.5-7b" else 5
+    assert f"{n} distinct linear shape(s) x 2 M = {2 * n} problem(s)" in text
+    assert f"{2 * n} of {2 * n} problem(s) to measure" in text and not path.exists()
+    vocab = {"llama-3-8b": 128256, "mistral-7b": 32768, "qwen2.5-7b": 152064}[name]
+    assert f"2048x{vocab}x" in text and "lm_head" in text
+
+
 def test_unknown_model_is_reported(tmp_path, capsys):
     code, _ = run(["--model", "llama-9", "--m", "1"] + TINY)
     err = capsys.readouterr().err
