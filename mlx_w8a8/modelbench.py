@@ -25,7 +25,8 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
   (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
 
 Output: JSON lines (``--json FILE``, default stdout: a ``setup`` record, one ``round``
-record per timed round, one ``summary`` record per measurement) and a readable table
+record per timed round, one ``summary`` record per measurement, and a ``decisions``
+record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and why) and a readable table
 (on stderr when the JSON goes to stdout).
 """
 
@@ -326,12 +327,22 @@ def run(args, stream, out, emit) -> int:
                    **summarize(times, n)}
         emit(summary, stream)
         rows.append((f"decode N={n} (prompt {cfg['prompt']})", summary))
+    emit({"kind": "decisions", "variant": "mlx_w8a8", "layers": decisions(variants["mlx_w8a8"])},
+         stream)
     print(f"\n{label}: {config.get('num_hidden_layers')} layer(s), hidden {config.get('hidden_size')}, "
           f"vocab {vocab}, bfloat16; {cfg['rounds']} alternating rounds per row", file=out)
     print(render_table(rows), file=out)
     print("ratios: speed of the first over the second, median (p25..p75) of the per-round "
           "ratios; > 1: the first is faster. SQNR: logits vs bf16 on the same tokens.", file=out)
     return 0
+
+
+def decisions(model: nn.Module) -> dict[str, str]:
+    """``{path: repr(layer)}`` of the model's ``mlx_w8a8.Linear`` layers: after the runs,
+    each says which kernel it ran per M and where the decision came from."""
+    import mlx_w8a8
+
+    return {path: repr(m) for path, m in model.named_modules() if isinstance(m, mlx_w8a8.Linear)}
 
 
 def render_table(rows: list[tuple[str, dict]]) -> str:

@@ -64,6 +64,8 @@ def test_every_length_is_reported_with_finite_ratios_and_sqnr(tiny, tmp_path):
     # alternating order: A B C, C B A, A B C
     assert [r["order"] for r in rounds[:3]] == [
         list(modelbench.VARIANTS), list(modelbench.VARIANTS)[::-1], list(modelbench.VARIANTS)]
+    (dec,) = [l for l in lines if l["kind"] == "decisions"]
+    assert len(dec["layers"]) == 2 * 7 + 1 and "model.layers.1.mlp.down_proj" in dec["layers"]
     for row in ("prefill T=1", "prefill T=8", "decode N=3 (prompt 4)", "w8a8 / 8-bit", "SQNR w8a8"):
         assert row in text
 
