@@ -101,11 +101,17 @@ class Batch:
         return self.results
 
     def measured(self) -> list[dict]:
-        """Entries measured by this batch so far."""
-        return [o.entry for _, o in self.results if o.source == "measured" and o.entry is not None]
+        """Entries measured by this batch so far, one per table key (problems that
+        share a key, e.g. with and without bias where the table does not tell them
+        apart, keep the last measurement: the one the table holds)."""
+        latest = {}
+        for _, o in self.results:
+            if o.source == "measured" and o.entry is not None:
+                latest[table.entry_key(o.entry)] = o.entry
+        return list(latest.values())
 
     def saved(self) -> int:
-        """How many of this batch's measured entries are in the writable table now."""
+        """How many of :meth:`measured` are in the writable table now."""
         entries = self.measured()
         if not entries:
             return 0
