@@ -43,6 +43,9 @@ from . import models
 from .tuning import render, table
 
 VARIANTS = ("bf16", "mlx-lm-8bit", "mlx_w8a8")
+# With --unshared: the mlx_w8a8 model again, with the sharing of quantized activations
+# between layers fed the same input (q/k/v, gate/up) turned off: what the sharing saves.
+UNSHARED = "mlx_w8a8-unshared"
 GROUP_SIZE, BITS = 64, 8
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
@@ -69,6 +72,9 @@ def add_arguments(p) -> None:
     g.add_argument("--prompt", type=int, help="prompt tokens before the decode steps")
     g.add_argument("--rounds", type=int, help="timed rounds per measurement (>= 2)")
     g.add_argument("--kernel", help="force this kernel in every mlx_w8a8 layer")
+    g.add_argument("--unshared", action="store_true",
+                   help="also time mlx_w8a8 with each layer quantizing its own input (no "
+                   "sharing between q/k/v and gate/up): what the sharing saves")
     g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
 
 
@@ -261,6 +267,8 @@ def summarize(times: dict[str, list[float]], tokens: int) -> dict:
     pairs = {"mlx_w8a8/mlx-lm-8bit": ("mlx_w8a8", "mlx-lm-8bit"),
              "mlx_w8a8/bf16": ("mlx_w8a8", "bf16"),
              "mlx-lm-8bit/bf16": ("mlx-lm-8bit", "bf16")}
+    if UNSHARED in times:
+        pairs[f"mlx_w8a8/{UNSHARED}"] = ("mlx_w8a8", UNSHARED)
     ratios = {}
     for key, (a, b) in pairs.items():
         per_round = [tb / ta for ta, tb in zip(times[a], times[b])]  # speed a / speed b
@@ -279,14 +287,27 @@ def run(args, stream, out, emit) -> int:
 
         set_tuning_table(args.table)
     seed = args.seed
+    share = _share_switch() if args.unshared else None
     variants, config, label = make_variants(args.model, args.layers, seed, args.kernel)
     vocab = int(config["vocab_size"])
     loop_name, loop = decode_loop()
+    names = list(VARIANTS) + ([UNSHARED] if share else [])
+
+    def on(name, fn):
+        """``fn(model)`` for arm ``name`` (the unshared arm: sharing off meanwhile)."""
+        if name != UNSHARED:
+            return fn(variants[name])
+        share(False)
+        try:
+            return fn(variants["mlx_w8a8"])
+        finally:
+            share(True)
+
     emit({
         "kind": "setup", "model": label, "model_type": config.get("model_type"),
         "layers": config.get("num_hidden_layers"), "hidden_size": config.get("hidden_size"),
         "vocab_size": vocab, "dtype": "bfloat16", "device": table.device_key(),
-        "variants": list(VARIANTS), "bytes": {n: nbytes(m) for n, m in variants.items()},
+        "variants": names, "bytes": {n: nbytes(m) for n, m in variants.items()},
         "quantization": {"mlx-lm-8bit": {"group_size": GROUP_SIZE, "bits": BITS},
                          "mlx_w8a8": {"kernel": args.kernel}},
         **cfg, "seed": seed, "decode_loop": loop_name, "mlx_lm": models.mlx_lm_mode(),
@@ -304,12 +325,12 @@ def run(args, stream, out, emit) -> int:
         # warm-up (every variant once), whose logits give the SQNR
         _, ref = prefill(variants["bf16"], tokens)
         sqnr = {}
-        for name in VARIANTS[1:]:
-            _, logits = prefill(variants[name], tokens)
+        for name in names[1:]:
+            _, logits = on(name, lambda m: prefill(m, tokens))
             sqnr[name] = sqnr_db(ref, logits)
             del logits
         del ref
-        times = alternate(VARIANTS, cfg["rounds"], lambda n: prefill(variants[n], tokens)[0],
+        times = alternate(names, cfg["rounds"], lambda n: on(n, lambda m: prefill(m, tokens))[0],
                           record("prefill", t))
         summary = {"kind": "summary", "measure": "prefill", "tokens": t, **summarize(times, t),
                    "sqnr_db": {n: _finite(v) for n, v in sqnr.items()}}
@@ -319,9 +340,9 @@ def run(args, stream, out, emit) -> int:
     if cfg["decode"]:
         n = cfg["decode"]
         prompt = mx.random.randint(0, vocab, (cfg["prompt"],), key=mx.random.key(1000 * seed)).astype(mx.int32)
-        for name in VARIANTS:  # warm-up
-            decode(variants[name], prompt, min(n, 2), loop)
-        times = alternate(VARIANTS, cfg["rounds"], lambda v: decode(variants[v], prompt, n, loop),
+        for name in names:  # warm-up
+            on(name, lambda m: decode(m, prompt, min(n, 2), loop))
+        times = alternate(names, cfg["rounds"], lambda v: on(v, lambda m: decode(m, prompt, n, loop)),
                           record("decode", n))
         summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"],
                    **summarize(times, n)}
@@ -331,7 +352,7 @@ def run(args, stream, out, emit) -> int:
          stream)
     print(f"\n{label}: {config.get('num_hidden_layers')} layer(s), hidden {config.get('hidden_size')}, "
           f"vocab {vocab}, bfloat16; {cfg['rounds']} alternating rounds per row", file=out)
-    print(render_table(rows), file=out)
+    print(render_table(rows, names), file=out)
     print("ratios: speed of the first over the second, median (p25..p75) of the per-round "
           "ratios; > 1: the first is faster. SQNR: logits vs bf16 on the same tokens.", file=out)
     return 0
@@ -345,21 +366,38 @@ def decisions(model: nn.Module) -> dict[str, str]:
     return {path: repr(m) for path, m in model.named_modules() if isinstance(m, mlx_w8a8.Linear)}
 
 
-def render_table(rows: list[tuple[str, dict]]) -> str:
-    """The readable table of the summaries."""
-    head = ["measure"] + [f"{n} tok/s" for n in VARIANTS] + [
-        "w8a8 / 8-bit", "w8a8 / bf16", "8-bit / bf16", "SQNR 8-bit", "SQNR w8a8"]
+def render_table(rows: list[tuple[str, dict]], names=VARIANTS) -> str:
+    """The readable table of the summaries (``names``: the arms, in column order)."""
+    keys = ["mlx_w8a8/mlx-lm-8bit", "mlx_w8a8/bf16", "mlx-lm-8bit/bf16"]
+    titles = ["w8a8 / 8-bit", "w8a8 / bf16", "8-bit / bf16"]
+    if UNSHARED in names:
+        keys.append(f"mlx_w8a8/{UNSHARED}")
+        titles.append("shared / unshared")
+    head = ["measure"] + [f"{n} tok/s" for n in names] + titles + ["SQNR 8-bit", "SQNR w8a8"]
     body = []
     for label, s in rows:
-        speed = [_fmt_speed(s["tokens_per_s"].get(n)) for n in VARIANTS]
+        speed = [_fmt_speed(s["tokens_per_s"].get(n)) for n in names]
         ratios = []
-        for key in ("mlx_w8a8/mlx-lm-8bit", "mlx_w8a8/bf16", "mlx-lm-8bit/bf16"):
+        for key in keys:
             r = s["ratio"][key]
             ratios.append("-" if r.get("median") is None else
                           f"{r['median']:.2f}x ({r['p25']:.2f}..{r['p75']:.2f})")
         sq = s.get("sqnr_db") or {}
         body.append([label] + speed + ratios + [_fmt_db(sq.get("mlx-lm-8bit")), _fmt_db(sq.get("mlx_w8a8"))])
     return render.columns(head, body, right=range(1, len(head)))
+
+
+def _share_switch():
+    """``share_activations(enabled)`` of :mod:`mlx_w8a8.nn`, for ``--unshared``."""
+    from . import nn as w8a8_nn
+
+    switch = getattr(w8a8_nn, "share_activations", None)
+    if switch is None:
+        raise ValueError(
+            "[mlx_w8a8.bench] --unshared needs mlx_w8a8.nn.share_activations, which this "
+            "version does not have"
+        )
+    return switch
 
 
 def _fmt_speed(stats) -> str:

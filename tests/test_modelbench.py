@@ -182,3 +182,20 @@ def test_runs_where_mlx_lm_package_does_not_import(tiny, tmp_path):
     assert lines[0]["mlx_lm"] == "models-only"
     assert lines[0]["decode_loop"] == "mlx_w8a8.modelbench.generate_steps"
     assert [l["measure"] for l in lines if l["kind"] == "summary"] == ["prefill", "decode"]
+
+
+def test_unshared_arm_measures_the_sharing_and_changes_no_result(tiny, tmp_path):
+    pytest.importorskip("mlx_lm")
+    code, text, lines = run(["--model", tiny, "--tokens", "4", "--decode", "2", "--prompt", "3",
+                             "--rounds", "2", "--unshared"], tmp_path)
+    assert code == 0, text
+    assert lines[0]["variants"] == list(modelbench.VARIANTS) + [modelbench.UNSHARED]
+    prefill, decode = [l for l in lines if l["kind"] == "summary"]
+    for s in (prefill, decode):
+        r = s["ratio"][f"mlx_w8a8/{modelbench.UNSHARED}"]
+        assert len(r["rounds"]) == 2 and all(x > 0 and math.isfinite(x) for x in r["rounds"])
+    # quantizing each layer's input itself gives the same logits as sharing it
+    assert prefill["sqnr_db"][modelbench.UNSHARED] == prefill["sqnr_db"]["mlx_w8a8"]
+    assert "shared / unshared" in text
+    rounds = [l for l in lines if l["kind"] == "round"]
+    assert rounds[1]["order"] == (list(modelbench.VARIANTS) + [modelbench.UNSHARED])[::-1]
