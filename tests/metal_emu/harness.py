@@ -293,6 +293,26 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def _pch(cxx: str, flags: list[str]) -> Path:
+    """A precompiled header of the emulation header and MLX's preamble stand-in for
+    ``flags`` (built once per content; it saves about a second of every compile)."""
+    text = '#include "metal_emu.h"\n#include "mlx_preamble.h"\n'
+    key = hashlib.sha256("\0".join([text, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx])
+                         .encode()).hexdigest()[:24]
+    pch = cache_dir() / f"emu_{key}.pch"
+    if pch.exists():
+        return pch
+    src = cache_dir() / f"emu_{key}.h"
+    src.write_text(text)
+    tmp = pch.with_suffix(f".{os.getpid()}.tmp")
+    proc = subprocess.run([cxx, *[f for f in flags if f != "-shared"], "-x", "c++-header", "-I", str(HERE),
+                           "-I", str(INCLUDE), str(src), "-o", str(tmp)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmulationError(f"clang rejected the emulation header:\n{proc.stderr[-6000:]}")
+    os.replace(tmp, pch)
+    return pch
+
+
 def compile_cpp(tu: str) -> Path:
     """Compile ``tu`` to a shared library (cached by content); raises with clang's errors."""
     cxx = compiler()
@@ -306,8 +326,9 @@ def compile_cpp(tu: str) -> Path:
     src = cache_dir() / f"k_{key}.cpp"
     src.write_text(tu)
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([cxx, *flags, "-I", str(HERE), "-I", str(INCLUDE), str(src), "-o", str(tmp)],
-                          capture_output=True, text=True)
+    pch = _pch(cxx, flags)
+    proc = subprocess.run([cxx, *flags, "-include-pch", str(pch), "-I", str(HERE), "-I", str(INCLUDE), str(src),
+                           "-o", str(tmp)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise EmulationError(f"clang rejected the kernel:\n{proc.stderr[-6000:]}")
     os.replace(tmp, lib)
