@@ -9,7 +9,14 @@ For each shape (M x K x N, weight ``[N, K]``) it times, paired and in alternatin
 - ``w8a8_g``: ``cuda_w8a8_gemm_grouped`` on the same group-64 affine weight as ``qmm``,
 - ``gemv`` / ``gemv_g`` (M <= 16): ``cuda_int8_gemv`` on the per-channel / group-64 weight,
 - ``i8gemm``: ``cuda_int8_gemm`` (raw int8 -> int32) and ``torch``: ``torch._int_mm`` on
-  the same int8 operands (cuBLASLt; needs M > 16).
+  the same int8 operands (cuBLASLt; needs M > 16),
+- ``w8a8_ws`` / ``w8a8_mm_ws`` / ``i8gemm_ws``: the warp-specialized persistent GEMM
+  (``cuda_w8a8_gemm_ws`` with its quantize, the GEMM + epilogue alone, the int32 GEMM),
+- ``quant`` / ``quant_warp``: the ``rowsum`` and ``rowsum_warp`` quantize bodies.
+
+``--arms a,b,...`` times a subset (fewer arms, shorter runs); ``--once A,B`` builds the
+first shape and runs each arm twice, untimed (for a profiler: ``ncu -k regex:gemm_w
+python bench/cuda_bench.py --once i8gemm_ws,i8gemm --m 8192 --kn 4096x4096``).
 
 Timing: wall clock around ``mx.eval`` (MLX) or around the launches plus
 ``torch.cuda.synchronize()`` (torch), ``chain`` launches per sample (the graph is built
@@ -41,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mlx.core as mx  # noqa: E402
 
 from mlx_w8a8.kernels import cuda  # noqa: E402
+from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
 from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
 M_LIST = (1, 16, 64, 128, 256, 512, 1024, 2048, 8192)
@@ -146,7 +154,7 @@ def copy_bandwidth() -> float:
     return 2 * 2**30 / statistics.median(times)
 
 
-def bench_shape(m, k, n, pairs, rng, variants=False):
+def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None):
     """Time every arm for one shape; returns a dict of medians and derived numbers."""
     import torch
 
@@ -164,7 +172,7 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
     mx.eval(ws, xs, [(p.q, p.scales, p.biases, p.channel_scales) for p in pcs],
             [(g.q, g.scales, g.biases, g.group_offsets) for g in grs])
     # Raw int8 operands (shared by cuda_int8_gemm and torch._int_mm).
-    qx = [cuda.quantize(x, row_sum=True) for x in xs]
+    qx = [launch.quantize(x, row_sum=True) for x in xs]
     a8 = [q for q, _, _ in qx]
     s8 = [s for _, s, _ in qx]
     r8 = [r for _, _, r in qx]
@@ -187,28 +195,45 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
         # unsigned codes with the row-sum correction (the default for K <= U8_MAX_K) and
         # with the codes flipped to int8 (the K > U8_MAX_K path); and the full linear on
         # the mma.sync 128 x 256 tile (when the default is wgmma).
-        Arm("w8a8_mm", lambda i: cuda.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C], None,
-                                                       mx.bfloat16, row_sums=r8[i % X])),
-        Arm("w8a8_mm[flip]", lambda i: cuda.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C],
-                                                             None, mx.bfloat16)),
+        Arm("w8a8_mm", lambda i: launch.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C], None,
+                                                         mx.bfloat16, row_sums=r8[i % X])),
+        Arm("w8a8_mm[flip]", lambda i: launch.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C],
+                                                               None, mx.bfloat16)),
         Arm("w8a8[large]", lambda i: _linear_on(xs[i % X], pcs[i % C],
-                                                cuda.GEMM_CONFIGS["large"])),
-        Arm("i8gemm", lambda i: cuda.int8_gemm(a8[i % X], b8[i % C])),
-        Arm("quant", lambda i: cuda.quantize(xs[i % X], row_sum=True)[0]),
+                                                launch.GEMM_CONFIGS["large"])),
+        Arm("i8gemm", lambda i: launch.int8_gemm(a8[i % X], b8[i % C])),
+        Arm("quant", lambda i: launch.quantize(xs[i % X], row_sum=True)[0]),
+        Arm("quant_warp", lambda i: launch.quantize(xs[i % X], row_sum=True, warp=True)[0]),
+        Arm("w8a8_ws", lambda i: cuda._w8a8_ws_run(xs[i % X], pcs[i % C], None)),
+        Arm("w8a8_mm_ws", lambda i: launch.gemm_per_channel(
+            a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.ws_tile_for(m, n),
+            row_sums=r8[i % X])),
+        Arm("i8gemm_ws", lambda i: launch.int8_gemm_ws(a8[i % X], b8[i % C])),
     ]
     if m <= cuda.GEMV_MAX_M:
         arms.append(Arm("gemv", lambda i: cuda._gemv_run(xs[i % X], pcs[i % C], None)))
         arms.append(Arm("gemv_g", lambda i: cuda._gemv_run(xs[i % X], grs[i % C], None)))
     if variants:
-        for key, cfg in cuda.GEMM_CONFIGS.items():
+        for key, cfg in list(launch.GEMM_CONFIGS.items()) + list(launch.WS_CONFIGS.items()):
             if key.startswith("grouped"):
-                arms.append(Arm(f"w8a8_g[{key}]", lambda i, cfg=cfg: cuda.gemm_grouped(
-                    *cuda.quantize(xs[i % X], 64), grs[i % C], None, mx.bfloat16, cfg)))
+                arms.append(Arm(f"w8a8_g[{key}]", lambda i, cfg=cfg: launch.gemm_grouped(
+                    *launch.quantize(xs[i % X], 64), grs[i % C], None, mx.bfloat16, cfg)))
             else:
-                arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: cuda.int8_gemm(
+                arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: launch.int8_gemm(
                     a8[i % X], b8[i % C], cfg)))
+        for key, cfg in launch.WS_CONFIGS.items():
+            arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: launch.gemm_per_channel(
+                a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, cfg, row_sums=r8[i % X])))
+    if once is not None:  # a comma-separated list of arms, each run twice
+        for name in once.split(","):
+            arm = next(a for a in arms if a.name == name)
+            for j in range(2):
+                mx.eval(arm.build(j))
+        return None
+    if only:
+        arms = [a for a in arms if a.name in only]
     torch_arm = None
-    if m > 16:
+    if m > 16 and (not only or "torch" in only):
         ta = [torch.from_numpy(np.array(a)).cuda() for a in a8]
         tb = [torch.from_numpy(np.array(b)).cuda() for b in b8]
         torch.cuda.synchronize()
@@ -236,10 +261,10 @@ def bench_shape(m, k, n, pairs, rng, variants=False):
 def _linear_on(x, weight, cfg):
     """The full per-channel linear (as ``cuda._w8a8_gemm_run``) on tile ``cfg``."""
     if x.shape[1] <= cuda.U8_MAX_K:
-        xq, xs, xr = cuda.quantize(x, row_sum=True)
-        return cuda.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg, row_sums=xr)
-    xq, xs, _ = cuda.quantize(x)
-    return cuda.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg)
+        xq, xs, xr = launch.quantize(x, row_sum=True)
+        return launch.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg, row_sums=xr)
+    xq, xs, _ = launch.quantize(x)
+    return launch.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg)
 
 
 def paired_ratio(row, base, cand, cand_alias=None):
@@ -258,6 +283,12 @@ def ratios(row, w8a8="w8a8"):
         "w8a8_g/qmm": paired_ratio(row, "qmm", "w8a8_g"),
         "i8gemm/torch": paired_ratio(row, "torch", "i8gemm"),
         "gemv/qmm": paired_ratio(row, "qmm", "gemv"), "gemv_g/qmm": paired_ratio(row, "qmm", "gemv_g"),
+        "ws/bf16": paired_ratio(row, "bf16", "w8a8_ws"), "ws/w8a8": paired_ratio(row, "w8a8", "w8a8_ws"),
+        "ws/qmm": paired_ratio(row, "qmm", "w8a8_ws"),
+        "mm_ws/mm": paired_ratio(row, "w8a8_mm", "w8a8_mm_ws"),
+        "i8ws/torch": paired_ratio(row, "torch", "i8gemm_ws"),
+        "i8ws/i8gemm": paired_ratio(row, "i8gemm", "i8gemm_ws"),
+        "qwarp/quant": paired_ratio(row, "quant", "quant_warp"),
     }
 
 
@@ -288,18 +319,39 @@ def table(rows, copy_bw) -> str:
     return "\n".join(lines)
 
 
+def ws_table(rows) -> str:
+    """The warp-specialized arms: us, int8 TOPS and paired ratios (baseline / new: > 1 means
+    the new arm is faster)."""
+    lines = [
+        "| M | K x N | bf16 us | w8a8 us | w8a8_ws us | i8gemm us | i8gemm_ws us (TOPS, %peak) | torch us | quant us | quant_warp us | ws/bf16 | ws/w8a8 | ws/qmm | mm_ws/mm | i8ws/torch | i8ws/i8gemm | qwarp/quant |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        us, tops, rt = r["us"], r["tops"], r["ratio"]
+        i8 = (f"{fmt(us.get('i8gemm_ws'))} ({fmt(tops.get('i8gemm_ws'), '.0f')}, "
+              f"{fmt(100 * tops.get('i8gemm_ws', float('nan')) / INT8_PEAK_TOPS, '.0f')}%)")
+        lines.append(
+            f"| {r['M']} | {r['K']}x{r['N']} | {fmt(us.get('bf16'))} | {fmt(us.get('w8a8'))} | "
+            f"{fmt(us.get('w8a8_ws'))} | {fmt(us.get('i8gemm'))} | {i8} | {fmt(us.get('torch'))} | "
+            f"{fmt(us.get('quant'))} | {fmt(us.get('quant_warp'))} | "
+            + " | ".join(fmt(rt[k], ".2f") for k in ("ws/bf16", "ws/w8a8", "ws/qmm", "mm_ws/mm",
+                                                     "i8ws/torch", "i8ws/i8gemm", "qwarp/quant"))
+            + " |")
+    return "\n".join(lines)
+
+
 def smoke_wgmma(out_dir: str) -> bool:
     """Run the wgmma GEMM once on a small shape with tails and compare exactly; writes
     ``wgmma_ok`` to ``out_dir`` when it is right (so a caller can turn it off if not)."""
-    cfg = cuda.GEMM_CONFIGS.get("wgmma")
-    if cfg is None or not cuda.is_sm90():
+    cfg = launch.GEMM_CONFIGS.get("wgmma")
+    if cfg is None or not launch.is_sm90():
         print("wgmma smoke: not applicable")
         return False
     rng = np.random.default_rng(1)
     for m, n, k in ((300, 392, 1040), (129, 264, 48), (2048, 512, 4096)):
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (n, k), dtype=np.int8)
-        got = np.array(cuda.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64)
+        got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64)
         want = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
         bad = int(np.sum(got != want))
         print(f"wgmma smoke M={m} N={n} K={k}: {bad} wrong elements", flush=True)
@@ -318,11 +370,13 @@ def main(argv=None):
     ap.add_argument("--kn", type=str, default="", help="comma-separated KxN list")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--smoke-wgmma", action="store_true", help="only check the wgmma GEMM")
+    ap.add_argument("--arms", type=str, default="", help="comma-separated arms to time (default all)")
+    ap.add_argument("--once", type=str, default="", help="run these arms twice on the first shape and exit")
     args = ap.parse_args(argv)
     if args.smoke_wgmma:
         os.makedirs(args.out, exist_ok=True)
         return 0 if smoke_wgmma(args.out) else 3
-    if not cuda.cuda_available():
+    if not launch.cuda_available():
         print("cuda_bench: MLX has no CUDA GPU here; nothing to measure")
         return 1
     ms = [int(v) for v in args.m.split(",")] if args.m else list(M_LIST)
@@ -330,17 +384,23 @@ def main(argv=None):
     pairs = args.pairs
     if args.quick:
         pairs = min(pairs, 10)
+    rng = np.random.default_rng(0)
+    if args.once:
+        (k, n), m = kns[0], ms[0]
+        bench_shape(m, k, n, pairs, rng, args.variants, once=args.once)
+        print(f"ran {args.once} at M={m} K={k} N={n}")
+        return 0
     info = device_info()
     print(json.dumps(info), flush=True)
     bw = copy_bandwidth()
     print(f"device copy bandwidth: {bw / 1e12:.2f} TB/s", flush=True)
-    rng = np.random.default_rng(0)
     rows = []
     os.makedirs(args.out, exist_ok=True)
+    only = set(args.arms.split(",")) if args.arms else None
     for k, n in kns:
         for m in ms:
             t0 = time.time()
-            row = bench_shape(m, k, n, pairs, rng, args.variants)
+            row = bench_shape(m, k, n, pairs, rng, args.variants, only)
             rows.append(row)
             us = " ".join(f"{a}={v:.1f}" for a, v in row["us"].items())
             print(f"M={m} K={k} N={n} chain={row['chain']} ({time.time() - t0:.1f}s): {us} "
@@ -348,7 +408,7 @@ def main(argv=None):
                   + (f" errors={row['err']}" if row["err"] else ""), flush=True)
             with open(os.path.join(args.out, "cuda_bench.json"), "w") as f:
                 json.dump({"device": info, "copy_bw": bw, "pairs": pairs, "rows": rows}, f, indent=1)
-    md = table(rows, bw)
+    md = table(rows, bw) + "\n\n" + ws_table(rows)
     header = (f"Measured on {info.get('nvidia_smi', '?')}; MLX {info['mlx']}, torch "
               f"{info.get('torch')} (CUDA {info.get('torch_cuda')}); copy bandwidth "
               f"{bw / 1e12:.2f} TB/s; {pairs} paired rounds, medians.\n\n")

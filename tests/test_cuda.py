@@ -2,9 +2,10 @@
 
 Runs only where MLX has a CUDA device (the module is skipped elsewhere, with the reason
 in the skip message: ``pytest -rs``). Every launch fills its outputs with a poison value
-first (``cuda.POISON``: -128, which no quantized code, scale or likely sum takes), so an
-element a kernel never writes cannot pass by holding a previous run's right answer.
-Inputs are fresh random draws each run (the seed is printed) plus fixed patterns.
+first (the ``poison`` fixture wraps ``mx.fast.cuda_kernel`` so each launch passes
+``init_value=-128``, which no quantized code, scale or likely sum takes), so an element a
+kernel never writes cannot pass by holding a previous run's right answer. Inputs are
+fresh random draws each run (the seed is printed) plus fixed patterns.
 
 Edge shapes and why:
 - M = 1, 33, 129, 1000: one row; partial 16-row mma tiles and partial 64/128-row block
@@ -12,6 +13,10 @@ Edge shapes and why:
 - N = 257 (odd: the scalar store path), 264 (partial 128/256-column block tile).
 - K = 48 (less than one 128-byte pipeline stage), 1088 (17 groups of 64: a stage holding
   a partial group run), 4096 (many stages: the cp.async ring wraps).
+- Warp-specialized persistent GEMM (``gemm_ws.cu``): outputs with more tiles than the
+  132-block grid (each block then runs several tiles and its ring and mbarrier phases
+  carry over from one tile to the next), N = 258 (a row is not a whole number of 16-byte
+  vectors: the scalar store path), N = 264 (a partial last tile stored as vectors).
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ import pytest
 import mlx.core as mx
 
 from mlx_w8a8.kernels import cuda, registry
+from mlx_w8a8.kernels import cuda_launch as launch
 from mlx_w8a8.kernels.registry import Problem
 from mlx_w8a8.weight import QuantizedWeight
 
 import oracle
 
-if not cuda.cuda_available():
+if not launch.cuda_available():
     pytest.skip(
         "CUDA execution tests need MLX's CUDA backend with a GPU (mx.cuda.is_available() "
         "is False here); kernels are still compiled by tests/test_cuda_compile.py",
@@ -37,11 +43,27 @@ if not cuda.cuda_available():
 MX_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 
+POISON = -128.0
+
+
 @pytest.fixture(autouse=True)
-def poison():
-    previous, cuda.POISON = cuda.POISON, -128.0
+def poison(monkeypatch):
+    """Every kernel built during the test fills its outputs with POISON before it runs."""
+    real = mx.fast.cuda_kernel
+
+    def poisoned(**build):
+        kernel = real(**build)
+
+        def run(**call):
+            call.setdefault("init_value", POISON)
+            return kernel(**call)
+
+        return run
+
+    monkeypatch.setattr(mx.fast, "cuda_kernel", poisoned)
+    launch._kernel.cache_clear()
     yield
-    cuda.POISON = previous
+    launch._kernel.cache_clear()
 
 
 def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -80,7 +102,7 @@ QUANT_CASES = [(m, k, gs) for m, k in QUANT_SHAPES for gs in (None, 32, 64, 128)
 @pytest.mark.parametrize("m,k,group_size", QUANT_CASES)
 def test_quantize_bit_exact(rng, dtype, m, k, group_size):
     x = activation(rng, m, k, dtype)
-    q, scale, sums = cuda.quantize(x, group_size)
+    q, scale, sums = launch.quantize(x, group_size)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(np.array(q), want_q)
     got_s = np.array(scale)
@@ -100,10 +122,30 @@ def test_quantize_row_sum_bit_exact(rng, dtype, m, k):
     """The ``rowsum`` body: same codes and scales as ``plain`` plus the int32 sum of each
     row's codes (0 for the zero / NaN / Inf rows)."""
     x = activation(rng, m, k, dtype)
-    q, scale, rsum = cuda.quantize(x, row_sum=True)
+    q, scale, rsum = launch.quantize(x, row_sum=True)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(np.array(q), want_q)
     got_s = np.array(scale)
+    np.testing.assert_array_equal(np.isnan(got_s), np.isnan(want_s))
+    np.testing.assert_array_equal(got_s[~np.isnan(got_s)], want_s[~np.isnan(want_s)])
+    got_r = np.array(rsum)
+    assert got_r.dtype == np.int32 and got_r.shape == (m, 1)
+    np.testing.assert_array_equal(got_r[:, 0], want_q.astype(np.int64).sum(-1))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("m,k", QUANT_SHAPES + [(9, 4104), (16, 8192)])
+def test_quantize_row_sum_warp_bit_exact(rng, dtype, m, k):
+    """The one-warp-per-row ``rowsum_warp`` body: the same bits as ``rowsum`` (codes,
+    scales, row sums). M = 9: a partial last block (8 rows per block); K = 4104: 513
+    chunks of 8, lanes with unequal shares; K = 8192 and 18944: rows longer than the
+    register cache (re-read in the second pass)."""
+    x = activation(rng, m, k, dtype)
+    q, scale, rsum = launch.quantize(x, row_sum=True, warp=True)
+    want_q, want_s = oracle.quantize_rows(host(x))
+    np.testing.assert_array_equal(np.array(q), want_q)
+    got_s = np.array(scale)
+    assert got_s.dtype == np.float32 and got_s.shape == (m, 1)
     np.testing.assert_array_equal(np.isnan(got_s), np.isnan(want_s))
     np.testing.assert_array_equal(got_s[~np.isnan(got_s)], want_s[~np.isnan(want_s)])
     got_r = np.array(rsum)
@@ -117,26 +159,58 @@ def test_quantize_row_sum_bit_exact(rng, dtype, m, k):
 def test_int8_gemm_bit_exact(rng, m, n, k):
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
-    c = cuda.int8_gemm(mx.array(a), mx.array(b))
+    c = launch.int8_gemm(mx.array(a), mx.array(b))
     got = np.array(c)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
 
 
-@pytest.mark.parametrize("config", sorted(cuda.GEMM_CONFIGS))
+@pytest.mark.parametrize("config", sorted(launch.GEMM_CONFIGS))
 def test_int8_gemm_every_tile_config(rng, config):
     """Each tile shape the launchers may pick, forced, on a shape with tails in M, N, K;
     all -128 operands once too (the largest products, the only -128 * -128 = 2^14)."""
-    cfg = cuda.GEMM_CONFIGS[config]
+    cfg = launch.GEMM_CONFIGS[config]
     m, n, k = 300, 392, 1040
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
     np.testing.assert_array_equal(
-        np.array(cuda.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64), exact_matmul(a, b))
+        np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64), exact_matmul(a, b))
     a[:] = -128
     b[:] = -128
-    got = np.array(cuda.int8_gemm(mx.array(a), mx.array(b), cfg))
+    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
     assert np.all(got == k * 16384)
+
+
+# The warp-specialized persistent GEMM: tails in M, N, K; K under one stage; one row; and
+# outputs with more tiles than the 132-block grid (blocks run 2-3 tiles each, the ring and
+# the mbarrier phases carry over between tiles at different ring positions: K = 256 is 2
+# k-tiles per tile, 1088 is 9).
+WS_GEMM_SHAPES = [(300, 392, 1040), (33, 257, 48), (1, 264, 4096), (2048, 2304, 256),
+                  (1100, 2176, 1088)]
+
+
+@pytest.mark.parametrize("config", sorted(launch.WS_CONFIGS))
+@pytest.mark.parametrize("m,n,k", WS_GEMM_SHAPES)
+def test_int8_gemm_ws_bit_exact(rng, config, m, n, k):
+    cfg = launch.WS_CONFIGS[config]
+    a = oracle.random_int8(rng, (m, k))
+    b = oracle.random_int8(rng, (n, k))
+    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
+    if launch.tiles(m, n, cfg) > launch.SMS:  # all -128: the largest products, persistently
+        a[:] = -128
+        b[:] = -128
+        got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+        assert np.all(got == k * 16384)
+
+
+def test_int8_gemm_ws_candidate(rng):
+    """The registered ``cuda_int8_gemm_ws`` (its own tile choice) on a shape with tails."""
+    a = oracle.random_int8(rng, (777, 1040))
+    b = oracle.random_int8(rng, (392, 1040))
+    got = np.array(registry.get("int8_matmul", "cuda_int8_gemm_ws").run(mx.array(a), mx.array(b)))
+    np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
 
 
 # linear -----------------------------------------------------------------------------------
@@ -165,10 +239,11 @@ def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, s
 LINEAR_SHAPES = [(1, 264, 4096), (33, 257, 1088), (129, 264, 128), (1000, 384, 1024)]
 
 
+@pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws"])
 @pytest.mark.parametrize("m,n,k", LINEAR_SHAPES)
 @pytest.mark.parametrize("dtype,with_bias", [("bfloat16", False), ("float16", True), ("float32", False)])
-def test_w8a8_gemm_per_channel(rng, m, n, k, dtype, with_bias):
-    run = registry.get("linear", "cuda_w8a8_gemm").run
+def test_w8a8_gemm_per_channel(rng, name, m, n, k, dtype, with_bias):
+    run = registry.get("linear", name).run
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
 
@@ -177,28 +252,49 @@ def test_w8a8_gemm_per_channel(rng, m, n, k, dtype, with_bias):
 def test_w8a8_gemm_every_tile_config(rng, config, unsigned):
     """Both weight paths (unsigned codes + row-sum correction; codes flipped to int8)
     on every tile config."""
-    if config not in cuda.GEMM_CONFIGS:
+    if config not in launch.GEMM_CONFIGS:
         pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
-    cfg = cuda.GEMM_CONFIGS[config]
+    cfg = launch.GEMM_CONFIGS[config]
 
     def run(x, weight, bias):
-        xq, xs, xr = cuda.quantize(x, row_sum=unsigned)
-        return cuda.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
+        xq, xs, xr = launch.quantize(x, row_sum=unsigned)
+        return launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
 
     check_linear(rng, run, 300, 392, 1088, "bfloat16", 64, True, True)
     check_linear(rng, run, 129, 264, 4096, "float32", 64, True, False)
 
 
-@pytest.mark.parametrize("config", ["wgmma", "large"])
-@pytest.mark.parametrize("k", [cuda.U8_MAX_K // 32 * 32, cuda.U8_MAX_K // 32 * 32 + 32])
+@pytest.mark.parametrize("config", sorted(launch.WS_CONFIGS))
+@pytest.mark.parametrize("m,n,k,dtype,with_bias", [
+    (300, 392, 1088, "bfloat16", True),  # tails in M and N, 9 k-tiles
+    (129, 264, 4096, "float32", False),  # a partial last tile stored as 16-byte vectors
+    (33, 258, 128, "float16", True),  # rows of 516 bytes: the scalar store path
+    (1, 264, 1024, "bfloat16", False),  # one row
+    (1100, 2176, 1024, "bfloat16", True),  # more tiles than blocks (persistent loop)
+])
+def test_w8a8_gemm_ws_every_tile_config(rng, config, m, n, k, dtype, with_bias):
+    """The warp-specialized per-channel GEMM (unsigned codes + row-sum correction, the
+    shared epilogue staged through shared memory) on each of its tiles."""
+    cfg = launch.WS_CONFIGS[config]
+
+    def run(x, weight, bias):
+        xq, xs, xr = launch.quantize(x, row_sum=True, warp=True)
+        return launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
+
+    check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
+
+
+@pytest.mark.parametrize("config", ["wgmma", "large", "ws256"])
+@pytest.mark.parametrize("k", [launch.U8_MAX_K // 32 * 32, launch.U8_MAX_K // 32 * 32 + 32])
 def test_w8a8_gemm_unsigned_k_bound(config, k):
     """Extreme operands at the exactness bound of the unsigned path: activation codes
     +-127 and weight codes 255 (int8 +127) everywhere, so |sum_k a_k q_k| = 127 * 255 * K,
     just below 2^31 at K = 66304; at K = 66336 the registered candidate must take the
     flipped path (the unsigned sum would pass 2^31). Float32 output against the oracle."""
-    if config not in cuda.GEMM_CONFIGS:
+    configs = {**launch.GEMM_CONFIGS, **launch.WS_CONFIGS}
+    if config not in configs:
         pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
-    cfg = cuda.GEMM_CONFIGS[config]
+    cfg = configs[config]
     m, n = 130, 264
     x = np.ones((m, k), dtype=np.float32)
     x[1::2] = -1.0
@@ -209,14 +305,14 @@ def test_w8a8_gemm_unsigned_k_bound(config, k):
     assert np.all(oracle.codes(weight)[0] == 255)
     xm = mx.array(x)
     want, bound = oracle.linear(x, weight, None)
-    if k <= cuda.U8_MAX_K:
-        xq, xs, xr = cuda.quantize(xm, row_sum=True)
-        y = cuda.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
+    if k <= launch.U8_MAX_K:
+        xq, xs, xr = launch.quantize(xm, row_sum=True)
+        y = launch.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
         oracle.assert_close(y, want, bound, "float32")
     else:
         with pytest.raises(ValueError):
-            xq, xs, xr = cuda.quantize(xm, row_sum=True)
-            cuda.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
+            xq, xs, xr = launch.quantize(xm, row_sum=True)
+            launch.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
     y = registry.get("linear", "cuda_w8a8_gemm").run(xm, weight, None)
     oracle.assert_close(y, want, bound, "float32")
 
@@ -233,11 +329,11 @@ def test_w8a8_gemm_grouped(rng, m, n, k, group_size, scale_dtype):
 
 @pytest.mark.parametrize("config", ["grouped", "grouped_small"])
 def test_w8a8_grouped_every_tile_config(rng, config):
-    cfg = cuda.GEMM_CONFIGS[config]
+    cfg = launch.GEMM_CONFIGS[config]
 
     def run(x, weight, bias):
-        xq, xs, xr = cuda.quantize(x, weight.group_size)
-        return cuda.gemm_grouped(xq, xs, xr, weight, bias, x.dtype, cfg)
+        xq, xs, xr = launch.quantize(x, weight.group_size)
+        return launch.gemm_grouped(xq, xs, xr, weight, bias, x.dtype, cfg)
 
     check_linear(rng, run, 300, 392, 1088, "float16", 32, False, True, "bfloat16")
 
@@ -247,7 +343,7 @@ def test_w8a8_grouped_every_tile_config(rng, config):
 def test_int8_gemv(rng, m, per_channel, group_size):
     """The registered candidate (fused: these M x K fit in shared memory)."""
     run = registry.get("linear", "cuda_int8_gemv").run
-    assert cuda.gemv_fuses(m, 1024)
+    assert launch.gemv_fuses(m, 1024)
     check_linear(rng, run, m, 264, 1024, "bfloat16", group_size, per_channel, m % 2 == 1)
     check_linear(rng, run, m, 257, 128, "float16", group_size, per_channel, False)
 
@@ -260,9 +356,9 @@ def test_int8_gemv_both_paths(rng, m, per_channel, fused):
     grid's 132 x 8 warps take in one pass, even at RW = 4: the persistent loop wraps;
     8714 % 4 = 2: a partial last row group)."""
     def run(x, weight, bias):
-        return cuda.gemv(x, weight, bias, fused=fused)
+        return launch.gemv(x, weight, bias, fused=fused)
 
-    assert 8714 > cuda.GEMV_FUSED_BLOCKS * (cuda.GEMV_THREADS // 32) * 4
+    assert 8714 > launch.GEMV_FUSED_BLOCKS * (launch.GEMV_THREADS // 32) * 4
     check_linear(rng, run, m, 8714, 1088, "float32", 32 if not per_channel else 64,
                  per_channel, True)
 
@@ -270,9 +366,47 @@ def test_int8_gemv_both_paths(rng, m, per_channel, fused):
 def test_int8_gemv_large_k_two_launches(rng):
     """M = 16 with K = 8192 does not fit the fused kernel's shared memory: the launcher
     must take the two-launch path, and it must be right."""
-    assert not cuda.gemv_fuses(16, 8192)
+    assert not launch.gemv_fuses(16, 8192)
     run = registry.get("linear", "cuda_int8_gemv").run
     check_linear(rng, run, 16, 136, 8192, "bfloat16", 64, True, False)
+
+
+# Two-stage split (registry.Candidate.stages) -------------------------------------------
+@pytest.mark.parametrize("name,m,k,per_channel", [
+    ("cuda_w8a8_gemm", 129, 1024, True), ("cuda_w8a8_gemm_ws", 129, 1024, True),
+    ("cuda_w8a8_gemm_grouped", 129, 1024, False),
+    ("cuda_int8_gemv", 16, 8192, True),  # 16 x 8192 does not fit the fused GEMV: two launches
+])
+def test_stages_equal_run(rng, name, m, k, per_channel):
+    """apply(quantize(x)) gives the same bits as run(x)."""
+    n = 264
+    cand = registry.get("linear", name)
+    problem = Problem("linear", m, n, k, "bfloat16", "per_channel" if per_channel else "grouped",
+                      64, True)
+    key, quant, apply = cand.stages(problem)
+    weight = make_weight(rng, n, k, 64, per_channel, "bfloat16")
+    x = activation(rng, m, k, "bfloat16")
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
+    y_run = np.array(cand.run(x, weight, bias).astype(mx.float32))
+    y_stages = np.array(apply(quant(x), weight, bias, x.dtype).astype(mx.float32))
+    np.testing.assert_array_equal(y_stages, y_run)
+
+
+def test_rowsum_activations_are_interchangeable(rng):
+    """cuda_w8a8_gemm and cuda_w8a8_gemm_ws name the same activation format: their quantize
+    launches (``rowsum``, ``rowsum_warp``) write the same bits, so either feeds either."""
+    problem = Problem("linear", 300, 392, 1088, "float16", "per_channel", 64, False)
+    k1, q1, a1 = registry.get("linear", "cuda_w8a8_gemm").stages(problem)
+    k2, q2, a2 = registry.get("linear", "cuda_w8a8_gemm_ws").stages(problem)
+    assert k1 == k2
+    x = activation(rng, 300, 1088, "float16")
+    acts1, acts2 = q1(x), q2(x)
+    for u, v in zip(acts1, acts2):
+        np.testing.assert_array_equal(np.array(u), np.array(v))
+    weight = make_weight(rng, 392, 1088, 64, True, "float16")
+    for apply in (a1, a2):
+        np.testing.assert_array_equal(np.array(apply(acts1, weight, None, x.dtype)),
+                                      np.array(apply(acts2, weight, None, x.dtype)))
 
 
 # The candidates as the tuner sees them ----------------------------------------------------

@@ -3,7 +3,7 @@ and what the launchers hand to MLX is checked on any machine (no GPU needed).
 
 ``mx.fast.cuda_kernel`` compiles at first use, on the user's GPU; a kernel that does not
 compile would fail there, not in CI. This test builds each body the launchers can
-produce (``cuda.kernel_builds()``) the way ``mlx/backend/cuda/custom_kernel.cpp`` does:
+produce (:func:`kernel_builds`, the manifest below) the way ``mlx/backend/cuda/custom_kernel.cpp`` does:
 MLX's default header, the file's header, then inside ``namespace mlx::core::cu`` a
 ``__global__`` function taking ``const T* <input>`` (plus ``__grid_constant__ Shape
 <input>_shape`` when the body mentions it) and ``T* <output>``, the template arguments as
@@ -21,10 +21,12 @@ import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import pytest
 
 from mlx_w8a8.kernels import cuda, sources
+from mlx_w8a8.kernels import cuda_launch as launch
 
 NVCC = shutil.which("nvcc")
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
@@ -58,9 +60,102 @@ DEFAULT_HEADER = """
 """
 
 
-def wrap(build: cuda.KernelBuild) -> str:
+# The manifest: every body with the template arguments the launchers use -----------------
+class KernelBuild(NamedTuple):
+    """One kernel as MLX would compile it: file, body, typed inputs/outputs, template."""
+
+    file: str
+    body: str
+    inputs: tuple[tuple[str, str, int], ...]  # (name, dtype name, ndim)
+    outputs: tuple[tuple[str, str], ...]  # (name, dtype name)
+    template: tuple[tuple[str, object], ...]  # values: int, bool or a dtype name
+
+
+def _channel_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
+    ins = (("xq", "int8", 2), ("xs", "float32", 2))
+    if "_u8" in body:
+        ins += (("xr", "int32", 2),)
+    ins += (("w", "uint32", 2), ("ws", "float32", 1))
+    if body.endswith("bias"):
+        ins += (("bias", "float32", 1),)
+    return ins
+
+
+def kernel_builds() -> list[KernelBuild]:
+    """Every (body, template) combination the launchers can produce, one per tile config
+    / group size / row bucket, with representative dtypes."""
+    out = []
+    for t in launch.FLOAT_DTYPES:
+        out.append(KernelBuild("quantize.cu", "plain", (("x", t, 2),),
+                               (("q", "int8"), ("scale", "float32")), (("T", t),)))
+        for body in ("rowsum", "rowsum_warp"):
+            out.append(KernelBuild("quantize.cu", body, (("x", t, 2),),
+                                   (("q", "int8"), ("scale", "float32"), ("rsum", "int32")),
+                                   (("T", t),)))
+    for gs in (32, 64, 128):
+        out.append(KernelBuild("quantize.cu", "sums", (("x", "bfloat16", 2),),
+                               (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
+                               (("T", "bfloat16"), ("GS", gs))))
+    for key in ("wgmma", "large", "medium", "small"):
+        tpl = tuple(launch.ALL_GEMM_CONFIGS[key].template())
+        file = launch.ALL_GEMM_CONFIGS[key].file
+        out.append(KernelBuild(file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
+                               (("c", "int32"),), tpl))
+        for t, body in (("bfloat16", "channel"), ("float16", "channel_bias"),
+                        ("float32", "channel"), ("bfloat16", "channel_u8"),
+                        ("float16", "channel_u8_bias"), ("float32", "channel_u8"),
+                        ("bfloat16", "channel_u8_bias")):
+            out.append(KernelBuild(file, body, _channel_inputs(body), (("y", t),),
+                                   (("T", t),) + tpl))
+    for cfg in launch.WS_CONFIGS.values():
+        tpl = tuple(cfg.template())
+        out.append(KernelBuild(cfg.file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
+                               (("c", "int32"),), tpl))
+        for t, body in (("bfloat16", "channel_u8"), ("float16", "channel_u8_bias"),
+                        ("float32", "channel_u8"), ("bfloat16", "channel_u8_bias")):
+            out.append(KernelBuild(cfg.file, body, _channel_inputs(body), (("y", t),),
+                                   (("T", t),) + tpl))
+    for key in ("grouped", "grouped_small"):
+        tpl = tuple(launch.GEMM_CONFIGS[key].template())
+        for gs, st, body in ((32, "float16", "grouped"), (64, "bfloat16", "grouped_bias"),
+                             (128, "float32", "grouped")):
+            ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 2),
+                   ("w", "uint32", 2), ("ws", st, 2), ("wo", "float32", 2))
+            if body.endswith("bias"):
+                ins += (("bias", "float32", 1),)
+            out.append(KernelBuild("gemm.cu", body, ins, (("y", "bfloat16"),),
+                                   (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
+    gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
+                   ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
+    gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
+    for i, mm in enumerate((1, 2, 4, 8, 16)):
+        rw = launch.gemv_rows_per_warp(mm)
+        for j, (body, st, gs) in enumerate(gemv_bodies):
+            if (i + j) % 2 and mm not in (1, 16):
+                continue  # every body at M = 1 and 16; the middle buckets alternate
+            fused = body.startswith("fused_")
+            if fused:
+                ins = (("x", "bfloat16" if st is None else "float16", 2), ("w", "uint32", 2))
+            else:
+                ins = (("xq", "int8", 2), ("xs", "float32", 2), ("w", "uint32", 2))
+            if st is None:
+                ins += (("ws", "float32", 1),)
+                tpl = (("T", "bfloat16"),)
+            else:
+                ins += (("ws", st, 2), ("wo", "float32", 2))
+                tpl = (("T", "float16"), ("ST", st), ("GS", gs))
+            if body.endswith("bias"):
+                ins += (("bias", "float32", 1),)
+            tpl += (("MM", mm), ("RW", rw))
+            if fused:
+                tpl += (("SMEM_BYTES", mm * 4096),)
+            out.append(KernelBuild("gemv.cu", body, ins, (("y", tpl[0][1]),), tpl))
+    return out
+
+
+def wrap(build: KernelBuild) -> str:
     """The full translation unit MLX would hand to NVRTC for ``build``."""
-    header, bodies = cuda.load(build.file)  # the text the launchers pass to MLX
+    header, bodies = launch.load(build.file)  # the text the launchers pass to MLX
     body = bodies[build.body]
     name = f"custom_kernel_w8a8_{build.file[:-3]}_{build.body}"
     params = []
@@ -91,11 +186,11 @@ def wrap(build: cuda.KernelBuild) -> str:
     )
 
 
-def _label(build: cuda.KernelBuild) -> str:
+def _label(build: KernelBuild) -> str:
     return f"{build.file}:{build.body}:" + ",".join(f"{k}={v}" for k, v in build.template)
 
 
-def _compile(build: cuda.KernelBuild, workdir: str, index: int) -> tuple[int, str]:
+def _compile(build: KernelBuild, workdir: str, index: int) -> tuple[int, str]:
     src = os.path.join(workdir, f"k{index}.cu")
     with open(src, "w") as f:
         f.write(wrap(build))
@@ -105,7 +200,7 @@ def _compile(build: cuda.KernelBuild, workdir: str, index: int) -> tuple[int, st
     return proc.returncode, proc.stdout + proc.stderr
 
 
-BUILDS = cuda.kernel_builds()
+BUILDS = kernel_builds()
 
 
 def test_every_shipped_kernel_file_has_builds():
@@ -117,7 +212,7 @@ def test_every_shipped_kernel_file_has_builds():
     built = {b.file for b in BUILDS}
     assert shipped == built, f"kernel files without a compile check: {shipped - built}"
     for file in shipped:
-        _, bodies = cuda.split(sources.read("cuda", file))
+        _, bodies = sources.split(sources.read("cuda", file))
         covered = {b.body for b in BUILDS if b.file == file}
         assert covered == set(bodies), f"{file}: bodies never compiled: {set(bodies) - covered}"
 
@@ -169,34 +264,39 @@ def _launch_all():
 
     from mlx_w8a8.weight import QuantizedWeight
 
-    for m, k in ((1, 64), (7, 4096), (3, 18944)):
+    for m, k in ((1, 64), (7, 4096), (3, 18944), (9, 4096)):
         for gs in (None, 32, 64, 128):
-            cuda.quantize(mx.zeros((m, k), dtype=mx.bfloat16), gs)
-        cuda.quantize(mx.zeros((m, k), dtype=mx.float16), None, row_sum=True)
+            launch.quantize(mx.zeros((m, k), dtype=mx.bfloat16), gs)
+        launch.quantize(mx.zeros((m, k), dtype=mx.float16), None, row_sum=True)
+        launch.quantize(mx.zeros((m, k), dtype=mx.float32), None, row_sum=True, warp=True)
     a = mx.zeros((300, 256), dtype=mx.int8)
     b = mx.zeros((264, 256), dtype=mx.int8)
-    for cfg in cuda._ALL_GEMM_CONFIGS.values():
-        cuda.int8_gemm(a, b, cfg)
+    configs = list(launch.ALL_GEMM_CONFIGS.values()) + list(launch.WS_CONFIGS.values())
+    for cfg in configs:
+        launch.int8_gemm(a, b, cfg)
+    launch.int8_gemm_ws(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((4096, 256), dtype=mx.int8))
     w = mx.random.normal((264, 256))
     pc = QuantizedWeight.from_float(w, 64, per_channel=True)
     gr = QuantizedWeight.from_float(w.astype(mx.float16), 32, per_channel=False)
     bias = mx.zeros((264,), dtype=mx.bfloat16)
-    for cfg in cuda._ALL_GEMM_CONFIGS.values():
+    for cfg in configs:
         xq, xs = mx.zeros((300, 256), dtype=mx.int8), mx.ones((300, 1))
-        if cfg.wgmma or cfg.wtn >= 64:
-            cuda.gemm_per_channel(xq, xs, pc, bias, mx.float16, cfg)
-            cuda.gemm_per_channel(xq, xs, pc, None, mx.float32, cfg)
+        ws = isinstance(cfg, launch.WsConfig)
+        if ws or cfg.wgmma or cfg.wtn >= 64:
+            if not ws:
+                launch.gemm_per_channel(xq, xs, pc, bias, mx.float16, cfg)
+                launch.gemm_per_channel(xq, xs, pc, None, mx.float32, cfg)
             xr1 = mx.zeros((300, 1), dtype=mx.int32)
-            cuda.gemm_per_channel(xq, xs, pc, bias, mx.bfloat16, cfg, row_sums=xr1)
-            cuda.gemm_per_channel(xq, xs, pc, None, mx.float16, cfg, row_sums=xr1)
-        if not cfg.wgmma:
+            launch.gemm_per_channel(xq, xs, pc, bias, mx.bfloat16, cfg, row_sums=xr1)
+            launch.gemm_per_channel(xq, xs, pc, None, mx.float16, cfg, row_sums=xr1)
+        if not ws and not cfg.wgmma:
             xr = mx.zeros((300, 8), dtype=mx.int32)
-            cuda.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
+            launch.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
     for m in (1, 2, 3, 8, 16):
         for weight in (pc, gr):
             for fused in (True, False):
-                cuda.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight, bias if m % 2 else None,
-                          fused=fused)
+                launch.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight,
+                            bias if m % 2 else None, fused=fused)
 
 
 def test_launch_plans_are_compiled_and_consistent(monkeypatch):
@@ -207,32 +307,39 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
 
     rec = _Recorder()
     monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
-    cuda._kernel.cache_clear()
+    launch._kernel.cache_clear()
     try:
         _launch_all()
     finally:
-        cuda._kernel.cache_clear()
+        launch._kernel.cache_clear()
     assert rec.launches
     built = {}
     for b in BUILDS:
         key = (b.file, b.body)
         built.setdefault(key, set()).add(tuple(k for k, _ in b.template))
-    tiles = {tuple(c.template()) for c in cuda._ALL_GEMM_CONFIGS.values()}
-    for launch in rec.launches:
-        match = [(f, body) for f, body in built if launch["name"] == f"w8a8_{f[:-3]}_{body}"]
-        assert len(match) == 1, f"launch {launch['name']} matches no compiled body"
-        names = tuple(k for k, _ in launch["template"])
-        assert names in built[match[0]], (launch["name"], names, built[match[0]])
-        ints = tuple((k, v) for k, v in launch["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES"))
+    tiles = {tuple(c.template()) for c in launch.ALL_GEMM_CONFIGS.values()}
+    tiles |= {tuple(c.template()) for c in launch.WS_CONFIGS.values()}
+    for plan in rec.launches:
+        match = [(f, body) for f, body in built if plan["name"] == f"w8a8_{f[:-3]}_{body}"]
+        assert len(match) == 1, f"launch {plan['name']} matches no compiled body"
+        names = tuple(k for k, _ in plan["template"])
+        assert names in built[match[0]], (plan["name"], names, built[match[0]])
+        ints = tuple((k, v) for k, v in plan["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES"))
         if ints:
-            assert ints in tiles, (launch["name"], ints)
-        body = launch["source"]
-        for arg in launch["inputs"] + launch["outputs"]:
-            assert re.search(rf"\b{arg}\b", body), f"{launch['name']}: body never uses {arg!r}"
-        tg, grid = launch["threadgroup"][0], launch["grid"][0]
-        assert tg % 32 == 0 and 32 <= tg <= 1024 and grid % 32 == 0, (launch["name"], tg, grid)
-        assert launch["shared_memory"] <= 227 * 1024, (launch["name"], launch["shared_memory"])
+            assert ints in tiles, (plan["name"], ints)
+        body = plan["source"]
+        for arg in plan["inputs"] + plan["outputs"]:
+            assert re.search(rf"\b{arg}\b", body), f"{plan['name']}: body never uses {arg!r}"
+        tg, grid = plan["threadgroup"][0], plan["grid"][0]
+        assert tg % 32 == 0 and 32 <= tg <= 1024 and grid % 32 == 0, (plan["name"], tg, grid)
+        assert plan["shared_memory"] <= 227 * 1024, (plan["name"], plan["shared_memory"])
         assert "//" not in body, "comments reach MLX (hashed on every launch)"
+        if plan["name"].startswith("w8a8_gemm_ws_"):
+            # gemm_ws.cu's header fixes __launch_bounds__(288, 1); a persistent grid.
+            assert tg == launch.WsConfig.threads == 288, (plan["name"], tg)
+            assert grid // tg <= launch.SMS, (plan["name"], grid)
+    ws_grids = [p["grid"][0] // 288 for p in rec.launches if p["name"] == "w8a8_gemm_ws_int32"]
+    assert launch.SMS in ws_grids, "a persistent grid larger than the SM count was never capped"
 
 
 def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
@@ -245,16 +352,74 @@ def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
     assert cuda.U8_MAX_K * 127 * 255 < 2**31 <= (cuda.U8_MAX_K + 1) * 127 * 255
     rec = _Recorder()
     monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
-    cuda._kernel.cache_clear()
+    launch._kernel.cache_clear()
     try:
         for k in (4096, 66304, 66336):
             w = QuantizedWeight.from_int8(mx.zeros((8, k), dtype=mx.int8), mx.ones((8,)), 32)
             start = len(rec.launches)
             cuda._w8a8_gemm_run(mx.zeros((2, k), dtype=mx.bfloat16), w, None)
-            names = [launch["name"] for launch in rec.launches[start:]]
+            names = [plan["name"] for plan in rec.launches[start:]]
             if k <= cuda.U8_MAX_K:
                 assert names == ["w8a8_quantize_rowsum", "w8a8_gemm_channel_u8"], (k, names)
             else:
                 assert names == ["w8a8_quantize_plain", "w8a8_gemm_channel"], (k, names)
     finally:
-        cuda._kernel.cache_clear()
+        launch._kernel.cache_clear()
+
+
+def test_stages_launch_what_run_launches(monkeypatch):
+    """Each CUDA linear candidate's two-stage form, recorded on CPU arrays: apply(quantize
+    (x)) makes the same launches (kernel, template, grid, input shapes) as run(x); equal
+    act_keys come from quantize launches with the same outputs; the one-launch GEMV has no
+    stages, its two-launch form has."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    def summary(plans):
+        return [(p["name"], p["template"], p["grid"], [a.shape for a in p["arrays"]])
+                for p in plans]
+
+    rec = _Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
+    launch._kernel.cache_clear()
+    w = mx.random.normal((264, 8192))
+    quantize_launches = {}
+    try:
+        for cand in registry.all_candidates():
+            if cand.backend != "cuda" or cand.op != "linear":
+                continue
+            assert cand.stages is not None, f"{cand.name} has no two-stage form"
+            for m, k, fmt in ((16, 8192, "per_channel"), (16, 8192, "grouped"),
+                              (2, 1024, "per_channel"), (300, 1024, "per_channel")):
+                problem = Problem("linear", m, 264, k, "bfloat16", fmt, 64, False)
+                if not cand.supports(problem):
+                    continue
+                x = mx.zeros((m, k), dtype=mx.bfloat16)
+                weight = QuantizedWeight.from_float(w[:, :k], 64, per_channel=fmt == "per_channel")
+                staged = cand.stages(problem)
+                if cand.name == "cuda_int8_gemv" and launch.gemv_fuses(m, k):
+                    assert staged is None, (cand.name, m, k)
+                    continue
+                key, quant, apply = staged
+                start = len(rec.launches)
+                cand.run(x, weight, None)
+                direct = summary(rec.launches[start:])
+                start = len(rec.launches)
+                acts = quant(x)
+                first = summary(rec.launches[start:])
+                apply(acts, weight, None, x.dtype)
+                both = summary(rec.launches[start:])
+                assert both == direct, (cand.name, m, k, both, direct)
+                outs = [(a.shape, a.dtype) for a in acts if a is not None]
+                quantize_launches.setdefault((key, m, k), set()).add(repr(outs))
+                assert len(first) == 1 and "quantize" in first[0][0], (cand.name, first)
+    finally:
+        launch._kernel.cache_clear()
+    for (key, m, k), outs in quantize_launches.items():
+        assert len(outs) == 1, f"act_key {key} names different activation formats: {outs}"
+    keys = {key for key, _, _ in quantize_launches}
+    assert cuda.ROWSUM in keys and cuda.PLAIN in keys

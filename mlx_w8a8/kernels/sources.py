@@ -2,12 +2,16 @@
 
 Kernel bodies live in files (not Python strings) so they can be compiled by tests
 outside MLX (``nvcc`` for CUDA, the host C++ compiler for Metal) exactly as shipped.
+Both backends use one file format: a header, then ``// @@ body NAME`` sections
+(:func:`split`); a CUDA header may start with ``// @@ requires OTHER.cu`` lines
+(:data:`REQUIRES`) to put another file's header first.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import inspect
 from importlib import resources
 from typing import Callable
@@ -59,3 +63,50 @@ def _source(function: Callable) -> str:
     except (OSError, TypeError):
         code = function.__code__
         return f"{code.co_code.hex()} {code.co_consts!r} {code.co_names!r}"
+
+
+_BODY = re.compile(r"^// @@ body (\w+)\s*$", re.MULTILINE)
+REQUIRES = re.compile(r"^// @@ requires (\S+)\s*$", re.MULTILINE)
+
+
+def split(text: str, backend: str = "cuda") -> tuple[str, dict[str, str]]:
+    """Split a kernel file into its header and named bodies.
+
+    The header is everything before the first ``// @@ body NAME`` line; each such line
+    starts the body ``NAME``, which runs to the next marker or the end of the file.
+
+    Args:
+        text: the file's text.
+        backend: ``"cuda"`` or ``"metal"``, named in the error message.
+
+    Returns:
+        ``(header, {name: body})``.
+
+    Raises:
+        ValueError: if the file has no body marker.
+    """
+    marks = list(_BODY.finditer(text))
+    if not marks:
+        raise ValueError(f"[mlx_w8a8.{backend}] kernel file has no '// @@ body NAME' section")
+    bodies = {}
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        bodies[mark.group(1)] = text[mark.end():end].strip() + "\n"
+    return text[: marks[0].start()], bodies
+
+
+def strip_comments(code: str) -> str:
+    """Drop ``//`` comments and blank lines (the kernels have no string literals except
+    inline assembly, whose lines are kept whole).
+
+    MLX hashes the full kernel source on every launch to find the compiled module, so
+    shorter text is cheaper per launch; the files keep their comments.
+    """
+    out = []
+    for line in code.splitlines():
+        if '"' not in line:
+            line = line.split("//", 1)[0]
+        line = line.rstrip()
+        if line.strip():
+            out.append(line)
+    return "\n".join(out) + "\n"

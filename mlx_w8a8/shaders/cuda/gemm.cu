@@ -106,6 +106,7 @@ __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
 
 // Store two adjacent outputs (n, n + 1) of one row; n is even. `pair` means both columns
 // exist and the address is 2-element aligned (N even), so one vector store is legal.
+// The pointers may be global or shared (the staged epilogue of gemm_ws.cu).
 __device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
 }
@@ -115,10 +116,12 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* p, float v0, float v1)
 __device__ __forceinline__ void store_pair(float* p, float v0, float v1) {
   *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
 }
+__device__ __forceinline__ void store_pair(int32_t* p, int v0, int v1) {
+  *reinterpret_cast<int2*>(p) = make_int2(v0, v1);
+}
 
-template <typename T>
-__device__ __forceinline__ void store2(T* out, size_t idx, float v0, float v1, bool pair,
-                                       bool second) {
+template <typename T, typename V>
+__device__ __forceinline__ void store2(T* out, size_t idx, V v0, V v1, bool pair, bool second) {
   if (pair) {
     store_pair(out + idx, v0, v1);
   } else {
@@ -127,11 +130,74 @@ __device__ __forceinline__ void store2(T* out, size_t idx, float v0, float v1, b
   }
 }
 
-// Tile index of this block, rasterized in groups of 8 tile-rows so that blocks running
-// together share A and B tiles in L2.
-__device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int& tm, int& tn) {
+// The per-channel epilogue, shared by every GEMM body (gemm.cu, gemm_wgmma.cu,
+// gemm_ws.cu) so that all of them compute the same float32 expression:
+//   MODE 0: c = acc - corr_m                                  (int32, raw int8 GEMM)
+//   MODE 1: y = float(acc - corr_m) * row_scale[m] * col_scale[n] (+ bias[n])
+// where corr_m = 128 * row_sums[m] for WB == kWeightU8 (the unsigned-code correction,
+// exact in int32: |128 R| <= 128 * 127 * K < 2^31) and 0 otherwise. Row and column terms
+// are loaded once per row / column by the caller (rows past M, columns past N get zeros;
+// their values are never stored).
+template <bool B, typename IfTrue, typename IfFalse>
+struct Select {
+  using type = IfTrue;
+};
+template <typename IfTrue, typename IfFalse>
+struct Select<false, IfTrue, IfFalse> {
+  using type = IfFalse;
+};
+
+template <int MODE, bool HAS_BIAS, int WB>
+struct ChannelEpilogue {
+  using Value = typename Select<MODE == 0, int, float>::type;
+  struct Row {
+    float scale;
+    int corr;
+  };
+  struct Col {
+    float scale, bias;
+  };
+  const float* row_scale;
+  const int32_t* row_sums;
+  const float* col_scale;
+  const float* bias;
+
+  __device__ __forceinline__ Row row(int m, int M) const {
+    Row r{0.f, 0};
+    if (m < M) {
+      if constexpr (MODE == 1) r.scale = row_scale[m];
+      if constexpr (WB == kWeightU8) r.corr = 128 * row_sums[m];
+    }
+    return r;
+  }
+  __device__ __forceinline__ Col col(int n, int N) const {
+    Col c{0.f, 0.f};
+    if constexpr (MODE == 1) {
+      if (n < N) {
+        c.scale = col_scale[n];
+        if constexpr (HAS_BIAS) c.bias = bias[n];
+      }
+    }
+    return c;
+  }
+  __device__ __forceinline__ Value operator()(int acc, Row r, Col c) const {
+    const int v = acc - r.corr;
+    if constexpr (MODE == 0) {
+      return v;
+    } else {
+      float y = static_cast<float>(v) * r.scale * c.scale;
+      if constexpr (HAS_BIAS) y += c.bias;
+      return y;
+    }
+  }
+};
+
+// Coordinates of tile `bid` (a block index, or a persistent block's current tile),
+// rasterized in groups of 8 tile-rows so that tiles running together share A and B tiles
+// in L2.
+__device__ __forceinline__ void tile_coords(int bid, int tiles_m, int tiles_n, int& tm,
+                                            int& tn) {
   constexpr int kGroup = 8;
-  const int bid = blockIdx.x;
   const int width = kGroup * tiles_n;
   const int first = (bid / width) * kGroup;
   const int rows = min(tiles_m - first, kGroup);
@@ -268,7 +334,7 @@ __device__ __forceinline__ void gemm(const int8_t* a, const int8_t* b, int M, in
   using G = Gemm<BM, BN, WTM, WTN, STAGES, WB>;
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
-  tile_coords(tiles_m, tiles_n, tm, tn);
+  tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
   G g{a, b, M, N, K, tm * BM, tn * BN, w8a8_smem};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = warp / G::kWarpsN, wn = warp % G::kWarpsN;
@@ -283,52 +349,28 @@ __device__ __forceinline__ void gemm(const int8_t* a, const int8_t* b, int M, in
 
   // Epilogue straight from the mma C fragments: c0, c1 at (row g, cols 2t, 2t+1),
   // c2, c3 at (row g + 8, same cols).
+  const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, col_scale, bias};
   const int gq = lane >> 2, tq = lane & 3;
   const bool even_n = (N & 1) == 0;
+  typename ChannelEpilogue<MODE, HAS_BIAS, WB>::Row rows[G::MT][2];
+#pragma unroll
+  for (int mt = 0; mt < G::MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rows[mt][h] = epi.row(g.m0 + wm * WTM + mt * 16 + gq + h * 8, M);
 #pragma unroll
   for (int nt = 0; nt < G::NT; ++nt) {
     const int n = g.n0 + wn * WTN + nt * 8 + tq * 2;
     if (n >= N) continue;
     const bool second = n + 1 < N;
-    float cs0 = 0.f, cs1 = 0.f, b0 = 0.f, b1 = 0.f;
-    if constexpr (MODE == 1) {
-      cs0 = col_scale[n];
-      cs1 = second ? col_scale[n + 1] : 0.f;
-      if constexpr (HAS_BIAS) {
-        b0 = bias[n];
-        b1 = second ? bias[n + 1] : 0.f;
-      }
-    }
+    const auto c0 = epi.col(n, N), c1 = epi.col(n + 1, N);
 #pragma unroll
     for (int mt = 0; mt < G::MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = g.m0 + wm * WTM + mt * 16 + gq + h * 8;
         if (m >= M) continue;
-        const size_t idx = (size_t)m * N + n;
-        int c0 = acc[mt][nt][2 * h], c1 = acc[mt][nt][2 * h + 1];
-        if constexpr (WB == kWeightU8) {
-          const int corr = 128 * row_sums[m];  // |128 R| <= 128 * 127 * K < 2^31
-          c0 -= corr;
-          c1 -= corr;
-        }
-        if constexpr (MODE == 0) {
-          if (even_n) {
-            *reinterpret_cast<int2*>(out + idx) = make_int2(c0, c1);
-          } else {
-            out[idx] = c0;
-            if (second) out[idx + 1] = c1;
-          }
-        } else {
-          const float rs = row_scale[m];
-          float v0 = static_cast<float>(c0) * rs * cs0;
-          float v1 = static_cast<float>(c1) * rs * cs1;
-          if constexpr (HAS_BIAS) {
-            v0 += b0;
-            v1 += b1;
-          }
-          store2(out, idx, v0, v1, even_n && second, second);
-        }
+        store2(out, (size_t)m * N + n, epi(acc[mt][nt][2 * h], rows[mt][h], c0),
+               epi(acc[mt][nt][2 * h + 1], rows[mt][h], c1), even_n && second, second);
       }
     }
   }
@@ -354,7 +396,7 @@ __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, i
   using G = Gemm<BM, BN, WTM, WTN, STAGES, kWeightU8>;
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
-  tile_coords(tiles_m, tiles_n, tm, tn);
+  tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
   G g{a, b, M, N, K, tm * BM, tn * BN, w8a8_smem};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = warp / G::kWarpsN, wn = warp % G::kWarpsN;

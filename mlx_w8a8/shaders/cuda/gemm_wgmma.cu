@@ -141,7 +141,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
       (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
-  tile_coords(tiles_m, tiles_n, tm, tn);
+  tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2;  // warpgroup 0 or 1
@@ -217,55 +217,24 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
   // Accumulator layout (per warpgroup, like mma's C fragment): warp w of the group owns
   // rows 16 w + lane / 4 (+ 8); d[4 j + {0, 1}] are columns 8 j + 2 (lane % 4) + {0, 1}
   // of the first row, d[4 j + {2, 3}] of the second.
+  const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, col_scale, bias};
   const int gq = lane >> 2, tq = lane & 3;
   const bool even_n = (N & 1) == 0;
   const int row0 = m0 + wg * 64 + (warp & 3) * 16 + gq;
-  float rs[2] = {0.f, 0.f};
-  int corr[2] = {0, 0};  // kWeightU8: 128 * R_m (|128 R| <= 128 * 127 * K < 2^31)
-  if constexpr (MODE == 1) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) rs[h] = row0 + 8 * h < M ? row_scale[row0 + 8 * h] : 0.f;
-  }
-  if constexpr (WB == kWeightU8) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) corr[h] = row0 + 8 * h < M ? 128 * row_sums[row0 + 8 * h] : 0;
-  }
+  const typename ChannelEpilogue<MODE, HAS_BIAS, WB>::Row rows[2] = {epi.row(row0, M),
+                                                                    epi.row(row0 + 8, M)};
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
     const int n = n0 + 8 * j + 2 * tq;
     if (n >= N) continue;
     const bool second = n + 1 < N;
-    float cs0 = 0.f, cs1 = 0.f, b0 = 0.f, b1 = 0.f;
-    if constexpr (MODE == 1) {
-      cs0 = col_scale[n];
-      cs1 = second ? col_scale[n + 1] : 0.f;
-      if constexpr (HAS_BIAS) {
-        b0 = bias[n];
-        b1 = second ? bias[n + 1] : 0.f;
-      }
-    }
+    const auto c0 = epi.col(n, N), c1 = epi.col(n + 1, N);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = row0 + 8 * h;
       if (m >= M) continue;
-      const size_t idx = (size_t)m * N + n;
-      const int c0 = d[4 * j + 2 * h] - corr[h], c1 = d[4 * j + 2 * h + 1] - corr[h];
-      if constexpr (MODE == 0) {
-        if (even_n) {
-          *reinterpret_cast<int2*>(out + idx) = make_int2(c0, c1);
-        } else {
-          out[idx] = c0;
-          if (second) out[idx + 1] = c1;
-        }
-      } else {
-        float v0 = static_cast<float>(c0) * rs[h] * cs0;
-        float v1 = static_cast<float>(c1) * rs[h] * cs1;
-        if constexpr (HAS_BIAS) {
-          v0 += b0;
-          v1 += b1;
-        }
-        store2(out, idx, v0, v1, even_n && second, second);
-      }
+      store2(out, (size_t)m * N + n, epi(d[4 * j + 2 * h], rows[h], c0),
+             epi(d[4 * j + 2 * h + 1], rows[h], c1), even_n && second, second);
     }
   }
 }

@@ -3,16 +3,17 @@
 // File layout: the text before the first "// @@ body" line is the `header=` of
 // mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
 //
-// One block per row; each thread handles 8 consecutive elements at a time (one 16-byte
-// load for float16/bfloat16, two for float32). Pass 1 finds amax, pass 2 re-reads the
-// row (it is at most a few tens of KiB, so the re-read hits L1/L2: DRAM sees x once) and
-// writes the codes, plus per-group row sums when GS > 0, or the full-row sum R_m =
-// sum_k q_mk (int32) when RSUM (the per-channel GEMM's unsigned-weight correction,
-// gemm.cu).
+// Bodies plain / rowsum / sums: one block per row; each thread handles 8 consecutive
+// elements at a time (one 16-byte load for float16/bfloat16, two for float32). Pass 1
+// finds amax, pass 2 re-reads the row (it is at most a few tens of KiB, so the re-read
+// hits L1/L2: DRAM sees x once) and writes the codes, plus per-group row sums when
+// GS > 0, or the full-row sum R_m = sum_k q_mk (int32) when RSUM (the per-channel GEMM's
+// unsigned-weight correction, gemm.cu). Body rowsum_warp: the rowsum outputs with one
+// warp per row and no block barrier (quantize_row_warp below).
 //
-// Invariants the launcher guarantees (cuda.py `supports`): K % 8 == 0 (and K % GS == 0),
-// rows 16-byte aligned (row-contiguous input, K * sizeof(T) a multiple of 16),
-// blockDim.x a multiple of 32.
+// Invariants the launcher guarantees (cuda.py `supports`, cuda_launch.quantize):
+// K % 8 == 0 (and K % GS == 0), rows 16-byte aligned (row-contiguous input, K * sizeof(T)
+// a multiple of 16), blockDim.x a multiple of 32.
 //
 // Exactness: scale = amax / 127 and x / scale are IEEE round-to-nearest divisions
 // (__fdiv_rn, never a reciprocal multiply, which fast-math could substitute), and
@@ -20,9 +21,23 @@
 
 namespace w8a8 {
 
-__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&v);
+// Eight consecutive elements of T as raw 16-byte words (one for float16/bfloat16, two
+// for float32), and their float values.
+template <typename T>
+struct Raw8 {
+  uint4 w[sizeof(T) / 2];
+};
+
+template <typename T>
+__device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
+  Raw8<T> r;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) / 2); ++i) r.w[i] = reinterpret_cast<const uint4*>(p)[i];
+  return r;
+}
+
+__device__ __forceinline__ void decode8(const Raw8<__half>& r, float (&f)[8]) {
+  const __half2* h = reinterpret_cast<const __half2*>(&r.w[0]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float2 t = __half22float2(h[i]);
@@ -31,9 +46,8 @@ __device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
   }
 }
 
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+__device__ __forceinline__ void decode8(const Raw8<__nv_bfloat16>& r, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&r.w[0]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float2 t = __bfloat1622float2(h[i]);
@@ -42,11 +56,16 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
   }
 }
 
-__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
-  const float4 u = reinterpret_cast<const float4*>(p)[0];
-  const float4 v = reinterpret_cast<const float4*>(p)[1];
+__device__ __forceinline__ void decode8(const Raw8<float>& r, float (&f)[8]) {
+  const float4 u = reinterpret_cast<const float4&>(r.w[0]);
+  const float4 v = reinterpret_cast<const float4&>(r.w[1]);
   f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w;
   f[4] = v.x; f[5] = v.y; f[6] = v.z; f[7] = v.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
+  decode8(load_raw8(p), f);
 }
 
 // |v| with NaN mapped to +inf, so a max over it is not-finite iff the row holds NaN/Inf
@@ -175,6 +194,78 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   }
 }
 
+// One warp per row (blockDim.x / 32 rows per block), no shared memory and no block
+// barrier: the per-channel GEMM's quantize pass as one streaming pass over x. Each lane
+// first issues the 16-byte loads of up to kCached chunks of 8 elements (chunks lane,
+// lane + 32, ...; 16 chunks = 4096 bfloat16 elements per row for the whole warp, 8 for
+// float32) and keeps them raw in registers, so a warp has 16 loads in flight and a row
+// of K <= 4096 (float16/bfloat16) or 2048 (float32) is read from DRAM once; chunks past
+// the cache are read again in the second pass (L1/L2 hits). Codes are written as 8-byte
+// words (a warp stores 256 contiguous bytes), scale and the row sum R_m by lane 0.
+// Same functions as quantize_row (row_scale, quantize8), so the same bits.
+template <typename T>
+__device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8_t* q,
+                                                  float* scale, int32_t* row_sums) {
+  constexpr int kCached = sizeof(T) == 4 ? 8 : 16;
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= M) return;  // the whole warp
+  const int chunks = K >> 3;
+  const T* xr = x + (size_t)row * K;
+  Raw8<T> cache[kCached];
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = lane + 32 * i;
+    if (c < chunks) cache[i] = load_raw8(xr + c * 8);
+  }
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    if (lane + 32 * i < chunks) {
+      float f[8];
+      decode8(cache[i], f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
+    }
+  }
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) {
+    float f[8];
+    load8(xr + c * 8, f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  bool usable;
+  const float s = row_scale(amax, usable);
+  int8_t* qr = q + (size_t)row * K;
+  int total = 0;
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = lane + 32 * i;
+    if (c < chunks) {
+      float f[8];
+      decode8(cache[i], f);
+      uint32_t packed[2];
+      total += quantize8(f, s, usable, packed);
+      *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+    }
+  }
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) {
+    float f[8];
+    load8(xr + c * 8, f);
+    uint32_t packed[2];
+    total += quantize8(f, s, usable, packed);
+    *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  if (lane == 0) {
+    scale[row] = s;
+    row_sums[row] = total;
+  }
+}
+
 // Quantize rows [0, M) of x into `q_out` (row stride K; shared or global memory) and
 // their scales into `scale_out`, the whole block on one row at a time (each thread 8
 // elements per step, so a decode row of a few thousand elements takes one or two steps).
@@ -228,3 +319,7 @@ w8a8::quantize_row<T, 0, true>(x, x_shape[1], q, scale, rsum);
 // @@ body sums
 // As `plain`, plus row_sums [M, K / GS] int32.
 w8a8::quantize_row<T, GS>(x, x_shape[1], q, scale, row_sums);
+
+// @@ body rowsum_warp
+// As `rowsum` (same outputs, same bits), one warp per row: x [M, K] float (T).
+w8a8::quantize_row_warp<T>(x, x_shape[0], x_shape[1], q, scale, rsum);

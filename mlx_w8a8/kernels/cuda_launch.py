@@ -1,0 +1,455 @@
+"""CUDA launchers and tile policy: the kernels of ``shaders/cuda/*.cu`` through
+``mx.fast.cuda_kernel``.
+
+Kernel source files hold a header and one or more named bodies (:func:`sources.split`);
+MLX wraps each body into a ``__global__`` function (``mlx/backend/cuda/custom_kernel.cpp``).
+Sizes reach the kernels through MLX's ``<input>_shape`` arguments, so no scalar arrays
+are created per call. Registration as tuner candidates is :mod:`mlx_w8a8.kernels.cuda`'s
+job; this module only builds and launches kernels (importing it never needs CUDA).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import NamedTuple
+
+import mlx.core as mx
+
+from . import sources
+
+# Weight codes are read as 16-byte vectors: K must be a multiple of 16 for the GEMMs
+# (the int8 operands) and of 8 for the quantize kernel (8 floats per vector step).
+GEMM_K_MULTIPLE = 16
+QUANT_K_MULTIPLE = 8
+# |a|, |b| <= 128: K * 2^14 < 2^31 keeps the int32 accumulator exact.
+MAX_K = 1 << 17
+# The per-channel GEMM multiplies int8 activations (|a| <= 127) by the UNSIGNED weight codes
+# (q <= 255) and subtracts 128 * sum_k a_k afterwards: the unsigned int32 sum is exact only
+# while K * 127 * 255 < 2^31, i.e. K <= 66311. Above that the codes are flipped to int8.
+U8_MAX_K = (2**31 - 1) // (127 * 255)
+assert U8_MAX_K == 66311
+GEMV_MAX_M = 16
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+@functools.lru_cache(maxsize=None)
+def load(file: str) -> tuple[str, dict[str, str]]:
+    """Header and bodies of ``shaders/cuda/<file>`` as passed to ``mx.fast.cuda_kernel``.
+
+    A ``// @@ requires OTHER.cu`` line in the header puts OTHER's header (with its own
+    requirements) first; comments are stripped (:func:`sources.strip_comments`).
+    """
+    header, bodies = sources.split(sources.read("cuda", file), "cuda")
+    for other in sources.REQUIRES.findall(header):
+        header = load(other)[0] + header
+    return (sources.strip_comments(header),
+            {k: sources.strip_comments(v) for k, v in bodies.items()})
+
+
+def cuda_available() -> bool:
+    """True when MLX has a CUDA device and uses the GPU by default."""
+    try:
+        return bool(mx.cuda.is_available()) and mx.default_device().type == mx.gpu
+    except Exception:  # a CPU-only build without mx.cuda, or a broken probe
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def is_sm90() -> bool:
+    """Whether the default GPU is compute capability 9.x (wgmma needs sm_90a)."""
+    try:
+        return int(mx.device_info().get("compute_capability_major", 0)) == 9
+    except Exception:
+        return False
+
+
+# Tile policy ------------------------------------------------------------------------------
+class GemmConfig(NamedTuple):
+    """Tile shape of the tensor-core GEMM.
+
+    ``bm x bn`` block tile, ``wtm x wtn`` warp tile, ``stages`` cp.async ring depth;
+    ``wgmma``: the Hopper warpgroup kernel (``gemm_wgmma.cu``, fixed 128 x 256 tile,
+    two warpgroups) instead of ``mma.sync`` (``gemm.cu``).
+    """
+
+    bm: int
+    bn: int
+    wtm: int
+    wtn: int
+    stages: int
+    wgmma: bool = False
+
+    @property
+    def file(self) -> str:
+        return "gemm_wgmma.cu" if self.wgmma else "gemm.cu"
+
+    @property
+    def threads(self) -> int:
+        if self.wgmma:
+            return 256
+        return (self.bm // self.wtm) * (self.bn // self.wtn) * 32
+
+    @property
+    def shared_memory(self) -> int:
+        # wgmma: + 1024 bytes so the tile base can be rounded up to a 1024-byte boundary.
+        return self.stages * (self.bm + self.bn) * 128 + (1024 if self.wgmma else 0)
+
+    def template(self) -> list[tuple[str, int]]:
+        if self.wgmma:  # fixed tile: only the ring depth is a parameter
+            return [("STAGES", self.stages)]
+        return [("BM", self.bm), ("BN", self.bn), ("WTM", self.wtm), ("WTN", self.wtn),
+                ("STAGES", self.stages)]
+
+
+class WsConfig(NamedTuple):
+    """Tile of the warp-specialized persistent GEMM (``gemm_ws.cu``): 128 x ``bn``
+    (``bn`` 256 or 128), a ``stages``-deep ring; 288 threads (8 consumer warps + one
+    producer warp), at most one block per SM."""
+
+    bn: int
+    stages: int
+
+    file = "gemm_ws.cu"
+    bm = 128
+    threads = 288
+
+    @property
+    def shared_memory(self) -> int:
+        # Ring + 8 per-warp epilogue staging buffers (2560 bytes) + full/empty mbarriers +
+        # 1024 bytes to round the ring's base up to the 128-byte swizzle's 1024-byte atom.
+        return self.stages * (self.bm + self.bn) * 128 + 8 * 2560 + 16 * self.stages + 1024
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("BN", self.bn), ("STAGES", self.stages)]
+
+
+# Configurations the launchers pick from (tile_for / grouped_tile_for); the compile test
+# builds each of them. 132 SMs on an H200.
+GEMM_CONFIGS = {
+    "wgmma": GemmConfig(128, 256, 64, 256, 4, True),
+    "large": GemmConfig(128, 256, 64, 64, 3),
+    "medium": GemmConfig(128, 128, 64, 64, 4),
+    "small": GemmConfig(64, 128, 32, 64, 4),
+    "grouped": GemmConfig(128, 128, 64, 32, 4),
+    "grouped_small": GemmConfig(64, 128, 32, 32, 4),
+}
+# The warp-specialized kernel: 4 stages of 48 KiB with the 128 x 256 tile, 6 of 32 KiB
+# with 128 x 128 (both ~213 KiB with the staging buffers, under the 227 KiB limit).
+WS_CONFIGS = {
+    "ws256": WsConfig(256, 4),
+    "ws128": WsConfig(128, 6),
+}
+SMS = 132  # persistent grid size (an H200's SM count; any GPU runs it correctly)
+# Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile; the
+# environment variable MLX_W8A8_CUDA_WGMMA=0 turns it off (mma.sync everywhere).
+PREFER_WGMMA = os.environ.get("MLX_W8A8_CUDA_WGMMA", "1") != "0"
+ALL_GEMM_CONFIGS = dict(GEMM_CONFIGS)  # the compile test builds every shipped kernel
+if not PREFER_WGMMA:
+    del GEMM_CONFIGS["wgmma"]
+
+
+def tiles(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
+    """Output tiles of an ``M x N`` result under ``cfg``."""
+    return -(-m // cfg.bm) * -(-n // cfg.bn)
+
+
+def tile_for(m: int, n: int) -> GemmConfig:
+    """The per-channel / int32 GEMM tile for an ``M x N`` output: the 128 x 256 tile once
+    it gives at least ~48 blocks (on an H200, mma.sync 128 x 256 beat 128 x 128 even at
+    M = 512, N = 4096: 29.5 vs 33.8 us; the wgmma kernel, 22.2 us there, is used on
+    Hopper), else smaller mma.sync tiles so more SMs get work."""
+    large = GEMM_CONFIGS["large"]
+    if tiles(m, n, large) >= 48:
+        return GEMM_CONFIGS["wgmma"] if PREFER_WGMMA and is_sm90() else large
+    if m > 64:
+        return GEMM_CONFIGS["medium"]
+    return GEMM_CONFIGS["small"]
+
+
+def ws_tile_for(m: int, n: int) -> WsConfig:
+    """The warp-specialized GEMM's tile: 128 x 256 once that gives about one tile per SM
+    or more, else 128 x 128 (twice the tiles, so more SMs get work at small M). A rule
+    by tile count, not yet checked against measurements at every M."""
+    big = WS_CONFIGS["ws256"]
+    return big if tiles(m, n, big) >= SMS - SMS // 8 else WS_CONFIGS["ws128"]
+
+
+def grouped_tile_for(m: int, n: int) -> GemmConfig:
+    """The grouped GEMM tile (float accumulators too, so smaller warp tiles)."""
+    return GEMM_CONFIGS["grouped"] if m > 64 else GEMM_CONFIGS["grouped_small"]
+
+
+QUANT_MAX_THREADS = 1024
+QUANT_WARP_THREADS = 256  # rowsum_warp: 8 rows per block
+GEMV_THREADS = 256
+# Fused GEMV: x's codes live in shared memory (MM * K bytes); a persistent grid.
+GEMV_FUSED_MAX_SMEM = 96 * 1024
+GEMV_FUSED_BLOCKS = 132  # one block per SM: the grouped kernels need > 128 registers
+
+
+def gemv_rows_per_warp(m_bucket: int) -> int:
+    """Weight rows per warp: more rows share each activation load, but the accumulators
+    (RW x MM) must stay in registers (RW = 4 at MM = 16 spills, per ptxas)."""
+    return 4 if m_bucket <= 2 else 2
+
+
+def gemv_bucket(m: int) -> int:
+    """Rows of x a GEMV kernel is compiled for: the next of 1, 2, 4, 8, 16."""
+    for b in (1, 2, 4, 8, 16):
+        if m <= b:
+            return b
+    raise ValueError(f"[mlx_w8a8.cuda_int8_gemv] M must be in [1, {GEMV_MAX_M}], got {m}")
+
+
+# Kernel objects -------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
+            shared_memory: int = 0):
+    """The ``mx.fast.cuda_kernel`` for body ``body`` of ``shaders/cuda/<file>``, built once."""
+    header, bodies = load(file)
+    stem = file.removesuffix(".cu")
+    return mx.fast.cuda_kernel(
+        name=f"w8a8_{stem}_{body}",
+        input_names=list(inputs),
+        output_names=list(outputs),
+        source=bodies[body],
+        header=header,
+        ensure_row_contiguous=True,
+        shared_memory=shared_memory,
+    )
+
+
+def _as_f32(a: mx.array) -> mx.array:
+    return a if a.dtype == mx.float32 else a.astype(mx.float32)
+
+
+# Launchers ------------------------------------------------------------------------------
+def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
+             warp: bool = False):
+    """Per-token int8 quantization on the GPU.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32, ``K % 8 == 0``.
+        group_size: ``None`` or 32/64/128 dividing K (adds per-group row sums).
+        row_sum: with ``group_size=None``, also return each row's code sum ``[M, 1]``
+            int32 (the per-channel GEMM's correction term).
+        warp: with ``row_sum``, the one-warp-per-row kernel (``rowsum_warp``: 8 rows
+            per block, no block barrier) instead of one block per row; same bits.
+
+    Returns:
+        ``(q, scale, row_sums)``: ``[M, K]`` int8, ``[M, 1]`` float32 and
+        ``[M, K // group_size]`` int32, ``[M, 1]`` int32 (``row_sum``) or ``None``.
+    """
+    m, k = x.shape
+    if k % QUANT_K_MULTIPLE:
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
+    if warp and (group_size is not None or not row_sum):
+        raise ValueError("[mlx_w8a8.cuda_quantize] warp=True exists for row_sum=True, "
+                         f"group_size=None only; got row_sum={row_sum}, group_size={group_size}")
+    # Whole warps (row-sum shuffles), enough that each thread keeps its <= 4 chunks of 8
+    # in registers between the two passes (quantize.cu kCached) where K allows.
+    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (4 * 32)) * 32))
+    if warp:
+        rows = QUANT_WARP_THREADS // 32
+        kern = _kernel("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
+        q, scale, rsum = kern(
+            inputs=[x], template=[("T", x.dtype)],
+            output_shapes=[(m, k), (m, 1), (m, 1)],
+            output_dtypes=[mx.int8, mx.float32, mx.int32],
+            grid=(-(-m // rows) * QUANT_WARP_THREADS, 1, 1),
+            threadgroup=(QUANT_WARP_THREADS, 1, 1),
+        )
+        return q, scale, rsum
+    if group_size is None and row_sum:
+        kern = _kernel("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
+        q, scale, rsum = kern(
+            inputs=[x], template=[("T", x.dtype)],
+            output_shapes=[(m, k), (m, 1), (m, 1)],
+            output_dtypes=[mx.int8, mx.float32, mx.int32],
+            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
+        )
+        return q, scale, rsum
+    if group_size is None:
+        kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
+        q, scale = kern(
+            inputs=[x], template=[("T", x.dtype)],
+            output_shapes=[(m, k), (m, 1)], output_dtypes=[mx.int8, mx.float32],
+            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
+        )
+        return q, scale, None
+    kern = _kernel("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
+    q, scale, sums = kern(
+        inputs=[x], template=[("T", x.dtype), ("GS", group_size)],
+        output_shapes=[(m, k), (m, 1), (m, k // group_size)],
+        output_dtypes=[mx.int8, mx.float32, mx.int32],
+        grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
+    )
+    return q, scale, sums
+
+
+def _grid(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
+    """Blocks to launch: one per tile, or (persistent kernel) at most one per SM."""
+    count = tiles(m, n, cfg)
+    return min(count, SMS) if isinstance(cfg, WsConfig) else count
+
+
+def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = None) -> mx.array:
+    """``a @ b.T`` for int8 ``a`` ``[M, K]`` and ``b`` ``[N, K]`` as exact int32 ``[M, N]``.
+
+    Args:
+        config: a tile of ``GEMM_CONFIGS`` or ``WS_CONFIGS`` (the warp-specialized
+            kernel); ``None``: :func:`tile_for`.
+    """
+    m, k = a.shape
+    n = b.shape[0]
+    cfg = config or tile_for(m, n)
+    kern = _kernel(cfg.file, "int32", ("a", "b"), ("c",), cfg.shared_memory)
+    return kern(
+        inputs=[a, b], template=cfg.template(),
+        output_shapes=[(m, n)], output_dtypes=[mx.int32],
+        grid=(_grid(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+    )[0]
+
+
+def int8_gemm_ws(a: mx.array, b: mx.array, config: WsConfig | None = None) -> mx.array:
+    """:func:`int8_gemm` on the warp-specialized kernel (``config`` or :func:`ws_tile_for`)."""
+    return int8_gemm(a, b, config or ws_tile_for(a.shape[0], b.shape[0]))
+
+
+def gemm_per_channel(xq, xs, weight, bias, out_dtype,
+                     config: GemmConfig | WsConfig | None = None,
+                     row_sums: mx.array | None = None):
+    """Per-channel W8A8 GEMM on quantized activations (``xq`` int8, ``xs`` f32 [M, 1]).
+
+    With ``row_sums`` (``[M, 1]`` int32, ``quantize(x, row_sum=True)``) the weight codes
+    are multiplied unsigned and corrected by ``- 128 * row_sums`` (needs
+    ``K <= U8_MAX_K``); without, they are flipped to int8 inside the GEMM (not offered
+    by the warp-specialized ``WsConfig`` tiles).
+    """
+    m, k = xq.shape
+    n = weight.n
+    cfg = config or tile_for(m, n)
+    if row_sums is not None:
+        if k > U8_MAX_K:
+            raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
+                             f"{U8_MAX_K} (exact int32 sums), got {k}")
+        inputs = [xq, xs, row_sums, weight.q, weight.channel_scales]
+        names = ("xq", "xs", "xr", "w", "ws")
+        body = "channel_u8"
+    elif isinstance(cfg, WsConfig):
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_ws] the warp-specialized GEMM multiplies "
+                         "unsigned codes only: pass row_sums (K <= "
+                         f"{U8_MAX_K}), got row_sums=None")
+    else:
+        inputs = [xq, xs, weight.q, weight.channel_scales]
+        names = ("xq", "xs", "w", "ws")
+        body = "channel"
+    if bias is not None:
+        inputs.append(_as_f32(bias))
+        names += ("bias",)
+        body += "_bias"
+    kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
+    return kern(
+        inputs=inputs, template=[("T", out_dtype)] + cfg.template(),
+        output_shapes=[(m, n)], output_dtypes=[out_dtype],
+        grid=(_grid(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+    )[0]
+
+
+def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None = None):
+    """Grouped W8A8 GEMM (``xr`` the ``[M, K // group_size]`` int32 row sums)."""
+    m, k = xq.shape
+    n = weight.n
+    cfg = config or grouped_tile_for(m, n)
+    if not isinstance(cfg, GemmConfig) or cfg.wgmma:
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has mma.sync "
+                         f"tiles only (GEMM_CONFIGS 'grouped*'), got {cfg}")
+    inputs = [xq, xs, xr, weight.q, weight.scales, weight.group_offsets]
+    names = ("xq", "xs", "xr", "w", "ws", "wo")
+    body = "grouped"
+    if bias is not None:
+        inputs.append(_as_f32(bias))
+        names += ("bias",)
+        body = "grouped_bias"
+    kern = _kernel("gemm.cu", body, names, ("y",), cfg.shared_memory)
+    template = [("T", out_dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+    return kern(
+        inputs=inputs, template=template + cfg.template(),
+        output_shapes=[(m, n)], output_dtypes=[out_dtype],
+        grid=(tiles(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+    )[0]
+
+
+def gemv_fuses(m: int, k: int) -> bool:
+    """Whether the one-launch GEMV (x quantized into shared memory) takes ``M x K``."""
+    return gemv_bucket(m) * k <= GEMV_FUSED_MAX_SMEM
+
+
+def _gemv_weight(weight, bias, dtype):
+    """Weight inputs, their names, the dtype/group template and the body name."""
+    if not weight.per_channel:
+        w_inputs = [weight.q, weight.scales, weight.group_offsets]
+        w_names = ("w", "ws", "wo")
+        template = [("T", dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+        body = "grouped"
+    else:
+        w_inputs = [weight.q, weight.channel_scales]
+        w_names = ("w", "ws")
+        template = [("T", dtype)]
+        body = "channel"
+    if bias is not None:
+        w_inputs.append(_as_f32(bias))
+        w_names += ("bias",)
+        body += "_bias"
+    return w_inputs, w_names, template, body
+
+
+def gemv(x, weight, bias, fused: bool | None = None):
+    """Small-M W8A8 (``M <= 16``) for either weight format; ``y`` in ``x.dtype``.
+
+    Args:
+        x: ``[M, K]`` float activation.
+        weight: a ``QuantizedWeight`` ``[N, K]``.
+        bias: ``[N]`` or ``None``.
+        fused: one launch (quantize x in each block's shared memory) or two (the
+            quantize kernel first); ``None`` fuses when ``gemv_fuses(M, K)``.
+    """
+    m, k = x.shape
+    if fused is None:
+        fused = gemv_fuses(m, k)
+    if not fused:
+        xq, xs, _ = quantize(x)
+        return gemv_quantized(xq, xs, weight, bias, x.dtype)
+    n = weight.n
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, x.dtype)
+    template += [("MM", mm), ("RW", rw)]
+    smem = mm * k
+    # The shared-memory size is part of the template so each size is its own kernel
+    # (MLX raises the function's dynamic shared-memory limit once, at first load).
+    kern = _kernel("gemv.cu", "fused_" + body, ("x",) + w_names, ("y",), smem)
+    warps = -(-n // rw)
+    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
+    return kern(
+        inputs=[x] + w_inputs, template=template + [("SMEM_BYTES", smem)],
+        output_shapes=[(m, n)], output_dtypes=[x.dtype],
+        grid=(blocks * GEMV_THREADS, 1, 1), threadgroup=(GEMV_THREADS, 1, 1),
+    )[0]
+
+
+def gemv_quantized(xq, xs, weight, bias, out_dtype):
+    """The two-launch GEMV's second launch: ``xq`` ``[M, K]`` int8 and ``xs`` ``[M, 1]``
+    float32 from :func:`quantize` (``M <= 16``); ``y`` ``[M, N]`` in ``out_dtype``."""
+    m, _ = xq.shape
+    n = weight.n
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
+    kern = _kernel("gemv.cu", body, ("xq", "xs") + w_names, ("y",))
+    return kern(
+        inputs=[xq, xs] + w_inputs, template=template + [("MM", mm), ("RW", rw)],
+        output_shapes=[(m, n)], output_dtypes=[out_dtype],
+        grid=(-(-n // rw) * 32, 1, 1), threadgroup=(GEMV_THREADS, 1, 1),
+    )[0]

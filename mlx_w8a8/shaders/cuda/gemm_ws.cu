@@ -1,0 +1,361 @@
+// Int8 GEMM on Hopper, warp-specialized and persistent (wgmma, sm_90a only).
+//
+// File layout: as gemm.cu; this file requires gemm_wgmma.cu (wgmma descriptors and the
+// m64n256k32 instruction), which requires gemm.cu (cp.async, the swizzled tile layout,
+// tile rasterization, the shared per-channel epilogue).
+// @@ requires gemm_wgmma.cu
+//
+// Block: 288 threads, one block per SM, a persistent grid (at most one block per SM; each
+// block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in gemm.cu's grouped order).
+//  * Warp 8 is the producer: for every k-tile of every tile of the block it waits until
+//    ring stage s is free (mbarrier empty[s]), issues the stage's 16-byte cp.async copies
+//    (A: 128 rows, B: BN rows, 128 bytes of K each, in the 128-byte swizzle that wgmma
+//    reads; tails zero-filled) and ends with cp.async.mbarrier.arrive.noinc on full[s],
+//    so full[s] completes when the copies have landed. It never waits for the MMAs, so
+//    it runs up to STAGES k-tiles ahead, across tile boundaries (it loads the next tile
+//    while the consumers run the epilogue).
+//  * Warps 0-7 are two consumer warpgroups; warpgroup g computes rows [64 g, 64 g + 64)
+//    of the 128 x BN tile with wgmma.m64n{BN}k32 (4 per k-tile), both operands straight
+//    from shared memory. After issuing k-tile i they wait for k-tile i - 1 only
+//    (wgmma.wait_group 1: one group stays in flight) and release its stage (one arrive
+//    per warp on empty[s], count 8).
+//  * Epilogue (per warp, no block barrier), 32 columns per pass: the warp writes its raw
+//    int32 accumulators to its own padded staging buffer in shared memory (conflict-free
+//    8-byte stores), then each lane reads 8 consecutive columns of one row back, applies
+//    the shared ChannelEpilogue (gemm.cu) and stores them with 16-byte stores (one for
+//    16-bit outputs, two for 32-bit ones); 4 lanes write a row's 32 columns contiguously
+//    (full sectors). Scalar stores only for a column tail or rows not 16-byte aligned.
+//
+// Why cp.async and not TMA (cp.async.bulk.tensor): a tensor map must hold the global
+// address of A and B, which MLX only knows at launch; mx.fast.cuda_kernel passes arrays
+// as plain pointers and cannot pass a 128-byte __grid_constant__ CUtensorMap. Building
+// the map on the device (tensormap.replace on a prototype encoded through the driver
+// API) needs a host-side driver handle and a global-memory copy per launch that MLX's
+// graph cannot order. Non-tensor bulk copies (cp.async.bulk, 1-D) cannot write the
+// swizzled layout. So a producer warp issues cp.async and completes the stage on an
+// mbarrier, which keeps the producer/consumer structure of the TMA kernels.
+//
+// Synchronization:
+//  * full[s] (count 32): the producer lanes' cp.async.mbarrier.arrive.noinc; phase r of
+//    full[s] is k-tile r * STAGES + s. Consumers wait on parity (i / STAGES) & 1.
+//  * empty[s] (count 8): one arrive per consumer warp after its wgmma reading stage s
+//    completed (wait_group). The producer's round r >= 1 waits for parity
+//    ((i / STAGES) & 1) ^ 1; round 0 passes at once (an mbarrier reports the phase
+//    before its first as complete).
+//  * cp.async writes shared memory through the generic proxy, wgmma reads it through the
+//    async proxy: every consumer thread executes fence.proxy.async after acquiring full[s]
+//    and before its wgmmas.
+//  * The accumulators are pinned after wgmma.wait_group 0 (an empty asm that "modifies"
+//    each register) so the compiler cannot move epilogue reads above the wait.
+// The consumers never use a block-wide barrier after the start (the producer warp has
+// left the loop by then), and the producer exits after its last copies have landed.
+//
+// Invariants: as gemm.cu (K % 16 == 0, zero-filled tails, |A|, |B| <= 128, K < 2^17;
+// kWeightU8 K <= 66311); launched with exactly 288 threads and
+// STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 1024 bytes of dynamic shared
+// memory (the launcher's WsConfig.shared_memory).
+//
+// MLX writes the kernel as `__global__ void custom_kernel_...(...)` with no launch bounds;
+// without them ptxas may give each thread more than 65536 / 288 registers and the launch
+// fails. Every kernel of this file has 288 threads, so the header below (the last text
+// before the kernel) redefines __global__ to carry __launch_bounds__(288, 1). ptxas then
+// caps registers at 168 per thread (it allocates for whole warpgroups: 3 x 128 threads);
+// the kernels compile without spills (tests/test_cuda_compile.py prints the counts).
+#undef __global__
+#define __global__ __attribute__((global)) __attribute__((launch_bounds(288, 1)))
+
+namespace w8a8 {
+
+constexpr int kWsProducerWarp = 8;  // warps 0-7 consume; 288 threads in all
+constexpr int kWsEpiWarpBytes = 16 * 160;  // per-warp staging: 16 rows of 160 bytes
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+// Arrive on `bar` once every cp.async this thread issued so far has landed; .noinc: the
+// arrival counts toward the barrier's expected count (32 producer lanes).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Operands are in wgmma_m64n256k32's order (131 for n256, 67 for n128).
+#define W8A8_WGMMA_M64N128K32(TYPES)                                                      \
+  asm volatile(                                                                            \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                         \
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32." TYPES " {"                             \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "  \
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "  \
+      "%60, %61, %62, %63"  \
+      "}, %64, %65, p;\n}\n"                                                               \
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),  \
+        "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),  \
+        "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),  \
+        "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),  \
+        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),  \
+        "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),  \
+        "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),  \
+        "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),  \
+        "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]),  \
+        "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]),  \
+        "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])  \
+      : "l"(da), "l"(db), "r"(accumulate))
+
+template <bool U8>
+__device__ __forceinline__ void wgmma_m64n128k32(int (&d)[64], uint64_t da, uint64_t db,
+                                                 int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (U8) {
+    W8A8_WGMMA_M64N128K32("s8.u8");
+  } else {
+    W8A8_WGMMA_M64N128K32("s8.s8");
+  }
+#else
+  __trap();
+#endif
+}
+
+// d (+)= A (64 x 32) * B (BN x 32)^T for one k32 step of one warpgroup.
+template <bool U8, int BN>
+__device__ __forceinline__ void wgmma_step(int (&d)[BN / 2], uint64_t da, uint64_t db,
+                                           int accumulate) {
+  static_assert(BN == 256 || BN == 128, "m64n256k32 or m64n128k32");
+  if constexpr (BN == 256) {
+    wgmma_m64n256k32<U8>(d, da, db, accumulate);
+  } else {
+    wgmma_m64n128k32<U8>(d, da, db, accumulate);
+  }
+}
+
+// Eight consecutive outputs from 8 values, 16-byte aligned: one 16-byte store for 16-bit
+// types, two for 32-bit ones (rounded to nearest even, as the pair stores of gemm.cu).
+__device__ __forceinline__ void store8(int32_t* p, const int (&v)[8]) {
+  reinterpret_cast<int4*>(p)[0] = make_int4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<int4*>(p)[1] = make_int4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(float* p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
+  uint4 w;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = w;
+}
+__device__ __forceinline__ void store8(__half* p, const float (&v)[8]) {
+  uint4 w;
+  __half2* h = reinterpret_cast<__half2*>(&w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = w;
+}
+
+// MODE, HAS_BIAS, WB: as gemm_wgmma (MODE 0 raw int32 C with WB == kWeightS8; MODE 1
+// per-channel dequant with WB == kWeightU8). T: the output type.
+template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int WB>
+__device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                        const float* row_scale, const int32_t* row_sums,
+                                        const float* col_scale, const float* bias, T* out) {
+  static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
+  constexpr int BM = 128;
+  constexpr int kStageBytes = (BM + BN) * kBK;
+  constexpr int kAcc = BN / 2;  // int32 accumulators per consumer thread
+  extern __shared__ __align__(128) unsigned char w8a8_smem[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* epi_smem = smem + STAGES * kStageBytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(epi_smem + 8 * kWsEpiWarpBytes);
+  const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int ktiles = (K + kBK - 1) / kBK;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full0 + 8 * s, 32);
+      mbar_init(empty0 + 8 * s, 8);
+    }
+  }
+  __syncthreads();
+
+  if (warp == kWsProducerWarp) {
+    // Lane l copies 16-byte chunk l % 8 of rows l / 8 + 4 i of each operand tile.
+    const int chunk = lane & 7, r0 = lane >> 3;
+    const size_t k4 = 4 * static_cast<size_t>(K);
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int tm, tn;
+      tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      const int m0 = tm * BM, n0 = tn * BN;
+      const int8_t* pa = a + (size_t)(m0 + r0) * K + chunk * 16;
+      const int8_t* pb = b + (size_t)(n0 + r0) * K + chunk * 16;
+      uint32_t amask = 0;
+#pragma unroll
+      for (int i = 0; i < BM / 4; ++i) amask |= (m0 + r0 + 4 * i < M ? 1u : 0u) << i;
+      uint64_t bmask = 0;
+#pragma unroll
+      for (int i = 0; i < BN / 4; ++i)
+        bmask |= (uint64_t)(n0 + r0 + 4 * i < N ? 1u : 0u) << i;
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+        const int k0 = kt * kBK;
+        const bool kok = k0 + chunk * 16 < K;
+        const uint32_t sa = smem_addr(smem + s * kStageBytes);
+        const uint32_t sb = sa + BM * kBK;
+#pragma unroll
+        for (int i = 0; i < BM / 4; ++i) {
+          const bool ok = kok && ((amask >> i) & 1u);
+          cp_async_16(sa + swz(r0 + 4 * i, chunk), ok ? pa + i * k4 + k0 : a, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 4; ++i) {
+          const bool ok = kok && ((bmask >> i) & 1u);
+          cp_async_16(sb + swz(r0 + 4 * i, chunk), ok ? pb + i * k4 + k0 : b, ok);
+        }
+        cp_async_arrive_noinc(full0 + 8 * s);
+      }
+    }
+    cp_async_wait_all();
+    return;
+  }
+
+  // Consumers.
+  const int wg = warp >> 2;
+  const int gq = lane >> 2, tq = lane & 3;
+  const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, col_scale, bias};
+  unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
+  const bool vec_ok = (N * (int)sizeof(T)) % 16 == 0;  // every row starts 16-byte aligned
+  int d[kAcc];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    const int m0 = tm * BM, n0 = tn * BN;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+      fence_proxy_async();
+      const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+      const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBK / 32; ++ks)
+        wgmma_step<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32),
+                                        (kt | ks) != 0);
+      wgmma_commit();
+      if (kt > 0) {
+        wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage
+        if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+      }
+    }
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) asm volatile("" : "+r"(d[i])::"memory");
+
+    // Epilogue, per warp, 32 columns per pass. d[4 j + {0, 1}] are row gq, columns
+    // 8 j + 2 tq + {0, 1} of the warp's 16 rows; d[4 j + {2, 3}] row gq + 8.
+    // Step 1: the raw int32 accumulators go to the warp's staging buffer (rows of 32 int32
+    // padded to 160 bytes: the 8-byte stores of a half-warp hit 32 distinct banks).
+    // Step 2: lane l takes 8 consecutive columns (8 (l % 4) ...) of rows l / 4 and
+    // l / 4 + 8 (the rows whose terms it already holds), applies the shared epilogue and
+    // stores 8 outputs: one 16-byte store (16-bit T) or two (32-bit T), 4 lanes covering
+    // a row's 32 columns contiguously. Only the epilogue math's inputs are live per step,
+    // not all of a tile's column terms.
+    const int row_base = m0 + wg * 64 + (warp & 3) * 16;
+    const auto r0 = epi.row(row_base + gq, M), r1 = epi.row(row_base + gq + 8, M);
+    constexpr int kRowBytes = 160;
+#pragma unroll
+    for (int p = 0; p < BN / 32; ++p) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * p + jj;
+        store_pair(reinterpret_cast<int32_t*>(stage_buf + gq * kRowBytes) + 8 * jj + 2 * tq,
+                   d[4 * j], d[4 * j + 1]);
+        store_pair(reinterpret_cast<int32_t*>(stage_buf + (gq + 8) * kRowBytes) + 8 * jj + 2 * tq,
+                   d[4 * j + 2], d[4 * j + 3]);
+      }
+      __syncwarp();
+      const int n = n0 + 32 * p + 8 * tq;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = gq + 8 * h;
+        const int m = row_base + r;
+        const int4 lo = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq);
+        const int4 hi = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq + 16);
+        const int acc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        if (m < M && n < N) {
+          const auto row = h ? r1 : r0;
+          typename ChannelEpilogue<MODE, HAS_BIAS, WB>::Value v[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) v[u] = epi(acc[u], row, epi.col(n + u, N));
+          T* dst = out + (size_t)m * N + n;
+          if (vec_ok && n + 8 <= N) {
+            store8(dst, v);
+          } else {
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+              if (n + u < N) dst[u] = static_cast<T>(v[u]);
+          }
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+}  // namespace w8a8
+
+// @@ body int32
+// Raw int8 GEMM: a [M, K] int8, b [N, K] int8 -> c [M, N] int32.
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, w8a8::kWeightS8>(
+    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, nullptr, c);
+
+// @@ body channel_u8
+// Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [M, K] int8, xs [M, 1] f32,
+// xr [M, 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32.
+w8a8::gemm_ws<1, false, T, BN, STAGES, w8a8::kWeightU8>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    nullptr, y);
+
+// @@ body channel_u8_bias
+w8a8::gemm_ws<1, true, T, BN, STAGES, w8a8::kWeightU8>(
+    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    bias, y);
