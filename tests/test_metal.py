@@ -186,12 +186,13 @@ def check_linear(run, rng, m, n, k, dtype, per_channel, group_size, with_bias):
     oracle.assert_close(y, want, bound, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+# Each kernel compiles once per (dtype, bias, ...) combination, so the dtypes rotate
+# over the shapes instead of multiplying them: every dtype and every shape still runs.
 @pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_w8a8_linear), ("simd_gemm", metal.simd_w8a8_linear)])
-@pytest.mark.parametrize("m,n,k,with_bias", [
-    (1, 70, 96, True),    # decode row through the GEMM; N tail
-    (33, 33, 160, False), # M and N tails; K = 5 simd tiles, 10 NAX steps
-    (64, 64, 64, True),   # exact tiles
+@pytest.mark.parametrize("m,n,k,with_bias,dtype", [
+    (1, 70, 96, True, "bfloat16"),     # decode row through the GEMM (32 x 128 NAX tile); N tail
+    (33, 33, 160, False, "float16"),   # M and N tails (guarded edge blocks); K = 5 simd tiles, 5 NAX steps
+    (64, 64, 64, True, "float32"),     # exact tiles
 ])
 def test_per_channel_linear(emulated, rng, dtype, name, run, m, n, k, with_bias):
     emulated.need_nax(name == "nax_gemm")
@@ -200,11 +201,10 @@ def test_per_channel_linear(emulated, rng, dtype, name, run, m, n, k, with_bias)
 
 
 @pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m,n,k,group_size", [
-    (1, 40, 128, 32),   # 4 groups, decode row
-    (33, 70, 192, 64),  # 3 groups of 64: flush every 2 simd tiles / 4 NAX steps; tails
-    (64, 33, 256, 128), # 2 groups of 128
+@pytest.mark.parametrize("m,n,k,group_size,dtype", [
+    (1, 40, 128, 32, "float32"),     # 4 groups, decode row
+    (33, 70, 192, 64, "bfloat16"),   # 3 groups of 64: fold every 2 simd tiles / 2 NAX steps; tails
+    (64, 33, 256, 128, "float16"),   # 2 groups of 128
 ])
 def test_grouped_linear(emulated, rng, nax, body, dtype, m, n, k, group_size):
     """The grouped candidate runs the NAX kernel where NAX is present, the simd one elsewhere."""
@@ -216,12 +216,17 @@ def test_grouped_linear(emulated, rng, nax, body, dtype, m, n, k, group_size):
         assert not emulated.ran("simd_gemm" if nax else "nax_gemm")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m", [1, 7, 16])  # 16: the largest M the GEMV takes
-@pytest.mark.parametrize("per_channel,group_size,k", [
-    (True, 32, 96),    # K not a multiple of the 128 values one step of 32 lanes covers
-    (False, 32, 96),   # grouped: 3 groups, a lane's codes inside one group
-    (False, 128, 256),
+# M covers every register-array length (MAXM 1, 4, 8, 16) with a guard (3, 7 < MAXM);
+# K = 96 is not a multiple of the 128 values one step of 32 lanes covers; N = 37 leaves
+# a SIMD-group with 1 of its 4 features live.
+@pytest.mark.parametrize("m,per_channel,group_size,k,dtype", [
+    (1, True, 32, 96, "float32"),
+    (7, True, 32, 96, "bfloat16"),
+    (16, True, 32, 96, "float16"),    # 16: the largest M the GEMV takes
+    (16, False, 32, 96, "float32"),   # grouped: 3 groups, a lane's codes inside one group
+    (3, False, 32, 96, "bfloat16"),
+    (1, False, 128, 256, "float16"),
+    (7, False, 128, 256, "float32"),
 ])
 def test_gemv(emulated, rng, dtype, m, per_channel, group_size, k):
     check_linear(metal.int8_gemv, rng, m, 37, k, dtype, per_channel, group_size, m != 7)
