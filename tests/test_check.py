@@ -74,3 +74,23 @@ def test_a_wrong_candidate_fails_the_check(op, run, supports, message):
     text = "\n".join(lines)
     assert f"FAIL  {op:20} planted_bug" in text and message in text
     assert sum(line.startswith("  FAIL") for line in lines) == 1  # the real candidates still pass
+
+
+def test_check_runs_every_metal_candidate_in_the_emulator():
+    """With Metal and NAX forced on and the emulator as executor, the check runs every
+    Metal candidate (all NAX tiles included) against the oracle and all pass."""
+    from metal_emu import harness
+    from mlx_w8a8.kernels import metal
+
+    previous = metal.set_executor(harness.executor)
+    lines = []
+    try:
+        with metal.override(metal=True, nax=True):
+            failures = check.run_checks(out=lines.append)
+    finally:
+        metal.set_executor(previous)
+    text = "\n".join(lines)
+    assert failures == 0, text
+    metal_names = {c.name for c in registry.all_candidates() if c.backend == "metal"}
+    for name in metal_names:
+        assert f" {name} " in text, f"{name} was not checked:\n{text}"
