@@ -40,7 +40,7 @@ def plant(monkeypatch, file: str, old: str, new: str):
     def fake(f, body, inputs, outputs):
         if f != file:
             return real(f, body, inputs, outputs)
-        header, bodies = metal.split(text.replace(old, new))
+        header, bodies = sources.split(text.replace(old, new), "metal")
         return mx.fast.metal_kernel(
             name=f"w8a8_{body}_planted", input_names=list(inputs), output_names=list(outputs),
             source=bodies[body], header=sources.read("metal", "common.h") + header)

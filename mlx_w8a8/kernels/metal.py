@@ -67,9 +67,6 @@ SIMD_TILE = 32  # simd_gemm.metal: 32 x 32 per threadgroup
 NAX_TILES = {"32x128": (32, 128, 1, 4), "64x64": (64, 64, 2, 2), "128x128": (128, 128, 4, 4)}
 NAX_MIN_MACOS = (26, 2)
 
-_BODY = re.compile(r"^// @@ body (\w+)\s*$", re.MULTILINE)
-
-
 # ---------------------------------------------------------------------------------------
 # Capabilities.
 # ---------------------------------------------------------------------------------------
@@ -332,26 +329,10 @@ def set_executor(executor: Executor | None) -> Executor:
     return previous
 
 
-def split(text: str) -> tuple[str, dict[str, str]]:
-    """Split a ``.metal`` file into its header and named bodies (``// @@ body NAME``).
-
-    Raises:
-        ValueError: if the file has no body marker.
-    """
-    marks = list(_BODY.finditer(text))
-    if not marks:
-        raise ValueError("[mlx_w8a8.metal] kernel file has no '// @@ body NAME' section")
-    bodies = {}
-    for i, mark in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        bodies[mark.group(1)] = text[mark.end():end].strip() + "\n"
-    return text[: marks[0].start()], bodies
-
-
 @functools.lru_cache(maxsize=None)
 def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, ...]):
     """The ``mx.fast.metal_kernel`` for ``body`` of ``file`` (built once)."""
-    header, bodies = split(sources.read("metal", file))
+    header, bodies = sources.split(sources.read("metal", file), "metal")
     return mx.fast.metal_kernel(
         name=f"w8a8_{body}",
         input_names=list(inputs),
@@ -359,11 +340,6 @@ def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, .
         source=bodies[body],
         header=sources.read("metal", "common.h") + header,
     )
-
-
-def _digest(*files: str) -> str:
-    return sources.digest(*(sources.read("metal", f) for f in ("common.h", *files)),
-                          f"{QUANT_THREADS}/{GEMV_THREADS}/{GEMV_ROWS}/{GEMM_THREADS}/{SIMD_TILE}/{NAX_TILES}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -603,25 +579,36 @@ def pick(problem: registry.Problem) -> registry.Candidate | None:
 _NAX = ("nax_gemm.metal",)
 _SIMD = ("simd_gemm.metal",)
 _Q = ("quantize.metal",)
-_CANDIDATES = [
-    ("metal_quantize", "quantize_activation", quantize, _supports_quantize, _Q, metal_available),
-    ("metal_nax_int8_gemm", "int8_matmul", nax_int8_matmul, _supports_int8, _NAX, nax_available),
-    ("metal_simd_int8_gemm", "int8_matmul", simd_int8_matmul, _supports_int8, _SIMD, metal_available),
-    ("metal_nax_w8a8_gemm", "linear", nax_w8a8_linear, _supports_per_channel, _Q + _NAX, nax_available),
-    ("metal_simd_w8a8_gemm", "linear", simd_w8a8_linear, _supports_per_channel, _Q + _SIMD, metal_available),
-    ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _supports_grouped, _Q + _NAX + _SIMD,
+_GV = ("gemv.metal",)
+# Python each candidate executes besides its run function (hashed into its digest).
+_LAUNCH = (_kernel, _dummy, _as_kernel_input, _out_type, _bias32, quantize)
+_GEMM = _LAUNCH + (_gemm,)
+_NAXF = _GEMM + (nax_tile_for, nax_swizzle)
+_CANDIDATES = [  # name, op, run, (functions digested), supports, kernel files, available
+    ("metal_quantize", "quantize_activation", quantize, _LAUNCH, _supports_quantize, _Q, metal_available),
+    ("metal_nax_int8_gemm", "int8_matmul", nax_int8_matmul, _NAXF, _supports_int8, _NAX, nax_available),
+    ("metal_simd_int8_gemm", "int8_matmul", simd_int8_matmul, _GEMM, _supports_int8, _SIMD, metal_available),
+    ("metal_nax_w8a8_gemm", "linear", nax_w8a8_linear, _NAXF + (_linear_per_channel,), _supports_per_channel,
+     _Q + _NAX, nax_available),
+    ("metal_simd_w8a8_gemm", "linear", simd_w8a8_linear, _GEMM + (_linear_per_channel,), _supports_per_channel,
+     _Q + _SIMD, metal_available),
+    ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _NAXF, _supports_grouped, _Q + _NAX + _SIMD,
      metal_available),
-    ("metal_int8_gemv", "linear", int8_gemv, _supports_gemv, _Q + ("gemv.metal",), metal_available),
+    ("metal_int8_gemv", "linear", int8_gemv, _LAUNCH + (gemv_max_m,), _supports_gemv, _Q + _GV, metal_available),
 ]
 for _tile in NAX_TILES:
     _CANDIDATES += [
         (f"metal_nax_int8_gemm_{_tile}", "int8_matmul", functools.partial(nax_int8_matmul, tile=_tile),
-         _supports_int8, _NAX, nax_available),
+         _NAXF + (nax_int8_matmul,), _supports_int8, _NAX, nax_available),
         (f"metal_nax_w8a8_gemm_{_tile}", "linear", functools.partial(nax_w8a8_linear, tile=_tile),
-         _supports_per_channel, _Q + _NAX, nax_available),
+         _NAXF + (nax_w8a8_linear, _linear_per_channel), _supports_per_channel, _Q + _NAX, nax_available),
     ]
-for _name, _op, _run, _supports, _files, _avail in _CANDIDATES:
+_PARAMS = f"{QUANT_THREADS}/{GEMV_THREADS}/{GEMV_ROWS}/{GEMM_THREADS}/{SIMD_TILE}/{NAX_TILES}/{MAX_K}"
+for _name, _op, _run, _fns, _supports, _files, _avail in _CANDIDATES:
+    _functions = _fns if isinstance(_run, functools.partial) else (_run, *_fns)
     registry.register(registry.Candidate(
         name=_name, backend="metal", op=_op, run=_run, supports=_supports,
-        digest=sources.digest(_digest(*_files), _name), available=_avail,
+        digest=sources.code_digest(*_functions, texts=tuple(sources.read("metal", f) for f in ("common.h", *_files)),
+                                   params=f"{_name} {_PARAMS}"),
+        available=_avail,
     ))
