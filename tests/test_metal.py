@@ -116,6 +116,20 @@ def test_quantize_matches_oracle(emulated, rng, dtype, m, k, group_size):
         np.testing.assert_array_equal(np.array(rs), want_rs)
 
 
+def test_quantize_denormal_rows(emulated, rng):
+    """Rows whose max |x| is a float32 denormal: IEEE arithmetic keeps them (scale
+    amax / 127, codes up to 127); a GPU that flushes denormals to zero would give
+    zero scales and codes. The emulator is IEEE; on a Mac this is a hardware check."""
+    x = (rng.standard_normal((3, 64)) * 1e-39).astype(np.float32)
+    x[2] = rng.standard_normal(64).astype(np.float32)  # a normal row beside them
+    assert np.all(np.abs(x[:2]).max(axis=1) < np.finfo(np.float32).tiny)  # denormal amax
+    q, scale, _ = metal.quantize(mx.array(x))
+    want_q, want_scale = oracle.quantize_rows(x)
+    np.testing.assert_array_equal(np.array(scale), want_scale)
+    np.testing.assert_array_equal(np.array(q), want_q)
+    assert np.abs(want_q[:2]).max() == 127
+
+
 # ---------------------------------------------------------------------------------------
 # int8_matmul (raw int32), both kernels
 # ---------------------------------------------------------------------------------------
