@@ -6,8 +6,8 @@ a tuning-table entry, a decision borrowed from a nearby measured shape, the buil
 prior, or ``mx.quantized_matmul``) into a ready closure that later calls reuse; the
 weight format is a static attribute fixed at construction or conversion. Anything that
 can change a decision (a table reload, ``set_tuning_table``, a recorded measurement, a
-kernel registered, a new ``layer.kernel``) bumps ``registry.generation`` or clears the
-layer's plans, so the next call re-decides.
+kernel registered, a new ``layer.kernel``) clears the layer's plans
+(``registry.invalidate``), so the next call re-decides.
 
 Layers that receive the same input array (q/k/v projections, gate/up) quantize it once:
 the two-stage candidates (``Candidate.stages``) share the int8 activations through a
@@ -32,6 +32,7 @@ _MAX_PLANS = 64
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
 _shared = threading.local()
+_PARAMETERS = frozenset(("weight", "scales", "biases", "bias"))
 
 
 def share_activations(enabled: bool = True) -> None:
@@ -125,7 +126,7 @@ class Linear(nn.Module):
         object.__setattr__(self, "_kernel", None)
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_decisions", {})
-        object.__setattr__(self, "_generation", -1)
+        registry.watch(self)  # a table reload etc. clears this layer's plans
 
     def _set_weight(self, qw: QuantizedWeight) -> None:
         self.weight, self.scales, self.biases = qw.q, qw.scales, qw.biases
@@ -138,6 +139,13 @@ class Linear(nn.Module):
     def _forget(self) -> None:
         self._plans.clear()
         self._decisions.clear()
+
+    def __setitem__(self, key, value) -> None:
+        # Parameters are replaced through here (attribute assignment, update(),
+        # load_weights(), set_dtype()): plans that bound dtypes re-decide.
+        super().__setitem__(key, value)
+        if key in _PARAMETERS:
+            self._forget()
 
     @property
     def kernel(self) -> str | None:
@@ -281,9 +289,6 @@ class Linear(nn.Module):
         Returns:
             ``[..., N]`` in ``x.dtype``.
         """
-        if self._generation != registry.generation:
-            self._forget()
-            object.__setattr__(self, "_generation", registry.generation)
         try:
             plan = self._plans[(x.shape, x.dtype)]
         except (KeyError, AttributeError):  # a new shape or dtype, or not an array

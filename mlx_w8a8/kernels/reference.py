@@ -145,18 +145,29 @@ def qmm_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
 def qmm_bind(layer, problem):
     """``x -> y`` for ``layer`` (an ``mlx_w8a8.Linear``) as ``nn.QuantizedLinear`` runs
     it: one ``mx.quantized_matmul`` on ``[..., K]``, no reshape, the arrays read from the
-    layer at call time. Same math as :func:`qmm_linear`."""
+    layer at call time. Same math as :func:`qmm_linear`.
+
+    Whether the result needs a cast back to ``x``'s dtype is decided here from the
+    layer's dtypes; a layer re-binds when its parameters are replaced (``Linear``
+    forgets its plans then), so a ``set_dtype`` is seen.
+    """
     group = layer.group_size
-    if problem.has_bias:
-        def run(x):
-            y = mx.quantized_matmul(x, layer["weight"], layer["scales"], layer["biases"],
-                                    True, group, 8) + layer["bias"]
-            return y if y.dtype == x.dtype else y.astype(x.dtype)
-    else:
-        def run(x):
-            y = mx.quantized_matmul(x, layer["weight"], layer["scales"], layer["biases"],
-                                    True, group, 8)
-            return y if y.dtype == x.dtype else y.astype(x.dtype)
+    dtype = getattr(mx, problem.dtype)
+    kept = {layer["scales"].dtype} | ({layer["bias"].dtype} if problem.has_bias else set())
+    if kept == {dtype}:  # quantized_matmul and the bias add keep x's dtype
+        if problem.has_bias:
+            return lambda x: mx.quantized_matmul(
+                x, layer["weight"], layer["scales"], layer["biases"], True, group, 8
+            ) + layer["bias"]
+        return lambda x: mx.quantized_matmul(
+            x, layer["weight"], layer["scales"], layer["biases"], True, group, 8)
+
+    def run(x):
+        y = mx.quantized_matmul(x, layer["weight"], layer["scales"], layer["biases"],
+                                True, group, 8)
+        if problem.has_bias:
+            y = y + layer["bias"]
+        return y.astype(dtype)
     return run
 
 

@@ -22,6 +22,7 @@ Run signatures, by ``Problem.op``:
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Iterable
 
 import attrs
@@ -124,9 +125,17 @@ _FALLBACK = {"linear": "mlx_qmm", "int8_matmul": EXACT, "quantize_activation": E
 
 # Bumped whenever a decision made earlier may no longer hold: a candidate registered or
 # removed, a chooser installed, tables reloaded or re-pointed, a measurement recorded.
-# Layers cache their decisions (``mlx_w8a8.Linear``) and compare generations per call:
-# one integer comparison on the hot path instead of a search.
+# Objects that cache decisions (``mlx_w8a8.Linear``) register with :func:`watch` and are
+# told to forget them, so their hot path needs no check per call.
 generation = 0
+# By id: the holders (nn.Module is a dict) are not hashable; an entry goes with its holder.
+_watchers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+
+
+def watch(holder: Any) -> None:
+    """Call ``holder._forget()`` on every :func:`invalidate` (held weakly)."""
+    with _lock:
+        _watchers[id(holder)] = holder
 
 
 def invalidate() -> None:
@@ -134,6 +143,9 @@ def invalidate() -> None:
     global generation
     with _lock:
         generation += 1
+        holders = list(_watchers.values())
+    for holder in holders:
+        holder._forget()
 
 
 def register(candidate: Candidate) -> Candidate:
