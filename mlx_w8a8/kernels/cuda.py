@@ -15,7 +15,7 @@ device is the GPU; importing this module never needs CUDA):
   (``s8 x u8`` tensor-core instructions) with ``- 128 R_m`` and the dequant (+ bias)
   fused in the epilogue; for K > ``U8_MAX_K`` the codes are flipped to int8 instead.
 - ``cuda_w8a8_gemm_ws`` (``linear``, per-channel weights, Hopper, K <= ``U8_MAX_K``):
-  the one-warp-per-row quantize + the warp-specialized GEMM with the same epilogue.
+  ``cuda_w8a8_gemm``'s quantize + the warp-specialized GEMM with the same epilogue.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
@@ -25,8 +25,8 @@ device is the GPU; importing this module never needs CUDA):
 Every linear candidate whose activation quantization is a launch of its own offers
 ``stages`` (``registry.Candidate``) so layers fed the same ``x`` quantize it once; the
 activation formats (``act_key``) are ``("cuda_per_token", "rowsum")`` (codes, scales,
-row sums ``R_m``: both ``rowsum`` bodies, bit-identical), ``("cuda_per_token",
-"plain")`` (codes, scales) and ``("cuda_per_token", "sums", group_size)``.
+row sums ``R_m``), ``("cuda_per_token", "plain")`` (codes, scales) and
+``("cuda_per_token", "sums", group_size)``.
 
 Measured on an NVIDIA H200 (``docs/cuda.md``); the tuner, not this module, decides where
 each candidate runs.
@@ -46,7 +46,6 @@ from .cuda_launch import (
     MAX_K,
     QUANT_K_MULTIPLE,
     QUANT_MAX_THREADS,
-    QUANT_WARP_THREADS,
     SMS,
     U8_MAX_K,
     WS_CONFIGS,
@@ -70,10 +69,6 @@ PLAIN = ("cuda_per_token", "plain")
 # Two-stage forms (registry.Candidate.stages) and the run functions built from them ----
 def _quantize_rowsum(x):
     return quantize(x, row_sum=True)
-
-
-def _quantize_rowsum_warp(x):
-    return quantize(x, row_sum=True, warp=True)
 
 
 def _quantize_plain(x):
@@ -113,9 +108,9 @@ def _w8a8_gemm_stages(p: registry.Problem):
 
 
 def _w8a8_ws_stages(p: registry.Problem):
-    # Same activation format as cuda_w8a8_gemm's unsigned path (rowsum_warp and rowsum
-    # write the same bits), so the two share one quantize launch.
-    return ROWSUM, _quantize_rowsum_warp, _apply_ws
+    # The same quantize launch as cuda_w8a8_gemm's unsigned path: the two share it.
+    # (rowsum_warp writes the same bits but measured no faster on an H200: docs/cuda.md.)
+    return ROWSUM, _quantize_rowsum, _apply_ws
 
 
 def _w8a8_grouped_stages(p: registry.Problem):
@@ -144,7 +139,7 @@ def _w8a8_gemm_run(x, weight, bias):
 
 
 def _w8a8_ws_run(x, weight, bias):
-    return _apply_ws(_quantize_rowsum_warp(x), weight, bias, x.dtype)
+    return _apply_ws(_quantize_rowsum(x), weight, bias, x.dtype)
 
 
 def _w8a8_grouped_run(x, weight, bias):
@@ -210,7 +205,7 @@ _CANDIDATES = (
      _digest("quantize.cu", *_GEMM_FILES, params=f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
      _digest("quantize.cu", *_WS_FILES,
-             params=f"{_WS_PARAMS},u8<={U8_MAX_K},warp={QUANT_WARP_THREADS}")),
+             params=f"{_WS_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _digest("quantize.cu", "gemm.cu", params=_GEMM_PARAMS)),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages,

@@ -104,15 +104,19 @@ class GemmConfig(NamedTuple):
 
 class WsConfig(NamedTuple):
     """Tile of the warp-specialized persistent GEMM (``gemm_ws.cu``): 128 x ``bn``
-    (``bn`` 256 or 128), a ``stages``-deep ring; 288 threads (8 consumer warps + one
-    producer warp), at most one block per SM."""
+    (``bn`` 256 or 128), a ``stages``-deep ring, 8 consumer warps and ``producers``
+    producer warps (1, 2 or 4); at most one block per SM."""
 
     bn: int
     stages: int
+    producers: int = 1
 
     file = "gemm_ws.cu"
     bm = 128
-    threads = 288
+
+    @property
+    def threads(self) -> int:
+        return 256 + 32 * self.producers
 
     @property
     def shared_memory(self) -> int:
@@ -121,7 +125,7 @@ class WsConfig(NamedTuple):
         return self.stages * (self.bm + self.bn) * 128 + 8 * 2560 + 16 * self.stages + 1024
 
     def template(self) -> list[tuple[str, int]]:
-        return [("BN", self.bn), ("STAGES", self.stages)]
+        return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers)]
 
 
 # Configurations the launchers pick from (tile_for / grouped_tile_for); the compile test
@@ -135,10 +139,14 @@ GEMM_CONFIGS = {
     "grouped_small": GemmConfig(64, 128, 32, 32, 4),
 }
 # The warp-specialized kernel: 4 stages of 48 KiB with the 128 x 256 tile, 6 of 32 KiB
-# with 128 x 128 (both ~213 KiB with the staging buffers, under the 227 KiB limit).
+# with 128 x 128 (both ~213 KiB with the staging buffers, under the 227 KiB limit); one
+# producer warp (measured on an H200: slower than the wgmma kernel, docs/cuda.md) or a
+# producer warpgroup ("p4", the default of ws_tile_for: not yet measured).
 WS_CONFIGS = {
-    "ws256": WsConfig(256, 4),
-    "ws128": WsConfig(128, 6),
+    "ws256": WsConfig(256, 4, 1),
+    "ws128": WsConfig(128, 6, 1),
+    "ws256p4": WsConfig(256, 4, 4),
+    "ws128p4": WsConfig(128, 6, 4),
 }
 SMS = 132  # persistent grid size (an H200's SM count; any GPU runs it correctly)
 # Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile; the
@@ -169,10 +177,10 @@ def tile_for(m: int, n: int) -> GemmConfig:
 
 def ws_tile_for(m: int, n: int) -> WsConfig:
     """The warp-specialized GEMM's tile: 128 x 256 once that gives about one tile per SM
-    or more, else 128 x 128 (twice the tiles, so more SMs get work at small M). A rule
-    by tile count, not yet checked against measurements at every M."""
-    big = WS_CONFIGS["ws256"]
-    return big if tiles(m, n, big) >= SMS - SMS // 8 else WS_CONFIGS["ws128"]
+    or more, else 128 x 128 (twice the tiles, so more SMs get work at small M), both with
+    a producer warpgroup. A rule by tile count, not yet checked against measurements."""
+    big = WS_CONFIGS["ws256p4"]
+    return big if tiles(m, n, big) >= SMS - SMS // 8 else WS_CONFIGS["ws128p4"]
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:

@@ -5,9 +5,13 @@
 // tile rasterization, the shared per-channel epilogue).
 // @@ requires gemm_wgmma.cu
 //
-// Block: 288 threads, one block per SM, a persistent grid (at most one block per SM; each
-// block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in gemm.cu's grouped order).
-//  * Warp 8 is the producer: for every k-tile of every tile of the block it waits until
+// Block: 256 + 32 PW threads, one block per SM, a persistent grid (at most one block per
+// SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in gemm.cu's grouped
+// order).
+//  * Warps 8 .. 8 + PW - 1 are the producer (PW = 1 or 4 in the launcher's configs; with
+//    one producer warp the kernel measured slower than gemm_wgmma.cu on an H200, its
+//    tensor pipe ~30% busy and most stalls on the L1TEX scoreboard: docs/cuda.md): for
+//    every k-tile of every tile of the block it waits until
 //    ring stage s is free (mbarrier empty[s]), issues the stage's 16-byte cp.async copies
 //    (A: 128 rows, B: BN rows, 128 bytes of K each, in the 128-byte swizzle that wgmma
 //    reads; tails zero-filled) and ends with cp.async.mbarrier.arrive.noinc on full[s],
@@ -32,11 +36,11 @@
 // the map on the device (tensormap.replace on a prototype encoded through the driver
 // API) needs a host-side driver handle and a global-memory copy per launch that MLX's
 // graph cannot order. Non-tensor bulk copies (cp.async.bulk, 1-D) cannot write the
-// swizzled layout. So a producer warp issues cp.async and completes the stage on an
+// swizzled layout. So producer warps issue cp.async and complete the stage on an
 // mbarrier, which keeps the producer/consumer structure of the TMA kernels.
 //
 // Synchronization:
-//  * full[s] (count 32): the producer lanes' cp.async.mbarrier.arrive.noinc; phase r of
+//  * full[s] (count 32 PW): the producer threads' cp.async.mbarrier.arrive.noinc; phase r of
 //    full[s] is k-tile r * STAGES + s. Consumers wait on parity (i / STAGES) & 1.
 //  * empty[s] (count 8): one arrive per consumer warp after its wgmma reading stage s
 //    completed (wait_group). The producer's round r >= 1 waits for parity
@@ -47,26 +51,27 @@
 //    and before its wgmmas.
 //  * The accumulators are pinned after wgmma.wait_group 0 (an empty asm that "modifies"
 //    each register) so the compiler cannot move epilogue reads above the wait.
-// The consumers never use a block-wide barrier after the start (the producer warp has
+// The consumers never use a block-wide barrier after the start (the producer warps have
 // left the loop by then), and the producer exits after its last copies have landed.
 //
 // Invariants: as gemm.cu (K % 16 == 0, zero-filled tails, |A|, |B| <= 128, K < 2^17;
-// kWeightU8 K <= 66311); launched with exactly 288 threads and
+// kWeightU8 K <= 66311); launched with exactly 256 + 32 PW threads and
 // STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 1024 bytes of dynamic shared
 // memory (the launcher's WsConfig.shared_memory).
 //
 // MLX writes the kernel as `__global__ void custom_kernel_...(...)` with no launch bounds;
-// without them ptxas may give each thread more than 65536 / 288 registers and the launch
-// fails. Every kernel of this file has 288 threads, so the header below (the last text
-// before the kernel) redefines __global__ to carry __launch_bounds__(288, 1). ptxas then
-// caps registers at 168 per thread (it allocates for whole warpgroups: 3 x 128 threads);
-// the kernels compile without spills (tests/test_cuda_compile.py prints the counts).
+// without them ptxas may give each thread more registers than a 288- or 384-thread block
+// can have and the launch fails. Every kernel of this file has at most 384 threads, so the
+// header below (the last text before the kernel) redefines __global__ to carry
+// __launch_bounds__(384, 1): ptxas caps registers at 168 per thread (with 288 threads it
+// chose the same cap: it allocates for whole warpgroups); spills are none or a few bytes
+// (tests/test_cuda_compile.py prints ptxas's counts).
 #undef __global__
-#define __global__ __attribute__((global)) __attribute__((launch_bounds(288, 1)))
+#define __global__ __attribute__((global)) __attribute__((launch_bounds(384, 1)))
 
 namespace w8a8 {
 
-constexpr int kWsProducerWarp = 8;  // warps 0-7 consume; 288 threads in all
+constexpr int kWsProducerWarp = 8;  // warps 0-7 consume, 8 .. 8 + PW - 1 produce
 constexpr int kWsEpiWarpBytes = 16 * 160;  // per-warp staging: 16 rows of 160 bytes
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -185,11 +190,12 @@ __device__ __forceinline__ void store8(__half* p, const float (&v)[8]) {
 
 // MODE, HAS_BIAS, WB: as gemm_wgmma (MODE 0 raw int32 C with WB == kWeightS8; MODE 1
 // per-channel dequant with WB == kWeightU8). T: the output type.
-template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int WB>
+template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB>
 __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
                                         const float* row_scale, const int32_t* row_sums,
                                         const float* col_scale, const float* bias, T* out) {
   static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
+  static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
   constexpr int BM = 128;
   constexpr int kStageBytes = (BM + BN) * kBK;
   constexpr int kAcc = BN / 2;  // int32 accumulators per consumer thread
@@ -208,16 +214,19 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, 32);
+      mbar_init(full0 + 8 * s, 32 * PW);
       mbar_init(empty0 + 8 * s, 8);
     }
   }
   __syncthreads();
 
-  if (warp == kWsProducerWarp) {
-    // Lane l copies 16-byte chunk l % 8 of rows l / 8 + 4 i of each operand tile.
-    const int chunk = lane & 7, r0 = lane >> 3;
-    const size_t k4 = 4 * static_cast<size_t>(K);
+  if (warp >= kWsProducerWarp) {
+    // Producer thread t (0 .. 32 PW - 1) copies 16-byte chunk t % 8 of rows t / 8 + kStep i
+    // of each operand tile.
+    constexpr int kStep = 4 * PW;
+    const int ptid = tid - 32 * kWsProducerWarp;
+    const int chunk = ptid & 7, r0 = ptid >> 3;
+    const size_t kstep = kStep * static_cast<size_t>(K);
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
@@ -227,11 +236,11 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
       const int8_t* pb = b + (size_t)(n0 + r0) * K + chunk * 16;
       uint32_t amask = 0;
 #pragma unroll
-      for (int i = 0; i < BM / 4; ++i) amask |= (m0 + r0 + 4 * i < M ? 1u : 0u) << i;
+      for (int i = 0; i < BM / kStep; ++i) amask |= (m0 + r0 + kStep * i < M ? 1u : 0u) << i;
       uint64_t bmask = 0;
 #pragma unroll
-      for (int i = 0; i < BN / 4; ++i)
-        bmask |= (uint64_t)(n0 + r0 + 4 * i < N ? 1u : 0u) << i;
+      for (int i = 0; i < BN / kStep; ++i)
+        bmask |= (uint64_t)(n0 + r0 + kStep * i < N ? 1u : 0u) << i;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -240,14 +249,14 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
         const uint32_t sb = sa + BM * kBK;
 #pragma unroll
-        for (int i = 0; i < BM / 4; ++i) {
+        for (int i = 0; i < BM / kStep; ++i) {
           const bool ok = kok && ((amask >> i) & 1u);
-          cp_async_16(sa + swz(r0 + 4 * i, chunk), ok ? pa + i * k4 + k0 : a, ok);
+          cp_async_16(sa + swz(r0 + kStep * i, chunk), ok ? pa + i * kstep + k0 : a, ok);
         }
 #pragma unroll
-        for (int i = 0; i < BN / 4; ++i) {
+        for (int i = 0; i < BN / kStep; ++i) {
           const bool ok = kok && ((bmask >> i) & 1u);
-          cp_async_16(sb + swz(r0 + 4 * i, chunk), ok ? pb + i * k4 + k0 : b, ok);
+          cp_async_16(sb + swz(r0 + kStep * i, chunk), ok ? pb + i * kstep + k0 : b, ok);
         }
         cp_async_arrive_noinc(full0 + 8 * s);
       }
@@ -345,17 +354,17 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
 
 // @@ body int32
 // Raw int8 GEMM: a [M, K] int8, b [N, K] int8 -> c [M, N] int32.
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, w8a8::kWeightS8>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8>(
     a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, nullptr, c);
 
 // @@ body channel_u8
 // Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [M, K] int8, xs [M, 1] f32,
 // xr [M, 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32.
-w8a8::gemm_ws<1, false, T, BN, STAGES, w8a8::kWeightU8>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8>(
     xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
     nullptr, y);
 
 // @@ body channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, w8a8::kWeightU8>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8>(
     xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
     bias, y);
