@@ -10,7 +10,7 @@ O=${OUT:-/tmp/cuda_ws_out}
 mkdir -p "$O"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
 # 1. The whole CUDA suite (every WS_CONFIGS tile is forced in the ws tests).
-timeout 150 python3 -m pytest -v -rs -p no:cacheprovider -n 8 tests/test_cuda.py > "$O/tests.log" 2>&1
+timeout 170 python3 -m pytest -v -rs -p no:cacheprovider -n 8 tests/test_cuda.py > "$O/tests.log" 2>&1
 echo "tests rc=$?"; grep -E "passed|failed|error" "$O/tests.log" | tail -2; grep -E "FAILED|ERROR" "$O/tests.log" | head -20
 # 2. One producer warp vs a producer warpgroup vs the wgmma kernel vs cuBLASLt, paired.
 ARMS="bf16,w8a8,w8a8_ws,w8a8_mm,w8a8_mm_ws,i8gemm,i8gemm_ws,i8gemm[ws256],i8gemm[ws256p4],i8gemm[ws128p4],torch"
