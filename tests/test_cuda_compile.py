@@ -237,7 +237,7 @@ def test_kernels_compile_for_sm90a(tmp_path):
     for build, (rc, log) in zip(BUILDS, results):
         spills = [ln.strip() for ln in log.splitlines() if "spill" in ln and not ln.strip().startswith("0 bytes")]
         regs = [ln.split("Used")[-1].strip() for ln in log.splitlines() if "Used" in ln]
-        print(f"{_label(build)}: rc={rc} {'; '.join(regs)}")
+        print(f"{_label(build)}: rc={rc} {'; '.join(regs)} {'; '.join(spills)}")
         if rc != 0:
             failures.append(f"{_label(build)}\n{log[-3000:]}")
     assert not failures, "kernels that do not compile:\n" + "\n\n".join(failures)
