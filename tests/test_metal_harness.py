@@ -186,6 +186,25 @@ def test_missing_flush_in_gemv_is_caught(emulated, monkeypatch):
     assert not np.array_equal(np.array(metal.int8_gemv(mx.array(x), wq, None)), good)
 
 
+def test_misaligned_vector_staging_is_caught(emulated, rng):
+    """The simd GEMM's 4-byte staging loads (VEC) need 4-byte aligned rows: with K = 7
+    row m starts at byte 7 m, and the emulator refuses the misaligned char4 load, as a
+    GPU may misread it. K = 8 (aligned rows) runs and is exact; the raw int8_matmul op
+    never sets VEC."""
+    for k, ok in ((8, True), (7, False)):
+        a, b = oracle.random_int8(rng, (5, k)), oracle.random_int8(rng, (6, k))
+
+        def call():
+            return metal._gemm(False, mx.array(a), mx.array(b), flip=False, mode=0, gs=32,
+                               out_dtype=mx.int32, vec=True)
+
+        if ok:
+            np.testing.assert_array_equal(np.array(call()), oracle.int8_matmul(a, b))
+        else:
+            with pytest.raises(harness.EmulationError, match="misaligned vector load"):
+                call()
+
+
 # ---------------------------------------------------------------------------------------
 # Metal rules the harness enforces
 # ---------------------------------------------------------------------------------------

@@ -329,12 +329,25 @@ typedef __fp16 half;
 // pointer has Metal's alignment requirement.
 template <class T, int N> struct vec;
 // Copies out of device / constant / threadgroup memory (a vector load through a pointer).
+// Metal requires such an address to be aligned to the vector's alignment (a char4 load
+// from a 4-byte aligned address only); a misaligned one is an error here.
+inline void check_vector_align(unsigned long address, unsigned long align) {
+  if (address % align)
+    emu::fail("misaligned vector load: address " + std::to_string(address) + " is not a multiple of " +
+              std::to_string(align) + " (Metal vector types must be aligned to their size)");
+}
 #define EMU_VEC_LOADS(...)                                                            \
   vec(const vec&) = default;                                                          \
   vec& operator=(const vec&) = default;                                               \
-  vec(const __attribute__((address_space(1))) vec& o) : vec(__VA_ARGS__) {}          \
-  vec(const __attribute__((address_space(2))) vec& o) : vec(__VA_ARGS__) {}          \
-  vec(const __attribute__((address_space(3))) vec& o) : vec(__VA_ARGS__) {}
+  vec(const __attribute__((address_space(1))) vec& o) : vec(__VA_ARGS__) {            \
+    check_vector_align((unsigned long)&o, alignof(vec));                              \
+  }                                                                                   \
+  vec(const __attribute__((address_space(2))) vec& o) : vec(__VA_ARGS__) {            \
+    check_vector_align((unsigned long)&o, alignof(vec));                              \
+  }                                                                                   \
+  vec(const __attribute__((address_space(3))) vec& o) : vec(__VA_ARGS__) {            \
+    check_vector_align((unsigned long)&o, alignof(vec));                              \
+  }
 template <class T> struct alignas(sizeof(T) * 2) vec<T, 2> {
   EMU_VEC_LOADS(T(o.x), T(o.y))
   T x, y;
