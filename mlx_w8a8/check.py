@@ -203,15 +203,21 @@ def environment() -> list[str]:
         except Exception:
             built = False
         lines.append(f"MLX {name} backend: {'present' if built else 'absent'}")
-    by_backend: dict[str, int] = {}
+    registered: dict[str, int] = {}
+    usable: dict[str, int] = {}
     for c in registry.all_candidates():
-        by_backend[c.backend] = by_backend.get(c.backend, 0) + 1
+        registered[c.backend] = registered.get(c.backend, 0) + 1
+        try:
+            usable[c.backend] = usable.get(c.backend, 0) + bool(c.available())
+        except Exception:  # a broken capability probe counts as unavailable
+            pass
     for backend in ("cuda", "metal"):
         reason = kernels.UNAVAILABLE.get(backend)
         if reason:
             lines.append(f"kernels {backend}: FAILED to import: {reason}")
         else:
-            lines.append(f"kernels {backend}: imported, {by_backend.get(backend, 0)} candidates registered")
+            lines.append(f"kernels {backend}: imported, {registered.get(backend, 0)} candidates registered, "
+                         f"{usable.get(backend, 0)} available here")
     for cap, (on, why) in metal.status().items():
         lines.append(f"capability {cap}: {'on' if on else 'off'} ({why})")
     return lines
