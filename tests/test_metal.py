@@ -170,6 +170,21 @@ def test_nax_tiles_bit_exact(emulated, rng, tile):
         np.testing.assert_array_equal(np.array(cand.run(mx.array(a), mx.array(b))), oracle.int8_matmul(a, b))
 
 
+@pytest.mark.parametrize("m,n,k,tile", [
+    (300, 40, 40, "32x128"),   # 10 M tiles, swizzle 2: the grid's 12th M slot is empty
+    (450, 70, 36, "64x64"),    # 8 M tiles, swizzle 2: every slot used; N and K tails
+])
+def test_nax_swizzle_covers_every_tile(emulated, rng, m, n, k, tile):
+    """With 2^2 threadgroups walking down M, every output tile is computed exactly once
+    (the poisoned output shows any tile left out) and threadgroups past the last M tile
+    write nothing (guard bytes)."""
+    emulated.need_nax()
+    assert metal.nax_swizzle(-(-m // metal.NAX_TILES[tile][0])) == 2
+    a, b = oracle.random_int8(rng, (m, k)), oracle.random_int8(rng, (n, k))
+    c = metal.nax_int8_matmul(mx.array(a), mx.array(b), tile=tile)
+    np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+
+
 @pytest.mark.parametrize("name,run", [("nax_gemm", metal.nax_int8_matmul), ("simd_gemm", metal.simd_int8_matmul)])
 def test_int8_matmul_exact_past_2_24(emulated, name, run):
     """127 x 127 products (odd, 16129) with every 8th weight 126: each output is about
