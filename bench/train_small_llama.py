@@ -178,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-train-seconds", type=float, default=None,
                    help="stop training early past this many seconds (recorded; default: "
                    "no cap, the run is reproducible)")
+    p.add_argument("--eval-windows", type=int, help="held-out windows (default: per size)")
+    p.add_argument("--calib-windows", type=int, help="calibration windows (default: per size)")
     p.add_argument("--alphas", default=",".join(map(str, ALPHAS)))
     p.add_argument("--mixed-alpha", type=float, default=None,
                    help="alpha of the mixed-policy model (default: the sweep's best)")
@@ -198,8 +200,9 @@ def main(argv=None) -> int:
 
     kernel = args.kernel or EXACT
     cfg = dict(SIZES["tiny" if args.tiny else "small"])
-    if args.steps:
-        cfg["steps"] = args.steps
+    for key in ("steps", "eval_windows", "calib_windows"):
+        if getattr(args, key):
+            cfg[key] = getattr(args, key)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = Path(args.results) if args.results else out / "results.jsonl"
