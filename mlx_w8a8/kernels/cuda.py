@@ -34,6 +34,7 @@ each candidate runs.
 
 from __future__ import annotations
 
+from . import cuda_launch as launch
 from . import registry, sources
 from .cuda_launch import (
     FLOAT_DTYPES,
@@ -186,8 +187,13 @@ def _supports_gemv(p: registry.Problem) -> bool:
             and p.n >= 1 and _float_k_ok(p))
 
 
-def _digest(*files: str, params: str = "") -> str:
-    return sources.digest(*(sources.read("cuda", f) for f in files), params)
+def _digest(functions, files, params: str) -> str:
+    """The candidate's digest: the Python functions it runs (its own and the launchers'),
+    the kernel files it compiles and its launch parameters (``sources.code_digest``)."""
+    common = (launch.load, launch._kernel, launch._grid, launch.tiles)
+    return sources.code_digest(*functions, *common,
+                               texts=tuple(sources.read("cuda", f) for f in files),
+                               params=params)
 
 
 _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
@@ -196,21 +202,28 @@ _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = _GEMM_FILES + ("gemm_ws.cu",)
 _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None,
-     _digest("quantize.cu", params=f"threads<={QUANT_MAX_THREADS}")),
+     _digest((_quantize_run, quantize), ("quantize.cu",), f"threads<={QUANT_MAX_THREADS}")),
     ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None,
-     _digest(*_GEMM_FILES, params=_GEMM_PARAMS)),
+     _digest((int8_gemm, launch.tile_for), _GEMM_FILES, _GEMM_PARAMS)),
     ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None,
-     _digest(*_WS_FILES, params=_WS_PARAMS)),
+     _digest((int8_gemm_ws, int8_gemm, ws_tile_for), _WS_FILES, _WS_PARAMS)),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_stages,
-     _digest("quantize.cu", *_GEMM_FILES, params=f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
+     _digest((_w8a8_gemm_run, _w8a8_gemm_stages, _quantize_rowsum, _quantize_plain, _apply_u8,
+              _apply_flip, quantize, gemm_per_channel, launch.tile_for),
+             ("quantize.cu",) + _GEMM_FILES, f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
-     _digest("quantize.cu", *_WS_FILES,
-             params=f"{_WS_PARAMS},u8<={U8_MAX_K}")),
+     _digest((_w8a8_ws_run, _w8a8_ws_stages, _quantize_rowsum, _apply_ws, quantize,
+              gemm_per_channel, ws_tile_for),
+             ("quantize.cu",) + _WS_FILES, f"{_WS_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
-     _w8a8_grouped_stages, _digest("quantize.cu", "gemm.cu", params=_GEMM_PARAMS)),
+     _w8a8_grouped_stages,
+     _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, quantize, gemm_grouped,
+              launch.grouped_tile_for), ("quantize.cu", "gemm.cu"), _GEMM_PARAMS)),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages,
-     _digest("quantize.cu", "gemv.cu",
-             params=f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
+     _digest((_gemv_run, _gemv_stages, _quantize_plain, _apply_gemv, quantize, gemv,
+              gemv_quantized, launch._gemv_weight, gemv_fuses, launch.gemv_bucket,
+              launch.gemv_rows_per_warp), ("quantize.cu", "gemv.cu"),
+             f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
 for _name, _op, _run, _supports, _stages, _dig in _CANDIDATES:
