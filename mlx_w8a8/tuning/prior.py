@@ -38,7 +38,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cuda", "linear", "per_channel"): [
         (1, 1, _LARGE, ("cuda_int8_gemv",)),
         (2, 4, _MEDIUM, ("cuda_int8_gemv",)),
-        (128, None, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (128, None, 0, ("cuda_w8a8_gemm",)),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than
     # mx.quantized_matmul at every measured shape (tune --shapes mlp at M = 1: 1.51-2.02x;
