@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.variants is None:
         variants = ["w8a8" if "quantization" in config else "float"]
     else:
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        # "bf16" is accepted for the float variant (cast to --dtype, bfloat16 by default).
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        variants = ["float" if v == "bf16" else v for v in names]
     try:
         tokens = text_tokens(args.text, folder)
         data = batches(tokens, args.seq_len, args.batch_size, args.samples)

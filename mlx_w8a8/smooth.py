@@ -164,8 +164,9 @@ def smooth(
     Args:
         model: an mlx-lm Llama / Mistral / Qwen2 / Qwen3 model with float linear layers.
         stats: :func:`mlx_w8a8.calibrate` of this model (the consumers' ``absmax``).
-        alpha: migration strength in [0, 1] (0: nothing moves to the activations'
-            benefit; 1: activations fully flattened). Default: ``0.5``.
+        alpha: migration strength in [0, 1]: at 1 every input channel's maximum
+            becomes 1 (activations fully flattened), at 0 every weight column's
+            maximum does. Default: ``0.5``; llm-compressor's W8A8 recipes use 0.7-0.85.
         pairs: which sites to smooth (:data:`PAIRS`; default: all).
 
     Returns:
