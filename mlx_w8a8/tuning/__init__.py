@@ -75,6 +75,7 @@ def set_tuning_table(path: str | os.PathLike | None) -> None:
         config = _tuner.config if _tuner is not None else None
         _tuner = Tuner(table_path=os.fspath(path) if path is not None else None,
                        online=online, config=config)
+    registry.invalidate()  # layers re-decide with the new table
 
 
 def set_online(enabled: bool = True, config: TuneConfig | None = None) -> None:
