@@ -728,3 +728,17 @@ def test_decisions_and_tables_are_kept_per_device(env, monkeypatch):
     monkeypatch.setattr(table, "device_key", lambda device=None: other)
     monkeypatch.setattr(mx, "default_device", lambda: "other-device")
     assert t.decide(PROBLEM) == (None, "none")
+
+
+def test_interrupted_measurement_releases_its_claim(env, monkeypatch):
+    # Ctrl-C during a measurement: the interrupt propagates (tune prints what was
+    # saved), and the key is not left claimed for the rest of the process.
+    t = tuner(env)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Tuner, "_measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        t.tune(PROBLEM)
+    assert t.claim(PROBLEM) is not None

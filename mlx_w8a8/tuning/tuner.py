@@ -609,6 +609,9 @@ class Tuner:
         except Exception as error:
             self.abandon(claim, f"{type(error).__name__}: {error}")
             return Outcome("abandoned", None, None, f"{type(error).__name__}: {error}")
+        except BaseException:  # Ctrl-C: release the key so this process can measure it later
+            self._release(claim)
+            raise
         finally:
             _tls.busy = busy
         self.record(claim, entry)
