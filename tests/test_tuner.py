@@ -379,7 +379,11 @@ def test_lookup_snaps_to_the_nearest_measured_bucket(env):
     ])
     t = Tuner(table_path=path, use_cache=False, use_shipped=False)
     pick = lambda m: t.lookup(Problem("linear", m, 32, 64, "float32", "per_channel", 32)).choice
-    assert [pick(m) for m in (1, 2, 5, 40, 4000)] == ["spy_a", "spy_a", "spy_b", "spy_b", "spy_b"]
+    assert [pick(m) for m in (1, 2, 4, 16, 40, 200)] == ["spy_a"] * 3 + ["spy_b"] * 3
+    # An entry speaks for M within 4x of its bucket: bucket 8 is 3 octaves from both,
+    # 4096 is 6 octaves from 64; there the borrowed decision or the prior decides.
+    assert t.lookup(Problem("linear", 5, 32, 64, "float32", "per_channel", 32)) is None
+    assert t.lookup(Problem("linear", 4000, 32, 64, "float32", "per_channel", 32)) is None
     # another N, dtype or group size is another problem: no hit
     assert t.lookup(Problem("linear", 1, 48, 64, "float32", "per_channel", 32)) is None
     assert t.lookup(Problem("linear", 1, 32, 64, "bfloat16", "per_channel", 32)) is None

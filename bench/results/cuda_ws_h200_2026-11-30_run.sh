@@ -2,7 +2,7 @@
 # One device call for the warp-specialized GEMM (gemm_ws.cu) and the one-warp-per-row
 # quantize, run from the project root on the NVIDIA H200:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/cuda_ws_h200_2026-11-30_run.sh
-# Writes tests.log, bench.log, cuda_bench{,_4096}.{json,md}, ncu.txt and mutant.log to $OUT.
+# Writes tests.log, bench.log, cuda_bench{,_4096}.{json,md}, ncu.txt and mutant.log to the folder named by OUT.
 # The logs bench/results/cuda_ws_h200_2026-11-30_{tests,bench,ncu,mutant}.* and
 # _bench_{4096x4096,14336x4096}.{json,md} came from this script on commit 0163136 (gemm_ws.cu
 # with one producer warp; the rootdir line of the test log edited out), in one call.

@@ -3,7 +3,7 @@
 # cuda_launch.ws_tile_for since commit 3e1db17; never run on a GPU before this script), in
 # one call on the NVIDIA H200, from the project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/cuda_ws_p4_verify.sh
-# Writes tests.log, bench.log, cuda_bench{,_4096}.{json,md} and ncu.txt to $OUT.
+# Writes tests.log, bench.log, cuda_bench{,_4096}.{json,md} and ncu.txt to the folder named by OUT.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/cuda_ws_out}

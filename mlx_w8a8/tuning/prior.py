@@ -19,25 +19,19 @@ EXACT = "exact"
 
 Rule = tuple[int, "int | None", int, tuple[str, ...]]
 
-# 2^25 weight elements (e.g. 4096 x 8192): above it the decode GEMV beat mx.quantized_matmul.
-_LARGE = 1 << 25
-_MEDIUM = 1 << 24
-
 RULES: dict[tuple[str, str, str], list[Rule]] = {
-    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16;
-    # bench/results/h200_2026-11-30_tune_llama3_8b_partial.json and the shipped
-    # tables/nvidia-h200.json):
-    # - M = 1: the W8A8 GEMV beat mlx_qmm on 4096x14336 / 14336x4096 / 3584x18944 /
-    #   18944x3584 (0.82-0.95x its time) and lost on 4096x4096 (1.23x) and 1024x4096
-    #   (1.84x); M = 2..4: it won from 4096x4096 up (0.38-0.85x) and lost on 1024x4096.
-    # - M = 8..64: mlx_qmm was fastest on every Llama-3-8B shape except 4096x14336 at 64.
-    # - M >= 128: the W8A8 GEMM. The tuner timed it slower than mlx_qmm for the
-    #   attention projections up to M = 512, but a 4-layer Llama-3-8B model prefilled
-    #   faster with the GEMM there (1.50x / 2.23x mlx-lm 8-bit at T = 128 / 512) than
-    #   with those table choices (1.26x / 1.70x): bench/results/h200_2026-11-30_model_*.
+    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16):
+    # - M <= 64: no rule, mx.quantized_matmul. The tuner times the W8A8 GEMV faster at
+    #   M = 1..4 for large weights in isolation (bench/results/
+    #   h200_2026-11-30_tune_llama3_8b.json), but a 4-layer Llama-3-8B decoded at
+    #   0.74-0.79x mlx-lm 8-bit with the GEMV on its MLP / lm_head layers and at 1.07x
+    #   with mx.quantized_matmul everywhere (h200_2026-11-30_decode_*.log): decode there
+    #   is bound by the per-launch cost of the custom kernels, not by weight bandwidth.
+    #   M = 8..64: mx.quantized_matmul was fastest on every Llama-3-8B shape.
+    # - M >= 128: the W8A8 GEMM (1.34-4.6x mlx_qmm from M = 128 on the MLP shapes; a
+    #   4-layer Llama-3-8B prefilled 1.50x / 2.23x / 3.48x mlx-lm 8-bit at T = 128 /
+    #   512 / 2048 with this rule, h200_2026-11-30_model_untuned.log).
     ("cuda", "linear", "per_channel"): [
-        (1, 1, _LARGE, ("cuda_int8_gemv",)),
-        (2, 4, _MEDIUM, ("cuda_int8_gemv",)),
         (128, None, 0, ("cuda_w8a8_gemm",)),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than

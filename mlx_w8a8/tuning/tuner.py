@@ -46,6 +46,10 @@ ENV_ONLINE = "MLX_W8A8_TUNE"
 _CACHE_LIMIT = 4096
 # A shape no table holds borrows from measured shapes with N and K within this factor.
 BORROW_MAX_RATIO = 2.0
+# An entry speaks for M within this many octaves of its bucket (4x): a prefill
+# measurement at M = 128 says nothing about decode at M = 1, and vice versa. Beyond
+# it the borrowed decision or the prior decides.
+MAX_BUCKET_OCTAVES = 2
 
 
 @attrs.define
@@ -291,11 +295,14 @@ class Tuner:
 
     def _best(self, problem: Problem, found: list[tuple[str, str | None, dict]]) -> Hit | None:
         """Among ``(layer, path, entry)`` pick the entry whose choice can run ``problem``
-        here and whose M bucket is nearest (equally far: the larger); then matching
-        ``has_bias``; then the layer order (memory > user > cache > shipped)."""
+        here and whose M bucket is nearest (equally far: the larger; at most
+        :data:`MAX_BUCKET_OCTAVES` away); then matching ``has_bias``; then the layer
+        order (memory > user > cache > shipped)."""
         target = math.log2(shapes.bucket(problem.m))
         best, best_rank = None, None
         for order, (layer, path, entry) in enumerate(found):
+            if abs(math.log2(entry["m_bucket"]) - target) > MAX_BUCKET_OCTAVES:
+                continue  # measured too far from this M to say anything about it
             choice = registry.find(problem.op, entry["choice"])
             if choice is None or not choice.handles(problem):
                 continue
