@@ -64,7 +64,7 @@ def add_arguments(p) -> None:
         f"{CPU_DEFAULTS['prompt']} --rounds {CPU_DEFAULTS['rounds']}",
     )
     g.add_argument("--model", "--preset", dest="model", metavar="PATH|PRESET",
-                   help="benchmark a model: llama-3-8b, mistral-7b, qwen2.5-7b, an mlx-lm "
+                   help="benchmark a model: llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b, an mlx-lm "
                    "folder or a config.json (needs mlx-lm)")
     g.add_argument("--layers", type=int, help="keep the first L transformer blocks")
     g.add_argument("--tokens", help="prefill lengths T, comma-separated")

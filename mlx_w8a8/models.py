@@ -3,7 +3,7 @@ there are none, for tuning and benchmarking (``tune --model``, ``bench --model``
 
 A model is named by
 
-- a preset: ``llama-3-8b``, ``mistral-7b`` (v0.3) or ``qwen2.5-7b``, whose configs are the
+- a preset: ``llama-3-8b``, ``mistral-7b`` (v0.3), ``qwen2.5-7b`` or ``llama-3.2-1b``, whose configs are the
   published ``config.json`` of those models (:data:`PRESETS`);
 - an mlx-lm model folder (``config.json`` plus, optionally, ``model*.safetensors``,
   whose weights are then used);
@@ -37,8 +37,33 @@ import mlx.core as mx
 import mlx.nn as nn
 
 # The published config.json of each preset (Hugging Face: meta-llama/Meta-Llama-3-8B,
-# mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B), fields mlx-lm reads.
+# mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B, meta-llama/Llama-3.2-1B), fields mlx-lm reads.
 PRESETS: dict[str, dict] = {
+    "llama-3.2-1b": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "factor": 32.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    },
     "llama-3-8b": {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", metavar="PATH|PRESET",
                    help="tune every distinct linear shape of a model: an mlx-lm model folder, "
-                   "its config.json, or llama-3-8b, mistral-7b, qwen2.5-7b (needs mlx-lm)")
+                   "its config.json, or llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b (needs mlx-lm)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="with --model: shapes of one of N tensor-parallel ranks "
                    "(q/k/v/gate/up at N/tp outputs, o/down at K/tp inputs)")
