@@ -342,24 +342,23 @@ def main(argv: list[str] | None = None, out=None) -> int:
         args.baseline = "mlx_qmm"
     if not args.candidate and not args.candidate_table:
         args.candidate = EXACT
-    stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
-    out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
-    try:
-        return cider(args, stream, out) if args.cider else qualify(args, stream, out)
-    except ValueError as error:
-        print(render.error_line(PROG, error), file=sys.stderr)
-        return 2
-    finally:
-        if stream is not sys.stdout:
-            stream.close()
+    return _run_with_output(
+        args, out, lambda stream, out: cider(args, stream, out) if args.cider
+        else qualify(args, stream, out))
 
 
 def _model_main(args, out) -> int:
     """``--model``: the model benchmark (:mod:`mlx_w8a8.modelbench`)."""
+    return _run_with_output(args, out, lambda stream, out: modelbench.run(args, stream, out, emit))
+
+
+def _run_with_output(args, out, body) -> int:
+    """``body(stream, out)`` with the JSON lines stream of ``--jsonl`` open; a
+    ``ValueError`` is one error line and exit code 2."""
     stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
     out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
     try:
-        return modelbench.run(args, stream, out, emit)
+        return body(stream, out)
     except ValueError as error:
         print(render.error_line(PROG, error), file=sys.stderr)
         return 2

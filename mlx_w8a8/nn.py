@@ -249,8 +249,13 @@ class Linear(nn.Module):
         stages = candidate.stages(problem) if candidate.stages else None
         if candidate.bind is not None:
             plan = candidate.bind(self, problem)
-        elif stages is not None:
-            act_key, quantize, apply = stages
+        else:
+            if stages is not None:
+                act_key, quantize, apply = stages
+            else:  # one stage: run(x, w, b) does it all
+                run = candidate.run
+                act_key, quantize = None, None
+                apply = lambda x2, w, b, dtype: run(x2, w, b)  # noqa: E731
             out_dtype = x.dtype
             fmt = self.format
 
@@ -259,18 +264,8 @@ class Linear(nn.Module):
                 if qw is None:  # new weights changed the format: re-decide
                     return self(x)
                 x2 = x.reshape(m, k) if flat else x
-                acts = _shared_activations(x, act_key, quantize, x2)
+                acts = x2 if quantize is None else _shared_activations(x, act_key, quantize, x2)
                 y = apply(acts, qw, self.get("bias"), out_dtype)
-                return y.reshape(out_shape) if flat else y
-        else:
-            run = candidate.run
-            fmt = self.format
-
-            def plan(x):
-                qw = self._weight(fmt)
-                if qw is None:  # new weights changed the format: re-decide
-                    return self(x)
-                y = run(x.reshape(m, k) if flat else x, qw, self.get("bias"))
                 return y.reshape(out_shape) if flat else y
         return self._keep(x, plan, (m, candidate.name, source))
 
