@@ -28,7 +28,9 @@ on a small CPU; pass ``--shapes`` there.
 
 **Model benchmark** (``--model PATH|PRESET``): bf16 vs mlx-lm 8-bit vs mlx_w8a8 on a
 whole mlx-lm model (prefill and decode tokens/s, ratios with spread, logits SQNR); see
-:mod:`mlx_w8a8.modelbench`.
+:mod:`mlx_w8a8.modelbench`. With ``--tp N``, under a distributed launch of N ranks, the
+W8A8 model split over them against one device (per-rank times, the ``all_sum`` share,
+an optional ``--check``); see :mod:`mlx_w8a8.tpbench`.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 import mlx.core as mx
 import numpy as np
 
-from . import modelbench, ops
+from . import modelbench, ops, tpbench
 from .kernels import registry
 from .kernels.registry import Problem
 from .tuning import gate, render, shapes, table, timing
@@ -323,12 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jsonl", "--json", dest="jsonl", default="-",
                    help="JSON lines destination (default: stdout)")
     modelbench.add_arguments(p)
+    tpbench.add_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None, out=None) -> int:
     """Run the bench; returns the exit status (1 when a correctness check failed)."""
     args = build_parser().parse_args(argv)
+    if args.tp is not None and not args.model:
+        print(render.error_line(PROG, f"--tp {args.tp} splits a model: give --model"), file=sys.stderr)
+        return 2
     if args.model:
         return _model_main(args, out)
     if args.pairs < MIN_PAIRS:
@@ -348,8 +355,28 @@ def main(argv: list[str] | None = None, out=None) -> int:
 
 
 def _model_main(args, out) -> int:
-    """``--model``: the model benchmark (:mod:`mlx_w8a8.modelbench`)."""
-    return _run_with_output(args, out, lambda stream, out: modelbench.run(args, stream, out, emit))
+    """``--model``: the model benchmark (:mod:`mlx_w8a8.modelbench`); with ``--tp N``,
+    split over the N ranks of a distributed launch (:mod:`mlx_w8a8.tpbench`)."""
+    if args.tp is None:
+        if args.check:
+            print(render.error_line(PROG, "--check checks a --tp run; give --tp N"), file=sys.stderr)
+            return 2
+        return _run_with_output(args, out, lambda stream, out: modelbench.run(args, stream, out, emit))
+    try:
+        deadline = tpbench.Deadline(args.tp_timeout)
+    except ValueError as error:
+        print(render.error_line(PROG, error), file=sys.stderr)
+        return 2
+    with deadline:  # every wait from here on is bounded
+        try:
+            group = tpbench.join(args)
+        except ValueError as error:
+            print(render.error_line(PROG, error), file=sys.stderr)
+            return 2
+        if group.rank() != 0:
+            args.jsonl = os.devnull  # rank 0 reports
+        return _run_with_output(
+            args, out, lambda stream, out: tpbench.run(args, group, stream, out, emit, deadline))
 
 
 def _run_with_output(args, out, body) -> int:
