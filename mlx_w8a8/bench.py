@@ -376,7 +376,7 @@ def _model_main(args, out) -> int:
         if group.rank() != 0:
             args.jsonl = os.devnull  # rank 0 reports
         return _run_with_output(
-            args, out, lambda stream, out: tpbench.run(args, group, stream, out, emit, deadline))
+            args, out, lambda stream, out: tpbench.run(args, group, stream, out, emit))
 
 
 def _run_with_output(args, out, body) -> int:

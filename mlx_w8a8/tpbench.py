@@ -36,15 +36,16 @@ Output (rank 0): JSON lines like the model benchmark's (``setup``, ``check``, on
 ``summary`` per measurement with per-rank medians, ``decisions``) and a readable table.
 
 Every wait is bounded: a rank still running after ``--tp-timeout`` seconds (a peer
-that died, a launch with too few ranks) prints where it was and exits with status 124.
+that died, a launch with too few ranks) prints its Python stack (``Timeout``) and exits
+with status 1 (:class:`Deadline`).
 """
 
 from __future__ import annotations
 
+import faulthandler
+import io
 import math
-import os
 import sys
-import threading
 import time
 
 import mlx.core as mx
@@ -75,37 +76,36 @@ def add_arguments(p) -> None:
                    help="check the sharded logits against one device first (exit 1 if not met)")
     g.add_argument("--check-tokens", type=int, default=64, help="tokens of the check")
     g.add_argument("--tp-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                   help=f"a rank still running after S seconds exits (default {DEFAULT_TIMEOUT_S:g})")
+                   help=f"a rank still running after S seconds prints its stack and exits with "
+                   f"status 1 (default {DEFAULT_TIMEOUT_S:g})")
 
 
 class Deadline:
-    """A watchdog: after ``seconds``, print the current ``phase`` and end the process
-    with status 124 (a rank blocked in a collective cannot be interrupted otherwise).
-    A context manager; leaving it cancels the watchdog."""
+    """A watchdog: after ``seconds``, print every thread's Python stack to stderr
+    (``Timeout (h:mm:ss)!``, then where each waited) and end the process with status 1.
+    It is ``faulthandler``'s, a C thread that needs no interpreter lock: a rank blocked
+    inside a collective or inside ``mx.distributed.init`` holds it, so a Python timer
+    would never run. A context manager; leaving it cancels the watchdog.
+
+    Raises:
+        ValueError: when ``seconds`` is not positive.
+    """
 
     def __init__(self, seconds: float):
         if not seconds > 0:
             raise ValueError(f"[{OP}] --tp-timeout must be > 0 seconds, got {seconds}")
         self.seconds = seconds
-        self.phase = "joining the group"
-        self.rank = os.environ.get("MLX_RANK", "?")
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
 
     def __enter__(self) -> "Deadline":
-        self._timer.start()
+        try:
+            faulthandler.dump_traceback_later(self.seconds, exit=True)
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            # sys.stderr replaced by an object without a file descriptor: fd 2
+            faulthandler.dump_traceback_later(self.seconds, exit=True, file=sys.__stderr__)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        sys.stderr.write(
-            f"[{OP}] rank {self.rank}: still {self.phase} after {self.seconds:g} s "
-            f"(--tp-timeout): a rank stopped or fewer ranks were launched; exiting\n"
-        )
-        sys.stderr.flush()
-        os._exit(124)
+        faulthandler.cancel_dump_traceback_later()
 
 
 def join(args) -> mx.distributed.Group:
@@ -295,7 +295,7 @@ def check(group, sharded, one, tokens: mx.array, exact: str) -> dict:
 # --- the run ----------------------------------------------------------------------------
 
 
-def measure(group, rounds: int, fns: dict, deadline: Deadline, phase: str) -> dict:
+def measure(group, rounds: int, fns: dict) -> dict:
     """One warm-up round, then ``rounds`` alternating rounds of the arms in ``fns``
     (``{arm: () -> seconds}``, ``None`` where this rank does not run the arm: its
     time is NaN); each arm starts after a barrier. ``{arm: [seconds per round]}``."""
@@ -305,10 +305,8 @@ def measure(group, rounds: int, fns: dict, deadline: Deadline, phase: str) -> di
         fn = fns[arm]
         return math.nan if fn is None else fn()
 
-    deadline.phase = f"warming up {phase}"
     for arm in ARMS:
         timed(arm)
-    deadline.phase = f"timing {phase}"
     return modelbench.alternate(ARMS, rounds, timed)
 
 
@@ -335,7 +333,7 @@ def summarize(group, times: dict, per: int) -> dict:
     }
 
 
-def run(args, group, stream, out, emit, deadline: Deadline) -> int:
+def run(args, group, stream, out, emit) -> int:
     """The tensor-parallel model benchmark on this rank; returns the exit status (rank 0
     writes JSON to ``stream`` and the table to ``out``)."""
     cfg = modelbench.settings(args)
@@ -346,18 +344,15 @@ def run(args, group, stream, out, emit, deadline: Deadline) -> int:
 
         set_tuning_table(args.table)
     rank, size = group.rank(), group.size()
-    deadline.rank = rank
     lead = rank == 0
     report = (lambda record: emit(record, stream)) if lead else (lambda record: None)
     dtype = getattr(mx, args.dtype)
-    deadline.phase = "building the model"
     sharded, one, config, label = build(args, dtype, group, keep_one_device=lead)
     widths = collectives(sharded)
     if not widths:
         raise ValueError(f"[{OP}] {label}: sharding left no sharded-to-all layer; nothing is split")
     vocab = int(config["vocab_size"])
     loop_name, loop = modelbench.decode_loop()
-    deadline.phase = "waiting for the other ranks to build the model"
     barrier(group)
     report({
         "kind": "setup", "model": label, "model_type": config.get("model_type"),
@@ -369,7 +364,6 @@ def run(args, group, stream, out, emit, deadline: Deadline) -> int:
     })
     status = 0
     if args.check:
-        deadline.phase = "checking"
         from .kernels import registry
 
         exact = getattr(registry, "EXACT", "reference")
@@ -385,7 +379,7 @@ def run(args, group, stream, out, emit, deadline: Deadline) -> int:
         fns = {"one-device": None if one is None else (lambda: modelbench.prefill(one, tokens)[0]),
                "tp": lambda: modelbench.prefill(sharded, tokens)[0],
                "all_sum": all_sums(group, widths, t, 1, dtype)}
-        s = summarize(group, measure(group, cfg["rounds"], fns, deadline, f"prefill T={t}"), 1)
+        s = summarize(group, measure(group, cfg["rounds"], fns), 1)
         summary = {"kind": "summary", "measure": "prefill", "tokens": t, **s}
         report(summary)
         rows.append((f"prefill T={t}", summary))
@@ -396,7 +390,7 @@ def run(args, group, stream, out, emit, deadline: Deadline) -> int:
         fns = {"one-device": None if one is None else (lambda: modelbench.decode(one, prompt, n, loop)),
                "tp": lambda: modelbench.decode(sharded, prompt, n, loop),
                "all_sum": all_sums(group, widths, 1, n, dtype)}
-        s = summarize(group, measure(group, cfg["rounds"], fns, deadline, f"decode N={n}"), n)
+        s = summarize(group, measure(group, cfg["rounds"], fns), n)
         summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"], **s}
         report(summary)
         rows.append((f"decode N={n} (prompt {cfg['prompt']}), per token", summary))
@@ -409,7 +403,6 @@ def run(args, group, stream, out, emit, deadline: Deadline) -> int:
         print(render_table(rows), file=out)
         print("ms: medians; speed-up: one device over the slowest rank, per round, median "
               "(p25..p75); comm: all_sum time over the rank's tensor-parallel time.", file=out)
-    deadline.phase = "finishing"
     barrier(group)
     return status
 

@@ -66,15 +66,32 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def launch(commands: list[list[str]], folder: Path, timeout: float = RUN_TIMEOUT_S) -> None:
+def launch(
+    commands: list[list[str]],
+    folder: Path,
+    timeout: float = RUN_TIMEOUT_S,
+    fail_fast: bool = True,
+    hosts: int | None = None,
+) -> list[int]:
     """Run one command per rank with the ring backend on 127.0.0.1, like ``mlx.launch``.
 
+    Args:
+        fail_fast: raise as soon as a rank exits non-zero; else wait for every rank
+            and return the exit codes.
+        hosts: ranks in the host file (default: one per command; more leaves ranks
+            that never start).
+
+    Returns:
+        The exit codes, rank by rank.
+
     Raises:
-        RankFailed: as soon as a rank exits non-zero (the others are killed), or when
-            the deadline passes; the message holds the ranks' stderr tails.
+        RankFailed: with ``fail_fast``, as soon as a rank exits non-zero (the others
+            are killed); always when the deadline passes. The message holds the ranks'
+            output tails.
     """
     hostfile = folder / "hosts.json"
-    hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in _free_ports(len(commands))]))
+    ports = _free_ports(hosts or len(commands))
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ports]))
     procs, logs = [], []
     for rank, cmd in enumerate(commands):
         env = dict(os.environ, MLX_RANK=str(rank), MLX_HOSTFILE=str(hostfile))
@@ -98,10 +115,10 @@ def launch(commands: list[list[str]], folder: Path, timeout: float = RUN_TIMEOUT
         while True:
             codes = [p.poll() for p in procs]
             bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
+            if bad and fail_fast:
                 raise RankFailed(f"rank {bad[0]} exited with {codes[bad[0]]}\n{tails()}")
-            if all(c == 0 for c in codes):
-                return
+            if all(c is not None for c in codes):
+                return codes
             if time.monotonic() > deadline:
                 raise RankFailed(f"ranks still running after {timeout:.0f} s\n{tails()}")
             time.sleep(0.05)
