@@ -28,6 +28,10 @@ Output: JSON lines (``--json FILE``, default stdout: a ``setup`` record, one ``r
 record per timed round, one ``summary`` record per measurement, and a ``decisions``
 record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and why) and a readable table
 (on stderr when the JSON goes to stdout).
+
+With ``--tp N``, under a distributed launch of N ranks, the W8A8 model is split over
+the ranks and timed against one device instead: :mod:`mlx_w8a8.tpbench` (it reuses
+this module's model building, prefill and decode).
 """
 
 from __future__ import annotations
