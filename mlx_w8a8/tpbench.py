@@ -378,7 +378,8 @@ def run(args, group, stream, out, emit) -> int:
 
     rows = []
     for t in cfg["tokens"]:
-        tokens = mx.random.randint(0, vocab, (1, t), key=mx.random.key(1000 * args.seed + t)).astype(mx.int32)
+        key = mx.random.key(1000 * args.seed + t)
+        tokens = mx.random.randint(0, vocab, (1, t), key=key).astype(mx.int32)
         fns = {"one-device": None if one is None else (lambda: modelbench.prefill(one, tokens)[0]),
                "tp": lambda: modelbench.prefill(sharded, tokens)[0],
                "all_sum": all_sums(group, widths, t, 1, dtype)}
@@ -389,12 +390,15 @@ def run(args, group, stream, out, emit) -> int:
         mx.clear_cache()
     if cfg["decode"]:
         n = cfg["decode"]
-        prompt = mx.random.randint(0, vocab, (cfg["prompt"],), key=mx.random.key(1000 * args.seed)).astype(mx.int32)
-        fns = {"one-device": None if one is None else (lambda: modelbench.decode(one, prompt, n, loop)),
+        key = mx.random.key(1000 * args.seed)
+        prompt = mx.random.randint(0, vocab, (cfg["prompt"],), key=key).astype(mx.int32)
+        fns = {"one-device": None if one is None
+               else (lambda: modelbench.decode(one, prompt, n, loop)),
                "tp": lambda: modelbench.decode(sharded, prompt, n, loop),
                "all_sum": all_sums(group, widths, 1, n, dtype)}
         s = summarize(group, measure(group, cfg["rounds"], fns), n)
-        summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"], **s}
+        summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"],
+                   **s}
         report(summary)
         rows.append((f"decode N={n} (prompt {cfg['prompt']}), per token", summary))
     report({"kind": "decisions", "variant": "tp rank 0", "layers": modelbench.decisions(sharded)})

@@ -57,7 +57,8 @@ def test_two_ranks_report_per_rank_times_comm_share_speedup_and_the_check(tmp_pa
         assert len(tp) == len(comm) == 2
         assert all(math.isfinite(t) and t > 0 for t in tp + comm)
         # the share is each rank's all_sum time over that rank's tensor-parallel time
-        assert s["comm_share_per_rank"] == pytest.approx([c / t for c, t in zip(comm, tp)], rel=1e-12)
+        want = [c / t for c, t in zip(comm, tp)]
+        assert s["comm_share_per_rank"] == pytest.approx(want, rel=1e-12)
         # the all_sums alone are part of what the tensor-parallel forward waits for
         assert all(0 <= share <= 1 for share in s["comm_share_per_rank"]), s
         sp = s["speedup_vs_one_device"]
