@@ -80,6 +80,9 @@ def add_arguments(p) -> None:
                    help="also time mlx_w8a8 with each layer quantizing its own input (no "
                    "sharing between q/k/v and gate/up): what the sharing saves")
     g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
+    g.add_argument("--skip", nargs="+", metavar="PATTERN",
+                   help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
+                   "skip=, e.g. lm_head down_proj): the speed of a mixed model")
 
 
 def settings(args) -> dict:
@@ -117,8 +120,10 @@ def _mlx_lm_predicate(path: str, module: nn.Module) -> bool:
     return hasattr(module, "to_quantized") and module.weight.shape[-1] % GROUP_SIZE == 0
 
 
-def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | None = None):
-    """Build the model once and the three variants from its weights.
+def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | None = None,
+                  skip: list[str] | None = None):
+    """Build the model once and the three variants from its weights (``skip``: layer
+    patterns the mlx_w8a8 variant keeps on W8A16, as ``mlx_w8a8.quantize(skip=...)``).
 
     Returns:
         ``({name: model}, config, label)``; every parameter is evaluated.
@@ -139,7 +144,7 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
     q8 = models.clone(base, config)
     nn.quantize(q8, group_size=GROUP_SIZE, bits=BITS, class_predicate=_mlx_lm_predicate)
     w8 = models.clone(base, config)
-    mlx_w8a8.quantize(w8, **({"kernel": kernel} if kernel else {}))
+    mlx_w8a8.quantize(w8, kernel=kernel, skip=skip)
     mx.eval(q8.parameters(), w8.parameters())
     return dict(zip(VARIANTS, (base, q8, w8))), config, label
 
@@ -292,7 +297,8 @@ def run(args, stream, out, emit) -> int:
         set_tuning_table(args.table)
     seed = args.seed
     share = _share_switch() if args.unshared else None
-    variants, config, label = make_variants(args.model, args.layers, seed, args.kernel)
+    variants, config, label = make_variants(args.model, args.layers, seed, args.kernel,
+                                            getattr(args, "skip", None))
     vocab = int(config["vocab_size"])
     loop_name, loop = decode_loop()
     names = list(VARIANTS) + ([UNSHARED] if share else [])
@@ -313,7 +319,8 @@ def run(args, stream, out, emit) -> int:
         "vocab_size": vocab, "dtype": "bfloat16", "device": table.device_key(),
         "variants": names, "bytes": {n: nbytes(m) for n, m in variants.items()},
         "quantization": {"mlx-lm-8bit": {"group_size": GROUP_SIZE, "bits": BITS},
-                         "mlx_w8a8": {"kernel": args.kernel}},
+                         "mlx_w8a8": {"kernel": args.kernel,
+                                      "skip": getattr(args, "skip", None)}},
         **cfg, "seed": seed, "decode_loop": loop_name, "mlx_lm": models.mlx_lm_mode(),
     }, stream)
     rows = []

@@ -199,3 +199,19 @@ def test_unshared_arm_measures_the_sharing_and_changes_no_result(tiny, tmp_path)
     assert "shared / unshared" in text
     rounds = [l for l in lines if l["kind"] == "round"]
     assert rounds[1]["order"] == (list(modelbench.VARIANTS) + [modelbench.UNSHARED])[::-1]
+
+
+def test_skip_keeps_matching_layers_on_w8a16_in_the_w8a8_variant(tiny, tmp_path):
+    # The speed of a mixed W8A8/W8A16 model (the accuracy work's policy) is measured by
+    # --skip; the skipped layers are mlx-lm 8-bit layers, the others W8A8.
+    pytest.importorskip("mlx_lm")
+    variants, _, _ = modelbench.make_variants(tiny, seed=3, skip=["lm_head", "down_proj"])
+    w8 = variants["mlx_w8a8"]
+    assert isinstance(w8.lm_head, nn.QuantizedLinear)
+    assert isinstance(w8.model.layers[0].mlp.down_proj, nn.QuantizedLinear)
+    assert isinstance(w8.model.layers[0].mlp.up_proj, mlx_w8a8.Linear)
+    code, _, lines = run(["--model", tiny, "--tokens", "4", "--decode", "0", "--rounds", "2",
+                          "--skip", "lm_head"], tmp_path)
+    assert code == 0
+    setup = next(l for l in lines if l["kind"] == "setup")
+    assert setup["quantization"]["mlx_w8a8"]["skip"] == ["lm_head"]
