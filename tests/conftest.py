@@ -39,6 +39,16 @@ def hermetic(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def only_written_tables(tmp_path, monkeypatch):
+    """Lookups see only the tables a test writes: no shipped tables, the hermetic cache
+    directory; yields ``tmp_path``."""
+    from mlx_w8a8.tuning import table
+
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    yield tmp_path
+
+
+@pytest.fixture
 def rng(request):
     """Fresh random data every run; the seed is printed so a failure can be replayed
     (set MLX_W8A8_TEST_SEED to replay it)."""

@@ -115,19 +115,12 @@ QMM = registry.get("linear", "mlx_qmm")
 
 
 @pytest.fixture
-def tables(tmp_path, monkeypatch):
+def tables(only_written_tables, monkeypatch):
     """No tables but the ones a test writes; no prior; spies removed after."""
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
     monkeypatch.setattr(prior, "RULES", {})
-    tuning._tuner = None
-    tuning.install()
-    yield tmp_path
+    yield only_written_tables
     for name in ("spy", "staged"):
         registry.unregister("linear", name)
-    tuning._tuner = None
-    tuning.install()
 
 
 def _spy(calls, name="spy"):

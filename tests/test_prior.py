@@ -5,27 +5,18 @@ import mlx.nn as nn
 import pytest
 
 import mlx_w8a8
-from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate, Problem
 from mlx_w8a8.tuning import prior, table
-from mlx_w8a8.tuning.tuner import Tuner
 
 QMM = registry.get("linear", "mlx_qmm")
 
 
 @pytest.fixture
-def empty_tables(tmp_path, monkeypatch):
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
-    tuning._tuner = None
-    tuning.install()
-    yield tmp_path
+def empty_tables(only_written_tables):
+    yield only_written_tables
     for name in ("p_small", "p_large"):
         registry.unregister("linear", name)
-    tuning._tuner = None
-    tuning.install()
 
 
 def _fakes(monkeypatch):
