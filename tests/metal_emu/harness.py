@@ -297,8 +297,11 @@ def _pch(cxx: str, flags: list[str]) -> Path:
     """A precompiled header of the emulation header and MLX's preamble stand-in for
     ``flags`` (built once per content; it saves about a second of every compile)."""
     text = '#include "metal_emu.h"\n#include "mlx_preamble.h"\n'
-    key = hashlib.sha256("\0".join([text, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx])
-                         .encode()).hexdigest()[:24]
+    # The header's folder is part of the key: a PCH records its headers' absolute paths,
+    # and one built from another checkout (a shared temporary cache) would include the
+    # same header twice under two paths.
+    key = hashlib.sha256("\0".join([text, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx,
+                                     str(HERE.resolve())]).encode()).hexdigest()[:24]
     pch = cache_dir() / f"emu_{key}.pch"
     if pch.exists():
         return pch
