@@ -7,10 +7,12 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 # Settings of the test harness itself, kept: the ``rng`` fixture's replay seed, the
-# Metal emulator's compiler and cache, the tensor-parallel tests' backend. Every other
+# Metal emulator's compiler and cache, the tensor-parallel tests' backend, the CUDA
+# compile test's cache. Every other
 # MLX_W8A8_* variable (the package's own settings) is removed for each test.
 HARNESS_VARIABLES = (
     "MLX_W8A8_TEST_SEED", "MLX_W8A8_EMU_CXX", "MLX_W8A8_EMU_CACHE", "MLX_W8A8_TP_BACKEND",
+    "MLX_W8A8_NVCC_CACHE",
 )
 
 

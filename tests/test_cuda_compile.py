@@ -16,10 +16,13 @@ Skipped, with the reason printed, when ``nvcc`` is not on PATH.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -197,14 +200,40 @@ def _label(build: KernelBuild) -> str:
     return f"{build.file}:{build.body}:" + ",".join(f"{k}={v}" for k, v in build.template)
 
 
+# Successful compiles are remembered by the digest of everything that decides them (the
+# wrapped source, the stand-in header, the flags, nvcc's version), so an unchanged kernel
+# is not compiled again on every run; a failure is always recompiled and shown.
+NVCC_CACHE = os.environ.get("MLX_W8A8_NVCC_CACHE") or os.path.join(
+    tempfile.gettempdir(), "mlx_w8a8_nvcc_cache")
+
+
+@functools.lru_cache(maxsize=1)
+def _nvcc_version() -> str:
+    return subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout
+
+
 def _compile(build: KernelBuild, workdir: str, index: int) -> tuple[int, str]:
+    text = wrap(build)
+    flags = [ARCH, "-std=c++17", "-Xptxas", "-v", "-c"]
+    key = hashlib.sha256("\0".join([text, STAND_IN_UTILS, " ".join(flags), _nvcc_version()])
+                         .encode()).hexdigest()[:32]
+    done = os.path.join(NVCC_CACHE, key + ".log")
+    if os.path.exists(done):
+        with open(done) as f:
+            return 0, "(compiled before, same digest) " + f.read()
     src = os.path.join(workdir, f"k{index}.cu")
     with open(src, "w") as f:
-        f.write(wrap(build))
-    cmd = [NVCC, ARCH, "-std=c++17", "-I", workdir, "-Xptxas", "-v", "-c", src,
-           "-o", os.path.join(workdir, f"k{index}.o")]
+        f.write(text)
+    cmd = [NVCC, *flags[:-1], "-I", workdir, "-c", src, "-o", os.path.join(workdir, f"k{index}.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    return proc.returncode, proc.stdout + proc.stderr
+    log = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        os.makedirs(NVCC_CACHE, exist_ok=True)
+        tmp = f"{done}.{os.getpid()}.{index}.tmp"
+        with open(tmp, "w") as f:
+            f.write(log)
+        os.replace(tmp, done)
+    return proc.returncode, log
 
 
 BUILDS = kernel_builds()
