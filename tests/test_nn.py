@@ -254,19 +254,19 @@ def test_layers_fed_the_same_input_quantize_it_once(tables):
 
 
 def test_set_dtype_after_the_first_call_keeps_the_output_dtype(rng):
-    # The mlx_qmm plan decides at bind time whether a cast back to x's dtype is needed;
-    # replacing the parameters (set_dtype) must make it bind again.
+    # The mlx_qmm plan decides at bind time whether a cast back to x's dtype is needed
+    # (none when x, scales and bias share a dtype); replacing the parameters
+    # (set_dtype) must make it bind again, or a float16 layer fed bfloat16 would return
+    # float32 (quantized_matmul promotes).
     layer = w8.Linear(64, 16, group_size=32)
     layer.kernel = "mlx_qmm"
-    x = mx.array(rng.standard_normal((2, 64)).astype(np.float32)).astype(mx.bfloat16)
-    assert layer(x).dtype == mx.bfloat16  # float32 scales: cast back
     layer.set_dtype(mx.bfloat16)
-    assert layer["scales"].dtype == mx.bfloat16 and layer(x).dtype == mx.bfloat16
-    xf = x.astype(mx.float32)
-    assert layer(xf).dtype == mx.float32  # bf16 scales, float32 x: promoted, kept
+    x = mx.array(rng.standard_normal((2, 64)).astype(np.float32)).astype(mx.bfloat16)
+    assert layer(x).dtype == mx.bfloat16  # bound without a cast
     layer.set_dtype(mx.float16)
     y = layer(x)
-    assert y.dtype == mx.bfloat16
+    assert layer["scales"].dtype == mx.float16 and y.dtype == mx.bfloat16
+    assert layer(x.astype(mx.float32)).dtype == mx.float32  # float32 x: promoted, kept
     layer.kernel = "exact"
     np.testing.assert_allclose(np.array(y.astype(mx.float32)),
                                np.array(layer(x).astype(mx.float32)), atol=0.1, rtol=0.05)
