@@ -43,7 +43,7 @@ from mlx_w8a8.kernels.registry import Problem  # noqa: E402
 from mlx_w8a8.tuning import lookup, render, shapes, table  # noqa: E402
 
 GROUP_SIZE = 64
-EXACT = getattr(registry, "EXACT", "reference")
+EXACT = registry.EXACT
 
 
 def w8a8_choice(problem: Problem) -> str:

@@ -53,7 +53,7 @@ from .tuning.tuner import Tuner
 PROG = "mlx_w8a8.bench"
 MIN_PAIRS = 30
 # The exact W8A8 math in MLX ops (named "reference" by older versions of the registry).
-EXACT = getattr(registry, "EXACT", "reference")
+EXACT = registry.EXACT
 # Qualification cases (M, N, K): decode and short prefill on Llama-3-8B projections.
 CASES = [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (64, 1024, 4096)]
 # The Cider benchmark's list, given there as (M, K, N); stored here as (M, N, K).

@@ -26,7 +26,7 @@ from .nn import Linear
 
 KEEP = ("w8a16", "float")
 # The candidate running the exact W8A8 math of docs/numerics.md on any device.
-EXACT = getattr(registry, "EXACT", "reference")
+EXACT = registry.EXACT
 
 
 def _db(signal: float, noise: float) -> float:

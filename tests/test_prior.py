@@ -68,6 +68,6 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
     if table.backend() != "cpu":
         pytest.skip("the CPU rule applies to MLX's CPU backend")
     layer = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32)
-    assert layer.decision(1) == (prior.EXACT, "prior")
+    assert layer.decision(1) == (registry.EXACT, "prior")
     grouped = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32, per_channel=False)
     assert grouped.decision(1) == ("mlx_qmm", "fallback")

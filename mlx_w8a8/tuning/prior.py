@@ -12,10 +12,7 @@ no upper bound) and weights of at least ``min_weight`` elements (``N * K``) the 
 
 from __future__ import annotations
 
-from ..kernels.registry import Candidate, Problem
-
-# The exact W8A8 kernel in pure MLX (float32 matmuls on exact K-chunks).
-EXACT = "exact"
+from ..kernels.registry import EXACT, Candidate, Problem
 
 Rule = tuple[int, "int | None", int, tuple[str, ...]]
 
@@ -62,17 +59,4 @@ def choose(backend: str, problem: Problem, found: list[Candidate]) -> Candidate 
     return None
 
 
-def describe(backend: str) -> list[str]:
-    """Human-readable rules for ``backend`` (for ``--help`` and docs)."""
-    out = []
-    for (b, op, fmt), rules in RULES.items():
-        if b != backend:
-            continue
-        for m_min, m_max, min_weight, names in rules:
-            upper = "" if m_max is None else f"..{m_max}"
-            size = f", N*K >= {min_weight}" if min_weight else ""
-            out.append(f"{op} {fmt} M={m_min}{upper}{size}: {' | '.join(names)}")
-    return out
-
-
-__all__ = ["RULES", "choose", "describe", "EXACT"]
+__all__ = ["RULES", "choose"]
