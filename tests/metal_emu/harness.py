@@ -302,18 +302,27 @@ def _pch(cxx: str, flags: list[str]) -> Path:
     # same header twice under two paths.
     key = hashlib.sha256("\0".join([text, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx,
                                      str(HERE.resolve())]).encode()).hexdigest()[:24]
-    pch = cache_dir() / f"emu_{key}.pch"
-    if pch.exists():
-        return pch
-    src = cache_dir() / f"emu_{key}.h"
+    return _cached(
+        cache_dir() / f"emu_{key}.pch", text, ".h", "the emulation header",
+        lambda src, out: [cxx, *[f for f in flags if f != "-shared"], "-x", "c++-header",
+                          "-I", str(HERE), "-I", str(INCLUDE), str(src), "-o", str(out)],
+    )
+
+
+def _cached(path: Path, text: str, suffix: str, what: str, command) -> Path:
+    """``path``, built once from ``text`` (written beside it with ``suffix``) by
+    ``command(src, out)``; the result is moved in place atomically, so concurrent test
+    processes never load a half-written file. Raises with clang's errors."""
+    if path.exists():
+        return path
+    src = path.with_suffix(suffix)
     src.write_text(text)
-    tmp = pch.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([cxx, *[f for f in flags if f != "-shared"], "-x", "c++-header", "-I", str(HERE),
-                           "-I", str(INCLUDE), str(src), "-o", str(tmp)], capture_output=True, text=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    proc = subprocess.run(command(src, tmp), capture_output=True, text=True)
     if proc.returncode != 0:
-        raise EmulationError(f"clang rejected the emulation header:\n{proc.stderr[-6000:]}")
-    os.replace(tmp, pch)
-    return pch
+        raise EmulationError(f"clang rejected {what}:\n{proc.stderr[-6000:]}")
+    os.replace(tmp, path)
+    return path
 
 
 def compile_cpp(tu: str) -> Path:
@@ -323,19 +332,11 @@ def compile_cpp(tu: str) -> Path:
         raise EmulationError("no clang++ found; the Metal emulation needs clang (apt-get install clang)")
     flags = [standard(tu), *FLAGS]
     key = hashlib.sha256("\0".join([tu, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx]).encode()).hexdigest()[:24]
-    lib = cache_dir() / f"k_{key}.so"
-    if lib.exists():
-        return lib
-    src = cache_dir() / f"k_{key}.cpp"
-    src.write_text(tu)
-    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    pch = _pch(cxx, flags)
-    proc = subprocess.run([cxx, *flags, "-include-pch", str(pch), "-I", str(HERE), "-I", str(INCLUDE), str(src),
-                           "-o", str(tmp)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise EmulationError(f"clang rejected the kernel:\n{proc.stderr[-6000:]}")
-    os.replace(tmp, lib)
-    return lib
+    return _cached(
+        cache_dir() / f"k_{key}.so", tu, ".cpp", "the kernel",
+        lambda src, out: [cxx, *flags, "-include-pch", str(_pch(cxx, flags)), "-I", str(HERE),
+                          "-I", str(INCLUDE), str(src), "-o", str(out)],
+    )
 
 
 _ffi = cffi.FFI()
