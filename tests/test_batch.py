@@ -11,13 +11,6 @@ from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 FAST = TuneConfig(pairs=2, warmup=0)
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    table.reset_reports()
-
-
 def tuner_at(path):
     return Tuner(table_path=str(path), use_cache=False, use_shipped=False, online=False, config=FAST)
 

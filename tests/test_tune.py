@@ -18,13 +18,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--pairs", "3", "--warmup", "1", "--dtype", "float32", "--group-size", "32", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    table.reset_reports()
-
-
 def run(argv):
     out = io.StringIO()
     code = tune.main(argv, out=out)
