@@ -293,15 +293,22 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+@functools.lru_cache(maxsize=1)
+def _header_stamps() -> tuple[str, ...]:
+    """``path:mtime`` of every header a PCH can include (this folder and include/)."""
+    files = [HEADER, PREAMBLE, *(p for p in INCLUDE.rglob("*") if p.is_file())]
+    return tuple(f"{p.resolve()}:{p.stat().st_mtime_ns}" for p in sorted(files))
+
+
 def _pch(cxx: str, flags: list[str]) -> Path:
     """A precompiled header of the emulation header and MLX's preamble stand-in for
     ``flags`` (built once per content; it saves about a second of every compile)."""
     text = '#include "metal_emu.h"\n#include "mlx_preamble.h"\n'
-    # The header's folder is part of the key: a PCH records its headers' absolute paths,
-    # and one built from another checkout (a shared temporary cache) would include the
-    # same header twice under two paths.
+    # A PCH records the absolute path and modification time of every header it read,
+    # and clang refuses it when either differs: the key holds both, so a PCH built
+    # from another checkout, or from an earlier clone at the same path, is not reused.
     key = hashlib.sha256("\0".join([text, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx,
-                                     str(HERE.resolve())]).encode()).hexdigest()[:24]
+                                     *_header_stamps()]).encode()).hexdigest()[:24]
     return _cached(
         cache_dir() / f"emu_{key}.pch", text, ".h", "the emulation header",
         lambda src, out: [cxx, *[f for f in flags if f != "-shared"], "-x", "c++-header",
