@@ -88,6 +88,33 @@ def test_operands_pattern_first_then_seeded_random():
     assert a.dtype == mx.int8 and bmat.shape == (8, 32)
 
 
+@pytest.mark.parametrize("problem", [LINEAR, Problem("int8_matmul", 2, 8, 32, "int8", "int8")])
+def test_cycled_weights_are_equal_values_in_distinct_memory(problem):
+    # A model reads each layer's weight from DRAM; a timing loop over one weight reads
+    # it from cache. The copies must hold the same values (same kernel work) in
+    # different buffers (a copy that aliases its source would time the cache again).
+    ins = gate.operands(problem, variants=2, seed=1, weights=5)
+    assert len(ins) == 5
+    ws = [args[1] for args in ins]
+
+    def arrays(w):
+        return [w] if isinstance(w, mx.array) else [w.q, w.scales, w.biases]
+
+    first = [np.asarray(a) for a in arrays(ws[0])]
+    for i, w in enumerate(ws[1:], 1):
+        if problem.op == "linear":
+            assert w.per_channel == ws[0].per_channel and w.group_size == ws[0].group_size
+        for a, b in zip(first, arrays(w)):
+            b = np.asarray(b)
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+            assert not np.shares_memory(a, b), f"copy {i} aliases the first weight"
+    # activations keep rotating with their own period
+    assert np.array_equal(np.asarray(ins[2][0]), np.asarray(ins[0][0]))
+    assert not np.array_equal(np.asarray(ins[1][0]), np.asarray(ins[0][0]))
+    assert gate.operands(problem, variants=2, seed=1, weights=1) is not None
+    assert len(gate.operands(problem, variants=3, seed=1, weights=1)) == 3
+
+
 def test_drifting_challenger_is_rejected_with_its_worst_element(caplog):
     qmm = registry.get("linear", "mlx_qmm")
     drift = _cand("drift", lambda x, w, b: qmm.run(x, w, b) + 0.5)

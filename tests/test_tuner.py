@@ -421,6 +421,42 @@ def test_exact_ops_tune_too(env):
     assert out.source == "measured" and out.entry["op"] == "quantize_activation"
 
 
+@pytest.mark.parametrize("cold_bytes,expect", [(0, 1), (None, 3), (1, 1)])
+def test_timed_launches_cycle_through_cold_weight_copies(env, cold_bytes, expect):
+    # A weight repeated launch after launch sits in cache; in a model each layer's
+    # weight comes from DRAM. The timed launches must see as many distinct weights as
+    # cold_bytes asks for (here 3 weights' worth), and one when it is 0.
+    import attrs as _attrs
+
+    wbytes = gate.weight_nbytes(gate.make_weight(PROBLEM, 0))
+    seen = set()
+
+    def spy(x, w, b):
+        seen.add(id(w))
+        return QMM.run(x, w, b)
+
+    fake("spy", spy)
+    budget = 3 * wbytes if cold_bytes is None else cold_bytes * wbytes
+    cfg = _attrs.evolve(FAST, cold_bytes=budget)
+    e = tuner(env, config=cfg).measure(PROBLEM, candidates=only("spy"))
+    if cold_bytes == 0:
+        assert e["weight_copies"] == 1 and len(seen) == 1
+    else:
+        want = max(1, budget // wbytes)
+        assert e["weight_copies"] == want == len(seen) == expect
+
+
+def test_cold_copies_bounds():
+    from mlx_w8a8.tuning import tuner as tuner_mod
+
+    assert tuner_mod.cold_copies(16 << 20) == 16  # a 4096 x 4096 int8 weight: 256 MiB
+    assert tuner_mod.cold_copies(600 << 20) == 1  # an lm_head already exceeds any cache
+    assert tuner_mod.cold_copies(1024) == tuner_mod.MAX_WEIGHT_COPIES
+    assert tuner_mod.cold_copies(1024, 0) == 1
+    with pytest.raises(ValueError, match="cold_bytes"):
+        TuneConfig(cold_bytes=-1)
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="min_improvement_bps"):
         TuneConfig(min_improvement_bps=10000)

@@ -248,24 +248,77 @@ def _with_weight(problem: Problem, xs: list[mx.array], seed: int, weight: Any) -
     return [(x, weight, bias) for x in xs]
 
 
+def weight_nbytes(weight: Any) -> int:
+    """Bytes of a ``QuantizedWeight`` (codes, scales, biases) or of an int8 array."""
+    if isinstance(weight, mx.array):
+        return weight.nbytes
+    return weight.q.nbytes + weight.scales.nbytes + weight.biases.nbytes
+
+
+def weight_copies(weight: Any, copies: int) -> list:
+    """``copies`` weights equal to ``weight`` in distinct memory (the first is ``weight``).
+
+    A model streams each layer's weight from DRAM once per forward pass; a timing loop
+    that calls one weight again and again finds it in the last-level cache (an H200's
+    L2 holds a 4096 x 4096 int8 weight three times over) and favours whichever kernel
+    is best at cache bandwidth. Rotating through copies whose total exceeds the cache
+    times what a model sees. ``x + 0`` makes a new buffer with the same values (the
+    dtype is kept: a Python ``0`` is a weak scalar).
+    """
+    out = [weight]
+    for _ in range(copies - 1):
+        if isinstance(weight, mx.array):
+            out.append(weight + 0)
+        else:
+            out.append(
+                attrs.evolve(
+                    weight, q=weight.q + 0, scales=weight.scales + 0, biases=weight.biases + 0,
+                    per_channel=weight.per_channel,
+                )
+            )
+    mx.eval([w if isinstance(w, mx.array) else (w.q, w.scales, w.biases) for w in out])
+    return out
+
+
 def operands(
-    problem: Problem, variants: int = 2, seed: int = 0, weight: Any = None
+    problem: Problem, variants: int = 2, seed: int = 0, weight: Any = None, weights: int = 1
 ) -> list[tuple]:
     """Argument tuples for a candidate's ``run`` (signatures: ``kernels.registry``).
 
     Args:
         problem: the work.
-        variants: how many activation inputs (pattern, then seeded random ones); all
-            share one weight, so a timing loop can rotate through them.
+        variants: how many activation inputs (pattern, then seeded random ones), so a
+            timing loop can rotate through them.
         seed: seed of the random draws and of the synthetic weight.
         weight: the weight to use (a ``QuantizedWeight`` for ``linear``, an ``[N, K]``
             int8 array for ``int8_matmul``); synthesized when ``None``.
+        weights: how many copies of the weight in distinct memory the tuples cycle
+            through (:func:`weight_copies`; ignored for ``quantize_activation``).
 
     Returns:
-        ``variants`` tuples: ``(x, weight, bias)`` for ``linear``, ``(a, b)`` for
-        ``int8_matmul``, ``(x, group_size)`` for ``quantize_activation``.
+        ``max(variants, weights)`` tuples: ``(x, weight, bias)`` for ``linear``, ``(a,
+        b)`` for ``int8_matmul``, ``(x, group_size)`` for ``quantize_activation``;
+        tuple ``i`` holds activation ``i % variants`` and weight copy ``i % weights``.
     """
-    return _with_weight(problem, activations(problem, variants, seed), seed, weight)
+    base = _with_weight(problem, activations(problem, variants, seed), seed, weight)
+    if problem.op == "quantize_activation":
+        return base
+    return cycle_weights(base, weights)
+
+
+def cycle_weights(inputs: list[tuple], weights: int) -> list[tuple]:
+    """``inputs`` (tuples ``(x, weight, ...)`` sharing one weight) extended to cycle
+    through ``weights`` copies of the weight (:func:`weight_copies`): ``max(len(inputs),
+    weights)`` tuples, tuple ``i`` holding activation ``i % len(inputs)`` and copy
+    ``i % weights``."""
+    if weights <= 1:
+        return inputs
+    copies = weight_copies(inputs[0][1], weights)
+    n = len(inputs)
+    return [
+        (inputs[i % n][0], copies[i % weights], *inputs[i % n][2:])
+        for i in range(max(n, weights))
+    ]
 
 
 def gate_operands(problem: Problem, seed: int = 0, weight: Any = None) -> list[tuple]:

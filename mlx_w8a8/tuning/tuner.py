@@ -50,6 +50,20 @@ BORROW_MAX_RATIO = 2.0
 # measurement at M = 128 says nothing about decode at M = 1, and vice versa. Beyond
 # it the borrowed decision or the prior decides.
 MAX_BUCKET_OCTAVES = 2
+# Timed launches cycle through copies of the weight until they hold this many bytes:
+# several times the largest last-level cache a GPU of this class has (NVIDIA H200 L2:
+# 50 MiB; Apple M-series system-level cache: up to 96 MiB), so each launch reads its
+# weight from DRAM as a layer of a model does.
+COLD_BYTES = 256 << 20
+MAX_WEIGHT_COPIES = 64
+
+
+def cold_copies(nbytes: int, cold_bytes: int = COLD_BYTES) -> int:
+    """How many copies of an ``nbytes`` weight the timed launches cycle through: enough
+    to hold ``cold_bytes`` together, at least 1, at most :data:`MAX_WEIGHT_COPIES`."""
+    if cold_bytes <= 0 or nbytes <= 0:
+        return 1
+    return int(min(MAX_WEIGHT_COPIES, max(1, math.ceil(cold_bytes / nbytes))))
 
 
 @attrs.define
@@ -64,6 +78,11 @@ class TuneConfig:
         chain: launches per timed eval (``None``: chosen from a target sample time).
         max_chain: cap on the chosen chain.
         rotate: activation inputs rotated through (the gate uses the first two).
+        cold_bytes: the timed launches cycle through copies of the weight in distinct
+            memory until they hold at least this many bytes (at most
+            :data:`MAX_WEIGHT_COPIES`), so the weight comes from DRAM as it does in a
+            model, not from a cache that one repeated weight fits in; 0 times one
+            weight.
         seed: seed of the synthetic inputs and weights.
         reference_dtype: ``"float32"`` (default) runs the gate's reference on
             float32-upcast activations, so the truth is not limited by the reference's
@@ -79,6 +98,7 @@ class TuneConfig:
     chain: int | None = None
     max_chain: int = timing.MAX_CHAIN
     rotate: int = 4
+    cold_bytes: int = COLD_BYTES
     seed: int = 0
     reference_dtype: str | None = "float32"
 
@@ -92,6 +112,8 @@ class TuneConfig:
                 f"[mlx_w8a8.tune] min_improvement_bps must be in [0, 10000), "
                 f"got {self.min_improvement_bps}"
             )
+        if self.cold_bytes < 0:
+            raise ValueError(f"[mlx_w8a8.tune] cold_bytes must be >= 0, got {self.cold_bytes}")
         if self.pairs < 1 or self.warmup < 0 or self.rotate < 2:
             raise ValueError(
                 f"[mlx_w8a8.tune] need pairs >= 1, warmup >= 0, rotate >= 2; got "
@@ -508,6 +530,9 @@ class Tuner:
         cfg = self.config
         inputs = gate.operands(problem, variants=cfg.rotate, seed=cfg.seed, weight=weight)
         shared = inputs[0][1] if problem.op != "quantize_activation" else None
+        if shared is not None:
+            copies = cold_copies(gate.weight_nbytes(shared), cfg.cold_bytes)
+            inputs = gate.cycle_weights(inputs, copies)
         verdicts = gate.run_gate(
             problem, reference, found,
             gate.gate_operands(problem, seed=cfg.seed, weight=shared),
@@ -577,6 +602,7 @@ class Tuner:
             "min_improvement_bps": cfg.min_improvement_bps,
             "samples": result.rounds,
             "chain": result.chain,
+            "weight_copies": len({id(args[1]) for args in inputs}) if shared is not None else 0,
             "measured_at": _now(),
         }
 
