@@ -85,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="re-measure shapes already in the table")
     p.add_argument("--dry-run", action="store_true",
                    help="list the problems (and which are already in the table), measure nothing")
+    p.add_argument("--decode-check", default="auto", choices=("auto", "on", "off"),
+                   help="with --model and M = 1: run the model's own decode loop (its first "
+                   "--check-layers blocks) and keep a tuned M = 1 kernel only where it makes "
+                   "decode faster than mx.quantized_matmul; per-shape timing adds host and "
+                   "device time, a decode step overlaps them (docs/tuning.md). auto: on a GPU "
+                   "(on a CPU one bfloat16 decode step of a 7B-class block takes seconds)")
+    p.add_argument("--check-layers", type=int, default=4, metavar="L",
+                   help="transformer blocks of the decode check's model (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
@@ -239,11 +247,57 @@ def main(argv: list[str] | None = None, out=None) -> int:
                       f"in {target} (see the warning above); they were not saved")
     elif failures and not rows:
         status = 1
+    if args.model and wants_decode_check(args, m_values):
+        if saved < measured or failures:
+            print("decode check skipped: not every problem was measured", file=out)
+        else:
+            status = decode_check(args, tuner, out) or status
     if args.export:
         status = export(target, args.export, out) or status
     if args.show:
         status = show(args.show, out) or status
     return status
+
+
+def wants_decode_check(args, m_values) -> bool:
+    """Whether ``--decode-check`` applies: M = 1 tuned, one rank, and on (auto: a GPU)."""
+    if args.decode_check == "off" or 1 not in m_values or args.tp != 1:
+        return False
+    return args.decode_check == "on" or table.backend() != "cpu"
+
+
+def decode_check(args, tuner: Tuner, out) -> int:
+    """Run :func:`mlx_w8a8.tuning.check_decode` on the first ``--check-layers`` blocks of
+    ``--model``, converted as ``mlx_w8a8.quantize`` would, deciding with ``tuner``."""
+    import mlx.core as mx
+
+    from . import models, tuning
+    from .convert import quantize
+
+    if args.check_layers < 1:
+        return fail(f"--check-layers must be >= 1, got {args.check_layers}", 2)
+    try:
+        model, config, label = models.build(args.model, layers=args.check_layers,
+                                            dtype=getattr(mx, args.dtype))
+        quantize(model, group_size=args.group_size,
+                 per_channel=args.weight_format == "per_channel")
+        mx.eval(model.parameters())
+    except ValueError as error:
+        return fail(f"decode check: {error}")
+    print(f"decode check on {label}'s first {config['num_hidden_layers']} block(s)", file=out)
+    previous = tuning.use_tuner(tuner)
+    try:
+        report = tuning.check_decode(
+            model, tuner, min_improvement_bps=args.min_improvement,
+            progress=None if args.no_progress else (lambda msg: print("  " + msg, file=out)),
+        )
+    finally:
+        tuning.use_tuner(previous)
+    print(report.describe(), file=out)
+    if report.groups:
+        print(f"{report.recorded} entr{'y' if report.recorded == 1 else 'ies'} updated in "
+              f"{tuner.writable_path()}", file=out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import mlx_w8a8
 from mlx_w8a8 import tune
 from mlx_w8a8.tuning import table
 from mlx_w8a8.tuning.tuner import Tuner
@@ -253,3 +254,49 @@ def test_help_states_the_default_buckets():
     text = tune.build_parser().format_help()
     assert "--model" in text and "--tp" in text
     assert "4096 on a GPU" in text and "1, 4 on a CPU" in text
+
+
+@pytest.mark.parametrize("flag,m,tp,called", [
+    ("on", "1", 1, True), ("auto", "1", 1, False),  # auto: GPUs only (this is a CPU)
+    ("off", "1", 1, False), ("on", "2", 1, False),  # no M = 1: nothing decodes
+    ("on", "1", 2, False),  # a rank's shapes are not the model's
+])
+def test_decode_check_runs_when_asked_on_the_model_with_the_tuner(
+        flag, m, tp, called, tmp_path, monkeypatch):
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning.decode_check import DecodeCheck
+
+    seen = []
+
+    def spy(model, tuner, **kw):
+        layers = [p for p, mod in model.named_modules() if isinstance(mod, mlx_w8a8.Linear)]
+        seen.append((len(model.model.layers), len(layers), tuner, tuning.get_tuner()))
+        return DecodeCheck((), 16, 6, {}, 0)
+
+    monkeypatch.setattr(tuning, "check_decode", spy)
+    path = str(tmp_path / "t.json")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", m, "--tp", str(tp),
+                      "--decode-check", flag, "--check-layers", "1", "--table", path] + TINY)
+    assert code == 0, text
+    assert bool(seen) == called
+    if called:
+        blocks, linears, tuner, active = seen[0]
+        # one block (7 projections) + lm_head, converted; the check decides with the
+        # CLI's tuner (its table), which is put back afterwards
+        assert blocks == 1 and linears == 8 and active is tuner
+        assert tuner.writable_path() == path and tuning.get_tuner() is not tuner
+        assert "decode check on" in text and "nothing to check" in text
+
+
+def test_decode_check_end_to_end_on_a_tiny_model(tmp_path):
+    pytest.importorskip("mlx_lm")
+    path = str(tmp_path / "t.json")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
+                      "--check-layers", "1", "--table", path] + TINY)
+    assert code == 0, text
+    assert "decode check on tiny-llama's first 1 block(s)" in text
+    # whatever the CPU chose at M = 1, the check either had nothing to do or judged it
+    assert ("nothing to check" in text) or ("decode check (16 steps x 6" in text)
+    assert run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
+                "--check-layers", "0", "--table", path] + TINY)[0] == 2

@@ -30,6 +30,7 @@ from ..kernels.registry import Problem
 from .table import TableError, TuningTableWarning
 from .tuner import Hit, Outcome, TuneConfig, Tuner
 from .batch import tune_model
+from .decode_check import DecodeCheck, check_decode
 
 __all__ = [
     "Tuner",
@@ -43,6 +44,9 @@ __all__ = [
     "set_online",
     "tune",
     "tune_model",
+    "check_decode",
+    "DecodeCheck",
+    "use_tuner",
     "lookup",
     "reload",
     "install",
@@ -60,6 +64,16 @@ def get_tuner() -> Tuner:
             if _tuner is None:
                 _tuner = Tuner()
     return _tuner
+
+
+def use_tuner(tuner: Tuner | None) -> Tuner | None:
+    """Make ``tuner`` the process-wide tuner (``None``: a fresh one from the environment
+    on next use); layers re-decide. Returns the previous one."""
+    global _tuner
+    with _lock:
+        previous, _tuner = _tuner, tuner
+    registry.invalidate()
+    return previous
 
 
 def set_tuning_table(path: str | os.PathLike | None) -> None:

@@ -1,0 +1,292 @@
+"""Check a model's single-token decode decisions in the model itself.
+
+Per-shape timing (:mod:`.timing`) charges a kernel its host cost (building and encoding
+the launch) plus its device time, one after the other. A decode step of a real model
+overlaps them: mlx-lm's loop launches step ``t + 1`` before it reads token ``t``, so a
+step costs about the larger of the host's and the device's totals. When the host is
+the bottleneck — as in mlx-lm decode on an NVIDIA H200 with Llama-3-8B's shapes, where
+bf16 and 8-bit decode ran at the same speed — a kernel that saves device time but costs
+more host time (a custom-kernel launch is dearer to build than a built-in op) wins its
+per-shape race and still makes the model slower: measured there, a table whose M = 1
+entries chose the W8A8 GEMV for gate/up and lm_head decoded at 0.80x the
+``mx.quantized_matmul`` model.
+
+So :func:`check_decode` runs the model's own decode loop (``mlx_lm``'s
+``generate_step``, or :func:`mlx_w8a8.modelbench.generate_steps` where it cannot be
+imported) in paired, alternating rounds:
+
+- ``reference``: every layer group whose M = 1 decision is not the reference kernel
+  (``mx.quantized_matmul``) forced to it;
+- one variant per such group: that group on its tuned kernel, the others on the
+  reference.
+
+A group keeps its tuned kernel only if its variant decodes faster than ``reference`` by
+the tuner's margin (median of the per-round ratios); otherwise its M = 1 entry is
+rewritten with the reference as the choice. Either way the entry records what the
+check saw (``decode_check``). Groups are judged one at a time against the same
+reference, not in combination: a deliberate simplification (a second variant per pair
+of groups would grow as the square of the groups).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from typing import Any, Callable
+
+import attrs
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..kernels import registry
+from ..kernels.registry import Problem
+from . import shapes
+from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
+
+log = logging.getLogger("mlx_w8a8.tuning")
+
+OP = "mlx_w8a8.check_decode"
+STEPS = 16
+PROMPT = 8
+ROUNDS = 6
+
+
+@attrs.frozen
+class GroupResult:
+    """One layer group (same M = 1 problem) in the check.
+
+    Args:
+        problem: the group's problem at M = 1.
+        layers: module paths of the group's layers.
+        tuned: the kernel the tables chose for it.
+        reference: the reference kernel.
+        ratio: median over rounds of ``seconds(reference) / seconds(this group tuned)``
+            (> 1: the tuned kernel made decode faster).
+        kept: whether the tuned kernel stays.
+    """
+
+    problem: Problem
+    layers: tuple[str, ...]
+    tuned: str
+    reference: str
+    ratio: float
+    kept: bool
+
+
+@attrs.frozen
+class DecodeCheck:
+    """The result of :func:`check_decode`.
+
+    Args:
+        groups: one :class:`GroupResult` per group whose tuned kernel was not the
+            reference (empty: nothing to check).
+        steps, rounds: decode steps per sample and paired rounds.
+        seconds: ``{variant: [seconds per round]}``.
+        recorded: entries written to the tuner's writable table.
+    """
+
+    groups: tuple[GroupResult, ...]
+    steps: int
+    rounds: int
+    seconds: dict
+    recorded: int
+
+    def describe(self) -> str:
+        """One line per group: its shape, kernels, ratio and verdict."""
+        if not self.groups:
+            return "decode check: every M = 1 decision is the reference; nothing to check"
+        lines = [f"decode check ({self.steps} steps x {self.rounds} paired rounds; "
+                 f"> 1.00x: the tuned kernel decoded faster than the reference):"]
+        for g in self.groups:
+            p = g.problem
+            verdict = "kept" if g.kept else f"replaced by {g.reference}"
+            lines.append(
+                f"  {p.n}x{p.k} ({len(g.layers)} layer(s), e.g. {g.layers[0]}): "
+                f"{g.tuned} {g.ratio:.2f}x -> {verdict}"
+            )
+        return "\n".join(lines)
+
+
+def _linears(model: nn.Module) -> list[tuple[str, Any]]:
+    from ..nn import Linear
+
+    return [(path, m) for path, m in model.named_modules() if isinstance(m, Linear)]
+
+
+def _vocab(model: nn.Module) -> int:
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
+            return int(m.weight.shape[0])
+    raise ValueError(f"[{OP}] the model has no token embedding to feed a prompt through")
+
+
+def _decode_dtype(layer) -> mx.Dtype | None:
+    """The dtype of the M = 1 calls this layer has seen (``None``: none yet)."""
+    for (shape, dtype), decision in layer._decisions.items():
+        if decision[0] == 1:
+            return dtype
+    return None
+
+
+def check_decode(
+    model: nn.Module,
+    tuner: Tuner | None = None,
+    *,
+    steps: int = STEPS,
+    prompt: int = PROMPT,
+    rounds: int = ROUNDS,
+    min_improvement_bps: float = MIN_IMPROVEMENT_BPS,
+    record: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> DecodeCheck:
+    """Keep a tuned M = 1 kernel only where it makes the model's decode faster.
+
+    Args:
+        model: an mlx-lm model converted with :func:`mlx_w8a8.quantize` (its
+            ``mlx_w8a8.Linear`` layers decide through the process-wide tuner).
+        tuner: where rewritten entries are recorded (default: the process-wide
+            tuner). It should be the tuner the layers decide with.
+        steps: decode steps per timed sample (after one untimed first token).
+        prompt: prompt tokens before them.
+        rounds: paired, alternating rounds (>= 2).
+        min_improvement_bps: how much faster than the reference the tuned kernel must
+            make decode (basis points) to stay.
+        record: write the verdicts into ``tuner``'s writable table.
+        progress: called with a short message after each round.
+
+    Returns:
+        A :class:`DecodeCheck`.
+
+    Raises:
+        ValueError: for bad arguments or a model without ``mlx_w8a8.Linear`` layers.
+    """
+    from .. import modelbench
+    from . import get_tuner
+
+    if steps < 1 or prompt < 1 or rounds < 2:
+        raise ValueError(
+            f"[{OP}] need steps >= 1, prompt >= 1 and rounds >= 2; got steps={steps}, "
+            f"prompt={prompt}, rounds={rounds}"
+        )
+    if not 0 <= min_improvement_bps < 10000:
+        raise ValueError(
+            f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}"
+        )
+    layers = _linears(model)
+    if not layers:
+        raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "
+                         f"(convert it with mlx_w8a8.quantize first)")
+    tuner = tuner or get_tuner()
+    vocab = _vocab(model)
+    tokens = mx.array([(7 * i + 3) % min(vocab, 256) for i in range(prompt)], dtype=mx.uint32)
+    loop = modelbench.decode_loop()[1]
+
+    def decode() -> float:
+        return modelbench.decode(model, tokens, steps, loop)
+
+    decode()  # every layer meets M = 1 and decides
+    groups: dict[Problem, list[tuple[str, Any]]] = {}
+    tuned: dict[Problem, str] = {}
+    for path, layer in layers:
+        dtype = _decode_dtype(layer)
+        if layer.kernel is not None or dtype is None:
+            continue  # forced by the user, or not on the decode path
+        problem = layer.problem(1, dtype)
+        name, _ = layer.decision(1, dtype)
+        if name != registry.fallback(problem).name:
+            groups.setdefault(problem, []).append((path, layer))
+            tuned[problem] = name
+    if not groups:
+        return DecodeCheck((), steps, rounds, {}, 0)
+
+    problems = list(groups)
+    reference = {p: registry.fallback(p).name for p in problems}
+    names = ["reference"] + [f"group {i}" for i in range(len(problems))]
+
+    def arrange(name: str) -> None:
+        keep = None if name == "reference" else problems[int(name.split()[1])]
+        for p in problems:
+            for _, layer in groups[p]:
+                want = None if p == keep else reference[p]
+                if layer.kernel != want:
+                    layer.kernel = want
+
+    def measure(name: str) -> float:
+        arrange(name)
+        return decode()
+
+    try:
+        for name in names:  # untimed: plans built, kernels compiled
+            measure(name)
+
+        def on_round(r, order, secs):
+            if progress is not None:
+                progress(f"decode check round {r + 1}/{rounds}")
+
+        seconds = modelbench.alternate(names, rounds, measure, on_round)
+    finally:
+        for p in problems:
+            for _, layer in groups[p]:
+                if layer.kernel is not None:
+                    layer.kernel = None
+
+    margin = 1.0 + min_improvement_bps / 10000.0
+    results = []
+    for i, p in enumerate(problems):
+        ratios = [r / g for r, g in zip(seconds["reference"], seconds[f"group {i}"]) if g > 0]
+        ratio = statistics.median(ratios) if ratios else 0.0
+        results.append(GroupResult(
+            p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio,
+            ratio >= margin,
+        ))
+    recorded = _record(tuner, results, steps, rounds, min_improvement_bps) if record else 0
+    return DecodeCheck(tuple(results), steps, rounds, seconds, recorded)
+
+
+def _record(tuner: Tuner, results, steps: int, rounds: int, bps: float) -> int:
+    """Write each group's verdict into the M = 1 entry that decided it."""
+    # Every group's deciding entry first: a rewritten entry must not change what the
+    # groups borrowing from it are matched against.
+    hits = []
+    for g in results:
+        hit = tuner.lookup(g.problem)
+        borrowed = hit is None
+        hits.append((g, tuner.borrow(g.problem) if borrowed else hit, borrowed))
+    count = 0
+    for g, hit, borrowed in hits:
+        if hit is None or hit.choice != g.tuned:
+            log.info("[%s] %s: no table entry chose %r; nothing to rewrite", OP,
+                     g.problem, g.tuned)
+            continue
+        if shapes.bucket(g.problem.m) != hit.entry["m_bucket"]:
+            log.info("[%s] %s: decided by the M = %s entry; not rewritten", OP, g.problem,
+                     hit.entry["m_bucket"])
+            continue
+        entry = dict(hit.entry)
+        if borrowed:  # an entry of this shape's own, carrying the verdict, no timings
+            p = g.problem
+            entry.update(
+                n=p.n, k=p.k, m=p.m, has_bias=p.has_bias,
+                borrowed_from={"n": hit.entry["n"], "k": hit.entry["k"]},
+                candidates={
+                    name: {key: info[key] for key in ("backend", "digest", "status")
+                           if key in info}
+                    for name, info in hit.entry["candidates"].items()
+                },
+            )
+        entry["decode_check"] = {
+            "tuned": g.tuned, "reference": g.reference, "ratio": round(g.ratio, 4),
+            "kept": g.kept, "steps": steps, "rounds": rounds, "min_improvement_bps": bps,
+            "checked_at": _now(),
+        }
+        if not g.kept:
+            entry["choice"] = g.reference
+            entry["speedup"] = 1.0
+        claim = tuner.claim(g.problem)
+        if claim is None:
+            log.warning("[%s] %s is being measured by another tuner; verdict not recorded",
+                        OP, g.problem)
+            continue
+        tuner.record(claim, entry)
+        count += 1
+    return count

@@ -1,0 +1,145 @@
+"""The model-level decode check: a tuned M = 1 kernel stays only if it makes the
+model's own decode loop faster than the reference kernel."""
+
+import time
+
+import mlx.core as mx
+import pytest
+
+import mlx_w8a8
+from mlx_w8a8 import tuning
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate
+from mlx_w8a8.tuning import prior, table
+from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
+
+pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
+import tiny_lm  # noqa: E402
+
+QMM = registry.get("linear", "mlx_qmm")
+FAKES = ("host_heavy", "fast")
+FAST = TuneConfig(pairs=3, warmup=1, chain=1, rotate=2, cold_bytes=0)
+SLEEP = 0.003  # host seconds per call: larger than a tiny decode step's own cost
+
+
+def sleeping(seconds):
+    def run(x, w, b):
+        time.sleep(seconds)
+        return QMM.run(x, w, b)
+    return run
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(table.ENV_TABLE, raising=False)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    monkeypatch.setattr(prior, "RULES", {})
+    t = Tuner(table_path=str(tmp_path / "t.json"), use_cache=False, use_shipped=False,
+              online=False, config=FAST)
+    previous = tuning.use_tuner(t)
+    yield t
+    for name in FAKES:
+        registry.unregister("linear", name)
+    registry.register(QMM)
+    tuning.use_tuner(previous)
+
+
+def converted():
+    model, _ = tiny_lm.model("llama", dtype=mx.float32)
+    mlx_w8a8.quantize(model)
+    return model
+
+
+def choose_at_m1(tuner, layer, name):
+    """Record a table entry choosing ``name`` at M = 1 for ``layer``'s shape (its
+    timings measured, its choice set by hand: a per-shape race it 'won')."""
+    problem = layer.problem(1, mx.float32)
+    entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
+    entry["choice"] = name
+    tuner.record(tuner.claim(problem), entry)
+    return problem
+
+
+def test_a_kernel_that_slows_the_model_is_replaced_by_the_reference(env):
+    model = converted()
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+    gate = model.model.layers[0].mlp.gate_proj  # 256x128: gate, up and lm_head
+    problem = choose_at_m1(env, gate, "host_heavy")
+    result = tuning.check_decode(model, env, steps=3, prompt=4, rounds=3)
+    # 256x128 measured; 128x128 (q, o) and 128x256 (down) borrow it (N, K within 2x);
+    # 64x128 (k, v) is 4x away in N and keeps the fallback.
+    assert sorted((g.problem.n, g.problem.k) for g in result.groups) == [
+        (128, 128), (128, 256), (256, 128)]
+    for g in result.groups:
+        assert g.tuned == "host_heavy" and not g.kept and g.ratio < 1.0
+        assert g.reference == "mlx_qmm"
+    gate_group = next(g for g in result.groups if g.problem == problem)
+    assert set(gate_group.layers) >= {
+        "model.layers.0.mlp.gate_proj", "model.layers.1.mlp.up_proj", "lm_head"}
+    assert result.recorded == 3 and "replaced by mlx_qmm" in result.describe()
+    hit = env.lookup(problem)
+    assert hit.choice == "mlx_qmm" and hit.entry["decode_check"]["tuned"] == "host_heavy"
+    assert not hit.entry["decode_check"]["kept"]
+    # a borrowed decision gets an entry of its own shape, without another shape's timings
+    down = model.model.layers[0].mlp.down_proj
+    own = env.lookup(down.problem(1, mx.float32))
+    assert own.entry["borrowed_from"] == {"n": 256, "k": 128} and own.choice == "mlx_qmm"
+    assert "median_ns" not in own.entry["candidates"]["mlx_qmm"]
+    # every layer now decides the reference at M = 1 from the table and is not forced
+    for _, m in model.named_modules():
+        if isinstance(m, mlx_w8a8.Linear):
+            assert m.kernel is None and m.decision(1, mx.float32)[0] == "mlx_qmm"
+    assert gate.decision(1, mx.float32) == ("mlx_qmm", "table")
+
+
+def test_a_kernel_that_speeds_the_model_is_kept(env):
+    # The control: the reference made slow on the host, the tuned kernel plain.
+    model = converted()
+    registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest=QMM.digest))
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj
+    problem = choose_at_m1(env, down, "fast")
+    result = tuning.check_decode(model, env, steps=3, prompt=4, rounds=3)
+    g = result.groups[0]
+    assert g.tuned == "fast" and g.kept and g.ratio > 1.02
+    hit = env.lookup(problem)
+    assert hit.choice == "fast" and hit.entry["decode_check"]["kept"]
+    assert down.decision(1, mx.float32)[0] == "fast"
+
+
+def test_nothing_to_check_when_decode_runs_the_reference(env):
+    model = converted()
+    result = tuning.check_decode(model, env, steps=2, prompt=3, rounds=2)
+    assert result.groups == () and result.recorded == 0
+    assert "nothing to check" in result.describe()
+
+
+def test_user_forced_layers_are_left_alone(env):
+    model = converted()
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+    for _, m in model.named_modules():
+        if isinstance(m, mlx_w8a8.Linear):
+            m.kernel = "host_heavy"
+    result = tuning.check_decode(model, env, steps=2, prompt=3, rounds=2)
+    assert result.groups == ()
+    assert model.lm_head.kernel == "host_heavy"
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(steps=0), "steps=0"), (dict(rounds=1), "rounds=1"), (dict(prompt=0), "prompt=0"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+])
+def test_bad_arguments(env, kw, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.check_decode(converted(), env, **kw)
+
+
+def test_a_model_without_w8a8_layers_is_refused(env):
+    model, _ = tiny_lm.model("llama", dtype=mx.float32)
+    with pytest.raises(ValueError, match="no mlx_w8a8.Linear"):
+        tuning.check_decode(model, env)
