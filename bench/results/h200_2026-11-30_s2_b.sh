@@ -1,0 +1,17 @@
+#!/bin/bash
+# Device run B of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+#   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_b.sh
+# Re-measures the table shipped as mlx_w8a8/tables/nvidia-h200.json with the tuner as
+# it is now (cold weight copies; bound launches; the decode check): prefill buckets
+# first, then the decode buckets, whose run ends with the decode check on 4 layers.
+set -u
+export PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/s2_b}
+T="$O/nvidia-h200.json"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1
+timeout -s INT 330 python3 -m mlx_w8a8.tune --model llama-3-8b --m 16,64,128,512,2048 --pairs 12 \
+  --table "$T" --no-progress > "$O/tune_prefill.log" 2>&1
+echo "tune prefill rc=$?"; tail -3 "$O/tune_prefill.log"
+timeout -s INT 200 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 12 \
+  --table "$T" --no-progress > "$O/tune_decode.log" 2>&1
+echo "tune decode rc=$?"; grep -A12 "decode check" "$O/tune_decode.log"
