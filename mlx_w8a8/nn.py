@@ -11,7 +11,9 @@ kernel registered, a new ``layer.kernel``) clears the layer's plans
 
 Layers that receive the same input array (q/k/v projections, gate/up) quantize it once:
 the two-stage candidates (``Candidate.stages``) share the int8 activations through a
-small per-thread memo keyed by the input's identity.
+small per-thread memo keyed by the input's identity. Candidates with ``bind_stages``
+(the CUDA ones) prepare their launches once per decision and weight, so a call only
+launches.
 """
 
 from __future__ import annotations
@@ -246,10 +248,12 @@ class Linear(nn.Module):
         problem = self.problem(m, x.dtype)
         candidate, source = registry.decide(problem, self._kernel)
         flat = len(lead) != 1
-        stages = candidate.stages(problem) if candidate.stages else None
         if candidate.bind is not None:
             plan = candidate.bind(self, problem)
+        elif candidate.bind_stages is not None:
+            plan = self._bound_plan(candidate.bind_stages, problem, flat, out_shape)
         else:
+            stages = candidate.stages(problem) if candidate.stages else None
             if stages is not None:
                 act_key, quantize, apply = stages
             else:  # one stage: run(x, w, b) does it all
@@ -268,6 +272,31 @@ class Linear(nn.Module):
                 y = apply(acts, qw, self.get("bias"), out_dtype)
                 return y.reshape(out_shape) if flat else y
         return self._keep(x, plan, (m, candidate.name, source))
+
+    def _bound_plan(self, bind_stages, problem: Problem, flat: bool, out_shape):
+        """The plan of a candidate with ``bind_stages``: its launches are prepared for the
+        current weight and bias on the first call and again only when those arrays are
+        replaced (e.g. by ``mx.compile(..., inputs=model.state)``, which swaps them
+        without going through ``__setitem__``); each call otherwise only launches."""
+        m, k, fmt = problem.m, problem.k, self.format
+        held_w = held_b = act_key = quantize = apply = None
+
+        def plan(x):
+            nonlocal held_w, held_b, act_key, quantize, apply
+            qw = self._weight(fmt)
+            if qw is None:  # new weights changed the format: re-decide
+                return self(x)
+            bias = self.get("bias")
+            if qw is not held_w or bias is not held_b:
+                act_key, quantize, apply = bind_stages(problem, qw, bias)
+                held_w, held_b = qw, bias
+            x2 = x.reshape(m, k) if flat else x
+            if quantize is None:
+                y = apply(x2)
+            else:
+                y = apply(_shared_activations(x, act_key, quantize, x2))
+            return y.reshape(out_shape) if flat else y
+        return plan
 
     def _keep(self, x, plan, decision):
         if len(self._plans) >= _MAX_PLANS:

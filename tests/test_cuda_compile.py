@@ -288,7 +288,9 @@ class _Recorder:
             self.launches.append(dict(
                 name=name, inputs=list(input_names), outputs=list(output_names),
                 source=source, header=header, shared_memory=shared_memory, grid=grid,
-                threadgroup=threadgroup, template=list(template or []), arrays=inputs))
+                threadgroup=threadgroup, template=list(template or []), arrays=inputs,
+                output_shapes=[tuple(s) for s in output_shapes],
+                output_dtypes=list(output_dtypes)))
             return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
 
         return launch
@@ -462,3 +464,254 @@ def test_stages_launch_what_run_launches(monkeypatch):
         assert len(outs) == 1, f"act_key {key} names different activation formats: {outs}"
     keys = {key for key, _, _ in quantize_launches}
     assert cuda.ROWSUM in keys and cuda.PLAIN in keys
+
+
+# Bound launches (Candidate.bind_stages) ---------------------------------------------------
+def _same_launches(got, want) -> list[str]:
+    """Where two recorded launch lists differ: every recorded argument, the input arrays by
+    identity or else by shape, dtype and value (a bias is converted to float32 anew)."""
+    import mlx.core as mx
+
+    if len(got) != len(want):
+        return [f"{len(got)} launches vs {len(want)}: {[g['name'] for g in got]} vs "
+                f"{[w['name'] for w in want]}"]
+    diffs = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        for key in w:
+            if key == "arrays":
+                if len(g[key]) != len(w[key]):
+                    diffs.append(f"launch {i} {w['name']}: {len(g[key])} inputs vs {len(w[key])}")
+                    continue
+                for j, (a, b) in enumerate(zip(g[key], w[key])):
+                    if a is not b and (a.shape != b.shape or a.dtype != b.dtype
+                                       or not mx.array_equal(a, b).item()):
+                        diffs.append(f"launch {i} {w['name']}: input {j} differs")
+            elif g[key] != w[key]:
+                diffs.append(f"launch {i} {w['name']}: {key} {g[key]!r} vs {w[key]!r}")
+    return diffs
+
+
+def _bound_cases(rng):
+    """(problem, weight, bias) covering the CUDA linear candidates' launch choices; each
+    candidate takes those its supports() accepts."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    dtypes = ("bfloat16", "float16", "float32")
+
+    def weight(n, k, fmt, gs, wdtype):
+        w = mx.array(rng.standard_normal((n, k)).astype("float32")).astype(wdtype)
+        return QuantizedWeight.from_float(w, gs, per_channel=fmt == "per_channel")
+
+    n, k = 1024, 256  # 1024 columns: M = 2048 reaches the 128 x 256 tile's 48-block rule
+    weights = {"per_channel": weight(n, k, "per_channel", 64, mx.float32),
+               "grouped": weight(n, k, "grouped", 64, mx.float16)}
+    i = 0
+    # M = 1 (fused GEMV, bucket 1), 3 (bucket 4), 16 (the largest GEMV bucket), 128 and
+    # 2048 (GEMM tiles small/medium and large or wgmma).
+    for m in (1, 3, 16, 128, 2048):
+        for fmt, qw in weights.items():
+            for has_bias in (False, True):
+                dtype = dtypes[i % 3]
+                i += 1
+                bias = (mx.array(rng.standard_normal(n).astype("float32")).astype(
+                    getattr(mx, dtypes[i % 3])) if has_bias else None)
+                yield Problem("linear", m, n, k, dtype, fmt, 64, has_bias), qw, bias
+    # K = 8192 at M = 16: the GEMV's x no longer fits shared memory (two launches).
+    wide = {"per_channel": weight(64, 8192, "per_channel", 128, mx.bfloat16),
+            "grouped": weight(64, 8192, "grouped", 128, mx.bfloat16)}
+    for fmt, qw in wide.items():
+        yield Problem("linear", 16, 64, 8192, "bfloat16", fmt, 128, False), qw, None
+    # Either side of U8_MAX_K = 66311: the per-channel GEMM multiplies unsigned codes up to
+    # it and flips them (plain quantize) above; the grouped GEMM and the two-launch GEMV
+    # at group size 32.
+    for k in (66304, 66336):
+        for fmt in ("per_channel", "grouped"):
+            qw = weight(8, k, fmt, 32, mx.float32)
+            yield Problem("linear", 2, 8, k, "float16", fmt, 32, True), qw, mx.zeros((8,))
+
+
+def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
+    """Each CUDA linear candidate's bound form (bind_stages), on every case it supports:
+    apply(quantize(x)) (or apply(x) with one stage) makes exactly the launches run(x, w, b)
+    and the unbound apply(quantize(x), w, b, dtype) make, in the same order, with every
+    recorded argument equal (kernel, source, template, inputs, output shapes and dtypes,
+    grid, threadgroup, shared memory), also on a second call; act_key is stages' key."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+
+    rec = _Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
+    names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_grouped", "cuda_int8_gemv"]
+    linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
+    assert sorted(c.name for c in linear) == sorted(names)
+    cases = list(_bound_cases(rng))
+    checked, bodies = {n: 0 for n in names}, set()
+    launch._kernel.cache_clear()
+    try:
+        for sm90 in (False, True):  # the 128 x 256 tile as mma.sync, then as wgmma
+            monkeypatch.setattr(launch, "is_sm90", lambda: sm90)
+            for cand in linear:
+                assert cand.bind_stages is not None, f"{cand.name} has no bound form"
+                for problem, qw, bias in cases:
+                    if not cand.supports(problem):
+                        continue
+                    x = mx.zeros((problem.m, problem.k), dtype=getattr(mx, problem.dtype))
+                    start = len(rec.launches)
+                    cand.run(x, qw, bias)
+                    direct = rec.launches[start:]
+                    staged = cand.stages(problem)
+                    start = len(rec.launches)
+                    if staged is not None:
+                        staged[2](staged[1](x), qw, bias, x.dtype)
+                    two_stage = rec.launches[start:]
+                    key, quantize, apply = cand.bind_stages(problem, qw, bias)
+                    assert key == (None if staged is None else staged[0]), (cand.name, problem)
+                    assert (quantize is None) == (staged is None), (cand.name, problem)
+                    for _ in range(2):  # the closures are reused: the same launches again
+                        start = len(rec.launches)
+                        y = apply(x) if quantize is None else apply(quantize(x))
+                        bound = rec.launches[start:]
+                        where = (cand.name, problem, bias is not None and bias.dtype)
+                        assert not _same_launches(bound, direct), (where, _same_launches(bound, direct))
+                        if staged is not None:
+                            assert not _same_launches(bound, two_stage), where
+                        assert y.shape == (problem.m, problem.n) and y.dtype == x.dtype, where
+                    checked[cand.name] += 1
+                    bodies.update(p["name"] for p in bound)
+    finally:
+        launch._kernel.cache_clear()
+    assert all(checked.values()), checked
+    # The cases reach every launch shape a linear candidate has.
+    for body in ("w8a8_quantize_rowsum", "w8a8_quantize_plain", "w8a8_quantize_sums",
+                 "w8a8_gemm_channel_u8", "w8a8_gemm_channel_u8_bias", "w8a8_gemm_channel_bias",
+                 "w8a8_gemm_wgmma_channel_u8", "w8a8_gemm_ws_channel_u8_bias",
+                 "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias", "w8a8_gemv_fused_channel",
+                 "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
+        assert body in bodies, (body, sorted(bodies))
+
+
+@pytest.fixture
+def cuda_here(monkeypatch):
+    """The CUDA candidates offered as on a Hopper GPU, launches recorded (no GPU needed)."""
+    import attrs
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+
+    rec = _Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
+    originals = [c for c in registry.all_candidates() if c.backend == "cuda"]
+    launch._kernel.cache_clear()
+    for c in originals:
+        registry.register(attrs.evolve(c, available=lambda: True))
+    try:
+        yield rec
+    finally:
+        for c in originals:
+            registry.register(c)
+        launch._kernel.cache_clear()
+
+
+# (candidate, weight format, x shape): 3-D x is flattened by the layer; [1, 1, K] is a
+# decode step, [2, 64, K] a prefill; K = 8192 at M = 16 takes the two-launch GEMV.
+_LAYER_CASES = [
+    ("cuda_w8a8_gemm", "per_channel", (2, 64, 256)),
+    ("cuda_w8a8_gemm_ws", "per_channel", (128, 256)),
+    ("cuda_w8a8_gemm_grouped", "grouped", (2, 64, 256)),
+    ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
+    ("cuda_int8_gemv", "grouped", (16, 8192)),
+]
+
+
+@pytest.mark.parametrize("name,fmt,shape", _LAYER_CASES)
+def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, fmt, shape):
+    """A Linear whose decision is a CUDA candidate builds its launch arguments on the
+    first call only: over 5 calls each launch spec is built once, and every call makes the
+    launches of run(x, w, b). Replacing the arrays (as mx.compile(inputs=state) does,
+    without __setitem__) binds again to the new arrays; a bias set through the module
+    re-decides."""
+    import mlx.core as mx
+    import numpy as np
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+    built = []
+    for spec in ("quantize_spec", "gemm_per_channel_spec", "gemm_grouped_spec",
+                 "gemv_fused_spec", "gemv_quantized_spec"):
+        real = getattr(launch, spec)
+        monkeypatch.setattr(launch, spec,
+                            lambda *a, _real=real, _name=spec, **kw: built.append(_name) or _real(*a, **kw))
+    k = shape[-1]
+    w = mx.array(rng.standard_normal((96, k)).astype(np.float32))
+    layer = w8.Linear.from_weight(w8.quantize_weight(w, group_size=64, per_channel=fmt == "per_channel"),
+                                  mx.array(rng.standard_normal(96).astype(np.float32)))
+    layer.kernel = name
+    per_call = []
+    for _ in range(5):  # a new x each call: the same x would reuse its quantized activations
+        x = mx.zeros(shape, dtype=mx.bfloat16)
+        start = len(rec.launches)
+        y = layer(x)
+        per_call.append(rec.launches[start:])
+    assert y.shape == (*shape[:-1], 96) and y.dtype == mx.bfloat16
+    launches = len(per_call[0])
+    assert launches in (1, 2) and sorted(built) == sorted(set(built)), built
+    assert len(built) == launches, f"launch specs built {len(built)} times for {launches} launch(es) per call x 5: {built}"
+    x2 = x.reshape(-1, k)
+    start = len(rec.launches)
+    registry.get("linear", name).run(x2, layer.quantized_weight, layer.bias)
+    direct = rec.launches[start:]
+    for got in per_call:  # inputs [..., K] reach the kernels as [M, K]
+        for plan in got:
+            plan["arrays"] = [a.reshape(-1, k) if a.shape == x.shape else a for a in plan["arrays"]]
+        assert not _same_launches(got, direct), _same_launches(got, direct)
+    # New arrays without __setitem__ (mx.compile's state swap): the next call launches
+    # on them (bound again once), later calls do not build again.
+    built.clear()
+    fresh = mx.array(np.array(layer.weight))
+    dict.__setitem__(layer, "weight", fresh)
+    for _ in range(3):
+        start = len(rec.launches)
+        layer(mx.zeros(shape, dtype=mx.bfloat16))
+        assert any(a is fresh for p in rec.launches[start:] for a in p["arrays"])
+    assert len(built) == launches, built
+    # A bias replaced through the module forgets the plan: bound again with the new bias.
+    built.clear()
+    layer.bias = mx.ones((96,))
+    start = len(rec.launches)
+    layer(mx.zeros(shape, dtype=mx.bfloat16))
+    assert len(built) == launches
+    assert any(a.shape == (96,) and mx.all(a == 1).item() for p in rec.launches[start:]
+               for a in p["arrays"])
+
+
+def test_bound_layers_fed_one_input_quantize_it_once(cuda_here):
+    """q/k/v-like Linears on CUDA candidates with the same act_key share one quantize
+    launch of x through the bound forms; each still makes its own GEMM launch."""
+    import mlx.core as mx
+
+    import mlx_w8a8 as w8
+    import mlx_w8a8.nn as w8nn
+
+    rec = cuda_here
+    layers = [w8.Linear(256, n) for n in (128, 64, 64)]
+    for layer, name in zip(layers, ("cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")):
+        layer.kernel = name
+    w8nn.clear_shared_activations()
+    x = mx.zeros((2, 64, 256), dtype=mx.float16)
+    for _ in range(2):  # the first call binds, the second reuses
+        start = len(rec.launches)
+        for layer in layers:
+            layer(x)
+        names = [p["name"] for p in rec.launches[start:]]
+        assert names == ["w8a8_quantize_rowsum", "w8a8_gemm_channel_u8_bias",
+                         "w8a8_gemm_ws_channel_u8_bias", "w8a8_gemm_channel_u8_bias"], names
+        x = mx.zeros((2, 64, 256), dtype=mx.float16)  # a new array: quantized again

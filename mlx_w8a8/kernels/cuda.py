@@ -28,11 +28,17 @@ activation formats (``act_key``) are ``("cuda_per_token", "rowsum")`` (codes, sc
 row sums ``R_m``), ``("cuda_per_token", "plain")`` (codes, scales) and
 ``("cuda_per_token", "sums", group_size)``.
 
+Each linear candidate also offers ``bind_stages`` (``registry.Candidate``): the same
+launches with everything but the activations computed once per layer, shape and weight
+(``cuda_launch.bind_*``), so a layer's call only launches.
+
 Measured on an NVIDIA H200 (``docs/cuda.md``); the tuner, not this module, decides where
 each candidate runs.
 """
 
 from __future__ import annotations
+
+import mlx.core as mx
 
 from . import cuda_launch as launch
 from . import registry, sources
@@ -50,6 +56,11 @@ from .cuda_launch import (
     SMS,
     U8_MAX_K,
     WS_CONFIGS,
+    bind_gemm_grouped,
+    bind_gemm_per_channel,
+    bind_gemv_fused,
+    bind_gemv_quantized,
+    bind_quantize,
     cuda_available,
     gemm_grouped,
     gemm_per_channel,
@@ -152,6 +163,37 @@ def _gemv_run(x, weight, bias):
     return gemv(x, weight, bias)
 
 
+# Bound forms (registry.Candidate.bind_stages): the launches of the stages above for one
+# problem and weight, everything but the activations computed here once -----------------
+def _w8a8_gemm_bind(p: registry.Problem, weight, bias):
+    dtype = getattr(mx, p.dtype)
+    unsigned = p.k <= U8_MAX_K  # as _w8a8_gemm_stages and _w8a8_gemm_run
+    return (ROWSUM if unsigned else PLAIN,
+            bind_quantize(p.m, p.k, dtype, row_sum=unsigned),
+            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, unsigned=unsigned))
+
+
+def _w8a8_ws_bind(p: registry.Problem, weight, bias):
+    dtype = getattr(mx, p.dtype)
+    return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True),
+            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, ws_tile_for(p.m, weight.n),
+                                  unsigned=True))
+
+
+def _w8a8_grouped_bind(p: registry.Problem, weight, bias):
+    dtype = getattr(mx, p.dtype)
+    gs = p.group_size  # as _w8a8_grouped_stages
+    return (("cuda_per_token", "sums", gs), bind_quantize(p.m, p.k, dtype, gs),
+            bind_gemm_grouped(p.m, weight, bias, dtype))
+
+
+def _gemv_bind(p: registry.Problem, weight, bias):
+    dtype = getattr(mx, p.dtype)
+    if gemv_fuses(p.m, p.k):  # one launch, as _gemv_run
+        return None, None, bind_gemv_fused(p.m, p.k, weight, bias, dtype)
+    return PLAIN, bind_quantize(p.m, p.k, dtype), bind_gemv_quantized(p.m, weight, bias, dtype)
+
+
 # Capability checks (cheap; no device memory touched) ------------------------------------
 def _float_k_ok(p: registry.Problem) -> bool:
     return p.dtype in FLOAT_DTYPES and p.m >= 1 and p.k % GEMM_K_MULTIPLE == 0 and 0 < p.k < MAX_K
@@ -190,7 +232,7 @@ def _supports_gemv(p: registry.Problem) -> bool:
 def _digest(functions, files, params: str) -> str:
     """The candidate's digest: the Python functions it runs (its own and the launchers'),
     the kernel files it compiles and its launch parameters (``sources.code_digest``)."""
-    common = (launch.load, launch._kernel, launch._grid, launch.tiles)
+    common = (launch.load, launch._kernel, launch._grid, launch.tiles, launch.LaunchSpec)
     return sources.code_digest(*functions, *common,
                                texts=tuple(sources.read("cuda", f) for f in files),
                                params=params)
@@ -200,34 +242,45 @@ _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
 _WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = _GEMM_FILES + ("gemm_ws.cu",)
+_QUANT_FNS = (quantize, launch.quantize_spec)
+_BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3)
 _CANDIDATES = (
-    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None,
-     _digest((_quantize_run, quantize), ("quantize.cu",), f"threads<={QUANT_MAX_THREADS}")),
-    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None,
+    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None,
+     _digest((_quantize_run,) + _QUANT_FNS, ("quantize.cu",), f"threads<={QUANT_MAX_THREADS}")),
+    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None, None,
      _digest((int8_gemm, launch.tile_for), _GEMM_FILES, _GEMM_PARAMS)),
-    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None,
+    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None,
      _digest((int8_gemm_ws, int8_gemm, ws_tile_for), _WS_FILES, _WS_PARAMS)),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_stages,
+     _w8a8_gemm_bind,
      _digest((_w8a8_gemm_run, _w8a8_gemm_stages, _quantize_rowsum, _quantize_plain, _apply_u8,
-              _apply_flip, quantize, gemm_per_channel, launch.tile_for),
+              _apply_flip, gemm_per_channel, launch.gemm_per_channel_spec, launch.tile_for,
+              _w8a8_gemm_bind, bind_gemm_per_channel) + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _GEMM_FILES, f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
-     _digest((_w8a8_ws_run, _w8a8_ws_stages, _quantize_rowsum, _apply_ws, quantize,
-              gemm_per_channel, ws_tile_for),
+     _w8a8_ws_bind,
+     _digest((_w8a8_ws_run, _w8a8_ws_stages, _quantize_rowsum, _apply_ws, gemm_per_channel,
+              launch.gemm_per_channel_spec, ws_tile_for, _w8a8_ws_bind,
+              bind_gemm_per_channel) + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_WS_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
-     _w8a8_grouped_stages,
-     _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, quantize, gemm_grouped,
-              launch.grouped_tile_for), ("quantize.cu", "gemm.cu"), _GEMM_PARAMS)),
-    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages,
-     _digest((_gemv_run, _gemv_stages, _quantize_plain, _apply_gemv, quantize, gemv,
-              gemv_quantized, launch._gemv_weight, gemv_fuses, launch.gemv_bucket,
-              launch.gemv_rows_per_warp), ("quantize.cu", "gemv.cu"),
+     _w8a8_grouped_stages, _w8a8_grouped_bind,
+     _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, gemm_grouped,
+              launch.gemm_grouped_spec, launch.grouped_tile_for, _w8a8_grouped_bind,
+              bind_gemm_grouped) + _QUANT_FNS + _BIND_FNS, ("quantize.cu", "gemm.cu"),
+             _GEMM_PARAMS)),
+    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind,
+     _digest((_gemv_run, _gemv_stages, _quantize_plain, _apply_gemv, gemv, gemv_quantized,
+              launch.gemv_fused_spec, launch.gemv_quantized_spec, launch._gemv_weight,
+              gemv_fuses, launch.gemv_bucket, launch.gemv_rows_per_warp, _gemv_bind,
+              bind_gemv_fused, bind_gemv_quantized) + _QUANT_FNS + _BIND_FNS,
+             ("quantize.cu", "gemv.cu"),
              f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
-for _name, _op, _run, _supports, _stages, _dig in _CANDIDATES:
+for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:
     registry.register(
         registry.Candidate(name=_name, backend="cuda", op=_op, run=_run, supports=_supports,
-                           digest=_dig, available=cuda_available, stages=_stages)
+                           digest=_dig, available=cuda_available, stages=_stages,
+                           bind_stages=_bind)
     )

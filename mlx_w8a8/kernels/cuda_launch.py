@@ -6,6 +6,10 @@ MLX wraps each body into a ``__global__`` function (``mlx/backend/cuda/custom_ke
 Sizes reach the kernels through MLX's ``<input>_shape`` arguments, so no scalar arrays
 are created per call. Registration as tuner candidates is :mod:`mlx_w8a8.kernels.cuda`'s
 job; this module only builds and launches kernels (importing it never needs CUDA).
+
+Each linear launch is described by a :class:`LaunchSpec` (``*_spec``) computed from the
+problem's sizes, dtype and weight; the launchers (``quantize``, ``gemm_per_channel``, ...)
+build it on every call, the ``bind_*`` functions once, returning closures that only launch.
 """
 
 from __future__ import annotations
@@ -232,7 +236,180 @@ def _as_f32(a: mx.array) -> mx.array:
     return a if a.dtype == mx.float32 else a.astype(mx.float32)
 
 
-# Launchers ------------------------------------------------------------------------------
+# Launch specs ---------------------------------------------------------------------------
+class LaunchSpec(NamedTuple):
+    """One kernel launch with everything fixed but its leading (activation) inputs.
+
+    Built from the problem's sizes, dtype and weight alone, so a layer builds it once
+    (the ``bind_*`` functions) and each call only adds its activations: the launch is
+    ``kernel(inputs=[*activations, *tail], template=..., ...)``.
+
+    Args:
+        kernel: the ``mx.fast.cuda_kernel`` object (:func:`_kernel`).
+        tail: the inputs after the activations (weight codes, scales, float32 bias).
+        template, output_shapes, output_dtypes, grid, threadgroup: as passed to MLX.
+    """
+
+    kernel: object
+    tail: tuple
+    template: list
+    output_shapes: list
+    output_dtypes: list
+    grid: tuple
+    threadgroup: tuple
+
+    def launch(self, *lead: mx.array) -> list[mx.array]:
+        """The launch on activations ``lead``: the kernel's outputs."""
+        return self.kernel(
+            inputs=[*lead, *self.tail], template=self.template,
+            output_shapes=self.output_shapes, output_dtypes=self.output_dtypes,
+            grid=self.grid, threadgroup=self.threadgroup,
+        )
+
+
+def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
+                  row_sum: bool = False, warp: bool = False) -> LaunchSpec:
+    """The launch of :func:`quantize` for ``[M, K]`` ``dtype`` activations."""
+    if k % QUANT_K_MULTIPLE:
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
+    if warp and (group_size is not None or not row_sum):
+        raise ValueError("[mlx_w8a8.cuda_quantize] warp=True exists for row_sum=True, "
+                         f"group_size=None only; got row_sum={row_sum}, group_size={group_size}")
+    # Whole warps (row-sum shuffles), enough that each thread keeps its <= 4 chunks of 8
+    # in registers between the two passes (quantize.cu kCached) where K allows.
+    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (4 * 32)) * 32))
+    template = [("T", dtype)]
+    if warp:
+        rows = QUANT_WARP_THREADS // 32
+        kern = _kernel("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
+        return LaunchSpec(kern, (), template, [(m, k), (m, 1), (m, 1)],
+                          [mx.int8, mx.float32, mx.int32],
+                          (-(-m // rows) * QUANT_WARP_THREADS, 1, 1), (QUANT_WARP_THREADS, 1, 1))
+    if group_size is None and row_sum:
+        kern = _kernel("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
+        shapes, dtypes = [(m, k), (m, 1), (m, 1)], [mx.int8, mx.float32, mx.int32]
+    elif group_size is None:
+        kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
+        shapes, dtypes = [(m, k), (m, 1)], [mx.int8, mx.float32]
+    else:
+        kern = _kernel("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
+        template.append(("GS", group_size))
+        shapes = [(m, k), (m, 1), (m, k // group_size)]
+        dtypes = [mx.int8, mx.float32, mx.int32]
+    return LaunchSpec(kern, (), template, shapes, dtypes, (m * threads, 1, 1), (threads, 1, 1))
+
+
+def _grid(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
+    """Blocks to launch: one per tile, or (persistent kernel) at most one per SM."""
+    count = tiles(m, n, cfg)
+    return min(count, SMS) if isinstance(cfg, WsConfig) else count
+
+
+def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
+                          config: GemmConfig | WsConfig | None = None,
+                          unsigned: bool = False) -> LaunchSpec:
+    """The launch of :func:`gemm_per_channel` (activations ``xq, xs`` and, when
+    ``unsigned``, the row sums ``xr``)."""
+    n = weight.n
+    cfg = config or tile_for(m, n)
+    if unsigned:
+        if k > U8_MAX_K:
+            raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
+                             f"{U8_MAX_K} (exact int32 sums), got {k}")
+        tail = [weight.q, weight.channel_scales]
+        names = ("xq", "xs", "xr", "w", "ws")
+        body = "channel_u8"
+    elif isinstance(cfg, WsConfig):
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_ws] the warp-specialized GEMM multiplies "
+                         "unsigned codes only: pass row_sums (K <= "
+                         f"{U8_MAX_K}), got row_sums=None")
+    else:
+        tail = [weight.q, weight.channel_scales]
+        names = ("xq", "xs", "w", "ws")
+        body = "channel"
+    if bias is not None:
+        tail.append(_as_f32(bias))
+        names += ("bias",)
+        body += "_bias"
+    kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
+    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), [(m, n)],
+                      [out_dtype], (_grid(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
+                      config: GemmConfig | None = None) -> LaunchSpec:
+    """The launch of :func:`gemm_grouped` (activations ``xq, xs, xr``)."""
+    n = weight.n
+    cfg = config or grouped_tile_for(m, n)
+    if not isinstance(cfg, GemmConfig) or cfg.wgmma:
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has mma.sync "
+                         f"tiles only (GEMM_CONFIGS 'grouped*'), got {cfg}")
+    tail = [weight.q, weight.scales, weight.group_offsets]
+    names = ("xq", "xs", "xr", "w", "ws", "wo")
+    body = "grouped"
+    if bias is not None:
+        tail.append(_as_f32(bias))
+        names += ("bias",)
+        body = "grouped_bias"
+    kern = _kernel("gemm.cu", body, names, ("y",), cfg.shared_memory)
+    template = [("T", out_dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+    return LaunchSpec(kern, tuple(tail), template + cfg.template(), [(m, n)], [out_dtype],
+                      (tiles(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def gemv_fuses(m: int, k: int) -> bool:
+    """Whether the one-launch GEMV (x quantized into shared memory) takes ``M x K``."""
+    return gemv_bucket(m) * k <= GEMV_FUSED_MAX_SMEM
+
+
+def _gemv_weight(weight, bias, dtype):
+    """Weight inputs, their names, the dtype/group template and the body name."""
+    if not weight.per_channel:
+        w_inputs = [weight.q, weight.scales, weight.group_offsets]
+        w_names = ("w", "ws", "wo")
+        template = [("T", dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+        body = "grouped"
+    else:
+        w_inputs = [weight.q, weight.channel_scales]
+        w_names = ("w", "ws")
+        template = [("T", dtype)]
+        body = "channel"
+    if bias is not None:
+        w_inputs.append(_as_f32(bias))
+        w_names += ("bias",)
+        body += "_bias"
+    return w_inputs, w_names, template, body
+
+
+def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype) -> LaunchSpec:
+    """The one-launch GEMV (activation ``x`` ``[M, K]`` of ``dtype``, ``M <= 16``)."""
+    n = weight.n
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, dtype)
+    smem = mm * k
+    # The shared-memory size is part of the template so each size is its own kernel
+    # (MLX raises the function's dynamic shared-memory limit once, at first load).
+    kern = _kernel("gemv.cu", "fused_" + body, ("x",) + w_names, ("y",), smem)
+    warps = -(-n // rw)
+    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
+    return LaunchSpec(kern, tuple(w_inputs),
+                      template + [("MM", mm), ("RW", rw), ("SMEM_BYTES", smem)],
+                      [(m, n)], [dtype], (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
+
+
+def gemv_quantized_spec(m: int, weight, bias, out_dtype: mx.Dtype) -> LaunchSpec:
+    """The two-launch GEMV's second launch (activations ``xq, xs``, ``M <= 16``)."""
+    n = weight.n
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
+    kern = _kernel("gemv.cu", body, ("xq", "xs") + w_names, ("y",))
+    return LaunchSpec(kern, tuple(w_inputs), template + [("MM", mm), ("RW", rw)],
+                      [(m, n)], [out_dtype], (-(-n // rw) * 32, 1, 1), (GEMV_THREADS, 1, 1))
+
+
+# Launchers: build the spec and launch it (every call) -----------------------------------
 def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
              warp: bool = False):
     """Per-token int8 quantization on the GPU.
@@ -250,56 +427,8 @@ def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
         ``[M, K // group_size]`` int32, ``[M, 1]`` int32 (``row_sum``) or ``None``.
     """
     m, k = x.shape
-    if k % QUANT_K_MULTIPLE:
-        raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
-    if warp and (group_size is not None or not row_sum):
-        raise ValueError("[mlx_w8a8.cuda_quantize] warp=True exists for row_sum=True, "
-                         f"group_size=None only; got row_sum={row_sum}, group_size={group_size}")
-    # Whole warps (row-sum shuffles), enough that each thread keeps its <= 4 chunks of 8
-    # in registers between the two passes (quantize.cu kCached) where K allows.
-    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (4 * 32)) * 32))
-    if warp:
-        rows = QUANT_WARP_THREADS // 32
-        kern = _kernel("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
-        q, scale, rsum = kern(
-            inputs=[x], template=[("T", x.dtype)],
-            output_shapes=[(m, k), (m, 1), (m, 1)],
-            output_dtypes=[mx.int8, mx.float32, mx.int32],
-            grid=(-(-m // rows) * QUANT_WARP_THREADS, 1, 1),
-            threadgroup=(QUANT_WARP_THREADS, 1, 1),
-        )
-        return q, scale, rsum
-    if group_size is None and row_sum:
-        kern = _kernel("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
-        q, scale, rsum = kern(
-            inputs=[x], template=[("T", x.dtype)],
-            output_shapes=[(m, k), (m, 1), (m, 1)],
-            output_dtypes=[mx.int8, mx.float32, mx.int32],
-            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
-        )
-        return q, scale, rsum
-    if group_size is None:
-        kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
-        q, scale = kern(
-            inputs=[x], template=[("T", x.dtype)],
-            output_shapes=[(m, k), (m, 1)], output_dtypes=[mx.int8, mx.float32],
-            grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
-        )
-        return q, scale, None
-    kern = _kernel("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
-    q, scale, sums = kern(
-        inputs=[x], template=[("T", x.dtype), ("GS", group_size)],
-        output_shapes=[(m, k), (m, 1), (m, k // group_size)],
-        output_dtypes=[mx.int8, mx.float32, mx.int32],
-        grid=(m * threads, 1, 1), threadgroup=(threads, 1, 1),
-    )
-    return q, scale, sums
-
-
-def _grid(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
-    """Blocks to launch: one per tile, or (persistent kernel) at most one per SM."""
-    count = tiles(m, n, cfg)
-    return min(count, SMS) if isinstance(cfg, WsConfig) else count
+    out = quantize_spec(m, k, x.dtype, group_size, row_sum, warp).launch(x)
+    return (out[0], out[1], out[2] if len(out) == 3 else None)
 
 
 def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = None) -> mx.array:
@@ -336,81 +465,14 @@ def gemm_per_channel(xq, xs, weight, bias, out_dtype,
     by the warp-specialized ``WsConfig`` tiles).
     """
     m, k = xq.shape
-    n = weight.n
-    cfg = config or tile_for(m, n)
-    if row_sums is not None:
-        if k > U8_MAX_K:
-            raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
-                             f"{U8_MAX_K} (exact int32 sums), got {k}")
-        inputs = [xq, xs, row_sums, weight.q, weight.channel_scales]
-        names = ("xq", "xs", "xr", "w", "ws")
-        body = "channel_u8"
-    elif isinstance(cfg, WsConfig):
-        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_ws] the warp-specialized GEMM multiplies "
-                         "unsigned codes only: pass row_sums (K <= "
-                         f"{U8_MAX_K}), got row_sums=None")
-    else:
-        inputs = [xq, xs, weight.q, weight.channel_scales]
-        names = ("xq", "xs", "w", "ws")
-        body = "channel"
-    if bias is not None:
-        inputs.append(_as_f32(bias))
-        names += ("bias",)
-        body += "_bias"
-    kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
-    return kern(
-        inputs=inputs, template=[("T", out_dtype)] + cfg.template(),
-        output_shapes=[(m, n)], output_dtypes=[out_dtype],
-        grid=(_grid(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
-    )[0]
+    unsigned = row_sums is not None
+    spec = gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, unsigned)
+    return (spec.launch(xq, xs, row_sums) if unsigned else spec.launch(xq, xs))[0]
 
 
 def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None = None):
     """Grouped W8A8 GEMM (``xr`` the ``[M, K // group_size]`` int32 row sums)."""
-    m, k = xq.shape
-    n = weight.n
-    cfg = config or grouped_tile_for(m, n)
-    if not isinstance(cfg, GemmConfig) or cfg.wgmma:
-        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has mma.sync "
-                         f"tiles only (GEMM_CONFIGS 'grouped*'), got {cfg}")
-    inputs = [xq, xs, xr, weight.q, weight.scales, weight.group_offsets]
-    names = ("xq", "xs", "xr", "w", "ws", "wo")
-    body = "grouped"
-    if bias is not None:
-        inputs.append(_as_f32(bias))
-        names += ("bias",)
-        body = "grouped_bias"
-    kern = _kernel("gemm.cu", body, names, ("y",), cfg.shared_memory)
-    template = [("T", out_dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
-    return kern(
-        inputs=inputs, template=template + cfg.template(),
-        output_shapes=[(m, n)], output_dtypes=[out_dtype],
-        grid=(tiles(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
-    )[0]
-
-
-def gemv_fuses(m: int, k: int) -> bool:
-    """Whether the one-launch GEMV (x quantized into shared memory) takes ``M x K``."""
-    return gemv_bucket(m) * k <= GEMV_FUSED_MAX_SMEM
-
-
-def _gemv_weight(weight, bias, dtype):
-    """Weight inputs, their names, the dtype/group template and the body name."""
-    if not weight.per_channel:
-        w_inputs = [weight.q, weight.scales, weight.group_offsets]
-        w_names = ("w", "ws", "wo")
-        template = [("T", dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
-        body = "grouped"
-    else:
-        w_inputs = [weight.q, weight.channel_scales]
-        w_names = ("w", "ws")
-        template = [("T", dtype)]
-        body = "channel"
-    if bias is not None:
-        w_inputs.append(_as_f32(bias))
-        w_names += ("bias",)
-        body += "_bias"
-    return w_inputs, w_names, template, body
+    return gemm_grouped_spec(xq.shape[0], weight, bias, out_dtype, config).launch(xq, xs, xr)[0]
 
 
 def gemv(x, weight, bias, fused: bool | None = None):
@@ -429,35 +491,81 @@ def gemv(x, weight, bias, fused: bool | None = None):
     if not fused:
         xq, xs, _ = quantize(x)
         return gemv_quantized(xq, xs, weight, bias, x.dtype)
-    n = weight.n
-    mm = gemv_bucket(m)
-    rw = gemv_rows_per_warp(mm)
-    w_inputs, w_names, template, body = _gemv_weight(weight, bias, x.dtype)
-    template += [("MM", mm), ("RW", rw)]
-    smem = mm * k
-    # The shared-memory size is part of the template so each size is its own kernel
-    # (MLX raises the function's dynamic shared-memory limit once, at first load).
-    kern = _kernel("gemv.cu", "fused_" + body, ("x",) + w_names, ("y",), smem)
-    warps = -(-n // rw)
-    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
-    return kern(
-        inputs=[x] + w_inputs, template=template + [("SMEM_BYTES", smem)],
-        output_shapes=[(m, n)], output_dtypes=[x.dtype],
-        grid=(blocks * GEMV_THREADS, 1, 1), threadgroup=(GEMV_THREADS, 1, 1),
-    )[0]
+    return gemv_fused_spec(m, k, weight, bias, x.dtype).launch(x)[0]
 
 
 def gemv_quantized(xq, xs, weight, bias, out_dtype):
     """The two-launch GEMV's second launch: ``xq`` ``[M, K]`` int8 and ``xs`` ``[M, 1]``
     float32 from :func:`quantize` (``M <= 16``); ``y`` ``[M, N]`` in ``out_dtype``."""
-    m, _ = xq.shape
-    n = weight.n
-    mm = gemv_bucket(m)
-    rw = gemv_rows_per_warp(mm)
-    w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
-    kern = _kernel("gemv.cu", body, ("xq", "xs") + w_names, ("y",))
-    return kern(
-        inputs=[xq, xs] + w_inputs, template=template + [("MM", mm), ("RW", rw)],
-        output_shapes=[(m, n)], output_dtypes=[out_dtype],
-        grid=(-(-n // rw) * 32, 1, 1), threadgroup=(GEMV_THREADS, 1, 1),
-    )[0]
+    return gemv_quantized_spec(xq.shape[0], weight, bias, out_dtype).launch(xq, xs)[0]
+
+
+# Bound launchers: the spec built once, each call only launches --------------------------
+# A layer's shapes, dtype and weight are fixed between its decisions, so everything but
+# the activations is computed here once (kernel object, weight inputs with the float32
+# bias, template, output shapes, grid, threadgroup, tile); the closures make the launch
+# the launcher above would make for the same arguments, and nothing else.
+def bind_quantize(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
+                  row_sum: bool = False):
+    """``f(x) -> (q, scale, row_sums)``: :func:`quantize` for ``[M, K]`` ``dtype`` ``x``."""
+    kern, _, template, shapes, dtypes, grid, tg = quantize_spec(m, k, dtype, group_size, row_sum)
+    if len(shapes) == 2:
+        def run_plain(x):
+            q, scale = kern(inputs=[x], template=template, output_shapes=shapes,
+                            output_dtypes=dtypes, grid=grid, threadgroup=tg)
+            return q, scale, None
+        return run_plain
+
+    def run_sums(x):
+        q, scale, sums = kern(inputs=[x], template=template, output_shapes=shapes,
+                              output_dtypes=dtypes, grid=grid, threadgroup=tg)
+        return q, scale, sums
+    return run_sums
+
+
+def _bind_acts2(spec: LaunchSpec):
+    """``f(acts) -> y`` launching ``spec`` on ``acts[0], acts[1]`` (codes, scales)."""
+    kern, tail, template, shapes, dtypes, grid, tg = spec
+
+    def apply(acts):
+        return kern(inputs=[acts[0], acts[1], *tail], template=template, output_shapes=shapes,
+                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
+    return apply
+
+
+def _bind_acts3(spec: LaunchSpec):
+    """``f(acts) -> y`` launching ``spec`` on ``acts`` (codes, scales, row sums)."""
+    kern, tail, template, shapes, dtypes, grid, tg = spec
+
+    def apply(acts):
+        return kern(inputs=[*acts, *tail], template=template, output_shapes=shapes,
+                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
+    return apply
+
+
+def bind_gemm_per_channel(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
+                          config: GemmConfig | WsConfig | None = None, unsigned: bool = False):
+    """``f(acts) -> y``: :func:`gemm_per_channel` on ``acts = (xq, xs, xr)`` from
+    :func:`quantize` (``row_sums=xr`` when ``unsigned``, else ``xr`` is not read)."""
+    spec = gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, unsigned)
+    return _bind_acts3(spec) if unsigned else _bind_acts2(spec)
+
+
+def bind_gemm_grouped(m: int, weight, bias, out_dtype: mx.Dtype, config: GemmConfig | None = None):
+    """``f(acts) -> y``: :func:`gemm_grouped` on ``acts = (xq, xs, xr)``."""
+    return _bind_acts3(gemm_grouped_spec(m, weight, bias, out_dtype, config))
+
+
+def bind_gemv_fused(m: int, k: int, weight, bias, dtype: mx.Dtype):
+    """``f(x) -> y``: the one-launch :func:`gemv` for ``[M, K]`` ``dtype`` ``x``."""
+    kern, tail, template, shapes, dtypes, grid, tg = gemv_fused_spec(m, k, weight, bias, dtype)
+
+    def run(x):
+        return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
+                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
+    return run
+
+
+def bind_gemv_quantized(m: int, weight, bias, out_dtype: mx.Dtype):
+    """``f(acts) -> y``: :func:`gemv_quantized` on ``acts = (xq, xs, _)``."""
+    return _bind_acts2(gemv_quantized_spec(m, weight, bias, out_dtype))

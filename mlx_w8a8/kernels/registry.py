@@ -88,6 +88,17 @@ class Candidate:
             ``mlx_w8a8.Linear`` as one closure, reading the layer's arrays at call time
             (they may be replaced) and returning what ``run`` would. For kernels that
             can be called as cheaply as MLX's own layers (no reshape, no weight view).
+        bind_stages: ``linear`` only, optional: ``bind_stages(problem, weight, bias) ->
+            (act_key, quantize, apply)``: ``stages`` (or, where ``stages(problem)`` is
+            ``None``, ``run``) for one problem and one weight, with everything that does
+            not depend on the activations (kernel objects, weight inputs, float32 bias,
+            templates, output shapes, grids) computed once. ``quantize(x) -> acts`` and
+            ``apply(acts) -> y`` make the launches ``stages``' ``quantize(x)`` and
+            ``apply(acts, weight, bias, dtype)`` make, ``act_key`` is ``stages``' key; with
+            no stages ``act_key`` and ``quantize`` are ``None`` and ``apply(x) -> y`` makes
+            the launches of ``run(x, weight, bias)``. ``x`` is ``[problem.m, problem.k]``
+            of ``problem.dtype``. ``mlx_w8a8.Linear`` binds once per decision and weight
+            (it binds again when its arrays are replaced).
         w8a8: ``linear`` only: whether ``run`` computes the W8A8 math of
             ``docs/numerics.md`` (per-token int8 activations). The tuner's gate checks
             such candidates against ``exact`` within the float32-epilogue bound;
@@ -103,6 +114,7 @@ class Candidate:
     available: Callable[[], bool] = lambda: True
     stages: Callable[[Problem], Any] | None = None
     bind: Callable[[Any, Problem], Callable] | None = None
+    bind_stages: Callable[[Problem, Any, Any], tuple] | None = None
     w8a8: bool = True
 
     def handles(self, problem: Problem) -> bool:
