@@ -4,6 +4,7 @@ import multiprocessing as mp
 import os
 import time
 
+import attrs
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -444,6 +445,36 @@ def test_timed_launches_cycle_through_cold_weight_copies(env, cold_bytes, expect
     else:
         want = max(1, budget // wbytes)
         assert e["weight_copies"] == want == len(seen) == expect
+
+
+def test_bound_candidates_are_timed_as_layers_run_them(env):
+    # A layer runs a candidate with bind_stages through launches prepared once per
+    # weight; the tuner must time that (not run(), which builds each launch anew and
+    # charges host time a layer does not pay).
+    calls = {"run": 0, "bind": 0, "apply": 0}
+
+    def run(x, w, b):
+        calls["run"] += 1
+        return QMM.run(x, w, b)
+
+    def bind_stages(problem, w, b):
+        calls["bind"] += 1
+
+        def apply(x):
+            calls["apply"] += 1
+            return QMM.run(x, w, b)
+        return None, None, apply
+
+    fake("spy", run, bind_stages=bind_stages)
+    cfg = attrs.evolve(FAST, cold_bytes=0)
+    e = tuner(env, config=cfg).measure(PROBLEM, candidates=only("spy"))
+    assert e["candidates"]["spy"]["status"] == "ok"
+    # the gate calls run (what the candidate computes); the timing calls the bound form,
+    # bound once for the one weight
+    gate_calls = calls["run"]
+    assert calls["bind"] == 1 and calls["apply"] >= FAST.pairs
+    e = tuner(env, config=cfg).measure(PROBLEM, candidates=only("spy"))
+    assert calls["run"] == 2 * gate_calls  # timing never went through run
 
 
 def test_cold_copies_bounds():
