@@ -1,6 +1,7 @@
 """What the shipped tables decide, as a device of that kind would see them: for the
-Llama-3-8B projections on the H200 table, decode runs mx.quantized_matmul and prefill a
-W8A8 GEMM (the choices the model benchmark measured best, bench/results/)."""
+Llama-3-8B projections on the H200 table, decode runs mx.quantized_matmul (where the
+per-shape race chose a GEMV, the model's decode check overruled it) and prefill a W8A8
+GEMM (bench/results/h200_2026-11-30_s2_*)."""
 
 import attrs
 import pytest
@@ -41,6 +42,26 @@ def test_the_h200_table_is_fresh_for_the_kernels_in_this_tree(as_h200):
     doc = table.read([p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")][0])
     entries = doc["sections"][0]["entries"]
     assert entries and all(as_h200._fresh(e, None) for e in entries)
+
+
+def test_every_m1_entry_that_overrode_its_race_says_why(as_h200):
+    # The decode check is the only thing that may set a choice other than the per-shape
+    # race's winner, and it leaves its verdict in the entry.
+    doc = table.read([p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")][0])
+    entries = doc["sections"][0]["entries"]
+    assert not [e for e in entries if e["m_bucket"] in (2, 4)], "left out: tables/README.md"
+    checked = 0
+    for e in entries:
+        times = {n: c["median_ns"] for n, c in e["candidates"].items() if "median_ns" in c}
+        fastest = min(times, key=times.get)
+        check = e.get("decode_check")
+        if check is not None:
+            checked += 1
+            assert e["m_bucket"] == 1 and check["tuned"] != e["reference"]
+            assert e["choice"] == (check["tuned"] if check["kept"] else e["reference"])
+        elif e["choice"] != e["reference"]:
+            assert e["choice"] == fastest  # a challenger only wins by being fastest
+    assert checked >= 1
 
 
 @pytest.mark.parametrize("n, k", LLAMA_3_8B)
