@@ -17,19 +17,22 @@ from ..kernels.registry import EXACT, Candidate, Problem
 Rule = tuple[int, "int | None", int, tuple[str, ...]]
 
 RULES: dict[tuple[str, str, str], list[Rule]] = {
-    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16):
-    # - M <= 64: no rule, mx.quantized_matmul. The tuner times the W8A8 GEMV faster at
-    #   M = 1..4 for large weights in isolation (bench/results/
-    #   h200_2026-11-30_tune_llama3_8b.json), but a 4-layer Llama-3-8B decoded at
-    #   0.74-0.79x mlx-lm 8-bit with the GEMV on its MLP / lm_head layers and at 1.07x
-    #   with mx.quantized_matmul everywhere (h200_2026-11-30_decode_*.log): decode there
-    #   is bound by the per-launch cost of the custom kernels, not by weight bandwidth.
-    #   M = 8..64: mx.quantized_matmul was fastest on every Llama-3-8B shape.
-    # - M >= 128: the W8A8 GEMM (1.34-4.6x mlx_qmm from M = 128 on the MLP shapes; a
-    #   4-layer Llama-3-8B prefilled 1.50x / 2.23x / 3.48x mlx-lm 8-bit at T = 128 /
-    #   512 / 2048 with this rule, h200_2026-11-30_model_untuned.log).
+    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16), table
+    # bench/results/h200_2026-11-30_s2_b_nvidia-h200.json (tune --model llama-3-8b):
+    # - M < 128: no rule, mx.quantized_matmul. The W8A8 GEMV wins per shape at M = 1..4
+    #   for the large weights, but in a 4-layer Llama-3-8B's own decode loop it made
+    #   decode slower (decode check: lm_head 0.97x, down_proj 0.94x; 0.80x for a table
+    #   using it on gate/up and lm_head, h200_2026-11-30_s2_a_model.log): decode there is
+    #   host-bound and a custom-kernel launch costs more host time than a built-in op.
+    #   M = 8..64: mx.quantized_matmul was fastest on every shape but lm_head.
+    # - 128 <= M < 512: the W8A8 GEMM for weights of at least 14336 x 4096 / 2 elements
+    #   (the MLP shapes: 1.5-1.7x mlx_qmm at M = 128; q/o and k/v kept mlx_qmm there).
+    # - M >= 512: the W8A8 GEMM (1.5-4.4x mlx_qmm on every shape but k/v at 512),
+    #   the warp-specialized one first where it runs (sm_90), being faster on every
+    #   shape at M = 512 and 2048.
     ("cuda", "linear", "per_channel"): [
-        (128, None, 0, ("cuda_w8a8_gemm",)),
+        (128, 511, 14336 * 4096 // 2, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (512, None, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than
     # mx.quantized_matmul at every measured shape (tune --shapes mlp at M = 1: 1.51-2.02x;
