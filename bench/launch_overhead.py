@@ -28,7 +28,7 @@ from mlx_w8a8.kernels.registry import Problem
 from mlx_w8a8.weight import QuantizedWeight
 
 BODY = """
-    uint i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < inp_shape[1]) out[i] = inp[i] + static_cast<T>(1);
 """
 
