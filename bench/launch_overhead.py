@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     x = mx.random.normal((1, 256)).astype(mx.bfloat16)
     w = QuantizedWeight.from_float(mx.random.normal((256, 256)).astype(mx.bfloat16) * 0.05)
     mx.eval(x, w.q, w.scales, w.biases)
-    header = "\n".join(f"// header line {i:05d} " + "-" * 40 for i in range(20000 // 60))
+    header = "".join(f"// header line {i:05d} " + "-" * 40 + "\n" for i in range(20000 // 60))
     arms = {
         "add": lambda y: y + 1,
         "qmm": lambda y: mx.quantized_matmul(y, w.q, w.scales, w.biases, True, 64, 8),
