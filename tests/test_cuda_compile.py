@@ -278,15 +278,22 @@ class _Recorder:
 
     def __init__(self):
         self.launches = []
+        self.builds = []
 
     def __call__(self, *, name, input_names, output_names, source, header,
                  ensure_row_contiguous, shared_memory):
         import mlx.core as mx
 
+        # name: the kernel as this file knows it; mlx_name: what MLX is given (with the
+        # digest of its text, see cuda_launch._kernel)
+        mlx_name, name = name, re.sub(r"_[0-9a-f]{12}$", "", name)
+        assert mlx_name != name, f"{mlx_name}: no digest of the kernel text in its name"
+        self.builds.append(dict(name=name, mlx_name=mlx_name, source=source, header=header))
+
         def launch(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                    init_value=None, **_):
             self.launches.append(dict(
-                name=name, inputs=list(input_names), outputs=list(output_names),
+                name=name, mlx_name=mlx_name, inputs=list(input_names), outputs=list(output_names),
                 source=source, header=header, shared_memory=shared_memory, grid=grid,
                 threadgroup=threadgroup, template=list(template or []), arrays=inputs,
                 output_shapes=[tuple(s) for s in output_shapes],
@@ -715,3 +722,37 @@ def test_bound_layers_fed_one_input_quantize_it_once(cuda_here):
         assert names == ["w8a8_quantize_rowsum", "w8a8_gemm_channel_u8_bias",
                          "w8a8_gemm_ws_channel_u8_bias", "w8a8_gemm_channel_u8_bias"], names
         x = mx.zeros((2, 64, 256), dtype=mx.float16)  # a new array: quantized again
+
+
+def test_kernel_names_change_with_their_text(monkeypatch):
+    """MLX caches compiled kernels on disk by name alone: a kernel whose text changed (an
+    upgrade of this package) must get a new name, or the old machine code would run."""
+    import mlx.core as mx
+
+    rec = _Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+
+    def name_of(file, body, inputs=("x",), outputs=("q", "scale")):
+        launch._kernel.cache_clear()
+        launch.load.cache_clear()
+        try:
+            launch._kernel(file, body, inputs, outputs)
+        finally:
+            launch._kernel.cache_clear()
+            launch.load.cache_clear()
+        return rec.builds[-1]["mlx_name"]
+
+    first = name_of("quantize.cu", "plain")
+    assert first == name_of("quantize.cu", "plain")  # stable across processes and calls
+    assert first != name_of("quantize.cu", "rowsum")
+    assert first != name_of("quantize.cu", "plain", outputs=("q", "s"))
+    real = sources.read
+
+    def edited(backend, filename):
+        text = real(backend, filename)
+        return text.replace("// @@ body plain", "// @@ body plain\n    (void)0;", 1) \
+            if filename == "quantize.cu" else text
+
+    monkeypatch.setattr(sources, "read", edited)
+    assert name_of("quantize.cu", "plain") != first
+

@@ -218,11 +218,19 @@ def gemv_bucket(m: int) -> int:
 @functools.lru_cache(maxsize=None)
 def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
             shared_memory: int = 0):
-    """The ``mx.fast.cuda_kernel`` for body ``body`` of ``shaders/cuda/<file>``, built once."""
+    """The ``mx.fast.cuda_kernel`` for body ``body`` of ``shaders/cuda/<file>``, built once.
+
+    Hazard: MLX keys compiled kernels by name alone, in memory and in its on-disk cache
+    (``$TMPDIR/mlx/<MLX version>/ptx/<name>.ptx``, kept across processes), so two versions
+    of a kernel under one name would run whichever was compiled first — after an upgrade
+    of this package, the old machine code. The name therefore ends with a digest of the
+    text MLX is given (header, body, argument names): new text, new name, fresh compile.
+    """
     header, bodies = load(file)
     stem = file.removesuffix(".cu")
+    text = sources.digest(header, bodies[body], ",".join(inputs), ",".join(outputs))
     return mx.fast.cuda_kernel(
-        name=f"w8a8_{stem}_{body}",
+        name=f"w8a8_{stem}_{body}_{text[:12]}",
         input_names=list(inputs),
         output_names=list(outputs),
         source=bodies[body],
