@@ -1,0 +1,19 @@
+#!/bin/bash
+# Device run F of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+#   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_f.sh
+# Re-measures the shipped table after the kernel-naming change (CUDA digests changed;
+# no kernel code did): prefill buckets, then M = 1 and 8 (the table leaves out 2 and 4)
+# with the decode check; then the model benchmark with the new table.
+set -u
+export PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/s2_f}
+T="$O/nvidia-h200.json"
+timeout -s INT 235 python3 -m mlx_w8a8.tune --model llama-3-8b --m 16,64,128,512,2048 --pairs 12 \
+  --table "$T" --no-progress > "$O/tune_prefill.log" 2>&1
+echo "tune prefill rc=$?"; tail -2 "$O/tune_prefill.log"
+timeout -s INT 115 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,8 --pairs 12 \
+  --table "$T" --no-progress > "$O/tune_decode.log" 2>&1
+echo "tune decode rc=$?"; grep -A8 "decode check" "$O/tune_decode.log"
+timeout 110 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 128,2048 --decode 32 \
+  --rounds 4 --table "$T" --json "$O/model.jsonl" > "$O/model.log" 2>&1
+echo "model bench rc=$?"; tail -6 "$O/model.log"
