@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(on a CPU one bfloat16 decode step of a 7B-class block takes seconds)")
     p.add_argument("--check-layers", type=int, default=4, metavar="L",
                    help="transformer blocks of the decode check's model (default: %(default)s)")
+    p.add_argument("--check-rounds", type=int, default=None, metavar="R",
+                   help="paired rounds of the decode check (default: 20)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
@@ -287,8 +289,9 @@ def decode_check(args, tuner: Tuner, out) -> int:
     print(f"decode check on {label}'s first {config['num_hidden_layers']} block(s)", file=out)
     previous = tuning.use_tuner(tuner)
     try:
+        rounds = {} if args.check_rounds is None else {"rounds": args.check_rounds}
         report = tuning.check_decode(
-            model, tuner, min_improvement_bps=args.min_improvement,
+            model, tuner, min_improvement_bps=args.min_improvement, **rounds,
             progress=None if args.no_progress else (lambda msg: print("  " + msg, file=out)),
         )
     finally:

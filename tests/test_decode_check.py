@@ -143,3 +143,22 @@ def test_a_model_without_w8a8_layers_is_refused(env):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
     with pytest.raises(ValueError, match="no mlx_w8a8.Linear"):
         tuning.check_decode(model, env)
+
+
+@pytest.mark.parametrize("group_seconds,kept", [
+    ([0.90, 0.92, 0.91, 0.93, 0.90, 0.92], True),   # faster in every round
+    ([0.70, 0.70, 0.70, 1.30, 1.30, 1.30], False),  # median 1.1x, but slower half the time
+])
+def test_a_kernel_must_win_most_rounds_not_just_the_median(env, monkeypatch, group_seconds, kept):
+    from mlx_w8a8 import modelbench
+
+    model = converted()
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    choose_at_m1(env, model.model.layers[0].mlp.down_proj, "fast")
+    monkeypatch.setattr(modelbench, "alternate", lambda names, rounds, measure, on_round=None: {
+        n: [1.0] * 6 if n == "reference" else group_seconds for n in names})
+    result = tuning.check_decode(model, env, steps=2, prompt=3, rounds=6, record=False)
+    assert result.groups  # down_proj's shape, and those borrowing its decision
+    for g in result.groups:
+        assert g.kept is kept and (g.low >= 1.0) is kept and g.ratio > 1.02
