@@ -52,8 +52,9 @@ PROMPT = 8
 # Decode-step timing is noisy (per-round ratios of one configuration against itself
 # spread by +-10% on an H200): 20 rounds, and a kept kernel must win in at least three
 # rounds of four (lower quartile of the ratios >= 1) besides the median margin. With 6
-# rounds of 16 steps the verdicts on the same two groups flipped between two runs
-# (0.97x / 0.94x, then 1.08x / 1.05x; bench/results/h200_2026-11-30_s2_{b,f}_*).
+# rounds of 16 steps the verdict on lm_head flipped between two runs (0.97x, then 1.08x),
+# and what the second kept decoded at 0.93x; 20 rounds of 32 steps with the quartile
+# rule replaced it (0.97x, p25 0.92x; bench/results/h200_2026-11-30_s2_{b,f,g}_*).
 ROUNDS = 20
 
 
