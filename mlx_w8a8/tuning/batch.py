@@ -147,6 +147,11 @@ def tune_model(
     tuner's writable table (the table named by :func:`set_tuning_table`, else the user
     cache table). Shapes already measured there are skipped unless ``force``.
 
+    Per-shape timing can favour a kernel at M = 1 that makes the model's decode slower
+    (``docs/tuning.md``, the decode check): after converting the model with
+    :func:`mlx_w8a8.quantize`, run :func:`mlx_w8a8.tuning.check_decode` on it, as
+    ``python -m mlx_w8a8.tune --model`` does on a GPU.
+
     Args:
         model: the model (e.g. from ``mlx_lm.load``), before or after conversion.
         m: token counts to measure (default: 1, 2, 4, ..., 4096 on a GPU; 1 and 4 on a
