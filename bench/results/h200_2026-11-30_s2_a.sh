@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run A of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run A, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_a.sh
 # 1. tuner fidelity at M = 1 on Llama-3-8B's shapes: cold (weight copies) vs hot
 #    (one weight) tuner timing, graph-build cost, dependent chain;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run B of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run B, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_b.sh
 # Re-measures the table shipped as mlx_w8a8/tables/nvidia-h200.json with the tuner as
 # it is now (cold weight copies; bound launches; the decode check): prefill buckets

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run C of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run C, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_c.sh
 # 1. the model benchmark with the shipped table as it is in this tree (no --table);
 # 2. the same with lm_head and down_proj kept on W8A16 (the mixed policy of

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run D of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run D, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_d.sh
 # 1. the CUDA tests (bound launches included); 2. decode again with more steps and
 #    rounds, shipped table as in this tree.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run E of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run E, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_e.sh
 # The whole 32-layer Llama-3-8B shape (random weights), shipped table as in this tree.
 set -u

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run F of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run F, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_f.sh
 # Re-measures the shipped table after the kernel-naming change (CUDA digests changed;
 # no kernel code did): prefill buckets, then M = 1 and 8 (the table leaves out 2 and 4)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run G of the second session (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+# Device run G, second set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s2_g.sh
 # The decode check again, with its stricter rule (20 rounds x 32 steps, the tuned kernel
 # must win three rounds of four), on the table of run F (every entry fresh: nothing is
