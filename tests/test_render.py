@@ -29,3 +29,17 @@ def test_error_line_prefixes_once():
     assert render.error_line("mlx_w8a8.tune", "no table at x") == "[mlx_w8a8.tune] no table at x"
     # a message with its own op prefix keeps it and gets no second one
     assert render.error_line("mlx_w8a8.tune", "[mlx_w8a8.tuning] bad") == "[mlx_w8a8.tuning] bad"
+
+
+def test_entries_show_the_decode_check_and_a_borrowed_decision():
+    base = {"op": "linear", "m_bucket": 1, "m": 1, "n": 64, "k": 32, "dtype": "bfloat16",
+            "weight_format": "per_channel", "choice": "mlx_qmm", "speedup": 1.0,
+            "candidates": {"mlx_qmm": {"status": "ok", "median_ns": 2000.0, "gate_error": 0.0}}}
+    checked = dict(base, decode_check={"tuned": "gemv", "kept": False, "ratio": 0.82})
+    borrowed = dict(base, n=128, borrowed_from={"n": 64, "k": 32},
+                    decode_check={"tuned": "gemv", "kept": True, "ratio": 1.07})
+    text = render.entries([("t0", checked), ("", borrowed), ("plain", base)])
+    lines = text.splitlines()
+    assert "t0; decode check: gemv replaced (0.82x)" in lines[2]
+    assert "decode check: gemv kept (1.07x); decision of 64x32" in lines[3]
+    assert lines[4].rstrip().endswith("plain")

@@ -87,6 +87,14 @@ def entries(rows: list[tuple[str, dict]]) -> str:
         errs = [c.get("gate_error") for c in cands.values() if isinstance(c, dict)]
         errs = [x for x in errs if x is not None]
         err = max(errs) if errs else (e.get("gate") or {}).get("worst_error")
+        check = e.get("decode_check")
+        if isinstance(check, dict) and "tuned" in check:
+            verdict = "kept" if check.get("kept") else "replaced"
+            note = (f"{note}; " if note else "") + (
+                f"decode check: {check['tuned']} {verdict} ({check.get('ratio', 0):.2f}x)")
+        if e.get("borrowed_from"):
+            b = e["borrowed_from"]
+            note = (f"{note}; " if note else "") + f"decision of {b.get('n')}x{b.get('k')}"
         body.append(
             [str(e.get("m", e["m_bucket"])), str(e["n"]), str(e["k"]), e["dtype"], e["weight_format"]]
             + cells
