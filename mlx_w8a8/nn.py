@@ -69,6 +69,18 @@ def _shared_activations(x: mx.array, key, quantize, x2: mx.array):
     return acts
 
 
+def _stages_as_bound(candidate, problem):
+    """``bind_stages`` for a candidate without one: its ``stages`` (or ``run``) with the
+    weight, bias and output dtype fixed at bind time; nothing else is prepared."""
+    stages = candidate.stages(problem) if candidate.stages else None
+    if stages is None:  # one stage: run(x, w, b) does it all
+        run = candidate.run
+        return lambda p, w, b: (None, None, lambda x2: run(x2, w, b))
+    act_key, quantize, apply = stages
+    dtype = getattr(mx, problem.dtype)
+    return lambda p, w, b: (act_key, quantize, lambda acts: apply(acts, w, b, dtype))
+
+
 def clear_shared_activations() -> None:
     """Drop this thread's memoised activations (they are otherwise held until replaced)."""
     _shared.slots = []
@@ -250,33 +262,15 @@ class Linear(nn.Module):
         flat = len(lead) != 1
         if candidate.bind is not None:
             plan = candidate.bind(self, problem)
-        elif candidate.bind_stages is not None:
-            plan = self._bound_plan(candidate.bind_stages, problem, flat, out_shape)
         else:
-            stages = candidate.stages(problem) if candidate.stages else None
-            if stages is not None:
-                act_key, quantize, apply = stages
-            else:  # one stage: run(x, w, b) does it all
-                run = candidate.run
-                act_key, quantize = None, None
-                apply = lambda x2, w, b, dtype: run(x2, w, b)  # noqa: E731
-            out_dtype = x.dtype
-            fmt = self.format
-
-            def plan(x):
-                qw = self._weight(fmt)
-                if qw is None:  # new weights changed the format: re-decide
-                    return self(x)
-                x2 = x.reshape(m, k) if flat else x
-                acts = x2 if quantize is None else _shared_activations(x, act_key, quantize, x2)
-                y = apply(acts, qw, self.get("bias"), out_dtype)
-                return y.reshape(out_shape) if flat else y
+            bind_stages = candidate.bind_stages or _stages_as_bound(candidate, problem)
+            plan = self._bound_plan(bind_stages, problem, flat, out_shape)
         return self._keep(x, plan, (m, candidate.name, source))
 
     def _bound_plan(self, bind_stages, problem: Problem, flat: bool, out_shape):
-        """The plan of a candidate with ``bind_stages``: its launches are prepared for the
-        current weight and bias on the first call and again only when those arrays are
-        replaced (e.g. by ``mx.compile(..., inputs=model.state)``, which swaps them
+        """The plan of a candidate through ``bind_stages`` (its own, or
+        :func:`_stages_as_bound`): its launches are prepared for the current weight and
+        bias on the first call and again only when those arrays are replaced (e.g. by ``mx.compile(..., inputs=model.state)``, which swaps them
         without going through ``__setitem__``); each call otherwise only launches."""
         m, k, fmt = problem.m, problem.k, self.format
         held_w = held_b = act_key = quantize = apply = None
