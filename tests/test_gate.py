@@ -93,7 +93,7 @@ def test_cycled_weights_are_equal_values_in_distinct_memory(problem):
     # A model reads each layer's weight from DRAM; a timing loop over one weight reads
     # it from cache. The copies must hold the same values (same kernel work) in
     # different buffers (a copy that aliases its source would time the cache again).
-    ins = gate.operands(problem, variants=2, seed=1, weights=5)
+    ins = gate.cycle_weights(gate.operands(problem, variants=2, seed=1), 5)
     assert len(ins) == 5
     ws = [args[1] for args in ins]
 
@@ -111,8 +111,8 @@ def test_cycled_weights_are_equal_values_in_distinct_memory(problem):
     # activations keep rotating with their own period
     assert np.array_equal(np.asarray(ins[2][0]), np.asarray(ins[0][0]))
     assert not np.array_equal(np.asarray(ins[1][0]), np.asarray(ins[0][0]))
-    assert gate.operands(problem, variants=2, seed=1, weights=1) is not None
-    assert len(gate.operands(problem, variants=3, seed=1, weights=1)) == 3
+    one = gate.operands(problem, variants=3, seed=1)
+    assert gate.cycle_weights(one, 1) is one and len(one) == 3
 
 
 def test_drifting_challenger_is_rejected_with_its_worst_element(caplog):

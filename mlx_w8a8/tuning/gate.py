@@ -281,7 +281,7 @@ def weight_copies(weight: Any, copies: int) -> list:
 
 
 def operands(
-    problem: Problem, variants: int = 2, seed: int = 0, weight: Any = None, weights: int = 1
+    problem: Problem, variants: int = 2, seed: int = 0, weight: Any = None
 ) -> list[tuple]:
     """Argument tuples for a candidate's ``run`` (signatures: ``kernels.registry``).
 
@@ -291,19 +291,14 @@ def operands(
             timing loop can rotate through them.
         seed: seed of the random draws and of the synthetic weight.
         weight: the weight to use (a ``QuantizedWeight`` for ``linear``, an ``[N, K]``
-            int8 array for ``int8_matmul``); synthesized when ``None``.
-        weights: how many copies of the weight in distinct memory the tuples cycle
-            through (:func:`weight_copies`; ignored for ``quantize_activation``).
+            int8 array for ``int8_matmul``); synthesized when ``None``. All tuples share
+            it (:func:`cycle_weights` spreads them over copies).
 
     Returns:
-        ``max(variants, weights)`` tuples: ``(x, weight, bias)`` for ``linear``, ``(a,
-        b)`` for ``int8_matmul``, ``(x, group_size)`` for ``quantize_activation``;
-        tuple ``i`` holds activation ``i % variants`` and weight copy ``i % weights``.
+        ``variants`` tuples: ``(x, weight, bias)`` for ``linear``, ``(a, b)`` for
+        ``int8_matmul``, ``(x, group_size)`` for ``quantize_activation``.
     """
-    base = _with_weight(problem, activations(problem, variants, seed), seed, weight)
-    if problem.op == "quantize_activation":
-        return base
-    return cycle_weights(base, weights)
+    return _with_weight(problem, activations(problem, variants, seed), seed, weight)
 
 
 def cycle_weights(inputs: list[tuple], weights: int) -> list[tuple]:

@@ -551,6 +551,7 @@ class Tuner:
         cfg = self.config
         inputs = gate.operands(problem, variants=cfg.rotate, seed=cfg.seed, weight=weight)
         shared = inputs[0][1] if problem.op != "quantize_activation" else None
+        copies = 0
         if shared is not None:
             copies = cold_copies(gate.weight_nbytes(shared), cfg.cold_bytes)
             inputs = gate.cycle_weights(inputs, copies)
@@ -561,8 +562,8 @@ class Tuner:
         )
         passing = [c for c in found if verdicts[c.name].passed]
         result = timing.paired_measure(
-            [(c.name, _as_layers_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs, warmup=cfg.warmup,
-            chain=cfg.chain, max_chain=cfg.max_chain, progress=progress,
+            [(c.name, _as_layers_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs,
+            warmup=cfg.warmup, chain=cfg.chain, max_chain=cfg.max_chain, progress=progress,
         )
         times = result.timings
         if not times[reference.name].ok:
@@ -623,7 +624,7 @@ class Tuner:
             "min_improvement_bps": cfg.min_improvement_bps,
             "samples": result.rounds,
             "chain": result.chain,
-            "weight_copies": len({id(args[1]) for args in inputs}) if shared is not None else 0,
+            "weight_copies": copies,
             "measured_at": _now(),
         }
 
