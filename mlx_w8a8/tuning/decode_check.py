@@ -196,24 +196,27 @@ def check_decode(
     decode()  # every layer meets M = 1 and decides
     groups: dict[Problem, list[tuple[str, Any]]] = {}
     tuned: dict[Problem, str] = {}
+    reference: dict[Problem, str] = {}
     for path, layer in layers:
         dtype = _decode_dtype(layer)
         if layer.kernel is not None or dtype is None:
             continue  # forced by the user, or not on the decode path
         problem = layer.problem(1, dtype)
         name, _ = layer.decision(1, dtype)
-        if name != registry.fallback(problem).name:
+        fallback = registry.fallback(problem).name
+        if name != fallback:
             groups.setdefault(problem, []).append((path, layer))
-            tuned[problem] = name
+            tuned[problem], reference[problem] = name, fallback
     if not groups:
         return DecodeCheck((), steps, rounds, {}, 0)
 
     problems = list(groups)
-    reference = {p: registry.fallback(p).name for p in problems}
-    names = ["reference"] + [f"group {i}" for i in range(len(problems))]
+    # variant name -> the group left on its tuned kernel (None: every group forced)
+    variants = {"reference": None, **{f"group {i}": p for i, p in enumerate(problems)}}
+    names = list(variants)
 
     def arrange(name: str) -> None:
-        keep = None if name == "reference" else problems[int(name.split()[1])]
+        keep = variants[name]
         for p in problems:
             for _, layer in groups[p]:
                 want = None if p == keep else reference[p]
