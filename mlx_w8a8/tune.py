@@ -28,6 +28,7 @@ import sys
 import time
 
 from .kernels.registry import Problem
+from .tuning import decode_check as decode_check_mod
 from .tuning import gate, linears, render, shapes, table, timing
 from .tuning.batch import Batch
 from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
@@ -93,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(on a CPU one bfloat16 decode step of a 7B-class block takes seconds)")
     p.add_argument("--check-layers", type=int, default=4, metavar="L",
                    help="transformer blocks of the decode check's model (default: %(default)s)")
-    p.add_argument("--check-rounds", type=int, default=None, metavar="R",
-                   help="paired rounds of the decode check (default: 20)")
+    p.add_argument("--check-rounds", type=int, default=decode_check_mod.ROUNDS, metavar="R",
+                   help="paired rounds of the decode check (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None, out=None) -> int:
         return fail("give --model, --shapes, --export or --show", 2)
     if args.tp != 1 and not args.model:
         return fail(f"--tp applies to --model only, got --tp {args.tp} without --model", 2)
+    if args.check_layers < 1 or args.check_rounds < 2:
+        return fail(f"need --check-layers >= 1 and --check-rounds >= 2, got "
+                    f"{args.check_layers} and {args.check_rounds}", 2)
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
                             pairs=args.pairs, warmup=args.warmup,
@@ -276,8 +280,6 @@ def decode_check(args, tuner: Tuner, out) -> int:
     from . import models, tuning
     from .convert import quantize
 
-    if args.check_layers < 1:
-        return fail(f"--check-layers must be >= 1, got {args.check_layers}", 2)
     try:
         model, config, label = models.build(args.model, layers=args.check_layers,
                                             dtype=getattr(mx, args.dtype))
@@ -289,9 +291,8 @@ def decode_check(args, tuner: Tuner, out) -> int:
     print(f"decode check on {label}'s first {config['num_hidden_layers']} block(s)", file=out)
     previous = tuning.use_tuner(tuner)
     try:
-        rounds = {} if args.check_rounds is None else {"rounds": args.check_rounds}
         report = tuning.check_decode(
-            model, tuner, min_improvement_bps=args.min_improvement, **rounds,
+            model, tuner, min_improvement_bps=args.min_improvement, rounds=args.check_rounds,
             progress=None if args.no_progress else (lambda msg: print("  " + msg, file=out)),
         )
     finally:

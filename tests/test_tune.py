@@ -298,5 +298,9 @@ def test_decode_check_end_to_end_on_a_tiny_model(tmp_path):
     assert "decode check on tiny-llama's first 1 block(s)" in text
     # whatever the CPU chose at M = 1, the check either had nothing to do or judged it
     assert ("nothing to check" in text) or ("decode check (32 steps x 2" in text)
-    assert run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
-                "--check-layers", "0", "--table", path] + TINY)[0] == 2
+    # bad check settings are refused before anything is measured
+    for bad in (["--check-layers", "0"], ["--check-rounds", "1"]):
+        fresh = str(tmp_path / "fresh.json")
+        assert run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
+                    "--table", fresh] + bad + TINY)[0] == 2
+        assert not os.path.exists(fresh)
