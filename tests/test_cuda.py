@@ -284,7 +284,7 @@ def test_w8a8_gemm_ws_every_tile_config(rng, config, m, n, k, dtype, with_bias):
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
 
-@pytest.mark.parametrize("config", ["wgmma", "large", "ws256"])
+@pytest.mark.parametrize("config", ["wgmma", "large", "ws256p4"])
 @pytest.mark.parametrize("k", [launch.U8_MAX_K // 32 * 32, launch.U8_MAX_K // 32 * 32 + 32])
 def test_w8a8_gemm_unsigned_k_bound(config, k):
     """Extreme operands at the exactness bound of the unsigned path: activation codes

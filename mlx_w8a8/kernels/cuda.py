@@ -232,16 +232,18 @@ def _supports_gemv(p: registry.Problem) -> bool:
 def _digest(functions, files, params: str) -> str:
     """The candidate's digest: the Python functions it runs (its own and the launchers'),
     the kernel files it compiles and its launch parameters (``sources.code_digest``)."""
-    common = (launch.load, launch._kernel, launch._grid, launch.tiles, launch.LaunchSpec)
+    common = (launch.load, launch.requires, launch._own, launch._kernel, launch._grid,
+              launch.tiles, launch.LaunchSpec)
+    used = dict.fromkeys(f for top in files for f in launch.requires(top))  # + what they require
     return sources.code_digest(*functions, *common,
-                               texts=tuple(sources.read("cuda", f) for f in files),
+                               texts=tuple(sources.read("cuda", f) for f in used),
                                params=params)
 
 
 _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
 _WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
-_WS_FILES = _GEMM_FILES + ("gemm_ws.cu",)
+_WS_FILES = ("gemm_ws.cu",)
 _QUANT_FNS = (quantize, launch.quantize_spec)
 _BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3)
 _CANDIDATES = (

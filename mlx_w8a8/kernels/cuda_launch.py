@@ -37,18 +37,48 @@ GEMV_MAX_M = 16
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 
+def _own(file: str) -> tuple[str, dict[str, str]]:
+    """One file's own header and bodies; a ``.cuh`` file is all header, no bodies."""
+    text = sources.read("cuda", file)
+    return (text, {}) if file.endswith(".cuh") else sources.split(text, "cuda")
+
+
+@functools.lru_cache(maxsize=None)
+def requires(file: str) -> tuple[str, ...]:
+    """``file`` after every file its header requires (``// @@ requires OTHER``, followed
+    transitively), each once, a file after everything it requires.
+
+    Raises:
+        ValueError: on a cycle of requirements.
+    """
+    order: list[str] = []
+
+    def visit(f: str, chain: tuple[str, ...]) -> None:
+        if f in chain:
+            raise ValueError(f"[mlx_w8a8.cuda] kernel files require each other: "
+                             f"{' -> '.join(chain + (f,))}")
+        if f in order:
+            return
+        for other in sources.REQUIRES.findall(_own(f)[0]):
+            visit(other, chain + (f,))
+        order.append(f)
+
+    visit(file, ())
+    return tuple(order)
+
+
 @functools.lru_cache(maxsize=None)
 def load(file: str) -> tuple[str, dict[str, str]]:
     """Header and bodies of ``shaders/cuda/<file>`` as passed to ``mx.fast.cuda_kernel``.
 
-    A ``// @@ requires OTHER.cu`` line in the header puts OTHER's header (with its own
-    requirements) first; comments are stripped (:func:`sources.strip_comments`).
+    The header is the headers of :func:`requires` (``.cuh`` files: shared code, no
+    bodies), each once, then the file's own, so a body carries only the code its file
+    names; comments are stripped (:func:`sources.strip_comments`). MLX handles the whole
+    text on every launch, so its length costs per launch (docs/cuda.md).
     """
-    header, bodies = sources.split(sources.read("cuda", file), "cuda")
-    for other in sources.REQUIRES.findall(header):
-        header = load(other)[0] + header
+    header = "".join(_own(f)[0] for f in requires(file))
     return (sources.strip_comments(header),
-            {k: sources.strip_comments(v) for k, v in bodies.items()})
+            {k: sources.strip_comments(v) for k, v in _own(file)[1].items()})
 
 
 def cuda_available() -> bool:
@@ -108,12 +138,12 @@ class GemmConfig(NamedTuple):
 
 class WsConfig(NamedTuple):
     """Tile of the warp-specialized persistent GEMM (``gemm_ws.cu``): 128 x ``bn``
-    (``bn`` 256 or 128), a ``stages``-deep ring, 8 consumer warps and ``producers``
-    producer warps (1, 2 or 4); at most one block per SM."""
+    (``bn`` 256, 128, 64 or 32), a ``stages``-deep ring, 8 consumer warps and
+    ``producers`` producer warps (1, 2 or 4); at most one block per SM."""
 
     bn: int
     stages: int
-    producers: int = 1
+    producers: int = 4
 
     file = "gemm_ws.cu"
     bm = 128
@@ -142,16 +172,20 @@ GEMM_CONFIGS = {
     "grouped": GemmConfig(128, 128, 64, 32, 4),
     "grouped_small": GemmConfig(64, 128, 32, 32, 4),
 }
-# The warp-specialized kernel: 4 stages of 48 KiB with the 128 x 256 tile, 6 of 32 KiB
-# with 128 x 128 (both ~213 KiB with the staging buffers, under the 227 KiB limit); one
-# producer warp (measured on an H200: slower than the wgmma kernel, docs/cuda.md) or a
-# producer warpgroup ("p4", the default of ws_tile_for: not yet measured).
+# The warp-specialized kernel, each tile with a producer warpgroup (one producer warp
+# measured 0.6x as fast: docs/cuda.md) and as many ring stages as fit next to the 20 KiB
+# epilogue staging in an H200's 227 KiB: 4 x 48 KiB at 128 x 256, 6 x 32, 8 x 24, 10 x 20.
 WS_CONFIGS = {
-    "ws256": WsConfig(256, 4, 1),
-    "ws128": WsConfig(128, 6, 1),
-    "ws256p4": WsConfig(256, 4, 4),
-    "ws128p4": WsConfig(128, 6, 4),
+    "ws256p4": WsConfig(256, 4),
+    "ws128p4": WsConfig(128, 6),
+    "ws64p4": WsConfig(64, 8),
+    "ws32p4": WsConfig(32, 10),
 }
+# Relative throughput per output element of each tile width when the SMs are busy (a
+# narrower tile re-reads A from shared memory for fewer columns): 128 x 128 ran at 0.83-
+# 0.85x of 128 x 256 on an H200 (M = 2048, 8192 on 4096 x 4096 and 14336 x 4096,
+# docs/cuda.md); the 64 and 32 figures are estimates (docs/cuda.md says what measured).
+WS_TILE_EFFICIENCY = {256: 1.0, 128: 0.85, 64: 0.7, 32: 0.5}
 SMS = 132  # persistent grid size (an H200's SM count; any GPU runs it correctly)
 # Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile; the
 # environment variable MLX_W8A8_CUDA_WGMMA=0 turns it off (mma.sync everywhere).
@@ -180,11 +214,15 @@ def tile_for(m: int, n: int) -> GemmConfig:
 
 
 def ws_tile_for(m: int, n: int) -> WsConfig:
-    """The warp-specialized GEMM's tile: 128 x 256 once that gives about one tile per SM
-    or more, else 128 x 128 (twice the tiles, so more SMs get work at small M), both with
-    a producer warpgroup. A rule by tile count, not yet checked against measurements."""
-    big = WS_CONFIGS["ws256p4"]
-    return big if tiles(m, n, big) >= SMS - SMS // 8 else WS_CONFIGS["ws128p4"]
+    """The warp-specialized GEMM's tile for an ``M x N`` output: the one whose persistent
+    grid finishes first by a simple model, ``waves * bn / efficiency`` (``waves`` = tiles
+    per SM, rounded up; :data:`WS_TILE_EFFICIENCY`), the wider tile on a tie. So large
+    outputs take 128 x 256, and small M or narrow N (decode-adjacent M = 16-128, a GQA
+    model's k/v projections) take narrower tiles that give every SM work."""
+    def finish(cfg: WsConfig) -> tuple[float, int]:
+        waves = -(-tiles(m, n, cfg) // SMS)
+        return waves * cfg.bn / WS_TILE_EFFICIENCY[cfg.bn], -cfg.bn
+    return min(WS_CONFIGS.values(), key=finish)
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:

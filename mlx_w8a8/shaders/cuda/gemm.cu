@@ -5,7 +5,9 @@
 // each "// @@ body NAME" line starts the `source=` (function body) of one kernel. MLX
 // wraps a body as `__global__ void custom_kernel_<name>(inputs..., outputs...) { <template
 // constants> <body> }` inside namespace mlx::core::cu, so the bodies only call the
-// templates defined here.
+// templates defined here. The code every GEMM file shares (copies, tile layout, stores,
+// the per-channel epilogue) is in common.cuh, put before this header by the launcher:
+// @@ requires common.cuh
 //
 // C[m, n] = sum_k A[m, k] * B[n, k]; A [M, K] int8 (activation codes). B, by WB:
 //   kWeightS8   B [N, K] int8 (the raw int8_matmul).
@@ -34,31 +36,6 @@
 
 namespace w8a8 {
 
-constexpr int kBK = 128;  // bytes (= int8 elements) of K per pipeline stage
-
-// How B's bytes are multiplied (see the top of the file).
-constexpr int kWeightS8 = 0, kWeightFlip = 1, kWeightU8 = 2;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -84,13 +61,6 @@ __device__ __forceinline__ void mma_i8(int (&c)[4], const uint32_t (&a)[4], uint
   }
 }
 
-// Byte offset of 16-byte chunk `chunk` (0..7) of tile row `row` (rows are kBK = 128 bytes).
-// XOR swizzle: the 8 rows one ldmatrix phase reads (same logical chunk) land in 8
-// different 16-byte bank groups, so ldmatrix and the cp.async stores are conflict-free.
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * kBK + ((chunk ^ (row & 7)) << 4);
-}
-
 template <typename T>
 __device__ __forceinline__ float to_f32(T v) {
   return static_cast<float>(v);
@@ -102,107 +72,6 @@ __device__ __forceinline__ float to_f32<__half>(__half v) {
 template <>
 __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
-}
-
-// Store two adjacent outputs (n, n + 1) of one row; n is even. `pair` means both columns
-// exist and the address is 2-element aligned (N even), so one vector store is legal.
-// The pointers may be global or shared (the staged epilogue of gemm_ws.cu).
-__device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
-  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
-}
-__device__ __forceinline__ void store_pair(__nv_bfloat16* p, float v0, float v1) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-}
-__device__ __forceinline__ void store_pair(float* p, float v0, float v1) {
-  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-}
-__device__ __forceinline__ void store_pair(int32_t* p, int v0, int v1) {
-  *reinterpret_cast<int2*>(p) = make_int2(v0, v1);
-}
-
-template <typename T, typename V>
-__device__ __forceinline__ void store2(T* out, size_t idx, V v0, V v1, bool pair, bool second) {
-  if (pair) {
-    store_pair(out + idx, v0, v1);
-  } else {
-    out[idx] = static_cast<T>(v0);
-    if (second) out[idx + 1] = static_cast<T>(v1);
-  }
-}
-
-// The per-channel epilogue, shared by every GEMM body (gemm.cu, gemm_wgmma.cu,
-// gemm_ws.cu) so that all of them compute the same float32 expression:
-//   MODE 0: c = acc - corr_m                                  (int32, raw int8 GEMM)
-//   MODE 1: y = float(acc - corr_m) * row_scale[m] * col_scale[n] (+ bias[n])
-// where corr_m = 128 * row_sums[m] for WB == kWeightU8 (the unsigned-code correction,
-// exact in int32: |128 R| <= 128 * 127 * K < 2^31) and 0 otherwise. Row and column terms
-// are loaded once per row / column by the caller (rows past M, columns past N get zeros;
-// their values are never stored).
-template <bool B, typename IfTrue, typename IfFalse>
-struct Select {
-  using type = IfTrue;
-};
-template <typename IfTrue, typename IfFalse>
-struct Select<false, IfTrue, IfFalse> {
-  using type = IfFalse;
-};
-
-template <int MODE, bool HAS_BIAS, int WB>
-struct ChannelEpilogue {
-  using Value = typename Select<MODE == 0, int, float>::type;
-  struct Row {
-    float scale;
-    int corr;
-  };
-  struct Col {
-    float scale, bias;
-  };
-  const float* row_scale;
-  const int32_t* row_sums;
-  const float* col_scale;
-  const float* bias;
-
-  __device__ __forceinline__ Row row(int m, int M) const {
-    Row r{0.f, 0};
-    if (m < M) {
-      if constexpr (MODE == 1) r.scale = row_scale[m];
-      if constexpr (WB == kWeightU8) r.corr = 128 * row_sums[m];
-    }
-    return r;
-  }
-  __device__ __forceinline__ Col col(int n, int N) const {
-    Col c{0.f, 0.f};
-    if constexpr (MODE == 1) {
-      if (n < N) {
-        c.scale = col_scale[n];
-        if constexpr (HAS_BIAS) c.bias = bias[n];
-      }
-    }
-    return c;
-  }
-  __device__ __forceinline__ Value operator()(int acc, Row r, Col c) const {
-    const int v = acc - r.corr;
-    if constexpr (MODE == 0) {
-      return v;
-    } else {
-      float y = static_cast<float>(v) * r.scale * c.scale;
-      if constexpr (HAS_BIAS) y += c.bias;
-      return y;
-    }
-  }
-};
-
-// Coordinates of tile `bid` (a block index, or a persistent block's current tile),
-// rasterized in groups of 8 tile-rows so that tiles running together share A and B tiles
-// in L2.
-__device__ __forceinline__ void tile_coords(int bid, int tiles_m, int tiles_n, int& tm,
-                                            int& tn) {
-  constexpr int kGroup = 8;
-  const int width = kGroup * tiles_n;
-  const int first = (bid / width) * kGroup;
-  const int rows = min(tiles_m - first, kGroup);
-  tm = first + (bid % width) % rows;
-  tn = (bid % width) / rows;
 }
 
 // The main loop: accumulates the warp's sub-tile. MODE 2 (grouped) folds the int32

@@ -1,20 +1,21 @@
 // Int8 GEMM on Hopper, warp-specialized and persistent (wgmma, sm_90a only).
 //
-// File layout: as gemm.cu; this file requires gemm_wgmma.cu (wgmma descriptors and the
-// m64n256k32 instruction), which requires gemm.cu (cp.async, the swizzled tile layout,
-// tile rasterization, the shared per-channel epilogue).
-// @@ requires gemm_wgmma.cu
+// File layout: as gemm.cu. The copies, tile layout, rasterization and the per-channel
+// epilogue are common.cuh's, the instruction, descriptors and fences wgmma.cuh's:
+// @@ requires wgmma.cuh
 //
 // Block: 256 + 32 PW threads, one block per SM, a persistent grid (at most one block per
-// SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in gemm.cu's grouped
-// order).
-//  * Warps 8 .. 8 + PW - 1 are the producer (PW = 1 or 4 in the launcher's configs; with
-//    one producer warp the kernel measured slower than gemm_wgmma.cu on an H200, its
-//    tensor pipe ~30% busy and most stalls on the L1TEX scoreboard: docs/cuda.md): for
-//    every k-tile of every tile of the block it waits until
+// SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in common.cuh's
+// grouped order). Tiles are 128 x BN, BN = 256, 128, 64 or 32 (narrow tiles give small M
+// and narrow N enough tiles to occupy every SM).
+//  * Warps 8 .. 8 + PW - 1 are the producer (PW = 4 in the launcher's configs; with one
+//    producer warp the kernel measured 0.6x as fast on an H200, its tensor pipe ~30%
+//    busy and most stalls on the L1TEX scoreboard: docs/cuda.md): for every k-tile of
+//    every tile of the block it waits until
 //    ring stage s is free (mbarrier empty[s]), issues the stage's 16-byte cp.async copies
 //    (A: 128 rows, B: BN rows, 128 bytes of K each, in the 128-byte swizzle that wgmma
-//    reads; tails zero-filled) and ends with cp.async.mbarrier.arrive.noinc on full[s],
+//    reads; rows past M / N skipped, K tails zero-filled) and ends with
+//    cp.async.mbarrier.arrive.noinc on full[s],
 //    so full[s] completes when the copies have landed. It never waits for the MMAs, so
 //    it runs up to STAGES k-tiles ahead, across tile boundaries (it loads the next tile
 //    while the consumers run the epilogue).
@@ -26,7 +27,7 @@
 //  * Epilogue (per warp, no block barrier), 32 columns per pass: the warp writes its raw
 //    int32 accumulators to its own padded staging buffer in shared memory (conflict-free
 //    8-byte stores), then each lane reads 8 consecutive columns of one row back, applies
-//    the shared ChannelEpilogue (gemm.cu) and stores them with 16-byte stores (one for
+//    the shared ChannelEpilogue (common.cuh) and stores them with 16-byte stores (one for
 //    16-bit outputs, two for 32-bit ones); 4 lanes write a row's 32 columns contiguously
 //    (full sectors). Scalar stores only for a column tail or rows not 16-byte aligned.
 //
@@ -54,7 +55,7 @@
 // The consumers never use a block-wide barrier after the start (the producer warps have
 // left the loop by then), and the producer exits after its last copies have landed.
 //
-// Invariants: as gemm.cu (K % 16 == 0, zero-filled tails, |A|, |B| <= 128, K < 2^17;
+// Invariants: as gemm.cu (K % 16 == 0, |A|, |B| <= 128, K < 2^17;
 // kWeightU8 K <= 66311); launched with exactly 256 + 32 PW threads and
 // STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 1024 bytes of dynamic shared
 // memory (the launcher's WsConfig.shared_memory).
@@ -103,64 +104,6 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
 
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// Operands are in wgmma_m64n256k32's order (131 for n256, 67 for n128).
-#define W8A8_WGMMA_M64N128K32(TYPES)                                                      \
-  asm volatile(                                                                            \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                         \
-      "wgmma.mma_async.sync.aligned.m64n128k32.s32." TYPES " {"                             \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "  \
-      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
-      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "  \
-      "%60, %61, %62, %63"  \
-      "}, %64, %65, p;\n}\n"                                                               \
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),  \
-        "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),  \
-        "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),  \
-        "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),  \
-        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),  \
-        "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),  \
-        "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),  \
-        "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),  \
-        "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]),  \
-        "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]),  \
-        "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])  \
-      : "l"(da), "l"(db), "r"(accumulate))
-
-template <bool U8>
-__device__ __forceinline__ void wgmma_m64n128k32(int (&d)[64], uint64_t da, uint64_t db,
-                                                 int accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (U8) {
-    W8A8_WGMMA_M64N128K32("s8.u8");
-  } else {
-    W8A8_WGMMA_M64N128K32("s8.s8");
-  }
-#else
-  __trap();
-#endif
-}
-
-// d (+)= A (64 x 32) * B (BN x 32)^T for one k32 step of one warpgroup.
-template <bool U8, int BN>
-__device__ __forceinline__ void wgmma_step(int (&d)[BN / 2], uint64_t da, uint64_t db,
-                                           int accumulate) {
-  static_assert(BN == 256 || BN == 128, "m64n256k32 or m64n128k32");
-  if constexpr (BN == 256) {
-    wgmma_m64n256k32<U8>(d, da, db, accumulate);
-  } else {
-    wgmma_m64n128k32<U8>(d, da, db, accumulate);
-  }
 }
 
 // Eight consecutive outputs from 8 values, 16-byte aligned: one 16-byte store for 16-bit
@@ -248,16 +191,18 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
         const bool kok = k0 + chunk * 16 < K;
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
         const uint32_t sb = sa + BM * kBK;
+        // Rows past M (N) are not copied at all: their shared-memory bytes are stale or
+        // uninitialized, so the accumulator rows (columns) they feed hold garbage, which
+        // the epilogue never stores. Chunks past K inside a row are zero-filled: they add
+        // to stored outputs. At small M this halves or better the producers' copy work.
 #pragma unroll
-        for (int i = 0; i < BM / kStep; ++i) {
-          const bool ok = kok && ((amask >> i) & 1u);
-          cp_async_16(sa + swz(r0 + kStep * i, chunk), ok ? pa + i * kstep + k0 : a, ok);
-        }
+        for (int i = 0; i < BM / kStep; ++i)
+          if ((amask >> i) & 1u)
+            cp_async_16(sa + swz(r0 + kStep * i, chunk), kok ? pa + i * kstep + k0 : a, kok);
 #pragma unroll
-        for (int i = 0; i < BN / kStep; ++i) {
-          const bool ok = kok && ((bmask >> i) & 1u);
-          cp_async_16(sb + swz(r0 + kStep * i, chunk), ok ? pb + i * kstep + k0 : b, ok);
-        }
+        for (int i = 0; i < BN / kStep; ++i)
+          if ((bmask >> i) & 1u)
+            cp_async_16(sb + swz(r0 + kStep * i, chunk), kok ? pb + i * kstep + k0 : b, kok);
         cp_async_arrive_noinc(full0 + 8 * s);
       }
     }
@@ -277,18 +222,24 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
     const int m0 = tm * BM, n0 = tn * BN;
+    // A warpgroup whose 64 rows all lie past M (M <= 64 in the last tile-row) only keeps
+    // the ring's protocol: it waits for each stage and releases it, issuing no MMA, and
+    // skips the epilogue. The condition is uniform over the warpgroup, as wgmma requires.
+    const bool busy = m0 + wg * 64 < M;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
       mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-      fence_proxy_async();
-      const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
-      const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
-      wgmma_fence();
+      if (busy) {
+        fence_proxy_async();
+        const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+        const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+        wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kBK / 32; ++ks)
-        wgmma_step<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32),
-                                        (kt | ks) != 0);
-      wgmma_commit();
+        for (int ks = 0; ks < kBK / 32; ++ks)
+          wgmma_k32<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32),
+                                         (kt | ks) != 0);
+      }
+      wgmma_commit();  // an empty group when idle: the waits below stay uniform
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage
         if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -296,6 +247,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
     }
     wgmma_wait<0>();
     if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+    if (!busy) continue;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) asm volatile("" : "+r"(d[i])::"memory");
 

@@ -2,9 +2,9 @@
 //
 // File layout: the text before the first "// @@ body" line is the `header=` of
 // mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
-// The "// @@ requires" line below makes the loader put quantize.cu's header first (the
-// fused kernels quantize x with its helpers).
-// @@ requires quantize.cu
+// The "// @@ requires" line below makes the loader put quantize.cuh first (the fused
+// kernels quantize x with its helpers; quantize_rows_block below).
+// @@ requires quantize.cuh
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations already quantized by the
 // quantize kernel): per-channel weights accumulate sum_k xq[m, k] * (q[n, k] - 128) in
@@ -30,6 +30,46 @@
 // past N are read as row N - 1 and never stored.
 
 namespace w8a8 {
+
+// Quantize rows [0, M) of x into `q_out` (row stride K; shared or global memory) and
+// their scales into `scale_out`, the whole block on one row at a time (each thread 8
+// elements per step, so a decode row of a few thousand elements takes one or two steps).
+// Used by the fused decode kernel (gemv.cu), whose blocks quantize x into shared memory.
+// All threads of the block must call it (it synchronizes).
+template <typename T>
+__device__ __forceinline__ void quantize_rows_block(const T* x, int M, int K, int8_t* q_out,
+                                                    float* scale_out) {
+  __shared__ float warp_max[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  const int chunks = K >> 3;
+  for (int m = 0; m < M; ++m) {
+    const T* xr = x + (size_t)m * K;
+    float amax = 0.f;
+    for (int c = tid; c < chunks; c += blockDim.x) {
+      float f[8];
+      load8(xr + c * 8, f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0) warp_max[warp] = amax;
+    __syncthreads();
+    amax = warp_max[0];
+    for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
+    __syncthreads();  // warp_max is reused by the next row
+    bool usable;
+    const float s = row_scale(amax, usable);
+    if (tid == 0) scale_out[m] = s;
+    for (int c = tid; c < chunks; c += blockDim.x) {
+      float f[8];
+      load8(xr + c * 8, f);
+      uint32_t packed[2];
+      quantize8(f, s, usable, packed);
+      *reinterpret_cast<uint2*>(q_out + (size_t)m * K + c * 8) = make_uint2(packed[0], packed[1]);
+    }
+  }
+}
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

@@ -15,92 +15,10 @@
 // K % 8 == 0 (and K % GS == 0), rows 16-byte aligned (row-contiguous input, K * sizeof(T)
 // a multiple of 16), blockDim.x a multiple of 32.
 //
-// Exactness: scale = amax / 127 and x / scale are IEEE round-to-nearest divisions
-// (__fdiv_rn, never a reciprocal multiply, which fast-math could substitute), and
-// rintf rounds half to even, so codes match the float64 oracle bit for bit.
+// Exactness: quantize.cuh's row_scale and quantize8 (IEEE divisions, half-to-even).
+// @@ requires quantize.cuh
 
 namespace w8a8 {
-
-// Eight consecutive elements of T as raw 16-byte words (one for float16/bfloat16, two
-// for float32), and their float values.
-template <typename T>
-struct Raw8 {
-  uint4 w[sizeof(T) / 2];
-};
-
-template <typename T>
-__device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
-  Raw8<T> r;
-#pragma unroll
-  for (int i = 0; i < (int)(sizeof(T) / 2); ++i) r.w[i] = reinterpret_cast<const uint4*>(p)[i];
-  return r;
-}
-
-__device__ __forceinline__ void decode8(const Raw8<__half>& r, float (&f)[8]) {
-  const __half2* h = reinterpret_cast<const __half2*>(&r.w[0]);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __half22float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-
-__device__ __forceinline__ void decode8(const Raw8<__nv_bfloat16>& r, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&r.w[0]);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-
-__device__ __forceinline__ void decode8(const Raw8<float>& r, float (&f)[8]) {
-  const float4 u = reinterpret_cast<const float4&>(r.w[0]);
-  const float4 v = reinterpret_cast<const float4&>(r.w[1]);
-  f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w;
-  f[4] = v.x; f[5] = v.y; f[6] = v.z; f[7] = v.w;
-}
-
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
-  decode8(load_raw8(p), f);
-}
-
-// |v| with NaN mapped to +inf, so a max over it is not-finite iff the row holds NaN/Inf
-// (fmaxf alone would drop NaNs).
-__device__ __forceinline__ float abs_or_inf(float v) {
-  const float a = fabsf(v);
-  return a == a ? a : __int_as_float(0x7f800000);
-}
-
-// The row scale from amax: (scale, usable). Not-finite amax -> NaN scale, codes 0;
-// amax 0 -> scale 0, codes 0.
-__device__ __forceinline__ float row_scale(float amax, bool& usable) {
-  const bool finite = amax <= 3.402823466e38f;  // false for +inf
-  usable = finite && amax > 0.f;
-  return finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
-}
-
-// Codes of 8 values, packed little-endian into two words; returns their sum.
-__device__ __forceinline__ int quantize8(const float (&f)[8], float s, bool usable,
-                                         uint32_t (&packed)[2]) {
-  int sum = 0;
-  packed[0] = packed[1] = 0u;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int v = 0;
-    if (usable) {
-      float r = rintf(__fdiv_rn(f[i], s));
-      r = fminf(fmaxf(r, -127.f), 127.f);
-      v = static_cast<int>(r);
-    }
-    sum += v;
-    packed[i >> 2] |= (static_cast<uint32_t>(v) & 0xffu) << ((i & 3) * 8);
-  }
-  return sum;
-}
 
 // RSUM (only with GS == 0): row_sums is [M, 1] and receives the whole row's code sum;
 // |R_m| <= 127 K fits int32 for any K the launchers accept.
@@ -263,46 +181,6 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
   if (lane == 0) {
     scale[row] = s;
     row_sums[row] = total;
-  }
-}
-
-// Quantize rows [0, M) of x into `q_out` (row stride K; shared or global memory) and
-// their scales into `scale_out`, the whole block on one row at a time (each thread 8
-// elements per step, so a decode row of a few thousand elements takes one or two steps).
-// Used by the fused decode kernel (gemv.cu), whose blocks quantize x into shared memory.
-// All threads of the block must call it (it synchronizes).
-template <typename T>
-__device__ __forceinline__ void quantize_rows_block(const T* x, int M, int K, int8_t* q_out,
-                                                    float* scale_out) {
-  __shared__ float warp_max[32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  const int chunks = K >> 3;
-  for (int m = 0; m < M; ++m) {
-    const T* xr = x + (size_t)m * K;
-    float amax = 0.f;
-    for (int c = tid; c < chunks; c += blockDim.x) {
-      float f[8];
-      load8(xr + c * 8, f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (lane == 0) warp_max[warp] = amax;
-    __syncthreads();
-    amax = warp_max[0];
-    for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
-    __syncthreads();  // warp_max is reused by the next row
-    bool usable;
-    const float s = row_scale(amax, usable);
-    if (tid == 0) scale_out[m] = s;
-    for (int c = tid; c < chunks; c += blockDim.x) {
-      float f[8];
-      load8(xr + c * 8, f);
-      uint32_t packed[2];
-      quantize8(f, s, usable, packed);
-      *reinterpret_cast<uint2*>(q_out + (size_t)m * K + c * 8) = make_uint2(packed[0], packed[1]);
-    }
   }
 }
 
