@@ -222,24 +222,22 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
     const int m0 = tm * BM, n0 = tn * BN;
-    // A warpgroup whose 64 rows all lie past M (M <= 64 in the last tile-row) only keeps
-    // the ring's protocol: it waits for each stage and releases it, issuing no MMA, and
-    // skips the epilogue. The condition is uniform over the warpgroup, as wgmma requires.
-    const bool busy = m0 + wg * 64 < M;
+    // Every consumer warpgroup issues its MMAs, even one whose 64 rows all lie past M
+    // (M <= 64): a branch around wgmma makes ptxas serialize every wgmma of the kernel
+    // ("C7520 ... serialized due to ... divergent path"; measured 1.4x slower on an
+    // H200), and tests/test_cuda_compile.py fails on that warning.
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
       mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-      if (busy) {
-        fence_proxy_async();
-        const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
-        const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
-        wgmma_fence();
+      fence_proxy_async();
+      const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+      const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+      wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < kBK / 32; ++ks)
-          wgmma_k32<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32),
-                                         (kt | ks) != 0);
-      }
-      wgmma_commit();  // an empty group when idle: the waits below stay uniform
+      for (int ks = 0; ks < kBK / 32; ++ks)
+        wgmma_k32<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32),
+                                       (kt | ks) != 0);
+      wgmma_commit();
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage
         if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -247,7 +245,6 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
     }
     wgmma_wait<0>();
     if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-    if (!busy) continue;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) asm volatile("" : "+r"(d[i])::"memory");
 
