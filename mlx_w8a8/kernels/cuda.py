@@ -241,7 +241,7 @@ def _digest(functions, files, params: str) -> str:
 
 
 _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
-_WS_PARAMS = f"{sorted(WS_CONFIGS.items())},{sorted(launch.WS_TILE_EFFICIENCY.items())},sms={SMS}"
+_WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
 _QUANT_FNS = (quantize, launch.quantize_spec)

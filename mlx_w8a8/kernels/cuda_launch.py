@@ -181,11 +181,6 @@ WS_CONFIGS = {
     "ws64p4": WsConfig(64, 8),
     "ws32p4": WsConfig(32, 10),
 }
-# Relative throughput per output element of each tile width when the SMs are busy (a
-# narrower tile re-reads A from shared memory for fewer columns): 128 x 128 ran at 0.83-
-# 0.85x of 128 x 256 on an H200 (M = 2048, 8192 on 4096 x 4096 and 14336 x 4096,
-# docs/cuda.md); the 64 and 32 figures are estimates (docs/cuda.md says what measured).
-WS_TILE_EFFICIENCY = {256: 1.0, 128: 0.85, 64: 0.7, 32: 0.5}
 SMS = 132  # persistent grid size (an H200's SM count; any GPU runs it correctly)
 # Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile; the
 # environment variable MLX_W8A8_CUDA_WGMMA=0 turns it off (mma.sync everywhere).
@@ -214,15 +209,15 @@ def tile_for(m: int, n: int) -> GemmConfig:
 
 
 def ws_tile_for(m: int, n: int) -> WsConfig:
-    """The warp-specialized GEMM's tile for an ``M x N`` output: the one whose persistent
-    grid finishes first by a simple model, ``waves * bn / efficiency`` (``waves`` = tiles
-    per SM, rounded up; :data:`WS_TILE_EFFICIENCY`), the wider tile on a tie. So large
-    outputs take 128 x 256, and small M or narrow N (decode-adjacent M = 16-128, a GQA
-    model's k/v projections) take narrower tiles that give every SM work."""
-    def finish(cfg: WsConfig) -> tuple[float, int]:
-        waves = -(-tiles(m, n, cfg) // SMS)
-        return waves * cfg.bn / WS_TILE_EFFICIENCY[cfg.bn], -cfg.bn
-    return min(WS_CONFIGS.values(), key=finish)
+    """The warp-specialized GEMM's tile for an ``M x N`` output: 128 x 256, or the
+    narrowest tile at least as wide as N when N <= 128 (so a tile does not compute
+    mostly-discarded columns). On an H200, 128 x 256 was the fastest ws tile at every
+    measured shape (M = 128-2048, N = 1024-14336, docs/cuda.md), also where it leaves
+    most SMs idle (M = 512, N = 1024: 16 tiles) and the narrower ones would not."""
+    for cfg in sorted(WS_CONFIGS.values(), key=lambda c: c.bn):
+        if n <= cfg.bn:
+            return cfg
+    return WS_CONFIGS["ws256p4"]
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:
