@@ -763,3 +763,50 @@ def test_kernel_names_change_with_their_text(monkeypatch):
     monkeypatch.setattr(sources, "read", edited)
     assert name_of("quantize.cu", "plain") != first
 
+
+
+# Kernel files: requirements and text ------------------------------------------------------
+def test_requires_puts_each_shared_file_once_before_its_users():
+    """gemm_ws.cu and gemm_wgmma.cu both need common.cuh, once through wgmma.cuh and once
+    directly: the loader must put it first and once (twice would redefine everything)."""
+    assert launch.requires("gemm_ws.cu") == ("common.cuh", "wgmma.cuh", "gemm_ws.cu")
+    assert launch.requires("gemm_wgmma.cu") == ("common.cuh", "wgmma.cuh", "gemm_wgmma.cu")
+    assert launch.requires("gemm.cu") == ("common.cuh", "gemm.cu")
+    assert launch.requires("gemv.cu") == ("quantize.cuh", "gemv.cu")
+    header, bodies = launch.load("gemm_ws.cu")
+    assert header.count("struct ChannelEpilogue") == 1
+    assert header.index("struct ChannelEpilogue") < header.index("wgmma_k32") < header.index("gemm_ws(")
+    assert "mma_i8" not in header  # gemm.cu's mma.sync code is not carried by the ws kernels
+    assert set(bodies) == {"int32", "channel_u8", "channel_u8_bias"}
+    assert "quantize_row(" not in launch.load("gemv.cu")[0]  # only what the GEMV uses
+
+
+def test_every_header_only_file_is_required_by_a_kernel_file():
+    from importlib import resources
+
+    folder = resources.files("mlx_w8a8").joinpath("shaders", "cuda")
+    headers = {p.name for p in folder.iterdir() if p.name.endswith(".cuh")}
+    kernels = {p.name for p in folder.iterdir() if p.name.endswith(".cu")}
+    used = {f for k in kernels for f in launch.requires(k)}
+    assert headers and headers <= used, headers - used
+
+
+def test_requires_refuses_a_cycle(monkeypatch):
+    texts = {"a.cu": "// @@ requires b.cuh\n// @@ body x\n;\n", "b.cuh": "// @@ requires a.cu\n"}
+    monkeypatch.setattr(sources, "read", lambda backend, f: texts[f])
+    launch.requires.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="a.cu -> b.cuh -> a.cu"):
+            launch.requires("a.cu")
+    finally:
+        launch.requires.cache_clear()
+
+
+@pytest.mark.parametrize("m", [1, 16, 512, 8192])
+def test_ws_tile_is_128x256_unless_n_is_narrower(m):
+    # Measured (docs/cuda.md): 128 x 256 was the fastest ws tile at every shape with
+    # N >= 1024, even where it leaves most SMs idle; narrower tiles only for narrow N.
+    want = {1: 32, 32: 32, 33: 64, 64: 64, 65: 128, 128: 128, 129: 256, 1024: 256, 128256: 256}
+    for n, bn in want.items():
+        cfg = launch.ws_tile_for(m, n)
+        assert cfg.bn == bn and cfg in launch.WS_CONFIGS.values(), (m, n, cfg)

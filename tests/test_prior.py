@@ -71,3 +71,22 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
     assert layer.decision(1) == (registry.EXACT, "prior")
     grouped = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32, per_channel=False)
     assert grouped.decision(1) == ("mlx_qmm", "fallback")
+
+
+def test_cuda_rules_agree_with_the_shipped_h200_table():
+    """The CUDA rules summarize the shipped H200 table (prior.py cites it): on every entry
+    at M >= 64 (below that the rules deliberately leave mx.quantized_matmul) they pick
+    the table's choice. Re-measuring the table without revisiting the rules fails here."""
+    paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
+    entries = table.read(paths[0])["sections"][0]["entries"]
+    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+    checked = 0
+    for e in entries:
+        if e["m_bucket"] < 64 or e["weight_format"] != "per_channel":
+            continue
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "per_channel",
+                          e["group_size"])
+        picked = prior.choose("cuda", problem, cuda)
+        assert (picked.name if picked else "mlx_qmm") == e["choice"], (e["m_bucket"], e["n"], e["k"])
+        checked += 1
+    assert checked >= 15

@@ -47,7 +47,10 @@ def test_slower_arm_has_larger_median_and_time_is_per_launch():
     assert 3.5e6 < slow.median_ns < 11.5e6  # undivided it would be >= 12 ms
     assert fast.median_ns < slow.median_ns / 4
     assert slow.p25_ns <= slow.median_ns <= slow.p75_ns and slow.spread_ns >= 0
-    assert all(r > 4 for r in m.ratios("fast", "slow"))
+    # ratios are other / baseline time per pair (> 1: "slow" took longer); a loaded machine can
+    # stall one "fast" sample, so the size is asserted on the median, the sign on all
+    ratios = m.ratios("fast", "slow")
+    assert all(r > 1 for r in ratios) and sorted(ratios)[len(ratios) // 2] > 4
 
 
 def test_adaptive_chain_targets_a_sample_time_and_is_capped():

@@ -17,22 +17,23 @@ from ..kernels.registry import EXACT, Candidate, Problem
 Rule = tuple[int, "int | None", int, tuple[str, ...]]
 
 RULES: dict[tuple[str, str, str], list[Rule]] = {
-    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16), table
-    # bench/results/h200_2026-11-30_s2_b_nvidia-h200.json (tune --model llama-3-8b):
-    # - M < 128: no rule, mx.quantized_matmul. The W8A8 GEMV wins per shape at M = 1..4
-    #   for the large weights, but in a 4-layer Llama-3-8B's own decode loop it made
-    #   decode slower (decode check: lm_head 0.97x, down_proj 0.94x; 0.80x for a table
-    #   using it on gate/up and lm_head, h200_2026-11-30_s2_a_model.log): decode there is
-    #   host-bound and a custom-kernel launch costs more host time than a built-in op.
-    #   M = 8..64: mx.quantized_matmul was fastest on every shape but lm_head.
-    # - 128 <= M < 512: the W8A8 GEMM for weights of at least 14336 x 4096 / 2 elements
-    #   (the MLP shapes: 1.5-1.7x mlx_qmm at M = 128; q/o and k/v kept mlx_qmm there).
-    # - M >= 512: the W8A8 GEMM (1.5-4.4x mlx_qmm on every shape but k/v at 512),
-    #   the warp-specialized one first where it runs (sm_90), being faster on every
-    #   shape at M = 512 and 2048.
+    # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16): the shipped
+    # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b,
+    # bench/results/h200_2026-11-30_s3_d_*); tests/test_prior.py checks that these rules
+    # agree with it on every entry at M >= 64.
+    # - M < 64: no rule, mx.quantized_matmul. Per shape the W8A8 GEMV or GEMM wins only
+    #   on lm_head-sized weights; in the model's own decode loop the GEMV made decode
+    #   slower (the decode check: 0.82-0.97x), decode being host-bound, and a custom
+    #   kernel launch costing more host time than a built-in op (docs/cuda.md).
+    # - M >= 64, weights of at least 14336 x 4096 / 2 elements (the MLP projections,
+    #   lm_head): the warp-specialized W8A8 GEMM (1.1-2.1x mlx_qmm at M = 64, 1.5-1.7x
+    #   at 128).
+    # - M >= 128, weights of at least 4096 x 4096: the same (q/o projections).
+    # - M >= 2048: every shape (k/v projections too; at M = 512 they kept mlx_qmm).
     ("cuda", "linear", "per_channel"): [
-        (128, 511, 14336 * 4096 // 2, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
-        (512, None, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (64, None, 14336 * 4096 // 2, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (128, None, 4096 * 4096, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (2048, None, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than
     # mx.quantized_matmul at every measured shape (tune --shapes mlp at M = 1: 1.51-2.02x;
