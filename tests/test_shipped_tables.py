@@ -1,7 +1,7 @@
 """What the shipped tables decide, as a device of that kind would see them: for the
 Llama-3-8B projections on the H200 table, decode runs mx.quantized_matmul (where the
 per-shape race chose a GEMV, the model's decode check overruled it) and prefill a W8A8
-GEMM (bench/results/h200_2026-11-30_s2_*)."""
+GEMM (bench/results/h200_2026-11-30_s3_d_*)."""
 
 import attrs
 import pytest
