@@ -109,3 +109,34 @@ def test_select_fastest_requires_the_minimum_improvement():
     assert timing.select_fastest({ref: 100.0, "nan": float("nan")}, ref, 0) == ref
     with pytest.raises(ValueError, match="min_improvement_bps"):
         timing.select_fastest({ref: 1.0}, ref, -1)
+
+
+def test_an_arm_far_slower_than_the_fastest_is_timed_in_one_round_only():
+    # 50 ms vs ~0: past PRUNE_RATIO and PRUNE_MIN_S even on a loaded machine, so "slow"
+    # is pruned after the probe; "ref" (as slow, but kept as the tuner's reference) and
+    # "fast" are not.
+    log = []
+    arms = [("fast", _arm(log, "fast")), ("slow", _arm(log, "slow", 0.05)),
+            ("ref", _arm(log, "ref", 0.05))]
+    m = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1, keep=("ref",))
+    assert m.pruned == ("slow",)
+    assert len(m.timings["slow"].samples_ns) == 1 and m.timings["slow"].ok
+    assert len(m.timings["fast"].samples_ns) == 3 and len(m.timings["ref"].samples_ns) == 3
+    assert log.count("slow") == 2  # the probe and round 0
+    full = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1, prune_ratio=None)
+    assert full.pruned == () and all(len(t.samples_ns) == 3 for t in full.timings.values())
+
+
+def test_short_arms_are_never_pruned_on_one_noisy_launch(monkeypatch):
+    # Both under PRUNE_MIN_S (raised here so machine load cannot matter): however far
+    # apart one launch each says they are, both are timed in every round.
+    monkeypatch.setattr(timing, "PRUNE_MIN_S", 10.0)
+    log = []
+    arms = [("a", _arm(log, "a")), ("b", _arm(log, "b", 0.001))]
+    m = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1, prune_ratio=1.0)
+    assert m.pruned == () and all(len(t.samples_ns) == 3 for t in m.timings.values())
+
+
+def test_prune_ratio_below_one_is_refused():
+    with pytest.raises(ValueError, match="prune_ratio"):
+        timing.paired_measure([("a", _arm([], "a"))], INPUTS, prune_ratio=0.5)

@@ -113,6 +113,26 @@ def test_slower_challenger_is_not_chosen(env):
     assert c["slow"]["median_ns"] > c["mlx_qmm"]["median_ns"]
 
 
+def test_far_slower_candidate_gets_one_round_but_the_reference_all(env):
+    # "slow" takes 50 ms a launch against ~1 ms for "fast": one round, recorded as such;
+    # the reference (also slow here) is never pruned: the margin rule needs its median.
+    slow_reference(0.05)
+    fake("fast", sleeper(0))
+    fake("slow", sleeper(0.05))
+    out = tuner(env).tune(PROBLEM, candidates=only("fast", "slow"))
+    c = out.entry["candidates"]
+    assert out.choice == "fast"
+    assert c["slow"]["rounds"] == 1 and c["slow"]["status"] == "ok" and "median_ns" in c["slow"]
+    assert "rounds" not in c["mlx_qmm"] and "rounds" not in c["fast"]
+    assert out.entry["samples"] == FAST.pairs
+
+
+def test_prune_ratio_is_validated():
+    with pytest.raises(ValueError, match="prune_ratio"):
+        TuneConfig(prune_ratio=0.9)
+    assert TuneConfig(prune_ratio=None).prune_ratio is None
+
+
 def test_win_below_the_minimum_improvement_is_not_chosen(env):
     slow_reference(0.004)
     fake("marginal", sleeper(0.0032))  # about 20 % faster

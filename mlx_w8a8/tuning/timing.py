@@ -33,6 +33,14 @@ MAX_CHAIN = 32
 # Aim for samples of at least this long so timer resolution and Python overhead of
 # one eval do not dominate short kernels (a GPU GEMV is ~10 us).
 TARGET_SAMPLE_S = 0.002
+# An arm whose warm single launch takes this many times the fastest arm's is timed in
+# the first round only: it cannot win, and on large shapes such arms (the exact
+# reference kernel, mx.quantized_matmul at large M) took most of a tuning run's time.
+# Only arms whose single launch takes at least PRUNE_MIN_S: one launch of a short kernel
+# is too noisy (host jitter of tens of microseconds) to rule it out, and short arms are
+# cheap to time anyway.
+PRUNE_RATIO = 4.0
+PRUNE_MIN_S = 0.0005
 
 
 @attrs.frozen
@@ -81,11 +89,13 @@ class Measurement:
         timings: ``{name: Timing}`` for every arm, in the order given.
         chain: launches per sample.
         rounds: rounds run.
+        pruned: arms timed in the first round only (``prune_ratio``).
     """
 
     timings: dict
     chain: int
     rounds: int
+    pruned: tuple[str, ...] = ()
 
     def ratios(self, baseline: str, other: str) -> list[float]:
         """Per-round ``other / baseline`` time ratios (paired samples)."""
@@ -110,6 +120,8 @@ def paired_measure(
     max_chain: int = MAX_CHAIN,
     target_sample_s: float = TARGET_SAMPLE_S,
     progress: Callable[[int], None] | None = None,
+    prune_ratio: float | None = PRUNE_RATIO,
+    keep: Sequence[str] = (),
 ) -> Measurement:
     """Time ``arms`` in alternating-order rounds.
 
@@ -122,17 +134,25 @@ def paired_measure(
         chain: launches per sample; ``None`` picks the smallest count that makes the
             fastest arm's sample at least ``target_sample_s``, capped at ``max_chain``.
         progress: called with 1 after each round (e.g. a tqdm bar's ``update``).
+        prune_ratio: an arm whose warm single launch is slower than the fastest arm's
+            by more than this factor, and takes at least :data:`PRUNE_MIN_S`, gets one
+            timed round (the first) instead of ``pairs``; ``None`` times every arm in
+            every round.
+        keep: arms never pruned (the tuner's reference, whose median every ratio and
+            the margin rule need).
 
     Returns:
         A :class:`Measurement`; an arm that raised has status ``"unavailable"``.
 
     Raises:
-        ValueError: if ``pairs < 1``, ``warmup < 0`` or there are no inputs.
+        ValueError: if ``pairs < 1``, ``warmup < 0``, ``prune_ratio < 1`` or there are
+            no inputs.
     """
-    if pairs < 1 or warmup < 0 or not inputs:
+    if pairs < 1 or warmup < 0 or not inputs or (prune_ratio is not None and prune_ratio < 1):
         raise ValueError(
-            f"[mlx_w8a8.tuning.timing] need pairs >= 1, warmup >= 0 and inputs; got "
-            f"pairs={pairs}, warmup={warmup}, {len(inputs)} input tuples"
+            f"[mlx_w8a8.tuning.timing] need pairs >= 1, warmup >= 0, prune_ratio >= 1 (or "
+            f"None) and inputs; got pairs={pairs}, warmup={warmup}, prune_ratio={prune_ratio}, "
+            f"{len(inputs)} input tuples"
         )
     samples: dict[str, list[float]] = {name: [] for name, _ in arms}
     failed: dict[str, str] = {}
@@ -162,10 +182,15 @@ def paired_measure(
     chain = max(1, int(chain))
 
     names = list(fns)
+    pruned: tuple[str, ...] = ()
+    if prune_ratio is not None and singles:
+        fastest = min(singles.values())
+        pruned = tuple(n for n in names if n not in keep and n in singles
+                       and singles[n] > max(prune_ratio * fastest, PRUNE_MIN_S))
     for r in range(pairs):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
-            if name in failed:
+            if name in failed or (r > 0 and name in pruned):
                 continue
             t = guarded(name, chain, r * chain)
             if t is not None:
@@ -181,7 +206,7 @@ def paired_measure(
         )
         for name in names
     }
-    return Measurement(timings, chain, pairs)
+    return Measurement(timings, chain, pairs, tuple(n for n in pruned if n not in failed))
 
 
 def select_fastest(

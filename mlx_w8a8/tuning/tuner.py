@@ -99,6 +99,9 @@ class TuneConfig:
         chain: launches per timed eval (``None``: chosen from a target sample time).
         max_chain: cap on the chosen chain.
         rotate: activation inputs rotated through (the gate uses the first two).
+        prune_ratio: a candidate whose warm single launch is more than this many times
+            slower than the fastest one's is timed in one round, not ``pairs``
+            (:func:`.timing.paired_measure`); ``None`` times all in every round.
         cold_bytes: the timed launches cycle through copies of the weight in distinct
             memory until they hold at least this many bytes (at most
             :data:`MAX_WEIGHT_COPIES`), so the weight comes from DRAM as it does in a
@@ -120,6 +123,7 @@ class TuneConfig:
     max_chain: int = timing.MAX_CHAIN
     rotate: int = 4
     cold_bytes: int = COLD_BYTES
+    prune_ratio: float | None = timing.PRUNE_RATIO
     seed: int = 0
     reference_dtype: str | None = "float32"
 
@@ -135,6 +139,10 @@ class TuneConfig:
             )
         if self.cold_bytes < 0:
             raise ValueError(f"[mlx_w8a8.tune] cold_bytes must be >= 0, got {self.cold_bytes}")
+        if self.prune_ratio is not None and not self.prune_ratio >= 1:
+            raise ValueError(
+                f"[mlx_w8a8.tune] prune_ratio must be >= 1 or None, got {self.prune_ratio}"
+            )
         if self.pairs < 1 or self.warmup < 0 or self.rotate < 2:
             raise ValueError(
                 f"[mlx_w8a8.tune] need pairs >= 1, warmup >= 0, rotate >= 2; got "
@@ -564,6 +572,7 @@ class Tuner:
         result = timing.paired_measure(
             [(c.name, _as_layers_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs,
             warmup=cfg.warmup, chain=cfg.chain, max_chain=cfg.max_chain, progress=progress,
+            prune_ratio=cfg.prune_ratio, keep=(reference.name,),
         )
         times = result.timings
         if not times[reference.name].ok:
@@ -594,6 +603,8 @@ class Tuner:
                     spread_ns=round(t.spread_ns, 1),
                     ratio_to_reference=round(float(sorted(ratios)[len(ratios) // 2]), 4) if ratios else None,
                 )
+                if cand.name in result.pruned:
+                    row["rounds"] = 1  # slower than the fastest by > prune_ratio: one round
             detail = v.detail or (t.detail if t is not None else "")
             if detail:
                 row["detail"] = detail
