@@ -118,12 +118,13 @@ def test_an_arm_far_slower_than_the_fastest_is_timed_in_one_round_only():
     log = []
     arms = [("fast", _arm(log, "fast")), ("slow", _arm(log, "slow", 0.05)),
             ("ref", _arm(log, "ref", 0.05))]
-    m = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1, keep=("ref",))
+    m = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1, keep=("ref",),
+                              prune_ratio=timing.PRUNE_RATIO)
     assert m.pruned == ("slow",)
     assert len(m.timings["slow"].samples_ns) == 1 and m.timings["slow"].ok
     assert len(m.timings["fast"].samples_ns) == 3 and len(m.timings["ref"].samples_ns) == 3
     assert log.count("slow") == 2  # the probe and round 0
-    full = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1, prune_ratio=None)
+    full = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=1)  # default: none
     assert full.pruned == () and all(len(t.samples_ns) == 3 for t in full.timings.values())
 
 

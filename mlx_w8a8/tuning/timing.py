@@ -33,9 +33,10 @@ MAX_CHAIN = 32
 # Aim for samples of at least this long so timer resolution and Python overhead of
 # one eval do not dominate short kernels (a GPU GEMV is ~10 us).
 TARGET_SAMPLE_S = 0.002
-# An arm whose warm single launch takes this many times the fastest arm's is timed in
-# the first round only: it cannot win, and on large shapes such arms (the exact
-# reference kernel, mx.quantized_matmul at large M) took most of a tuning run's time.
+# The tuner's pruning: an arm whose warm single launch takes this many times the fastest
+# arm's is timed in the first round only: it cannot win, and on large shapes such arms
+# (the exact reference kernel, mx.quantized_matmul at large M) took most of a tuning run's
+# time.
 # Only arms whose single launch takes at least PRUNE_MIN_S: one launch of a short kernel
 # is too noisy (host jitter of tens of microseconds) to rule it out, and short arms are
 # cheap to time anyway.
@@ -120,7 +121,7 @@ def paired_measure(
     max_chain: int = MAX_CHAIN,
     target_sample_s: float = TARGET_SAMPLE_S,
     progress: Callable[[int], None] | None = None,
-    prune_ratio: float | None = PRUNE_RATIO,
+    prune_ratio: float | None = None,
     keep: Sequence[str] = (),
 ) -> Measurement:
     """Time ``arms`` in alternating-order rounds.
@@ -136,8 +137,9 @@ def paired_measure(
         progress: called with 1 after each round (e.g. a tqdm bar's ``update``).
         prune_ratio: an arm whose warm single launch is slower than the fastest arm's
             by more than this factor, and takes at least :data:`PRUNE_MIN_S`, gets one
-            timed round (the first) instead of ``pairs``; ``None`` times every arm in
-            every round.
+            timed round (the first) instead of ``pairs``; ``None`` (the default, what a
+            benchmark wants) times every arm in every round. The tuner passes
+            :data:`PRUNE_RATIO`.
         keep: arms never pruned (the tuner's reference, whose median every ratio and
             the margin rule need).
 
