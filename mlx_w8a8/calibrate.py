@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 import attrs
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_map_with_path, tree_unflatten
+from mlx.utils import tree_flatten, tree_unflatten
 
 from .nn import Linear
 

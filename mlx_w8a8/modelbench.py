@@ -37,7 +37,6 @@ this module's model building, prefill and decode).
 from __future__ import annotations
 
 import math
-import sys
 import time
 
 import mlx.core as mx

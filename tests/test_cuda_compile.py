@@ -114,13 +114,11 @@ def kernel_builds() -> list[KernelBuild]:
         tpl = tuple(cfg.template())
         out.append(KernelBuild(cfg.file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
                                (("c", "int32"),), tpl))
-        # Each config's int32 body; the linear bodies in every dtype on the default 128 x 256
-        # tile, two on 128 x 128 (the one-producer tiles differ only in PW: int32 covers it).
+        # Each config's int32 body; the linear bodies in every dtype on every tile but
+        # 128 x 128 (two there: it differs from 128 x 256 only in BN and STAGES).
         linear = (("bfloat16", "channel_u8"), ("float16", "channel_u8_bias"),
                   ("float32", "channel_u8"), ("bfloat16", "channel_u8_bias"))
-        if cfg.producers == 1:
-            linear = ()
-        elif cfg.bn == 128:
+        if cfg.bn == 128:
             linear = linear[:2]
         for t, body in linear:
             out.append(KernelBuild(cfg.file, body, _channel_inputs(body), (("y", t),),
