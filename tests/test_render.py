@@ -43,3 +43,13 @@ def test_entries_show_the_decode_check_and_a_borrowed_decision():
     assert "t0; decode check: gemv replaced (0.82x)" in lines[2]
     assert "decode check: gemv kept (1.07x); decision of 64x32" in lines[3]
     assert lines[4].rstrip().endswith("plain")
+
+
+def test_entries_mark_a_candidate_timed_in_one_round():
+    e = {"op": "linear", "m_bucket": 2048, "m": 2048, "n": 64, "k": 32, "dtype": "bfloat16",
+         "weight_format": "per_channel", "choice": "fast", "speedup": 5.0,
+         "candidates": {"mlx_qmm": {"status": "ok", "median_ns": 5e6, "gate_error": 0.0},
+                        "fast": {"status": "ok", "median_ns": 1e6, "gate_error": 0.0},
+                        "exact": {"status": "ok", "median_ns": 4e7, "rounds": 1}}}
+    row = render.entries([("", e)]).splitlines()[2]
+    assert "40 ms (1 round)" in row and "5 ms " in row and "(1 round)" not in row.split("40 ms")[0]

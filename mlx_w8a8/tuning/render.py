@@ -81,6 +81,8 @@ def entries(rows: list[tuple[str, dict]]) -> str:
                 cells.append("")
             elif c.get("status") != "ok":
                 cells.append(c.get("status", "?"))
+            elif c.get("rounds") == 1:  # pruned by the tuner: one round, far slower
+                cells.append(f"{fmt_ns(c.get('median_ns'))} (1 round)")
             else:
                 cells.append(fmt_ns(c.get("median_ns")))
         # the largest |c - r| any challenger showed (rejected ones included)
