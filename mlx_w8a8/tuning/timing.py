@@ -33,13 +33,12 @@ MAX_CHAIN = 32
 # Aim for samples of at least this long so timer resolution and Python overhead of
 # one eval do not dominate short kernels (a GPU GEMV is ~10 us).
 TARGET_SAMPLE_S = 0.002
-# The tuner's pruning: an arm whose warm single launch takes this many times the fastest
-# arm's is timed in the first round only: it cannot win, and on large shapes such arms
-# (the exact reference kernel, mx.quantized_matmul at large M) took most of a tuning run's
-# time.
-# Only arms whose single launch takes at least PRUNE_MIN_S: one launch of a short kernel
-# is too noisy (host jitter of tens of microseconds) to rule it out, and short arms are
-# cheap to time anyway.
+# The tuner's pruning: an arm whose warm single launch takes more than PRUNE_RATIO times
+# the fastest arm's, and at least PRUNE_MIN_S, is timed in the first round only. It
+# cannot win, and on large shapes such arms (the exact reference kernel,
+# mx.quantized_matmul at large M) took most of a tuning run's time. The minimum keeps
+# short arms in every round: one launch of a short kernel is too noisy (host jitter of
+# tens of microseconds) to rule it out, and short arms are cheap to time anyway.
 PRUNE_RATIO = 4.0
 PRUNE_MIN_S = 0.0005
 
