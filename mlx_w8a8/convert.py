@@ -28,7 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from . import distributed
+from . import distributed, siblings
 from .kernels import registry
 from .nn import Linear
 from .summary import summary
@@ -117,7 +117,8 @@ def quantize(
             decode and prefill, and where each decision came from) to stderr.
 
     Returns:
-        The model.
+        The model, its sibling layers (q/k/v, gate/up) linked
+        (:func:`mlx_w8a8.siblings.link`) so each group can run as one launch.
 
     Raises:
         ValueError: for a bad ``group_size``, ``skip`` or an unknown ``kernel``.
@@ -159,6 +160,7 @@ def quantize(
             f"only float and 8-bit affine layers convert to W8A8, those were left as they are",
             stacklevel=2,
         )
+    siblings.link(model)  # q/k/v, gate/up: one launch where a kernel allows
     if verbose:
         print(summary(model), file=sys.stderr)
     return model

@@ -24,6 +24,7 @@ import threading
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
 from .weight import FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
@@ -140,6 +141,7 @@ class Linear(nn.Module):
         object.__setattr__(self, "_kernel", None)
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_decisions", {})
+        object.__setattr__(self, "_siblings", None)
         registry.watch(self)  # a table reload etc. clears this layer's plans
 
     def _set_weight(self, qw: QuantizedWeight) -> None:
@@ -153,6 +155,8 @@ class Linear(nn.Module):
     def _forget(self) -> None:
         self._plans.clear()
         self._decisions.clear()
+        if self._siblings is not None:  # the group's launches bound this layer's state
+            self._siblings.reset()
 
     def __setitem__(self, key, value) -> None:
         # Parameters are replaced through here (attribute assignment, update(),
@@ -174,6 +178,24 @@ class Linear(nn.Module):
             )
         object.__setattr__(self, "_kernel", name)
         self._forget()
+
+    @property
+    def siblings(self):
+        """The :class:`mlx_w8a8.siblings.Siblings` group this layer runs with (layers
+        fed the same input, computed by one launch where a kernel allows), or ``None``.
+        Set by :func:`mlx_w8a8.siblings.link` (which :func:`mlx_w8a8.quantize` and
+        :func:`mlx_w8a8.load` call)."""
+        return self._siblings
+
+    @siblings.setter
+    def siblings(self, group) -> None:
+        if group is not None and not isinstance(group, _siblings.Siblings):
+            raise ValueError(
+                f"[mlx_w8a8.Linear] siblings must be a mlx_w8a8.siblings.Siblings or None, "
+                f"got {type(group).__name__}"
+            )
+        self._forget()
+        object.__setattr__(self, "_siblings", group)
 
     @property
     def quantized_weight(self) -> QuantizedWeight:
@@ -233,9 +255,36 @@ class Linear(nn.Module):
     def decision(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> tuple[str, str]:
         """``(kernel name, source)`` a call with ``m`` tokens of ``dtype`` would run;
         ``source`` is ``"forced"``, ``"table"``, ``"borrowed"``, ``"prior"``,
-        ``"measured"`` or ``"fallback"``."""
+        ``"measured"`` or ``"fallback"``, with ``"+siblings"`` appended where the call
+        runs as one launch with the layer's siblings (:mod:`mlx_w8a8.siblings`; the
+        decision is then the one for their summed N)."""
+        found = self._group_decision(m, dtype)
+        if found is not None:
+            return found[0].name, found[1] + "+siblings"
         candidate, source = registry.decide(self.problem(m, dtype), self._kernel)
         return candidate.name, source
+
+    def _group_decision(self, m: int, dtype: mx.Dtype):
+        """``(candidate, source, members, summed problem)`` when a call with ``m``
+        tokens runs as one launch with this layer's siblings, else ``None``: the group is enabled and
+        whole, nothing is forced, the members still agree in K, format, group size and
+        bias, and the kernel decided for their summed N has a multi-weight form."""
+        group = self._siblings
+        if group is None or not group.enabled or self._kernel is not None:
+            return None
+        members = group.members()
+        if members is None or any(layer._kernel is not None for layer in members):
+            return None
+        if not _siblings._compatible(members):
+            return None
+        problem = Problem(
+            "linear", m, sum(layer.output_dims for layer in members), self.input_dims,
+            dtype_name(dtype), self.format, self.group_size, "bias" in self,
+        )
+        candidate, source = registry.decide(problem)
+        if candidate.bind_group is None:
+            return None
+        return candidate, source, members, problem
 
     def _plan(self, x: mx.array):
         op = "mlx_w8a8.Linear"
@@ -257,22 +306,34 @@ class Linear(nn.Module):
             dtype = x.dtype
             plan = lambda x: mx.zeros(out_shape, dtype=dtype)  # noqa: E731
             return self._keep(x, plan, (0, "none", "empty"))
+        found = self._group_decision(m, x.dtype)
+        if found is not None:
+            candidate, source, members, group_problem = found
+            plan = self._group_plan(candidate, group_problem, lead)
+            return self._keep(x, plan, (m, candidate.name, source + "+siblings"))
         problem = self.problem(m, x.dtype)
         candidate, source = registry.decide(problem, self._kernel)
-        flat = len(lead) != 1
         if candidate.bind is not None:
             plan = candidate.bind(self, problem)
         else:
-            bind_stages = candidate.bind_stages or _stages_as_bound(candidate, problem)
-            plan = self._bound_plan(bind_stages, problem, flat, out_shape)
+            plan = self._bound_plan(candidate, problem, lead, out_shape)
         return self._keep(x, plan, (m, candidate.name, source))
 
-    def _bound_plan(self, bind_stages, problem: Problem, flat: bool, out_shape):
-        """The plan of a candidate through ``bind_stages`` (its own, or
-        :func:`_stages_as_bound`): its launches are prepared for the current weight and
-        bias on the first call and again only when those arrays are replaced (e.g. by ``mx.compile(..., inputs=model.state)``, which swaps them
-        without going through ``__setitem__``); each call otherwise only launches."""
+    def _bound_plan(self, candidate, problem: Problem, lead, out_shape):
+        """The plan of a candidate through its ``bind_stages`` (the kernels take ``x``
+        ``[..., K]`` as it comes: no reshape) or, for one without,
+        :func:`_stages_as_bound` on ``x`` reshaped to ``[M, K]``. Its launches are
+        prepared for the current weight and bias on the first call and again only when
+        those arrays are replaced (e.g. by ``mx.compile(..., inputs=model.state)``, which
+        swaps them without going through ``__setitem__``); each call otherwise only
+        launches."""
         m, k, fmt = problem.m, problem.k, self.format
+        if candidate.bind_stages is not None:
+            flat = False
+            bind_stages = lambda p, w, b: candidate.bind_stages(p, w, b, lead)  # noqa: E731
+        else:
+            flat = len(lead) != 1
+            bind_stages = _stages_as_bound(candidate, problem)
         held_w = held_b = act_key = quantize = apply = None
 
         def plan(x):
@@ -290,6 +351,37 @@ class Linear(nn.Module):
             else:
                 y = apply(_shared_activations(x, act_key, quantize, x2))
             return y.reshape(out_shape) if flat else y
+        return plan
+
+    def _group_plan(self, candidate, problem: Problem, lead):
+        """This member's plan when the group runs as one launch (``candidate.bind_group``
+        on the summed ``problem``): the first member called on an ``x`` launches for all
+        and leaves the others' outputs in the sibling memo; a member finding its output
+        there only takes it. The launch is bound once per input shape for the group
+        (``Siblings.bound``) and again when a member's weight or bias is replaced."""
+        group = self._siblings
+        i = group.index(self)
+        key = (lead, problem.dtype)
+        fmt = self.format
+
+        def plan(x):
+            y = _siblings.take(x, group, i)
+            if y is not None:
+                return y
+            members = group.members()
+            weights = None if members is None else [layer._weight(fmt) for layer in members]
+            if weights is None or any(w is None for w in weights):
+                group.reset()  # a member is gone or changed format: re-decide alone
+                return self(x)
+            pairs = [(w, layer.get("bias")) for w, layer in zip(weights, members)]
+            state = group.bound.get(key)
+            if state is None or any(a is not b for pa, pb in zip(state[0], pairs)
+                                    for a, b in zip(pa, pb)):
+                state = group.bound[key] = (pairs, candidate.bind_group(problem, pairs, lead))
+            act_key, quantize, apply = state[1]
+            ys = apply(x if quantize is None else _shared_activations(x, act_key, quantize, x))
+            _siblings.put(x, group, ys, i)
+            return ys[i]
         return plan
 
     def _keep(self, x, plan, decision):

@@ -443,3 +443,96 @@ def test_capabilities():
         Problem("linear", 64, 64, 256, "bfloat16", "grouped", 64))
     assert not registry.get("int8_matmul", "cuda_int8_gemm").handles(
         Problem("int8_matmul", 4, 4, 40, "int8", "int8"))
+
+
+# Sibling launches and [..., K] activations ---------------------------------------------------
+@pytest.mark.parametrize("config", sorted(launch.WS_CONFIGS))
+@pytest.mark.parametrize("ns,lead,dtype,with_bias", [
+    ((392, 40, 264), (300,), "bfloat16", True),  # tails in N per member, 3 members
+    ((2176, 1024), (2, 550), "bfloat16", False),  # more tiles than blocks, 3-D x
+    ((258, 264), (33,), "float16", True),  # rows of 516 bytes: scalar stores in member 0
+    ((264, 264, 264), (1, 1, 1), "float32", False),  # one row
+])
+def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
+    """One launch for 2-3 weights fed the same activations (gemm_ws.cu group2/group3):
+    each output is bit-identical to that weight's own launch on the same tile, and within
+    the oracle's bound; a member's tiles never write another member's output (poisoned
+    outputs: an unwritten element fails)."""
+    cfg = launch.WS_CONFIGS[config]
+    k = 1088
+    m = int(np.prod(lead))
+    x = activation(rng, m, k, dtype).reshape(*lead, k)
+    members = []
+    for n in ns:
+        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+                if with_bias else None)
+        members.append((make_weight(rng, n, k, 64, True, dtype), bias))
+    acts = launch.bind_quantize(m, k, x.dtype, row_sum=True, lead=lead)(x)
+    ys = launch.bind_gemm_ws_group(m, k, members, x.dtype, cfg, lead=lead)(acts)
+    flat = [a.reshape(m, -1) for a in acts]
+    for (weight, bias), y in zip(members, ys):
+        assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
+        alone = launch.gemm_per_channel(flat[0], flat[1], weight, bias, x.dtype, cfg,
+                                        row_sums=flat[2])
+        assert mx.array_equal(y.reshape(m, weight.n), alone).item()
+        want, bound = oracle.linear(host(x.reshape(m, k)), weight,
+                                    None if bias is None else host(bias))
+        oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
+
+
+@pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_grouped",
+                                  "cuda_int8_gemv"])
+@pytest.mark.parametrize("lead", [(2, 3), (1, 1), (3, 1, 5)])
+def test_bound_launches_take_any_leading_shape(rng, name, lead):
+    """The bound launches read x [..., K] as it is (the layer reshapes nothing) and
+    return [..., N]: bit-identical to the same launches on x reshaped to [M, K]."""
+    cand = registry.get("linear", name)
+    m, n, k = int(np.prod(lead)), 264, 1024
+    per_channel = name != "cuda_w8a8_gemm_grouped"
+    weight = make_weight(rng, n, k, 64, per_channel, "bfloat16")
+    problem = Problem("linear", m, n, k, "bfloat16", weight.format, 64, False)
+    if not cand.supports(problem):
+        pytest.skip(f"{name} does not take M = {m}")
+    x = activation(rng, m, k, "bfloat16")
+    _, quantize, apply = cand.bind_stages(problem, weight, None, lead)
+    x3 = x.reshape(*lead, k)
+    y = apply(x3) if quantize is None else apply(quantize(x3))
+    _, quantize2, apply2 = cand.bind_stages(problem, weight, None)
+    want = apply2(x) if quantize2 is None else apply2(quantize2(x))
+    assert y.shape == (*lead, n)
+    assert mx.array_equal(y.reshape(m, n), want).item()
+
+
+def test_linear_siblings_run_as_one_launch_on_the_gpu(rng):
+    """q/k/v and gate/up of a converted block, the warp-specialized kernel chosen for
+    every shape: each member's output is bit-identical to its own launch."""
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(1024, n, bias=False)
+                                                     for n in (1024, 256, 256))
+            self.gate_proj, self.up_proj = nn.Linear(1024, 2816), nn.Linear(1024, 2816)
+
+    block = Block()
+    w8.quantize(block)
+    ws = registry.get("linear", "cuda_w8a8_gemm_ws")
+    previous = registry.set_chooser(lambda problem, found: (ws, "test") if ws in found else None)
+    try:
+        siblings.clear()
+        x = activation(rng, 2 * 77, 1024, "bfloat16").reshape(2, 77, 1024)
+        names = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+        outs = [block[name](x) for name in names]
+        assert block.q_proj.decision(154)[1] == "test+siblings"
+        for name, y in zip(names, outs):
+            layer = block[name]
+            layer.kernel = "cuda_w8a8_gemm_ws"  # forced: runs alone
+            alone = layer(x)
+            assert y.shape == alone.shape
+            assert mx.array_equal(y, alone).item(), name
+    finally:
+        registry.set_chooser(previous)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -84,6 +85,23 @@ def _channel_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
     return ins
 
 
+def _group_members(body: str) -> int:
+    return int(body[len("group")])
+
+
+def _group_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
+    ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 2))
+    for g in range(_group_members(body)):
+        ins += ((f"w{g}", "uint32", 2), (f"ws{g}", "float32", 1))
+        if body.endswith("bias"):
+            ins += ((f"bias{g}", "float32", 1),)
+    return ins
+
+
+def _group_outputs(body: str, t: str) -> tuple[tuple[str, str], ...]:
+    return tuple((f"y{g}", t) for g in range(_group_members(body)))
+
+
 def kernel_builds() -> list[KernelBuild]:
     """Every (body, template) combination the launchers can produce, one per tile config
     / group size / row bucket, with representative dtypes."""
@@ -122,6 +140,13 @@ def kernel_builds() -> list[KernelBuild]:
             linear = linear[:2]
         for t, body in linear:
             out.append(KernelBuild(cfg.file, body, _channel_inputs(body), (("y", t),),
+                                   (("T", t),) + tpl))
+        # Sibling launches (2 or 3 weights, one activation): every body on 128 x 256 (the
+        # tile a summed N >= 256 takes), group3 on 128 x 128.
+        group = (("bfloat16", "group3"), ("float16", "group3_bias"), ("bfloat16", "group2"),
+                 ("float32", "group2_bias"))
+        for t, body in group if cfg.bn == 256 else group[:1] if cfg.bn == 128 else ():
+            out.append(KernelBuild(cfg.file, body, _group_inputs(body), _group_outputs(body, t),
                                    (("T", t),) + tpl))
     for key in ("grouped", "grouped_small"):
         tpl = tuple(launch.GEMM_CONFIGS[key].template())
@@ -342,6 +367,16 @@ def _launch_all():
         if not ws and not cfg.wgmma:
             xr = mx.zeros((300, 8), dtype=mx.int32)
             launch.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
+    # Sibling launches on [..., K] activations: 2 and 3 weights, with and without bias.
+    pc2 = QuantizedWeight.from_float(mx.random.normal((40, 256)), 64, per_channel=True)
+    xq3, xs3, xr3 = (mx.zeros((2, 150, 256), dtype=mx.int8), mx.ones((2, 150, 1)),
+                     mx.zeros((2, 150, 1), dtype=mx.int32))
+    for members in ([(pc, None), (pc2, None)], [(pc, bias), (pc2, bias), (pc, bias)],
+                    [(pc2, None), (pc2, None), (pc, None)], [(pc, bias), (pc, bias)]):
+        ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))((xq3, xs3, xr3))
+        assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
+    launch.bind_quantize(300, 256, mx.bfloat16, row_sum=True, lead=(2, 150))(
+        mx.zeros((2, 150, 256), dtype=mx.bfloat16))
     for m in (1, 2, 3, 8, 16):
         for weight in (pc, gr):
             for fused in (True, False):
@@ -681,9 +716,20 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
     start = len(rec.launches)
     registry.get("linear", name).run(x2, layer.quantized_weight, layer.bias)
     direct = rec.launches[start:]
-    for got in per_call:  # inputs [..., K] reach the kernels as [M, K]
+    lead = tuple(shape[:-1])
+
+    def flat(s):  # [*lead, d] -> [M, d]
+        return (math.prod(lead), s[-1]) if tuple(s[:-1]) == lead and len(s) > 1 else tuple(s)
+
+    for got in per_call:
+        # x reaches the first launch as it is (no reshape node: the kernels read [..., K]),
+        # and every activation-shaped input and output keeps the leading shape; flattened,
+        # the launches are run()'s on [M, K].
+        assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
-            plan["arrays"] = [a.reshape(-1, k) if a.shape == x.shape else a for a in plan["arrays"]]
+            assert all(tuple(s[:-1]) == lead for s in plan["output_shapes"]), plan["output_shapes"]
+            plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
+            plan["output_shapes"] = [flat(s) for s in plan["output_shapes"]]
         assert not _same_launches(got, direct), _same_launches(got, direct)
     # New arrays without __setitem__ (mx.compile's state swap): the next call launches
     # on them (bound again once), later calls do not build again.
@@ -767,15 +813,18 @@ def test_kernel_names_change_with_their_text(monkeypatch):
 def test_requires_puts_each_shared_file_once_before_its_users():
     """gemm_ws.cu and gemm_wgmma.cu both need common.cuh, once through wgmma.cuh and once
     directly: the loader must put it first and once (twice would redefine everything)."""
-    assert launch.requires("gemm_ws.cu") == ("common.cuh", "wgmma.cuh", "gemm_ws.cu")
-    assert launch.requires("gemm_wgmma.cu") == ("common.cuh", "wgmma.cuh", "gemm_wgmma.cu")
-    assert launch.requires("gemm.cu") == ("common.cuh", "gemm.cu")
-    assert launch.requires("gemv.cu") == ("quantize.cuh", "gemv.cu")
+    assert launch.requires("gemm_ws.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh", "gemm_ws.cu")
+    assert launch.requires("gemm_wgmma.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
+                                                 "gemm_wgmma.cu")
+    assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "gemm.cu")
+    assert launch.requires("gemv.cu") == ("shape.cuh", "quantize.cuh", "gemv.cu")
+    assert launch.requires("quantize.cu") == ("shape.cuh", "quantize.cuh", "quantize.cu")
     header, bodies = launch.load("gemm_ws.cu")
     assert header.count("struct ChannelEpilogue") == 1
     assert header.index("struct ChannelEpilogue") < header.index("wgmma_k32") < header.index("gemm_ws(")
     assert "mma_i8" not in header  # gemm.cu's mma.sync code is not carried by the ws kernels
-    assert set(bodies) == {"int32", "channel_u8", "channel_u8_bias"}
+    assert set(bodies) == {"int32", "channel_u8", "channel_u8_bias", "group2", "group2_bias",
+                           "group3", "group3_bias"}
     assert "quantize_row(" not in launch.load("gemv.cu")[0]  # only what the GEMV uses
 
 

@@ -27,14 +27,21 @@ def test_llama_shapes_and_the_layers_that_share_them():
     model, _, _ = models.build(LLAMA)
     found, skipped = linears.model_shapes(model)
     assert skipped == []
+    # Sibling groups add their summed shape (q+k+v: 64 + 32 + 32 = 128 = gate's N here;
+    # gate+up: 256 = lm_head's), run as one launch where the kernel allows.
+    qkv, gate_up = "q_proj+k_proj+v_proj", "gate_proj+up_proj"
     assert keyed(found) == {
         (64, 64, "per_channel", 64, False): ["o_proj", "o_proj", "q_proj", "q_proj"],
         (32, 64, "per_channel", 64, False): ["k_proj", "k_proj", "v_proj", "v_proj"],
-        (128, 64, "per_channel", 64, False): ["gate_proj", "gate_proj", "up_proj", "up_proj"],
+        (128, 64, "per_channel", 64, False): ["gate_proj", "gate_proj", qkv, qkv,
+                                              "up_proj", "up_proj"],
         (64, 128, "per_channel", 64, False): ["down_proj", "down_proj"],
-        (256, 64, "per_channel", 64, False): ["lm_head"],
+        (256, 64, "per_channel", 64, False): [gate_up, gate_up, "lm_head"],
     }
-    assert found[-1].paths == ("lm_head",)  # model order: blocks first, the head last
+    by_shape = {(s.n, s.k): s.paths for s in found}
+    assert "model.layers.1.self_attn.q_proj+k_proj+v_proj" in by_shape[(128, 64)]
+    firsts = [linears._path_order(s.paths[0]) for s in found]  # model order, by first layer
+    assert firsts == sorted(firsts) and by_shape[(256, 64)][-1] == "lm_head"
     assert all(s.dtype == "bfloat16" for s in found)
     p = found[0].problem(16)
     assert (p.op, p.m, p.dtype, p.has_bias) == ("linear", 16, "bfloat16", False)
@@ -72,7 +79,9 @@ def test_tp_and_group_size_divisibility():
     pytest.importorskip("mlx_lm")
     model, _, _ = models.build(LLAMA)
     found, skipped = linears.model_shapes(model, group_size=32, tp=2)
-    assert {(s.n, s.k) for s in found} == {(32, 64), (16, 64), (64, 32), (64, 64), (256, 64)}
+    # + the sibling sums per rank: q+k+v 64x64 (= down), gate+up 128x64
+    assert {(s.n, s.k) for s in found} == {(32, 64), (16, 64), (64, 32), (64, 64), (256, 64),
+                                           (128, 64)}
     # group 64 does not divide o's K / tp = 32: o is skipped with the reason
     found, skipped = linears.model_shapes(model, group_size=64, tp=2)
     assert {p.rsplit(".", 1)[-1] for p, _ in skipped} == {"o_proj"}
@@ -98,8 +107,15 @@ def test_presets_have_the_published_projection_shapes(name):
     # one block is enough: every block has the same shapes (built lazily, nothing allocated)
     model, config, _ = models.build(name, layers=1)
     got = {(s.n, s.k) for s in linears.model_shapes(model)[0]}
+    # the sibling groups' summed shapes: q+k+v and gate+up
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    d = config.get("head_dim") or h // heads
+    summed = {((heads + 2 * config.get("num_key_value_heads", heads)) * d, h),
+              (2 * config["intermediate_size"], h)}
     if name == "llama-3.2-1b":  # q/o 2048x2048, k/v 512x2048, MLP; lm_head tied (none)
-        assert got == {(2048, 2048), (512, 2048), (8192, 2048), (2048, 8192)}
+        assert summed == {(3072, 2048), (16384, 2048)}
+        assert got == {(2048, 2048), (512, 2048), (8192, 2048), (2048, 8192)} | summed
         return
     family = shapes.FAMILIES[name]
-    assert got == set(family["attn"]) | set(family["mlp"]) | {(config["vocab_size"], config["hidden_size"])}
+    assert got == (set(family["attn"]) | set(family["mlp"]) | summed
+                   | {(config["vocab_size"], config["hidden_size"])})

@@ -15,7 +15,9 @@ device is the GPU; importing this module never needs CUDA):
   (``s8 x u8`` tensor-core instructions) with ``- 128 R_m`` and the dequant (+ bias)
   fused in the epilogue; for K > ``U8_MAX_K`` the codes are flipped to int8 instead.
 - ``cuda_w8a8_gemm_ws`` (``linear``, per-channel weights, Hopper, K <= ``U8_MAX_K``):
-  ``cuda_w8a8_gemm``'s quantize + the warp-specialized GEMM with the same epilogue.
+  ``cuda_w8a8_gemm``'s quantize + the warp-specialized GEMM with the same epilogue. It
+  also computes sibling layers fed the same ``x`` (q/k/v, gate/up: ``bind_group``,
+  :mod:`mlx_w8a8.siblings`) in one launch of the multi-weight bodies.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
@@ -30,7 +32,9 @@ row sums ``R_m``), ``("cuda_per_token", "plain")`` (codes, scales) and
 
 Each linear candidate also offers ``bind_stages`` (``registry.Candidate``): the same
 launches with everything but the activations computed once per layer, shape and weight
-(``cuda_launch.bind_*``), so a layer's call only launches.
+(``cuda_launch.bind_*``), so a layer's call only launches; given the activation's leading
+shape they take ``x`` ``[..., K]`` and return ``[..., N]`` (the kernels read any rank:
+``shaders/cuda/shape.cuh``), so the layer adds no reshape.
 
 Measured on an NVIDIA H200 (``docs/cuda.md``); the tuner, not this module, decides where
 each candidate runs.
@@ -58,6 +62,7 @@ from .cuda_launch import (
     WS_CONFIGS,
     bind_gemm_grouped,
     bind_gemm_per_channel,
+    bind_gemm_ws_group,
     bind_gemv_fused,
     bind_gemv_quantized,
     bind_quantize,
@@ -165,33 +170,41 @@ def _gemv_run(x, weight, bias):
 
 # Bound forms (registry.Candidate.bind_stages): the launches of the stages above for one
 # problem and weight, everything but the activations computed here once -----------------
-def _w8a8_gemm_bind(p: registry.Problem, weight, bias):
+def _w8a8_gemm_bind(p: registry.Problem, weight, bias, lead=None):
     dtype = getattr(mx, p.dtype)
     unsigned = p.k <= U8_MAX_K  # as _w8a8_gemm_stages and _w8a8_gemm_run
     return (ROWSUM if unsigned else PLAIN,
-            bind_quantize(p.m, p.k, dtype, row_sum=unsigned),
-            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, unsigned=unsigned))
+            bind_quantize(p.m, p.k, dtype, row_sum=unsigned, lead=lead),
+            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, unsigned=unsigned, lead=lead))
 
 
-def _w8a8_ws_bind(p: registry.Problem, weight, bias):
+def _w8a8_ws_bind(p: registry.Problem, weight, bias, lead=None):
     dtype = getattr(mx, p.dtype)
-    return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True),
+    return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
             bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, ws_tile_for(p.m, weight.n),
-                                  unsigned=True))
+                                  unsigned=True, lead=lead))
 
 
-def _w8a8_grouped_bind(p: registry.Problem, weight, bias):
+def _w8a8_ws_bind_group(p: registry.Problem, members, lead=None):
+    # p: the siblings' summed problem (N = sum of N_g); the quantize is _w8a8_ws_bind's.
+    dtype = getattr(mx, p.dtype)
+    return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
+            bind_gemm_ws_group(p.m, p.k, members, dtype, lead=lead))
+
+
+def _w8a8_grouped_bind(p: registry.Problem, weight, bias, lead=None):
     dtype = getattr(mx, p.dtype)
     gs = p.group_size  # as _w8a8_grouped_stages
-    return (("cuda_per_token", "sums", gs), bind_quantize(p.m, p.k, dtype, gs),
-            bind_gemm_grouped(p.m, weight, bias, dtype))
+    return (("cuda_per_token", "sums", gs), bind_quantize(p.m, p.k, dtype, gs, lead=lead),
+            bind_gemm_grouped(p.m, weight, bias, dtype, lead=lead))
 
 
-def _gemv_bind(p: registry.Problem, weight, bias):
+def _gemv_bind(p: registry.Problem, weight, bias, lead=None):
     dtype = getattr(mx, p.dtype)
     if gemv_fuses(p.m, p.k):  # one launch, as _gemv_run
-        return None, None, bind_gemv_fused(p.m, p.k, weight, bias, dtype)
-    return PLAIN, bind_quantize(p.m, p.k, dtype), bind_gemv_quantized(p.m, weight, bias, dtype)
+        return None, None, bind_gemv_fused(p.m, p.k, weight, bias, dtype, lead)
+    return (PLAIN, bind_quantize(p.m, p.k, dtype, lead=lead),
+            bind_gemv_quantized(p.m, weight, bias, dtype, lead))
 
 
 # Capability checks (cheap; no device memory touched) ------------------------------------
@@ -245,7 +258,7 @@ _WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
 _QUANT_FNS = (quantize, launch.quantize_spec)
-_BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3)
+_BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3, launch._lead)
 _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None,
      _digest((_quantize_run,) + _QUANT_FNS, ("quantize.cu",), f"threads<={QUANT_MAX_THREADS}")),
@@ -263,7 +276,8 @@ _CANDIDATES = (
      _w8a8_ws_bind,
      _digest((_w8a8_ws_run, _w8a8_ws_stages, _quantize_rowsum, _apply_ws, gemm_per_channel,
               launch.gemm_per_channel_spec, ws_tile_for, _w8a8_ws_bind,
-              bind_gemm_per_channel) + _QUANT_FNS + _BIND_FNS,
+              bind_gemm_per_channel, _w8a8_ws_bind_group, bind_gemm_ws_group,
+              launch.gemm_ws_group_spec) + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_WS_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind,
@@ -280,9 +294,13 @@ _CANDIDATES = (
              f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
+# Sibling launches (registry.Candidate.bind_group): only the warp-specialized GEMM has
+# the multi-weight bodies (gemm_ws.cu group2/group3).
+_GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group}
+
 for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:
     registry.register(
         registry.Candidate(name=_name, backend="cuda", op=_op, run=_run, supports=_supports,
                            digest=_dig, available=cuda_available, stages=_stages,
-                           bind_stages=_bind)
+                           bind_stages=_bind, bind_group=_GROUP_BINDS.get(_name))
     )

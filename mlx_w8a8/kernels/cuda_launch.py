@@ -278,6 +278,20 @@ def _as_f32(a: mx.array) -> mx.array:
 
 
 # Launch specs ---------------------------------------------------------------------------
+def _lead(m: int, lead: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The activation's leading shape: ``lead`` (``[*lead, K]``, ``prod(lead) == m``: the
+    kernels read any rank, shape.cuh) or ``(m,)``."""
+    if lead is None:
+        return (m,)
+    lead = tuple(lead)
+    p = 1
+    for d in lead:
+        p *= d
+    if p != m:
+        raise ValueError(f"[mlx_w8a8.cuda] leading shape {lead} does not hold M = {m} rows")
+    return lead
+
+
 class LaunchSpec(NamedTuple):
     """One kernel launch with everything fixed but its leading (activation) inputs.
 
@@ -309,8 +323,11 @@ class LaunchSpec(NamedTuple):
 
 
 def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
-                  row_sum: bool = False, warp: bool = False) -> LaunchSpec:
-    """The launch of :func:`quantize` for ``[M, K]`` ``dtype`` activations."""
+                  row_sum: bool = False, warp: bool = False,
+                  lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The launch of :func:`quantize` for ``[M, K]`` ``dtype`` activations, or
+    ``[*lead, K]`` ones (``prod(lead) == M``; outputs ``[*lead, ...]``)."""
+    lead = _lead(m, lead)
     if k % QUANT_K_MULTIPLE:
         raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
     if warp and (group_size is not None or not row_sum):
@@ -323,19 +340,19 @@ def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
     if warp:
         rows = QUANT_WARP_THREADS // 32
         kern = _kernel("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
-        return LaunchSpec(kern, (), template, [(m, k), (m, 1), (m, 1)],
+        return LaunchSpec(kern, (), template, [(*lead, k), (*lead, 1), (*lead, 1)],
                           [mx.int8, mx.float32, mx.int32],
                           (-(-m // rows) * QUANT_WARP_THREADS, 1, 1), (QUANT_WARP_THREADS, 1, 1))
     if group_size is None and row_sum:
         kern = _kernel("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
-        shapes, dtypes = [(m, k), (m, 1), (m, 1)], [mx.int8, mx.float32, mx.int32]
+        shapes, dtypes = [(*lead, k), (*lead, 1), (*lead, 1)], [mx.int8, mx.float32, mx.int32]
     elif group_size is None:
         kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
-        shapes, dtypes = [(m, k), (m, 1)], [mx.int8, mx.float32]
+        shapes, dtypes = [(*lead, k), (*lead, 1)], [mx.int8, mx.float32]
     else:
         kern = _kernel("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
         template.append(("GS", group_size))
-        shapes = [(m, k), (m, 1), (m, k // group_size)]
+        shapes = [(*lead, k), (*lead, 1), (*lead, k // group_size)]
         dtypes = [mx.int8, mx.float32, mx.int32]
     return LaunchSpec(kern, (), template, shapes, dtypes, (m * threads, 1, 1), (threads, 1, 1))
 
@@ -348,10 +365,13 @@ def _grid(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
 
 def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                           config: GemmConfig | WsConfig | None = None,
-                          unsigned: bool = False) -> LaunchSpec:
+                          unsigned: bool = False,
+                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`gemm_per_channel` (activations ``xq, xs`` and, when
-    ``unsigned``, the row sums ``xr``)."""
+    ``unsigned``, the row sums ``xr``; ``[*lead, ...]`` with ``lead``, as
+    :func:`quantize_spec`)."""
     n = weight.n
+    lead = _lead(m, lead)
     cfg = config or tile_for(m, n)
     if unsigned:
         if k > U8_MAX_K:
@@ -373,14 +393,69 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
         names += ("bias",)
         body += "_bias"
     kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
-    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), [(m, n)],
+    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), [(*lead, n)],
                       [out_dtype], (_grid(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
+# Members of one sibling launch (gemm_ws.cu's group bodies): q/k/v or gate/up.
+MAX_SIBLINGS = 3
+
+
+def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
+                       config: WsConfig | None = None,
+                       lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One warp-specialized launch computing several per-channel linears of the same
+    quantized activations (``xq, xs, xr``; unsigned codes, ``K <= U8_MAX_K``).
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` per-channel,
+            ``[N_g, K]``; bias ``[N_g]`` or ``None``, all or none of them set).
+        config: the tile; ``None``: :func:`ws_tile_for` on the summed N.
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order.
+    """
+    op = "[mlx_w8a8.cuda_w8a8_gemm_ws]"
+    members = list(members)
+    if not 2 <= len(members) <= MAX_SIBLINGS:
+        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
+                         f"got {len(members)}")
+    has_bias = {b is not None for _, b in members}
+    if len(has_bias) != 1:
+        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
+                         f"{[b is not None for _, b in members]}")
+    if k > U8_MAX_K:
+        raise ValueError(f"{op} unsigned-code GEMM needs K <= {U8_MAX_K} (exact int32 "
+                         f"sums), got {k}")
+    for w, _ in members:
+        if not w.per_channel or w.k != k:
+            raise ValueError(f"{op} sibling weights must be per-channel with K = {k}, "
+                             f"got format={w.format}, K={w.k}")
+    lead = _lead(m, lead)
+    ns = [w.n for w, _ in members]
+    cfg = config or ws_tile_for(m, sum(ns))
+    tail, names = [], ["xq", "xs", "xr"]
+    for g, (w, b) in enumerate(members):
+        tail += [w.q, w.channel_scales]
+        names += [f"w{g}", f"ws{g}"]
+        if b is not None:
+            tail.append(_as_f32(b))
+            names.append(f"bias{g}")
+    body = f"group{len(members)}" + ("_bias" if True in has_bias else "")
+    outs = tuple(f"y{g}" for g in range(len(members)))
+    kern = _kernel(cfg.file, body, tuple(names), outs, cfg.shared_memory)
+    count = -(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns)
+    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(),
+                      [(*lead, n) for n in ns], [out_dtype] * len(ns),
+                      (min(count, SMS) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
 def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
-                      config: GemmConfig | None = None) -> LaunchSpec:
+                      config: GemmConfig | None = None,
+                      lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`gemm_grouped` (activations ``xq, xs, xr``)."""
     n = weight.n
+    lead = _lead(m, lead)
     cfg = config or grouped_tile_for(m, n)
     if not isinstance(cfg, GemmConfig) or cfg.wgmma:
         raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has mma.sync "
@@ -394,7 +469,7 @@ def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
         body = "grouped_bias"
     kern = _kernel("gemm.cu", body, names, ("y",), cfg.shared_memory)
     template = [("T", out_dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
-    return LaunchSpec(kern, tuple(tail), template + cfg.template(), [(m, n)], [out_dtype],
+    return LaunchSpec(kern, tuple(tail), template + cfg.template(), [(*lead, n)], [out_dtype],
                       (tiles(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
@@ -422,9 +497,11 @@ def _gemv_weight(weight, bias, dtype):
     return w_inputs, w_names, template, body
 
 
-def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype) -> LaunchSpec:
+def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
+                    lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The one-launch GEMV (activation ``x`` ``[M, K]`` of ``dtype``, ``M <= 16``)."""
     n = weight.n
+    lead = _lead(m, lead)
     mm = gemv_bucket(m)
     rw = gemv_rows_per_warp(mm)
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, dtype)
@@ -436,18 +513,20 @@ def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype) -> LaunchSpec
     blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
     return LaunchSpec(kern, tuple(w_inputs),
                       template + [("MM", mm), ("RW", rw), ("SMEM_BYTES", smem)],
-                      [(m, n)], [dtype], (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
+                      [(*lead, n)], [dtype], (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
 
 
-def gemv_quantized_spec(m: int, weight, bias, out_dtype: mx.Dtype) -> LaunchSpec:
+def gemv_quantized_spec(m: int, weight, bias, out_dtype: mx.Dtype,
+                        lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The two-launch GEMV's second launch (activations ``xq, xs``, ``M <= 16``)."""
     n = weight.n
+    lead = _lead(m, lead)
     mm = gemv_bucket(m)
     rw = gemv_rows_per_warp(mm)
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv.cu", body, ("xq", "xs") + w_names, ("y",))
     return LaunchSpec(kern, tuple(w_inputs), template + [("MM", mm), ("RW", rw)],
-                      [(m, n)], [out_dtype], (-(-n // rw) * 32, 1, 1), (GEMV_THREADS, 1, 1))
+                      [(*lead, n)], [out_dtype], (-(-n // rw) * 32, 1, 1), (GEMV_THREADS, 1, 1))
 
 
 # Launchers: build the spec and launch it (every call) -----------------------------------
@@ -547,9 +626,11 @@ def gemv_quantized(xq, xs, weight, bias, out_dtype):
 # bias, template, output shapes, grid, threadgroup, tile); the closures make the launch
 # the launcher above would make for the same arguments, and nothing else.
 def bind_quantize(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
-                  row_sum: bool = False):
-    """``f(x) -> (q, scale, row_sums)``: :func:`quantize` for ``[M, K]`` ``dtype`` ``x``."""
-    kern, _, template, shapes, dtypes, grid, tg = quantize_spec(m, k, dtype, group_size, row_sum)
+                  row_sum: bool = False, lead: tuple[int, ...] | None = None):
+    """``f(x) -> (q, scale, row_sums)``: :func:`quantize` for ``[M, K]`` (or
+    ``[*lead, K]``) ``dtype`` ``x``."""
+    kern, _, template, shapes, dtypes, grid, tg = quantize_spec(m, k, dtype, group_size, row_sum,
+                                                                lead=lead)
     if len(shapes) == 2:
         def run_plain(x):
             q, scale = kern(inputs=[x], template=template, output_shapes=shapes,
@@ -585,21 +666,38 @@ def _bind_acts3(spec: LaunchSpec):
 
 
 def bind_gemm_per_channel(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
-                          config: GemmConfig | WsConfig | None = None, unsigned: bool = False):
+                          config: GemmConfig | WsConfig | None = None, unsigned: bool = False,
+                          lead: tuple[int, ...] | None = None):
     """``f(acts) -> y``: :func:`gemm_per_channel` on ``acts = (xq, xs, xr)`` from
     :func:`quantize` (``row_sums=xr`` when ``unsigned``, else ``xr`` is not read)."""
-    spec = gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, unsigned)
+    spec = gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, unsigned, lead)
     return _bind_acts3(spec) if unsigned else _bind_acts2(spec)
 
 
-def bind_gemm_grouped(m: int, weight, bias, out_dtype: mx.Dtype, config: GemmConfig | None = None):
+def bind_gemm_ws_group(m: int, k: int, members, out_dtype: mx.Dtype,
+                       config: WsConfig | None = None, lead: tuple[int, ...] | None = None):
+    """``f(acts) -> [y_0, y_1, ...]``: :func:`gemm_ws_group_spec`'s launch on
+    ``acts = (xq, xs, xr)``."""
+    kern, tail, template, shapes, dtypes, grid, tg = gemm_ws_group_spec(
+        m, k, members, out_dtype, config, lead)
+
+    def apply(acts):
+        return kern(inputs=[*acts, *tail], template=template, output_shapes=shapes,
+                    output_dtypes=dtypes, grid=grid, threadgroup=tg)
+    return apply
+
+
+def bind_gemm_grouped(m: int, weight, bias, out_dtype: mx.Dtype, config: GemmConfig | None = None,
+                      lead: tuple[int, ...] | None = None):
     """``f(acts) -> y``: :func:`gemm_grouped` on ``acts = (xq, xs, xr)``."""
-    return _bind_acts3(gemm_grouped_spec(m, weight, bias, out_dtype, config))
+    return _bind_acts3(gemm_grouped_spec(m, weight, bias, out_dtype, config, lead))
 
 
-def bind_gemv_fused(m: int, k: int, weight, bias, dtype: mx.Dtype):
+def bind_gemv_fused(m: int, k: int, weight, bias, dtype: mx.Dtype,
+                    lead: tuple[int, ...] | None = None):
     """``f(x) -> y``: the one-launch :func:`gemv` for ``[M, K]`` ``dtype`` ``x``."""
-    kern, tail, template, shapes, dtypes, grid, tg = gemv_fused_spec(m, k, weight, bias, dtype)
+    kern, tail, template, shapes, dtypes, grid, tg = gemv_fused_spec(m, k, weight, bias, dtype,
+                                                                     lead)
 
     def run(x):
         return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
@@ -607,6 +705,7 @@ def bind_gemv_fused(m: int, k: int, weight, bias, dtype: mx.Dtype):
     return run
 
 
-def bind_gemv_quantized(m: int, weight, bias, out_dtype: mx.Dtype):
+def bind_gemv_quantized(m: int, weight, bias, out_dtype: mx.Dtype,
+                        lead: tuple[int, ...] | None = None):
     """``f(acts) -> y``: :func:`gemv_quantized` on ``acts = (xq, xs, _)``."""
-    return _bind_acts2(gemv_quantized_spec(m, weight, bias, out_dtype))
+    return _bind_acts2(gemv_quantized_spec(m, weight, bias, out_dtype, lead))

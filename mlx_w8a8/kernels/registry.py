@@ -96,9 +96,18 @@ class Candidate:
             ``apply(acts) -> y`` make the launches ``stages``' ``quantize(x)`` and
             ``apply(acts, weight, bias, dtype)`` make, ``act_key`` is ``stages``' key; with
             no stages ``act_key`` and ``quantize`` are ``None`` and ``apply(x) -> y`` makes
-            the launches of ``run(x, weight, bias)``. ``x`` is ``[problem.m, problem.k]``
-            of ``problem.dtype``. ``mlx_w8a8.Linear`` binds once per decision and weight
-            (it binds again when its arrays are replaced).
+            the launches of ``run(x, weight, bias)``. An optional fourth argument
+            ``lead`` (a tuple whose product is ``problem.m``) makes them take ``x``
+            ``[*lead, K]`` and return ``[*lead, N]`` (no reshape in the layer's call);
+            without it ``x`` is ``[problem.m, problem.k]``, of ``problem.dtype`` either
+            way. ``mlx_w8a8.Linear`` binds once per decision, input shape and weight (it
+            binds again when its arrays are replaced).
+        bind_group: ``linear`` only, optional: ``bind_group(problem, members, lead) ->
+            (act_key, quantize, apply)``: one launch computing several layers fed the
+            same ``x`` (``mlx_w8a8.Linear`` siblings such as q/k/v or gate/up).
+            ``members`` is a list of ``(weight, bias)``, ``problem`` their summed
+            problem (``N = sum N_g``), ``apply(acts)`` returns one ``[*lead, N_g]`` array
+            per member, each equal to what ``bind_stages`` would return for it alone.
         w8a8: ``linear`` only: whether ``run`` computes the W8A8 math of
             ``docs/numerics.md`` (per-token int8 activations). The tuner's gate checks
             such candidates against ``exact`` within the float32-epilogue bound;
@@ -114,7 +123,8 @@ class Candidate:
     available: Callable[[], bool] = lambda: True
     stages: Callable[[Problem], Any] | None = None
     bind: Callable[[Any, Problem], Callable] | None = None
-    bind_stages: Callable[[Problem, Any, Any], tuple] | None = None
+    bind_stages: Callable[..., tuple] | None = None
+    bind_group: Callable[..., tuple] | None = None
     w8a8: bool = True
 
     def handles(self, problem: Problem) -> bool:

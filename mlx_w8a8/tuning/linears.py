@@ -13,6 +13,7 @@ from __future__ import annotations
 import attrs
 import mlx.nn as nn
 
+from .. import siblings
 from ..kernels.registry import Problem
 from ..weight import GROUP_SIZES, QuantizedWeight
 from . import shapes
@@ -108,8 +109,9 @@ def model_shapes(
             (:func:`shapes.split_for_tp`).
 
     Returns:
-        ``(shapes, skipped)``: the shapes in model order, and ``(path, reason)`` for
-        linear-like layers that are not converted (other bit widths, K not divisible
+        ``(shapes, skipped)``: the shapes in model order (with the summed shape of each
+        sibling group, :mod:`mlx_w8a8.siblings`, labelled ``path.q_proj+k_proj+v_proj``),
+        and ``(path, reason)`` for linear-like layers that are not converted (other bit widths, K not divisible
         by the group size).
 
     Raises:
@@ -138,6 +140,20 @@ def model_shapes(
             skipped.append((path, f"K / tp = {k} not divisible by group size {g}"))
             continue
         found.setdefault((n, k, fmt, g, bias, dtype), []).append(path)
+    # Sibling groups (q/k/v, gate/up: mlx_w8a8.siblings) run as one launch of their summed
+    # N where the kernel chosen for that shape has a multi-weight form: measure it too.
+    for path, module in model.named_modules():
+        for names in siblings.NAMES:
+            specs = [describe(module.get(name), weight_format, group_size)
+                     if isinstance(module.get(name), nn.Module) else "missing" for name in names]
+            if any(isinstance(s, str) for s in specs) or len({s[1:] for s in specs}) != 1:
+                continue
+            split = [shapes.split_for_tp(name, s[0], s[1], tp) for name, s in zip(names, specs)]
+            n, k = sum(ns for ns, _ in split), split[0][1]
+            _, _, fmt, g, bias = specs[0]
+            if k % g == 0:
+                label = f"{path}.{'+'.join(names)}" if path else "+".join(names)
+                found.setdefault((n, k, fmt, g, bias, dtype), []).append(label)
     # a stable, model-ordered listing (by the first layer that has each shape)
     out = [
         LinearShape(n, k, dt, fmt, g, bias, tuple(sorted(paths, key=_path_order)))

@@ -5,6 +5,7 @@
 //
 // Operand conventions (B's byte interpretation WB, exactness bounds, zero-filled tails)
 // are described at the top of gemm.cu.
+// @@ requires shape.cuh
 
 namespace w8a8 {
 

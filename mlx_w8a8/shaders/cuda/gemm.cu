@@ -356,41 +356,41 @@ __device__ __forceinline__ void gemm_grouped(const int8_t* a, const int8_t* b, i
 // @@ body int32
 // Raw int8 GEMM: inputs a [M, K] int8, b [N, K] int8; output c [M, N] int32.
 w8a8::gemm<0, false, int32_t, BM, BN, WTM, WTN, STAGES, w8a8::kWeightS8>(
-    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, nullptr, c);
+    a, b, w8a8::rows(a_shape, a_ndim), b_shape[0], a_shape[a_ndim - 1], nullptr, nullptr, nullptr, nullptr, c);
 
 // @@ body channel
 // Per-channel W8A8 with flipped codes (any K < 2^17; the launcher uses it for
 // K > 66311): xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32.
 w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightFlip>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs,
     nullptr, ws, nullptr, y);
 
 // @@ body channel_bias
 // As `channel`, plus bias [N] f32.
 w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightFlip>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs,
     nullptr, ws, bias, y);
 
 // @@ body channel_u8
 // Per-channel W8A8 on the unsigned codes (K <= 66311 only): as `channel`, plus
 // xr [M, 1] int32 activation row sums.
 w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr,
     ws, nullptr, y);
 
 // @@ body channel_u8_bias
 w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr,
     ws, bias, y);
 
 // @@ body grouped
 // Grouped W8A8: xq [M, K] int8, xs [M, 1] f32, xr [M, G] int32 row sums, w [N, K/4] uint32,
 // ws [N, G] scales (ST), wo [N, G] f32 offsets b + 128 s.
 w8a8::gemm_grouped<false, T, ST, GS, BM, BN, WTM, WTN, STAGES>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr, ws,
     wo, nullptr, y);
 
 // @@ body grouped_bias
 w8a8::gemm_grouped<true, T, ST, GS, BM, BN, WTM, WTN, STAGES>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr, ws,
     wo, bias, y);

@@ -151,28 +151,28 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
 // @@ body int32
 // Raw int8 GEMM: a [M, K] int8, b [N, K] int8 -> c [M, N] int32.
 w8a8::gemm_wgmma<0, false, int32_t, STAGES, w8a8::kWeightS8>(
-    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, nullptr, c);
+    a, b, w8a8::rows(a_shape, a_ndim), b_shape[0], a_shape[a_ndim - 1], nullptr, nullptr, nullptr, nullptr, c);
 
 // @@ body channel
 // Per-channel W8A8 with codes flipped in shared memory (the launcher's path for
 // K > 66311): xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32.
 w8a8::gemm_wgmma<1, false, T, STAGES, w8a8::kWeightFlip>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, nullptr,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, nullptr,
     ws, nullptr, y);
 
 // @@ body channel_bias
 w8a8::gemm_wgmma<1, true, T, STAGES, w8a8::kWeightFlip>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, nullptr,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, nullptr,
     ws, bias, y);
 
 // @@ body channel_u8
 // Per-channel W8A8 on the unsigned codes (K <= 66311 only): as `channel`, plus
 // xr [M, 1] int32 activation row sums.
 w8a8::gemm_wgmma<1, false, T, STAGES, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr, ws,
     nullptr, y);
 
 // @@ body channel_u8_bias
 w8a8::gemm_wgmma<1, true, T, STAGES, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
+    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr, ws,
     bias, y);

@@ -130,12 +130,60 @@ __device__ __forceinline__ void store8(__half* p, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(p) = w;
 }
 
+// The weights one launch multiplies the activation by: G members (1 for a single linear,
+// 2 or 3 for sibling projections fed the same x, e.g. q/k/v or gate/up). Member g is
+// b[g] [n[g], K] with its column scales, bias and output out[g] [..., n[g]]; the
+// launch's tile columns are the members' tile columns one after another (a tile never
+// straddles two members), so one persistent grid covers all of them and the small
+// members (k/v: N = 1024) fill SMs the big one leaves idle.
+// Members are selected with unrolled compile-time indices (for_member), never a runtime
+// index into the arrays: that would put them in local memory.
+template <typename T, int G>
+struct Members {
+  const int8_t* b[G];
+  const float* col_scale[G];
+  const float* bias[G];
+  T* out[G];
+  int n[G];
+};
+
+// One tile column's member: its pointers, N, and the tile column within the member.
+template <typename T>
+struct Member {
+  const int8_t* b;
+  const float* col_scale;
+  const float* bias;
+  T* out;
+  int n, tn;
+};
+
+template <int BN, typename T, int G>
+__device__ __forceinline__ int member_tiles(const Members<T, G>& ms) {
+  int t = 0;
+#pragma unroll
+  for (int g = 0; g < G; ++g) t += (ms.n[g] + BN - 1) / BN;
+  return t;
+}
+
+template <int BN, typename T, int G>
+__device__ __forceinline__ Member<T> member_of(const Members<T, G>& ms, int tn) {
+  Member<T> m{ms.b[0], ms.col_scale[0], ms.bias[0], ms.out[0], ms.n[0], tn};
+  int first = 0;  // the first tile column of member g
+#pragma unroll
+  for (int g = 1; g < G; ++g) {
+    first += (ms.n[g - 1] + BN - 1) / BN;
+    if (tn >= first) m = Member<T>{ms.b[g], ms.col_scale[g], ms.bias[g], ms.out[g], ms.n[g],
+                                   tn - first};
+  }
+  return m;
+}
+
 // MODE, HAS_BIAS, WB: as gemm_wgmma (MODE 0 raw int32 C with WB == kWeightS8; MODE 1
-// per-channel dequant with WB == kWeightU8). T: the output type.
-template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB>
-__device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
-                                        const float* row_scale, const int32_t* row_sums,
-                                        const float* col_scale, const float* bias, T* out) {
+// per-channel dequant with WB == kWeightU8). T: the output type. a: [M, K] (any leading
+// shape with M rows).
+template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G>
+__device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const float* row_scale,
+                                        const int32_t* row_sums, const Members<T, G>& ms) {
   static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
   static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
   constexpr int BM = 128;
@@ -149,7 +197,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
   const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = member_tiles<BN>(ms);
   const int tiles = tiles_m * tiles_n;
   const int ktiles = (K + kBK - 1) / kBK;
 
@@ -173,7 +221,10 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
       tile_coords(tile, tiles_m, tiles_n, tm, tn);
-      const int m0 = tm * BM, n0 = tn * BN;
+      const Member<T> mb = member_of<BN>(ms, tn);
+      const int8_t* b = mb.b;
+      const int N = mb.n;
+      const int m0 = tm * BM, n0 = mb.tn * BN;
       const int8_t* pa = a + (size_t)(m0 + r0) * K + chunk * 16;
       const int8_t* pb = b + (size_t)(n0 + r0) * K + chunk * 16;
       uint32_t amask = 0;
@@ -213,15 +264,18 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
   // Consumers.
   const int wg = warp >> 2;
   const int gq = lane >> 2, tq = lane & 3;
-  const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, col_scale, bias};
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
-  const bool vec_ok = (N * (int)sizeof(T)) % 16 == 0;  // every row starts 16-byte aligned
   int d[kAcc];
   int it = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
-    const int m0 = tm * BM, n0 = tn * BN;
+    const Member<T> mb = member_of<BN>(ms, tn);
+    const int N = mb.n;
+    T* const out = mb.out;
+    const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, mb.col_scale, mb.bias};
+    const bool vec_ok = (N * (int)sizeof(T)) % 16 == 0;  // every row starts 16-byte aligned
+    const int m0 = tm * BM, n0 = mb.tn * BN;
     // Every consumer warpgroup issues its MMAs, even one whose 64 rows all lie past M
     // (M <= 64): a branch around wgmma makes ptxas serialize every wgmma of the kernel
     // ("C7520 ... serialized due to ... divergent path"; measured 1.4x slower on an
@@ -302,18 +356,57 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, const int8_t* b, int M,
 }  // namespace w8a8
 
 // @@ body int32
-// Raw int8 GEMM: a [M, K] int8, b [N, K] int8 -> c [M, N] int32.
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8>(
-    a, b, a_shape[0], b_shape[0], a_shape[1], nullptr, nullptr, nullptr, nullptr, c);
+// Raw int8 GEMM: a [..., K] int8, b [N, K] int8 -> c [..., N] int32.
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1>(
+    a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
+    w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}});
 
 // @@ body channel_u8
-// Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [M, K] int8, xs [M, 1] f32,
-// xr [M, 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32.
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
-    nullptr, y);
+// Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [..., K] int8, xs [..., 1]
+// f32, xr [..., 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32;
+// y [..., N].
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
+                        {w_shape[0]}});
 
 // @@ body channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), xq_shape[0], w_shape[0], xq_shape[1], xs, xr, ws,
-    bias, y);
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
+                        {w_shape[0]}});
+
+// @@ body group2
+// channel_u8 for two weights fed the same activation (e.g. gate/up): w0 [N0, K/4],
+// ws0 [N0], w1, ws1 -> y0 [..., N0], y1 [..., N1].
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
+
+// @@ body group2_bias
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {ws0, ws1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
+
+// @@ body group3
+// Three weights fed the same activation (e.g. q/k/v).
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}});
+
+// @@ body group3_bias
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {ws0, ws1, ws2}, {bias0, bias1, bias2}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}});

@@ -234,36 +234,36 @@ __device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const 
 
 // @@ body channel
 // xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
-w8a8::gemv<MM, RW, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr, xq_shape[0],
-                                       w_shape[0], xq_shape[1], y);
+w8a8::gemv<MM, RW, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr, w8a8::rows(xq_shape, xq_ndim),
+                                       w_shape[0], xq_shape[xq_ndim - 1], y);
 
 // @@ body channel_bias
-w8a8::gemv<MM, RW, 0, true, T, float>(xq, xs, w, ws, nullptr, bias, xq_shape[0], w_shape[0],
-                                      xq_shape[1], y);
+w8a8::gemv<MM, RW, 0, true, T, float>(xq, xs, w, ws, nullptr, bias, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                      xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped
 // As `channel` but ws [N, G] scales (ST) and wo [N, G] f32 offsets.
-w8a8::gemv<MM, RW, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr, xq_shape[0], w_shape[0],
-                                     xq_shape[1], y);
+w8a8::gemv<MM, RW, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                     xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped_bias
-w8a8::gemv<MM, RW, GS, true, T, ST>(xq, xs, w, ws, wo, bias, xq_shape[0], w_shape[0],
-                                    xq_shape[1], y);
+w8a8::gemv<MM, RW, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                    xq_shape[xq_ndim - 1], y);
 
 // @@ body fused_channel
 // x [M, K] float (T), w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
-w8a8::gemv_fused<MM, RW, 0, false, T, float>(x, w, ws, nullptr, nullptr, x_shape[0],
-                                             w_shape[0], x_shape[1], y);
+w8a8::gemv_fused<MM, RW, 0, false, T, float>(x, w, ws, nullptr, nullptr, w8a8::rows(x_shape, x_ndim),
+                                             w_shape[0], x_shape[x_ndim - 1], y);
 
 // @@ body fused_channel_bias
-w8a8::gemv_fused<MM, RW, 0, true, T, float>(x, w, ws, nullptr, bias, x_shape[0], w_shape[0],
-                                            x_shape[1], y);
+w8a8::gemv_fused<MM, RW, 0, true, T, float>(x, w, ws, nullptr, bias, w8a8::rows(x_shape, x_ndim), w_shape[0],
+                                            x_shape[x_ndim - 1], y);
 
 // @@ body fused_grouped
 // x [M, K] float (T), w codes, ws [N, G] scales (ST), wo [N, G] f32 offsets.
-w8a8::gemv_fused<MM, RW, GS, false, T, ST>(x, w, ws, wo, nullptr, x_shape[0], w_shape[0],
-                                           x_shape[1], y);
+w8a8::gemv_fused<MM, RW, GS, false, T, ST>(x, w, ws, wo, nullptr, w8a8::rows(x_shape, x_ndim), w_shape[0],
+                                           x_shape[x_ndim - 1], y);
 
 // @@ body fused_grouped_bias
-w8a8::gemv_fused<MM, RW, GS, true, T, ST>(x, w, ws, wo, bias, x_shape[0], w_shape[0],
-                                          x_shape[1], y);
+w8a8::gemv_fused<MM, RW, GS, true, T, ST>(x, w, ws, wo, bias, w8a8::rows(x_shape, x_ndim), w_shape[0],
+                                          x_shape[x_ndim - 1], y);

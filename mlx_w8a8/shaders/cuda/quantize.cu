@@ -188,16 +188,16 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
 
 // @@ body plain
 // x [M, K] float (T); outputs q [M, K] int8, scale [M, 1] f32.
-w8a8::quantize_row<T, 0>(x, x_shape[1], q, scale, nullptr);
+w8a8::quantize_row<T, 0>(x, x_shape[x_ndim - 1], q, scale, nullptr);
 
 // @@ body rowsum
 // As `plain`, plus rsum [M, 1] int32: the sum of each row's codes (per-channel GEMM).
-w8a8::quantize_row<T, 0, true>(x, x_shape[1], q, scale, rsum);
+w8a8::quantize_row<T, 0, true>(x, x_shape[x_ndim - 1], q, scale, rsum);
 
 // @@ body sums
 // As `plain`, plus row_sums [M, K / GS] int32.
-w8a8::quantize_row<T, GS>(x, x_shape[1], q, scale, row_sums);
+w8a8::quantize_row<T, GS>(x, x_shape[x_ndim - 1], q, scale, row_sums);
 
 // @@ body rowsum_warp
 // As `rowsum` (same outputs, same bits), one warp per row: x [M, K] float (T).
-w8a8::quantize_row_warp<T>(x, x_shape[0], x_shape[1], q, scale, rsum);
+w8a8::quantize_row_warp<T>(x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], q, scale, rsum);

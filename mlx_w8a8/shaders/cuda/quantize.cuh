@@ -6,6 +6,7 @@
 // Exactness: scale = amax / 127 and x / scale are IEEE round-to-nearest divisions
 // (__fdiv_rn, never a reciprocal multiply, which fast-math could substitute), and
 // rintf rounds half to even, so codes match the float64 oracle bit for bit.
+// @@ requires shape.cuh
 
 namespace w8a8 {
 

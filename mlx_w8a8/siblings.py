@@ -1,0 +1,155 @@
+"""Sibling layers: ``mlx_w8a8.Linear`` layers a model feeds the same input (q/k/v,
+gate/up), computed by one kernel launch.
+
+A model written for MLX calls ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)`` one after the
+other. Each call is a launch with its own host cost, and the small ones (k/v of a
+grouped-query model: N = 1024) leave most of a GPU idle. Where the kernel chosen for the
+siblings' summed shape (``N = sum N_g``) has a multi-weight form
+(``registry.Candidate.bind_group``), the first sibling called launches it once for all of
+them; the others take their outputs from a small per-thread memo keyed by the identity of
+``x``. So the result of every call is what the layer alone computes; only the number of
+launches changes.
+
+Safety: a sibling called with a different ``x`` (a model that does not feed them the same
+input) finds nothing in the memo and runs alone. Outputs that no sibling took are counted
+when they leave the memo; after :data:`MAX_UNUSED` such launches the group stops
+launching together (its siblings run alone from then on), so a wrong guess costs a few
+launches, never results.
+
+:func:`link` finds siblings by name (:data:`NAMES`): children of one module with those
+names, all ``mlx_w8a8.Linear`` with the same K, weight format, group size and bias
+presence. :func:`mlx_w8a8.quantize` and :func:`mlx_w8a8.load` link the model they return.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import mlx.nn as nn
+
+# Child names of one module that models feed the same input, in call order.
+NAMES = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+# Members of one group: the kernels' multi-weight bodies take 2 or 3 (gemm_ws.cu).
+MAX_MEMBERS = 3
+# Launches whose outputs some sibling never took, before the group stops launching together.
+MAX_UNUSED = 8
+# Sibling launches memoised per thread (each entry holds its input and outputs).
+_SLOTS = 4
+_memo = threading.local()
+
+
+class Siblings:
+    """Layers fed the same input that may run as one launch.
+
+    Holds its members weakly (each member holds the group: ``layer.siblings``). The plans
+    the members make for a group launch live in the members' plan caches; this object
+    keeps what they share: the launch bound per input shape and dtype, and the count of
+    launches whose outputs went unused.
+    """
+
+    def __init__(self, layers):
+        self._refs = tuple(weakref.ref(layer) for layer in layers)
+        self.bound: dict = {}  # (shape, dtype) -> state shared by the members' plans
+        self.unused = 0
+        self.enabled = True
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def members(self):
+        """The member layers, or ``None`` when one of them no longer exists."""
+        layers = [ref() for ref in self._refs]
+        return None if any(layer is None for layer in layers) else layers
+
+    def index(self, layer) -> int:
+        for i, ref in enumerate(self._refs):
+            if ref() is layer:
+                return i
+        raise ValueError("[mlx_w8a8.siblings] layer is not a member of this group")
+
+    def reset(self) -> None:
+        """Forget the shared launches and every member's plans (they re-decide)."""
+        self.bound.clear()
+        for ref in self._refs:
+            layer = ref()
+            if layer is not None:
+                layer._plans.clear()
+                layer._decisions.clear()
+
+    def _unused_launch(self) -> None:
+        self.unused += 1
+        if self.unused >= MAX_UNUSED and self.enabled:
+            self.enabled = False
+            self.reset()
+
+
+def put(x, group: Siblings, outputs, taken: int) -> None:
+    """Memoise ``outputs`` of ``group`` for input ``x``; member ``taken`` has its own."""
+    slots = getattr(_memo, "slots", None)
+    if slots is None:
+        slots = _memo.slots = []
+    pending = set(range(len(outputs))) - {taken}
+    slots.append([x, group, outputs, pending])
+    if len(slots) > _SLOTS:
+        _, old_group, _, old_pending = slots.pop(0)
+        if old_pending:
+            old_group._unused_launch()
+
+
+def take(x, group: Siblings, i: int):
+    """Member ``i``'s output of a launch of ``group`` on this very ``x``, or ``None``."""
+    slots = getattr(_memo, "slots", None)
+    if not slots:
+        return None
+    for j, entry in enumerate(slots):
+        held, held_group, outputs, pending = entry
+        if held is x and held_group is group and i in pending:
+            pending.discard(i)
+            if not pending:
+                del slots[j]
+            return outputs[i]
+    return None
+
+
+def clear() -> None:
+    """Drop this thread's memoised sibling outputs."""
+    _memo.slots = []
+
+
+def _compatible(layers) -> bool:
+    first = layers[0]
+    key = lambda layer: (layer.input_dims, layer.format, layer.group_size, "bias" in layer)  # noqa: E731
+    return all(key(layer) == key(first) for layer in layers)
+
+
+def link(model: nn.Module, names=NAMES) -> int:
+    """Make sibling groups of ``model``'s ``mlx_w8a8.Linear`` layers.
+
+    Args:
+        model: any module; it is walked, not changed (each member gets a ``siblings``
+            attribute, replacing an earlier group).
+        names: tuples of child names a module feeds the same input (default
+            :data:`NAMES`). Children that are missing, not ``mlx_w8a8.Linear`` or differ
+            in K, format, group size or bias presence make no group.
+
+    Returns:
+        The number of groups made.
+    """
+    from .nn import Linear  # nn imports this module
+
+    for group in names:
+        if not 2 <= len(group) <= MAX_MEMBERS:
+            raise ValueError(f"[mlx_w8a8.siblings.link] a group has 2 to {MAX_MEMBERS} "
+                             f"names, got {group!r}")
+    made = 0
+    for _, module in model.named_modules():
+        for group in names:
+            layers = [module.get(name) for name in group]  # an nn.Module is a dict
+            if not all(isinstance(layer, Linear) for layer in layers) or not _compatible(layers):
+                continue
+            shared = Siblings(layers)
+            for layer in layers:
+                layer.siblings = shared
+            made += 1
+    return made

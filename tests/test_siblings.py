@@ -1,0 +1,171 @@
+"""mlx_w8a8.siblings: layers fed the same input (q/k/v, gate/up) run as one launch where
+the chosen kernel has a multi-weight form, and every layer still returns what it
+computes alone."""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+import mlx_w8a8 as w8
+from mlx_w8a8 import siblings
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate
+
+QMM = registry.get("linear", "mlx_qmm")
+
+
+class Attention(nn.Module):
+    def __init__(self, k=64, ns=(32, 16, 16), bias=False):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(k, n, bias=bias) for n in ns)
+        self.o_proj = nn.Linear(ns[0], k, bias=bias)
+
+    def __call__(self, x):
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+
+class Block(nn.Module):
+    def __init__(self, bias=False):
+        super().__init__()
+        self.self_attn = Attention(bias=bias)
+        self.mlp = nn.Module()
+        self.mlp.gate_proj, self.mlp.up_proj = nn.Linear(64, 96), nn.Linear(64, 96)
+        self.mlp.down_proj = nn.Linear(96, 64)
+
+
+@pytest.fixture
+def fused(only_written_tables):
+    """A candidate with a multi-weight form, chosen for every problem; records the group
+    launches (their x shapes) and each member count."""
+    launches = []
+
+    def bind_group(problem, members, lead):
+        assert problem.n == sum(w.n for w, _ in members)
+
+        def apply(x):
+            launches.append((tuple(x.shape), len(members)))
+            x2 = x.reshape(-1, problem.k)
+            return [QMM.run(x2, w, b).reshape(*lead, w.n) for w, b in members]
+        return None, None, apply
+
+    registry.register(Candidate(name="fused", backend="any", op="linear", run=QMM.run,
+                                bind_group=bind_group, w8a8=False))
+    previous = registry.set_chooser(lambda problem, found: (registry.get("linear", "fused"), "test"))
+    siblings.clear()
+    yield launches
+    registry.set_chooser(previous)
+    registry.unregister("linear", "fused")
+
+
+def _alone(layer, x):
+    """What the layer computes by itself (mx.quantized_matmul on its weight)."""
+    return QMM.run(x.reshape(-1, layer.input_dims), layer.quantized_weight,
+                   layer.get("bias")).reshape(*x.shape[:-1], layer.output_dims)
+
+
+def test_link_groups_by_name_and_compatibility():
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn, mlp = block.self_attn, block.mlp
+    assert attn.q_proj.siblings is attn.k_proj.siblings is attn.v_proj.siblings is not None
+    assert len(attn.q_proj.siblings) == 3
+    assert mlp.gate_proj.siblings is mlp.up_proj.siblings is not None
+    assert mlp.gate_proj.siblings is not attn.q_proj.siblings
+    assert attn.o_proj.siblings is None and mlp.down_proj.siblings is None
+    # a member that differs (here: K) makes no group
+    other = Block()
+    other.self_attn.v_proj = nn.Linear(32, 16)
+    w8.quantize(other, group_size=32)
+    assert other.self_attn.q_proj.siblings is None
+    assert siblings.link(other) == 1  # gate/up only
+    with pytest.raises(ValueError, match="2 to 3 names"):
+        siblings.link(other, names=(("q_proj",),))
+    with pytest.raises(ValueError, match="siblings must be"):
+        other.self_attn.q_proj.siblings = "q"
+
+
+@pytest.mark.parametrize("lead", [(5,), (2, 3), (1, 1, 4)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_launch_per_input_and_each_member_gets_its_own_output(fused, lead, bias):
+    block = Block(bias=bias)
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((*lead, 64))
+    q, k, v = attn(x)
+    assert fused == [((*lead, 64), 3)]
+    for layer, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), (q, k, v)):
+        assert y.shape == (*lead, layer.output_dims)
+        np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
+    x2 = mx.random.normal((*lead, 64))  # a new input: a new launch
+    mx.eval(attn(x2))
+    assert len(fused) == 2
+    # the memo holds nothing once every member took its output
+    assert not any(entry[1] is attn.q_proj.siblings for entry in siblings._memo.slots)
+    assert attn.q_proj.decision(5, mx.float32) == ("fused", "test+siblings")
+
+
+def test_members_called_in_any_order_and_twice(fused):
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((4, 64))
+    v = attn.v_proj(x)
+    q = attn.q_proj(x)
+    q_again = attn.q_proj(x)  # q already took its output: a second launch, same values
+    k = attn.k_proj(x)
+    assert len(fused) == 2
+    for layer, y in ((attn.q_proj, q), (attn.q_proj, q_again), (attn.k_proj, k), (attn.v_proj, v)):
+        np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
+
+
+def test_a_member_fed_another_input_runs_alone_and_unused_launches_end_the_group(fused):
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x, other = mx.random.normal((4, 64)), mx.random.normal((4, 64))
+    k = attn.k_proj(other)  # nothing memoised for `other` from q's launch on x: launches
+    np.testing.assert_array_equal(np.array(k), np.array(_alone(attn.k_proj, other)))
+    group = attn.q_proj.siblings
+    # A model that never feeds the siblings the same x: each launch leaves outputs no
+    # sibling takes; once MAX_UNUSED of them left the memo the group stops launching.
+    for _ in range(siblings.MAX_UNUSED + siblings._SLOTS + 1):
+        mx.eval(attn.q_proj(mx.random.normal((4, 64))))
+    assert not group.enabled
+    before = len(fused)
+    y = attn.q_proj(x)
+    assert len(fused) == before  # alone now: no group launch
+    assert attn.q_proj.decision(4, mx.float32)[1] == "test"
+    np.testing.assert_array_equal(np.array(y), np.array(_alone(attn.q_proj, x)))
+
+
+def test_replaced_weights_rebind_and_forced_kernels_opt_out(fused, rng):
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((3, 64))
+    mx.eval(attn(x))
+    # new weights for k (same format): the next group launch uses them
+    fresh = w8.Linear.from_linear(nn.Linear(64, 16), group_size=32)
+    attn.k_proj.update({"weight": fresh.weight, "scales": fresh.scales, "biases": fresh.biases})
+    x2 = mx.random.normal((3, 64))
+    q, k, v = attn(x2)
+    np.testing.assert_array_equal(np.array(k), np.array(_alone(attn.k_proj, x2)))
+    assert len(fused) == 2
+    # a forced kernel on one member: every member runs alone
+    attn.v_proj.kernel = "mlx_qmm"
+    q, k, v = attn(mx.random.normal((3, 64)))
+    assert len(fused) == 2
+    assert attn.q_proj.decision(3, mx.float32)[1] == "test"
+
+
+def test_no_group_where_the_kernel_has_no_multi_weight_form(only_written_tables):
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((2, 64))
+    q, k, v = attn(x)
+    assert "+siblings" not in attn.q_proj.decision(2, mx.float32)[1]
+    for layer, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), (q, k, v)):
+        alone = w8.Linear.from_weight(layer.quantized_weight, layer.get("bias"))
+        np.testing.assert_array_equal(np.array(y), np.array(alone(x)))
