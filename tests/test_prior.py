@@ -76,7 +76,10 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
 def test_cuda_rules_agree_with_the_shipped_h200_table():
     """The CUDA rules summarize the shipped H200 table (prior.py cites it): on every entry
     at M >= 64 (below that the rules deliberately leave mx.quantized_matmul) they pick
-    the table's choice. Re-measuring the table without revisiting the rules fails here."""
+    the table's kernel family: a W8A8 GEMM (cuda_w8a8_gemm or _ws, which the table
+    separates by at most 5% where it prefers the former) or mx.quantized_matmul.
+    Re-measuring the table without revisiting the rules fails here."""
+    family = lambda name: "w8a8_gemm" if name.startswith("cuda_w8a8_gemm") else name  # noqa: E731
     paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
     entries = table.read(paths[0])["sections"][0]["entries"]
     cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
@@ -87,6 +90,7 @@ def test_cuda_rules_agree_with_the_shipped_h200_table():
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "per_channel",
                           e["group_size"])
         picked = prior.choose("cuda", problem, cuda)
-        assert (picked.name if picked else "mlx_qmm") == e["choice"], (e["m_bucket"], e["n"], e["k"])
+        got = family(picked.name if picked else "mlx_qmm")
+        assert got == family(e["choice"]), (e["m_bucket"], e["n"], e["k"], e["choice"])
         checked += 1
     assert checked >= 15

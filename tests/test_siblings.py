@@ -152,10 +152,20 @@ def test_replaced_weights_rebind_and_forced_kernels_opt_out(fused, rng):
     q, k, v = attn(x2)
     np.testing.assert_array_equal(np.array(k), np.array(_alone(attn.k_proj, x2)))
     assert len(fused) == 2
+    # arrays swapped without __setitem__ (as mx.compile(inputs=model.state) does): the
+    # group's bound launch notices the new identity and binds again
+    other = w8.Linear.from_linear(nn.Linear(64, 16, bias=False), group_size=32)
+    for name in ("weight", "scales", "biases"):
+        dict.__setitem__(attn.v_proj, name, other[name])
+    x3 = mx.random.normal((3, 64))
+    q, k, v = attn(x3)
+    assert len(fused) == 3
+    np.testing.assert_array_equal(np.array(v), np.array(_alone(attn.v_proj, x3)))
+    np.testing.assert_array_equal(np.array(v), np.array(_alone(other, x3)))
     # a forced kernel on one member: every member runs alone
     attn.v_proj.kernel = "mlx_qmm"
     q, k, v = attn(mx.random.normal((3, 64)))
-    assert len(fused) == 2
+    assert len(fused) == 3
     assert attn.q_proj.decision(3, mx.float32)[1] == "test"
 
 

@@ -18,21 +18,27 @@ Rule = tuple[int, "int | None", int, tuple[str, ...]]
 
 RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16): the shipped
-    # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b,
-    # bench/results/h200_2026-11-30_s3_d_*); tests/test_prior.py checks that these rules
-    # agree with it on every entry at M >= 64.
+    # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b, with the sibling
+    # groups' summed shapes q+k+v 6144 x 4096 and gate+up 28672 x 4096;
+    # bench/results/h200_2026-11-30_s4_{b,c}_*); tests/test_prior.py checks that these
+    # rules pick the table's kernel family (W8A8 GEMM or mx.quantized_matmul) on every
+    # entry at M >= 64. Within the family the two GEMMs came within 5% of each other where
+    # the table prefers cuda_w8a8_gemm (64 x 14336 x 4096: 57.3 vs 57.7 us; 2048 x 1024 x
+    # 4096: 92.7 vs 97.0 us); the rules name the warp-specialized one first.
     # - M < 64: no rule, mx.quantized_matmul. Per shape the W8A8 GEMV or GEMM wins only
     #   on lm_head-sized weights; in the model's own decode loop the GEMV made decode
     #   slower (the decode check: 0.82-0.97x), decode being host-bound, and a custom
     #   kernel launch costing more host time than a built-in op (docs/cuda.md).
-    # - M >= 64, weights of at least 14336 x 4096 / 2 elements (the MLP projections,
-    #   lm_head): the warp-specialized W8A8 GEMM (1.1-2.1x mlx_qmm at M = 64, 1.5-1.7x
-    #   at 128).
-    # - M >= 128, weights of at least 4096 x 4096: the same (q/o projections).
-    # - M >= 2048: every shape (k/v projections too; at M = 512 they kept mlx_qmm).
+    # - M >= 64, weights of at least 14336 x 4096 / 2 elements (the MLP projections, the
+    #   gate+up group, lm_head): a W8A8 GEMM (1.1-2.1x mlx_qmm at M = 64).
+    # - M >= 128, weights of at least 6144 x 4096 (the q+k+v group): the same (1.2x).
+    #   4096 x 4096 alone stays on mlx_qmm there (45.1 vs 46.2 us).
+    # - M >= 512, weights of at least 4096 x 4096 (o_proj): the same (2.1x).
+    # - M >= 2048: every shape (k/v alone too; at M = 512 they kept mlx_qmm).
     ("cuda", "linear", "per_channel"): [
         (64, None, 14336 * 4096 // 2, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
-        (128, None, 4096 * 4096, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (128, None, 6144 * 4096, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (512, None, 4096 * 4096, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
         (2048, None, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than
