@@ -42,13 +42,16 @@ import time
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import models
+from . import models, siblings
 from .tuning import render, table
 
 VARIANTS = ("bf16", "mlx-lm-8bit", "mlx_w8a8")
 # With --unshared: the mlx_w8a8 model again, with the sharing of quantized activations
 # between layers fed the same input (q/k/v, gate/up) turned off: what the sharing saves.
 UNSHARED = "mlx_w8a8-unshared"
+# With --unlinked: the mlx_w8a8 model again, each sibling layer (q/k/v, gate/up) run by
+# itself instead of one launch per group (mlx_w8a8.siblings): what the group launch saves.
+UNLINKED = "mlx_w8a8-unlinked"
 GROUP_SIZE, BITS = 64, 8
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
@@ -78,6 +81,9 @@ def add_arguments(p) -> None:
     g.add_argument("--unshared", action="store_true",
                    help="also time mlx_w8a8 with each layer quantizing its own input (no "
                    "sharing between q/k/v and gate/up): what the sharing saves")
+    g.add_argument("--unlinked", action="store_true",
+                   help="also time mlx_w8a8 with each sibling layer (q/k/v, gate/up) run by "
+                   "itself: what running each group as one launch saves")
     g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
@@ -275,8 +281,9 @@ def summarize(times: dict[str, list[float]], tokens: int) -> dict:
     pairs = {"mlx_w8a8/mlx-lm-8bit": ("mlx_w8a8", "mlx-lm-8bit"),
              "mlx_w8a8/bf16": ("mlx_w8a8", "bf16"),
              "mlx-lm-8bit/bf16": ("mlx-lm-8bit", "bf16")}
-    if UNSHARED in times:
-        pairs[f"mlx_w8a8/{UNSHARED}"] = ("mlx_w8a8", UNSHARED)
+    for arm in (UNSHARED, UNLINKED):
+        if arm in times:
+            pairs[f"mlx_w8a8/{arm}"] = ("mlx_w8a8", arm)
     ratios = {}
     for key, (a, b) in pairs.items():
         per_round = [tb / ta for ta, tb in zip(times[a], times[b])]  # speed a / speed b
@@ -300,17 +307,20 @@ def run(args, stream, out, emit) -> int:
                                             getattr(args, "skip", None))
     vocab = int(config["vocab_size"])
     loop_name, loop = decode_loop()
-    names = list(VARIANTS) + ([UNSHARED] if share else [])
+    names = (list(VARIANTS) + ([UNSHARED] if share else [])
+             + ([UNLINKED] if getattr(args, "unlinked", False) else []))
+    switches = {UNSHARED: share, UNLINKED: siblings.launch_together}
 
     def on(name, fn):
-        """``fn(model)`` for arm ``name`` (the unshared arm: sharing off meanwhile)."""
-        if name != UNSHARED:
+        """``fn(model)`` for arm ``name`` (the unshared / unlinked arm: the mlx_w8a8 model
+        with activation sharing / sibling launches off meanwhile)."""
+        if name not in switches:
             return fn(variants[name])
-        share(False)
+        switches[name](False)
         try:
             return fn(variants["mlx_w8a8"])
         finally:
-            share(True)
+            switches[name](True)
 
     emit({
         "kind": "setup", "model": label, "model_type": config.get("model_type"),
@@ -383,6 +393,9 @@ def render_table(rows: list[tuple[str, dict]], names=VARIANTS) -> str:
     if UNSHARED in names:
         keys.append(f"mlx_w8a8/{UNSHARED}")
         titles.append("shared / unshared")
+    if UNLINKED in names:
+        keys.append(f"mlx_w8a8/{UNLINKED}")
+        titles.append("linked / unlinked")
     head = ["measure"] + [f"{n} tok/s" for n in names] + titles + ["SQNR 8-bit", "SQNR w8a8"]
     body = []
     for label, s in rows:

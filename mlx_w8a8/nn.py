@@ -309,15 +309,18 @@ class Linear(nn.Module):
         found = self._group_decision(m, x.dtype)
         if found is not None:
             candidate, source, members, group_problem = found
-            plan = self._group_plan(candidate, group_problem, lead)
+            plan = self._group_plan(candidate, group_problem, lead, out_shape)
             return self._keep(x, plan, (m, candidate.name, source + "+siblings"))
-        problem = self.problem(m, x.dtype)
+        candidate, source, plan = self._alone_plan(m, x.dtype, lead, out_shape)
+        return self._keep(x, plan, (m, candidate.name, source))
+
+    def _alone_plan(self, m: int, dtype: mx.Dtype, lead, out_shape):
+        """``(candidate, source, plan)`` of this layer by itself (no siblings)."""
+        problem = self.problem(m, dtype)
         candidate, source = registry.decide(problem, self._kernel)
         if candidate.bind is not None:
-            plan = candidate.bind(self, problem)
-        else:
-            plan = self._bound_plan(candidate, problem, lead, out_shape)
-        return self._keep(x, plan, (m, candidate.name, source))
+            return candidate, source, candidate.bind(self, problem)
+        return candidate, source, self._bound_plan(candidate, problem, lead, out_shape)
 
     def _bound_plan(self, candidate, problem: Problem, lead, out_shape):
         """The plan of a candidate through its ``bind_stages`` (the kernels take ``x``
@@ -353,7 +356,7 @@ class Linear(nn.Module):
             return y.reshape(out_shape) if flat else y
         return plan
 
-    def _group_plan(self, candidate, problem: Problem, lead):
+    def _group_plan(self, candidate, problem: Problem, lead, out_shape):
         """This member's plan when the group runs as one launch (``candidate.bind_group``
         on the summed ``problem``): the first member called on an ``x`` launches for all
         and leaves the others' outputs in the sibling memo; a member finding its output
@@ -363,8 +366,14 @@ class Linear(nn.Module):
         i = group.index(self)
         key = (lead, problem.dtype)
         fmt = self.format
+        alone = None  # this layer's own plan, made on first use (launch_together(False))
 
         def plan(x):
+            nonlocal alone
+            if not _siblings.together():
+                if alone is None:
+                    alone = self._alone_plan(problem.m, x.dtype, lead, out_shape)[2]
+                return alone(x)
             y = _siblings.take(x, group, i)
             if y is not None:
                 return y

@@ -37,6 +37,23 @@ MAX_UNUSED = 8
 # Sibling launches memoised per thread (each entry holds its input and outputs).
 _SLOTS = 4
 _memo = threading.local()
+# launch_together(False): every member runs alone (to measure what the group launch saves).
+_TOGETHER = True
+
+
+def launch_together(enabled: bool = True) -> None:
+    """Let linked siblings run as one launch (the default) or make each run alone, as
+    if unlinked, with the kernel decided for its own shape: what the group launches save
+    (``python -m mlx_w8a8.bench --model ... --unlinked``). Applies to later calls; the
+    layers keep their plans, so switching costs nothing per call."""
+    global _TOGETHER
+    _TOGETHER = bool(enabled)
+    clear()
+
+
+def together() -> bool:
+    """Whether linked siblings run as one launch now (:func:`launch_together`)."""
+    return _TOGETHER
 
 
 class Siblings:

@@ -201,6 +201,28 @@ def test_unshared_arm_measures_the_sharing_and_changes_no_result(tiny, tmp_path)
     assert rounds[1]["order"] == (list(modelbench.VARIANTS) + [modelbench.UNSHARED])[::-1]
 
 
+def test_unlinked_arm_runs_siblings_alone_and_changes_no_result(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import siblings
+
+    seen = []
+    real = siblings.launch_together
+    monkeypatch.setattr(siblings, "launch_together", lambda on=True: seen.append(on) or real(on))
+    code, text, lines = run(["--model", tiny, "--tokens", "4", "--decode", "0", "--rounds", "2",
+                             "--unshared", "--unlinked"], tmp_path)
+    assert code == 0, text
+    arms = list(modelbench.VARIANTS) + [modelbench.UNSHARED, modelbench.UNLINKED]
+    assert lines[0]["variants"] == arms
+    (prefill,) = [l for l in lines if l["kind"] == "summary"]
+    r = prefill["ratio"][f"mlx_w8a8/{modelbench.UNLINKED}"]
+    assert len(r["rounds"]) == 2 and all(x > 0 and math.isfinite(x) for x in r["rounds"])
+    assert prefill["sqnr_db"][modelbench.UNLINKED] == prefill["sqnr_db"]["mlx_w8a8"]
+    assert "linked / unlinked" in text
+    # switched off for each unlinked measurement and back on after it
+    assert seen and seen[0::2] == [False] * (len(seen) // 2) and seen[1::2] == [True] * (len(seen) // 2)
+    assert siblings.together()
+
+
 def test_skip_keeps_matching_layers_on_w8a16_in_the_w8a8_variant(tiny, tmp_path):
     # The speed of a mixed W8A8/W8A16 model (the accuracy work's policy) is measured by
     # --skip; the skipped layers are mlx-lm 8-bit layers, the others W8A8.

@@ -179,3 +179,28 @@ def test_no_group_where_the_kernel_has_no_multi_weight_form(only_written_tables)
     for layer, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), (q, k, v)):
         alone = w8.Linear.from_weight(layer.quantized_weight, layer.get("bias"))
         np.testing.assert_array_equal(np.array(y), np.array(alone(x)))
+
+
+def test_launch_together_off_runs_each_member_alone_without_replanning(fused, monkeypatch):
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((3, 64))
+    mx.eval(attn(x))
+    assert len(fused) == 1
+    decided = []
+    real = registry.decide
+    monkeypatch.setattr(registry, "decide", lambda *a: decided.append(a) or real(*a))
+    siblings.launch_together(False)
+    try:
+        for _ in range(2):
+            x = mx.random.normal((3, 64))
+            outs = attn(x)
+            for layer, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), outs):
+                np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
+        assert len(fused) == 1  # no group launch while off
+        assert len(decided) == 3  # each member decided its own shape once, then reused it
+    finally:
+        siblings.launch_together(True)
+    mx.eval(attn(mx.random.normal((3, 64))))
+    assert len(fused) == 2 and len(decided) == 3
