@@ -857,3 +857,49 @@ def test_ws_tile_is_128x256_unless_n_is_narrower(m):
     for n, bn in want.items():
         cfg = launch.ws_tile_for(m, n)
         assert cfg.bn == bn and cfg in launch.WS_CONFIGS.values(), (m, n, cfg)
+
+
+def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
+    """q/k/v linked by mlx_w8a8.quantize, the warp-specialized GEMM chosen: the first
+    member called makes the quantize launch and one group3 launch with every member's
+    weight and an output per member; the other members launch nothing. x reaches the
+    quantize launch as it is ([B, L, K]); the outputs keep the leading shape."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(256, n, bias=False)
+                                                     for n in (256, 64, 64))
+
+    attn = Attention()
+    w8.quantize(attn)
+    ws = registry.get("linear", "cuda_w8a8_gemm_ws")
+    previous = registry.set_chooser(lambda problem, found: (ws, "test") if ws in found else None)
+    try:
+        siblings.clear()
+        for _ in range(2):  # bound on the first call, reused on the second
+            x = mx.zeros((2, 64, 256), dtype=mx.bfloat16)
+            start = len(rec.launches)
+            outs = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
+            plans = rec.launches[start:]
+            assert [p["name"] for p in plans] == ["w8a8_quantize_rowsum", "w8a8_gemm_ws_group3"]
+            assert plans[0]["arrays"][0] is x
+            group = plans[1]
+            assert group["outputs"] == ["y0", "y1", "y2"]
+            assert group["output_shapes"] == [(2, 64, 256), (2, 64, 64), (2, 64, 64)]
+            weights = [a for a in group["arrays"] if a.dtype == mx.uint32]
+            assert [w is layer.weight for w, layer in
+                    zip(weights, (attn.q_proj, attn.k_proj, attn.v_proj))] == [True] * 3
+            assert [y.shape for y in outs] == [(2, 64, 256), (2, 64, 64), (2, 64, 64)]
+            # one persistent grid over every member's tiles: 1 row tile x (1 + 1 + 1) tiles
+            assert group["grid"][0] // group["threadgroup"][0] == 3
+    finally:
+        registry.set_chooser(previous)
