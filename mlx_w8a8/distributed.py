@@ -27,6 +27,7 @@ import mlx.nn as nn
 from mlx.nn.layers import distributed as mlx_dist
 from mlx.utils import tree_unflatten
 
+from . import siblings
 from .kernels.registry import Problem
 from .nn import Linear
 from .weight import QuantizedWeight, check_group_size
@@ -372,7 +373,8 @@ def shard(
             :func:`shard_linear`. (Head counts are then the caller's business.)
 
     Returns:
-        The model.
+        The model, its sibling layers linked again (:func:`mlx_w8a8.siblings.link`: the
+        sharded layers are new objects).
 
     Raises:
         ValueError: when ``sharding`` is ``None`` and the model has no ``shard`` method,
@@ -389,6 +391,7 @@ def shard(
             )
         new = [(p, shard_linear(modules[p], s, group=group)) for p, s in sharding.items()]
         model.update_modules(tree_unflatten(new))
+        siblings.link(model)  # the new layers: q/k/v, gate/up slices as one launch each
         return model
     if not callable(getattr(model, "shard", None)):
         raise ValueError(
@@ -404,6 +407,7 @@ def shard(
             layer.kernel = kernels[path]
             converted.append((path, layer))
     model.update_modules(tree_unflatten(converted))
+    siblings.link(model)  # the new layers: q/k/v, gate/up slices as one launch each
     return model
 
 

@@ -367,6 +367,9 @@ def test_both_orders_give_the_same_model(run):
         assert out["params_differ"].size == 0, out["params_differ"]
         want = ["AllToShardedLinear", "Linear", "ShardedToAllLinear"]  # Linear: lm_head
         assert sorted(out["classes"].tolist()) == want
+        # quantize, then shard: the sharded q/k/v and gate/up are linked again
+        groups = out["sibling_groups"].tolist()
+        assert groups and set(groups) == {"k_proj+q_proj+v_proj", "gate_proj+up_proj"}, groups
 
 
 # --- single-process pieces --------------------------------------------------------------------

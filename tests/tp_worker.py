@@ -93,6 +93,12 @@ def main() -> int:
     w8.quantize(m2)
     tp.shard(m2, group)
     out["quantize_then_shard"] = logits(m2, tokens)
+    # the sharded layers are new objects: mlx_w8a8.shard links their siblings again
+    out["sibling_groups"] = np.array(sorted(
+        "+".join(sorted(p.rsplit(".", 1)[-1] for p, m in m2.named_modules()
+                        if isinstance(m, w8.Linear) and m.siblings is g))
+        for g in {id(m.siblings): m.siblings for _, m in m2.named_modules()
+                  if isinstance(m, w8.Linear) and m.siblings is not None}.values()))
     p1, p2 = params(m1), params(m2)
     out["param_names_differ"] = np.array(sorted(set(p1) ^ set(p2)))
     out["params_differ"] = np.array(
