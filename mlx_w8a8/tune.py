@@ -113,7 +113,8 @@ def model_problems(args, m_values, out) -> list[Problem]:
 
     model, config, label = models.build(args.model, dtype=None)
     found, skipped = linears.model_shapes(model, args.dtype, args.weight_format,
-                                          args.group_size, args.tp)
+                                          args.group_size, args.tp,
+                                          sibling_sums=linears.group_launch_available())
     if not found:
         raise ValueError(f"[{PROG}] {label} has no linear layers to tune")
     tp = f", tp={args.tp} (one rank)" if args.tp > 1 else ""

@@ -147,14 +147,12 @@ def test_model_writes_one_entry_per_distinct_shape_and_bucket(tmp_path):
                and e["group_size"] == 32 for e in entries_of(path))
     assert "5 distinct linear shape(s) x 2 M = 10 problem(s)" in text
     assert "q_proj" in text and "lm_head" in text
-    # tied embeddings: no lm_head layer; 256x64 is still measured for gate+up (the
-    # sibling group's summed shape, run as one launch: mlx_w8a8.siblings)
+    # tied embeddings: no lm_head layer, no 256x64 entry
     tied = str(tmp_path / "tied.json")
     code, text = run(["--model", tiny_model(tmp_path, tie_word_embeddings=True), "--m", "1",
                       "--table", tied] + TINY)
     assert code == 0, text
-    assert sorted((e["n"], e["k"]) for e in entries_of(tied)) == sorted(shapes)
-    assert "gate_proj+up_proj" in text
+    assert sorted((e["n"], e["k"]) for e in entries_of(tied)) == sorted(shapes - {(256, 64)})
 
 
 def test_model_config_file_and_tp(tmp_path):
@@ -164,9 +162,9 @@ def test_model_config_file_and_tp(tmp_path):
     code, text = run(["--model", config, "--tp", "2", "--m", "1", "--table", path] + TINY)
     assert code == 0, text
     # column-parallel q 32x64, k/v 16x64, gate/up 64x64; row-parallel o 64x32, down 64x64
-    # (= gate/up); lm_head is not split; the sibling sums q+k+v 64x64, gate+up 128x64
+    # (= gate/up); lm_head is not split
     assert sorted((e["n"], e["k"]) for e in entries_of(path)) == sorted(
-        [(32, 64), (16, 64), (64, 64), (64, 32), (256, 64), (128, 64)])
+        [(32, 64), (16, 64), (64, 64), (64, 32), (256, 64)])
     # an indivisible split is refused before anything is measured
     code, _ = run(["--model", config, "--tp", "3", "--m", "1", "--table", path] + TINY)
     assert code == 2
@@ -179,14 +177,29 @@ def test_presets_list_their_shapes_without_measuring(name, tmp_path):
     path = tmp_path / "t.json"
     code, text = run(["--model", name, "--m", "1,2048", "--table", str(path), "--dry-run"])
     assert code == 0, text
-    # q/o, k/v, gate/up, down, lm_head (untied in all three), and the sibling sums q+k+v
-    # and gate+up; Qwen2's q/k/v have a bias, so its q and o (both 3584x3584) are two
-    # problems
-    n = 8 if name == "qwen2.5-7b" else 7
+    # q/o, k/v, gate/up, down, lm_head (untied in all three); Qwen2's q/k/v have a
+    # bias, so its q and o (both 3584x3584) are two problems
+    n = 6 if name == "qwen2.5-7b" else 5
     assert f"{n} distinct linear shape(s) x 2 M = {2 * n} problem(s)" in text
     assert f"{2 * n} of {2 * n} problem(s) to measure" in text and not path.exists()
     vocab = {"llama-3-8b": 128256, "mistral-7b": 32768, "qwen2.5-7b": 152064}[name]
     assert f"2048x{vocab}x" in text and "lm_head" in text
+
+
+def test_sibling_sums_are_measured_where_a_kernel_launches_groups(tmp_path, monkeypatch):
+    # The summed shapes of q+k+v and gate+up (mlx_w8a8.siblings) are listed only where a
+    # kernel that runs here has a multi-weight form (on an H200: the warp-specialized
+    # GEMM); on this CPU none has, so the preset lists its 5 shapes (test above).
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8.tuning import linears
+
+    assert not linears.group_launch_available()
+    monkeypatch.setattr(linears, "group_launch_available", lambda: True)
+    code, text = run(["--model", "llama-3-8b", "--m", "1,2048", "--table",
+                      str(tmp_path / "t.json"), "--dry-run"])
+    assert code == 0, text
+    assert "7 distinct linear shape(s) x 2 M = 14 problem(s)" in text
+    assert "6144x4096" in text and "28672x4096" in text and "q_proj+k_proj+v_proj" in text
 
 
 def test_unknown_model_is_reported(tmp_path, capsys):

@@ -176,7 +176,8 @@ def tune_model(
     m_values = shapes.default_m() if m is None else sorted({int(v) for v in m})
     if not m_values or min(m_values) < 1:
         raise ValueError(f"[mlx_w8a8.tune_model] m must be positive token counts, got {m!r}")
-    found, _ = linears.model_shapes(model, dtype, weight_format, group_size, tp)
+    found, _ = linears.model_shapes(model, dtype, weight_format, group_size, tp,
+                                    sibling_sums=linears.group_launch_available())
     if not found:
         raise ValueError(
             f"[mlx_w8a8.tune_model] {type(model).__name__} has no linear layers to tune "

@@ -14,6 +14,7 @@ import attrs
 import mlx.nn as nn
 
 from .. import siblings
+from ..kernels import registry
 from ..kernels.registry import Problem
 from ..weight import GROUP_SIZES, QuantizedWeight
 from . import shapes
@@ -94,6 +95,7 @@ def model_shapes(
     weight_format: str = "per_channel",
     group_size: int = 64,
     tp: int = 1,
+    sibling_sums: bool = True,
 ) -> tuple[list[LinearShape], list[tuple[str, str]]]:
     """The distinct linear shapes of ``model``.
 
@@ -107,6 +109,8 @@ def model_shapes(
         tp: tensor-parallel ranks: column-parallel projections (q/k/v, gate/up) are
             measured at ``N / tp``, row-parallel ones (o, down) at ``K / tp``
             (:func:`shapes.split_for_tp`).
+        sibling_sums: also list each sibling group's summed shape (what a kernel with a
+            multi-weight form runs as one launch; :func:`group_launch_available`).
 
     Returns:
         ``(shapes, skipped)``: the shapes in model order (with the summed shape of each
@@ -142,7 +146,7 @@ def model_shapes(
         found.setdefault((n, k, fmt, g, bias, dtype), []).append(path)
     # Sibling groups (q/k/v, gate/up: mlx_w8a8.siblings) run as one launch of their summed
     # N where the kernel chosen for that shape has a multi-weight form: measure it too.
-    for path, module in model.named_modules():
+    for path, module in model.named_modules() if sibling_sums else ():
         for names in siblings.NAMES:
             specs = [describe(module.get(name), weight_format, group_size)
                      if isinstance(module.get(name), nn.Module) else "missing" for name in names]
@@ -161,6 +165,14 @@ def model_shapes(
     ]
     out.sort(key=lambda s: _path_order(s.paths[0]))
     return out, sorted(skipped, key=lambda s: _path_order(s[0]))
+
+
+def group_launch_available() -> bool:
+    """Whether a ``linear`` kernel that can run here has a multi-weight form
+    (``Candidate.bind_group``): only then do sibling groups run as one launch, so only then
+    are their summed shapes worth measuring."""
+    return any(c.op == "linear" and c.bind_group is not None and c.available()
+               for c in registry.all_candidates())
 
 
 def _path_order(path: str) -> tuple:
