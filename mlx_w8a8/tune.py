@@ -92,8 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "decode faster than mx.quantized_matmul; per-shape timing adds host and "
                    "device time, a decode step overlaps them (docs/tuning.md). auto: on a GPU "
                    "(on a CPU one bfloat16 decode step of a 7B-class block takes seconds)")
+    p.add_argument("--sibling-check", default="auto", choices=("auto", "on", "off"),
+                   help="with --model: prefill the model (its first --check-layers blocks) "
+                   "at each measured M >= 16 with its sibling groups (q/k/v, gate/up) as "
+                   "one launch and with the members alone, and keep the group launches "
+                   "only where they make prefill faster (docs/tuning.md). auto: on a GPU, "
+                   "where a kernel runs groups as one launch")
     p.add_argument("--check-layers", type=int, default=4, metavar="L",
-                   help="transformer blocks of the decode check's model (default: %(default)s)")
+                   help="transformer blocks of the decode and sibling checks' model "
+                   "(default: %(default)s)")
     p.add_argument("--check-rounds", type=int, default=decode_check_mod.ROUNDS, metavar="R",
                    help="paired rounds of the decode check (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -259,6 +266,12 @@ def main(argv: list[str] | None = None, out=None) -> int:
             print("decode check skipped: not every problem was measured", file=out)
         else:
             status = decode_check(args, tuner, out) or status
+    prefill = sibling_check_tokens(args, m_values)
+    if args.model and prefill:
+        if saved < measured or failures:
+            print("sibling check skipped: not every problem was measured", file=out)
+        else:
+            status = sibling_check(args, tuner, out, prefill) or status
     if args.export:
         status = export(target, args.export, out) or status
     if args.show:
@@ -273,20 +286,70 @@ def wants_decode_check(args, m_values) -> bool:
     return args.decode_check == "on" or table.backend() != "cpu"
 
 
+# Prefill lengths the sibling check measures: the M values tuned from here up.
+SIBLING_CHECK_MIN_M = 16
+
+
+def sibling_check_tokens(args, m_values) -> list[int]:
+    """The prefill lengths ``--sibling-check`` runs at (empty: it does not run): the
+    measured M >= 16, on one rank, where it is on (auto: a GPU with a kernel that runs
+    sibling groups as one launch)."""
+    if args.sibling_check == "off" or args.tp != 1:
+        return []
+    if args.sibling_check == "auto" and (table.backend() == "cpu"
+                                         or not linears.group_launch_available()):
+        return []
+    return [m for m in m_values if m >= SIBLING_CHECK_MIN_M]
+
+
+def _check_model(args):
+    """The checks' model: ``--model``'s first ``--check-layers`` blocks, converted as
+    ``mlx_w8a8.quantize`` would."""
+    import mlx.core as mx
+
+    from . import models
+    from .convert import quantize
+
+    model, config, label = models.build(args.model, layers=args.check_layers,
+                                        dtype=getattr(mx, args.dtype))
+    quantize(model, group_size=args.group_size, per_channel=args.weight_format == "per_channel")
+    mx.eval(model.parameters())
+    return model, config, label
+
+
+def sibling_check(args, tuner: Tuner, out, tokens: list[int]) -> int:
+    """Run :func:`mlx_w8a8.tuning.check_siblings` at prefill lengths ``tokens`` on the
+    checks' model, deciding with ``tuner``."""
+    from . import tuning
+
+    try:
+        model, config, label = _check_model(args)
+    except ValueError as error:
+        return fail(f"sibling check: {error}")
+    print(f"sibling check on {label}'s first {config['num_hidden_layers']} block(s), "
+          f"T = {', '.join(map(str, tokens))}", file=out)
+    previous = tuning.use_tuner(tuner)
+    try:
+        report = tuning.check_siblings(
+            model, tuner, tokens=tokens, min_improvement_bps=args.min_improvement,
+            progress=None if args.no_progress else (lambda msg: print("  " + msg, file=out)),
+        )
+    finally:
+        tuning.use_tuner(previous)
+    print(report.describe(), file=out)
+    if report.groups:
+        print(f"{report.recorded} entr{'y' if report.recorded == 1 else 'ies'} updated in "
+              f"{tuner.writable_path()}", file=out)
+    return 0
+
+
 def decode_check(args, tuner: Tuner, out) -> int:
     """Run :func:`mlx_w8a8.tuning.check_decode` on the first ``--check-layers`` blocks of
     ``--model``, converted as ``mlx_w8a8.quantize`` would, deciding with ``tuner``."""
-    import mlx.core as mx
-
-    from . import models, tuning
-    from .convert import quantize
+    from . import tuning
 
     try:
-        model, config, label = models.build(args.model, layers=args.check_layers,
-                                            dtype=getattr(mx, args.dtype))
-        quantize(model, group_size=args.group_size,
-                 per_channel=args.weight_format == "per_channel")
-        mx.eval(model.parameters())
+        model, config, label = _check_model(args)
     except ValueError as error:
         return fail(f"decode check: {error}")
     print(f"decode check on {label}'s first {config['num_hidden_layers']} block(s)", file=out)

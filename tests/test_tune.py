@@ -320,3 +320,36 @@ def test_decode_check_end_to_end_on_a_tiny_model(tmp_path):
         assert run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
                     "--table", fresh] + bad + TINY)[0] == 2
         assert not os.path.exists(fresh)
+
+
+@pytest.mark.parametrize("flag,m,tp,available,want", [
+    ("on", "1,16", 1, False, [16]),  # forced on: the measured M >= 16
+    ("auto", "16,32", 1, False, []),  # auto: not on a CPU
+    ("off", "16", 1, True, []),
+    ("on", "1,8", 1, True, []),  # no prefill length measured
+    ("on", "16", 2, True, []),  # one rank only
+])
+def test_sibling_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, available, want):
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning import SiblingCheck, linears
+
+    monkeypatch.setattr(linears, "group_launch_available", lambda: available)
+    seen = []
+
+    def spy(model, tuner, *, tokens, **_):
+        seen.append((tokens, tuner, tuning.get_tuner()))
+        return SiblingCheck((), 10, {}, 0)
+
+    monkeypatch.setattr(tuning, "check_siblings", spy)
+    path = str(tmp_path / "t.json")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", m, "--tp", str(tp),
+                      "--sibling-check", flag, "--decode-check", "off", "--check-layers", "1",
+                      "--table", path] + TINY)
+    assert code == 0, text
+    assert [s[0] for s in seen] == ([want] if want else [])
+    if want:
+        tokens, tuner, active = seen[0]
+        assert active is tuner and tuner.writable_path() == path
+        assert "sibling check on tiny-llama's first 1 block(s), T = 16" in text
+        assert "nothing to check" in text

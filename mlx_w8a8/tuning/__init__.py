@@ -31,6 +31,7 @@ from .table import TableError, TuningTableWarning
 from .tuner import Hit, Outcome, TuneConfig, Tuner
 from .batch import tune_model
 from .decode_check import DecodeCheck, check_decode
+from .sibling_check import SiblingCheck, check_siblings
 
 __all__ = [
     "Tuner",
@@ -46,6 +47,8 @@ __all__ = [
     "tune_model",
     "check_decode",
     "DecodeCheck",
+    "check_siblings",
+    "SiblingCheck",
     "use_tuner",
     "lookup",
     "reload",

@@ -252,12 +252,15 @@ def check_decode(
             p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
             ratio >= margin and low >= 1.0,
         ))
-    recorded = _record(tuner, results, steps, rounds, min_improvement_bps) if record else 0
+    details = {"steps": steps, "rounds": rounds, "min_improvement_bps": min_improvement_bps}
+    recorded = record_verdicts(tuner, results, "decode_check", details, OP) if record else 0
     return DecodeCheck(tuple(results), steps, rounds, seconds, recorded)
 
 
-def _record(tuner: Tuner, results, steps: int, rounds: int, bps: float) -> int:
-    """Write each group's verdict into the M = 1 entry that decided it."""
+def record_verdicts(tuner: Tuner, results, key: str, details: dict, op: str = OP) -> int:
+    """Write each group's verdict (a :class:`GroupResult`) into the entry of its M bucket
+    that decided it, under ``key`` with ``details``; a group whose tuned kernel was not
+    kept gets the reference as its choice. Returns the entries written."""
     # Every group's deciding entry first: a rewritten entry must not change what the
     # groups borrowing from it are matched against.
     hits = []
@@ -268,11 +271,11 @@ def _record(tuner: Tuner, results, steps: int, rounds: int, bps: float) -> int:
     count = 0
     for g, hit, borrowed in hits:
         if hit is None or hit.choice != g.tuned:
-            log.info("[%s] %s: no table entry chose %r; nothing to rewrite", OP,
+            log.info("[%s] %s: no table entry chose %r; nothing to rewrite", op,
                      g.problem, g.tuned)
             continue
         if shapes.bucket(g.problem.m) != hit.entry["m_bucket"]:
-            log.info("[%s] %s: decided by the M = %s entry; not rewritten", OP, g.problem,
+            log.info("[%s] %s: decided by the M = %s entry; not rewritten", op, g.problem,
                      hit.entry["m_bucket"])
             continue
         entry = dict(hit.entry)
@@ -287,10 +290,9 @@ def _record(tuner: Tuner, results, steps: int, rounds: int, bps: float) -> int:
                     for name, info in hit.entry["candidates"].items()
                 },
             )
-        entry["decode_check"] = {
+        entry[key] = {
             "tuned": g.tuned, "reference": g.reference, "ratio": round(g.ratio, 4),
-            "p25": round(g.low, 4), "kept": g.kept, "steps": steps, "rounds": rounds, "min_improvement_bps": bps,
-            "checked_at": _now(),
+            "p25": round(g.low, 4), "kept": g.kept, **details, "checked_at": _now(),
         }
         if not g.kept:
             entry["choice"] = g.reference
@@ -298,7 +300,7 @@ def _record(tuner: Tuner, results, steps: int, rounds: int, bps: float) -> int:
         claim = tuner.claim(g.problem)
         if claim is None:
             log.warning("[%s] %s is being measured by another tuner; verdict not recorded",
-                        OP, g.problem)
+                        op, g.problem)
             continue
         tuner.record(claim, entry)
         count += 1

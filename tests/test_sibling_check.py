@@ -1,0 +1,131 @@
+"""The model-level sibling check: sibling groups keep running as one launch at a prefill
+length only if that makes the model's own prefill faster than running the members alone."""
+
+import time
+
+import mlx.core as mx
+import pytest
+
+import mlx_w8a8
+from mlx_w8a8 import siblings, tuning
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate
+from mlx_w8a8.tuning import prior, table
+from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
+
+pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
+import tiny_lm  # noqa: E402
+
+QMM = registry.get("linear", "mlx_qmm")
+FAKES = ("group_kernel", "slow_alone")
+FAST = TuneConfig(pairs=3, warmup=1, chain=1, rotate=2, cold_bytes=0)
+SLEEP = 0.004  # host seconds per call: larger than a tiny prefill's own cost
+T = 4  # prefill tokens: the M of every projection
+
+
+def sleeping(seconds):
+    def run(x, w, b):
+        time.sleep(seconds)
+        return QMM.run(x, w, b)
+    return run
+
+
+def group_kernel(sleep: float) -> Candidate:
+    """A kernel with a multi-weight form for the gate+up sum only (512 x 128 in the tiny
+    Llama; q+k+v's 256 x 128 is gate's own shape, left out to keep the cases apart)."""
+    def bind_group(problem, members, lead):
+        def apply(x):
+            time.sleep(sleep)
+            x2 = x.reshape(-1, problem.k)
+            return [QMM.run(x2, w, b).reshape(*lead, w.n) for w, b in members]
+        return None, None, apply
+
+    return Candidate(name="group_kernel", backend="any", op="linear", run=QMM.run,
+                     supports=lambda p: p.n == 512, digest="d-group", bind_group=bind_group,
+                     w8a8=False)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(table.ENV_TABLE, raising=False)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    monkeypatch.setattr(prior, "RULES", {})
+    t = Tuner(table_path=str(tmp_path / "t.json"), use_cache=False, use_shipped=False,
+              online=False, config=FAST)
+    previous = tuning.use_tuner(t)
+    siblings.clear()
+    yield t
+    for name in FAKES:
+        registry.unregister("linear", name)
+    tuning.use_tuner(previous)
+
+
+def choose(tuner, problem, name):
+    """A table entry choosing ``name`` for ``problem`` (timed, choice set by hand)."""
+    entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
+    entry["choice"] = name
+    tuner.record(tuner.claim(problem), entry)
+
+
+def model_with_gate_up_group(tuner):
+    model, _ = tiny_lm.model("llama", dtype=mx.float32)
+    mlx_w8a8.quantize(model)
+    gate = model.model.layers[0].mlp.gate_proj
+    problem = gate.problem(T, mx.float32)
+    summed_problem = type(problem)("linear", T, 512, 128, "float32", gate.format,
+                                   gate.group_size, False)
+    choose(tuner, summed_problem, "group_kernel")
+    assert gate.decision(T, mx.float32) == ("group_kernel", "table+siblings")
+    return model, gate, summed_problem
+
+
+def test_group_launches_that_slow_the_prefill_are_turned_off(env):
+    registry.register(group_kernel(SLEEP))
+    model, gate, summed = model_with_gate_up_group(env)
+    result = tuning.check_siblings(model, env, tokens=(T,), rounds=3)
+    assert [(g.problem.n, g.problem.k, g.problem.m) for g in result.groups] == [(512, 128, T)]
+    g = result.groups[0]
+    assert g.tuned == "group_kernel" and g.reference == "mlx_qmm" and not g.kept
+    assert g.ratio < 1.0 and set(g.layers) == {
+        "model.layers.0.mlp.gate_proj+up_proj", "model.layers.1.mlp.gate_proj+up_proj"}
+    assert result.recorded == 1 and "members alone" in result.describe()
+    hit = env.lookup(summed)
+    assert hit.choice == "mlx_qmm" and not hit.entry["sibling_check"]["kept"]
+    # the members now run alone at T: no group decision there any more
+    assert "+siblings" not in gate.decision(T, mx.float32)[1]
+    assert siblings.together()  # switched back on after the check
+
+
+def test_group_launches_that_speed_the_prefill_are_kept(env):
+    # The control: the members alone made slow on the host (their own shape's kernel
+    # sleeps), the group launch plain.
+    registry.register(group_kernel(0.0))
+    registry.register(Candidate(name="slow_alone", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-slow", w8a8=False))
+    model, gate, summed = model_with_gate_up_group(env)
+    choose(env, gate.problem(T, mx.float32), "slow_alone")  # gate/up alone: 256 x 128
+    result = tuning.check_siblings(model, env, tokens=(T,), rounds=3)
+    g = result.groups[0]
+    assert g.kept and g.ratio > 1.02
+    hit = env.lookup(summed)
+    assert hit.choice == "group_kernel" and hit.entry["sibling_check"]["kept"]
+    assert gate.decision(T, mx.float32)[1] == "table+siblings"
+
+
+def test_nothing_to_check_without_group_launches(env):
+    model, _ = tiny_lm.model("llama", dtype=mx.float32)
+    mlx_w8a8.quantize(model)
+    result = tuning.check_siblings(model, env, tokens=(T, 8), rounds=2)
+    assert result.groups == () and result.recorded == 0 and result.seconds == {}
+    assert "nothing to check" in result.describe()
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(tokens=()), "tokens="), (dict(tokens=(0,)), "tokens="), (dict(rounds=1), "rounds=1"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+])
+def test_bad_arguments(env, kw, match):
+    model, _ = tiny_lm.model("llama", dtype=mx.float32)
+    with pytest.raises(ValueError, match=rf"\[mlx_w8a8.check_siblings\].*{match}"):
+        tuning.check_siblings(model, env, **kw)
