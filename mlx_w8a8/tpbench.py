@@ -30,6 +30,8 @@ order A B C, C B A, ...):
 - **all_sum**: the same collectives alone (one per sharded-to-all layer per token
   step, ``[1, T, N]`` in the model dtype, chained), timed the same way; the
   communication share of a rank is its all_sum time over its tensor-parallel time.
+  The two are separate measurements (medians of separate arms), so the share estimates
+  what the forward spends in collectives; on a loaded machine it can exceed 1.
 - speed-up over one device: per round, the one-device time over the slowest rank's.
 
 Output (rank 0): JSON lines like the model benchmark's (``setup``, ``check``, one

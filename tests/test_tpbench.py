@@ -59,8 +59,10 @@ def test_two_ranks_report_per_rank_times_comm_share_speedup_and_the_check(tmp_pa
         # the share is each rank's all_sum time over that rank's tensor-parallel time
         want = [c / t for c, t in zip(comm, tp)]
         assert s["comm_share_per_rank"] == pytest.approx(want, rel=1e-12)
-        # the all_sums alone are part of what the tensor-parallel forward waits for
-        assert all(0 <= share <= 1 for share in s["comm_share_per_rank"]), s
+        # (no upper bound asserted: the all_sum arm and the forward are timed separately,
+        # and on a loaded machine the collectives alone took longer than the decode
+        # step that contains them, a share > 1; a timing relation is not a unit test)
+        assert all(share >= 0 for share in s["comm_share_per_rank"]), s
         sp = s["speedup_vs_one_device"]
         assert len(sp["rounds"]) == 3 and all(r > 0 for r in sp["rounds"])
         assert 0 < sp["p25"] <= sp["median"] <= sp["p75"]
