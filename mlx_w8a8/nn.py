@@ -13,7 +13,8 @@ Layers that receive the same input array (q/k/v projections, gate/up) quantize i
 the two-stage candidates (``Candidate.stages``) share the int8 activations through a
 small per-thread memo keyed by the input's identity. Candidates with ``bind_stages``
 (the CUDA ones) prepare their launches once per decision and weight, so a call only
-launches.
+launches. Linked siblings (:mod:`mlx_w8a8.siblings`) go further where the kernel allows:
+one launch computes all of their outputs.
 """
 
 from __future__ import annotations
