@@ -20,6 +20,7 @@ one launch computes all of their outputs.
 from __future__ import annotations
 
 import math
+import operator
 import threading
 
 import mlx.core as mx
@@ -379,15 +380,21 @@ class Linear(nn.Module):
             if y is not None:
                 return y
             members = group.members()
-            weights = None if members is None else [layer._weight(fmt) for layer in members]
-            if weights is None or any(w is None for w in weights):
-                group.reset()  # a member is gone or changed format: re-decide alone
+            if members is None:
+                group.reset()  # a member is gone: re-decide alone
                 return self(x)
-            pairs = [(w, layer.get("bias")) for w, layer in zip(weights, members)]
+            current = []  # weight, bias, weight, bias, ... of the members now
+            for layer in members:
+                w = layer._weight(fmt)
+                if w is None:
+                    group.reset()  # a member changed format: re-decide alone
+                    return self(x)
+                current.append(w)
+                current.append(layer.get("bias"))
             state = group.bound.get(key)
-            if state is None or any(a is not b for pa, pb in zip(state[0], pairs)
-                                    for a, b in zip(pa, pb)):
-                state = group.bound[key] = (pairs, candidate.bind_group(problem, pairs, lead))
+            if state is None or not all(map(operator.is_, state[0], current)):
+                pairs = list(zip(current[0::2], current[1::2]))
+                state = group.bound[key] = (current, candidate.bind_group(problem, pairs, lead))
             act_key, quantize, apply = state[1]
             ys = apply(x if quantize is None else _shared_activations(x, act_key, quantize, x))
             _siblings.put(x, group, ys, i)

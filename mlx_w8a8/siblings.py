@@ -6,13 +6,13 @@ other. Each call is a launch with its own host cost, and the small ones (k/v of 
 grouped-query model: N = 1024) leave most of a GPU idle. Where the kernel chosen for the
 siblings' summed shape (``N = sum N_g``) has a multi-weight form
 (``registry.Candidate.bind_group``), the first sibling called launches it once for all of
-them; the others take their outputs from a small per-thread memo keyed by the identity of
-``x``. So the result of every call is what the layer alone computes; only the number of
+them; the others take their outputs from the group's per-thread memo of its last launch,
+keyed by the identity of ``x``. So the result of every call is what the layer alone computes; only the number of
 launches changes.
 
 Safety: a sibling called with a different ``x`` (a model that does not feed them the same
 input) finds nothing in the memo and runs alone. Outputs that no sibling took are counted
-when they leave the memo; after :data:`MAX_UNUSED` such launches the group stops
+when the group's next launch replaces them; after :data:`MAX_UNUSED` such launches the group stops
 launching together (its siblings run alone from then on), so a wrong guess costs a few
 launches, never results.
 
@@ -34,9 +34,9 @@ NAMES = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 MAX_MEMBERS = 3
 # Launches whose outputs some sibling never took, before the group stops launching together.
 MAX_UNUSED = 8
-# Sibling launches memoised per thread (each entry holds its input and outputs).
-_SLOTS = 4
-_memo = threading.local()
+# Each group memoises its last launch per thread (input, outputs, members yet to take
+# theirs); clear() makes every memoised launch stale at once.
+_epoch = 0
 # launch_together(False): every member runs alone (to measure what the group launch saves).
 _TOGETHER = True
 
@@ -68,6 +68,8 @@ class Siblings:
     def __init__(self, layers):
         self._refs = tuple(weakref.ref(layer) for layer in layers)
         self.bound: dict = {}  # (shape, dtype) -> state shared by the members' plans
+        self._memo = threading.local()  # .last: [x, outputs, pending bits, stamp]
+        self.generation = 0  # bumped by reset(): outputs memoised before are stale
         self.unused = 0
         self.enabled = True
 
@@ -86,8 +88,10 @@ class Siblings:
         raise ValueError("[mlx_w8a8.siblings] layer is not a member of this group")
 
     def reset(self) -> None:
-        """Forget the shared launches and every member's plans (they re-decide)."""
+        """Forget the shared launches, the memoised outputs (a member's weight may have
+        changed since) and every member's plans (they re-decide)."""
         self.bound.clear()
+        self.generation += 1
         for ref in self._refs:
             layer = ref()
             if layer is not None:
@@ -102,36 +106,34 @@ class Siblings:
 
 
 def put(x, group: Siblings, outputs, taken: int) -> None:
-    """Memoise ``outputs`` of ``group`` for input ``x``; member ``taken`` has its own."""
-    slots = getattr(_memo, "slots", None)
-    if slots is None:
-        slots = _memo.slots = []
-    pending = set(range(len(outputs))) - {taken}
-    slots.append([x, group, outputs, pending])
-    if len(slots) > _SLOTS:
-        _, old_group, _, old_pending = slots.pop(0)
-        if old_pending:
-            old_group._unused_launch()
+    """Memoise ``outputs`` of ``group`` for input ``x`` (this thread); member ``taken``
+    has its own. A previous launch some member never took counts as unused."""
+    stamp = (_epoch, group.generation)
+    last = getattr(group._memo, "last", None)
+    if last is not None and last[2] and last[3] == stamp:
+        group._unused_launch()
+    pending = ((1 << len(outputs)) - 1) & ~(1 << taken)
+    group._memo.last = [x, outputs, pending, stamp] if pending else None
 
 
 def take(x, group: Siblings, i: int):
-    """Member ``i``'s output of a launch of ``group`` on this very ``x``, or ``None``."""
-    slots = getattr(_memo, "slots", None)
-    if not slots:
+    """Member ``i``'s output of ``group``'s last launch in this thread if it was on this
+    very ``x`` and ``i`` has not taken it yet, else ``None``."""
+    last = getattr(group._memo, "last", None)
+    if (last is None or last[0] is not x or not last[2] >> i & 1
+            or last[3] != (_epoch, group.generation)):
         return None
-    for j, entry in enumerate(slots):
-        held, held_group, outputs, pending = entry
-        if held is x and held_group is group and i in pending:
-            pending.discard(i)
-            if not pending:
-                del slots[j]
-            return outputs[i]
-    return None
+    last[2] &= ~(1 << i)
+    if not last[2]:
+        group._memo.last = None  # every member took its output: nothing held
+    return last[1][i]
 
 
 def clear() -> None:
-    """Drop this thread's memoised sibling outputs."""
-    _memo.slots = []
+    """Make every group's memoised launch stale, in every thread: later lookups miss
+    (each group holds at most its last launch per thread until its next one)."""
+    global _epoch
+    _epoch += 1
 
 
 def _compatible(layers) -> bool:

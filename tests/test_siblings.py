@@ -101,7 +101,7 @@ def test_one_launch_per_input_and_each_member_gets_its_own_output(fused, lead, b
     mx.eval(attn(x2))
     assert len(fused) == 2
     # the memo holds nothing once every member took its output
-    assert not any(entry[1] is attn.q_proj.siblings for entry in siblings._memo.slots)
+    assert getattr(attn.q_proj.siblings._memo, "last", None) is None
     assert attn.q_proj.decision(5, mx.float32) == ("fused", "test+siblings")
 
 
@@ -129,7 +129,7 @@ def test_a_member_fed_another_input_runs_alone_and_unused_launches_end_the_group
     group = attn.q_proj.siblings
     # A model that never feeds the siblings the same x: each launch leaves outputs no
     # sibling takes; once MAX_UNUSED of them left the memo the group stops launching.
-    for _ in range(siblings.MAX_UNUSED + siblings._SLOTS + 1):
+    for _ in range(siblings.MAX_UNUSED + 1):
         mx.eval(attn.q_proj(mx.random.normal((4, 64))))
     assert not group.enabled
     before = len(fused)
@@ -137,6 +137,23 @@ def test_a_member_fed_another_input_runs_alone_and_unused_launches_end_the_group
     assert len(fused) == before  # alone now: no group launch
     assert attn.q_proj.decision(4, mx.float32)[1] == "test"
     np.testing.assert_array_equal(np.array(y), np.array(_alone(attn.q_proj, x)))
+
+
+def test_memoised_outputs_go_stale_when_a_weight_changes_or_on_clear(fused):
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((3, 64))
+    mx.eval(attn.q_proj(x))  # k and v's outputs memoised, from the old weights
+    fresh = w8.Linear.from_linear(nn.Linear(64, 16, bias=False), group_size=32)
+    attn.k_proj.update({"weight": fresh.weight, "scales": fresh.scales, "biases": fresh.biases})
+    k = attn.k_proj(x)  # not the memoised output: a launch with k's new weight
+    assert len(fused) == 2
+    np.testing.assert_array_equal(np.array(k), np.array(_alone(fresh, x)))
+    siblings.clear()  # v's memoised output (from launch 2) is stale now
+    v = attn.v_proj(x)
+    assert len(fused) == 3
+    np.testing.assert_array_equal(np.array(v), np.array(_alone(attn.v_proj, x)))
 
 
 def test_replaced_weights_rebind_and_forced_kernels_opt_out(fused, rng):
