@@ -84,6 +84,15 @@ def _stages_as_bound(candidate, problem):
     return lambda p, w, b: (act_key, quantize, lambda acts: apply(acts, w, b, dtype))
 
 
+def _arrays(layers) -> list:
+    """The parameter arrays of ``layers`` (weight, scales, biases, bias or ``None``, per
+    layer): a bound group launch holds them and is bound again when one is replaced."""
+    out = []
+    for layer in layers:
+        out += (layer["weight"], layer["scales"], layer["biases"], layer.get("bias"))
+    return out
+
+
 def clear_shared_activations() -> None:
     """Drop this thread's memoised activations (they are otherwise held until replaced)."""
     _shared.slots = []
@@ -383,18 +392,19 @@ class Linear(nn.Module):
             if members is None:
                 group.reset()  # a member is gone: re-decide alone
                 return self(x)
-            current = []  # weight, bias, weight, bias, ... of the members now
-            for layer in members:
-                w = layer._weight(fmt)
-                if w is None:
-                    group.reset()  # a member changed format: re-decide alone
-                    return self(x)
-                current.append(w)
-                current.append(layer.get("bias"))
             state = group.bound.get(key)
-            if state is None or not all(map(operator.is_, state[0], current)):
-                pairs = list(zip(current[0::2], current[1::2]))
-                state = group.bound[key] = (current, candidate.bind_group(problem, pairs, lead))
+            if state is None or not all(map(operator.is_, state[0], _arrays(members))):
+                # first launch, or a member's arrays were replaced (also without
+                # __setitem__, as mx.compile(inputs=...) does): check and bind again
+                pairs = []
+                for layer in members:
+                    w = layer._weight(fmt)
+                    if w is None:
+                        group.reset()  # a member changed format: re-decide alone
+                        return self(x)
+                    pairs.append((w, layer.get("bias")))
+                state = group.bound[key] = (_arrays(members),
+                                            candidate.bind_group(problem, pairs, lead))
             act_key, quantize, apply = state[1]
             ys = apply(x if quantize is None else _shared_activations(x, act_key, quantize, x))
             _siblings.put(x, group, ys, i)

@@ -79,7 +79,10 @@ class Siblings:
     def members(self):
         """The member layers, or ``None`` when one of them no longer exists."""
         layers = [ref() for ref in self._refs]
-        return None if any(layer is None for layer in layers) else layers
+        for layer in layers:
+            if layer is None:
+                return None
+        return layers
 
     def index(self, layer) -> int:
         for i, ref in enumerate(self._refs):

@@ -1,0 +1,138 @@
+"""Host (Python) cost of one transformer layer's projections: bf16 ``nn.Linear`` vs
+``mlx_w8a8.Linear`` with sibling launches (q/k/v, gate/up as one launch) and without.
+
+Runs on any machine: ``mx.fast.cuda_kernel`` is stubbed (a launch returns ready-made
+arrays of its output shapes, made once per shape), every W8A8 layer
+decides the warp-specialized GEMM (as on an H200 at prefill), and the layer's seven
+projections are called the way mlx-lm's Llama calls them (q, k, v on one x; o; gate, up on
+one x; down), building the graph only (nothing is evaluated). What is timed is the Python
+of the call path plus MLX's graph building of the bf16 arm's ops and of the stub's
+returns; MLX's own custom-kernel node (its C++ build, about 3 us per launch on an H200
+host, ``bench/launch_overhead.py``) is not included, so this bounds what the Python side
+costs, not the whole host cost of a W8A8 layer.
+
+Arms alternate block by block (A B C, then C B A, ...); per-layer time = block time /
+calls. Reported: median and p25..p75 per arm and the per-block ratios to bf16.
+
+Usage: ``python bench/layer_host_stub.py [--blocks 40] [--calls 300] [--tokens 128]
+[--out FILE.jsonl]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import attrs  # noqa: E402
+import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
+
+import mlx_w8a8  # noqa: E402
+from mlx_w8a8 import siblings  # noqa: E402
+from mlx_w8a8.kernels import cuda, registry  # noqa: E402
+from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.tuning import render  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dispatch_cuda_stub import time_blocks  # noqa: E402
+
+_MADE: dict = {}
+
+
+def stub_cuda_kernel(**build):
+    """Stands in for ``mx.fast.cuda_kernel``: a launch returns zeros of its output shapes
+    and dtypes, made on the first launch with those and reused (no allocation per call)."""
+    def launch_stub(*, output_shapes, output_dtypes, **_):
+        key = (tuple(map(tuple, output_shapes)), tuple(output_dtypes))
+        if key not in _MADE:
+            _MADE[key] = [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+        return _MADE[key]
+    return launch_stub
+
+
+class Projections(nn.Module):
+    """A Llama layer's seven projections, called as mlx-lm calls them (no attention,
+    norms or activations: those are the same in every arm)."""
+
+    def __init__(self, hidden: int, inter: int, kv: int):
+        super().__init__()
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, kv, bias=False)
+        self.v_proj = nn.Linear(hidden, kv, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def __call__(self, x):
+        q = self.q_proj(x)
+        self.k_proj(x), self.v_proj(x)  # attention would use them; not built here
+        h = self.o_proj(q)
+        return self.down_proj(self.gate_proj(h) * self.up_proj(h))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--blocks", type=int, default=40)
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--out", help="append the JSON line to this file")
+    args = p.parse_args(argv)
+    mx.set_default_device(mx.cpu)
+    mx.fast.cuda_kernel = stub_cuda_kernel
+    for c in [c for c in registry.all_candidates() if c.backend == "cuda"]:
+        registry.register(attrs.evolve(c, available=lambda: True))
+    cuda.is_sm90 = launch.is_sm90 = lambda: True
+    ws = registry.get("linear", "cuda_w8a8_gemm_ws")
+    registry.set_chooser(lambda problem, found: (ws, "stub") if ws in found else None)
+
+    hidden, inter, kv = 512, 1024, 128  # the Python path does not depend on the sizes
+    bf16 = Projections(hidden, inter, kv)
+    bf16.set_dtype(mx.bfloat16)
+    w8 = Projections(hidden, inter, kv)
+    w8.update(bf16.parameters())
+    mlx_w8a8.quantize(w8)
+    x = mx.zeros((1, args.tokens, hidden), dtype=mx.bfloat16)
+    mx.eval(bf16.parameters(), w8.parameters(), x)
+
+    def linked():
+        siblings.launch_together(True)
+        return w8(x)
+
+    def unlinked():
+        siblings.launch_together(False)
+        return w8(x)
+
+    arms = {"bf16": lambda: bf16(x), "w8a8_linked": linked, "w8a8_unlinked": unlinked}
+    for f in arms.values():  # decisions made, launches bound, alone plans made
+        for _ in range(3):
+            f()
+    times = time_blocks(arms, args.blocks, args.calls)
+    siblings.launch_together(True)
+    head = ["arm", "per layer (median)", "p25..p75", "ratio to bf16 (p25..p75)"]
+    body, stats = [], {}
+    for arm, ts in times.items():
+        med, lo, hi = render.spread(ts)
+        r = render.spread([a / b for a, b in zip(ts, times["bf16"])])
+        stats[arm] = {"median_us": round(med * 1e6, 2), "p25_us": round(lo * 1e6, 2),
+                      "p75_us": round(hi * 1e6, 2), "ratio_to_bf16": [round(v, 3) for v in r]}
+        body.append([arm, f"{med * 1e6:.1f} us", f"{lo * 1e6:.1f}..{hi * 1e6:.1f}",
+                     f"{r[0]:.2f}x ({r[1]:.2f}..{r[2]:.2f})"])
+    print(render.columns(head, body, right=range(1, len(head))))
+    record = {"bench": "layer_host_stub", "tokens": args.tokens, "blocks": args.blocks,
+              "calls_per_block": args.calls, "per_layer": stats,
+              "machine": platform.processor() or platform.machine(), "mlx": mx.__version__}
+    print(json.dumps(record))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
