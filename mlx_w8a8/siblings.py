@@ -7,18 +7,20 @@ grouped-query model: N = 1024) leave most of a GPU idle. Where the kernel chosen
 siblings' summed shape (``N = sum N_g``) has a multi-weight form
 (``registry.Candidate.bind_group``), the first sibling called launches it once for all of
 them; the others take their outputs from the group's per-thread memo of its last launch,
-keyed by the identity of ``x``. So the result of every call is what the layer alone computes; only the number of
-launches changes.
+keyed by the identity of ``x``. So the result of every call is what the layer alone
+computes; only the number of launches changes. A member's new weight (or :func:`clear`)
+makes the memoised outputs stale.
 
 Safety: a sibling called with a different ``x`` (a model that does not feed them the same
-input) finds nothing in the memo and runs alone. Outputs that no sibling took are counted
-when the group's next launch replaces them; after :data:`MAX_UNUSED` such launches the group stops
-launching together (its siblings run alone from then on), so a wrong guess costs a few
-launches, never results.
+input) finds nothing in the memo and launches the group itself. Outputs that no sibling
+took are counted when the group's next launch replaces them; after :data:`MAX_UNUSED`
+such launches the group stops launching together (its siblings run alone from then on),
+so a wrong guess costs a few launches, never results.
 
 :func:`link` finds siblings by name (:data:`NAMES`): children of one module with those
 names, all ``mlx_w8a8.Linear`` with the same K, weight format, group size and bias
-presence. :func:`mlx_w8a8.quantize` and :func:`mlx_w8a8.load` link the model they return.
+presence. :func:`mlx_w8a8.quantize`, :func:`mlx_w8a8.load` and :func:`mlx_w8a8.shard`
+link the model they return.
 """
 
 from __future__ import annotations
