@@ -45,6 +45,18 @@ def test_entries_show_the_decode_check_and_a_borrowed_decision():
     assert lines[4].rstrip().endswith("plain")
 
 
+def test_entries_show_the_sibling_check():
+    e = {"op": "linear", "m_bucket": 128, "m": 128, "n": 6144, "k": 4096, "dtype": "bfloat16",
+         "weight_format": "per_channel", "choice": "mlx_qmm", "speedup": 1.0,
+         "candidates": {"mlx_qmm": {"status": "ok", "median_ns": 5e4, "gate_error": 0.0}},
+         "sibling_check": {"tuned": "cuda_w8a8_gemm_ws", "kept": False, "ratio": 0.92}}
+    kept = dict(e, choice="cuda_w8a8_gemm_ws",
+                sibling_check={"tuned": "cuda_w8a8_gemm_ws", "kept": True, "ratio": 1.08})
+    lines = render.entries([("", e), ("", kept)]).splitlines()
+    assert "sibling check: cuda_w8a8_gemm_ws members alone (0.92x)" in lines[2]
+    assert "sibling check: cuda_w8a8_gemm_ws kept (1.08x)" in lines[3]
+
+
 def test_entries_mark_a_candidate_timed_in_one_round():
     e = {"op": "linear", "m_bucket": 2048, "m": 2048, "n": 64, "k": 32, "dtype": "bfloat16",
          "weight_format": "per_channel", "choice": "fast", "speedup": 5.0,

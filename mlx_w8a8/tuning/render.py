@@ -94,6 +94,11 @@ def entries(rows: list[tuple[str, dict]]) -> str:
             verdict = "kept" if check.get("kept") else "replaced"
             note = (f"{note}; " if note else "") + (
                 f"decode check: {check['tuned']} {verdict} ({check.get('ratio', 0):.2f}x)")
+        check = e.get("sibling_check")
+        if isinstance(check, dict) and "tuned" in check:
+            verdict = "kept" if check.get("kept") else "members alone"
+            note = (f"{note}; " if note else "") + (
+                f"sibling check: {check['tuned']} {verdict} ({check.get('ratio', 0):.2f}x)")
         if e.get("borrowed_from"):
             b = e["borrowed_from"]
             note = (f"{note}; " if note else "") + f"decision of {b.get('n')}x{b.get('k')}"
