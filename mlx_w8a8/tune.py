@@ -302,70 +302,58 @@ def sibling_check_tokens(args, m_values) -> list[int]:
     return [m for m in m_values if m >= SIBLING_CHECK_MIN_M]
 
 
-def _check_model(args):
-    """The checks' model: ``--model``'s first ``--check-layers`` blocks, converted as
-    ``mlx_w8a8.quantize`` would."""
+def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> int:
+    """Build the checks' model (``--model``'s first ``--check-layers`` blocks, converted as
+    ``mlx_w8a8.quantize`` would), run ``check(model, tuner, progress)`` with ``tuner``
+    deciding, and print its report and how many entries it rewrote."""
     import mlx.core as mx
 
-    from . import models
+    from . import models, tuning
     from .convert import quantize
 
-    model, config, label = models.build(args.model, layers=args.check_layers,
-                                        dtype=getattr(mx, args.dtype))
-    quantize(model, group_size=args.group_size, per_channel=args.weight_format == "per_channel")
-    mx.eval(model.parameters())
-    return model, config, label
+    try:
+        model, config, label = models.build(args.model, layers=args.check_layers,
+                                            dtype=getattr(mx, args.dtype))
+        quantize(model, group_size=args.group_size,
+                 per_channel=args.weight_format == "per_channel")
+        mx.eval(model.parameters())
+    except ValueError as error:
+        return fail(f"{name}: {error}")
+    print(f"{name} on {label}'s first {config['num_hidden_layers']} block(s){suffix}", file=out)
+    progress = None if args.no_progress else (lambda msg: print("  " + msg, file=out))
+    previous = tuning.use_tuner(tuner)
+    try:
+        report = check(model, tuner, progress)
+    finally:
+        tuning.use_tuner(previous)
+    print(report.describe(), file=out)
+    if report.groups:
+        print(f"{report.recorded} entr{'y' if report.recorded == 1 else 'ies'} updated in "
+              f"{tuner.writable_path()}", file=out)
+    return 0
 
 
 def sibling_check(args, tuner: Tuner, out, tokens: list[int]) -> int:
-    """Run :func:`mlx_w8a8.tuning.check_siblings` at prefill lengths ``tokens`` on the
-    checks' model, deciding with ``tuner``."""
+    """Run :func:`mlx_w8a8.tuning.check_siblings` at prefill lengths ``tokens``."""
     from . import tuning
 
-    try:
-        model, config, label = _check_model(args)
-    except ValueError as error:
-        return fail(f"sibling check: {error}")
-    print(f"sibling check on {label}'s first {config['num_hidden_layers']} block(s), "
-          f"T = {', '.join(map(str, tokens))}", file=out)
-    previous = tuning.use_tuner(tuner)
-    try:
-        report = tuning.check_siblings(
-            model, tuner, tokens=tokens, min_improvement_bps=args.min_improvement,
-            progress=None if args.no_progress else (lambda msg: print("  " + msg, file=out)),
-        )
-    finally:
-        tuning.use_tuner(previous)
-    print(report.describe(), file=out)
-    if report.groups:
-        print(f"{report.recorded} entr{'y' if report.recorded == 1 else 'ies'} updated in "
-              f"{tuner.writable_path()}", file=out)
-    return 0
+    return _run_check(
+        "sibling check", args, tuner, out,
+        lambda model, t, progress: tuning.check_siblings(
+            model, t, tokens=tokens, min_improvement_bps=args.min_improvement,
+            progress=progress),
+        f", T = {', '.join(map(str, tokens))}")
 
 
 def decode_check(args, tuner: Tuner, out) -> int:
-    """Run :func:`mlx_w8a8.tuning.check_decode` on the first ``--check-layers`` blocks of
-    ``--model``, converted as ``mlx_w8a8.quantize`` would, deciding with ``tuner``."""
+    """Run :func:`mlx_w8a8.tuning.check_decode`."""
     from . import tuning
 
-    try:
-        model, config, label = _check_model(args)
-    except ValueError as error:
-        return fail(f"decode check: {error}")
-    print(f"decode check on {label}'s first {config['num_hidden_layers']} block(s)", file=out)
-    previous = tuning.use_tuner(tuner)
-    try:
-        report = tuning.check_decode(
-            model, tuner, min_improvement_bps=args.min_improvement, rounds=args.check_rounds,
-            progress=None if args.no_progress else (lambda msg: print("  " + msg, file=out)),
-        )
-    finally:
-        tuning.use_tuner(previous)
-    print(report.describe(), file=out)
-    if report.groups:
-        print(f"{report.recorded} entr{'y' if report.recorded == 1 else 'ies'} updated in "
-              f"{tuner.writable_path()}", file=out)
-    return 0
+    return _run_check(
+        "decode check", args, tuner, out,
+        lambda model, t, progress: tuning.check_decode(
+            model, t, min_improvement_bps=args.min_improvement, rounds=args.check_rounds,
+            progress=progress))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,27 @@ def hermetic(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def check_tuner(tmp_path, monkeypatch):
+    """For the model-level checks' tests: a fast Tuner reading and writing only
+    ``tmp_path/t.json`` (no cache, shipped tables or prior), installed as the process-wide
+    one and put back after."""
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning import prior, table
+    from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
+
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(table.ENV_TABLE, raising=False)
+    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
+    monkeypatch.setattr(prior, "RULES", {})
+    fast = TuneConfig(pairs=3, warmup=1, chain=1, rotate=2, cold_bytes=0)
+    t = Tuner(table_path=str(tmp_path / "t.json"), use_cache=False, use_shipped=False,
+              online=False, config=fast)
+    previous = tuning.use_tuner(t)
+    yield t
+    tuning.use_tuner(previous)
+
+
+@pytest.fixture
 def only_written_tables(tmp_path, monkeypatch):
     """Lookups see only the tables a test writes: no shipped tables, the hermetic cache
     directory; yields ``tmp_path``."""

@@ -10,15 +10,12 @@ import mlx_w8a8
 from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate
-from mlx_w8a8.tuning import prior, table
-from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 
 pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
 import tiny_lm  # noqa: E402
 
 QMM = registry.get("linear", "mlx_qmm")
 FAKES = ("host_heavy", "fast")
-FAST = TuneConfig(pairs=3, warmup=1, chain=1, rotate=2, cold_bytes=0)
 SLEEP = 0.003  # host seconds per call: larger than a tiny decode step's own cost
 
 
@@ -30,19 +27,11 @@ def sleeping(seconds):
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
-    monkeypatch.setattr(prior, "RULES", {})
-    t = Tuner(table_path=str(tmp_path / "t.json"), use_cache=False, use_shipped=False,
-              online=False, config=FAST)
-    previous = tuning.use_tuner(t)
-    yield t
+def env(check_tuner):
+    yield check_tuner
     for name in FAKES:
         registry.unregister("linear", name)
     registry.register(QMM)
-    tuning.use_tuner(previous)
 
 
 def converted():

@@ -10,15 +10,12 @@ import mlx_w8a8
 from mlx_w8a8 import siblings, tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate
-from mlx_w8a8.tuning import prior, table
-from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 
 pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
 import tiny_lm  # noqa: E402
 
 QMM = registry.get("linear", "mlx_qmm")
 FAKES = ("group_kernel", "slow_alone")
-FAST = TuneConfig(pairs=3, warmup=1, chain=1, rotate=2, cold_bytes=0)
 SLEEP = 0.004  # host seconds per call: larger than a tiny prefill's own cost
 T = 4  # prefill tokens: the M of every projection
 
@@ -46,19 +43,11 @@ def group_kernel(sleep: float) -> Candidate:
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
-    monkeypatch.setattr(prior, "RULES", {})
-    t = Tuner(table_path=str(tmp_path / "t.json"), use_cache=False, use_shipped=False,
-              online=False, config=FAST)
-    previous = tuning.use_tuner(t)
+def env(check_tuner):
     siblings.clear()
-    yield t
+    yield check_tuner
     for name in FAKES:
         registry.unregister("linear", name)
-    tuning.use_tuner(previous)
 
 
 def choose(tuner, problem, name):
