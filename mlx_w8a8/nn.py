@@ -348,17 +348,21 @@ class Linear(nn.Module):
         else:
             flat = len(lead) != 1
             bind_stages = _stages_as_bound(candidate, problem)
-        held_w = held_b = act_key = quantize = apply = None
+        held = [None] * 4  # the weight, scales, biases and bias arrays bound
+        act_key = quantize = apply = None
 
         def plan(x):
-            nonlocal held_w, held_b, act_key, quantize, apply
-            qw = self._weight(fmt)
-            if qw is None:  # new weights changed the format: re-decide
-                return self(x)
-            bias = self.get("bias")
-            if qw is not held_w or bias is not held_b:
+            nonlocal held, act_key, quantize, apply
+            # The arrays themselves are compared (cheap); the weight is rebuilt, its
+            # format checked and the launches bound only when one was replaced.
+            if (self["weight"] is not held[0] or self["scales"] is not held[1]
+                    or self["biases"] is not held[2] or self.get("bias") is not held[3]):
+                qw = self._weight(fmt)
+                if qw is None:  # new weights changed the format: re-decide
+                    return self(x)
+                bias = self.get("bias")
                 act_key, quantize, apply = bind_stages(problem, qw, bias)
-                held_w, held_b = qw, bias
+                held = [qw.q, qw.scales, qw.biases, bias]
             x2 = x.reshape(m, k) if flat else x
             if quantize is None:
                 y = apply(x2)

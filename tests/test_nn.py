@@ -270,3 +270,22 @@ def test_set_dtype_after_the_first_call_keeps_the_output_dtype(rng):
     layer.kernel = "exact"
     np.testing.assert_allclose(np.array(y.astype(mx.float32)),
                                np.array(layer(x).astype(mx.float32)), atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("kernel", [None, "exact", "mlx_qmm"])
+def test_arrays_replaced_without_setitem_are_used(kernel):
+    # mx.compile(..., inputs=model.state) swaps a layer's arrays without __setitem__: the
+    # next call must compute with the new bias and weight, whichever kernel runs
+    layer = w8.Linear(64, 32, group_size=32)
+    layer.kernel = kernel
+    x = mx.random.normal((2, 3, 64))
+    y0 = layer(x)
+    dict.__setitem__(layer, "bias", mx.ones((32,)))
+    np.testing.assert_allclose(np.array(layer(x)), np.array(y0) + 1, rtol=1e-5, atol=1e-5)
+    other = w8.Linear(64, 32, group_size=32)
+    for name in ("weight", "scales", "biases"):
+        dict.__setitem__(layer, name, other[name])
+    ref = w8.Linear.from_weight(other.quantized_weight, mx.ones((32,)))
+    ref.kernel = kernel
+    want = np.array(ref(x))
+    np.testing.assert_allclose(np.array(layer(x)), want, rtol=1e-5, atol=1e-5)
