@@ -277,16 +277,16 @@ class Linear(nn.Module):
 
     def _group_decision(self, m: int, dtype: mx.Dtype):
         """``(candidate, source, members, summed problem)`` when a call with ``m``
-        tokens runs as one launch with this layer's siblings, else ``None``: the group is enabled and
-        whole, nothing is forced, the members still agree in K, format, group size and
-        bias, and the kernel decided for their summed N has a multi-weight form."""
+        tokens runs as one launch with this layer's siblings, else ``None``: the group is
+        enabled and whole, nothing is forced, the members still agree in K, format, group
+        size and bias, and the kernel decided for their summed N has a multi-weight form."""
         group = self._siblings
         if group is None or not group.enabled or self._kernel is not None:
             return None
         members = group.members()
         if members is None or any(layer._kernel is not None for layer in members):
             return None
-        if not _siblings._compatible(members):
+        if not _siblings.compatible(members):
             return None
         problem = Problem(
             "linear", m, sum(layer.output_dims for layer in members), self.input_dims,
@@ -348,21 +348,22 @@ class Linear(nn.Module):
         else:
             flat = len(lead) != 1
             bind_stages = _stages_as_bound(candidate, problem)
-        held = [None] * 4  # the weight, scales, biases and bias arrays bound
+        held = [None] * 4  # _arrays((self,)) as bound
         act_key = quantize = apply = None
 
         def plan(x):
             nonlocal held, act_key, quantize, apply
             # The arrays themselves are compared (cheap); the weight is rebuilt, its
-            # format checked and the launches bound only when one was replaced.
+            # format checked and the launches bound only when one was replaced. The
+            # comparison is written out rather than through _arrays: building that list
+            # on every call cost the layer's Python ~10% (bench/layer_host_stub.py).
             if (self["weight"] is not held[0] or self["scales"] is not held[1]
                     or self["biases"] is not held[2] or self.get("bias") is not held[3]):
                 qw = self._weight(fmt)
                 if qw is None:  # new weights changed the format: re-decide
                     return self(x)
-                bias = self.get("bias")
-                act_key, quantize, apply = bind_stages(problem, qw, bias)
-                held = [qw.q, qw.scales, qw.biases, bias]
+                act_key, quantize, apply = bind_stages(problem, qw, self.get("bias"))
+                held = _arrays((self,))
             x2 = x.reshape(m, k) if flat else x
             if quantize is None:
                 y = apply(x2)
@@ -389,7 +390,7 @@ class Linear(nn.Module):
                 if alone is None:
                     alone = self._alone_plan(problem.m, x.dtype, lead, out_shape)[2]
                 return alone(x)
-            y = _siblings.take(x, group, i)
+            y = group.take(x, i)
             if y is not None:
                 return y
             members = group.members()
@@ -411,7 +412,7 @@ class Linear(nn.Module):
                                             candidate.bind_group(problem, pairs, lead))
             act_key, quantize, apply = state[1]
             ys = apply(x if quantize is None else _shared_activations(x, act_key, quantize, x))
-            _siblings.put(x, group, ys, i)
+            group.put(x, ys, i)
             return ys[i]
         return plan
 

@@ -30,10 +30,12 @@ import weakref
 
 import mlx.nn as nn
 
+from .kernels.cuda_launch import MAX_SIBLINGS  # importing it never needs CUDA
+
 # Child names of one module that models feed the same input, in call order.
 NAMES = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 # Members of one group: the kernels' multi-weight bodies take 2 or 3 (gemm_ws.cu).
-MAX_MEMBERS = 3
+MAX_MEMBERS = MAX_SIBLINGS
 # Launches whose outputs some sibling never took, before the group stops launching together.
 MAX_UNUSED = 8
 # Each group memoises its last launch per thread (input, outputs, members yet to take
@@ -63,8 +65,9 @@ class Siblings:
 
     Holds its members weakly (each member holds the group: ``layer.siblings``). The plans
     the members make for a group launch live in the members' plan caches; this object
-    keeps what they share: the launch bound per input shape and dtype, and the count of
-    launches whose outputs went unused.
+    keeps what they share: the launch bound per input shape and dtype, the last launch's
+    outputs per thread (:meth:`put`, :meth:`take`) and the count of launches whose
+    outputs went unused.
     """
 
     def __init__(self, layers):
@@ -109,29 +112,27 @@ class Siblings:
             self.enabled = False
             self.reset()
 
+    def put(self, x, outputs, taken: int) -> None:
+        """Memoise ``outputs`` of a launch on ``x`` (this thread); member ``taken`` has
+        its own. A previous launch some member never took counts as unused."""
+        stamp = (_epoch, self.generation)
+        last = getattr(self._memo, "last", None)
+        if last is not None and last[2] and last[3] == stamp:
+            self._unused_launch()
+        pending = ((1 << len(outputs)) - 1) & ~(1 << taken)
+        self._memo.last = [x, outputs, pending, stamp] if pending else None
 
-def put(x, group: Siblings, outputs, taken: int) -> None:
-    """Memoise ``outputs`` of ``group`` for input ``x`` (this thread); member ``taken``
-    has its own. A previous launch some member never took counts as unused."""
-    stamp = (_epoch, group.generation)
-    last = getattr(group._memo, "last", None)
-    if last is not None and last[2] and last[3] == stamp:
-        group._unused_launch()
-    pending = ((1 << len(outputs)) - 1) & ~(1 << taken)
-    group._memo.last = [x, outputs, pending, stamp] if pending else None
-
-
-def take(x, group: Siblings, i: int):
-    """Member ``i``'s output of ``group``'s last launch in this thread if it was on this
-    very ``x`` and ``i`` has not taken it yet, else ``None``."""
-    last = getattr(group._memo, "last", None)
-    if (last is None or last[0] is not x or not last[2] >> i & 1
-            or last[3] != (_epoch, group.generation)):
-        return None
-    last[2] &= ~(1 << i)
-    if not last[2]:
-        group._memo.last = None  # every member took its output: nothing held
-    return last[1][i]
+    def take(self, x, i: int):
+        """Member ``i``'s output of the last launch in this thread if it was on this very
+        ``x`` and ``i`` has not taken it yet, else ``None``."""
+        last = getattr(self._memo, "last", None)
+        if (last is None or last[0] is not x or not last[2] >> i & 1
+                or last[3] != (_epoch, self.generation)):
+            return None
+        last[2] &= ~(1 << i)
+        if not last[2]:
+            self._memo.last = None  # every member took its output: nothing held
+        return last[1][i]
 
 
 def clear() -> None:
@@ -141,10 +142,22 @@ def clear() -> None:
     _epoch += 1
 
 
-def _compatible(layers) -> bool:
+def compatible(layers) -> bool:
+    """Whether ``layers`` (``mlx_w8a8.Linear``) agree in K, format, group size and bias
+    presence, as one launch needs."""
     first = layers[0]
     key = lambda layer: (layer.input_dims, layer.format, layer.group_size, "bias" in layer)  # noqa: E731
     return all(key(layer) == key(first) for layer in layers)
+
+
+def named_groups(model: nn.Module, names=NAMES):
+    """``(path, names, children)`` for every module of ``model`` that has all the children
+    of one tuple of ``names`` (whatever their type): the places siblings may be."""
+    for path, module in model.named_modules():
+        for group in names:
+            children = [module.get(name) for name in group]  # an nn.Module is a dict
+            if all(child is not None for child in children):
+                yield path, group, children
 
 
 def link(model: nn.Module, names=NAMES) -> int:
@@ -167,13 +180,11 @@ def link(model: nn.Module, names=NAMES) -> int:
             raise ValueError(f"[mlx_w8a8.siblings.link] a group has 2 to {MAX_MEMBERS} "
                              f"names, got {group!r}")
     made = 0
-    for _, module in model.named_modules():
-        for group in names:
-            layers = [module.get(name) for name in group]  # an nn.Module is a dict
-            if not all(isinstance(layer, Linear) for layer in layers) or not _compatible(layers):
-                continue
-            shared = Siblings(layers)
-            for layer in layers:
-                layer.siblings = shared
-            made += 1
+    for _, _, layers in named_groups(model, names):
+        if not all(isinstance(layer, Linear) for layer in layers) or not compatible(layers):
+            continue
+        shared = Siblings(layers)
+        for layer in layers:
+            layer.siblings = shared
+        made += 1
     return made

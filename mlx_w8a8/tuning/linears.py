@@ -146,18 +146,17 @@ def model_shapes(
         found.setdefault((n, k, fmt, g, bias, dtype), []).append(path)
     # Sibling groups (q/k/v, gate/up: mlx_w8a8.siblings) run as one launch of their summed
     # N where the kernel chosen for that shape has a multi-weight form: measure it too.
-    for path, module in model.named_modules() if sibling_sums else ():
-        for names in siblings.NAMES:
-            specs = [describe(module.get(name), weight_format, group_size)
-                     if isinstance(module.get(name), nn.Module) else "missing" for name in names]
-            if any(isinstance(s, str) for s in specs) or len({s[1:] for s in specs}) != 1:
-                continue
-            split = [shapes.split_for_tp(name, s[0], s[1], tp) for name, s in zip(names, specs)]
-            n, k = sum(ns for ns, _ in split), split[0][1]
-            _, _, fmt, g, bias = specs[0]
-            if k % g == 0:
-                label = f"{path}.{'+'.join(names)}" if path else "+".join(names)
-                found.setdefault((n, k, fmt, g, bias, dtype), []).append(label)
+    for path, names, children in siblings.named_groups(model) if sibling_sums else ():
+        specs = [describe(child, weight_format, group_size) if isinstance(child, nn.Module)
+                 else "not a module" for child in children]
+        if any(isinstance(s, str) for s in specs) or len({s[1:] for s in specs}) != 1:
+            continue
+        split = [shapes.split_for_tp(name, s[0], s[1], tp) for name, s in zip(names, specs)]
+        n, k = sum(ns for ns, _ in split), split[0][1]
+        _, _, fmt, g, bias = specs[0]
+        if k % g == 0:
+            label = f"{path}.{'+'.join(names)}" if path else "+".join(names)
+            found.setdefault((n, k, fmt, g, bias, dtype), []).append(label)
     # a stable, model-ordered listing (by the first layer that has each shape)
     out = [
         LinearShape(n, k, dt, fmt, g, bias, tuple(sorted(paths, key=_path_order)))
