@@ -12,6 +12,8 @@ For each shape (M x K x N, weight ``[N, K]``) it times, paired and in alternatin
   the same int8 operands (cuBLASLt; needs M > 16),
 - ``w8a8_ws`` / ``w8a8_mm_ws`` / ``i8gemm_ws``: the warp-specialized persistent GEMM
   (``cuda_w8a8_gemm_ws`` with its quantize, the GEMM + epilogue alone, the int32 GEMM),
+- ``w8a8_tma`` / ``w8a8_mm_tma`` / ``i8gemm_tma``: the same with the TMA producer
+  (``cuda_w8a8_gemm_tma``, ``cuda_int8_gemm_tma``),
 - ``quant`` / ``quant_warp``: the ``rowsum`` and ``rowsum_warp`` quantize bodies.
 
 ``--arms a,b,...`` times a subset (fewer arms, shorter runs); ``--once A,B`` builds the
@@ -209,6 +211,11 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None):
             a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.ws_tile_for(m, n),
             row_sums=r8[i % X])),
         Arm("i8gemm_ws", lambda i: launch.int8_gemm_ws(a8[i % X], b8[i % C])),
+        Arm("w8a8_tma", lambda i: cuda._w8a8_tma_run(xs[i % X], pcs[i % C], None)),
+        Arm("w8a8_mm_tma", lambda i: launch.gemm_per_channel(
+            a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.tma_tile_for(m, n),
+            row_sums=r8[i % X])),
+        Arm("i8gemm_tma", lambda i: launch.int8_gemm_tma(a8[i % X], b8[i % C])),
     ]
     if m <= cuda.GEMV_MAX_M:
         arms.append(Arm("gemv", lambda i: cuda._gemv_run(xs[i % X], pcs[i % C], None)))
@@ -221,7 +228,10 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None):
             else:
                 arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: launch.int8_gemm(
                     a8[i % X], b8[i % C], cfg)))
-        for key, cfg in launch.WS_CONFIGS.items():
+        for key, cfg in launch.TMA_CONFIGS.items():
+            arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: launch.int8_gemm(
+                a8[i % X], b8[i % C], cfg)))
+        for key, cfg in {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}.items():
             arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: launch.gemm_per_channel(
                 a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, cfg, row_sums=r8[i % X])))
     if once is not None:  # a comma-separated list of arms, each run twice
@@ -289,6 +299,11 @@ def ratios(row, w8a8="w8a8"):
         "i8ws/torch": paired_ratio(row, "torch", "i8gemm_ws"),
         "i8ws/i8gemm": paired_ratio(row, "i8gemm", "i8gemm_ws"),
         "qwarp/quant": paired_ratio(row, "quant", "quant_warp"),
+        "tma/bf16": paired_ratio(row, "bf16", "w8a8_tma"),
+        "tma/ws": paired_ratio(row, "w8a8_ws", "w8a8_tma"),
+        "mm_tma/mm_ws": paired_ratio(row, "w8a8_mm_ws", "w8a8_mm_tma"),
+        "i8tma/torch": paired_ratio(row, "torch", "i8gemm_tma"),
+        "i8tma/i8ws": paired_ratio(row, "i8gemm_ws", "i8gemm_tma"),
     }
 
 
@@ -337,6 +352,24 @@ def ws_table(rows) -> str:
             + " | ".join(fmt(rt[k], ".2f") for k in ("ws/bf16", "ws/w8a8", "ws/qmm", "mm_ws/mm",
                                                      "i8ws/torch", "i8ws/i8gemm", "qwarp/quant"))
             + " |")
+    return "\n".join(lines)
+
+
+def tma_table(rows) -> str:
+    """The TMA producer's arms against the cp.async producer's and the baselines (paired
+    ratios, baseline / new)."""
+    keys = ("tma/bf16", "tma/ws", "mm_tma/mm_ws", "i8tma/torch", "i8tma/i8ws")
+    lines = ["| M | K x N | bf16 us | w8a8_ws us | w8a8_tma us | i8gemm_ws us | i8gemm_tma us "
+             "(TOPS, %peak) | torch us | " + " | ".join(keys) + " |",
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(keys)]
+    for r in rows:
+        us, tops, rt = r["us"], r["tops"], r["ratio"]
+        i8 = (f"{fmt(us.get('i8gemm_tma'))} ({fmt(tops.get('i8gemm_tma'), '.0f')}, "
+              f"{fmt(100 * tops.get('i8gemm_tma', float('nan')) / INT8_PEAK_TOPS, '.0f')}%)")
+        lines.append(
+            f"| {r['M']} | {r['K']}x{r['N']} | {fmt(us.get('bf16'))} | {fmt(us.get('w8a8_ws'))} | "
+            f"{fmt(us.get('w8a8_tma'))} | {fmt(us.get('i8gemm_ws'))} | {i8} | "
+            f"{fmt(us.get('torch'))} | " + " | ".join(fmt(rt[k], ".2f") for k in keys) + " |")
     return "\n".join(lines)
 
 
@@ -408,7 +441,7 @@ def main(argv=None):
                   + (f" errors={row['err']}" if row["err"] else ""), flush=True)
             with open(os.path.join(args.out, "cuda_bench.json"), "w") as f:
                 json.dump({"device": info, "copy_bw": bw, "pairs": pairs, "rows": rows}, f, indent=1)
-    md = table(rows, bw) + "\n\n" + ws_table(rows)
+    md = table(rows, bw) + "\n\n" + ws_table(rows) + "\n\n" + tma_table(rows)
     header = (f"Measured on {info.get('nvidia_smi', '?')}; MLX {info['mlx']}, torch "
               f"{info.get('torch')} (CUDA {info.get('torch_cuda')}); copy bandwidth "
               f"{bw / 1e12:.2f} TB/s; {pairs} paired rounds, medians.\n\n")

@@ -17,6 +17,10 @@ Edge shapes and why:
   132-block grid (each block then runs several tiles and its ring and mbarrier phases
   carry over from one tile to the next), N = 258 (a row is not a whole number of 16-byte
   vectors: the scalar store path), N = 264 (a partial last tile stored as vectors).
+- The TMA producer (``TMA_CONFIGS``) runs every warp-specialized test above on its tiles,
+  and its outputs must equal the cp.async producer's bit for bit (same tile, same sums,
+  same epilogue): the tile loads' zero fill past M, N and the K tail replaces the
+  cp.async copies' predication.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import pytest
 
 import mlx.core as mx
 
-from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels import registry, tensormap
 from mlx_w8a8.kernels import cuda_launch as launch
 from mlx_w8a8.kernels.registry import Problem
 from mlx_w8a8.weight import QuantizedWeight
@@ -41,6 +45,19 @@ if not launch.cuda_available():
     )
 
 MX_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+# Every warp-specialized tile: the cp.async producer's and the TMA producer's.
+WS_TILES = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}
+
+
+def ws_tile(name: str) -> launch.WsConfig:
+    """``WS_TILES[name]``; a TMA tile is skipped (reason shown) where the driver cannot
+    encode tensor maps."""
+    cfg = WS_TILES[name]
+    if cfg.tma and not launch.is_sm90():
+        pytest.skip("TMA needs a Hopper GPU (sm_90a)")
+    if cfg.tma and tensormap.unavailable():
+        pytest.skip(f"tensor maps cannot be encoded here: {tensormap.unavailable()}")
+    return cfg
 
 
 POISON = -128.0
@@ -189,10 +206,10 @@ WS_GEMM_SHAPES = [(300, 392, 1040), (33, 257, 48), (1, 264, 4096), (2048, 2304, 
                   (1100, 2176, 1088)]
 
 
-@pytest.mark.parametrize("config", sorted(launch.WS_CONFIGS))
+@pytest.mark.parametrize("config", sorted(WS_TILES))
 @pytest.mark.parametrize("m,n,k", WS_GEMM_SHAPES)
 def test_int8_gemm_ws_bit_exact(rng, config, m, n, k):
-    cfg = launch.WS_CONFIGS[config]
+    cfg = ws_tile(config)
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
     got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
@@ -205,11 +222,16 @@ def test_int8_gemm_ws_bit_exact(rng, config, m, n, k):
         assert np.all(got == k * 16384)
 
 
-def test_int8_gemm_ws_candidate(rng):
-    """The registered ``cuda_int8_gemm_ws`` (its own tile choice) on a shape with tails."""
+@pytest.mark.parametrize("name", ["cuda_int8_gemm_ws", "cuda_int8_gemm_tma"])
+def test_int8_gemm_ws_candidate(rng, name):
+    """The registered warp-specialized int32 GEMMs (their own tile choice) on a shape with
+    tails."""
     a = oracle.random_int8(rng, (777, 1040))
     b = oracle.random_int8(rng, (392, 1040))
-    got = np.array(registry.get("int8_matmul", "cuda_int8_gemm_ws").run(mx.array(a), mx.array(b)))
+    cand = registry.get("int8_matmul", name)
+    if not cand.handles(Problem("int8_matmul", 777, 392, 1040, "int8", "int8")):
+        pytest.skip(f"{name} is not offered here (tensormap: {tensormap.unavailable()})")
+    got = np.array(cand.run(mx.array(a), mx.array(b)))
     np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
 
 
@@ -239,10 +261,12 @@ def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, s
 LINEAR_SHAPES = [(1, 264, 4096), (33, 257, 1088), (129, 264, 128), (1000, 384, 1024)]
 
 
-@pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws"])
+@pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma"])
 @pytest.mark.parametrize("m,n,k", LINEAR_SHAPES)
 @pytest.mark.parametrize("dtype,with_bias", [("bfloat16", False), ("float16", True), ("float32", False)])
 def test_w8a8_gemm_per_channel(rng, name, m, n, k, dtype, with_bias):
+    if name == "cuda_w8a8_gemm_tma":
+        ws_tile("tma256")  # skipped where TMA is not offered
     run = registry.get("linear", name).run
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
@@ -264,7 +288,7 @@ def test_w8a8_gemm_every_tile_config(rng, config, unsigned):
     check_linear(rng, run, 129, 264, 4096, "float32", 64, True, False)
 
 
-@pytest.mark.parametrize("config", sorted(launch.WS_CONFIGS))
+@pytest.mark.parametrize("config", sorted(WS_TILES))
 @pytest.mark.parametrize("m,n,k,dtype,with_bias", [
     (300, 392, 1088, "bfloat16", True),  # tails in M and N, 9 k-tiles
     (129, 264, 4096, "float32", False),  # a partial last tile stored as 16-byte vectors
@@ -275,7 +299,7 @@ def test_w8a8_gemm_every_tile_config(rng, config, unsigned):
 def test_w8a8_gemm_ws_every_tile_config(rng, config, m, n, k, dtype, with_bias):
     """The warp-specialized per-channel GEMM (unsigned codes + row-sum correction, the
     shared epilogue staged through shared memory) on each of its tiles."""
-    cfg = launch.WS_CONFIGS[config]
+    cfg = ws_tile(config)
 
     def run(x, weight, bias):
         xq, xs, xr = launch.quantize(x, row_sum=True, warp=True)
@@ -284,17 +308,17 @@ def test_w8a8_gemm_ws_every_tile_config(rng, config, m, n, k, dtype, with_bias):
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
 
-@pytest.mark.parametrize("config", ["wgmma", "large", "ws256p4"])
+@pytest.mark.parametrize("config", ["wgmma", "large", "ws256p4", "tma256"])
 @pytest.mark.parametrize("k", [launch.U8_MAX_K // 32 * 32, launch.U8_MAX_K // 32 * 32 + 32])
 def test_w8a8_gemm_unsigned_k_bound(config, k):
     """Extreme operands at the exactness bound of the unsigned path: activation codes
     +-127 and weight codes 255 (int8 +127) everywhere, so |sum_k a_k q_k| = 127 * 255 * K,
     just below 2^31 at K = 66304; at K = 66336 the registered candidate must take the
     flipped path (the unsigned sum would pass 2^31). Float32 output against the oracle."""
-    configs = {**launch.GEMM_CONFIGS, **launch.WS_CONFIGS}
+    configs = {**launch.GEMM_CONFIGS, **WS_TILES}
     if config not in configs:
         pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
-    cfg = configs[config]
+    cfg = ws_tile(config) if config in WS_TILES else configs[config]
     m, n = 130, 264
     x = np.ones((m, k), dtype=np.float32)
     x[1::2] = -1.0
@@ -446,7 +470,7 @@ def test_capabilities():
 
 
 # Sibling launches and [..., K] activations ---------------------------------------------------
-@pytest.mark.parametrize("config", sorted(launch.WS_CONFIGS))
+@pytest.mark.parametrize("config", sorted(WS_TILES))
 @pytest.mark.parametrize("ns,lead,dtype,with_bias", [
     ((392, 40, 264), (300,), "bfloat16", True),  # tails in N per member, 3 members
     ((2176, 1024), (2, 550), "bfloat16", False),  # more tiles than blocks, 3-D x
@@ -458,7 +482,7 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
     each output is bit-identical (NaN where x's special rows give NaN) to that weight's own launch on the same tile, and within
     the oracle's bound; a member's tiles never write another member's output (poisoned
     outputs: an unwritten element fails)."""
-    cfg = launch.WS_CONFIGS[config]
+    cfg = ws_tile(config)
     k = 1088
     m = int(np.prod(lead))
     x = activation(rng, m, k, dtype).reshape(*lead, k)
@@ -480,8 +504,8 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 
-@pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_grouped",
-                                  "cuda_int8_gemv"])
+@pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma",
+                                  "cuda_w8a8_gemm_grouped", "cuda_int8_gemv"])
 @pytest.mark.parametrize("lead", [(2, 3), (1, 1), (3, 1, 5)])
 def test_bound_launches_take_any_leading_shape(rng, name, lead):
     """The bound launches read x [..., K] as it is (the layer reshapes nothing) and
@@ -503,8 +527,9 @@ def test_bound_launches_take_any_leading_shape(rng, name, lead):
     assert mx.array_equal(y.reshape(m, n), want, equal_nan=True).item()
 
 
-def test_linear_siblings_run_as_one_launch_on_the_gpu(rng):
-    """q/k/v and gate/up of a converted block, the warp-specialized kernel chosen for
+@pytest.mark.parametrize("name", ["cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma"])
+def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, name):
+    """q/k/v and gate/up of a converted block, a warp-specialized kernel chosen for
     every shape: each member's output is bit-identical to its own launch."""
     import mlx.nn as nn
 
@@ -518,9 +543,11 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng):
                                                      for n in (1024, 256, 256))
             self.gate_proj, self.up_proj = nn.Linear(1024, 2816), nn.Linear(1024, 2816)
 
+    if name == "cuda_w8a8_gemm_tma":
+        ws_tile("tma256")  # skipped where TMA is not offered
     block = Block()
     w8.quantize(block)
-    ws = registry.get("linear", "cuda_w8a8_gemm_ws")
+    ws = registry.get("linear", name)
     previous = registry.set_chooser(lambda problem, found: (ws, "test") if ws in found else None)
     try:
         siblings.clear()
@@ -530,9 +557,30 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng):
         assert block.q_proj.decision(154)[1] == "test+siblings"
         for name, y in zip(names, outs):
             layer = block[name]
-            layer.kernel = "cuda_w8a8_gemm_ws"  # forced: runs alone
+            layer.kernel = name  # forced: runs alone
             alone = layer(x)
             assert y.shape == alone.shape
             assert mx.array_equal(y, alone, equal_nan=True).item(), name
     finally:
         registry.set_chooser(previous)
+
+
+@pytest.mark.parametrize("bn", [256, 128])
+@pytest.mark.parametrize("m,n,k", [(300, 392, 1088), (1, 264, 48), (2048, 2304, 4096),
+                                   (129, 40, 4096)])
+def test_tma_producer_matches_cp_async_bit_for_bit(rng, bn, m, n, k):
+    """The two producers feed the same consumers: the int32 GEMM and the per-channel
+    linear on the TMA tile equal the cp.async tile of the same width exactly (K = 48: a
+    box mostly past K; N = 40 < BN: a box mostly past N; M = 1: past M)."""
+    tma = ws_tile(f"tma{bn}")
+    cp = launch.WS_CONFIGS[f"ws{bn}p4"]
+    a = mx.array(oracle.random_int8(rng, (m, k)))
+    b = mx.array(oracle.random_int8(rng, (n, k)))
+    assert mx.array_equal(launch.int8_gemm(a, b, tma), launch.int8_gemm(a, b, cp)).item()
+    x = activation(rng, m, k, "bfloat16")
+    weight = make_weight(rng, n, k, 64, True, "bfloat16")
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
+    xq, xs, xr = launch.quantize(x, row_sum=True)
+    got = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, tma, row_sums=xr)
+    want = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cp, row_sums=xr)
+    assert mx.array_equal(got, want, equal_nan=True).item()

@@ -27,9 +27,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 
-from mlx_w8a8.kernels import cuda, sources
+from mlx_w8a8.kernels import cuda, sources, tensormap
 from mlx_w8a8.kernels import cuda_launch as launch
 
 NVCC = shutil.which("nvcc")
@@ -86,7 +87,7 @@ def _channel_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
 
 
 def _group_members(body: str) -> int:
-    return int(body[len("group")])
+    return int(body.removeprefix("tma_")[len("group")])
 
 
 def _group_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
@@ -148,6 +149,21 @@ def kernel_builds() -> list[KernelBuild]:
         for t, body in group if cfg.bn == 256 else group[:1] if cfg.bn == 128 else ():
             out.append(KernelBuild(cfg.file, body, _group_inputs(body), _group_outputs(body, t),
                                    (("T", t),) + tpl))
+    # The TMA producer's bodies: the same inputs + the maps' prototypes, + their scratch.
+    tma_in, tma_out = (("proto", "uint8", 1),), (("tmap", "uint8"),)
+    for cfg in launch.TMA_CONFIGS.values():
+        tpl = tuple(cfg.template())
+        out.append(KernelBuild(cfg.file, cfg.body("int32"),
+                               (("a", "int8", 2), ("b", "int8", 2)) + tma_in,
+                               (("c", "int32"),) + tma_out, tpl))
+        for t, body in (("bfloat16", "channel_u8"), ("float16", "channel_u8_bias")):
+            out.append(KernelBuild(cfg.file, cfg.body(body), _channel_inputs(body) + tma_in,
+                                   (("y", t),) + tma_out, (("T", t),) + tpl))
+        group = (("bfloat16", "group3"), ("float16", "group3_bias"), ("bfloat16", "group2"),
+                 ("float32", "group2_bias"))
+        for t, body in group if cfg.bn == 256 else group[:1]:
+            out.append(KernelBuild(cfg.file, cfg.body(body), _group_inputs(body) + tma_in,
+                                   _group_outputs(body, t) + tma_out, (("T", t),) + tpl))
     for key in ("grouped", "grouped_small"):
         tpl = tuple(launch.GEMM_CONFIGS[key].template())
         for gs, st, body in ((32, "float16", "grouped"), (64, "bfloat16", "grouped_bias"),
@@ -303,6 +319,28 @@ def test_kernels_compile_for_sm90a(tmp_path):
 
 
 # Launch plans, checked on any machine ----------------------------------------------------
+def fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
+    """Stands in for the driver's encoding (none here): the sizes, readable back."""
+    return np.array([rows, k, box_rows], dtype=np.uint64).tobytes().ljust(tensormap.MAP_BYTES, b"\0")
+
+
+def read_prototypes(array) -> list[tuple[int, int, int]]:
+    """The ``(rows, k, box_rows)`` of each fake map in a launch's ``proto`` input."""
+    raw = np.array(array).tobytes()
+    return [tuple(int(v) for v in np.frombuffer(raw[i:i + 24], dtype=np.uint64))
+            for i in range(0, len(raw), tensormap.MAP_BYTES)]
+
+
+@pytest.fixture(autouse=True)
+def tma_here(monkeypatch):
+    """Tensor maps encodable as on a machine with the CUDA driver (fake maps, above)."""
+    monkeypatch.setattr(tensormap, "prototype", fake_prototype)
+    monkeypatch.setattr(tensormap, "available", lambda: True)
+    launch._tma_prototypes.cache_clear()
+    yield
+    launch._tma_prototypes.cache_clear()
+
+
 class _Recorder:
     """Stands in for mx.fast.cuda_kernel: records each build and launch, returns zeros."""
 
@@ -346,10 +384,12 @@ def _launch_all():
         launch.quantize(mx.zeros((m, k), dtype=mx.float32), None, row_sum=True, warp=True)
     a = mx.zeros((300, 256), dtype=mx.int8)
     b = mx.zeros((264, 256), dtype=mx.int8)
-    configs = list(launch.ALL_GEMM_CONFIGS.values()) + list(launch.WS_CONFIGS.values())
+    configs = (list(launch.ALL_GEMM_CONFIGS.values()) + list(launch.WS_CONFIGS.values())
+               + list(launch.TMA_CONFIGS.values()))
     for cfg in configs:
         launch.int8_gemm(a, b, cfg)
     launch.int8_gemm_ws(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((4096, 256), dtype=mx.int8))
+    launch.int8_gemm_tma(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((100, 256), dtype=mx.int8))
     w = mx.random.normal((264, 256))
     pc = QuantizedWeight.from_float(w, 64, per_channel=True)
     gr = QuantizedWeight.from_float(w.astype(mx.float16), 32, per_channel=False)
@@ -375,6 +415,10 @@ def _launch_all():
                     [(pc2, None), (pc2, None), (pc, None)], [(pc, bias), (pc, bias)]):
         ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))((xq3, xs3, xr3))
         assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
+        for cfg in launch.TMA_CONFIGS.values():  # + the maps' scratch output, last
+            ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, cfg,
+                                           lead=(2, 150))((xq3, xs3, xr3))
+            assert [y.shape for y in ys[:-1]] == [(2, 150, w.n) for w, _ in members]
     launch.bind_quantize(300, 256, mx.bfloat16, row_sum=True, lead=(2, 150))(
         mx.zeros((2, 150, 256), dtype=mx.bfloat16))
     for m in (1, 2, 3, 8, 16):
@@ -404,6 +448,7 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
         built.setdefault(key, set()).add(tuple(k for k, _ in b.template))
     tiles = {tuple(c.template()) for c in launch.ALL_GEMM_CONFIGS.values()}
     tiles |= {tuple(c.template()) for c in launch.WS_CONFIGS.values()}
+    tiles |= {tuple(c.template()) for c in launch.TMA_CONFIGS.values()}
     for plan in rec.launches:
         match = [(f, body) for f, body in built if plan["name"] == f"w8a8_{f[:-3]}_{body}"]
         assert len(match) == 1, f"launch {plan['name']} matches no compiled body"
@@ -593,7 +638,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     rec = _Recorder()
     monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
-    names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_grouped", "cuda_int8_gemv"]
+    names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
+             "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -637,6 +683,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     for body in ("w8a8_quantize_rowsum", "w8a8_quantize_plain", "w8a8_quantize_sums",
                  "w8a8_gemm_channel_u8", "w8a8_gemm_channel_u8_bias", "w8a8_gemm_channel_bias",
                  "w8a8_gemm_wgmma_channel_u8", "w8a8_gemm_ws_channel_u8_bias",
+                 "w8a8_gemm_ws_tma_channel_u8", "w8a8_gemm_ws_tma_channel_u8_bias",
                  "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias", "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
         assert body in bodies, (body, sorted(bodies))
@@ -671,6 +718,7 @@ def cuda_here(monkeypatch):
 _LAYER_CASES = [
     ("cuda_w8a8_gemm", "per_channel", (2, 64, 256)),
     ("cuda_w8a8_gemm_ws", "per_channel", (128, 256)),
+    ("cuda_w8a8_gemm_tma", "per_channel", (2, 64, 256)),
     ("cuda_w8a8_gemm_grouped", "grouped", (2, 64, 256)),
     ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
     ("cuda_int8_gemv", "grouped", (16, 8192)),
@@ -727,7 +775,8 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         # the launches are run()'s on [M, K].
         assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
-            assert all(tuple(s[:-1]) == lead for s in plan["output_shapes"]), plan["output_shapes"]
+            assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
+                       if out != "tmap"), plan["output_shapes"]  # (a TMA launch's scratch)
             plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
             plan["output_shapes"] = [flat(s) for s in plan["output_shapes"]]
         assert not _same_launches(got, direct), _same_launches(got, direct)
@@ -813,7 +862,8 @@ def test_kernel_names_change_with_their_text(monkeypatch):
 def test_requires_puts_each_shared_file_once_before_its_users():
     """gemm_ws.cu and gemm_wgmma.cu both need common.cuh, once through wgmma.cuh and once
     directly: the loader must put it first and once (twice would redefine everything)."""
-    assert launch.requires("gemm_ws.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh", "gemm_ws.cu")
+    assert launch.requires("gemm_ws.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh", "tma.cuh",
+                                             "gemm_ws.cu")
     assert launch.requires("gemm_wgmma.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
                                                  "gemm_wgmma.cu")
     assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "gemm.cu")
@@ -823,8 +873,9 @@ def test_requires_puts_each_shared_file_once_before_its_users():
     assert header.count("struct ChannelEpilogue") == 1
     assert header.index("struct ChannelEpilogue") < header.index("wgmma_k32") < header.index("gemm_ws(")
     assert "mma_i8" not in header  # gemm.cu's mma.sync code is not carried by the ws kernels
-    assert set(bodies) == {"int32", "channel_u8", "channel_u8_bias", "group2", "group2_bias",
-                           "group3", "group3_bias"}
+    plain = {"int32", "channel_u8", "channel_u8_bias", "group2", "group2_bias", "group3",
+             "group3_bias"}
+    assert set(bodies) == plain | {"tma_" + b for b in plain}
     assert "quantize_row(" not in launch.load("gemv.cu")[0]  # only what the GEMV uses
 
 
@@ -903,3 +954,73 @@ def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
             assert group["grid"][0] // group["threadgroup"][0] == 3
     finally:
         registry.set_chooser(previous)
+
+
+def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here):
+    """The TMA bodies get A's map ([M, K], 128-row boxes) then each weight's ([N_g, K],
+    BN-row boxes), in member order, and a scratch output of 1 + G maps per block + 128
+    bytes of alignment; one producer warp. Single layer and q/k/v linked."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(256, n, bias=False)
+                                                     for n in (384, 64, 96))
+
+    attn = Attention()
+    w8.quantize(attn)
+    tma = registry.get("linear", "cuda_w8a8_gemm_tma")
+    previous = registry.set_chooser(lambda problem, found: (tma, "test") if tma in found else None)
+    try:
+        siblings.clear()
+        x = mx.zeros((3, 100, 256), dtype=mx.bfloat16)
+        start = len(rec.launches)
+        outs = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
+        assert [y.shape for y in outs] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
+        plans = rec.launches[start:]
+        assert [p["name"] for p in plans] == ["w8a8_quantize_rowsum", "w8a8_gemm_ws_tma_group3"]
+        group = plans[1]
+        assert group["outputs"] == ["y0", "y1", "y2", "tmap"]
+        assert group["inputs"][-1] == "proto"
+        # M = 300 rows, N = 384 + 64 + 96 = 544 > 128: the 128 x 256 tile
+        assert read_prototypes(group["arrays"][-1]) == [(300, 256, 128), (384, 256, 256),
+                                                        (64, 256, 256), (96, 256, 256)]
+        blocks = group["grid"][0] // group["threadgroup"][0]
+        assert blocks == 3 * (2 + 1 + 1) and group["threadgroup"][0] == 256 + 32
+        assert group["output_shapes"][-1] == ((4 * blocks + 1) * 128,)
+        assert group["output_dtypes"][-1] == mx.uint8
+    finally:
+        registry.set_chooser(previous)
+    layer = attn.k_proj
+    layer.kernel = "cuda_w8a8_gemm_tma"  # alone: N = 64 takes the 128 x 128 tile
+    start = len(rec.launches)
+    layer(mx.zeros((3, 100, 256), dtype=mx.bfloat16))  # a new x: quantized anew
+    plan = rec.launches[-1]
+    assert plan["name"] == "w8a8_gemm_ws_tma_channel_u8" and len(rec.launches) - start == 2
+    assert read_prototypes(plan["arrays"][-1]) == [(300, 256, 128), (64, 256, 128)]
+    assert plan["output_shapes"][-1] == ((2 * 3 + 1) * 128,)
+
+
+def test_tma_candidates_need_the_driver(monkeypatch):
+    """Without a driver that encodes tensor maps the TMA candidates are not offered (the
+    cp.async ones still are); on a GPU other than Hopper neither is."""
+    from mlx_w8a8.kernels.registry import Problem
+
+    p = Problem("linear", 512, 4096, 4096, "bfloat16", "per_channel", 64, False)
+    i8 = Problem("int8_matmul", 512, 4096, 4096, "int8", "int8")
+    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
+    assert cuda._supports_gemm_tma(p) and cuda._supports_int8_tma(i8)
+    monkeypatch.setattr(tensormap, "available", lambda: False)
+    assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)
+    assert cuda._supports_gemm_ws(p)
+    monkeypatch.setattr(tensormap, "available", lambda: True)
+    monkeypatch.setattr(cuda, "is_sm90", lambda: False)
+    assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)

@@ -18,6 +18,11 @@ device is the GPU; importing this module never needs CUDA):
   ``cuda_w8a8_gemm``'s quantize + the warp-specialized GEMM with the same epilogue. It
   also computes sibling layers fed the same ``x`` (q/k/v, gate/up: ``bind_group``,
   :mod:`mlx_w8a8.siblings`) in one launch of the multi-weight bodies.
+- ``cuda_int8_gemm_tma`` / ``cuda_w8a8_gemm_tma`` (Hopper, where the CUDA driver can
+  encode tensor maps: ``tensormap.unavailable()`` says why not): the warp-specialized
+  GEMMs above with a TMA producer (one thread issuing tile loads from tensor maps made on
+  the device, ``shaders/cuda/tma.cuh``) instead of cp.async copies; the same epilogue,
+  sibling launches included.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
@@ -45,7 +50,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from . import cuda_launch as launch
-from . import registry, sources
+from . import registry, sources, tensormap
 from .cuda_launch import (
     FLOAT_DTYPES,
     GEMM_CONFIGS,
@@ -58,6 +63,7 @@ from .cuda_launch import (
     QUANT_K_MULTIPLE,
     QUANT_MAX_THREADS,
     SMS,
+    TMA_CONFIGS,
     U8_MAX_K,
     WS_CONFIGS,
     bind_gemm_grouped,
@@ -73,9 +79,11 @@ from .cuda_launch import (
     gemv_fuses,
     gemv_quantized,
     int8_gemm,
+    int8_gemm_tma,
     int8_gemm_ws,
     is_sm90,
     quantize,
+    tma_tile_for,
     ws_tile_for,
 )
 
@@ -108,6 +116,12 @@ def _apply_ws(acts, weight, bias, out_dtype):
                             row_sums=xr)
 
 
+def _apply_tma(acts, weight, bias, out_dtype):
+    xq, xs, xr = acts
+    return gemm_per_channel(xq, xs, weight, bias, out_dtype,
+                            tma_tile_for(xq.shape[0], weight.n), row_sums=xr)
+
+
 def _apply_grouped(acts, weight, bias, out_dtype):
     xq, xs, xr = acts
     return gemm_grouped(xq, xs, xr, weight, bias, out_dtype)
@@ -128,6 +142,10 @@ def _w8a8_ws_stages(p: registry.Problem):
     # The same quantize launch as cuda_w8a8_gemm's unsigned path: the two share it.
     # (rowsum_warp writes the same bits but measured no faster on an H200: docs/cuda.md.)
     return ROWSUM, _quantize_rowsum, _apply_ws
+
+
+def _w8a8_tma_stages(p: registry.Problem):
+    return ROWSUM, _quantize_rowsum, _apply_tma  # the ws candidate's quantize, shared
 
 
 def _w8a8_grouped_stages(p: registry.Problem):
@@ -157,6 +175,10 @@ def _w8a8_gemm_run(x, weight, bias):
 
 def _w8a8_ws_run(x, weight, bias):
     return _apply_ws(_quantize_rowsum(x), weight, bias, x.dtype)
+
+
+def _w8a8_tma_run(x, weight, bias):
+    return _apply_tma(_quantize_rowsum(x), weight, bias, x.dtype)
 
 
 def _w8a8_grouped_run(x, weight, bias):
@@ -190,6 +212,19 @@ def _w8a8_ws_bind_group(p: registry.Problem, members, lead=None):
     dtype = getattr(mx, p.dtype)
     return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
             bind_gemm_ws_group(p.m, p.k, members, dtype, lead=lead))
+
+
+def _w8a8_tma_bind(p: registry.Problem, weight, bias, lead=None):
+    dtype = getattr(mx, p.dtype)
+    return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
+            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, tma_tile_for(p.m, weight.n),
+                                  unsigned=True, lead=lead))
+
+
+def _w8a8_tma_bind_group(p: registry.Problem, members, lead=None):
+    dtype = getattr(mx, p.dtype)
+    return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
+            bind_gemm_ws_group(p.m, p.k, members, dtype, tma_tile_for(p.m, p.n), lead=lead))
 
 
 def _w8a8_grouped_bind(p: registry.Problem, weight, bias, lead=None):
@@ -233,6 +268,18 @@ def _supports_gemm_ws(p: registry.Problem) -> bool:
     return _supports_gemm(p) and p.k <= U8_MAX_K and is_sm90()
 
 
+def _tma_ok() -> bool:
+    return is_sm90() and tensormap.available()  # the driver probed once, on a Hopper GPU
+
+
+def _supports_int8_tma(p: registry.Problem) -> bool:
+    return _supports_int8(p) and _tma_ok()
+
+
+def _supports_gemm_tma(p: registry.Problem) -> bool:
+    return _supports_gemm(p) and p.k <= U8_MAX_K and _tma_ok()
+
+
 def _supports_grouped(p: registry.Problem) -> bool:
     return p.weight_format == "grouped" and p.n >= 1 and _float_k_ok(p)
 
@@ -257,6 +304,8 @@ _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
 _WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
+_TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS}"
+_TMA_FNS = (launch._tma_io, launch._tma_prototypes, tensormap.prototype, tensormap._driver)
 _QUANT_FNS = (quantize, launch.quantize_spec)
 _BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3, launch._lead)
 _CANDIDATES = (
@@ -266,6 +315,8 @@ _CANDIDATES = (
      _digest((int8_gemm, launch.tile_for), _GEMM_FILES, _GEMM_PARAMS)),
     ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None,
      _digest((int8_gemm_ws, int8_gemm, ws_tile_for), _WS_FILES, _WS_PARAMS)),
+    ("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma, None, None,
+     _digest((int8_gemm_tma, int8_gemm, tma_tile_for) + _TMA_FNS, _WS_FILES, _TMA_PARAMS)),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_stages,
      _w8a8_gemm_bind,
      _digest((_w8a8_gemm_run, _w8a8_gemm_stages, _quantize_rowsum, _quantize_plain, _apply_u8,
@@ -279,6 +330,13 @@ _CANDIDATES = (
               bind_gemm_per_channel, _w8a8_ws_bind_group, bind_gemm_ws_group,
               launch.gemm_ws_group_spec) + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_WS_PARAMS},u8<={U8_MAX_K}")),
+    ("cuda_w8a8_gemm_tma", "linear", _w8a8_tma_run, _supports_gemm_tma, _w8a8_tma_stages,
+     _w8a8_tma_bind,
+     _digest((_w8a8_tma_run, _w8a8_tma_stages, _quantize_rowsum, _apply_tma, gemm_per_channel,
+              launch.gemm_per_channel_spec, tma_tile_for, _w8a8_tma_bind,
+              bind_gemm_per_channel, _w8a8_tma_bind_group, bind_gemm_ws_group,
+              launch.gemm_ws_group_spec) + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
+             ("quantize.cu",) + _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind,
      _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, gemm_grouped,
@@ -294,9 +352,10 @@ _CANDIDATES = (
              f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
-# Sibling launches (registry.Candidate.bind_group): only the warp-specialized GEMM has
-# the multi-weight bodies (gemm_ws.cu group2/group3).
-_GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group}
+# Sibling launches (registry.Candidate.bind_group): only the warp-specialized GEMMs have
+# the multi-weight bodies (gemm_ws.cu group2/group3 and their tma_ forms).
+_GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
+                "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group}
 
 for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:
     registry.register(

@@ -19,8 +19,9 @@ import os
 from typing import NamedTuple
 
 import mlx.core as mx
+import numpy as np
 
-from . import sources
+from . import sources, tensormap
 
 # Weight codes are read as 16-byte vectors: K must be a multiple of 16 for the GEMMs
 # (the int8 operands) and of 8 for the quantize kernel (8 floats per vector step).
@@ -139,11 +140,14 @@ class GemmConfig(NamedTuple):
 class WsConfig(NamedTuple):
     """Tile of the warp-specialized persistent GEMM (``gemm_ws.cu``): 128 x ``bn``
     (``bn`` 256, 128, 64 or 32), a ``stages``-deep ring, 8 consumer warps and
-    ``producers`` producer warps (1, 2 or 4); at most one block per SM."""
+    ``producers`` producer warps (1, 2 or 4); at most one block per SM. ``tma``: the
+    producer issues TMA tile loads (one warp; the ``tma_*`` bodies, which also take the
+    tensor-map prototypes and write a scratch output) instead of cp.async copies."""
 
     bn: int
     stages: int
     producers: int = 4
+    tma: bool = False
 
     file = "gemm_ws.cu"
     bm = 128
@@ -155,11 +159,18 @@ class WsConfig(NamedTuple):
     @property
     def shared_memory(self) -> int:
         # Ring + 8 per-warp epilogue staging buffers (2560 bytes) + full/empty mbarriers +
-        # 1024 bytes to round the ring's base up to the 128-byte swizzle's 1024-byte atom.
-        return self.stages * (self.bm + self.bn) * 128 + 8 * 2560 + 16 * self.stages + 1024
+        # 1024 bytes to round the ring's base up to the 128-byte swizzle's 1024-byte atom;
+        # TMA: + room for 1 + MAX_SIBLINGS maps, 128-byte aligned.
+        maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES if self.tma else 0
+        return (self.stages * (self.bm + self.bn) * 128 + 8 * 2560 + 16 * self.stages + 1024
+                + maps)
 
     def template(self) -> list[tuple[str, int]]:
         return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers)]
+
+    def body(self, name: str) -> str:
+        """The body of ``gemm_ws.cu`` running ``name`` with this config's producer."""
+        return "tma_" + name if self.tma else name
 
 
 # Configurations the launchers pick from (tile_for / grouped_tile_for); the compile test
@@ -181,6 +192,14 @@ WS_CONFIGS = {
     "ws64p4": WsConfig(64, 8),
     "ws32p4": WsConfig(32, 10),
 }
+# The TMA producer (one warp issuing tile loads): the two widest tiles, with as many ring
+# stages as the cp.async ones.
+TMA_CONFIGS = {
+    "tma256": WsConfig(256, 4, 1, True),
+    "tma128": WsConfig(128, 6, 1, True),
+}
+# Members of one sibling launch (gemm_ws.cu's group bodies): q/k/v or gate/up.
+MAX_SIBLINGS = 3
 SMS = 132  # persistent grid size (an H200's SM count; any GPU runs it correctly)
 # Use the wgmma kernel on compute capability 9.x (sm_90a) for the large tile; the
 # environment variable MLX_W8A8_CUDA_WGMMA=0 turns it off (mma.sync everywhere).
@@ -218,6 +237,12 @@ def ws_tile_for(m: int, n: int) -> WsConfig:
         if n <= cfg.bn:
             return cfg
     return WS_CONFIGS["ws256p4"]
+
+
+def tma_tile_for(m: int, n: int) -> WsConfig:
+    """The TMA GEMM's tile: 128 x 128 when N <= 128, else 128 x 256 (as
+    :func:`ws_tile_for`, which measured 128 x 256 fastest wherever N > 128)."""
+    return TMA_CONFIGS["tma128"] if n <= 128 else TMA_CONFIGS["tma256"]
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:
@@ -271,6 +296,22 @@ def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, .
         ensure_row_contiguous=True,
         shared_memory=shared_memory,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _tma_prototypes(m: int, k: int, ns: tuple[int, ...], bn: int) -> mx.array:
+    """The ``proto`` input of a ``tma_*`` body: A's map (``[m, k]``, 128-row boxes), then
+    each weight's (``[n, k]``, ``bn``-row boxes), 128 bytes each (uint8)."""
+    maps = [tensormap.prototype(m, k, WsConfig.bm)]
+    maps += [tensormap.prototype(n, k, bn) for n in ns]
+    return mx.array(np.frombuffer(b"".join(maps), dtype=np.uint8))
+
+
+def _tma_io(cfg: WsConfig, m: int, k: int, ns: tuple[int, ...], blocks: int):
+    """A TMA launch's extra input (the prototypes) and its scratch output's shape: one
+    slot of 1 + G maps per block, + 128 bytes to align the first (gemm_ws.cu TmaMaps)."""
+    scratch = ((1 + len(ns)) * blocks + 1) * tensormap.MAP_BYTES
+    return _tma_prototypes(m, k, ns, cfg.bn), (scratch,)
 
 
 def _as_f32(a: mx.array) -> mx.array:
@@ -392,13 +433,17 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
         tail.append(_as_f32(bias))
         names += ("bias",)
         body += "_bias"
-    kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory)
-    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), [(*lead, n)],
-                      [out_dtype], (_grid(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
-
-
-# Members of one sibling launch (gemm_ws.cu's group bodies): q/k/v or gate/up.
-MAX_SIBLINGS = 3
+    grid = _grid(m, n, cfg)
+    shapes, dtypes, outs = [(*lead, n)], [out_dtype], ("y",)
+    if isinstance(cfg, WsConfig):
+        body = cfg.body(body)
+        if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
+            proto, scratch = _tma_io(cfg, m, k, (n,), grid)
+            tail, names, outs = tail + [proto], names + ("proto",), outs + ("tmap",)
+            shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
+    kern = _kernel(cfg.file, body, names, outs, cfg.shared_memory)
+    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
+                      (grid * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
 def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
@@ -413,7 +458,8 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
         config: the tile; ``None``: :func:`ws_tile_for` on the summed N.
 
     Returns:
-        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order.
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order
+        (a TMA ``config`` adds its tensor maps' scratch output last).
     """
     op = "[mlx_w8a8.cuda_w8a8_gemm_ws]"
     members = list(members)
@@ -441,13 +487,17 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
         if b is not None:
             tail.append(_as_f32(b))
             names.append(f"bias{g}")
-    body = f"group{len(members)}" + ("_bias" if True in has_bias else "")
+    body = cfg.body(f"group{len(members)}" + ("_bias" if True in has_bias else ""))
     outs = tuple(f"y{g}" for g in range(len(members)))
+    blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
+    shapes, dtypes = [(*lead, n) for n in ns], [out_dtype] * len(ns)
+    if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
+        proto, scratch = _tma_io(cfg, m, k, tuple(ns), blocks)
+        tail, names, outs = tail + [proto], names + ["proto"], outs + ("tmap",)
+        shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
     kern = _kernel(cfg.file, body, tuple(names), outs, cfg.shared_memory)
-    count = -(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns)
-    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(),
-                      [(*lead, n) for n in ns], [out_dtype] * len(ns),
-                      (min(count, SMS) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
+                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
 def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
@@ -561,17 +611,29 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = N
     m, k = a.shape
     n = b.shape[0]
     cfg = config or tile_for(m, n)
-    kern = _kernel(cfg.file, "int32", ("a", "b"), ("c",), cfg.shared_memory)
+    grid = _grid(m, n, cfg)
+    inputs, names, shapes, dtypes, outs = [a, b], ("a", "b"), [(m, n)], [mx.int32], ("c",)
+    if getattr(cfg, "tma", False):
+        proto, scratch = _tma_io(cfg, m, k, (n,), grid)
+        inputs, names, outs = inputs + [proto], names + ("proto",), outs + ("tmap",)
+        shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
+    kern = _kernel(cfg.file, cfg.body("int32") if isinstance(cfg, WsConfig) else "int32",
+                   names, outs, cfg.shared_memory)
     return kern(
-        inputs=[a, b], template=cfg.template(),
-        output_shapes=[(m, n)], output_dtypes=[mx.int32],
-        grid=(_grid(m, n, cfg) * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
+        inputs=inputs, template=cfg.template(), output_shapes=shapes, output_dtypes=dtypes,
+        grid=(grid * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
     )[0]
 
 
 def int8_gemm_ws(a: mx.array, b: mx.array, config: WsConfig | None = None) -> mx.array:
     """:func:`int8_gemm` on the warp-specialized kernel (``config`` or :func:`ws_tile_for`)."""
     return int8_gemm(a, b, config or ws_tile_for(a.shape[0], b.shape[0]))
+
+
+def int8_gemm_tma(a: mx.array, b: mx.array, config: WsConfig | None = None) -> mx.array:
+    """:func:`int8_gemm` on the warp-specialized kernel with the TMA producer (``config``
+    or :func:`tma_tile_for`)."""
+    return int8_gemm(a, b, config or tma_tile_for(a.shape[0], b.shape[0]))
 
 
 def gemm_per_channel(xq, xs, weight, bias, out_dtype,

@@ -1,8 +1,10 @@
 // Int8 GEMM on Hopper, warp-specialized and persistent (wgmma, sm_90a only).
 //
 // File layout: as gemm.cu. The copies, tile layout, rasterization and the per-channel
-// epilogue are common.cuh's, the instruction, descriptors and fences wgmma.cuh's:
+// epilogue are common.cuh's, the instruction, descriptors and fences wgmma.cuh's, the
+// tensor maps tma.cuh's:
 // @@ requires wgmma.cuh
+// @@ requires tma.cuh
 //
 // Block: 256 + 32 PW threads, one block per SM, a persistent grid (at most one block per
 // SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in common.cuh's
@@ -30,25 +32,26 @@
 //    16-bit outputs, two for 32-bit ones); 4 lanes write a row's 32 columns contiguously
 //    (full sectors). Scalar stores only for a column tail or rows not 16-byte aligned.
 //
-// Why cp.async and not TMA (cp.async.bulk.tensor): a tensor map must hold the global
-// address of A and B, which MLX only knows at launch; mx.fast.cuda_kernel passes arrays
-// as plain pointers and cannot pass a 128-byte __grid_constant__ CUtensorMap. Building
-// the map on the device (tensormap.replace on a prototype encoded through the driver
-// API) needs a host-side driver handle and a global-memory copy per launch that MLX's
-// graph cannot order. Non-tensor bulk copies (cp.async.bulk, 1-D) cannot write the
-// swizzled layout. So producer warps issue cp.async and complete the stage on an
-// mbarrier, which keeps the producer/consumer structure of the TMA kernels.
+// The TMA producer (TMA = true, the tma_* bodies; PW = 1): instead of the cp.async
+// copies, lane 0 of the producer warp issues two tile loads per stage
+// (cp.async.bulk.tensor: A's 128 x 128-byte box and B's BN x 128-byte box, written in
+// the same 128-byte swizzle, rows past M / N and the K tail filled with zeros by the
+// hardware) and one mbarrier.arrive.expect_tx of the stage's bytes on full[s] (count 1).
+// The maps are made per block at the start from host-encoded prototypes (tma.cuh: why
+// and how). No register or load/store-unit work per copied byte is left to the SM.
 //
 // Synchronization:
-//  * full[s] (count 32 PW): the producer threads' cp.async.mbarrier.arrive.noinc; phase r of
-//    full[s] is k-tile r * STAGES + s. Consumers wait on parity (i / STAGES) & 1.
+//  * full[s] (count 32 PW): the producer threads' cp.async.mbarrier.arrive.noinc (TMA:
+//    count 1, the expect_tx arrive; the phase completes when the loads' bytes landed);
+//    phase r of full[s] is k-tile r * STAGES + s. Consumers wait on parity
+//    (i / STAGES) & 1.
 //  * empty[s] (count 8): one arrive per consumer warp after its wgmma reading stage s
 //    completed (wait_group). The producer's round r >= 1 waits for parity
 //    ((i / STAGES) & 1) ^ 1; round 0 passes at once (an mbarrier reports the phase
 //    before its first as complete).
 //  * cp.async writes shared memory through the generic proxy, wgmma reads it through the
 //    async proxy: every consumer thread executes fence.proxy.async after acquiring full[s]
-//    and before its wgmmas.
+//    and before its wgmmas (not with TMA: its loads write through the async proxy).
 //  * The accumulators are pinned after wgmma.wait_group 0 (an empty asm that "modifies"
 //    each register) so the compiler cannot move epilogue reads above the wait.
 // The consumers never use a block-wide barrier after the start (the producer warps have
@@ -57,7 +60,7 @@
 // Invariants: as gemm.cu (K % 16 == 0, zero-filled tails, |A|, |B| <= 128, K < 2^17;
 // kWeightU8 K <= 66311); launched with exactly 256 + 32 PW threads and
 // STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 1024 bytes of dynamic shared
-// memory (the launcher's WsConfig.shared_memory).
+// memory (the launcher's WsConfig.shared_memory; TMA configs add room for 1 + G maps).
 //
 // MLX writes the kernel as `__global__ void custom_kernel_...(...)` with no launch bounds;
 // without them ptxas may give each thread more registers than a 288- or 384-thread block
@@ -92,6 +95,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+// Arrive on `bar` and add `bytes` to the transactions its current phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
 
@@ -147,14 +156,23 @@ struct Members {
   int n[G];
 };
 
-// One tile column's member: its pointers, N, and the tile column within the member.
+// One tile column's member: its pointers, N, the tile column within the member and the
+// member's index g (its B map is map 1 + g of the TMA producer).
 template <typename T>
 struct Member {
   const int8_t* b;
   const float* col_scale;
   const float* bias;
   T* out;
-  int n, tn;
+  int n, tn, g;
+};
+
+// The TMA producer's maps: proto, 1 + G host-encoded prototypes of 128 bytes (A's, then
+// each member's B); scratch, an output of at least 128 (1 + G gridDim.x + 1) bytes where
+// each block writes its maps. Null for the cp.async producer.
+struct TmaMaps {
+  const uint8_t* proto;
+  uint8_t* scratch;
 };
 
 template <int BN, typename T, int G>
@@ -167,25 +185,29 @@ __device__ __forceinline__ int member_tiles(const Members<T, G>& ms) {
 
 template <int BN, typename T, int G>
 __device__ __forceinline__ Member<T> member_of(const Members<T, G>& ms, int tn) {
-  Member<T> m{ms.b[0], ms.col_scale[0], ms.bias[0], ms.out[0], ms.n[0], tn};
+  Member<T> m{ms.b[0], ms.col_scale[0], ms.bias[0], ms.out[0], ms.n[0], tn, 0};
   int first = 0;  // the first tile column of member g
 #pragma unroll
   for (int g = 1; g < G; ++g) {
     first += (ms.n[g - 1] + BN - 1) / BN;
     if (tn >= first) m = Member<T>{ms.b[g], ms.col_scale[g], ms.bias[g], ms.out[g], ms.n[g],
-                                   tn - first};
+                                   tn - first, g};
   }
   return m;
 }
 
 // MODE, HAS_BIAS, WB: as gemm_wgmma (MODE 0 raw int32 C with WB == kWeightS8; MODE 1
 // per-channel dequant with WB == kWeightU8). T: the output type. a: [M, K] (any leading
-// shape with M rows).
-template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G>
+// shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1, `tma`
+// set) instead of cp.async copies.
+template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G,
+          bool TMA = false>
 __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const float* row_scale,
-                                        const int32_t* row_sums, const Members<T, G>& ms) {
+                                        const int32_t* row_sums, const Members<T, G>& ms,
+                                        TmaMaps tma = {}) {
   static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
   static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
+  static_assert(!TMA || PW == 1, "one thread issues the tile loads: one producer warp");
   constexpr int BM = 128;
   constexpr int kStageBytes = (BM + BN) * kBK;
   constexpr int kAcc = BN / 2;  // int32 accumulators per consumer thread
@@ -204,12 +226,55 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, 32 * PW);
+      mbar_init(full0 + 8 * s, TMA ? 1 : 32 * PW);
       mbar_init(empty0 + 8 * s, 8);
     }
   }
   __syncthreads();
 
+  if constexpr (TMA) {
+    if (warp >= kWsProducerWarp) {
+      // This block's maps: the prototypes with the real addresses, staged in shared memory
+      // after the barriers and published to the block's scratch slot (tma.cuh).
+      unsigned char* maps_s = reinterpret_cast<unsigned char*>(
+          (reinterpret_cast<uintptr_t>(bars + 2 * STAGES) + 127) & ~static_cast<uintptr_t>(127));
+      unsigned char* maps_g =
+          reinterpret_cast<unsigned char*>(
+              (reinterpret_cast<uintptr_t>(tma.scratch) + 127) & ~static_cast<uintptr_t>(127)) +
+          static_cast<size_t>(blockIdx.x) * (1 + G) * kTmaMapBytes;
+      for (int i = lane; i < (1 + G) * kTmaMapBytes; i += 32) maps_s[i] = tma.proto[i];
+      __syncwarp();
+      if (lane == 0) {
+        tma_replace_address(smem_addr(maps_s), a);
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+          tma_replace_address(smem_addr(maps_s + (1 + g) * kTmaMapBytes), ms.b[g]);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j <= G; ++j)
+        tma_publish(maps_g + j * kTmaMapBytes, smem_addr(maps_s + j * kTmaMapBytes));
+      if (lane != 0) return;
+#pragma unroll
+      for (int j = 0; j <= G; ++j) tma_acquire(maps_g + j * kTmaMapBytes);
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int tm, tn;
+        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        const Member<T> mb = member_of<BN>(ms, tn);
+        const unsigned char* map_b = maps_g + (1 + mb.g) * kTmaMapBytes;
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+          const uint32_t sa = smem_addr(smem + s * kStageBytes);
+          mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
+          tma_load_2d(sa, maps_g, kt * kBK, tm * BM, full0 + 8 * s);
+          tma_load_2d(sa + BM * kBK, map_b, kt * kBK, mb.tn * BN, full0 + 8 * s);
+        }
+      }
+      return;
+    }
+  }
   if (warp >= kWsProducerWarp) {
     // Producer thread t (0 .. 32 PW - 1) copies 16-byte chunk t % 8 of rows t / 8 + kStep i
     // of each operand tile.
@@ -283,7 +348,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
       mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-      fence_proxy_async();
+      if constexpr (!TMA) fence_proxy_async();
       const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
       const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
       wgmma_fence();
@@ -410,3 +475,62 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
          reinterpret_cast<const int8_t*>(w2)},
         {ws0, ws1, ws2}, {bias0, bias1, bias2}, {y0, y1, y2},
         {w0_shape[0], w1_shape[0], w2_shape[0]}});
+
+// @@ body tma_int32
+// The bodies above with the TMA producer (gemm_ws<..., true>); inputs as theirs plus
+// proto (uint8, 128 (1 + G) bytes: tensor-map prototypes), outputs plus tmap (uint8
+// scratch, 128 (1 + G gridDim.x + 1) bytes).
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true>(
+    a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
+    w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});
+
+// @@ body tma_channel_u8
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
+                        {w_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});
+
+// @@ body tma_channel_u8_bias
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
+                        {w_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});
+
+// @@ body tma_group2
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});
+
+// @@ body tma_group2_bias
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {ws0, ws1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});
+
+// @@ body tma_group3
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});
+
+// @@ body tma_group3_bias
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::Members<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {ws0, ws1, ws2}, {bias0, bias1, bias2}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::TmaMaps{proto, tmap});

@@ -1,0 +1,117 @@
+"""Tensor-map prototypes for the TMA GEMM (``gemm_ws.cu``'s ``tma_*`` bodies).
+
+A Hopper TMA load reads a 128-byte tensor map: the tensor's address, sizes, strides, the
+box it copies and the shared-memory swizzle. MLX passes arrays to a custom kernel as
+pointers only, so the map cannot be made on the host whole: this module encodes a
+*prototype* per operand with the CUDA driver's ``cuTensorMapEncodeTiled`` (reached
+through ``cffi``; everything but the address is right) and the kernel writes the real
+address in on the device (``shaders/cuda/tma.cuh``).
+
+Importing this module never needs CUDA: the driver is opened on first use, and
+:func:`unavailable` says why it cannot be (no ``libcuda``, no ``cuTensorMapEncodeTiled``,
+an encoding error), so the TMA candidates are simply not offered there.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+
+import cffi
+
+MAP_BYTES = 128
+BOX_K = 128  # bytes of K per box row: the 128-byte swizzle's span (gemm_ws.cu kBK)
+MAX_BOX_ROWS = 256  # the hardware's limit on a box dimension
+
+# cuda.h values (CUDA 12.0+, unchanged since).
+_UINT8 = 0  # CU_TENSOR_MAP_DATA_TYPE_UINT8
+_INTERLEAVE_NONE = 0
+_SWIZZLE_128B = 3
+_L2_PROMOTION_256B = 3
+_OOB_FILL_ZEROS = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read 0
+# The prototype's address: a placeholder the kernel replaces (aligned as the driver asks).
+_PLACEHOLDER_ADDRESS = 1 << 20
+
+_CDEF = """
+typedef int CUresult;
+typedef struct { uint64_t opaque[16]; } CUtensorMap;
+CUresult cuInit(unsigned int flags);
+CUresult cuGetErrorString(CUresult error, const char** str);
+CUresult cuTensorMapEncodeTiled(CUtensorMap* tensorMap, int tensorDataType,
+                                uint32_t tensorRank, void* globalAddress,
+                                const uint64_t* globalDim, const uint64_t* globalStrides,
+                                const uint32_t* boxDim, const uint32_t* elementStrides,
+                                int interleave, int swizzle, int l2Promotion, int oobFill);
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    """``(ffi, lib)`` for the CUDA driver, initialised; raises ``OSError`` /
+    ``AttributeError`` / ``RuntimeError`` where there is none."""
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+    lib = ffi.dlopen(name)
+    lib.cuTensorMapEncodeTiled  # noqa: B018  (an AttributeError here: a driver before 12.0)
+    status = lib.cuInit(0)
+    if status != 0:
+        raise RuntimeError(f"cuInit failed: {_error(ffi, lib, status)}")
+    return ffi, lib
+
+
+def _error(ffi, lib, status: int) -> str:
+    text = ffi.new("const char**")
+    if lib.cuGetErrorString(status, text) == 0 and text[0] != ffi.NULL:
+        return f"{ffi.string(text[0]).decode()} ({status})"
+    return f"CUresult {status}"
+
+
+@functools.lru_cache(maxsize=None)
+def unavailable() -> str | None:
+    """Why tensor maps cannot be encoded here, or ``None`` when they can (one encoding
+    is tried; cached)."""
+    try:
+        _driver()
+        prototype(128, 128, 128)
+    except Exception as error:  # no driver, an old one, or a refused encoding
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def available() -> bool:
+    """Whether :func:`prototype` works here (:func:`unavailable` is ``None``)."""
+    return unavailable() is None
+
+
+@functools.lru_cache(maxsize=4096)
+def prototype(rows: int, k: int, box_rows: int) -> bytes:
+    """The tensor map of a row-major ``[rows, k]`` int8 (or uint8) operand read in boxes
+    of ``box_rows`` rows x 128 bytes of K, 128-byte swizzled, zeros past its end; the
+    address is a placeholder the kernel replaces.
+
+    Args:
+        rows: the operand's rows (M for activations, N for weights), ``>= 1``.
+        k: its row length in bytes, a positive multiple of 16 (the driver's stride rule).
+        box_rows: rows per box, 1 to 256.
+
+    Raises:
+        ValueError: for sizes the map cannot describe, or when the driver refuses them
+            (its error named).
+    """
+    op = "[mlx_w8a8.tensormap]"
+    if rows < 1 or k < 16 or k % 16 or not 1 <= box_rows <= MAX_BOX_ROWS:
+        raise ValueError(f"{op} needs rows >= 1, K a positive multiple of 16 and 1 <= "
+                         f"box_rows <= {MAX_BOX_ROWS}; got rows={rows}, K={k}, "
+                         f"box_rows={box_rows}")
+    ffi, lib = _driver()
+    out = ffi.new("CUtensorMap*")
+    status = lib.cuTensorMapEncodeTiled(
+        out, _UINT8, 2, ffi.cast("void*", _PLACEHOLDER_ADDRESS),
+        ffi.new("uint64_t[2]", [k, rows]), ffi.new("uint64_t[1]", [k]),
+        ffi.new("uint32_t[2]", [BOX_K, box_rows]), ffi.new("uint32_t[2]", [1, 1]),
+        _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+    if status != 0:
+        raise ValueError(f"{op} cuTensorMapEncodeTiled refused rows={rows}, K={k}, "
+                         f"box_rows={box_rows}: {_error(ffi, lib, status)}")
+    return bytes(ffi.buffer(out, MAP_BYTES))

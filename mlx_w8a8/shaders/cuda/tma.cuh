@@ -1,0 +1,76 @@
+// Tensor Memory Accelerator (TMA, sm_90a only): tensor maps made on the device from
+// host-encoded prototypes, and the 2-D tile load completing on an mbarrier. A header-only
+// file, required by gemm_ws.cu ("// @@ requires tma.cuh").
+//
+// Why maps are patched on the device: a tensor map holds the global address of its
+// tensor, and MLX only knows an array's address at launch (mx.fast.cuda_kernel passes
+// arrays as pointers, never a __grid_constant__ CUtensorMap). So the launcher encodes a
+// prototype per operand on the host (kernels/tensormap.py: cuTensorMapEncodeTiled with
+// the operand's rows, K, box and 128-byte swizzle, and a placeholder address) and passes
+// the 128-byte prototypes as an input array. Each block copies them to shared memory,
+// writes the real addresses in (tensormap.replace), and copies them to its own slot of a
+// scratch output of the launch (tensormap.cp_fenceproxy, a release of the tensormap
+// proxy), because cp.async.bulk.tensor reads a map from global, constant or parameter
+// memory only. The issuing thread then acquires each map (fence.proxy.tensormap) before
+// its first load. The scratch is an output of the same launch, so MLX's graph orders it
+// like any other buffer; no launch ever reads a map another launch wrote.
+//
+// Hazards:
+//  * A map object must be 128-byte aligned in shared memory and 64-byte aligned in global
+//    memory; the callers round both up (the scratch output is allocated 128 bytes long).
+//  * cp_fenceproxy is .sync.aligned: every lane of the warp executes it, under uniform
+//    control flow.
+//  * A tile load's bytes are counted on its mbarrier in full, also for the parts of the
+//    box past the tensor's end (filled with zeros): the expected byte count of a stage is
+//    a constant of the tile shape.
+// @@ requires common.cuh
+
+namespace w8a8 {
+
+constexpr int kTmaMapBytes = 128;
+
+// Write `address` into the map at shared-memory address `map` (a generic-proxy write).
+__device__ __forceinline__ void tma_replace_address(uint32_t map, const void* address) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n" ::"r"(
+                   map),
+               "l"(reinterpret_cast<uint64_t>(address))
+               : "memory");
+#endif
+}
+
+// Copy the map at shared-memory address `src` to `dst` (global) and release it to the
+// tensormap proxy; every lane of the warp executes it.
+__device__ __forceinline__ void tma_publish(void* dst, uint32_t src) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned "
+      "[%0], [%1], 128;\n" ::"l"(dst),
+      "r"(src)
+      : "memory");
+#endif
+}
+
+// Acquire the map at `map` (global) for this thread's later tile loads.
+__device__ __forceinline__ void tma_acquire(const void* map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
+#endif
+}
+
+// Load the box at element coordinates (c0 along K, c1 along rows) of the map at `map`
+// (global) into shared memory at `dst`, completing `bytes` of transactions on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1,
+                                            uint32_t bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+}  // namespace w8a8
