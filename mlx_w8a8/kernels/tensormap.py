@@ -7,17 +7,16 @@ pointers only, so the map cannot be made on the host whole: this module encodes 
 through ``cffi``; everything but the address is right) and the kernel writes the real
 address in on the device (``shaders/cuda/tma.cuh``).
 
-Importing this module never needs CUDA: the driver is opened on first use, and
-:func:`unavailable` says why it cannot be (no ``libcuda``, no ``cuTensorMapEncodeTiled``,
-an encoding error), so the TMA candidates are simply not offered there.
+Importing this module never needs CUDA or ``cffi``: both are loaded on first use, and
+:func:`unavailable` says why they cannot be (no ``cffi``, no ``libcuda``, no
+``cuTensorMapEncodeTiled``, an encoding error), so the TMA candidates are simply not
+offered there.
 """
 
 from __future__ import annotations
 
 import ctypes.util
 import functools
-
-import cffi
 
 MAP_BYTES = 128
 BOX_K = 128  # bytes of K per box row: the 128-byte swizzle's span (gemm_ws.cu kBK)
@@ -47,8 +46,10 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap* tensorMap, int tensorDataType,
 
 @functools.lru_cache(maxsize=None)
 def _driver():
-    """``(ffi, lib)`` for the CUDA driver, initialised; raises ``OSError`` /
-    ``AttributeError`` / ``RuntimeError`` where there is none."""
+    """``(ffi, lib)`` for the CUDA driver, initialised; raises ``ImportError`` /
+    ``OSError`` / ``AttributeError`` / ``RuntimeError`` where there is none."""
+    import cffi  # here, not at import: the package imports without it
+
     ffi = cffi.FFI()
     ffi.cdef(_CDEF)
     name = ctypes.util.find_library("cuda") or "libcuda.so.1"
