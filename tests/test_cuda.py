@@ -527,8 +527,8 @@ def test_bound_launches_take_any_leading_shape(rng, name, lead):
     assert mx.array_equal(y.reshape(m, n), want, equal_nan=True).item()
 
 
-@pytest.mark.parametrize("name", ["cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma"])
-def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, name):
+@pytest.mark.parametrize("kernel", ["cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma"])
+def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel):
     """q/k/v and gate/up of a converted block, a warp-specialized kernel chosen for
     every shape: each member's output is bit-identical to its own launch."""
     import mlx.nn as nn
@@ -543,11 +543,11 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, name):
                                                      for n in (1024, 256, 256))
             self.gate_proj, self.up_proj = nn.Linear(1024, 2816), nn.Linear(1024, 2816)
 
-    if name == "cuda_w8a8_gemm_tma":
+    if kernel == "cuda_w8a8_gemm_tma":
         ws_tile("tma256")  # skipped where TMA is not offered
     block = Block()
     w8.quantize(block)
-    ws = registry.get("linear", name)
+    ws = registry.get("linear", kernel)
     previous = registry.set_chooser(lambda problem, found: (ws, "test") if ws in found else None)
     try:
         siblings.clear()
@@ -557,7 +557,7 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, name):
         assert block.q_proj.decision(154)[1] == "test+siblings"
         for name, y in zip(names, outs):
             layer = block[name]
-            layer.kernel = name  # forced: runs alone
+            layer.kernel = kernel  # forced: runs alone
             alone = layer(x)
             assert y.shape == alone.shape
             assert mx.array_equal(y, alone, equal_nan=True).item(), name
