@@ -334,43 +334,33 @@ def table(rows, copy_bw) -> str:
     return "\n".join(lines)
 
 
-def ws_table(rows) -> str:
-    """The warp-specialized arms: us, int8 TOPS and paired ratios (baseline / new: > 1 means
-    the new arm is faster)."""
-    lines = [
-        "| M | K x N | bf16 us | w8a8 us | w8a8_ws us | i8gemm us | i8gemm_ws us (TOPS, %peak) | torch us | quant us | quant_warp us | ws/bf16 | ws/w8a8 | ws/qmm | mm_ws/mm | i8ws/torch | i8ws/i8gemm | qwarp/quant |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def arms_table(rows, arms, gemm, keys) -> str:
+    """A table of ``arms`` (us), the int32 GEMM arm ``gemm`` with its TOPS and share of the
+    int8 peak after them, and the paired ratios ``keys`` (baseline / new: > 1 means the
+    new arm is faster)."""
+    names = list(arms) + [f"{gemm} us (TOPS, %peak)"]
+    lines = ["| M | K x N | " + " | ".join([f"{a} us" for a in arms] + names[-1:] + list(keys)) + " |",
+             "|---|---|" + "---|" * (len(names) + len(keys))]
     for r in rows:
         us, tops, rt = r["us"], r["tops"], r["ratio"]
-        i8 = (f"{fmt(us.get('i8gemm_ws'))} ({fmt(tops.get('i8gemm_ws'), '.0f')}, "
-              f"{fmt(100 * tops.get('i8gemm_ws', float('nan')) / INT8_PEAK_TOPS, '.0f')}%)")
-        lines.append(
-            f"| {r['M']} | {r['K']}x{r['N']} | {fmt(us.get('bf16'))} | {fmt(us.get('w8a8'))} | "
-            f"{fmt(us.get('w8a8_ws'))} | {fmt(us.get('i8gemm'))} | {i8} | {fmt(us.get('torch'))} | "
-            f"{fmt(us.get('quant'))} | {fmt(us.get('quant_warp'))} | "
-            + " | ".join(fmt(rt[k], ".2f") for k in ("ws/bf16", "ws/w8a8", "ws/qmm", "mm_ws/mm",
-                                                     "i8ws/torch", "i8ws/i8gemm", "qwarp/quant"))
-            + " |")
+        i8 = (f"{fmt(us.get(gemm))} ({fmt(tops.get(gemm), '.0f')}, "
+              f"{fmt(100 * tops.get(gemm, float('nan')) / INT8_PEAK_TOPS, '.0f')}%)")
+        cells = [fmt(us.get(a)) for a in arms] + [i8] + [fmt(rt[k], ".2f") for k in keys]
+        lines.append(f"| {r['M']} | {r['K']}x{r['N']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def ws_table(rows) -> str:
+    """The warp-specialized (cp.async producer) arms against the first kernels."""
+    return arms_table(rows, ("bf16", "w8a8", "w8a8_ws", "i8gemm", "torch", "quant", "quant_warp"),
+                      "i8gemm_ws", ("ws/bf16", "ws/w8a8", "ws/qmm", "mm_ws/mm", "i8ws/torch",
+                                    "i8ws/i8gemm", "qwarp/quant"))
 
 
 def tma_table(rows) -> str:
-    """The TMA producer's arms against the cp.async producer's and the baselines (paired
-    ratios, baseline / new)."""
-    keys = ("tma/bf16", "tma/ws", "mm_tma/mm_ws", "i8tma/torch", "i8tma/i8ws")
-    lines = ["| M | K x N | bf16 us | w8a8_ws us | w8a8_tma us | i8gemm_ws us | i8gemm_tma us "
-             "(TOPS, %peak) | torch us | " + " | ".join(keys) + " |",
-             "|---|---|---|---|---|---|---|---|" + "---|" * len(keys)]
-    for r in rows:
-        us, tops, rt = r["us"], r["tops"], r["ratio"]
-        i8 = (f"{fmt(us.get('i8gemm_tma'))} ({fmt(tops.get('i8gemm_tma'), '.0f')}, "
-              f"{fmt(100 * tops.get('i8gemm_tma', float('nan')) / INT8_PEAK_TOPS, '.0f')}%)")
-        lines.append(
-            f"| {r['M']} | {r['K']}x{r['N']} | {fmt(us.get('bf16'))} | {fmt(us.get('w8a8_ws'))} | "
-            f"{fmt(us.get('w8a8_tma'))} | {fmt(us.get('i8gemm_ws'))} | {i8} | "
-            f"{fmt(us.get('torch'))} | " + " | ".join(fmt(rt[k], ".2f") for k in keys) + " |")
-    return "\n".join(lines)
+    """The TMA producer's arms against the cp.async producer's and the baselines."""
+    return arms_table(rows, ("bf16", "w8a8_ws", "w8a8_tma", "i8gemm_ws", "torch"), "i8gemm_tma",
+                      ("tma/bf16", "tma/ws", "mm_tma/mm_ws", "i8tma/torch", "i8tma/i8ws"))
 
 
 def smoke_wgmma(out_dir: str) -> bool:
