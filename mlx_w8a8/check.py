@@ -218,7 +218,12 @@ def environment() -> list[str]:
         else:
             lines.append(f"kernels {backend}: imported, {registered.get(backend, 0)} candidates registered, "
                          f"{usable.get(backend, 0)} available here")
-    for cap, (on, why) in metal.status().items():
+    caps = dict(metal.status())
+    if "cuda" not in kernels.UNAVAILABLE:  # the CUDA module imported: its capabilities
+        from .kernels import cuda
+
+        caps.update(cuda.status())
+    for cap, (on, why) in caps.items():
         lines.append(f"capability {cap}: {'on' if on else 'off'} ({why})")
     return lines
 

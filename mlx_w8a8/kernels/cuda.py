@@ -272,6 +272,20 @@ def _tma_ok() -> bool:
     return is_sm90() and tensormap.available()  # the driver probed once, on a Hopper GPU
 
 
+def status() -> dict[str, tuple[bool, str]]:
+    """``{"cuda_sm90": (on, reason), "cuda_tma": (on, reason)}`` as a user-facing report:
+    whether the Hopper kernels (wgmma, warp-specialized) and their TMA form are offered."""
+    if not cuda_available():
+        return {"cuda_sm90": (False, "no CUDA GPU is MLX's default device"),
+                "cuda_tma": (False, "no CUDA GPU is MLX's default device")}
+    if not is_sm90():
+        return {"cuda_sm90": (False, "the GPU is not compute capability 9.x (sm_90a)"),
+                "cuda_tma": (False, "needs sm_90a")}
+    why = tensormap.unavailable()
+    return {"cuda_sm90": (True, "compute capability 9.x"),
+            "cuda_tma": (why is None, why or "tensor maps encodable (CUDA driver through cffi)")}
+
+
 def _supports_int8_tma(p: registry.Problem) -> bool:
     return _supports_int8(p) and _tma_ok()
 
