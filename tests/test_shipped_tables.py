@@ -77,8 +77,8 @@ def test_decode_runs_quantized_matmul_and_prefill_a_w8a8_gemm(as_h200, n, k):
         entry = as_h200.lookup(problem(1)).entry
         assert entry["decode_check"]["kept"] and decode == (
             registry.get("linear", entry["choice"]), "table"), (decode, entry.get("decode_check"))
-    # (lm_head was not measured at M = 2048: its gate's float64 reference on the host
-    # outlasted the time given; the M = 512 entry of the same shape decides there)
+    # (lm_head was not measured at M = 2048: its gating outlasted the time given; the
+    # M = 512 entry of the same shape decides there)
     name, source = as_h200.decide(problem(2048))
     assert source == "table" and name.startswith("cuda_w8a8_gemm"), (name, source)
 

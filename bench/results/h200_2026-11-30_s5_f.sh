@@ -1,8 +1,8 @@
 #!/bin/bash
 # Device run F, fifth set of 2026-11-30 (NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-11-30_s5_f.sh
-# Run E's tune measured nothing in 250 s: its one missing entry, lm_head at M = 2048, is
-# gated against a float64 reference of 2048 x 4096 x 128256 on the host. Here the model
+# Run E's tune measured nothing in 250 s: its one missing entry, lm_head at M = 2048, has
+# its gate compare 2048 x 128256 outputs in float64 on the host. Here the model
 # checks only, on buckets whose entries are all in the table (decode check at M = 1,
 # sibling check at M = 128 and 512), then an ncu profile of the TMA int32 GEMM.
 set -u

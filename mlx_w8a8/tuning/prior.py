@@ -23,7 +23,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # bench/results/h200_2026-11-30_s5_{c,d,f}_*); tests/test_prior.py checks that these
     # rules pick the table's kernel family (W8A8 GEMM or mx.quantized_matmul) on every
     # entry at M >= 64. Within the family the rules name the kernel that won most often:
-    # the TMA GEMM from M = 512 (8 of 12 W8A8 entries there), the warp-specialized
+    # the TMA GEMM from M = 512 (9 of 12 W8A8 entries there), the warp-specialized
     # cp.async one at M = 128 (all 4); cuda_w8a8_gemm won only 2048 x 1024 x 4096 (103 vs
     # 106 us).
     # - M < 64: no rule, mx.quantized_matmul. Per shape the W8A8 GEMV or GEMM wins only
