@@ -36,8 +36,8 @@ terms (whose inputs MLX may round to TF32), so it is scaled by
 ``(1 + gamma(K + 2)) (1 + 2^-9)`` to stay an upper bound.
 
 Where the work is done. Outputs are ``[M, N]``: at prefill M and a large vocabulary
-(lm_head, 2048 x 128256) a float64 pass over them on the host took minutes per
-candidate, longer than the timing. So both stages first screen on the device in float32
+(lm_head, 2048 x 128256) float64 passes over them on the host cost minutes per
+candidate (scaled from CPU timings in ``docs/tuning.md``), far more than the timing. So both stages first screen on the device in float32
 (:func:`compare`, :func:`compare_w8a8`): every element must be finite and within its
 limit by a relative margin (``2^-16`` for stage 1, ``2^-20`` for stage 2) that covers the
 float32 rounding of the difference and of the limit. An output that clears the screen
