@@ -605,20 +605,22 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = N
     """``a @ b.T`` for int8 ``a`` ``[M, K]`` and ``b`` ``[N, K]`` as exact int32 ``[M, N]``.
 
     Args:
-        config: a tile of ``GEMM_CONFIGS`` or ``WS_CONFIGS`` (the warp-specialized
-            kernel); ``None``: :func:`tile_for`.
+        config: a tile of ``GEMM_CONFIGS``, ``WS_CONFIGS`` (the warp-specialized
+            kernel) or ``TMA_CONFIGS`` (the same with the TMA producer); ``None``:
+            :func:`tile_for`.
     """
     m, k = a.shape
     n = b.shape[0]
     cfg = config or tile_for(m, n)
     grid = _grid(m, n, cfg)
+    ws = isinstance(cfg, WsConfig)
     inputs, names, shapes, dtypes, outs = [a, b], ("a", "b"), [(m, n)], [mx.int32], ("c",)
-    if getattr(cfg, "tma", False):
+    if ws and cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
         proto, scratch = _tma_io(cfg, m, k, (n,), grid)
         inputs, names, outs = inputs + [proto], names + ("proto",), outs + ("tmap",)
         shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
-    kern = _kernel(cfg.file, cfg.body("int32") if isinstance(cfg, WsConfig) else "int32",
-                   names, outs, cfg.shared_memory)
+    kern = _kernel(cfg.file, cfg.body("int32") if ws else "int32", names, outs,
+                   cfg.shared_memory)
     return kern(
         inputs=inputs, template=cfg.template(), output_shapes=shapes, output_dtypes=dtypes,
         grid=(grid * cfg.threads, 1, 1), threadgroup=(cfg.threads, 1, 1),
