@@ -268,10 +268,6 @@ def _supports_gemm_ws(p: registry.Problem) -> bool:
     return _supports_gemm(p) and p.k <= U8_MAX_K and is_sm90()
 
 
-def _tma_ok() -> bool:
-    return is_sm90() and tensormap.available()  # the driver probed once, on a Hopper GPU
-
-
 def status() -> dict[str, tuple[bool, str]]:
     """``{"cuda_sm90": (on, reason), "cuda_tma": (on, reason)}`` as a user-facing report:
     whether the Hopper kernels (wgmma, warp-specialized) and their TMA form are offered."""
@@ -286,12 +282,14 @@ def status() -> dict[str, tuple[bool, str]]:
             "cuda_tma": (why is None, why or "tensor maps encodable (CUDA driver through cffi)")}
 
 
+# The TMA candidates take what their cp.async twins take, where tensor maps can be
+# encoded (the driver is probed once, and only on a Hopper GPU: is_sm90 comes first).
 def _supports_int8_tma(p: registry.Problem) -> bool:
-    return _supports_int8(p) and _tma_ok()
+    return _supports_int8_ws(p) and tensormap.available()
 
 
 def _supports_gemm_tma(p: registry.Problem) -> bool:
-    return _supports_gemm(p) and p.k <= U8_MAX_K and _tma_ok()
+    return _supports_gemm_ws(p) and tensormap.available()
 
 
 def _supports_grouped(p: registry.Problem) -> bool:
