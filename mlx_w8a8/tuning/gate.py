@@ -535,8 +535,8 @@ def compare_w8a8(
         return False, math.inf, (
             f"element {tuple(int(v) for v in i)}: {cn[i]} vs exact {en[i]} (not finite)"
         )
-    bound = bound.host()
-    limit = bound + _ulp(np.maximum(np.abs(en), np.abs(cn)), dtype)
+    b64 = bound.host()
+    limit = b64 + _ulp(np.maximum(np.abs(en), np.abs(cn)), dtype)
     err = np.abs(cn - en)
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = np.where(err == 0, 0.0, err / limit)
@@ -547,7 +547,7 @@ def compare_w8a8(
     return False, worst, (
         f"element {tuple(int(v) for v in i)}: {cn[i]:.8g} vs exact {en[i]:.8g}, "
         f"|c - e| = {err[i]:.3g} > {limit[i]:.3g} (float32 epilogue bound "
-        f"{bound[i]:.3g} + one {dtype} ulp)"
+        f"{b64[i]:.3g} + one {dtype} ulp)"
     )
 
 
