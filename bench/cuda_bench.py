@@ -14,7 +14,11 @@ For each shape (M x K x N, weight ``[N, K]``) it times, paired and in alternatin
   (``cuda_w8a8_gemm_ws`` with its quantize, the GEMM + epilogue alone, the int32 GEMM),
 - ``w8a8_tma`` / ``w8a8_mm_tma`` / ``i8gemm_tma``: the same with the TMA producer
   (``cuda_w8a8_gemm_tma``, ``cuda_int8_gemm_tma``),
-- ``quant`` / ``quant_warp``: the ``rowsum`` and ``rowsum_warp`` quantize bodies.
+- ``quant`` / ``quant_warp``: the ``rowsum`` and ``rowsum_warp`` quantize bodies;
+  ``quant_base`` (with ``--quant-base DIR``): the ``rowsum`` body built from the
+  ``quantize.cu`` / ``quantize.cuh`` / ``shape.cuh`` in DIR (another revision's text), so
+  a kernel change is timed against its predecessor in the same run. ``quant/copy`` is
+  ``quant``'s time over reading x and writing the codes at the copy bandwidth.
 
 ``--arms a,b,...`` times a subset (fewer arms, shorter runs); ``--once A,B`` builds the
 first shape and runs each arm twice, untimed (for a profiler: ``ncu -k regex:gemm_w
@@ -135,6 +139,16 @@ def median_us(arm: Arm) -> float:
     return statistics.median(arm.samples) * 1e6 if arm.samples else float("nan")
 
 
+_COPY_BW: list[float] = []
+
+
+def copy_bw_cached() -> float:
+    """:func:`copy_bandwidth`, measured once per process."""
+    if not _COPY_BW:
+        _COPY_BW.append(copy_bandwidth())
+    return _COPY_BW[0]
+
+
 def copy_bandwidth() -> float:
     """Device-to-device copy bandwidth (bytes read + written per second), torch events."""
     import torch
@@ -156,7 +170,31 @@ def copy_bandwidth() -> float:
     return 2 * 2**30 / statistics.median(times)
 
 
-def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None):
+def base_quantize_spec(base_dir: str, m: int, k: int):
+    """The ``rowsum`` launch of ``launch.quantize_spec`` built from the shader text in
+    ``base_dir`` instead of the package's (the kernel name carries the text's digest,
+    so both versions coexist in one process)."""
+    from mlx_w8a8.kernels import sources
+
+    real = sources.read
+
+    def read(backend, file):
+        path = os.path.join(base_dir, file)
+        return open(path).read() if backend == "cuda" and os.path.exists(path) else real(backend, file)
+
+    caches = (launch.load, launch.requires, launch._kernel)
+    for c in caches:
+        c.cache_clear()
+    sources.read = read
+    try:
+        return launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
+    finally:
+        sources.read = real
+        for c in caches:
+            c.cache_clear()
+
+
+def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant_base=None):
     """Time every arm for one shape; returns a dict of medians and derived numbers."""
     import torch
 
@@ -234,6 +272,9 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None):
         for key, cfg in {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}.items():
             arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: launch.gemm_per_channel(
                 a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, cfg, row_sums=r8[i % X])))
+    if quant_base:
+        base = base_quantize_spec(quant_base, m, k)
+        arms.append(Arm("quant_base", lambda i: base.launch(xs[i % X])[0]))
     if once is not None:  # a comma-separated list of arms, each run twice
         for name in once.split(","):
             arm = next(a for a in arms if a.name == name)
@@ -264,6 +305,8 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None):
     row["gbs"] = {name: bytes_i8 / (us * 1e-6) / 1e9 for name, us in row["us"].items()}
     row["samples_us"] = {a.name: [t * 1e6 for t in a.samples] for a in arms}
     row["ratio"] = ratios(row)
+    row["copy_us"] = 3.0 * m * k / copy_bw_cached() * 1e6  # read bf16 x, write int8 codes
+    row["ratio"]["quant/copy"] = row["us"].get("quant", float("nan")) / row["copy_us"]
     del ws, xs, pcs, grs, a8, b8, s8, r8, qx
     return row
 
@@ -299,6 +342,7 @@ def ratios(row, w8a8="w8a8"):
         "i8ws/torch": paired_ratio(row, "torch", "i8gemm_ws"),
         "i8ws/i8gemm": paired_ratio(row, "i8gemm", "i8gemm_ws"),
         "qwarp/quant": paired_ratio(row, "quant", "quant_warp"),
+        "quant/base": paired_ratio(row, "quant_base", "quant"),
         "tma/bf16": paired_ratio(row, "bf16", "w8a8_tma"),
         "tma/ws": paired_ratio(row, "w8a8_ws", "w8a8_tma"),
         "mm_tma/mm_ws": paired_ratio(row, "w8a8_mm_ws", "w8a8_mm_tma"),
@@ -319,7 +363,8 @@ def table(rows, copy_bw) -> str:
     for r in rows:
         us, tops, rt = r["us"], r["tops"], r["ratio"]
         i8 = f"{fmt(us.get('i8gemm'))} ({fmt(tops.get('i8gemm'), '.0f')}, {fmt(100 * tops.get('i8gemm', float('nan')) / INT8_PEAK_TOPS, '.0f')}%)"
-        th = f"{fmt(us.get('torch'))} ({fmt(tops.get('torch'), '.0f')})" if "torch" in us else "n/a (M <= 16)"
+        th = (f"{fmt(us.get('torch'))} ({fmt(tops.get('torch'), '.0f')})" if "torch" in us
+              else "n/a (M <= 16)" if r["M"] <= 16 else "—")
         if "gemv" in us:
             gbs = r["N"] * r["K"] / (us["gemv"] * 1e-6) / 1e9
             gv = f"{fmt(us['gemv'])} ({gbs:.0f}, {100 * gbs * 1e9 / copy_bw:.0f}%)"
@@ -363,6 +408,20 @@ def tma_table(rows) -> str:
                       ("tma/bf16", "tma/ws", "mm_tma/mm_ws", "i8tma/torch", "i8tma/i8ws"))
 
 
+def quant_table(rows) -> str:
+    """The quantize arms (rowsum body, bf16 x), the copy-bandwidth floor and the ratios
+    (``quant/base``: the base text's time over the current one, > 1 faster now;
+    ``quant/copy``: the current time over the floor)."""
+    lines = ["| M | K | quant_base us | quant us | quant_warp us | copy floor us | quant/base | quant/copy |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        us, rt = r["us"], r["ratio"]
+        lines.append(f"| {r['M']} | {r['K']} | {fmt(us.get('quant_base'))} | {fmt(us.get('quant'))} | "
+                     f"{fmt(us.get('quant_warp'))} | {fmt(r.get('copy_us'))} | "
+                     f"{fmt(rt.get('quant/base'), '.2f')} | {fmt(rt.get('quant/copy'), '.2f')} |")
+    return "\n".join(lines)
+
+
 def smoke_wgmma(out_dir: str) -> bool:
     """Run the wgmma GEMM once on a small shape with tails and compare exactly; writes
     ``wgmma_ok`` to ``out_dir`` when it is right (so a caller can turn it off if not)."""
@@ -395,6 +454,8 @@ def main(argv=None):
     ap.add_argument("--smoke-wgmma", action="store_true", help="only check the wgmma GEMM")
     ap.add_argument("--arms", type=str, default="", help="comma-separated arms to time (default all)")
     ap.add_argument("--once", type=str, default="", help="run these arms twice on the first shape and exit")
+    ap.add_argument("--quant-base", default="", help="a folder with another revision's quantize.cu, "
+                    "quantize.cuh, shape.cuh: adds the quant_base arm")
     args = ap.parse_args(argv)
     if args.smoke_wgmma:
         os.makedirs(args.out, exist_ok=True)
@@ -410,12 +471,12 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     if args.once:
         (k, n), m = kns[0], ms[0]
-        bench_shape(m, k, n, pairs, rng, args.variants, once=args.once)
+        bench_shape(m, k, n, pairs, rng, args.variants, once=args.once, quant_base=args.quant_base)
         print(f"ran {args.once} at M={m} K={k} N={n}")
         return 0
     info = device_info()
     print(json.dumps(info), flush=True)
-    bw = copy_bandwidth()
+    bw = copy_bw_cached()
     print(f"device copy bandwidth: {bw / 1e12:.2f} TB/s", flush=True)
     rows = []
     os.makedirs(args.out, exist_ok=True)
@@ -423,7 +484,7 @@ def main(argv=None):
     for k, n in kns:
         for m in ms:
             t0 = time.time()
-            row = bench_shape(m, k, n, pairs, rng, args.variants, only)
+            row = bench_shape(m, k, n, pairs, rng, args.variants, only, quant_base=args.quant_base)
             rows.append(row)
             us = " ".join(f"{a}={v:.1f}" for a, v in row["us"].items())
             print(f"M={m} K={k} N={n} chain={row['chain']} ({time.time() - t0:.1f}s): {us} "
@@ -431,7 +492,8 @@ def main(argv=None):
                   + (f" errors={row['err']}" if row["err"] else ""), flush=True)
             with open(os.path.join(args.out, "cuda_bench.json"), "w") as f:
                 json.dump({"device": info, "copy_bw": bw, "pairs": pairs, "rows": rows}, f, indent=1)
-    md = table(rows, bw) + "\n\n" + ws_table(rows) + "\n\n" + tma_table(rows)
+    md = (table(rows, bw) + "\n\n" + ws_table(rows) + "\n\n" + tma_table(rows) + "\n\n"
+          + quant_table(rows))
     header = (f"Measured on {info.get('nvidia_smi', '?')}; MLX {info['mlx']}, torch "
               f"{info.get('torch')} (CUDA {info.get('torch_cuda')}); copy bandwidth "
               f"{bw / 1e12:.2f} TB/s; {pairs} paired rounds, medians.\n\n")

@@ -10,6 +10,9 @@ import numpy as np
 
 # Half a unit in the last place of each output dtype, relative.
 HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# Half the spacing of each dtype's subnormals: the absolute rounding error of results
+# below the normal range, where HALF_ULP * |value| is smaller than the spacing.
+HALF_SUBNORMAL = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
 # A float32 sum of K rounded terms: generous against K * 2^-24 for the K used here.
 F32_SUM_RTOL = 1e-5
 
@@ -91,13 +94,14 @@ def linear(x: np.ndarray, weight, bias: np.ndarray | None):
 
 
 def assert_close(got: mx.array, want: np.ndarray, bound: np.ndarray, dtype: str):
-    """``|got - want| <= bound + half an ulp of dtype``, NaN where ``want`` is NaN."""
+    """``|got - want| <= bound + half an ulp of dtype`` (of its subnormals below the
+    normal range), NaN where ``want`` is NaN."""
     g = to_numpy(got).astype(np.float64)
     assert g.shape == want.shape, (g.shape, want.shape)
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(g), nan), "NaN pattern differs from the oracle"
     err = np.abs(g - want)[~nan]
-    allow = (bound + HALF_ULP[dtype] * np.abs(want))[~nan]
+    allow = (bound + np.maximum(HALF_ULP[dtype] * np.abs(want), HALF_SUBNORMAL[dtype]))[~nan]
     worst = int(np.argmax(err - allow)) if err.size else 0
     assert np.all(err <= allow), (
         f"max excess {float((err - allow)[worst]):.3g} at flat index {worst}: "
@@ -114,3 +118,28 @@ def sqnr_db(signal: np.ndarray, approx: np.ndarray) -> float:
 def random_int8(rng: np.random.Generator, shape) -> np.ndarray:
     """Full-range int8, -128 included."""
     return rng.integers(-128, 128, size=shape, dtype=np.int8)
+
+
+def near_rounding_boundaries(rng, rows: int, k: int) -> np.ndarray:
+    """``[rows, k]`` float32 rows whose values sit on or near rint's boundaries.
+
+    Row ``i`` holds its amax ``127 s0`` at column 0 (``s0`` log-uniform over 2^-90 ..
+    2^20) and elsewhere ``(j + 1/2 + delta) s`` for random ``|j| <= 126`` (``s`` the row's
+    float32 scale ``amax / 127``), rounded to float32 and moved by -3 .. 3 ulps. Each run
+    of 8 values (``k % 8 == 0``) shares one distance ``|delta|``: 0 (ties, or a few ulps
+    from one) or ``2^-e`` for ``e`` in 8 .. 24, with random signs. So ``x / s`` is a tie,
+    a hair from one, or anywhere between: where a quantizer that does not divide exactly
+    (a reciprocal multiply, say) rounds the other way, and where a check of its error has
+    to draw the line.
+    """
+    s0 = np.exp2(rng.uniform(-90, 20, (rows, 1)))
+    amax = (127 * s0).astype(np.float32)
+    s = amax / np.float32(127)
+    j = rng.integers(-126, 127, (rows, k)).astype(np.float64)
+    e = rng.integers(8, 26, (rows, k // 8, 1))  # 25: delta = 0
+    dist = np.where(e == 25, 0.0, np.exp2(-e.astype(np.float64)) * rng.uniform(1, 2, e.shape))
+    delta = np.repeat(dist, 8, axis=2).reshape(rows, k) * rng.choice([-1.0, 1.0], (rows, k))
+    x = ((j + 0.5 + delta) * s.astype(np.float64)).astype(np.float32)
+    x = (x.view(np.int32) + rng.integers(-3, 4, (rows, k)).astype(np.int32)).view(np.float32)
+    x[:, 0] = amax[:, 0]
+    return x

@@ -91,7 +91,9 @@ def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def activation(rng, m, k, dtype, specials=True) -> mx.array:
     """Random normal rows with per-row spread; with ``specials``, rows that test the
     contract's corners: all zero, a NaN, an Inf, exact ties of rint (x = (j + 0.5) *
-    scale), and a row whose max is negative."""
+    scale), a row whose max is negative, values on and near rint's boundaries (the
+    quantizer's fast path must hand them to the division: quantize.cuh RowQuantizer),
+    and a row whose scale is below 2^-100 (no fast path)."""
     x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.01, 10, (m, 1)).astype(np.float32)
     if specials and m >= 6:
         x[1] = 0.0
@@ -101,6 +103,9 @@ def activation(rng, m, k, dtype, specials=True) -> mx.array:
         x[4] = (np.arange(k) % 9 - 4).astype(np.float32) * 0.25 + 0.125
         x[4, 0] = -127 / 4.0
         x[5] = -np.abs(x[5])
+    if specials and m >= 8:
+        x[6] = oracle.near_rounding_boundaries(rng, 1, k)[0]
+        x[7] = x[7] * np.float32(1e-33)
     return mx.array(x).astype(MX_DTYPES[dtype])
 
 
@@ -168,6 +173,22 @@ def test_quantize_row_sum_warp_bit_exact(rng, dtype, m, k):
     got_r = np.array(rsum)
     assert got_r.dtype == np.int32 and got_r.shape == (m, 1)
     np.testing.assert_array_equal(got_r[:, 0], want_q.astype(np.int64).sum(-1))
+
+
+@pytest.mark.parametrize("body", ["plain", "rowsum", "rowsum_warp", "sums"])
+def test_quantize_on_rounding_boundaries(rng, body):
+    """Every quantize body on float32 rows built on and near rint's boundaries (ties,
+    values a few ulps from one, and distances up to 2^-8; oracle.near_rounding_boundaries),
+    scales from 2^-90 to 2^20: the codes are the IEEE division's, bit for bit, whichever
+    path the kernel took (tests/test_quantize_rounding.py models that choice on the CPU)."""
+    x = mx.array(oracle.near_rounding_boundaries(rng, 96, 4096))
+    if body == "sums":
+        q, scale, _ = launch.quantize(x, 64)
+    else:
+        q, scale, *_ = launch.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
+    want_q, want_s = oracle.quantize_rows(host(x))
+    np.testing.assert_array_equal(np.array(scale), want_s)
+    np.testing.assert_array_equal(np.array(q), want_q)
 
 
 # int8_matmul ------------------------------------------------------------------------------

@@ -318,7 +318,7 @@ _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
 _TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS}"
 _TMA_FNS = (launch._tma_io, launch._tma_prototypes, tensormap.prototype, tensormap._driver)
-_QUANT_FNS = (quantize, launch.quantize_spec)
+_QUANT_FNS = (quantize, launch.quantize_spec, launch.quant_cached)
 _BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3, launch._lead)
 _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None,

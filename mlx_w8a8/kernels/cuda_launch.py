@@ -251,6 +251,14 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
 
 
 QUANT_MAX_THREADS = 1024
+
+
+def quant_cached(dtype: mx.Dtype) -> int:
+    """Chunks of 8 elements each quantize thread keeps in registers (quantize.cu
+    ``kCached``: 32 registers, 8 chunks of 16-bit elements or 4 of float32)."""
+    return 4 if dtype == mx.float32 else 8
+
+
 QUANT_WARP_THREADS = 256  # rowsum_warp: 8 rows per block
 GEMV_THREADS = 256
 # Fused GEMV: x's codes live in shared memory (MM * K bytes); a persistent grid.
@@ -374,9 +382,9 @@ def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
     if warp and (group_size is not None or not row_sum):
         raise ValueError("[mlx_w8a8.cuda_quantize] warp=True exists for row_sum=True, "
                          f"group_size=None only; got row_sum={row_sum}, group_size={group_size}")
-    # Whole warps (row-sum shuffles), enough that each thread keeps its <= 4 chunks of 8
-    # in registers between the two passes (quantize.cu kCached) where K allows.
-    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (4 * 32)) * 32))
+    # Whole warps (row-sum shuffles), enough that each thread keeps its chunks of 8 in
+    # registers between the two passes (quantize.cu kCached) where K allows.
+    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (quant_cached(dtype) * 32)) * 32))
     template = [("T", dtype)]
     if warp:
         rows = QUANT_WARP_THREADS // 32

@@ -39,33 +39,21 @@ namespace w8a8 {
 template <typename T>
 __device__ __forceinline__ void quantize_rows_block(const T* x, int M, int K, int8_t* q_out,
                                                     float* scale_out) {
-  __shared__ float warp_max[32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  __shared__ uint32_t warp_max[32];
+  const int tid = threadIdx.x;
   const int chunks = K >> 3;
   for (int m = 0; m < M; ++m) {
     const T* xr = x + (size_t)m * K;
-    float amax = 0.f;
-    for (int c = tid; c < chunks; c += blockDim.x) {
-      float f[8];
-      load8(xr + c * 8, f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (lane == 0) warp_max[warp] = amax;
-    __syncthreads();
-    amax = warp_max[0];
-    for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
-    __syncthreads();  // warp_max is reused by the next row
-    bool usable;
-    const float s = row_scale(amax, usable);
-    if (tid == 0) scale_out[m] = s;
+    AbsMax<T> amax;
+    for (int c = tid; c < chunks; c += blockDim.x) amax.add(load_raw8(xr + c * 8));
+    amax.reduce_block(warp_max);  // also makes warp_max reusable by the next row
+    const RowQuantizer qz = RowQuantizer::of(amax.value());
+    if (tid == 0) scale_out[m] = qz.s;
     for (int c = tid; c < chunks; c += blockDim.x) {
       float f[8];
       load8(xr + c * 8, f);
       uint32_t packed[2];
-      quantize8(f, s, usable, packed);
+      qz.codes8(f, packed);
       *reinterpret_cast<uint2*>(q_out + (size_t)m * K + c * 8) = make_uint2(packed[0], packed[1]);
     }
   }

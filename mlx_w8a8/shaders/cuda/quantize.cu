@@ -15,7 +15,8 @@
 // K % 8 == 0 (and K % GS == 0), rows 16-byte aligned (row-contiguous input, K * sizeof(T)
 // a multiple of 16), blockDim.x a multiple of 32.
 //
-// Exactness: quantize.cuh's row_scale and quantize8 (IEEE divisions, half-to-even).
+// Exactness: quantize.cuh's AbsMax and RowQuantizer (the codes of an IEEE division,
+// rounded half to even; its fast path and why it is exact are written there).
 // @@ requires quantize.cuh
 
 namespace w8a8 {
@@ -26,7 +27,7 @@ template <typename T, int GS, bool RSUM = false>
 __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float* scale,
                                              int32_t* row_sums) {
   static_assert(!(RSUM && GS > 0), "full-row sum and group sums are separate bodies");
-  __shared__ float warp_max[32];
+  __shared__ uint32_t warp_max[32];
   __shared__ int warp_sum[32];
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -34,37 +35,27 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   const int chunks = K >> 3;
   const T* xr = x + (size_t)row * K;
 
-  // The first kCached chunks of each thread stay in registers between the passes (the
-  // launcher sizes the block so that is the whole row for K <= 8 * kCached * 1024);
-  // chunks past them are re-read (L1/L2 hits).
-  constexpr int kCached = 4;
-  float cache[kCached][8];
-  float amax = 0.f;
+  // The first kCached chunks of each thread stay in registers (raw) between the passes
+  // (8 chunks of 16-bit T, 4 of float32: 32 registers; the launcher sizes the block so
+  // that is the whole row for K <= 8 * kCached * 1024, cuda_launch.quant_cached); chunks
+  // past them are re-read (L1/L2 hits).
+  // Hazard (measured on an H200, ncu): a load consumed inside its own `if (c < chunks)`
+  // makes the compiler wait for it before issuing the next, one DRAM latency per chunk
+  // (the kernel ran at 41% of DRAM bandwidth, stalled on the L1TEX scoreboard). So all
+  // kCached loads are issued first, unconditionally, a chunk past the row reading the
+  // row's last chunk again (harmless to the max; never emitted), then used.
+  constexpr int kCached = sizeof(T) == 4 ? 4 : 8;
+  Raw8<T> cache[kCached];
 #pragma unroll
-  for (int i = 0; i < kCached; ++i) {
-    const int c = tid + i * blockDim.x;
-    if (c < chunks) {
-      load8(xr + c * 8, cache[i]);
+  for (int i = 0; i < kCached; ++i)
+    cache[i] = load_raw8(xr + min(tid + i * (int)blockDim.x, chunks - 1) * 8);
+  AbsMax<T> amax;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(cache[i][j]));
-    }
-  }
-  for (int c = tid + kCached * blockDim.x; c < chunks; c += blockDim.x) {
-    float f[8];
-    load8(xr + c * 8, f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (lane == 0) warp_max[warp] = amax;
-  __syncthreads();
-  amax = warp_max[0];
-  for (int w = 1; w < nwarps; ++w) amax = fmaxf(amax, warp_max[w]);
-
-  bool usable;
-  const float s = row_scale(amax, usable);
-  if (tid == 0) scale[row] = s;
+  for (int i = 0; i < kCached; ++i) amax.add(cache[i]);
+  for (int c = tid + kCached * blockDim.x; c < chunks; c += blockDim.x) amax.add(load_raw8(xr + c * 8));
+  amax.reduce_block(warp_max);
+  const RowQuantizer qz = RowQuantizer::of(amax.value());
+  if (tid == 0) scale[row] = qz.s;
 
   int8_t* qr = q + (size_t)row * K;
   int total = 0;  // RSUM: this thread's share of the row sum
@@ -76,7 +67,7 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
     int sum = 0;
     if (active) {
       uint32_t packed[2];
-      sum = quantize8(f, s, usable, packed);
+      sum = qz.codes8(f, packed);
       *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
     }
     total += sum;
@@ -90,7 +81,9 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
 #pragma unroll
   for (int i = 0; i < kCached; ++i) {
     if (i * (int)blockDim.x >= chunks) break;  // uniform
-    emit(tid + i * blockDim.x, cache[i]);
+    float f[8];
+    decode8(cache[i], f);  // chunks past the row are never read: codes8 skips them
+    emit(tid + i * blockDim.x, f);
   }
   for (int base = kCached * blockDim.x; base < chunks; base += blockDim.x) {
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -120,7 +113,7 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
 // of K <= 4096 (float16/bfloat16) or 2048 (float32) is read from DRAM once; chunks past
 // the cache are read again in the second pass (L1/L2 hits). Codes are written as 8-byte
 // words (a warp stores 256 contiguous bytes), scale and the row sum R_m by lane 0.
-// Same functions as quantize_row (row_scale, quantize8), so the same bits.
+// Same functions as quantize_row (AbsMax, RowQuantizer), so the same bits.
 template <typename T>
 __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8_t* q,
                                                   float* scale, int32_t* row_sums) {
@@ -131,31 +124,18 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
   const int chunks = K >> 3;
   const T* xr = x + (size_t)row * K;
   Raw8<T> cache[kCached];
+  AbsMax<T> amax;
 #pragma unroll
   for (int i = 0; i < kCached; ++i) {
     const int c = lane + 32 * i;
-    if (c < chunks) cache[i] = load_raw8(xr + c * 8);
-  }
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < kCached; ++i) {
-    if (lane + 32 * i < chunks) {
-      float f[8];
-      decode8(cache[i], f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
+    if (c < chunks) {
+      cache[i] = load_raw8(xr + c * 8);
+      amax.add(cache[i]);
     }
   }
-  for (int c = lane + 32 * kCached; c < chunks; c += 32) {
-    float f[8];
-    load8(xr + c * 8, f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, abs_or_inf(f[j]));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  bool usable;
-  const float s = row_scale(amax, usable);
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) amax.add(load_raw8(xr + c * 8));
+  amax.reduce_warp();
+  const RowQuantizer qz = RowQuantizer::of(amax.value());
   int8_t* qr = q + (size_t)row * K;
   int total = 0;
 #pragma unroll
@@ -165,7 +145,7 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
       float f[8];
       decode8(cache[i], f);
       uint32_t packed[2];
-      total += quantize8(f, s, usable, packed);
+      total += qz.codes8(f, packed);
       *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
     }
   }
@@ -173,13 +153,13 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
     float f[8];
     load8(xr + c * 8, f);
     uint32_t packed[2];
-    total += quantize8(f, s, usable, packed);
+    total += qz.codes8(f, packed);
     *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
   if (lane == 0) {
-    scale[row] = s;
+    scale[row] = qz.s;
     row_sums[row] = total;
   }
 }

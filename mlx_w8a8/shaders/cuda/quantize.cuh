@@ -3,9 +3,11 @@
 // row scale and the codes of docs/numerics.md. A header-only file ("// @@ requires
 // quantize.cuh").
 //
-// Exactness: scale = amax / 127 and x / scale are IEEE round-to-nearest divisions
-// (__fdiv_rn, never a reciprocal multiply, which fast-math could substitute), and
-// rintf rounds half to even, so codes match the float64 oracle bit for bit.
+// Exactness: scale = amax / 127 is an IEEE round-to-nearest division (__fdiv_rn, never a
+// reciprocal multiply, which fast-math could substitute), and the codes are rint (half to
+// even) of x / scale rounded to nearest: RowQuantizer's fast path proves, element by
+// element, that its result equals the division's and falls back to the division where it
+// cannot. Codes match the float64 oracle bit for bit.
 // @@ requires shape.cuh
 
 namespace w8a8 {
@@ -57,38 +59,135 @@ __device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
   decode8(load_raw8(p), f);
 }
 
-// |v| with NaN mapped to +inf, so a max over it is not-finite iff the row holds NaN/Inf
-// (fmaxf alone would drop NaNs).
-__device__ __forceinline__ float abs_or_inf(float v) {
-  const float a = fabsf(v);
-  return a == a ? a : __int_as_float(0x7f800000);
-}
+// The row's largest |x| from the raw element bits. IEEE magnitudes order as their bits
+// with the sign cleared, and every NaN's bits exceed infinity's, so an unsigned max over
+// those bits is the largest magnitude, and not finite iff the row holds a NaN or an
+// infinity (fmaxf would drop NaNs). Integer ops only: nothing per element on the
+// conversion or special-function pipes (a quarter of the ALU rate on sm_80/sm_90).
+// 16-bit T: the word holds two elements; (w << 17) is the low one's 15 magnitude bits at
+// the top, ((w & 0x7fff0000) << 1) the high one's, so one max covers both.
+template <typename T>
+struct AbsMax {
+  uint32_t m = 0u;  // float: |x| bits; 16-bit T: |x| bits << 17
 
-// The row scale from amax: (scale, usable). Not-finite amax -> NaN scale, codes 0;
-// amax 0 -> scale 0, codes 0.
-__device__ __forceinline__ float row_scale(float amax, bool& usable) {
-  const bool finite = amax <= 3.402823466e38f;  // false for +inf
-  usable = finite && amax > 0.f;
-  return finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
-}
-
-// Codes of 8 values, packed little-endian into two words; returns their sum.
-__device__ __forceinline__ int quantize8(const float (&f)[8], float s, bool usable,
-                                         uint32_t (&packed)[2]) {
-  int sum = 0;
-  packed[0] = packed[1] = 0u;
+  __device__ __forceinline__ void add(const Raw8<T>& r) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(r.w);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int v = 0;
-    if (usable) {
-      float r = rintf(__fdiv_rn(f[i], s));
-      r = fminf(fmaxf(r, -127.f), 127.f);
-      v = static_cast<int>(r);
+    for (int i = 0; i < (int)(sizeof(Raw8<T>) / 4); ++i) {
+      if constexpr (sizeof(T) == 2) {
+        m = max(m, max(w[i] << 17, (w[i] & 0x7fff0000u) << 1));
+      } else {
+        m = max(m, w[i] & 0x7fffffffu);
+      }
     }
-    sum += v;
-    packed[i >> 2] |= (static_cast<uint32_t>(v) & 0xffu) << ((i & 3) * 8);
   }
-  return sum;
+
+  __device__ __forceinline__ void reduce_warp() {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  }
+
+  // The block's maximum; every thread of the block must call it (it synchronizes, and
+  // `slots` may be reused once it returns).
+  __device__ __forceinline__ void reduce_block(uint32_t (&slots)[32]) {
+    reduce_warp();
+    if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = slots[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) m = max(m, slots[w]);
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ float value() const;
+};
+
+template <>
+__device__ __forceinline__ float AbsMax<float>::value() const { return __uint_as_float(m); }
+template <>
+__device__ __forceinline__ float AbsMax<__nv_bfloat16>::value() const {
+  return __uint_as_float((m >> 17) << 16);
 }
+template <>
+__device__ __forceinline__ float AbsMax<__half>::value() const {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(m >> 17)));
+}
+
+// One row's codes q = clip(rint(x / s), -127, 127), s = amax / 127 (docs/numerics.md),
+// with x / s rounded to nearest as an IEEE division would.
+//
+// Fast path, no division per element: y = RN(x * r) with r = RN(1 / s), then
+// n = rint(y) by adding and subtracting 1.5 * 2^23 (round to nearest, ties to even, for
+// |y| < 2^22), and d = |y - n| (exact). Bound: |x| <= amax, so |x / s| < 127.0001;
+// r = (1 / s)(1 + e), |e| <= 2^-24, so |x r - x / s| < 2^-17; rounding x r adds at most
+// 2^-18, and rounding x / s itself at most 2^-18: |y - RN(x / s)| < 2^-15. Hence when
+// d < 1/2 - 2^-15, RN(x / s) lies strictly inside (n - 1/2, n + 1/2) and its rint is n,
+// no tie possible; kFastMargin keeps twice that margin. |n| <= 127 follows from the
+// bound (no clip needed). The code's byte is the low byte of y + 1.5 * 2^23's bits
+// (those bits are 0x4B400000 + n) and the 8 codes' sum is the bits' sum - 8 * 0x4B400000
+// (mod 2^32, exact: the true sum is small). Only the conversion-free pipes are used:
+// the division, rintf and the float-to-int conversion each cost a quarter-rate
+// instruction per element, which made the quantize kernel compute-bound.
+// Exact path (the IEEE division __fdiv_rn, rintf, clip), taken for the 8 values when any
+// of them has d >= kFastMargin (near a half-integer, including exact ties), and for rows
+// whose scale is below 2^-100 (1 / s then near overflow, and values near denormals).
+// Both paths give the same codes (tests/test_cuda.py, tests/test_quantize_rounding.py).
+struct RowQuantizer {
+  static constexpr float kRound = 12582912.0f;        // 1.5 * 2^23
+  static constexpr uint32_t kRoundBits = 0x4B400000u;  // its bits
+  static constexpr float kFastMargin = 0.49993896484375f;  // 1/2 - 2^-14
+  float s;      // the row scale: amax / 127; NaN for a non-finite row, 0 for a zero row
+  float r;      // RN(1 / s), for the fast path
+  bool usable;  // finite amax > 0 (else every code is 0)
+  bool fast;    // usable and s >= 2^-100
+
+  __device__ __forceinline__ static RowQuantizer of(float amax) {
+    RowQuantizer q;
+    const bool finite = amax <= 3.402823466e38f;  // false for +inf and NaN
+    q.usable = finite && amax > 0.f;
+    q.s = finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
+    q.fast = q.usable && q.s >= __int_as_float(0x0D800000);  // 2^-100
+    q.r = q.fast ? __frcp_rn(q.s) : 0.f;
+    return q;
+  }
+
+  // Codes of 8 values, packed little-endian into two words; returns their sum.
+  __device__ __forceinline__ int codes8(const float (&f)[8], uint32_t (&packed)[2]) const {
+    if (fast) {
+      uint32_t b[8];
+      float d = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float y = __fmul_rn(f[i], r);
+        const float t = __fadd_rn(y, kRound);
+        d = fmaxf(d, fabsf(__fsub_rn(y, __fsub_rn(t, kRound))));
+        b[i] = __float_as_uint(t);
+      }
+      if (d < kFastMargin) {
+        packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
+                                0x5410);
+        packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
+                                0x5410);
+        uint32_t sum = 0u;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum += b[i];
+        return static_cast<int>(sum - 8u * kRoundBits);
+      }
+    }
+    int sum = 0;
+    packed[0] = packed[1] = 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      int v = 0;
+      if (usable) {
+        float t = rintf(__fdiv_rn(f[i], s));
+        t = fminf(fmaxf(t, -127.f), 127.f);
+        v = static_cast<int>(t);
+      }
+      sum += v;
+      packed[i >> 2] |= (static_cast<uint32_t>(v) & 0xffu) << ((i & 3) * 8);
+    }
+    return sum;
+  }
+};
 
 }  // namespace w8a8
