@@ -13,6 +13,9 @@ HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # Half the spacing of each dtype's subnormals: the absolute rounding error of results
 # below the normal range, where HALF_ULP * |value| is smaller than the spacing.
 HALF_SUBNORMAL = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
+# Where round-to-nearest overflows to infinity: the largest finite value plus half its ulp.
+OVERFLOW = {"float32": (2 - 2.0**-24) * 2.0**127, "float16": 65520.0,
+            "bfloat16": (2 - 2.0**-8) * 2.0**127}
 # A float32 sum of K rounded terms: generous against K * 2^-24 for the K used here.
 F32_SUM_RTOL = 1e-5
 
@@ -95,11 +98,17 @@ def linear(x: np.ndarray, weight, bias: np.ndarray | None):
 
 def assert_close(got: mx.array, want: np.ndarray, bound: np.ndarray, dtype: str):
     """``|got - want| <= bound + half an ulp of dtype`` (of its subnormals below the
-    normal range), NaN where ``want`` is NaN."""
+    normal range), NaN where ``want`` is NaN, and an infinity of ``want``'s sign only
+    where ``|want|`` within its bound reaches dtype's overflow threshold."""
     g = to_numpy(got).astype(np.float64)
     assert g.shape == want.shape, (g.shape, want.shape)
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(g), nan), "NaN pattern differs from the oracle"
+    inf = np.isinf(g) & ~nan
+    may_overflow = np.abs(want) + bound >= OVERFLOW[dtype]
+    assert np.all(may_overflow[inf] & (np.sign(g[inf]) == np.sign(want[inf]))), (
+        "an infinity where the oracle's value cannot round to one")
+    nan = nan | inf
     err = np.abs(g - want)[~nan]
     allow = (bound + np.maximum(HALF_ULP[dtype] * np.abs(want), HALF_SUBNORMAL[dtype]))[~nan]
     worst = int(np.argmax(err - allow)) if err.size else 0

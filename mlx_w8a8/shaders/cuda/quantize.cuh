@@ -37,13 +37,14 @@ __device__ __forceinline__ void decode8(const Raw8<__half>& r, float (&f)[8]) {
   }
 }
 
+// A bfloat16 is the high half of its float32: one shift or mask per element
+// (__bfloat1622float2 spends an extra byte permute on the high element).
 __device__ __forceinline__ void decode8(const Raw8<__nv_bfloat16>& r, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&r.w[0]);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&r.w[0]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
 }
 
@@ -62,29 +63,32 @@ __device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
 // The row's largest |x| from the raw element bits. IEEE magnitudes order as their bits
 // with the sign cleared, and every NaN's bits exceed infinity's, so an unsigned max over
 // those bits is the largest magnitude, and not finite iff the row holds a NaN or an
-// infinity (fmaxf would drop NaNs). Integer ops only: nothing per element on the
-// conversion or special-function pipes (a quarter of the ALU rate on sm_80/sm_90).
-// 16-bit T: the word holds two elements; (w << 17) is the low one's 15 magnitude bits at
-// the top, ((w & 0x7fff0000) << 1) the high one's, so one max covers both.
+// infinity (fmaxf would drop NaNs). Integer ops only, nothing on the conversion or
+// special-function pipes (a quarter of the ALU rate on sm_80/sm_90). 16-bit T: a word
+// holds two elements and the max runs on both halves at once (__vmaxu2: one
+// VIMNMX3.U16x2 per two words on sm_90), the halves merged only in value().
 template <typename T>
 struct AbsMax {
-  uint32_t m = 0u;  // float: |x| bits; 16-bit T: |x| bits << 17
+  static constexpr uint32_t kMask = sizeof(T) == 2 ? 0x7fff7fffu : 0x7fffffffu;
+  uint32_t m = 0u;  // float: |x| bits; 16-bit T: |x| bits of the low and high elements
+
+  __device__ __forceinline__ static uint32_t merge(uint32_t a, uint32_t b) {
+    if constexpr (sizeof(T) == 2) {
+      return __vmaxu2(a, b);
+    } else {
+      return max(a, b);
+    }
+  }
 
   __device__ __forceinline__ void add(const Raw8<T>& r) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(r.w);
 #pragma unroll
-    for (int i = 0; i < (int)(sizeof(Raw8<T>) / 4); ++i) {
-      if constexpr (sizeof(T) == 2) {
-        m = max(m, max(w[i] << 17, (w[i] & 0x7fff0000u) << 1));
-      } else {
-        m = max(m, w[i] & 0x7fffffffu);
-      }
-    }
+    for (int i = 0; i < (int)(sizeof(Raw8<T>) / 4); ++i) m = merge(m, w[i] & kMask);
   }
 
   __device__ __forceinline__ void reduce_warp() {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = 16; o > 0; o >>= 1) m = merge(m, __shfl_xor_sync(0xffffffffu, m, o));
   }
 
   // The block's maximum; every thread of the block must call it (it synchronizes, and
@@ -94,7 +98,7 @@ struct AbsMax {
     if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = m;
     __syncthreads();
     m = slots[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) m = max(m, slots[w]);
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) m = merge(m, slots[w]);
     __syncthreads();
   }
 
@@ -105,11 +109,11 @@ template <>
 __device__ __forceinline__ float AbsMax<float>::value() const { return __uint_as_float(m); }
 template <>
 __device__ __forceinline__ float AbsMax<__nv_bfloat16>::value() const {
-  return __uint_as_float((m >> 17) << 16);
+  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
 }
 template <>
 __device__ __forceinline__ float AbsMax<__half>::value() const {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(m >> 17)));
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(max(m & 0xffffu, m >> 16))));
 }
 
 // One row's codes q = clip(rint(x / s), -127, 127), s = amax / 127 (docs/numerics.md),
@@ -124,9 +128,8 @@ __device__ __forceinline__ float AbsMax<__half>::value() const {
 // no tie possible; kFastMargin keeps twice that margin. |n| <= 127 follows from the
 // bound (no clip needed). The code's byte is the low byte of y + 1.5 * 2^23's bits
 // (those bits are 0x4B400000 + n) and the 8 codes' sum is the bits' sum - 8 * 0x4B400000
-// (mod 2^32, exact: the true sum is small). Only the conversion-free pipes are used:
-// the division, rintf and the float-to-int conversion each cost a quarter-rate
-// instruction per element, which made the quantize kernel compute-bound.
+// (mod 2^32, exact: the true sum is small). Nothing per element on the quarter-rate
+// pipes, where the division, rintf and the float-to-int conversion each ran.
 // Exact path (the IEEE division __fdiv_rn, rintf, clip), taken for the 8 values when any
 // of them has d >= kFastMargin (near a half-integer, including exact ties), and for rows
 // whose scale is below 2^-100 (1 / s then near overflow, and values near denormals).
