@@ -1,0 +1,66 @@
+"""The oracle's own comparison (``oracle.assert_close``): it must accept exactly the
+roundings a correct kernel may produce and fail on anything else, since every CUDA and
+Metal test trusts it. Checked on values whose right answer is known: the largest float16
+is 65504, rounding to nearest overflows to infinity from 65520; float16 subnormals are
+multiples of 2^-24."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import oracle
+
+
+def f16(values) -> mx.array:
+    return mx.array(np.array(values, dtype=np.float16))
+
+
+def check(got, want, bound=0.0):
+    want = np.array(want, dtype=np.float64)
+    oracle.assert_close(f16(got), want, np.full(want.shape, bound), "float16")
+
+
+def test_accepts_the_nearest_value():
+    check([1.0, -2.5, 65504.0], [1.0002, -2.5009, 65510.0])
+
+
+def test_accepts_overflow_to_infinity_past_the_threshold():
+    check([-np.inf, np.inf], [-66757.5, 65520.0])
+
+
+def test_rejects_infinity_below_the_threshold():
+    with pytest.raises(AssertionError, match="infinity"):
+        check([np.inf], [65519.0])
+
+
+def test_rejects_infinity_of_the_wrong_sign():
+    with pytest.raises(AssertionError, match="infinity"):
+        check([np.inf], [-70000.0])
+
+
+def test_accepts_infinity_where_the_bound_reaches_the_threshold():
+    check([np.inf], [65510.0], bound=16.0)
+
+
+def test_rejects_a_finite_value_far_past_the_threshold():
+    with pytest.raises(AssertionError):
+        check([65504.0], [1e6])
+
+
+def test_accepts_subnormal_rounding():
+    # 2.495 units of 2^-24 round to 2 units: off by 0.495 units, less than half of one.
+    unit = 2.0**-24
+    check([2 * unit], [2.495 * unit])
+
+
+def test_rejects_a_subnormal_off_by_a_unit():
+    unit = 2.0**-24
+    with pytest.raises(AssertionError):
+        check([3 * unit], [1.9 * unit])
+
+
+def test_rejects_a_nan_pattern_change():
+    with pytest.raises(AssertionError, match="NaN"):
+        check([1.0], [np.nan])
