@@ -307,7 +307,6 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
     row["ratio"] = ratios(row)
     row["copy_us"] = 3.0 * m * k / copy_bw_cached() * 1e6  # read bf16 x, write int8 codes
     row["ratio"]["quant/copy"] = row["us"].get("quant", float("nan")) / row["copy_us"]
-    del ws, xs, pcs, grs, a8, b8, s8, r8, qx
     return row
 
 
