@@ -10,8 +10,10 @@ script times the two parts separately for the model benchmark's variants (bf16, 
 forward, rounds in alternating order after one warm-up forward per variant.
 
 Usage: ``python bench/model_host_cost.py [--model llama-3-8b] [--layers 4]
-[--tokens 128,512] [--rounds 10] [--table PATH] [--out FILE.jsonl]``. Prints per
-variant and T the median build and eval milliseconds (p25..p75).
+[--tokens 128,512] [--rounds 10] [--table PATH] [--out FILE.jsonl] [--profile N]``.
+Prints per variant and T the median build and eval milliseconds (p25..p75); with
+``--profile N``, then the 30 costliest functions (own time, ``cProfile``) of building N
+forwards of each variant at the last T.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--table", default=None, help="tuning table (default: the shipped ones)")
     p.add_argument("--out", default=None, help="JSON lines of every round")
+    p.add_argument("--profile", type=int, default=0,
+                   help="profile the graph build of this many forwards per variant")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.layers < 1:
         p.error(f"--rounds and --layers must be >= 1, got {args.rounds}, {args.layers}")
@@ -88,7 +92,28 @@ def main(argv=None) -> int:
                   f"eval {eq[1]:7.3f} ms ({eq[0]:.3f}..{eq[2]:.3f})")
     if out:
         out.close()
+    if args.profile > 0:
+        profile(variants, tokens, args.profile)
     return 0
+
+
+def profile(variants, tokens, n: int) -> None:
+    """Print the costliest functions (own time) of building ``n`` forwards per variant."""
+    import cProfile
+    import pstats
+    from mlx_lm.models.cache import make_prompt_cache
+
+    for name, model in variants.items():
+        caches = [make_prompt_cache(model) for _ in range(n)]
+        prof = cProfile.Profile()
+        outs = []
+        prof.enable()
+        for cache in caches:
+            outs.append(model(tokens, cache=cache))
+        prof.disable()
+        mx.eval(outs)
+        print(f"--- {name}: graph build of {n} forwards, T={tokens.shape[1]}")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 
 
 if __name__ == "__main__":

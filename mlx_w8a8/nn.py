@@ -444,6 +444,8 @@ class Linear(nn.Module):
         )
         if self._kernel is not None:
             text += f", kernel={self._kernel!r}"
+        if self._siblings is not None and not self._siblings.enabled:
+            text += f", siblings=off after {self._siblings.unused} unused launches"
         runs = sorted({v for v in self._decisions.values() if v[0] > 0})
         if runs:
             text += ", runs={" + ", ".join(f"M={m}: {name} ({src})" for m, name, src in runs) + "}"

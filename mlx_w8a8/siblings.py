@@ -119,7 +119,9 @@ class Siblings:
         last = getattr(self._memo, "last", None)
         if last is not None and last[2] and last[3] == stamp:
             self._unused_launch()
-        pending = ((1 << len(outputs)) - 1) & ~(1 << taken)
+        # One bit per member, whatever else the launch returned: a bit no member can
+        # clear would count every later launch as unused and end the group.
+        pending = ((1 << len(self._refs)) - 1) & ~(1 << taken)
         self._memo.last = [x, outputs, pending, stamp] if pending else None
 
     def take(self, x, i: int):

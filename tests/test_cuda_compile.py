@@ -371,6 +371,41 @@ class _Recorder:
         return launch
 
 
+def test_header_include_writes_once_repairs_and_falls_back(tmp_path, monkeypatch):
+    """header_include: one file per header text (named by its digest) in the cache
+    folder ``cuda/``; a file whose content differs is rewritten; where no folder can be
+    written, or the path cannot stand in an #include line, the text itself is returned."""
+    from mlx_w8a8 import cachedir
+
+    monkeypatch.setenv(cachedir.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    launch.header_include.cache_clear()
+    header = launch.load("quantize.cu")[0]
+    line = launch.header_include("quantize", header)
+    path = re.fullmatch(r'#include "([^"]+)"\n', line).group(1)
+    assert os.path.dirname(path) == str(tmp_path / "cache" / "cuda")
+    assert open(path, encoding="utf-8").read() == header
+    other = launch.header_include("quantize", header + "\n")  # new text: a new file
+    assert other != line
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(header[:100])  # a truncated file (an interrupted writer elsewhere)
+    launch.header_include.cache_clear()
+    assert launch.header_include("quantize", header) == line
+    assert open(path, encoding="utf-8").read() == header
+    assert not [p for p in os.listdir(os.path.dirname(path)) if p.endswith(".tmp")]
+
+    def no_folder(kind):
+        raise OSError("read-only")
+
+    launch.header_include.cache_clear()
+    monkeypatch.setattr(cachedir, "folder", no_folder)
+    assert launch.header_include("quantize", header) == header
+    launch.header_include.cache_clear()
+    quoted = tmp_path / 'a"b'
+    monkeypatch.setattr(cachedir, "folder", lambda kind: str(quoted))
+    assert launch.header_include("quantize", header) == header
+    launch.header_include.cache_clear()
+
+
 def _launch_all():
     """Every launcher, on CPU arrays, over the shapes and configs they can take."""
     import mlx.core as mx
@@ -415,10 +450,10 @@ def _launch_all():
                     [(pc2, None), (pc2, None), (pc, None)], [(pc, bias), (pc, bias)]):
         ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))((xq3, xs3, xr3))
         assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
-        for cfg in launch.TMA_CONFIGS.values():  # + the maps' scratch output, last
+        for cfg in launch.TMA_CONFIGS.values():  # the maps' scratch output is not returned
             ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, cfg,
                                            lead=(2, 150))((xq3, xs3, xr3))
-            assert [y.shape for y in ys[:-1]] == [(2, 150, w.n) for w, _ in members]
+            assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
     launch.bind_quantize(300, 256, mx.bfloat16, row_sum=True, lead=(2, 150))(
         mx.zeros((2, 150, 256), dtype=mx.bfloat16))
     for m in (1, 2, 3, 8, 16):
@@ -464,6 +499,13 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
         assert tg % 32 == 0 and 32 <= tg <= 1024 and grid % 32 == 0, (plan["name"], tg, grid)
         assert plan["shared_memory"] <= 227 * 1024, (plan["name"], plan["shared_memory"])
         assert "//" not in body, "comments reach MLX (hashed on every launch)"
+        # The header reaches MLX as one #include of a file holding exactly load()'s
+        # header, the text the compile test above builds.
+        include = re.fullmatch(r'#include "([^"]+)"\n', plan["header"])
+        assert include, (plan["name"], plan["header"][:80])
+        file = next(f for f, body in built if plan["name"] == f"w8a8_{f[:-3]}_{body}")
+        with open(include.group(1), encoding="utf-8") as f:
+            assert f.read() == launch.load(file)[0], (plan["name"], include.group(1))
         if plan["name"].startswith("w8a8_gemm_ws_"):
             # 8 consumer warps + PW producer warps, within gemm_ws.cu's
             # __launch_bounds__(384, 1); a persistent grid of at most one block per SM.
@@ -997,6 +1039,19 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
         assert blocks == 3 * (2 + 1 + 1) and group["threadgroup"][0] == 256 + 32
         assert group["output_shapes"][-1] == ((4 * blocks + 1) * 128,)
         assert group["output_dtypes"][-1] == mx.uint8
+        # The members took every output the memo held (the scratch is not one of them):
+        # nothing left pending, so later forwards never count the launch as unused. A
+        # pending scratch once switched every TMA group off after 8 forwards.
+        sib = attn.q_proj.siblings
+        assert getattr(sib._memo, "last", None) is None
+        attn.q_proj(x)
+        assert len(sib._memo.last[1]) == 3  # the launch's outputs, as members see them
+        attn.k_proj(x), attn.v_proj(x)
+        for _ in range(2 * siblings.MAX_UNUSED):
+            x = mx.zeros((3, 100, 256), dtype=mx.bfloat16)
+            attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+        assert sib.enabled and sib.unused == 0
+        assert attn.v_proj.decision(300, mx.bfloat16)[1] == "test+siblings"
     finally:
         registry.set_chooser(previous)
     layer = attn.k_proj

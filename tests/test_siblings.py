@@ -105,6 +105,42 @@ def test_one_launch_per_input_and_each_member_gets_its_own_output(fused, lead, b
     assert attn.q_proj.decision(5, mx.float32) == ("fused", "test+siblings")
 
 
+def test_an_extra_output_of_the_launch_is_not_waited_for(only_written_tables):
+    """A group launch may return more than its members' outputs (the TMA launch's
+    tensor-map scratch); the memo waits only for the members, so a model that takes
+    every member's output never counts a launch as unused and keeps its group."""
+    launches = []
+
+    def bind_group(problem, members, lead):
+        def apply(x):
+            launches.append(1)
+            x2 = x.reshape(-1, problem.k)
+            ys = [QMM.run(x2, w, b).reshape(*lead, w.n) for w, b in members]
+            return ys + [mx.zeros((16,), dtype=mx.uint8)]
+        return None, None, apply
+
+    registry.register(Candidate(name="fused_extra", backend="any", op="linear", run=QMM.run,
+                                bind_group=bind_group, w8a8=False))
+    previous = registry.set_chooser(
+        lambda problem, found: (registry.get("linear", "fused_extra"), "test"))
+    try:
+        siblings.clear()
+        block = Block()
+        w8.quantize(block, group_size=32)
+        attn = block.self_attn
+        group = attn.q_proj.siblings
+        for _ in range(2 * siblings.MAX_UNUSED):
+            x = mx.random.normal((4, 64))
+            q, k, v = attn(x)
+            assert getattr(group._memo, "last", None) is None
+        assert len(launches) == 2 * siblings.MAX_UNUSED
+        assert group.enabled and group.unused == 0
+        np.testing.assert_array_equal(np.array(v), np.array(_alone(attn.v_proj, x)))
+    finally:
+        registry.set_chooser(previous)
+        registry.unregister("linear", "fused_extra")
+
+
 def test_members_called_in_any_order_and_twice(fused):
     block = Block()
     w8.quantize(block, group_size=32)
@@ -132,6 +168,7 @@ def test_a_member_fed_another_input_runs_alone_and_unused_launches_end_the_group
     for _ in range(siblings.MAX_UNUSED + 1):
         mx.eval(attn.q_proj(mx.random.normal((4, 64))))
     assert not group.enabled
+    assert f"siblings=off after {siblings.MAX_UNUSED} unused launches" in repr(attn.k_proj)
     before = len(fused)
     y = attn.q_proj(x)
     assert len(fused) == before  # alone now: no group launch

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import mlx.core as mx
 import numpy as np
 
+from .. import cachedir
 from . import sources, tensormap
 
 # Weight codes are read as 16-byte vectors: K must be a multiple of 16 for the GEMMs
@@ -300,10 +301,52 @@ def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, .
         input_names=list(inputs),
         output_names=list(outputs),
         source=bodies[body],
-        header=header,
+        header=header_include(stem, header),
         ensure_row_contiguous=True,
         shared_memory=shared_memory,
     )
+
+
+@functools.lru_cache(maxsize=None)
+def header_include(stem: str, header: str) -> str:
+    """The header handed to MLX for ``header``: ``#include "<path>"`` of a file holding
+    it, written once under the cache folder ``cuda/`` and named by its digest; the
+    header itself where no folder can be written.
+
+    MLX copies the header into a new string on every launch call and hashes that whole
+    text on every evaluation (to find the compiled module); NVRTC reads an included file
+    only when it compiles. Measured on an NVIDIA H200 (``bench/custom_kernel_cost.py``):
+    32 KiB of inline text cost 3.7 us per launch to build and 11.6 us to evaluate, a
+    one-line include 1.4 and 4.0 us. The kernel's name carries the digest of the whole
+    text (:func:`_kernel`), so MLX never pairs a compiled module with another text.
+
+    Hazard: the file must exist whenever MLX compiles a kernel that includes it, which is
+    at the first evaluation of each template instantiation, possibly long after this
+    call. It is (re)written whenever its content is not exactly ``header`` and lives in
+    the user cache directory (the temporary directory only where that cannot be
+    written); deleting it while a process runs fails that process's later compiles.
+    """
+    try:
+        folder = cachedir.folder("cuda")
+    except OSError:
+        return header
+    path = os.path.abspath(os.path.join(folder, f"w8a8_{stem}_{sources.digest(header)}.cuh"))
+    if '"' in path or "\n" in path or "\\" in path:  # not writable in an #include line
+        return header
+    try:
+        with open(path, encoding="utf-8") as f:
+            same = f.read() == header
+    except OSError:
+        same = False
+    if not same:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(header)
+            os.replace(tmp, path)  # whole or absent, also with other processes writing
+        except OSError:
+            return header
+    return f'#include "{path}"\n'
 
 
 @functools.lru_cache(maxsize=1024)
@@ -749,13 +792,16 @@ def bind_gemm_per_channel(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
 def bind_gemm_ws_group(m: int, k: int, members, out_dtype: mx.Dtype,
                        config: WsConfig | None = None, lead: tuple[int, ...] | None = None):
     """``f(acts) -> [y_0, y_1, ...]``: :func:`gemm_ws_group_spec`'s launch on
-    ``acts = (xq, xs, xr)``."""
+    ``acts = (xq, xs, xr)``, one output per member (a TMA launch's tensor-map scratch,
+    its last output, is not returned: the sibling memo waits for every output it holds
+    to be taken)."""
     kern, tail, template, shapes, dtypes, grid, tg = gemm_ws_group_spec(
         m, k, members, out_dtype, config, lead)
+    g = len(members)
 
     def apply(acts):
         return kern(inputs=[*acts, *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)
+                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[:g]
     return apply
 
 

@@ -28,21 +28,18 @@ import json
 import os
 import socket
 import sys
-import tempfile
 from typing import Any, Iterator
 
 import mlx.core as mx
 
-try:  # declared dependencies; a missing one must not break ``import mlx_w8a8``
-    import platformdirs
-except ImportError:  # pragma: no cover - exercised on minimal images
-    platformdirs = None
-try:
+from ..cachedir import ENV_CACHE_DIR  # noqa: F401  (the tests and table.py name it here)
+from ..cachedir import folder as _folder
+
+try:  # a declared dependency; a missing one must not break ``import mlx_w8a8``
     import filelock
 except ImportError:  # pragma: no cover
     filelock = None
 
-ENV_CACHE_DIR = "MLX_W8A8_CACHE_DIR"
 # How long a table write waits for another writer (writes take milliseconds).
 TABLE_TIMEOUT_S = 120.0
 # How long a measurement waits for another process measuring on the same device.
@@ -53,39 +50,6 @@ _STATE_KEYS = ("free",)
 
 class DeviceBusy(RuntimeError):
     """Another process kept the device lock past the timeout; the message names it."""
-
-
-def cache_dir() -> str:
-    """The user's cache directory of this package: ``$MLX_W8A8_CACHE_DIR`` or the
-    platform cache directory (``platformdirs.user_cache_dir("mlx_w8a8")``)."""
-    base = os.environ.get(ENV_CACHE_DIR)
-    if base:
-        return base
-    if platformdirs is not None:
-        return platformdirs.user_cache_dir("mlx_w8a8")
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "mlx_w8a8")  # what platformdirs gives on Linux
-
-
-def _folder(kind: str) -> str:
-    """``<cache dir>/<kind>``, created; the temporary directory if that fails."""
-    for base in (cache_dir(), os.path.join(tempfile.gettempdir(), f"mlx_w8a8-{_user()}")):
-        folder = os.path.join(base, kind)
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(folder, os.W_OK):
-            return folder
-    raise OSError(f"no writable folder for {kind} lock files (tried {cache_dir()!r} and the "
-                  f"temporary directory)")
-
-
-def _user() -> str:
-    try:
-        return str(os.getuid())
-    except AttributeError:  # pragma: no cover - Windows
-        return os.environ.get("USERNAME", "user")
 
 
 def _digest(text: str) -> str:

@@ -41,13 +41,14 @@ from typing import Any, Iterable
 
 import mlx.core as mx
 
+from .. import cachedir
 from . import locks
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
 SCHEMA = 1
 ENV_TABLE = "MLX_W8A8_TUNING_TABLE"
-ENV_CACHE_DIR = locks.ENV_CACHE_DIR
+ENV_CACHE_DIR = cachedir.ENV_CACHE_DIR
 CACHE_FILE = "tuning.json"
 ENTRY_FIELDS = ("op", "m_bucket", "n", "k", "dtype", "weight_format", "group_size", "choice")
 SECTION_FIELDS = ("backend", "device", "mlx_version", "package_version", "entries")
@@ -158,7 +159,7 @@ def entry_key(entry: dict) -> tuple:
 
 def cache_table_path() -> str:
     """The user's cache table: ``$MLX_W8A8_CACHE_DIR`` or the platform cache dir."""
-    return os.path.join(locks.cache_dir(), CACHE_FILE)
+    return os.path.join(cachedir.cache_dir(), CACHE_FILE)
 
 
 def shipped_table_paths() -> list[str]:

@@ -1,0 +1,102 @@
+"""What one ``mx.fast.cuda_kernel`` launch costs the host, by length of its source text.
+
+MLX's CUDA custom kernel copies the header and body into a new string on every call
+(graph build) and hashes that whole string on every evaluation to find the compiled
+module. This script measures both parts for a one-thread kernel whose header is padded
+with comment lines to each ``--sizes`` byte count, and for the same padding reached
+through ``#include "<absolute path>"`` (the text NVRTC reads from a file, so the string
+MLX copies and hashes is one line). A chain of ``--launches`` launches is built (timed:
+build) and evaluated (timed: eval), ``--rounds`` rounds in alternating order after one
+warm-up chain per arm; an arm of MLX's own ``x + 1`` is the reference.
+
+Usage: ``python bench/custom_kernel_cost.py [--sizes 0,8192,32768] [--launches 200]
+[--rounds 10]``. Prints per arm the median build and eval microseconds per launch
+(p25..p75). Needs a CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import mlx.core as mx
+
+BODY = "y[0] = x[0] + 1.0f;\n"
+
+
+def padding(size: int) -> str:
+    """``size`` bytes of comment lines (80 bytes each, the last one shorter)."""
+    line = "// " + "x" * 76 + "\n"
+    full, rest = divmod(size, len(line))
+    return line * full + ("//" + "x" * (rest - 3) + "\n" if rest >= 3 else "")
+
+
+def make_arms(sizes: list[int], folder: str) -> dict:
+    arms = {"mx_add": None}
+    for s in sizes:
+        text = padding(s)
+        arms[f"inline_{s}"] = mx.fast.cuda_kernel(
+            name=f"cost_inline_{s}", input_names=["x"], output_names=["y"],
+            source=BODY, header=text)
+        path = os.path.join(folder, f"pad_{s}.cuh")
+        with open(path, "w") as f:
+            f.write(text)
+        arms[f"include_{s}"] = mx.fast.cuda_kernel(
+            name=f"cost_include_{s}", input_names=["x"], output_names=["y"],
+            source=BODY, header=f'#include "{path}"\n')
+    return arms
+
+
+def chain(kernel, x: mx.array, n: int) -> tuple[float, float, mx.array]:
+    t0 = time.perf_counter()
+    y = x
+    for _ in range(n):
+        if kernel is None:
+            y = y + 1
+        else:
+            y = kernel(inputs=[y], output_shapes=[(1,)], output_dtypes=[mx.float32],
+                       grid=(1, 1, 1), threadgroup=(1, 1, 1))[0]
+    t1 = time.perf_counter()
+    mx.eval(y)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, y
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="0,8192,32768")
+    p.add_argument("--launches", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=10)
+    args = p.parse_args(argv)
+    if not mx.cuda.is_available():
+        p.error("needs MLX's CUDA backend with a device")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    x = mx.zeros((1,), mx.float32)
+    with tempfile.TemporaryDirectory() as folder:
+        arms = make_arms(sizes, folder)
+        for name, k in arms.items():  # warm-up: compile, and check the chain's value
+            _, _, y = chain(k, x, args.launches)
+            if float(y[0]) != args.launches:
+                raise SystemExit(f"{name}: chain gave {float(y[0])}, want {args.launches}")
+        samples = {n: [] for n in arms}
+        names = list(arms)
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                b, e, _ = chain(arms[name], x, args.launches)
+                samples[name].append((b, e))
+    print(f"{args.launches} chained launches per sample, {args.rounds} alternating rounds; "
+          f"microseconds per launch, median (p25..p75)")
+    for name in names:
+        for i, part in enumerate(("build", "eval")):
+            v = [s[i] * 1e6 / args.launches for s in samples[name]]
+            q = statistics.quantiles(v, n=4)
+            print(f"{name:16s} {part:5s} {q[1]:7.2f} ({q[0]:.2f}..{q[2]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""This package's cache directory and the writable folders under it.
+
+``$MLX_W8A8_CACHE_DIR`` or the platform's user cache folder
+(``platformdirs.user_cache_dir("mlx_w8a8")``). The tuner keeps its user table and lock
+files there (:mod:`mlx_w8a8.tuning`), the CUDA launchers the kernel headers NVRTC
+includes (:mod:`mlx_w8a8.kernels.cuda_launch`). Where it cannot be written, a folder of
+the system temporary directory stands in.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+try:  # a declared dependency; a missing one must not break ``import mlx_w8a8``
+    import platformdirs
+except ImportError:  # pragma: no cover - exercised on minimal images
+    platformdirs = None
+
+ENV_CACHE_DIR = "MLX_W8A8_CACHE_DIR"
+
+
+def cache_dir() -> str:
+    """The user's cache directory of this package: ``$MLX_W8A8_CACHE_DIR`` or the
+    platform cache directory (``platformdirs.user_cache_dir("mlx_w8a8")``)."""
+    base = os.environ.get(ENV_CACHE_DIR)
+    if base:
+        return base
+    if platformdirs is not None:
+        return platformdirs.user_cache_dir("mlx_w8a8")
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "mlx_w8a8")  # what platformdirs gives on Linux
+
+
+def folder(kind: str) -> str:
+    """``<cache dir>/<kind>``, created; the temporary directory's
+    ``mlx_w8a8-<user>/<kind>`` if that fails.
+
+    Raises:
+        OSError: if neither can be created and written.
+    """
+    for base in (cache_dir(), os.path.join(tempfile.gettempdir(), f"mlx_w8a8-{_user()}")):
+        path = os.path.join(base, kind)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    raise OSError(f"[mlx_w8a8] no writable folder for {kind} (tried {cache_dir()!r} and the "
+                  f"temporary directory)")
+
+
+def _user() -> str:
+    try:
+        return str(os.getuid())
+    except AttributeError:  # pragma: no cover - Windows
+        return os.environ.get("USERNAME", "user")
