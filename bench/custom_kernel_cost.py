@@ -7,7 +7,9 @@ with comment lines to each ``--sizes`` byte count, and for the same padding reac
 through ``#include "<absolute path>"`` (the text NVRTC reads from a file, so the string
 MLX copies and hashes is one line). A chain of ``--launches`` launches is built (timed:
 build) and evaluated (timed: eval), ``--rounds`` rounds in alternating order after one
-warm-up chain per arm; an arm of MLX's own ``x + 1`` is the reference.
+warm-up chain per arm; an arm of MLX's own ``x + 1`` is the reference. Two more arms
+take the one-line header and add what a GEMM launch passes: 8 integer template
+arguments (``include_0_tpl8``), or 5 more inputs and 2 more outputs (``include_0_io8``).
 
 Usage: ``python bench/custom_kernel_cost.py [--sizes 0,8192,32768] [--launches 200]
 [--rounds 10]``. Prints per arm the median build and eval microseconds per launch
@@ -48,15 +50,36 @@ def make_arms(sizes: list[int], folder: str) -> dict:
         arms[f"include_{s}"] = mx.fast.cuda_kernel(
             name=f"cost_include_{s}", input_names=["x"], output_names=["y"],
             source=BODY, header=f'#include "{path}"\n')
+    empty = os.path.join(folder, "empty.cuh")
+    open(empty, "w").close()
+    arms["include_0_tpl8"] = (mx.fast.cuda_kernel(
+        name="cost_include_tpl8", input_names=["x"], output_names=["y"], source=BODY,
+        header=f'#include "{empty}"\n'), "tpl8")
+    arms["include_0_io8"] = (mx.fast.cuda_kernel(
+        name="cost_include_io8", input_names=["x", "a", "b", "c", "d", "e"],
+        output_names=["y", "u", "v"], source=BODY, header=f'#include "{empty}"\n'), "io8")
     return arms
 
 
+TEMPLATE = [(f"C{i}", 64 * (i + 1)) for i in range(8)]
+
+
 def chain(kernel, x: mx.array, n: int) -> tuple[float, float, mx.array]:
+    kernel, extra = kernel if isinstance(kernel, tuple) else (kernel, None)
+    more = [mx.zeros((4,), mx.float32) for _ in range(5)] if extra == "io8" else []
+    mx.eval(more)
     t0 = time.perf_counter()
     y = x
     for _ in range(n):
         if kernel is None:
             y = y + 1
+        elif extra == "tpl8":
+            y = kernel(inputs=[y], output_shapes=[(1,)], output_dtypes=[mx.float32],
+                       grid=(1, 1, 1), threadgroup=(1, 1, 1), template=TEMPLATE)[0]
+        elif extra == "io8":
+            y = kernel(inputs=[y, *more], output_shapes=[(1,), (4,), (4,)],
+                       output_dtypes=[mx.float32] * 3, grid=(1, 1, 1),
+                       threadgroup=(1, 1, 1))[0]
         else:
             y = kernel(inputs=[y], output_shapes=[(1,)], output_dtypes=[mx.float32],
                        grid=(1, 1, 1), threadgroup=(1, 1, 1))[0]

@@ -14,8 +14,12 @@ costs, not the whole host cost of a W8A8 layer.
 Arms alternate block by block (A B C, then C B A, ...); per-layer time = block time /
 calls. Reported: median and p25..p75 per arm and the per-block ratios to bf16.
 
+With ``--real`` (on a CUDA device) nothing is stubbed: the launches are MLX's own
+custom-kernel calls (still only built, never evaluated), so the arms include what MLX's
+C++ does per launch; ``--hidden``, ``--inter``, ``--kv`` set the projections' sizes.
+
 Usage: ``python bench/layer_host_stub.py [--blocks 40] [--calls 300] [--tokens 128]
-[--out FILE.jsonl]``.
+[--real] [--hidden 512 --inter 1024 --kv 128] [--out FILE.jsonl]``.
 """
 
 from __future__ import annotations
@@ -82,16 +86,25 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--out", help="append the JSON line to this file")
+    p.add_argument("--real", action="store_true",
+                   help="MLX's own custom-kernel calls (needs a CUDA device; graph build only)")
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--inter", type=int, default=1024)
+    p.add_argument("--kv", type=int, default=128)
     args = p.parse_args(argv)
-    mx.set_default_device(mx.cpu)
-    mx.fast.cuda_kernel = stub_cuda_kernel
-    for c in [c for c in registry.all_candidates() if c.backend == "cuda"]:
-        registry.register(attrs.evolve(c, available=lambda: True))
-    cuda.is_sm90 = launch.is_sm90 = lambda: True
+    if args.real:
+        if not launch.cuda_available() or not launch.is_sm90():
+            p.error("--real needs MLX's CUDA backend on a compute capability 9.x GPU")
+    else:
+        mx.set_default_device(mx.cpu)
+        mx.fast.cuda_kernel = stub_cuda_kernel
+        for c in [c for c in registry.all_candidates() if c.backend == "cuda"]:
+            registry.register(attrs.evolve(c, available=lambda: True))
+        cuda.is_sm90 = launch.is_sm90 = lambda: True
     ws = registry.get("linear", "cuda_w8a8_gemm_ws")
     registry.set_chooser(lambda problem, found: (ws, "stub") if ws in found else None)
 
-    hidden, inter, kv = 512, 1024, 128  # the Python path does not depend on the sizes
+    hidden, inter, kv = args.hidden, args.inter, args.kv  # the Python path does not depend on them
     bf16 = Projections(hidden, inter, kv)
     bf16.set_dtype(mx.bfloat16)
     w8 = Projections(hidden, inter, kv)
@@ -124,7 +137,8 @@ def main(argv=None) -> int:
         body.append([arm, f"{med * 1e6:.1f} us", f"{lo * 1e6:.1f}..{hi * 1e6:.1f}",
                      f"{r[0]:.2f}x ({r[1]:.2f}..{r[2]:.2f})"])
     print(render.columns(head, body, right=range(1, len(head))))
-    record = {"bench": "layer_host_stub", "tokens": args.tokens, "blocks": args.blocks,
+    record = {"bench": "layer_host_stub", "real": args.real, "tokens": args.tokens,
+              "sizes": [hidden, inter, kv], "blocks": args.blocks,
               "calls_per_block": args.calls, "per_layer": stats,
               "machine": platform.processor() or platform.machine(), "mlx": mx.__version__}
     print(json.dumps(record))
