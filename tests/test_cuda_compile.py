@@ -392,6 +392,17 @@ def test_header_include_writes_once_repairs_and_falls_back(tmp_path, monkeypatch
     assert launch.header_include("quantize", header) == line
     assert open(path, encoding="utf-8").read() == header
     assert not [p for p in os.listdir(os.path.dirname(path)) if p.endswith(".tmp")]
+    # writers at once (threads of one process; the cache bypassed): each writes a file of
+    # its own and renames it, so the file is whole whoever renames last
+    from concurrent.futures import ThreadPoolExecutor
+
+    os.unlink(path)
+    with ThreadPoolExecutor(8) as pool:
+        lines = list(pool.map(lambda _: launch.header_include.__wrapped__("quantize", header),
+                              range(32)))
+    assert set(lines) == {line}
+    assert open(path, encoding="utf-8").read() == header
+    assert not [p for p in os.listdir(os.path.dirname(path)) if p.endswith(".tmp")]
 
     def no_folder(kind):
         raise OSError("read-only")
