@@ -398,12 +398,12 @@ def test_int8_gemv(rng, m, per_channel, group_size):
 def test_int8_gemv_both_paths(rng, m, per_channel, fused):
     """Fused and two-launch paths forced, K = 1088 (not a multiple of the 32 x 16-byte
     sweep of a warp: a partial last sweep) and N = 8714 (more weight rows than the fused
-    grid's 132 x 8 (grouped) or 264 x 8 (per-channel) warps take in one pass, even at
-    RW = 4: the persistent loop wraps; 8714 % 4 = 2: a partial last row group)."""
+    grid's 132 x 8 warps take in one pass, even at RW = 4: the persistent loop wraps;
+    8714 % 4 = 2: a partial last row group)."""
     def run(x, weight, bias):
         return launch.gemv(x, weight, bias, fused=fused)
 
-    assert 8714 > launch.GEMV_FUSED_BLOCKS_CHANNEL * (launch.GEMV_THREADS // 32) * 4
+    assert 8714 > launch.GEMV_FUSED_BLOCKS * (launch.GEMV_THREADS // 32) * 4
     check_linear(rng, run, m, 8714, 1088, "float32", 32 if not per_channel else 64,
                  per_channel, True)
 

@@ -56,7 +56,6 @@ from .cuda_launch import (
     GEMM_CONFIGS,
     GEMM_K_MULTIPLE,
     GEMV_FUSED_BLOCKS,
-    GEMV_FUSED_BLOCKS_CHANNEL,
     GEMV_FUSED_MAX_SMEM,
     GEMV_MAX_M,
     GEMV_THREADS,
@@ -362,8 +361,7 @@ _CANDIDATES = (
               gemv_fuses, launch.gemv_bucket, launch.gemv_rows_per_warp, _gemv_bind,
               bind_gemv_fused, bind_gemv_quantized) + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu", "gemv.cu"),
-             f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS},"
-             f"{GEMV_FUSED_BLOCKS_CHANNEL}")),
+             f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
 # Sibling launches (registry.Candidate.bind_group): only the warp-specialized GEMMs have

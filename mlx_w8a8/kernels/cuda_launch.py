@@ -265,12 +265,7 @@ QUANT_WARP_THREADS = 256  # rowsum_warp: 8 rows per block
 GEMV_THREADS = 256
 # Fused GEMV: x's codes live in shared memory (MM * K bytes); a persistent grid.
 GEMV_FUSED_MAX_SMEM = 96 * 1024
-GEMV_FUSED_BLOCKS = 132  # grouped bodies: one block per SM (they need > 128 registers)
-# Per-channel bodies take 78-128 registers (ptxas, sm_90a), so two 256-thread blocks fit
-# on an SM: 16 warps in flight for the memory-bound walk instead of 8. With one block
-# per SM the decode ran in two modes, fast only when MLX happened to run two GEMVs side
-# by side (docs/cuda.md, seventh set). Each block quantizes x again: M K reads from L2.
-GEMV_FUSED_BLOCKS_CHANNEL = 2 * GEMV_FUSED_BLOCKS
+GEMV_FUSED_BLOCKS = 132  # one block per SM: the grouped kernels need > 128 registers
 
 
 def gemv_rows_per_warp(m_bucket: int) -> int:
@@ -620,8 +615,7 @@ def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
     # (MLX raises the function's dynamic shared-memory limit once, at first load).
     kern = _kernel("gemv.cu", "fused_" + body, ("x",) + w_names, ("y",), smem)
     warps = -(-n // rw)
-    cap = GEMV_FUSED_BLOCKS_CHANNEL if weight.per_channel else GEMV_FUSED_BLOCKS
-    blocks = min(-(-warps * 32 // GEMV_THREADS), cap)
+    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
     return LaunchSpec(kern, tuple(w_inputs),
                       template + [("MM", mm), ("RW", rw), ("SMEM_BYTES", smem)],
                       [(*lead, n)], [dtype], (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
