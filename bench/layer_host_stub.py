@@ -110,18 +110,26 @@ def main(argv=None) -> int:
     w8 = Projections(hidden, inter, kv)
     w8.update(bf16.parameters())
     mlx_w8a8.quantize(w8)
-    x = mx.zeros((1, args.tokens, hidden), dtype=mx.bfloat16)
-    mx.eval(bf16.parameters(), w8.parameters(), x)
+    # A model feeds every forward a new x: rotating through more inputs than the
+    # activation memo holds (nn._SHARED_SLOTS) keeps a call from reusing the quantized x
+    # of an earlier call, which one fixed x let the unlinked arm do.
+    xs = [mx.zeros((1, args.tokens, hidden), dtype=mx.bfloat16) for _ in range(8)]
+    mx.eval(bf16.parameters(), w8.parameters(), *xs)
+    turn = [0]
+
+    def next_x():
+        turn[0] = (turn[0] + 1) % len(xs)
+        return xs[turn[0]]
 
     def linked():
         siblings.launch_together(True)
-        return w8(x)
+        return w8(next_x())
 
     def unlinked():
         siblings.launch_together(False)
-        return w8(x)
+        return w8(next_x())
 
-    arms = {"bf16": lambda: bf16(x), "w8a8_linked": linked, "w8a8_unlinked": unlinked}
+    arms = {"bf16": lambda: bf16(next_x()), "w8a8_linked": linked, "w8a8_unlinked": unlinked}
     for f in arms.values():  # decisions made, launches bound, alone plans made
         for _ in range(3):
             f()
