@@ -20,7 +20,6 @@ one launch computes all of their outputs.
 from __future__ import annotations
 
 import math
-import operator
 import threading
 
 import mlx.core as mx
@@ -393,14 +392,14 @@ class Linear(nn.Module):
             y = group.take(x, i)
             if y is not None:
                 return y
-            members = group.members()
-            if members is None:
-                group.reset()  # a member is gone: re-decide alone
-                return self(x)
             state = group.bound.get(key)
-            if state is None or not all(map(operator.is_, state[0], _arrays(members))):
-                # first launch, or a member's arrays were replaced (also without
-                # __setitem__, as mx.compile(inputs=...) does): check and bind again
+            if state is None or not group.holds(state[0]):
+                # first launch, a member gone, or a member's arrays replaced (also
+                # without __setitem__, as mx.compile(inputs=...) does): check and bind
+                members = group.members()
+                if members is None:
+                    group.reset()  # a member is gone: re-decide alone
+                    return self(x)
                 pairs = []
                 for layer in members:
                     w = layer._weight(fmt)

@@ -72,6 +72,7 @@ class Siblings:
 
     def __init__(self, layers):
         self._refs = tuple(weakref.ref(layer) for layer in layers)
+        self._all = (1 << len(self._refs)) - 1  # one pending bit per member
         self.bound: dict = {}  # (shape, dtype) -> state shared by the members' plans
         self._memo = threading.local()  # .last: [x, outputs, pending bits, stamp]
         self.generation = 0  # bumped by reset(): outputs memoised before are stale
@@ -88,6 +89,20 @@ class Siblings:
             if layer is None:
                 return None
         return layers
+
+    def holds(self, arrays) -> bool:
+        """Whether every member exists and holds exactly ``arrays`` (``nn._arrays``
+        order: weight, scales, biases, bias or ``None`` per member), compared in place."""
+        i = 0
+        for ref in self._refs:
+            layer = ref()
+            if (layer is None or layer["weight"] is not arrays[i]
+                    or layer["scales"] is not arrays[i + 1]
+                    or layer["biases"] is not arrays[i + 2]
+                    or layer.get("bias") is not arrays[i + 3]):
+                return False
+            i += 4
+        return True
 
     def index(self, layer) -> int:
         for i, ref in enumerate(self._refs):
@@ -121,7 +136,7 @@ class Siblings:
             self._unused_launch()
         # One bit per member, whatever else the launch returned: a bit no member can
         # clear would count every later launch as unused and end the group.
-        pending = ((1 << len(self._refs)) - 1) & ~(1 << taken)
+        pending = self._all & ~(1 << taken)
         self._memo.last = [x, outputs, pending, stamp] if pending else None
 
     def take(self, x, i: int):

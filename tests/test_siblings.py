@@ -193,6 +193,26 @@ def test_memoised_outputs_go_stale_when_a_weight_changes_or_on_clear(fused):
     np.testing.assert_array_equal(np.array(v), np.array(_alone(attn.v_proj, x)))
 
 
+def test_a_member_gone_makes_the_others_run_alone(fused):
+    """A member deleted after the group launched once: the next launch finds it gone,
+    forgets the group's plans and runs the remaining members alone."""
+    import gc
+
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    mx.eval(attn(mx.random.normal((3, 64))))
+    assert len(fused) == 1
+    q_layer = attn.q_proj
+    del attn["k_proj"]
+    gc.collect()
+    assert q_layer.siblings.members() is None
+    x = mx.random.normal((3, 64))
+    q = q_layer(x)
+    assert len(fused) == 1  # alone now: no group launch
+    np.testing.assert_array_equal(np.array(q), np.array(_alone(q_layer, x)))
+
+
 def test_replaced_weights_rebind_and_forced_kernels_opt_out(fused, rng):
     block = Block()
     w8.quantize(block, group_size=32)
