@@ -83,15 +83,6 @@ def _stages_as_bound(candidate, problem):
     return lambda p, w, b: (act_key, quantize, lambda acts: apply(acts, w, b, dtype))
 
 
-def _arrays(layers) -> list:
-    """The parameter arrays of ``layers`` (weight, scales, biases, bias or ``None``, per
-    layer): a bound group launch holds them and is bound again when one is replaced."""
-    out = []
-    for layer in layers:
-        out += (layer["weight"], layer["scales"], layer["biases"], layer.get("bias"))
-    return out
-
-
 def clear_shared_activations() -> None:
     """Drop this thread's memoised activations (they are otherwise held until replaced)."""
     _shared.slots = []
@@ -347,14 +338,14 @@ class Linear(nn.Module):
         else:
             flat = len(lead) != 1
             bind_stages = _stages_as_bound(candidate, problem)
-        held = [None] * 4  # _arrays((self,)) as bound
+        held = [None] * 4  # _siblings.arrays((self,)) as bound
         act_key = quantize = apply = None
 
         def plan(x):
             nonlocal held, act_key, quantize, apply
             # The arrays themselves are compared (cheap); the weight is rebuilt, its
             # format checked and the launches bound only when one was replaced. The
-            # comparison is written out rather than through _arrays: building that list
+            # comparison is written out rather than through arrays(): building that list
             # on every call cost the layer's Python ~10% (bench/layer_host_stub.py).
             if (self["weight"] is not held[0] or self["scales"] is not held[1]
                     or self["biases"] is not held[2] or self.get("bias") is not held[3]):
@@ -362,7 +353,7 @@ class Linear(nn.Module):
                 if qw is None:  # new weights changed the format: re-decide
                     return self(x)
                 act_key, quantize, apply = bind_stages(problem, qw, self.get("bias"))
-                held = _arrays((self,))
+                held = _siblings.arrays((self,))
             x2 = x.reshape(m, k) if flat else x
             if quantize is None:
                 y = apply(x2)
@@ -407,7 +398,7 @@ class Linear(nn.Module):
                         group.reset()  # a member changed format: re-decide alone
                         return self(x)
                     pairs.append((w, layer.get("bias")))
-                state = group.bound[key] = (_arrays(members),
+                state = group.bound[key] = (_siblings.arrays(members),
                                             candidate.bind_group(problem, pairs, lead))
             act_key, quantize, apply = state[1]
             ys = apply(x if quantize is None else _shared_activations(x, act_key, quantize, x))

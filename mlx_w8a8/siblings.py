@@ -60,6 +60,16 @@ def together() -> bool:
     return _TOGETHER
 
 
+def arrays(layers) -> list:
+    """The parameter arrays of ``layers`` (weight, scales, biases, bias or ``None``, per
+    layer): a bound launch holds them and is bound again when one is replaced
+    (:meth:`Siblings.holds` compares against this layout)."""
+    out = []
+    for layer in layers:
+        out += (layer["weight"], layer["scales"], layer["biases"], layer.get("bias"))
+    return out
+
+
 class Siblings:
     """Layers fed the same input that may run as one launch.
 
@@ -90,16 +100,16 @@ class Siblings:
                 return None
         return layers
 
-    def holds(self, arrays) -> bool:
-        """Whether every member exists and holds exactly ``arrays`` (``nn._arrays``
-        order: weight, scales, biases, bias or ``None`` per member), compared in place."""
+    def holds(self, held) -> bool:
+        """Whether every member exists and holds exactly ``held`` (:func:`arrays` of the
+        members), compared in place without building the list."""
         i = 0
         for ref in self._refs:
             layer = ref()
-            if (layer is None or layer["weight"] is not arrays[i]
-                    or layer["scales"] is not arrays[i + 1]
-                    or layer["biases"] is not arrays[i + 2]
-                    or layer.get("bias") is not arrays[i + 3]):
+            if (layer is None or layer["weight"] is not held[i]
+                    or layer["scales"] is not held[i + 1]
+                    or layer["biases"] is not held[i + 2]
+                    or layer.get("bias") is not held[i + 3]):
                 return False
             i += 4
         return True
