@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from mlx_w8a8 import cachedir
 from mlx_w8a8.kernels.registry import Problem
 from mlx_w8a8.tuning import locks
 from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
@@ -13,7 +14,7 @@ PROBLEM = Problem("linear", 2, 32, 64, "float32", "per_channel", 32)
 
 
 def _hold_device(cache, ready, done):
-    os.environ[locks.ENV_CACHE_DIR] = cache
+    os.environ[cachedir.ENV_CACHE_DIR] = cache
     with locks.device_lock():
         ready.set()
         done.wait(60)
@@ -24,7 +25,7 @@ def held_device(tmp_path):
     """Another process measuring on this device (holding its lock) until the test ends."""
     ctx = mp.get_context("spawn")
     ready, done = ctx.Event(), ctx.Event()
-    p = ctx.Process(target=_hold_device, args=(os.environ[locks.ENV_CACHE_DIR], ready, done))
+    p = ctx.Process(target=_hold_device, args=(os.environ[cachedir.ENV_CACHE_DIR], ready, done))
     p.start()
     assert ready.wait(60)
     yield p
@@ -64,7 +65,7 @@ def test_device_lock_is_released_and_its_owner_file_removed():
 def test_lock_files_live_in_the_cache_directory(tmp_path):
     table_lock = locks.table_lock(str(tmp_path / "shared" / "t.json"))
     claim = locks.claim_lock("abc")
-    cache = os.environ[locks.ENV_CACHE_DIR]
+    cache = os.environ[cachedir.ENV_CACHE_DIR]
     for lock in (table_lock, claim):
         assert os.path.dirname(lock.lock_file).startswith(cache)
     # one table has one lock whatever path spelling names it
@@ -76,6 +77,6 @@ def test_unwritable_cache_directory_falls_back_to_tmp(tmp_path, monkeypatch):
     # A cache path below a regular file cannot be created (whoever runs the test).
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    monkeypatch.setenv(locks.ENV_CACHE_DIR, str(blocker / "cache"))
+    monkeypatch.setenv(cachedir.ENV_CACHE_DIR, str(blocker / "cache"))
     path = locks.claim_lock("k").lock_file
     assert not path.startswith(str(blocker)) and os.path.isdir(os.path.dirname(path))

@@ -32,7 +32,6 @@ from typing import Any, Iterator
 
 import mlx.core as mx
 
-from ..cachedir import ENV_CACHE_DIR  # noqa: F401  (the tests and table.py name it here)
 from ..cachedir import folder as _folder
 
 try:  # a declared dependency; a missing one must not break ``import mlx_w8a8``
