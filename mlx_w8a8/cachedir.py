@@ -4,13 +4,15 @@
 (``platformdirs.user_cache_dir("mlx_w8a8")``). The tuner keeps its user table and lock
 files there (:mod:`mlx_w8a8.tuning`), the CUDA launchers the kernel headers NVRTC
 includes (:mod:`mlx_w8a8.kernels.cuda_launch`). Where it cannot be written, a folder of
-the system temporary directory stands in.
+the system temporary directory stands in. :func:`write_text_atomic` is how every such
+file (and a tuning table anywhere) is written.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 
 try:  # a declared dependency; a missing one must not break ``import mlx_w8a8``
     import platformdirs
@@ -56,3 +58,53 @@ def _user() -> str:
         return str(os.getuid())
     except AttributeError:  # pragma: no cover - Windows
         return os.environ.get("USERNAME", "user")
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Replace ``path`` by a file holding ``text``, whole or not at all.
+
+    The text goes to a temporary file of its own in the same folder (so concurrent
+    writers, threads or processes, never share one), is flushed to disk and renamed
+    over ``path``. An existing file keeps its permission bits; a new one gets what the
+    umask gives (``mkstemp`` alone would make it 0600).
+
+    Raises:
+        OSError: if the folder cannot be written; no temporary file is left behind.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=".w8a8-", suffix=".tmp", dir=folder)
+    try:
+        os.chmod(tmp, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+_umask_lock = threading.Lock()
+
+
+def _umask() -> int:
+    """The process umask (read without changing it where the OS says it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _umask_lock:  # set and restore: brief, and serialized within the process
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask

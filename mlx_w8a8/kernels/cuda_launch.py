@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -340,15 +339,9 @@ def header_include(stem: str, header: str) -> str:
     except OSError:
         same = False
     if not same:
-        tmp = None
-        try:  # a file of its own per writer (threads or processes), then one rename
-            fd, tmp = tempfile.mkstemp(prefix=".w8a8-", suffix=".cuh.tmp", dir=folder)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(header)
-            os.replace(tmp, path)  # whole or absent, whoever else is writing it
+        try:
+            cachedir.write_text_atomic(path, header)  # whole or absent, whoever else writes
         except OSError:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
             return header
     return f'#include "{path}"\n'
 

@@ -48,11 +48,11 @@ import json
 import os
 import platform
 import re
-import tempfile
 from typing import Any, Callable
 
 import mlx.core as mx
 
+from .. import cachedir
 from . import registry, sources
 
 GEMV_MAX_M = 16
@@ -203,15 +203,7 @@ def run_nax_probe() -> tuple[bool, str]:
 
 
 def _probe_cache_path() -> str:
-    base = os.environ.get("MLX_W8A8_CACHE_DIR")
-    if not base:
-        try:
-            import platformdirs
-
-            base = platformdirs.user_cache_dir("mlx_w8a8")
-        except Exception:
-            base = os.path.join(tempfile.gettempdir(), "mlx_w8a8")
-    return os.path.join(base, "nax_probe.json")
+    return os.path.join(cachedir.cache_dir(), "nax_probe.json")
 
 
 def cached_probe(key: str, probe: Probe, path: str | None = None) -> tuple[bool, str]:
@@ -231,10 +223,7 @@ def cached_probe(key: str, probe: Probe, path: str | None = None) -> tuple[bool,
         os.makedirs(os.path.dirname(path), exist_ok=True)
         data = known if isinstance(known, dict) else {}
         data[key] = [bool(ok), why]
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        cachedir.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     except OSError:
         pass
     return ok, why

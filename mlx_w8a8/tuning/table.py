@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 import warnings
 from importlib import resources
@@ -410,42 +409,6 @@ def write_doc(path: str, doc: dict) -> None:
         raise TableError(f"{path}: cannot write ({error})") from error
 
 
-def _umask() -> int:
-    """The process umask (read without changing it where the OS says it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    with _umask_lock:  # set and restore: brief, and serialized within the process
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-_umask_lock = threading.Lock()
-
-
 def _atomic_write(path: str, doc: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    try:  # an existing table keeps its permissions; a new one gets what the umask gives
-        mode = os.stat(path).st_mode & 0o7777
-    except OSError:
-        mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json.tmp", dir=folder)
-    try:
-        os.chmod(tmp, mode)  # mkstemp makes 0600, which os.replace would keep
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=False, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    cachedir.write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=False,
+                                                allow_nan=False) + "\n")
