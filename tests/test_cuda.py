@@ -586,7 +586,7 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel):
         registry.set_chooser(previous)
 
 
-@pytest.mark.parametrize("bn", [256, 128])
+@pytest.mark.parametrize("bn", [256, 128, 64, 32])
 @pytest.mark.parametrize("m,n,k", [(300, 392, 1088), (1, 264, 96), (2048, 2304, 4096),
                                    (129, 40, 4096)])
 def test_tma_producer_matches_cp_async_bit_for_bit(rng, bn, m, n, k):

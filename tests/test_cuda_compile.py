@@ -953,14 +953,20 @@ def test_requires_refuses_a_cycle(monkeypatch):
         launch.requires.cache_clear()
 
 
-@pytest.mark.parametrize("m", [1, 16, 512, 8192])
-def test_ws_tile_is_128x256_unless_n_is_narrower(m):
-    # Measured (docs/cuda.md): 128 x 256 was the fastest ws tile at every shape with
-    # N >= 1024, even where it leaves most SMs idle; narrower tiles only for narrow N.
-    want = {1: 32, 32: 32, 33: 64, 64: 64, 65: 128, 128: 128, 129: 256, 1024: 256, 128256: 256}
-    for n, bn in want.items():
-        cfg = launch.ws_tile_for(m, n)
-        assert cfg.bn == bn and cfg in launch.WS_CONFIGS.values(), (m, n, cfg)
+@pytest.mark.parametrize("tile_for,configs", [(launch.ws_tile_for, launch.WS_CONFIGS),
+                                               (launch.tma_tile_for, launch.TMA_CONFIGS)])
+def test_tile_choice_fills_the_sms(tile_for, configs):
+    """The widest tile whose output has at least 0.8 x 132 tiles, else the narrowest
+    (measured on an H200, docs/cuda.md; the Llama-3-8B shapes)."""
+    want = {(16, 4096): 32, (128, 4096): 32, (128, 1024): 32, (128, 14336): 128,
+            (512, 4096): 128, (512, 1024): 32, (512, 14336): 256, (2048, 4096): 256,
+            (2048, 1024): 128, (1, 128256): 256, (8, 28672): 256, (128, 6144): 32}
+    for (m, n), bn in want.items():
+        cfg = tile_for(m, n)
+        assert cfg.bn == bn and cfg in configs.values(), (m, n, cfg)
+        wider = [c for c in configs.values() if c.bn > cfg.bn]
+        assert all(launch.tiles(m, n, c) < launch.WAVE_FILL * launch.SMS for c in wider)
+    assert tile_for(1, 40).bn == 32  # nothing fills: the most tiles
 
 
 def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
@@ -1003,8 +1009,10 @@ def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
             assert [w is layer.weight for w, layer in
                     zip(weights, (attn.q_proj, attn.k_proj, attn.v_proj))] == [True] * 3
             assert [y.shape for y in outs] == [(2, 64, 256), (2, 64, 64), (2, 64, 64)]
-            # one persistent grid over every member's tiles: 1 row tile x (1 + 1 + 1) tiles
-            assert group["grid"][0] // group["threadgroup"][0] == 3
+            # one persistent grid over every member's tiles: 1 row tile x (8 + 2 + 2) tiles
+            # of 128 x 32 (the summed N = 384 has 12 of them, fewer than fill the SMs)
+            assert launch.ws_tile_for(128, 384).bn == 32
+            assert group["grid"][0] // group["threadgroup"][0] == 12
     finally:
         registry.set_chooser(previous)
 
@@ -1043,11 +1051,13 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
         group = plans[1]
         assert group["outputs"] == ["y0", "y1", "y2", "tmap"]
         assert group["inputs"][-1] == "proto"
-        # M = 300 rows, N = 384 + 64 + 96 = 544 > 128: the 128 x 256 tile
-        assert read_prototypes(group["arrays"][-1]) == [(300, 256, 128), (384, 256, 256),
-                                                        (64, 256, 256), (96, 256, 256)]
+        # M = 300 rows, N = 384 + 64 + 96 = 544: 3 x 17 tiles of 128 x 32 (no wider
+        # tile fills the SMs), boxes of 32 weight rows
+        assert launch.tma_tile_for(300, 544).bn == 32
+        assert read_prototypes(group["arrays"][-1]) == [(300, 256, 128), (384, 256, 32),
+                                                        (64, 256, 32), (96, 256, 32)]
         blocks = group["grid"][0] // group["threadgroup"][0]
-        assert blocks == 3 * (2 + 1 + 1) and group["threadgroup"][0] == 256 + 32
+        assert blocks == 3 * (12 + 2 + 3) and group["threadgroup"][0] == 256 + 32
         assert group["output_shapes"][-1] == ((4 * blocks + 1) * 128,)
         assert group["output_dtypes"][-1] == mx.uint8
         # The members took every output the memo held (the scratch is not one of them):
@@ -1066,13 +1076,13 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
     finally:
         registry.set_chooser(previous)
     layer = attn.k_proj
-    layer.kernel = "cuda_w8a8_gemm_tma"  # alone: N = 64 takes the 128 x 128 tile
+    layer.kernel = "cuda_w8a8_gemm_tma"  # alone: N = 64 takes the 128 x 32 tile (6 tiles)
     start = len(rec.launches)
     layer(mx.zeros((3, 100, 256), dtype=mx.bfloat16))  # a new x: quantized anew
     plan = rec.launches[-1]
     assert plan["name"] == "w8a8_gemm_ws_tma_channel_u8" and len(rec.launches) - start == 2
-    assert read_prototypes(plan["arrays"][-1]) == [(300, 256, 128), (64, 256, 128)]
-    assert plan["output_shapes"][-1] == ((2 * 3 + 1) * 128,)
+    assert read_prototypes(plan["arrays"][-1]) == [(300, 256, 128), (64, 256, 32)]
+    assert plan["output_shapes"][-1] == ((2 * 3 * 2 + 1) * 128,)  # 3 x 2 blocks
 
 
 def test_tma_candidates_need_the_driver(monkeypatch):

@@ -193,12 +193,17 @@ WS_CONFIGS = {
     "ws64p4": WsConfig(64, 8),
     "ws32p4": WsConfig(32, 10),
 }
-# The TMA producer (one warp issuing tile loads): the two widest tiles, with as many ring
+# The TMA producer (one warp issuing tile loads): the same widths, with as many ring
 # stages as the cp.async ones.
 TMA_CONFIGS = {
     "tma256": WsConfig(256, 4, 1, True),
     "tma128": WsConfig(128, 6, 1, True),
+    "tma64": WsConfig(64, 8, 1, True),
+    "tma32": WsConfig(32, 10, 1, True),
 }
+# A persistent tile choice fills the GPU when the output has at least this fraction of
+# one tile per SM (tiles_filling).
+WAVE_FILL = 0.8
 # Members of one sibling launch (gemm_ws.cu's group bodies): q/k/v or gate/up.
 MAX_SIBLINGS = 3
 SMS = 132  # persistent grid size (an H200's SM count; any GPU runs it correctly)
@@ -228,22 +233,35 @@ def tile_for(m: int, n: int) -> GemmConfig:
     return GEMM_CONFIGS["small"]
 
 
-def ws_tile_for(m: int, n: int) -> WsConfig:
-    """The warp-specialized GEMM's tile for an ``M x N`` output: 128 x 256, or the
-    narrowest tile at least as wide as N when N <= 128 (so a tile does not compute
-    mostly-discarded columns). On an H200, 128 x 256 was the fastest ws tile at every
-    measured shape (M = 128-2048, N = 1024-14336, docs/cuda.md), also where it leaves
-    most SMs idle (M = 512, N = 1024: 16 tiles) and the narrower ones would not."""
-    for cfg in sorted(WS_CONFIGS.values(), key=lambda c: c.bn):
-        if n <= cfg.bn:
+def tiles_filling(m: int, n: int, configs) -> WsConfig:
+    """The widest of ``configs`` whose ``M x N`` output has at least ``WAVE_FILL * SMS``
+    tiles, else the narrowest (the most tiles there are).
+
+    Measured on an H200 with the kernels' own GPU time (CUPTI, ``bench/tile_gpu_time.py``,
+    docs/cuda.md): a persistent grid of fewer tiles than SMs leaves the rest idle and each
+    busy SM streams more of the weight, so at M = 128 on 4096 x 4096 the 128 x 32 tile
+    takes 12.7 us against 33.4 for 128 x 256 (16 tiles); once the tiles fill the SMs the
+    wider tile wins (M = 512, N = 14336: 128 x 256, 224 tiles, 70 us against 83 for
+    128 x 128). The wall clock of chains of independent launches, which MLX may run side
+    by side, had hidden the idle SMs (the earlier rule, 128 x 256 wherever N > 128, came
+    from such timings)."""
+    ordered = sorted(configs, key=lambda c: -c.bn)
+    for cfg in ordered:
+        if tiles(m, n, cfg) >= WAVE_FILL * SMS:
             return cfg
-    return WS_CONFIGS["ws256p4"]
+    return ordered[-1]
+
+
+def ws_tile_for(m: int, n: int) -> WsConfig:
+    """The warp-specialized GEMM's tile for an ``M x N`` output (:func:`tiles_filling`
+    over ``WS_CONFIGS``)."""
+    return tiles_filling(m, n, WS_CONFIGS.values())
 
 
 def tma_tile_for(m: int, n: int) -> WsConfig:
-    """The TMA GEMM's tile: 128 x 128 when N <= 128, else 128 x 256 (as
-    :func:`ws_tile_for`, which measured 128 x 256 fastest wherever N > 128)."""
-    return TMA_CONFIGS["tma128"] if n <= 128 else TMA_CONFIGS["tma256"]
+    """The TMA GEMM's tile for an ``M x N`` output (:func:`tiles_filling` over
+    ``TMA_CONFIGS``)."""
+    return tiles_filling(m, n, TMA_CONFIGS.values())
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:
@@ -287,11 +305,12 @@ def _kernel(file: str, body: str, inputs: tuple[str, ...], outputs: tuple[str, .
             shared_memory: int = 0):
     """The ``mx.fast.cuda_kernel`` for body ``body`` of ``shaders/cuda/<file>``, built once.
 
-    Hazard: MLX keys compiled kernels by name alone, in memory and in its on-disk cache
-    (``$TMPDIR/mlx/<MLX version>/ptx/<name>.ptx``, kept across processes), so two versions
-    of a kernel under one name would run whichever was compiled first — after an upgrade
-    of this package, the old machine code. The name therefore ends with a digest of the
-    text MLX is given (header, body, argument names): new text, new name, fresh compile.
+    Hazard: MLX finds a compiled kernel by its name and template arguments, in memory
+    and in its on-disk cache (``$TMPDIR/mlx/<MLX version>/ptx/``, kept across processes);
+    up to MLX 0.32.0 by the name alone, so two versions of a kernel under one name ran
+    whichever was compiled first (``docs/cuda.md``). The name therefore ends with a digest
+    of the text MLX is given (header, body, argument names): new text, new name, fresh
+    compile, on every MLX version.
     """
     header, bodies = load(file)
     stem = file.removesuffix(".cu")

@@ -19,31 +19,28 @@ Rule = tuple[int, "int | None", int, tuple[str, ...]]
 RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16): the shipped
     # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b, with the sibling
-    # groups' summed shapes q+k+v 6144 x 4096 and gate+up 28672 x 4096;
-    # bench/results/h200_2026-11-30_s6_f_*); tests/test_prior.py checks that these rules
-    # pick the table's kernel family (W8A8 GEMM or mx.quantized_matmul) on every entry at
-    # M >= 64. Within the family the rules name the kernel that won most often: the TMA
-    # GEMM from M = 512 (11 of 13 W8A8 entries there), the warp-specialized cp.async one
-    # first at M = 128 (the TMA one won two of the three W8A8 entries there, by 6-19%).
-    # - M < 64: no rule, mx.quantized_matmul. Per shape the W8A8 GEMV or GEMM wins only
-    #   on lm_head-sized weights; in the model's own decode loop the GEMV made decode
-    #   slower (the decode check: 0.82-0.97x), decode being host-bound, and a custom
+    # groups' summed shapes q+k+v 6144 x 4096 and gate+up 28672 x 4096, GEMM tiles that
+    # fill the SMs: bench/results/h200_2026-12-01_s8_f_*); tests/test_prior.py checks that
+    # these rules pick the table's kernel family (W8A8 GEMM or mx.quantized_matmul) on
+    # every entry at M >= 64. Within the family the rules name the kernel that won most
+    # often: the TMA GEMM (3 of the 5 W8A8 entries at M = 128, 4 of 6 at M = 512, 6 of 7 at 2048;
+    # where another won, the TMA GEMM was within 13%).
+    # - M < 64: no rule, mx.quantized_matmul. Per shape the W8A8 GEMV or GEMM wins on the
+    #   MLP and lm_head weights; in the model's own decode loop (the decode check) only
+    #   the gate/up GEMV kept a margin (1.11x), decode being host-bound and a custom
     #   kernel launch costing more host time than a built-in op (docs/cuda.md).
     # - M >= 64, weights of at least 14336 x 4096 / 2 elements (the MLP projections, the
     #   gate+up group, lm_head): a W8A8 GEMM (1.1-2.1x mlx_qmm at M = 64; the fourth set's
     #   table, bench/results/h200_2026-11-30_s4_b_*: later sets did not measure M = 64).
-    # - M >= 128, weights of at least 6144 x 4096 (the q+k+v sum, the MLP projections,
-    #   lm_head): the same (1.6-4.0x per shape). (The sibling check then turned the q+k+v
-    #   and gate+up group launches off at M = 128, 0.98x in the model: the table's summed
-    #   entries say mx.quantized_matmul there, and the members run alone.) 4096 x 4096
-    #   alone stays on mlx_qmm (45.0 vs 56.5 us; the table before it, measured with the
-    #   same GEMMs, had the TMA GEMM ahead, 39.1 vs 40.8 us: a close race).
-    # - M >= 512, weights of at least 4096 x 4096 (o_proj): the same (1.8x).
-    # - M >= 2048: every shape (k/v alone too, 1.31x; at M = 512 they kept mlx_qmm).
+    # - M >= 128, weights of at least 4096 x 4096 (q/o, the q+k+v sum, the MLP
+    #   projections, lm_head): the same (1.04-4.2x per shape; 4096 x 4096 and q+k+v by
+    #   4-7%, close races). (The sibling check turned the gate+up group launch off at
+    #   M = 128, 0.98x in the model: that summed entry says mx.quantized_matmul and the
+    #   members run alone.) k/v (1024 x 4096) stay on mlx_qmm up to M = 512.
+    # - M >= 2048: every shape (k/v alone too, 1.67x).
     ("cuda", "linear", "per_channel"): [
         (64, 127, 14336 * 4096 // 2, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
-        (128, 511, 6144 * 4096, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm")),
-        (512, None, 4096 * 4096, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+        (128, None, 4096 * 4096, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
         (2048, None, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than

@@ -1,0 +1,97 @@
+"""GPU time of each GEMM tile configuration, per shape: the kernels' own durations
+(CUPTI through ``torch.profiler``), not the wall clock of a chain of launches.
+
+For each ``--m`` and each ``--kn`` shape (K x N), every warp-specialized tile
+(``WS_CONFIGS``, ``TMA_CONFIGS``, and ``SPLIT_CONFIGS`` where the tree has them) runs the per-channel W8A8 GEMM on
+activations quantized once, ``--reps`` launches each evaluated alone; the same for
+``mx.quantized_matmul`` (8-bit, group 64) and the bfloat16 ``x @ w.T``. Printed per shape
+and arm: the median kernel time in microseconds (for bf16 and qmm: every kernel of the
+call summed), and the quantize kernel's. The wall clock of a model or of the tuner's
+chains adds MLX's per-launch host cost to these; where a model waits for its GPU (a
+prefill evaluated as one CUDA graph), these are what it waits for.
+
+Run with ``MLX_USE_CUDA_GRAPHS=0`` where cluster kernels are among the tiles: MLX's graph
+cache updates a cached graph in place when the next one has the same shape, and a
+kernel node that held a cluster kernel (``__cluster_dims__``) keeps its cluster size
+when updated to another kernel (docs/cuda.md).
+
+Usage: ``MLX_USE_CUDA_GRAPHS=0 python bench/tile_gpu_time.py [--m 16,128,512]
+[--kn 4096x4096,4096x1024] [--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timeline import kernels_of  # noqa: E402
+
+
+def timed(fn, reps: int) -> tuple[float, float]:
+    """Median over ``reps`` evaluated calls of (kernel time of the call, of which
+    quantize kernels), in microseconds."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mx.eval(fn())  # compile, warm
+    mx.synchronize()
+    totals, quants = [], []
+    for _ in range(reps):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            mx.eval(fn())
+            mx.synchronize()
+        ks = kernels_of(prof)
+        totals.append(sum(d for _, _, d in ks))
+        quants.append(sum(d for n, _, d in ks if "w8a8_quantize" in n))
+    return statistics.median(totals), statistics.median(quants)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", default="16,128,512")
+    p.add_argument("--kn", default="4096x4096,4096x1024,4096x14336,14336x4096")
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args(argv)
+    ms = [int(v) for v in args.m.split(",")]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
+    tiles = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS, **getattr(launch, "SPLIT_CONFIGS", {})}
+    rng = np.random.default_rng(0)
+    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
+          f"median kernel us of {args.reps} evaluated calls")
+    for k, n in shapes:
+        w = mx.array(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)).astype(mx.bfloat16)
+        qw = QuantizedWeight.from_float(w, 64, per_channel=True)
+        wq, sq, bq = mx.quantize(w, group_size=64, bits=8)
+        mx.eval(w, qw.q, wq, sq, bq)
+        for m in ms:
+            x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+            xq, xs, xr = launch.quantize(x, row_sum=True)
+            mx.eval(x, xq, xs, xr)
+            row = {}
+            row["bf16"] = timed(lambda: x @ w.T, args.reps)[0]
+            row["qmm"] = timed(lambda: mx.quantized_matmul(x, wq, sq, bq, transpose=True,
+                                                           group_size=64, bits=8), args.reps)[0]
+            row["quantize"] = timed(lambda: launch.quantize(x, row_sum=True)[0], args.reps)[0]
+            for name, cfg in tiles.items():
+                if getattr(cfg, "split", 1) > -(-k // 128):
+                    continue
+                row[name] = timed(lambda: launch.gemm_per_channel(
+                    xq, xs, qw, None, mx.bfloat16, cfg, row_sums=xr), args.reps)[0]
+            best = min((v, kname) for kname, v in row.items() if kname not in ("bf16", "qmm", "quantize"))
+            print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
+                  + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
