@@ -45,6 +45,7 @@ CATEGORIES = (
     ("w8a8_quantize", "w8a8 quantize"),
     ("w8a8_gemv", "w8a8 gemv"),
     ("w8a8_gemm", "w8a8 gemm"),
+    ("gemv", "mlx gemv"),
     ("qmm", "mlx qmm"),
     ("qmv", "mlx qmm"),
     ("affine", "mlx qmm"),
