@@ -2,21 +2,21 @@
 (CUPTI through ``torch.profiler``), not the wall clock of a chain of launches.
 
 For each ``--m`` and each ``--kn`` shape (K x N), every warp-specialized tile
-(``WS_CONFIGS``, ``TMA_CONFIGS``, and ``SPLIT_CONFIGS`` where the tree has them) runs the per-channel W8A8 GEMM on
-activations quantized once, ``--reps`` launches each evaluated alone; the same for
+(``WS_CONFIGS``, ``TMA_CONFIGS``) runs the per-channel W8A8 GEMM on activations
+quantized once, ``--reps`` launches each evaluated alone; the same for
 ``mx.quantized_matmul`` (8-bit, group 64) and the bfloat16 ``x @ w.T``. Printed per shape
 and arm: the median kernel time in microseconds (for bf16 and qmm: every kernel of the
 call summed), and the quantize kernel's. The wall clock of a model or of the tuner's
 chains adds MLX's per-launch host cost to these; where a model waits for its GPU (a
 prefill evaluated as one CUDA graph), these are what it waits for.
 
-Run with ``MLX_USE_CUDA_GRAPHS=0`` where cluster kernels are among the tiles: MLX's graph
-cache updates a cached graph in place when the next one has the same shape, and a
-kernel node that held a cluster kernel (``__cluster_dims__``) keeps its cluster size
-when updated to another kernel (docs/cuda.md).
+The eighth set's run D used this script's version on the branch ``splitk-clusters``
+(commit 830cd38), which also timed the split-K cluster tiles there, with
+``MLX_USE_CUDA_GRAPHS=0``: MLX's graph cache leaves a cluster kernel's cluster size on its
+graph node for the next kernel (docs/cuda.md).
 
-Usage: ``MLX_USE_CUDA_GRAPHS=0 python bench/tile_gpu_time.py [--m 16,128,512]
-[--kn 4096x4096,4096x1024] [--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
+Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
+[--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
-    tiles = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS, **getattr(launch, "SPLIT_CONFIGS", {})}
+    tiles = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}
     rng = np.random.default_rng(0)
     print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
           f"median kernel us of {args.reps} evaluated calls")
@@ -83,8 +83,6 @@ def main(argv=None) -> int:
                                                            group_size=64, bits=8), args.reps)[0]
             row["quantize"] = timed(lambda: launch.quantize(x, row_sum=True)[0], args.reps)[0]
             for name, cfg in tiles.items():
-                if getattr(cfg, "split", 1) > -(-k // 128):
-                    continue
                 row[name] = timed(lambda: launch.gemm_per_channel(
                     xq, xs, qw, None, mx.bfloat16, cfg, row_sums=xr), args.reps)[0]
             best = min((v, kname) for kname, v in row.items() if kname not in ("bf16", "qmm", "quantize"))
