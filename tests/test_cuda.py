@@ -525,6 +525,36 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 
+@pytest.mark.parametrize("ns,lead,dtype,with_bias,per_channel,group_size", [
+    ((4096, 1024, 1024), (1, 1), "bfloat16", False, True, 64),  # q/k/v at a decode step
+    ((8714, 8714), (1,), "float32", True, True, 64),  # each member wraps the grid's warps
+    ((264, 40, 257), (2, 8), "float16", True, False, 32),  # M = 16; N % RW != 0 (257)
+    ((1000, 1002), (3,), "bfloat16", False, False, 128),  # M = 3 (bucket 4), grouped
+])
+def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, per_channel, group_size):
+    """One fused GEMV launch for 2-3 weights fed the same x (gemv.cu fused_*_group*): each
+    output is bit-identical (NaN where x's special rows give NaN) to that weight's own
+    fused launch and within the oracle's bound; every member's rows are written (an
+    unwritten element of the uninitialised outputs fails the comparison)."""
+    k = 1088
+    m = int(np.prod(lead))
+    assert launch.gemv_fuses(m, k)
+    x = activation(rng, m, k, dtype).reshape(*lead, k)
+    members = []
+    for n in ns:
+        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+                if with_bias else None)
+        members.append((make_weight(rng, n, k, group_size, per_channel, dtype), bias))
+    ys = launch.bind_gemv_fused_group(m, k, members, x.dtype, lead)(x)
+    x2 = x.reshape(m, k)
+    for (weight, bias), y in zip(members, ys):
+        assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
+        alone = launch.gemv(x2, weight, bias, fused=True)
+        assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
+        want, bound = oracle.linear(host(x2), weight, None if bias is None else host(bias))
+        oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
+
+
 @pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma",
                                   "cuda_w8a8_gemm_grouped", "cuda_int8_gemv"])
 @pytest.mark.parametrize("lead", [(2, 3), (1, 1), (3, 1, 5)])
@@ -548,10 +578,13 @@ def test_bound_launches_take_any_leading_shape(rng, name, lead):
     assert mx.array_equal(y.reshape(m, n), want, equal_nan=True).item()
 
 
-@pytest.mark.parametrize("kernel", ["cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma"])
-def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel):
-    """q/k/v and gate/up of a converted block, a warp-specialized kernel chosen for
-    every shape: each member's output is bit-identical to its own launch."""
+@pytest.mark.parametrize("kernel,lead", [("cuda_w8a8_gemm_ws", (2, 77)),
+                                         ("cuda_w8a8_gemm_tma", (2, 77)),
+                                         ("cuda_int8_gemv", (1, 1)), ("cuda_int8_gemv", (2, 5))])
+def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel, lead):
+    """q/k/v and gate/up of a converted block, one kernel chosen for every shape (the
+    warp-specialized GEMMs at prefill, the fused GEMV at decode sizes): each member's
+    output is bit-identical to its own launch."""
     import mlx.nn as nn
 
     import mlx_w8a8 as w8
@@ -572,10 +605,11 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel):
     previous = registry.set_chooser(lambda problem, found: (ws, "test") if ws in found else None)
     try:
         siblings.clear()
-        x = activation(rng, 2 * 77, 1024, "bfloat16").reshape(2, 77, 1024)
+        m = lead[0] * lead[1]
+        x = activation(rng, m, 1024, "bfloat16").reshape(*lead, 1024)
         names = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
         outs = [block[name](x) for name in names]
-        assert block.q_proj.decision(154)[1] == "test+siblings"
+        assert block.q_proj.decision(m)[1] == "test+siblings"
         for name, y in zip(names, outs):
             layer = block[name]
             layer.kernel = kernel  # forced: runs alone

@@ -199,6 +199,25 @@ def kernel_builds() -> list[KernelBuild]:
             if fused:
                 tpl += (("SMEM_BYTES", mm * 4096),)
             out.append(KernelBuild("gemv.cu", body, ins, (("y", tpl[0][1]),), tpl))
+    # Sibling launches of the fused GEMV: every body at M = 1 (decode), half of them at
+    # M = 16 (the largest bucket: the most accumulators per warp).
+    for i, (fmt, g, bias) in enumerate((f, g, b) for f in ("channel", "grouped")
+                                       for g in (2, 3) for b in (False, True)):
+        body = f"fused_{fmt}_group{g}" + ("_bias" if bias else "")
+        for mm in (1, 16) if i % 2 else (1,):
+            ins = (("x", "bfloat16", 2),)
+            tpl = (("T", "bfloat16"),)
+            if fmt == "grouped":
+                tpl += (("ST", "float16"), ("GS", 64))
+            for m in range(g):
+                ins += ((f"w{m}", "uint32", 2),)
+                ins += ((f"ws{m}", "float32", 1),) if fmt == "channel" else (
+                    (f"ws{m}", "float16", 2), (f"wo{m}", "float32", 2))
+                if bias:
+                    ins += ((f"bias{m}", "float32", 1),)
+            tpl += (("MM", mm), ("RW", launch.gemv_rows_per_warp(mm)), ("SMEM_BYTES", mm * 4096))
+            out.append(KernelBuild("gemv.cu", body, ins,
+                                   tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
     return out
 
 
@@ -472,6 +491,43 @@ def _launch_all():
             for fused in (True, False):
                 launch.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight,
                             bias if m % 2 else None, fused=fused)
+    # The fused GEMV's sibling launches: both formats, 2 and 3 weights, bias or not.
+    gr2 = QuantizedWeight.from_float(mx.random.normal((40, 256)).astype(mx.float16), 32,
+                                     per_channel=False)
+    for m, lead in ((1, (1, 1)), (16, (2, 8))):
+        x = mx.zeros((*lead, 256), dtype=mx.bfloat16)
+        for members in ([(pc, None), (pc2, None)], [(pc, bias), (pc2, bias), (pc, bias)],
+                        [(gr, None), (gr2, None), (gr, None)], [(gr, bias), (gr2, bias)]):
+            ys = launch.bind_gemv_fused_group(m, 256, members, mx.bfloat16, lead)(x)
+            assert [y.shape for y in ys] == [(*lead, w.n) for w, _ in members]
+
+
+def test_gemv_sibling_launch_refuses_what_it_cannot_take():
+    """The fused GEMV's sibling spec names the op, the value and what is valid: 2-3
+    weights, one K / format / group size, bias on all or none, x within shared memory."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    def weight(n, k, per_channel=True, gs=64):
+        return QuantizedWeight.from_float(mx.random.normal((n, k)), gs, per_channel=per_channel)
+
+    pc, bias = weight(64, 256), mx.zeros((64,))
+    cases = [
+        ([(pc, None)], "takes 2 to 3 weights, got 1"),
+        ([(pc, None)] * 4, "takes 2 to 3 weights, got 4"),
+        ([(pc, bias), (pc, None)], r"all have a bias or none, got \[True, False\]"),
+        ([(pc, None), (weight(64, 512), None)], "share K = 256.*got K=512"),
+        ([(pc, None), (weight(64, 256, False), None)], "format=grouped"),
+        ([(pc, None), (weight(64, 256, True, 32), None)], "group_size=32"),
+    ]
+    for members, match in cases:
+        with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv\] .*" + match):
+            launch.gemv_fused_group_spec(1, 256, members, mx.bfloat16)
+    big = weight(64, 8192)
+    assert not launch.gemv_fuses(16, 8192)
+    with pytest.raises(ValueError, match="fused kernel: needs .* got M=16, K=8192"):
+        launch.gemv_fused_group_spec(16, 8192, [(big, None), (big, None)], mx.bfloat16)
 
 
 def test_launch_plans_are_compiled_and_consistent(monkeypatch):
@@ -1013,6 +1069,62 @@ def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
             # of 128 x 32 (the summed N = 384 has 12 of them, fewer than fill the SMs)
             assert launch.ws_tile_for(128, 384).bn == 32
             assert group["grid"][0] // group["threadgroup"][0] == 12
+    finally:
+        registry.set_chooser(previous)
+
+
+def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
+    """gate/up linked, the GEMV chosen: at a decode step ([1, 1, K]) the first member
+    called makes one fused_channel_group2 launch (x quantized inside it: no quantize
+    launch) with both weights, x as it is and an output per member; the second member
+    launches nothing. Its grid deals the summed rows as one weight's would be dealt. Where
+    x does not fit the fused kernel (M = 16, K = 8192) the group shares one quantize
+    launch and each member launches its own GEMV."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+
+    class Mlp(nn.Module):
+        def __init__(self, k, n):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(k, n, bias=False), nn.Linear(k, n, bias=False)
+
+    gemv = registry.get("linear", "cuda_int8_gemv")
+    previous = registry.set_chooser(lambda problem, found: (gemv, "test") if gemv in found else None)
+    try:
+        mlp = Mlp(256, 1000)
+        w8.quantize(mlp)
+        siblings.clear()
+        for _ in range(2):  # bound on the first call, reused on the second
+            x = mx.zeros((1, 1, 256), dtype=mx.bfloat16)
+            start = len(rec.launches)
+            outs = [mlp.gate_proj(x), mlp.up_proj(x)]
+            plans = rec.launches[start:]
+            assert [p["name"] for p in plans] == ["w8a8_gemv_fused_channel_group2"]
+            assert plans[0]["arrays"][0] is x
+            assert plans[0]["outputs"] == ["y0", "y1"]
+            weights = [a for a in plans[0]["arrays"] if a.dtype == mx.uint32]
+            assert [w is layer.weight for w, layer in
+                    zip(weights, (mlp.gate_proj, mlp.up_proj))] == [True, True]
+            assert [y.shape for y in outs] == [(1, 1, 1000), (1, 1, 1000)]
+            # 2 x 250 steps of RW = 4 rows: 500 warps, 63 blocks of 8 (the 1000-row weight
+            # alone: 250 warps, 32 blocks)
+            assert plans[0]["grid"][0] // plans[0]["threadgroup"][0] == 63
+        assert mlp.gate_proj.decision(1)[1] == "test+siblings"
+
+        big = Mlp(8192, 64)
+        w8.quantize(big)
+        x = mx.zeros((16, 8192), dtype=mx.bfloat16)
+        start = len(rec.launches)
+        outs = [big.gate_proj(x), big.up_proj(x)]
+        assert [p["name"] for p in rec.launches[start:]] == [
+            "w8a8_quantize_plain", "w8a8_gemv_channel", "w8a8_gemv_channel"]
+        assert [y.shape for y in outs] == [(16, 64), (16, 64)]
     finally:
         registry.set_chooser(previous)
 

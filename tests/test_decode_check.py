@@ -3,6 +3,7 @@ model's own decode loop faster than the reference kernel."""
 
 import time
 
+import attrs
 import mlx.core as mx
 import pytest
 
@@ -154,3 +155,84 @@ def test_a_kernel_must_win_most_rounds_not_just_the_median(env, monkeypatch, gro
     assert result.groups  # down_proj's shape, and those borrowing its decision
     for g in result.groups:
         assert g.kept is kept and (g.low >= 1.0) is kept and g.ratio > 1.02
+
+
+# Sibling launches (q/k/v, gate/up as one launch): decided, judged and rewritten under the
+# summed problem; off, the members run alone on their own decisions.
+GROUP_FAKES = ("group_slow", "group_fast")
+
+
+def group_candidate(name, seconds, launches):
+    """A linear candidate with a multi-weight form (``bind_group``) whose launch computes
+    each member with ``mx.quantized_matmul`` after ``seconds`` of host time, counted."""
+    def bind_group(problem, members, lead=None):
+        def apply(x):
+            launches.append(len(members))
+            time.sleep(seconds)
+            return [QMM.run(x, w, b) for w, b in members]
+        return None, None, apply
+    return Candidate(name=name, backend="any", op="linear", run=QMM.run, digest=f"d-{name}",
+                     w8a8=False, bind_group=bind_group)
+
+
+@pytest.fixture
+def group_env(env):
+    yield env
+    for name in GROUP_FAKES:
+        registry.unregister("linear", name)
+
+
+def choose_problem_at_m1(tuner, problem, name):
+    entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
+    entry["choice"] = name
+    tuner.record(tuner.claim(problem), entry)
+
+
+def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(group_env):
+    model = converted()
+    launches = []
+    registry.register(group_candidate("group_slow", SLEEP, launches))
+    qkv = model.model.layers[0].self_attn.q_proj.problem(1, mx.float32)
+    qkv = attrs.evolve(qkv, n=128 + 64 + 64)  # q + k + v: 256 x 128
+    choose_problem_at_m1(group_env, qkv, "group_slow")
+    attn = model.model.layers[0].self_attn
+    result = tuning.check_decode(model, group_env, steps=3, prompt=4, rounds=3)
+    assert launches, "the group launch never ran"
+    # q/k/v summed (256 x 128, measured) and gate/up summed (512 x 128, borrowing it) are
+    # judged as groups; o_proj and down_proj (alone) borrow the decision too and are
+    # judged under their own shapes. lm_head (256 x 128 alone) is decided, so judged, by
+    # the q/k/v sum's entry.
+    summed = [g for g in result.groups if g.problem.n in (256, 512)]
+    assert sorted((g.problem.n, g.problem.k) for g in summed) == [(256, 128), (512, 128)]
+    for g in summed:
+        assert g.tuned == "group_slow" and not g.kept and g.ratio < 1.0
+        assert not any(path.endswith(("o_proj", "down_proj")) for path in g.layers)
+    qkv_group = next(g for g in result.groups if g.problem == qkv)
+    assert set(qkv_group.layers) >= {"model.layers.0.self_attn.q_proj",
+                                     "model.layers.0.self_attn.k_proj",
+                                     "model.layers.1.self_attn.v_proj"}
+    hit = group_env.lookup(qkv)
+    assert hit.choice == "mlx_qmm" and not hit.entry["decode_check"]["kept"]
+    for layer in (attn.q_proj, attn.k_proj, attn.v_proj):  # alone from now on
+        name, source = layer.decision(1, mx.float32)
+        assert name == "mlx_qmm" and "siblings" not in source and layer.kernel is None
+
+
+def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kernels(group_env):
+    # q/k/v alone would run a host-heavy kernel (their own shapes' decision), so the one
+    # launch is faster than that, though not faster than mx.quantized_matmul alone
+    # would be: judged against the reference itself it would be replaced.
+    model = converted()
+    launches = []
+    registry.register(group_candidate("group_fast", 0.0, launches))
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+    attn = model.model.layers[0].self_attn
+    choose_at_m1(group_env, attn.q_proj, "host_heavy")  # 128 x 128; k/v (64 x 128) borrow it
+    qkv = attrs.evolve(attn.q_proj.problem(1, mx.float32), n=256)
+    choose_problem_at_m1(group_env, qkv, "group_fast")
+    result = tuning.check_decode(model, group_env, steps=3, prompt=4, rounds=3)
+    g = next(g for g in result.groups if g.problem == qkv)
+    assert g.tuned == "group_fast" and g.kept and g.ratio > 1.02
+    assert group_env.lookup(qkv).entry["decode_check"]["kept"]
+    assert attn.q_proj.decision(1, mx.float32) == ("group_fast", "table+siblings")

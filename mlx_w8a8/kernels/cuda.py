@@ -27,7 +27,8 @@ device is the GPU; importing this module never needs CUDA):
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
   over the stored codes; one launch (each block quantizes x into shared memory) when
-  ``M x K`` fits, else quantize + GEMV.
+  ``M x K`` fits, else quantize + GEMV. Sibling layers (``bind_group``) run as one
+  launch of the fused kernel where it applies.
 
 Every linear candidate whose activation quantization is a launch of its own offers
 ``stages`` (``registry.Candidate``) so layers fed the same ``x`` quantize it once; the
@@ -70,6 +71,7 @@ from .cuda_launch import (
     bind_gemm_per_channel,
     bind_gemm_ws_group,
     bind_gemv_fused,
+    bind_gemv_fused_group,
     bind_gemv_quantized,
     bind_quantize,
     cuda_available,
@@ -242,6 +244,18 @@ def _gemv_bind(p: registry.Problem, weight, bias, lead=None):
             bind_gemv_quantized(p.m, weight, bias, dtype, lead))
 
 
+def _gemv_bind_group(p: registry.Problem, members, lead=None):
+    # p: the siblings' summed problem. Where x fits the fused kernel's shared memory, one
+    # launch for all members; otherwise the shared quantize and each member's own GEMV
+    # launch (what the members alone would run, so nothing is lost).
+    dtype = getattr(mx, p.dtype)
+    if gemv_fuses(p.m, p.k):
+        return None, None, bind_gemv_fused_group(p.m, p.k, members, dtype, lead)
+    applies = [bind_gemv_quantized(p.m, w, b, dtype, lead) for w, b in members]
+    return (PLAIN, bind_quantize(p.m, p.k, dtype, lead=lead),
+            lambda acts: [apply(acts) for apply in applies])
+
+
 # Capability checks (cheap; no device memory touched) ------------------------------------
 def _float_k_ok(p: registry.Problem) -> bool:
     return p.dtype in FLOAT_DTYPES and p.m >= 1 and p.k % GEMM_K_MULTIPLE == 0 and 0 < p.k < MAX_K
@@ -364,10 +378,11 @@ _CANDIDATES = (
              f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )
 
-# Sibling launches (registry.Candidate.bind_group): only the warp-specialized GEMMs have
-# the multi-weight bodies (gemm_ws.cu group2/group3 and their tma_ forms).
+# Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
+# bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemv.cu fused_*_group2/3).
 _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
-                "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group}
+                "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
+                "cuda_int8_gemv": _gemv_bind_group}
 
 for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:
     registry.register(

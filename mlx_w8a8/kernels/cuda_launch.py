@@ -633,6 +633,61 @@ def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
                       [(*lead, n)], [dtype], (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
 
 
+def gemv_fused_group_spec(m: int, k: int, members, dtype: mx.Dtype,
+                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One fused GEMV launch computing several linears of the same activation ``x``
+    (``[M, K]`` of ``dtype``, ``M <= 16``, :func:`gemv_fuses`): sibling projections.
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` ``[N_g, K]``, all
+            per-channel or all grouped with one group size; bias ``[N_g]`` or ``None``,
+            all or none of them set).
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
+        each equal bit for bit to the member's own :func:`gemv_fused_spec` launch.
+    """
+    op = "[mlx_w8a8.cuda_int8_gemv]"
+    members = list(members)
+    if not 2 <= len(members) <= MAX_SIBLINGS:
+        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
+                         f"got {len(members)}")
+    if len({b is not None for _, b in members}) != 1:
+        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
+                         f"{[b is not None for _, b in members]}")
+    first = members[0][0]
+    for w, _ in members:
+        if w.k != k or w.format != first.format or w.group_size != first.group_size:
+            raise ValueError(f"{op} sibling weights must share K = {k}, the format and the "
+                             f"group size, got K={w.k}, format={w.format}, "
+                             f"group_size={w.group_size} (first: {first.format}, "
+                             f"group_size={first.group_size})")
+    if not gemv_fuses(m, k):
+        raise ValueError(f"{op} the sibling launch is the fused kernel: needs "
+                         f"bucket(M) * K <= {GEMV_FUSED_MAX_SMEM}, got M={m}, K={k}")
+    lead = _lead(m, lead)
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    tail, names, template = [], ["x"], None
+    for g, (w, b) in enumerate(members):
+        w_inputs, w_names, template, body = _gemv_weight(w, b, dtype)
+        tail += w_inputs
+        names += [f"{name}{g}" for name in w_names]
+    # the member's own body ("channel", "grouped_bias", ...) -> "fused_channel_group2", ...
+    base = body.removesuffix("_bias")
+    body = f"fused_{base}_group{len(members)}" + body[len(base):]
+    ns = [w.n for w, _ in members]
+    smem = mm * k
+    outs = tuple(f"y{g}" for g in range(len(members)))
+    kern = _kernel("gemv.cu", body, tuple(names), outs, smem)
+    warps = sum(-(-n // rw) for n in ns)
+    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
+    return LaunchSpec(kern, tuple(tail),
+                      template + [("MM", mm), ("RW", rw), ("SMEM_BYTES", smem)],
+                      [(*lead, n) for n in ns], [dtype] * len(ns),
+                      (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
+
+
 def gemv_quantized_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                         lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The two-launch GEMV's second launch (activations ``xq, xs``, ``M <= 16``)."""
@@ -836,6 +891,18 @@ def bind_gemv_fused(m: int, k: int, weight, bias, dtype: mx.Dtype,
     def run(x):
         return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
                     output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
+    return run
+
+
+def bind_gemv_fused_group(m: int, k: int, members, dtype: mx.Dtype,
+                          lead: tuple[int, ...] | None = None):
+    """``f(x) -> [y_0, y_1, ...]``: :func:`gemv_fused_group_spec`'s launch on ``x``."""
+    kern, tail, template, shapes, dtypes, grid, tg = gemv_fused_group_spec(m, k, members, dtype,
+                                                                           lead)
+
+    def run(x):
+        return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
+                    output_dtypes=dtypes, grid=grid, threadgroup=tg)
     return run
 
 

@@ -20,6 +20,11 @@ imported) in paired, alternating rounds:
 - one variant per such group: that group on its tuned kernel, the others on the
   reference.
 
+Sibling layers that run as one launch (:mod:`mlx_w8a8.siblings`: q/k/v, gate/up) are
+decided by their summed problem's entry, so they are grouped, judged and rewritten under
+that problem; off, each member runs alone on its own decision (what runs once the summed
+entry says the reference), not necessarily on the reference itself.
+
 A group keeps its tuned kernel only if its variant decodes faster than ``reference`` by
 the tuner's margin (median of the per-round ratios) and in at least three rounds of four
 (lower quartile of the ratios >= 1); otherwise its M = 1 entry is
@@ -197,12 +202,22 @@ def check_decode(
     groups: dict[Problem, list[tuple[str, Any]]] = {}
     tuned: dict[Problem, str] = {}
     reference: dict[Problem, str] = {}
+    alone: dict[int, str] = {}  # sibling-launch members: the kernel each runs by itself
     for path, layer in layers:
         dtype = _decode_dtype(layer)
         if layer.kernel is not None or dtype is None:
             continue  # forced by the user, or not on the decode path
-        problem = layer.problem(1, dtype)
-        name, _ = layer.decision(1, dtype)
+        found = layer._group_decision(1, dtype)
+        if found is not None:
+            # One launch with its siblings, decided by their summed problem's entry: that
+            # entry is what is judged and rewritten, and the members' own decisions are
+            # what runs if it is.
+            candidate, _, _, problem = found
+            name = candidate.name
+            alone[id(layer)] = registry.decide(layer.problem(1, dtype))[0].name
+        else:
+            problem = layer.problem(1, dtype)
+            name, _ = layer.decision(1, dtype)
         fallback = registry.fallback(problem).name
         if name != fallback:
             groups.setdefault(problem, []).append((path, layer))
@@ -219,7 +234,9 @@ def check_decode(
         keep = variants[name]
         for p in problems:
             for _, layer in groups[p]:
-                want = None if p == keep else reference[p]
+                # Off: the reference, or for a sibling-launch member its own decision,
+                # forced (a forced member runs alone).
+                want = None if p == keep else alone.get(id(layer), reference[p])
                 if layer.kernel != want:
                     layer.kernel = want
 

@@ -18,11 +18,12 @@
 // weight rows. kUnroll chunks per row are loaded before any is used, so every warp keeps
 // several 16-byte loads in flight (the kernel is latency/bandwidth bound).
 //
-// Two entry points: `gemv` reads activation codes quantized by the quantize kernel (two
+// Entry points: `gemv` reads activation codes quantized by the quantize kernel (two
 // launches); `gemv_fused` (one launch) has every block quantize all M rows of x into
 // shared memory first (M * K bytes, at most a few tens of KiB; redundant across blocks,
 // but x is tiny next to the weight and L2-resident) and then walks weight rows
-// persistently (grid about 2 blocks per SM).
+// persistently (a grid of at most one block per SM); `gemv_fused_group` is gemv_fused for
+// 2 or 3 weights fed the same x (sibling projections: q/k/v, gate/up) in one launch.
 //
 // Invariants the launcher guarantees: 1 <= M <= MM, K % 16 == 0 (K % GS == 0 grouped),
 // rows 16-byte aligned, blockDim.x a multiple of 32; fused: dynamic shared memory holds
@@ -218,6 +219,47 @@ __device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const 
                                          warps * RW);
 }
 
+// The weights of a sibling launch (q/k/v, gate/up: 2 or 3 members fed the same x):
+// member g is w[g] [n[g], K/4] codes with its scales ws[g], offsets wo[g] (grouped; null
+// per-channel), bias[g] (null without) and output y[g] [M, n[g]]. Members are selected
+// with unrolled compile-time indices only (a runtime index would put the arrays in
+// local memory).
+template <typename T, typename ST, int G>
+struct GemvMembers {
+  const uint32_t* w[G];
+  const ST* ws[G];
+  const float* wo[G];
+  const float* bias[G];
+  T* y[G];
+  int n[G];
+};
+
+// gemv_fused for G weights in one launch: x is quantized once per block, then the warps
+// walk the members' rows as if they were one weight of N = sum n[g] rows (global step
+// s = the member's first step + its local step goes to warp s % warps, so the work is
+// dealt exactly as the summed weight's would be when each n[g] is a multiple of RW).
+// Each output element is computed by the same gemv_rows code as the member's own launch,
+// so the outputs equal the members' single launches bit for bit.
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST, int G>
+__device__ __forceinline__ void gemv_fused_group(const T* x, const GemvMembers<T, ST, G>& ms,
+                                                 int M, int K) {
+  extern __shared__ __align__(16) unsigned char w8a8_smem[];
+  __shared__ float x_scale[MM];
+  int8_t* xq = reinterpret_cast<int8_t*>(w8a8_smem);
+  quantize_rows_block<T>(x, M, K, xq, x_scale);
+  __syncthreads();  // every warp reads every row's codes and scale (hazard as gemv_fused)
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int warps = (gridDim.x * blockDim.x) >> 5;
+  int first = 0;  // steps of RW rows before member g
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int start = ((warp - first % warps) + warps) % warps;
+    gemv_rows<MM, RW, GS, HAS_BIAS, T, ST>(xq, x_scale, ms.w[g], ms.ws[g], ms.wo[g], ms.bias[g],
+                                           M, ms.n[g], K, ms.y[g], start * RW, warps * RW);
+    first += (ms.n[g] + RW - 1) / RW;
+  }
+}
+
 }  // namespace w8a8
 
 // @@ body channel
@@ -255,3 +297,93 @@ w8a8::gemv_fused<MM, RW, GS, false, T, ST>(x, w, ws, wo, nullptr, w8a8::rows(x_s
 // @@ body fused_grouped_bias
 w8a8::gemv_fused<MM, RW, GS, true, T, ST>(x, w, ws, wo, bias, w8a8::rows(x_shape, x_ndim), w_shape[0],
                                           x_shape[x_ndim - 1], y);
+
+// @@ body fused_channel_group2
+// Sibling launches of the fused kernels: x [M, K] float (T); member g has w<g> codes,
+// ws<g> (and wo<g> grouped, bias<g> with _bias) -> y<g> [M, N_g] T.
+w8a8::gemv_fused_group<MM, RW, 0, false, T, float, 2>(
+    x, w8a8::GemvMembers<T, float, 2>{
+        {w0, w1},
+        {ws0, ws1},
+        {nullptr, nullptr},
+        {nullptr, nullptr},
+        {y0, y1},
+        {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_channel_group2_bias
+w8a8::gemv_fused_group<MM, RW, 0, true, T, float, 2>(
+    x, w8a8::GemvMembers<T, float, 2>{
+        {w0, w1},
+        {ws0, ws1},
+        {nullptr, nullptr},
+        {bias0, bias1},
+        {y0, y1},
+        {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_channel_group3
+w8a8::gemv_fused_group<MM, RW, 0, false, T, float, 3>(
+    x, w8a8::GemvMembers<T, float, 3>{
+        {w0, w1, w2},
+        {ws0, ws1, ws2},
+        {nullptr, nullptr, nullptr},
+        {nullptr, nullptr, nullptr},
+        {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_channel_group3_bias
+w8a8::gemv_fused_group<MM, RW, 0, true, T, float, 3>(
+    x, w8a8::GemvMembers<T, float, 3>{
+        {w0, w1, w2},
+        {ws0, ws1, ws2},
+        {nullptr, nullptr, nullptr},
+        {bias0, bias1, bias2},
+        {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped_group2
+w8a8::gemv_fused_group<MM, RW, GS, false, T, ST, 2>(
+    x, w8a8::GemvMembers<T, ST, 2>{
+        {w0, w1},
+        {ws0, ws1},
+        {wo0, wo1},
+        {nullptr, nullptr},
+        {y0, y1},
+        {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped_group2_bias
+w8a8::gemv_fused_group<MM, RW, GS, true, T, ST, 2>(
+    x, w8a8::GemvMembers<T, ST, 2>{
+        {w0, w1},
+        {ws0, ws1},
+        {wo0, wo1},
+        {bias0, bias1},
+        {y0, y1},
+        {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped_group3
+w8a8::gemv_fused_group<MM, RW, GS, false, T, ST, 3>(
+    x, w8a8::GemvMembers<T, ST, 3>{
+        {w0, w1, w2},
+        {ws0, ws1, ws2},
+        {wo0, wo1, wo2},
+        {nullptr, nullptr, nullptr},
+        {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped_group3_bias
+w8a8::gemv_fused_group<MM, RW, GS, true, T, ST, 3>(
+    x, w8a8::GemvMembers<T, ST, 3>{
+        {w0, w1, w2},
+        {ws0, ws1, ws2},
+        {wo0, wo1, wo2},
+        {bias0, bias1, bias2},
+        {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
