@@ -529,7 +529,7 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
     ((4096, 1024, 1024), (1, 1), "bfloat16", False, True, 64),  # q/k/v at a decode step
     ((8714, 8714), (1,), "float32", True, True, 64),  # each member wraps the grid's warps
     ((264, 40, 257), (2, 8), "float16", True, False, 32),  # M = 16; N % RW != 0 (257)
-    ((1000, 1002), (3,), "bfloat16", False, False, 128),  # M = 3 (bucket 4), grouped
+    ((1000, 1002), (3,), "bfloat16", False, False, 64),  # M = 3 (bucket 4), grouped
 ])
 def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, per_channel, group_size):
     """One fused GEMV launch for 2-3 weights fed the same x (gemv.cu fused_*_group*): each

@@ -23,7 +23,9 @@ imported) in paired, alternating rounds:
 Sibling layers that run as one launch (:mod:`mlx_w8a8.siblings`: q/k/v, gate/up) are
 decided by their summed problem's entry, so they are grouped, judged and rewritten under
 that problem; off, each member runs alone on its own decision (what runs once the summed
-entry says the reference), not necessarily on the reference itself.
+entry says the reference), not necessarily on the reference itself. Where a replaced
+sibling launch leaves members on kernels other than the reference, a second pass judges
+those decisions the same way.
 
 A group keeps its tuned kernel only if its variant decodes faster than ``reference`` by
 the tuner's margin (median of the per-round ratios) and in at least three rounds of four
@@ -95,7 +97,8 @@ class DecodeCheck:
         groups: one :class:`GroupResult` per group whose tuned kernel was not the
             reference (empty: nothing to check).
         steps, rounds: decode steps per sample and paired rounds.
-        seconds: ``{variant: [seconds per round]}``.
+        seconds: ``{variant: [seconds per round]}`` (a second pass's variants end in
+            `` (pass 2)``).
         recorded: entries written to the tuner's writable table.
     """
 
@@ -198,80 +201,96 @@ def check_decode(
     def decode() -> float:
         return modelbench.decode(model, tokens, steps, loop)
 
-    decode()  # every layer meets M = 1 and decides
-    groups: dict[Problem, list[tuple[str, Any]]] = {}
-    tuned: dict[Problem, str] = {}
-    reference: dict[Problem, str] = {}
-    alone: dict[int, str] = {}  # sibling-launch members: the kernel each runs by itself
-    for path, layer in layers:
-        dtype = _decode_dtype(layer)
-        if layer.kernel is not None or dtype is None:
-            continue  # forced by the user, or not on the decode path
-        found = layer._group_decision(1, dtype)
-        if found is not None:
-            # One launch with its siblings, decided by their summed problem's entry: that
-            # entry is what is judged and rewritten, and the members' own decisions are
-            # what runs if it is.
-            candidate, _, _, problem = found
-            name = candidate.name
-            alone[id(layer)] = registry.decide(layer.problem(1, dtype))[0].name
-        else:
-            problem = layer.problem(1, dtype)
-            name, _ = layer.decision(1, dtype)
-        fallback = registry.fallback(problem).name
-        if name != fallback:
-            groups.setdefault(problem, []).append((path, layer))
-            tuned[problem], reference[problem] = name, fallback
-    if not groups:
-        return DecodeCheck((), steps, rounds, {}, 0)
+    passes: list = []  # each pass's GroupResults
+    all_seconds: dict = {}
+    recorded = 0
+    for _ in range(2):
+        decode()  # every layer meets M = 1 and decides
+        groups: dict[Problem, list[tuple[str, Any]]] = {}
+        tuned: dict[Problem, str] = {}
+        reference: dict[Problem, str] = {}
+        alone: dict[int, str] = {}  # sibling-launch members: the kernel each runs by itself
+        for path, layer in layers:
+            dtype = _decode_dtype(layer)
+            if layer.kernel is not None or dtype is None:
+                continue  # forced by the user, or not on the decode path
+            found = layer._group_decision(1, dtype)
+            if found is not None:
+                # One launch with its siblings, decided by their summed problem's entry:
+                # that entry is what is judged and rewritten, and the members' own
+                # decisions are what runs if it is.
+                candidate, _, _, problem = found
+                name = candidate.name
+                alone[id(layer)] = registry.decide(layer.problem(1, dtype))[0].name
+            else:
+                problem = layer.problem(1, dtype)
+                name, _ = layer.decision(1, dtype)
+            fallback = registry.fallback(problem).name
+            if name != fallback:
+                groups.setdefault(problem, []).append((path, layer))
+                tuned[problem], reference[problem] = name, fallback
+        if not groups:
+            break
 
-    problems = list(groups)
-    # variant name -> the group left on its tuned kernel (None: every group forced)
-    variants = {"reference": None, **{f"group {i}": p for i, p in enumerate(problems)}}
-    names = list(variants)
+        problems = list(groups)
+        # variant name -> the group left on its tuned kernel (None: every group forced)
+        variants = {"reference": None, **{f"group {i}": p for i, p in enumerate(problems)}}
+        names = list(variants)
 
-    def arrange(name: str) -> None:
-        keep = variants[name]
-        for p in problems:
-            for _, layer in groups[p]:
-                # Off: the reference, or for a sibling-launch member its own decision,
-                # forced (a forced member runs alone).
-                want = None if p == keep else alone.get(id(layer), reference[p])
-                if layer.kernel != want:
-                    layer.kernel = want
+        def arrange(name: str) -> None:
+            keep = variants[name]
+            for p in problems:
+                for _, layer in groups[p]:
+                    # Off: the reference, or for a sibling-launch member its own decision,
+                    # forced (a forced member runs alone).
+                    want = None if p == keep else alone.get(id(layer), reference[p])
+                    if layer.kernel != want:
+                        layer.kernel = want
 
-    def measure(name: str) -> float:
-        arrange(name)
-        return decode()
+        def measure(name: str) -> float:
+            arrange(name)
+            return decode()
 
-    try:
-        for name in names:  # untimed: plans built, kernels compiled
-            measure(name)
+        try:
+            for name in names:  # untimed: plans built, kernels compiled
+                measure(name)
 
-        def on_round(r, order, secs):
-            if progress is not None:
-                progress(f"decode check round {r + 1}/{rounds}")
+            def on_round(r, order, secs):
+                if progress is not None:
+                    progress(f"decode check round {r + 1}/{rounds}")
 
-        seconds = modelbench.alternate(names, rounds, measure, on_round)
-    finally:
-        for p in problems:
-            for _, layer in groups[p]:
-                if layer.kernel is not None:
-                    layer.kernel = None
+            seconds = modelbench.alternate(names, rounds, measure, on_round)
+        finally:
+            for p in problems:
+                for _, layer in groups[p]:
+                    if layer.kernel is not None:
+                        layer.kernel = None
 
-    margin = 1.0 + min_improvement_bps / 10000.0
-    results = []
-    for i, p in enumerate(problems):
-        ratios = [r / g for r, g in zip(seconds["reference"], seconds[f"group {i}"]) if g > 0]
-        ratio = statistics.median(ratios) if ratios else 0.0
-        low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
-        results.append(GroupResult(
-            p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
-            ratio >= margin and low >= 1.0,
-        ))
-    details = {"steps": steps, "rounds": rounds, "min_improvement_bps": min_improvement_bps}
-    recorded = record_verdicts(tuner, results, "decode_check", details, OP) if record else 0
-    return DecodeCheck(tuple(results), steps, rounds, seconds, recorded)
+        margin = 1.0 + min_improvement_bps / 10000.0
+        results = []
+        for i, p in enumerate(problems):
+            ratios = [r / g for r, g in zip(seconds["reference"], seconds[f"group {i}"])
+                      if g > 0]
+            ratio = statistics.median(ratios) if ratios else 0.0
+            low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
+            results.append(GroupResult(
+                p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
+                ratio >= margin and low >= 1.0,
+            ))
+        details = {"steps": steps, "rounds": rounds, "min_improvement_bps": min_improvement_bps}
+        if record:
+            recorded += record_verdicts(tuner, results, "decode_check", details, OP)
+        suffix = "" if not passes else f" (pass {len(passes) + 1})"
+        passes.append(results)
+        all_seconds.update({name + suffix: secs for name, secs in seconds.items()})
+        # A sibling launch replaced leaves its members on their own decisions; where one of
+        # those is not the reference it was not judged here: one more pass judges it.
+        unjudged = [layer for g in results if not g.kept for _, layer in groups[g.problem]
+                    if alone.get(id(layer), g.reference) != g.reference]
+        if not (record and unjudged):
+            break
+    return DecodeCheck(tuple(g for results in passes for g in results), steps, rounds,
+                       all_seconds, recorded)
 
 
 def record_verdicts(tuner: Tuner, results, key: str, details: dict, op: str = OP) -> int:
