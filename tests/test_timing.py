@@ -93,6 +93,23 @@ def test_argument_errors():
         timing.paired_measure([("a", lambda x: x)], [], pairs=1)
 
 
+def test_select_fastest_prefers_within_the_margin_of_the_fastest():
+    ref, pick = "mlx_qmm", timing.select_fastest
+    times = {ref: 100.0, "alone": 60.0, "group": 61.0, "group_b": 61.1}
+    # 61 * 0.98 <= 60: within the 2 % margin of the fastest -> the preferred one
+    assert pick(times, ref, 200, prefer={"group", "group_b"}) == "group"
+    assert pick(times, ref, 200) == "alone"  # nothing preferred
+    # 62 * 0.98 > 60: clearly slower than the fastest -> the fastest stays
+    assert pick({ref: 100.0, "alone": 60.0, "group": 62.0}, ref, 200, prefer={"group"}) == "alone"
+    # the preferred one must still beat the reference by the margin
+    assert pick({ref: 100.0, "alone": 97.0, "group": 98.5}, ref, 200, prefer={"group"}) == "alone"
+    assert pick({ref: 100.0, "alone": 99.0, "group": 99.5}, ref, 200, prefer={"group"}) == ref
+    # the fastest already preferred: kept; the reference itself is never "preferred" in
+    both = {"group", "other"}
+    assert pick({ref: 100.0, "group": 50.0, "other": 51.0}, ref, 200, prefer=both) == "group"
+    assert pick({ref: 50.5, "alone": 50.0}, ref, 0, prefer={ref}) == "alone"
+
+
 def test_select_fastest_requires_the_minimum_improvement():
     ref = "mlx_qmm"
     # slower challenger: never chosen

@@ -13,7 +13,7 @@ import mlx_w8a8
 from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate, Problem
-from mlx_w8a8.tuning import gate, prior, table
+from mlx_w8a8.tuning import gate, prior, table, timing
 from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 
 PROBLEM = Problem("linear", 2, 32, 64, "float32", "per_channel", 32)
@@ -144,6 +144,22 @@ def test_win_below_the_minimum_improvement_is_not_chosen(env):
     loose = tuner(env, config=TuneConfig(pairs=5, warmup=1, chain=1, rotate=2,
                                          min_improvement_bps=500))
     assert loose.tune(PROBLEM, candidates=only("marginal"), force=True).choice == "marginal"
+
+
+def test_a_multi_weight_form_is_preferred_within_the_margin(env):
+    # "spy_a" (3 ms) is slower than "fast" (2 ms) but within a 50 % margin of it, and
+    # beats the reference (12 ms) by the margin; only "spy_a" has a multi-weight form
+    # (bind_group), which a sibling group's summed shape needs to run as one launch.
+    slow_reference(0.012)
+    fake("fast", sleeper(0.002))
+    fake("spy_a", sleeper(0.003), bind_group=lambda problem, members, lead=None: None)
+    wide = TuneConfig(pairs=5, warmup=1, chain=1, rotate=2, min_improvement_bps=5000)
+    out = tuner(env, config=wide).tune(PROBLEM, candidates=only("fast", "spy_a"))
+    times = {n: c["median_ns"] for n, c in out.entry["candidates"].items() if "median_ns" in c}
+    assert times["fast"] < times["spy_a"] <= times["mlx_qmm"] / 2
+    assert out.choice == "spy_a"
+    # the control: without the preference the fastest wins
+    assert timing.select_fastest(times, "mlx_qmm", 5000) == "fast"
 
 
 def test_crashing_challengers_are_skipped(env):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import attrs
 import mlx.core as mx
@@ -211,7 +211,8 @@ def paired_measure(
 
 
 def select_fastest(
-    medians: dict[str, float], reference: str, min_improvement_bps: float
+    medians: dict[str, float], reference: str, min_improvement_bps: float,
+    prefer: Collection[str] = (),
 ) -> str:
     """The fastest candidate, if it beats ``reference`` by ``min_improvement_bps``.
 
@@ -219,10 +220,19 @@ def select_fastest(
     ``t_c <= t_ref * (1 - bps / 10000)``; otherwise (or when the reference has no
     finite time and nothing else does either) the reference stays.
 
+    The same margin is the tuner's notion of "not clearly faster" between challengers:
+    when the fastest is not in ``prefer`` but a challenger in ``prefer`` is within the
+    margin of it (``t_p * (1 - bps / 10000) <= t_fastest``), the fastest such one is
+    chosen instead, provided it beats the reference by the margin itself. The tuner
+    prefers candidates with a multi-weight form (``Candidate.bind_group``): for a
+    sibling group's summed shape only those launch the group as one, which per-shape
+    timing cannot see (the sibling check then judges it in the model).
+
     Args:
         medians: ``{name: median seconds or ns}``; non-finite values are ignored.
         reference: the name kept when no challenger wins clearly.
         min_improvement_bps: the margin in basis points (100 bps = 1 %).
+        prefer: challengers chosen over a faster one within the margin.
 
     Raises:
         ValueError: if ``min_improvement_bps`` is negative or >= 10000.
@@ -237,9 +247,16 @@ def select_fastest(
     fastest = min(finite, key=lambda n: (finite[n], n != reference))
     if fastest == reference:
         return reference
+    keep = 1.0 - min_improvement_bps / 10000.0
+    preferred = [n for n in finite if n in prefer and n != reference
+                 and finite[n] * keep <= finite[fastest]]
+    if fastest not in prefer and preferred:
+        candidate = min(preferred, key=lambda n: finite[n])
+        if finite[candidate] <= finite.get(reference, math.inf) * keep:
+            fastest = candidate
     t_ref = finite.get(reference, math.inf)
     if not math.isfinite(t_ref):
         return fastest  # the reference could not be timed; the fastest passed the gate
-    if finite[fastest] <= t_ref * (1.0 - min_improvement_bps / 10000.0):
+    if finite[fastest] <= t_ref * keep:
         return fastest
     return reference

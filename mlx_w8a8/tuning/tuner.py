@@ -11,7 +11,8 @@ group size), after the affine-projection tuner:
    processes (a non-blocking file lock per key next to the table). A key that is
    claimed elsewhere is not measured again; the caller keeps the fallback.
 3. **measure**: the gate (:mod:`.gate`) then paired timing (:mod:`.timing`) of the
-   candidates that passed, and :func:`.timing.select_fastest`.
+   candidates that passed, and :func:`.timing.select_fastest` (within its margin of the
+   fastest, a candidate with a multi-weight form is preferred).
 4. **record** the entry (merged into the table file under its lock), or **abandon**
    on any failure: the key is released, remembered as failed for this process and
    the fallback stays. Tuning never raises into inference.
@@ -580,7 +581,10 @@ class Tuner:
                 f"reference {reference.name!r} failed while timed: {times[reference.name].detail}"
             )
         medians = {n: t.median_ns for n, t in times.items() if t.ok}
-        choice = timing.select_fastest(medians, reference.name, cfg.min_improvement_bps)
+        choice = timing.select_fastest(
+            medians, reference.name, cfg.min_improvement_bps,
+            prefer={c.name for c in passing if c.bind_group is not None},
+        )
         info = {}
         for cand in found:
             v = verdicts[cand.name]
