@@ -98,8 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "one launch and with the members alone, and keep the group launches "
                    "only where they make prefill faster (docs/tuning.md). auto: on a GPU, "
                    "where a kernel runs groups as one launch")
+    p.add_argument("--prefill-check", default="auto", choices=("auto", "on", "off"),
+                   help="with --model: prefill the model (its first --check-layers blocks) "
+                   "at each measured M >= 16 with each layer group on its table choice and "
+                   "on a challenger (mx.quantized_matmul for a W8A8 choice, else the "
+                   "fastest other kernel timed), and switch where the challenger makes "
+                   "prefill faster; per-shape timing runs launches side by side, a model's "
+                   "layers run one after another (docs/tuning.md). auto: on a GPU")
     p.add_argument("--check-layers", type=int, default=4, metavar="L",
-                   help="transformer blocks of the decode and sibling checks' model "
+                   help="transformer blocks of the decode, sibling and prefill checks' model "
                    "(default: %(default)s)")
     p.add_argument("--check-rounds", type=int, default=decode_check_mod.ROUNDS, metavar="R",
                    help="paired rounds of the decode check (default: %(default)s)")
@@ -272,6 +279,12 @@ def main(argv: list[str] | None = None, out=None) -> int:
             print("sibling check skipped: not every problem was measured", file=out)
         else:
             status = sibling_check(args, tuner, out, prefill) or status
+    prefill = prefill_check_tokens(args, m_values)
+    if args.model and prefill:
+        if saved < measured or failures:
+            print("prefill check skipped: not every problem was measured", file=out)
+        else:
+            status = prefill_check(args, tuner, out, prefill) or status
     if args.export:
         status = export(target, args.export, out) or status
     if args.show:
@@ -298,6 +311,16 @@ def sibling_check_tokens(args, m_values) -> list[int]:
         return []
     if args.sibling_check == "auto" and (table.backend() == "cpu"
                                          or not linears.group_launch_available()):
+        return []
+    return [m for m in m_values if m >= SIBLING_CHECK_MIN_M]
+
+
+def prefill_check_tokens(args, m_values) -> list[int]:
+    """The prefill lengths ``--prefill-check`` runs at (empty: it does not run): the
+    measured M >= 16, on one rank, where it is on (auto: a GPU)."""
+    if args.prefill_check == "off" or args.tp != 1:
+        return []
+    if args.prefill_check == "auto" and table.backend() == "cpu":
         return []
     return [m for m in m_values if m >= SIBLING_CHECK_MIN_M]
 
@@ -340,6 +363,18 @@ def sibling_check(args, tuner: Tuner, out, tokens: list[int]) -> int:
     return _run_check(
         "sibling check", args, tuner, out,
         lambda model, t, progress: tuning.check_siblings(
+            model, t, tokens=tokens, min_improvement_bps=args.min_improvement,
+            progress=progress),
+        f", T = {', '.join(map(str, tokens))}")
+
+
+def prefill_check(args, tuner: Tuner, out, tokens: list[int]) -> int:
+    """Run :func:`mlx_w8a8.tuning.check_prefill` at prefill lengths ``tokens``."""
+    from . import tuning
+
+    return _run_check(
+        "prefill check", args, tuner, out,
+        lambda model, t, progress: tuning.check_prefill(
             model, t, tokens=tokens, min_improvement_bps=args.min_improvement,
             progress=progress),
         f", T = {', '.join(map(str, tokens))}")

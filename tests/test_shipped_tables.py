@@ -60,10 +60,14 @@ def test_every_m1_entry_that_overrode_its_race_says_why(as_h200):
         times = {n: c["median_ns"] for n, c in e["candidates"].items() if "median_ns" in c}
         fastest = min(times, key=times.get)
         check = e.get("decode_check")
+        prefill = e.get("prefill_check")
         if check is not None:
             checked += 1
             assert e["m_bucket"] == 1 and check["tuned"] != e["reference"]
             assert e["choice"] == (check["tuned"] if check["kept"] else e["reference"])
+        elif prefill is not None and prefill["switched"]:
+            # the prefill check switched it to its challenger in the model's own prefill
+            assert e["m_bucket"] >= 16 and e["choice"] == prefill["challenger"]
         elif e["choice"] != e["reference"]:
             # a challenger wins by being fastest, or within the margin of the fastest
             # with a multi-weight form (timing.select_fastest's prefer)

@@ -353,3 +353,35 @@ def test_sibling_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, avai
         assert active is tuner and tuner.writable_path() == path
         assert "sibling check on tiny-llama's first 1 block(s), T = 16" in text
         assert "nothing to check" in text
+
+
+@pytest.mark.parametrize("flag,m,tp,want", [
+    ("on", "1,16", 1, [16]),  # forced on: the measured M >= 16
+    ("auto", "16,32", 1, []),  # auto: not on a CPU
+    ("off", "16", 1, []),
+    ("on", "1,8", 1, []),  # no prefill length measured
+    ("on", "16", 2, []),  # one rank only
+])
+def test_prefill_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, want):
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning import PrefillCheck
+
+    seen = []
+
+    def spy(model, tuner, *, tokens, **_):
+        seen.append((tokens, tuner, tuning.get_tuner()))
+        return PrefillCheck((), 10, {}, 0)
+
+    monkeypatch.setattr(tuning, "check_prefill", spy)
+    path = str(tmp_path / "t.json")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", m, "--tp", str(tp),
+                      "--prefill-check", flag, "--sibling-check", "off", "--decode-check",
+                      "off", "--check-layers", "1", "--table", path] + TINY)
+    assert code == 0, text
+    assert [s[0] for s in seen] == ([want] if want else [])
+    if want:
+        tokens, tuner, active = seen[0]
+        assert active is tuner and tuner.writable_path() == path
+        assert "prefill check on tiny-llama's first 1 block(s), T = 16" in text
+        assert "nothing to check" in text

@@ -32,6 +32,7 @@ from .tuner import Hit, Outcome, TuneConfig, Tuner
 from .batch import tune_model
 from .decode_check import DecodeCheck, check_decode
 from .sibling_check import SiblingCheck, check_siblings
+from .prefill_check import PrefillCheck, check_prefill
 
 __all__ = [
     "Tuner",
@@ -49,6 +50,8 @@ __all__ = [
     "DecodeCheck",
     "check_siblings",
     "SiblingCheck",
+    "check_prefill",
+    "PrefillCheck",
     "use_tuner",
     "lookup",
     "reload",

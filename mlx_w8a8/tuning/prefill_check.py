@@ -1,0 +1,271 @@
+"""Check a model's prefill decisions in the model's own prefill, against a challenger.
+
+Per-shape timing (:mod:`.timing`) runs each sample's launches side by side: MLX's CUDA
+graph has no edges between independent launches, so a kernel that leaves most SMs idle
+for a long time (``mx.quantized_matmul`` at M = 128 on an NVIDIA H200: several times
+bf16's GPU time per call) hides behind the launches next to it and wins races it loses
+in a model, where the layers' launches depend on each other. Measured there: the
+M = 128 entries chose ``mx.quantized_matmul`` for Llama-3-8B's q/k/v/o, and its kernels
+took 1216 us of GPU time in a 4-layer prefill of 128 tokens whose bf16 GEMMs took 986
+(``bench/results/h200_2026-12-01_s9_d_timeline.log``).
+
+So :func:`check_prefill` prefills the model at each ``T`` in paired, alternating rounds:
+
+- ``decided``: every layer as its table entry decided;
+- one variant per layer group (layers deciding by the same entry at that ``T``, alone:
+  members of a sibling launch are the sibling check's) with that group forced to its
+  **challenger**: the reference (``mx.quantized_matmul``) where a W8A8 kernel was chosen,
+  else the fastest other candidate the entry timed that passed the gate.
+
+A group switches to its challenger only when that variant prefills faster than
+``decided`` by the tuner's margin (median of the per-round ratios) and in at least three
+rounds of four (lower quartile >= 1); the entry then says the challenger, and either way
+it records what the check saw (``prefill_check``). Groups are judged one at a time
+against the same ``decided`` variant, not in combination.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+import attrs
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..kernels import registry
+from ..kernels.registry import Problem
+from . import shapes
+from .decode_check import _linears, _vocab
+from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
+
+OP = "mlx_w8a8.check_prefill"
+ROUNDS = 10
+
+
+@attrs.frozen
+class PrefillResult:
+    """One layer group at one prefill length.
+
+    Args:
+        problem: the group's problem (its M is the prefill length ``T``).
+        layers: module paths of the group's layers.
+        tuned: the kernel the table chose.
+        challenger: the kernel tried instead.
+        ratio: median over rounds of ``seconds(decided) / seconds(challenger)`` (> 1:
+            the challenger prefilled faster).
+        low: the lower quartile of those ratios.
+        switched: whether the entry now says the challenger.
+    """
+
+    problem: Problem
+    layers: tuple[str, ...]
+    tuned: str
+    challenger: str
+    ratio: float
+    low: float
+    switched: bool
+
+
+@attrs.frozen
+class PrefillCheck:
+    """The result of :func:`check_prefill`.
+
+    Args:
+        groups: one :class:`PrefillResult` per group and prefill length.
+        rounds: paired rounds per ``T``.
+        seconds: ``{T: {variant: [seconds per round]}}``.
+        recorded: entries written to the tuner's writable table.
+    """
+
+    groups: tuple[PrefillResult, ...]
+    rounds: int
+    seconds: dict
+    recorded: int
+
+    def describe(self) -> str:
+        """One line per group: T, shape, kernels, ratio and verdict."""
+        if not self.groups:
+            return "prefill check: no layer group with a challenger; nothing to check"
+        lines = [f"prefill check ({self.rounds} paired prefill rounds per T; > 1.00x: the "
+                 f"challenger prefilled faster than the table's choice):"]
+        for g in self.groups:
+            p = g.problem
+            verdict = f"switched to {g.challenger}" if g.switched else f"{g.tuned} kept"
+            lines.append(f"  T={p.m} {p.n}x{p.k} ({len(g.layers)} layer(s), e.g. "
+                         f"{g.layers[0]}): {g.tuned} -> {g.challenger} {g.ratio:.2f}x "
+                         f"(p25 {g.low:.2f}x): {verdict}")
+        return "\n".join(lines)
+
+
+def challenger(entry: dict, problem: Problem) -> str | None:
+    """The kernel :func:`check_prefill` tries instead of ``entry``'s choice: the
+    reference where the choice is another kernel, else the fastest other candidate the
+    entry timed (gate passed, ``status`` ok) that can run ``problem`` here; ``None``
+    when there is none."""
+    reference = entry["reference"]
+    if entry["choice"] != reference:
+        return reference
+    timed = {}
+    for name, info in (entry.get("candidates") or {}).items():
+        if name in (reference, registry.EXACT) or not isinstance(info, dict):
+            continue
+        if info.get("status") != "ok" or "median_ns" not in info:
+            continue
+        try:
+            candidate = registry.get(problem.op, name)
+        except ValueError:
+            continue  # not registered here
+        if candidate.handles(problem):
+            timed[name] = info["median_ns"]
+    return min(timed, key=timed.get) if timed else None
+
+
+def _dtype_at(layer, m: int) -> mx.Dtype | None:
+    """The dtype of the calls with ``m`` tokens this layer has seen (``None``: none)."""
+    for (shape, dtype), decision in layer._decisions.items():
+        if decision[0] == m:
+            return dtype
+    return None
+
+
+def check_prefill(
+    model: nn.Module,
+    tuner: Tuner | None = None,
+    *,
+    tokens=(128,),
+    rounds: int = ROUNDS,
+    min_improvement_bps: float = MIN_IMPROVEMENT_BPS,
+    record: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> PrefillCheck:
+    """Switch a prefill entry to its challenger where that makes the model's prefill
+    faster.
+
+    Args:
+        model: an mlx-lm model converted with :func:`mlx_w8a8.quantize` (its layers
+            decide through the process-wide tuner).
+        tuner: where rewritten entries are recorded (default: the process-wide tuner).
+            It should be the tuner the layers decide with.
+        tokens: prefill lengths ``T`` to check (each is the M of every projection).
+        rounds: paired, alternating rounds per ``T`` (>= 2).
+        min_improvement_bps: how much faster (basis points) the challenger must make
+            prefill to be switched to.
+        record: write the verdicts into ``tuner``'s writable table.
+        progress: called with a short message after each round.
+
+    Returns:
+        A :class:`PrefillCheck`.
+
+    Raises:
+        ValueError: for bad arguments or a model without ``mlx_w8a8.Linear`` layers.
+    """
+    from .. import modelbench
+    from . import get_tuner
+
+    tokens = sorted({int(t) for t in tokens})
+    if not tokens or tokens[0] < 1 or rounds < 2:
+        raise ValueError(f"[{OP}] need token counts >= 1 and rounds >= 2; got "
+                         f"tokens={tokens}, rounds={rounds}")
+    if not 0 <= min_improvement_bps < 10000:
+        raise ValueError(
+            f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
+    layers = _linears(model)
+    if not layers:
+        raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "
+                         f"(convert it with mlx_w8a8.quantize first)")
+    tuner = tuner or get_tuner()
+    vocab = _vocab(model)
+    margin = 1.0 + min_improvement_bps / 10000.0
+    results: list[PrefillResult] = []
+    hits: dict[Problem, Any] = {}
+    seconds: dict[int, dict[str, list[float]]] = {}
+    for t in tokens:
+        prompt = mx.array([[(7 * i + 3) % min(vocab, 256) for i in range(t)]], dtype=mx.uint32)
+        modelbench.prefill(model, prompt)  # every layer meets M = t and decides
+        groups: dict[Problem, list[tuple[str, Any]]] = {}
+        alt: dict[Problem, str] = {}
+        for path, layer in layers:
+            dtype = _dtype_at(layer, t)
+            if layer.kernel is not None or dtype is None:
+                continue  # forced by the user, or not called with T tokens
+            if layer._group_decision(t, dtype) is not None:
+                continue  # one launch with its siblings: the sibling check judges it
+            problem = layer.problem(t, dtype)
+            hit = tuner.lookup(problem)
+            if hit is None or hit.entry["m_bucket"] != shapes.bucket(t):
+                continue  # decided by another M's entry (or none): not this T's to rewrite
+            if layer.decision(t, dtype)[0] != hit.choice:
+                continue
+            other = challenger(hit.entry, problem)
+            if other is None:
+                continue
+            groups.setdefault(problem, []).append((path, layer))
+            alt[problem], hits[problem] = other, hit
+        if not groups:
+            continue
+        problems = list(groups)
+        variants = {"decided": None, **{f"group {i}": p for i, p in enumerate(problems)}}
+
+        def arrange(name: str) -> None:
+            switch = variants[name]
+            for p in problems:
+                for _, layer in groups[p]:
+                    want = alt[p] if p == switch else None
+                    if layer.kernel != want:
+                        layer.kernel = want
+
+        def measure(name: str) -> float:
+            arrange(name)
+            return modelbench.prefill(model, prompt)[0]
+
+        def on_round(r, order, secs, t=t):
+            if progress is not None:
+                progress(f"prefill check T={t} round {r + 1}/{rounds}")
+
+        try:
+            for name in variants:  # untimed: plans built, kernels compiled
+                measure(name)
+            times = modelbench.alternate(list(variants), rounds, measure, on_round)
+        finally:
+            for p in problems:
+                for _, layer in groups[p]:
+                    if layer.kernel is not None:
+                        layer.kernel = None
+        seconds[t] = times
+        for i, p in enumerate(problems):
+            ratios = [d / g for d, g in zip(times["decided"], times[f"group {i}"]) if g > 0]
+            ratio = statistics.median(ratios) if ratios else 0.0
+            low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
+            results.append(PrefillResult(
+                p, tuple(path for path, _ in groups[p]), hits[p].choice, alt[p], ratio, low,
+                ratio >= margin and low >= 1.0))
+    recorded = _record(tuner, results, hits, rounds, min_improvement_bps) if record else 0
+    return PrefillCheck(tuple(results), rounds, seconds, recorded)
+
+
+def _record(tuner: Tuner, results, hits, rounds: int, min_improvement_bps: float) -> int:
+    """Write each group's verdict into the entry that decided it (its choice becomes the
+    challenger where it switched). Returns the entries written."""
+    count = 0
+    for g in results:
+        entry = dict(hits[g.problem].entry)
+        entry["prefill_check"] = {
+            "tuned": g.tuned, "challenger": g.challenger, "ratio": round(g.ratio, 4),
+            "p25": round(g.low, 4), "switched": g.switched, "rounds": rounds,
+            "min_improvement_bps": min_improvement_bps, "checked_at": _now(),
+        }
+        if g.switched:
+            entry["choice"] = g.challenger
+            med = {n: c.get("median_ns") for n, c in entry["candidates"].items()}
+            ref, new = med.get(entry["reference"]), med.get(g.challenger)
+            entry["speedup"] = round(ref / new, 4) if ref and new else 1.0
+        claim = tuner.claim(g.problem)
+        if claim is None:
+            continue  # being measured by another tuner: its entry will say
+        tuner.record(claim, entry)
+        count += 1
+    return count
+
+
+__all__ = ["PrefillCheck", "PrefillResult", "check_prefill", "challenger"]

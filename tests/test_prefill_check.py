@@ -1,0 +1,127 @@
+"""The model-level prefill check: a layer group switches to its challenger (the
+reference for a W8A8 choice, else the fastest other kernel its entry timed) only if that
+makes the model's own prefill faster."""
+
+import time
+
+import mlx.core as mx
+import pytest
+
+import mlx_w8a8
+from mlx_w8a8 import tuning
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Candidate
+from mlx_w8a8.tuning import prefill_check
+
+pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
+import tiny_lm  # noqa: E402
+
+QMM = registry.get("linear", "mlx_qmm")
+FAKES = ("host_heavy", "fast")
+SLEEP = 0.008  # host seconds per call: well above a tiny prefill's own cost and its noise
+T = 16
+
+
+def sleeping(seconds):
+    def run(x, w, b):
+        time.sleep(seconds)
+        return QMM.run(x, w, b)
+    return run
+
+
+@pytest.fixture
+def env(check_tuner):
+    yield check_tuner
+    for name in FAKES:
+        registry.unregister("linear", name)
+    registry.register(QMM)
+
+
+def converted():
+    model, _ = tiny_lm.model("llama", dtype=mx.float32)
+    mlx_w8a8.quantize(model)
+    return model
+
+
+def record(tuner, problem, choice, candidates):
+    """A table entry at ``problem``'s M bucket choosing ``choice`` (timed, choice set by
+    hand: a per-shape race it 'won')."""
+    entry = tuner.measure(problem, candidates=[registry.get("linear", n) for n in candidates])
+    entry["choice"] = choice
+    tuner.record(tuner.claim(problem), entry)
+
+
+def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_faster(env):
+    model = converted()
+    registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest=QMM.digest))
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj  # 128 x 256
+    problem = down.problem(T, mx.float32)
+    record(env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
+    assert prefill_check.challenger(env.lookup(problem).entry, problem) == "fast"
+    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    g = next(g for g in result.groups if g.problem == problem)
+    assert g.tuned == "mlx_qmm" and g.challenger == "fast" and g.switched and g.ratio > 1.02
+    assert set(g.layers) == {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"}
+    hit = env.lookup(problem)
+    assert hit.choice == "fast" and hit.entry["prefill_check"]["switched"]
+    assert down.decision(T, mx.float32) == ("fast", "table")
+    assert all(layer.kernel is None for _, layer in prefill_check._linears(model))
+    assert "switched to fast" in result.describe()
+
+
+def test_a_w8a8_choice_slower_than_the_reference_in_the_model_is_switched_back(env):
+    model = converted()
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj
+    problem = down.problem(T, mx.float32)
+    record(env, problem, "host_heavy", ["mlx_qmm", "host_heavy"])
+    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    g = next(g for g in result.groups if g.problem == problem)
+    assert g.tuned == "host_heavy" and g.challenger == "mlx_qmm" and g.switched
+    assert env.lookup(problem).choice == "mlx_qmm"
+    assert down.decision(T, mx.float32) == ("mlx_qmm", "table")
+
+
+def test_a_challenger_that_is_not_faster_leaves_the_choice(env):
+    model = converted()
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj
+    problem = down.problem(T, mx.float32)
+    record(env, problem, "mlx_qmm", ["mlx_qmm", "host_heavy"])
+    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    g = next(g for g in result.groups if g.problem == problem)
+    assert g.challenger == "host_heavy" and not g.switched and g.ratio < 1.0
+    hit = env.lookup(problem)
+    assert hit.choice == "mlx_qmm" and hit.entry["prefill_check"]["switched"] is False
+    assert "mlx_qmm kept" in result.describe()
+
+
+def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(env):
+    model = converted()
+    # no entry at all: everything decides the fallback and nothing is checked
+    result = tuning.check_prefill(model, env, tokens=[T], rounds=2)
+    assert result.groups == () and result.recorded == 0
+    assert "nothing to check" in result.describe()
+    # an entry of another M bucket (256): not T = 16's to rewrite
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear", run=QMM.run,
+                                digest="d-host_heavy", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj
+    record(env, down.problem(256, mx.float32), "mlx_qmm", ["mlx_qmm", "host_heavy"])
+    assert tuning.check_prefill(model, env, tokens=[T], rounds=2).groups == ()
+    # at T = 256 the same entry is checked
+    assert [g.problem.m for g in tuning.check_prefill(model, env, tokens=[256], rounds=2,
+                                                      record=False).groups] == [256]
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(tokens=[]), "tokens"), (dict(rounds=1), "rounds=1"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+])
+def test_bad_arguments(env, kw, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.check_prefill(converted(), env, **kw)
