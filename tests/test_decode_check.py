@@ -247,3 +247,14 @@ def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kerne
     assert len(qkv_results) == 2 and "(pass 2)" in " ".join(result.seconds)
     assert group_env.lookup(qkv).entry["decode_check"]["kept"]
     assert attn.q_proj.decision(1, mx.float32) == ("group_fast", "table+siblings")
+
+
+def test_paired_verdict_is_the_checks_rule():
+    from mlx_w8a8.tuning.decode_check import paired_verdict
+
+    ratio, low, wins = paired_verdict([1.0] * 4, [0.9] * 4, 200)
+    assert ratio == pytest.approx(1 / 0.9) and low == pytest.approx(1 / 0.9) and wins
+    assert not paired_verdict([1.0] * 4, [0.99] * 4, 200)[2]  # 1 % faster, 2 % needed
+    # a median win with the lower quartile below 1: slower in too many rounds
+    assert not paired_verdict([1.0] * 6, [0.7, 0.7, 0.7, 1.3, 1.3, 1.3], 200)[2]
+    assert paired_verdict([1.0, 1.0], [0.0, 0.5], 0)[:2] == (2.0, 2.0)  # no time: skipped

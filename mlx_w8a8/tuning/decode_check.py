@@ -124,6 +124,18 @@ class DecodeCheck:
         return "\n".join(lines)
 
 
+def paired_verdict(base: list[float], variant: list[float],
+                   min_improvement_bps: float) -> tuple[float, float, bool]:
+    """``(ratio, low, wins)`` of paired rounds (seconds per round, in pairs): the median
+    and lower quartile of ``base / variant`` (> 1: the variant was faster), and whether
+    the variant wins, the model checks' rule: faster by the margin (median) and in at
+    least three rounds of four (lower quartile >= 1)."""
+    ratios = [b / v for b, v in zip(base, variant) if v > 0]
+    ratio = statistics.median(ratios) if ratios else 0.0
+    low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
+    return ratio, low, ratio >= 1.0 + min_improvement_bps / 10000.0 and low >= 1.0
+
+
 def _linears(model: nn.Module) -> list[tuple[str, Any]]:
     from ..nn import Linear
 
@@ -266,16 +278,13 @@ def check_decode(
                     if layer.kernel is not None:
                         layer.kernel = None
 
-        margin = 1.0 + min_improvement_bps / 10000.0
         results = []
         for i, p in enumerate(problems):
-            ratios = [r / g for r, g in zip(seconds["reference"], seconds[f"group {i}"])
-                      if g > 0]
-            ratio = statistics.median(ratios) if ratios else 0.0
-            low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
+            ratio, low, kept = paired_verdict(seconds["reference"], seconds[f"group {i}"],
+                                              min_improvement_bps)
             results.append(GroupResult(
                 p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
-                ratio >= margin and low >= 1.0,
+                kept,
             ))
         details = {"steps": steps, "rounds": rounds, "min_improvement_bps": min_improvement_bps}
         if record:

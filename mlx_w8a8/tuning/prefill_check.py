@@ -26,7 +26,6 @@ against the same ``decided`` variant, not in combination.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Callable
 
 import attrs
@@ -36,7 +35,7 @@ import mlx.nn as nn
 from ..kernels import registry
 from ..kernels.registry import Problem
 from . import shapes
-from .decode_check import _linears, _vocab
+from .decode_check import _linears, _vocab, paired_verdict
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 OP = "mlx_w8a8.check_prefill"
@@ -176,7 +175,6 @@ def check_prefill(
                          f"(convert it with mlx_w8a8.quantize first)")
     tuner = tuner or get_tuner()
     vocab = _vocab(model)
-    margin = 1.0 + min_improvement_bps / 10000.0
     results: list[PrefillResult] = []
     hits: dict[Problem, Any] = {}
     seconds: dict[int, dict[str, list[float]]] = {}
@@ -234,12 +232,11 @@ def check_prefill(
                         layer.kernel = None
         seconds[t] = times
         for i, p in enumerate(problems):
-            ratios = [d / g for d, g in zip(times["decided"], times[f"group {i}"]) if g > 0]
-            ratio = statistics.median(ratios) if ratios else 0.0
-            low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
+            ratio, low, switch = paired_verdict(times["decided"], times[f"group {i}"],
+                                                min_improvement_bps)
             results.append(PrefillResult(
                 p, tuple(path for path, _ in groups[p]), hits[p].choice, alt[p], ratio, low,
-                ratio >= margin and low >= 1.0))
+                switch))
     recorded = _record(tuner, results, hits, rounds, min_improvement_bps) if record else 0
     return PrefillCheck(tuple(results), rounds, seconds, recorded)
 

@@ -22,7 +22,6 @@ deliberate simplification.
 
 from __future__ import annotations
 
-import statistics
 from typing import Callable
 
 import attrs
@@ -32,7 +31,7 @@ import mlx.nn as nn
 from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
-from .decode_check import GroupResult, _vocab, record_verdicts
+from .decode_check import GroupResult, _vocab, paired_verdict, record_verdicts
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner
 
 OP = "mlx_w8a8.check_siblings"
@@ -139,7 +138,6 @@ def check_siblings(
             f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
     tuner = tuner or get_tuner()
     vocab = _vocab(model)
-    margin = 1.0 + min_improvement_bps / 10000.0
     results: list[GroupResult] = []
     seconds: dict[int, dict[str, list[float]]] = {}
     for t in tokens:
@@ -164,13 +162,12 @@ def check_siblings(
 
         times = modelbench.alternate(["together", "alone"], rounds, measure, on_round)
         seconds[t] = times
-        ratios = [a / g for a, g in zip(times["alone"], times["together"]) if g > 0]
-        ratio = statistics.median(ratios) if ratios else 0.0
-        low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
+        ratio, low, kept = paired_verdict(times["alone"], times["together"],
+                                          min_improvement_bps)
         for problem, (kernel, labels) in groups.items():
             results.append(GroupResult(problem, tuple(labels), kernel,
                                        registry.fallback(problem).name, ratio, low,
-                                       ratio >= margin and low >= 1.0))
+                                       kept))
     details = {"rounds": rounds, "min_improvement_bps": min_improvement_bps}
     recorded = record_verdicts(tuner, results, "sibling_check", details, OP) if record else 0
     return SiblingCheck(tuple(results), rounds, seconds, recorded)
