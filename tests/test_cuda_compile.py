@@ -504,7 +504,8 @@ def _launch_all():
 
 def test_gemv_sibling_launch_refuses_what_it_cannot_take():
     """The fused GEMV's sibling spec names the op, the value and what is valid: 2-3
-    weights, one K / format / group size, bias on all or none, x within shared memory."""
+    weights, one K / format / group size / scales dtype (the body has one ST), bias on
+    all or none, x within shared memory."""
     import mlx.core as mx
 
     from mlx_w8a8.weight import QuantizedWeight
@@ -520,6 +521,9 @@ def test_gemv_sibling_launch_refuses_what_it_cannot_take():
         ([(pc, None), (weight(64, 512), None)], "share K = 256.*got K=512"),
         ([(pc, None), (weight(64, 256, False), None)], "format=grouped"),
         ([(pc, None), (weight(64, 256, True, 32), None)], "group_size=32"),
+        ([(weight(64, 256, False), None),
+          (QuantizedWeight.from_float(mx.random.normal((64, 256)).astype(mx.float16), 64,
+                                      per_channel=False), None)], "scales mlx.core.float16"),
     ]
     for members, match in cases:
         with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv\] .*" + match):

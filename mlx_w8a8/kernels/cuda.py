@@ -373,7 +373,8 @@ _CANDIDATES = (
      _digest((_gemv_run, _gemv_stages, _quantize_plain, _apply_gemv, gemv, gemv_quantized,
               launch.gemv_fused_spec, launch.gemv_quantized_spec, launch._gemv_weight,
               gemv_fuses, launch.gemv_bucket, launch.gemv_rows_per_warp, _gemv_bind,
-              bind_gemv_fused, bind_gemv_quantized) + _QUANT_FNS + _BIND_FNS,
+              bind_gemv_fused, bind_gemv_quantized, _gemv_bind_group, bind_gemv_fused_group,
+              launch.gemv_fused_group_spec) + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu", "gemv.cu"),
              f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
 )

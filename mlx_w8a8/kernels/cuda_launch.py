@@ -657,11 +657,13 @@ def gemv_fused_group_spec(m: int, k: int, members, dtype: mx.Dtype,
                          f"{[b is not None for _, b in members]}")
     first = members[0][0]
     for w, _ in members:
-        if w.k != k or w.format != first.format or w.group_size != first.group_size:
-            raise ValueError(f"{op} sibling weights must share K = {k}, the format and the "
-                             f"group size, got K={w.k}, format={w.format}, "
-                             f"group_size={w.group_size} (first: {first.format}, "
-                             f"group_size={first.group_size})")
+        if (w.k != k or w.format != first.format or w.group_size != first.group_size
+                or w.scales.dtype != first.scales.dtype):  # grouped: one ST for every ws<g>
+            raise ValueError(f"{op} sibling weights must share K = {k}, the format, the "
+                             f"group size and the scales' dtype, got K={w.k}, "
+                             f"format={w.format}, group_size={w.group_size}, "
+                             f"scales {w.scales.dtype} (first: {first.format}, "
+                             f"group_size={first.group_size}, scales {first.scales.dtype})")
     if not gemv_fuses(m, k):
         raise ValueError(f"{op} the sibling launch is the fused kernel: needs "
                          f"bucket(M) * K <= {GEMV_FUSED_MAX_SMEM}, got M={m}, K={k}")
