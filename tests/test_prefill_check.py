@@ -17,7 +17,7 @@ pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test ex
 import tiny_lm  # noqa: E402
 
 QMM = registry.get("linear", "mlx_qmm")
-FAKES = ("host_heavy", "fast")
+FAKES = ("host_heavy", "fast", "slow_bind")
 SLEEP = 0.008  # host seconds per call: well above a tiny prefill's own cost and its noise
 T = 16
 
@@ -70,6 +70,28 @@ def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_f
     assert down.decision(T, mx.float32) == ("fast", "table")
     assert all(layer.kernel is None for _, layer in prefill_check._linears(model))
     assert "switched to fast" in result.describe()
+
+
+def test_a_challenger_is_timed_after_its_plans_are_made(env):
+    # Switching a layer's kernel makes it plan again (decide, bind) on its next call;
+    # "slow_bind" binds slowly but runs fast, the reference runs slowly: timed with its
+    # binding, the challenger would lose.
+    model = converted()
+    registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest=QMM.digest))
+
+    def slow_bind(layer, problem):
+        time.sleep(0.05)
+        return lambda x: QMM.run(x, layer.quantized_weight, None)
+
+    registry.register(Candidate(name="slow_bind", backend="any", op="linear", run=QMM.run,
+                                bind=slow_bind, digest="d-slow_bind", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj
+    problem = down.problem(T, mx.float32)
+    record(env, problem, "mlx_qmm", ["mlx_qmm", "slow_bind"])
+    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    g = next(g for g in result.groups if g.problem == problem)
+    assert g.challenger == "slow_bind" and g.switched and g.ratio > 1.02
 
 
 def test_a_w8a8_choice_slower_than_the_reference_in_the_model_is_switched_back(env):

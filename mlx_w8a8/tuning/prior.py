@@ -34,8 +34,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   table, bench/results/h200_2026-11-30_s4_b_*: later sets did not measure M = 64).
     # - M = 128, weights of at least 6144 x 4096 (the q+k+v sum, the MLP projections,
     #   lm_head): the same (1.44-4.67x per shape). 4096 x 4096 (q, o) and k/v stay on
-    #   mlx_qmm: per shape 46.3 vs 49.5 us, and in the model's own prefill (the prefill
-    #   check) the W8A8 GEMM was 0.79x for q/o and 0.81x for k/v. (The sibling check
+    #   mlx_qmm (per shape 46.3 vs 49.5 us; the prefill check's run kept them, but timed
+    #   with re-planning, a defect since fixed: docs/tuning.md). (The sibling check
     #   turned the gate+up group launch off at M = 128: that summed entry says
     #   mx.quantized_matmul and the members run alone.)
     # - M >= 512, weights of at least 4096 x 4096: a W8A8 GEMM (q/o 1.90x); k/v
