@@ -265,11 +265,10 @@ class Linear(nn.Module):
         candidate, source = registry.decide(self.problem(m, dtype), self._kernel)
         return candidate.name, source
 
-    def _group_decision(self, m: int, dtype: mx.Dtype):
-        """``(candidate, source, members, summed problem)`` when a call with ``m``
-        tokens runs as one launch with this layer's siblings, else ``None``: the group is
-        enabled and whole, nothing is forced, the members still agree in K, format, group
-        size and bias, and the kernel decided for their summed N has a multi-weight form."""
+    def _group_problem(self, m: int, dtype: mx.Dtype):
+        """``(members, summed problem)`` when this layer's siblings could run as one
+        launch at ``m`` tokens (the group is enabled and whole, nothing is forced, the
+        members still agree in K, format, group size and bias), else ``None``."""
         group = self._siblings
         if group is None or not group.enabled or self._kernel is not None:
             return None
@@ -278,10 +277,19 @@ class Linear(nn.Module):
             return None
         if not _siblings.compatible(members):
             return None
-        problem = Problem(
+        return members, Problem(
             "linear", m, sum(layer.output_dims for layer in members), self.input_dims,
             dtype_name(dtype), self.format, self.group_size, "bias" in self,
         )
+
+    def _group_decision(self, m: int, dtype: mx.Dtype):
+        """``(candidate, source, members, summed problem)`` when a call with ``m``
+        tokens runs as one launch with this layer's siblings (:meth:`_group_problem`, and
+        the kernel decided for their summed N has a multi-weight form), else ``None``."""
+        found = self._group_problem(m, dtype)
+        if found is None:
+            return None
+        members, problem = found
         candidate, source = registry.decide(problem)
         if candidate.bind_group is None:
             return None

@@ -4,6 +4,7 @@ makes the model's own prefill faster."""
 
 import time
 
+import attrs
 import mlx.core as mx
 import pytest
 
@@ -147,3 +148,41 @@ def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(env):
 def test_bad_arguments(env, kw, match):
     with pytest.raises(ValueError, match=match):
         tuning.check_prefill(converted(), env, **kw)
+
+
+def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(env):
+    # gate/up's summed entry (512 x 128) chose "fast", which has no multi-weight form, so
+    # they run alone on their own entry's kernel (256 x 128: host_heavy, slow); the
+    # summed entry also timed "group", which has one. The check launches gate/up as one
+    # on it, and switches the summed entry to it.
+    model = converted()
+    launches = []
+
+    def bind_group(problem, members, lead=None):
+        def apply(x):
+            launches.append(len(members))
+            return [QMM.run(x, w, b) for w, b in members]
+        return None, None, apply
+
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    registry.register(Candidate(name="slow_bind", backend="any", op="linear", run=QMM.run,
+                                bind_group=bind_group, digest="d-slow_bind", w8a8=False))
+    mlp = model.model.layers[0].mlp
+    own = mlp.gate_proj.problem(T, mx.float32)  # 256 x 128: gate, up (and lm_head)
+    record(env, own, "host_heavy", ["mlx_qmm", "host_heavy"])
+    summed = attrs.evolve(own, n=512)
+    record(env, summed, "fast", ["mlx_qmm", "fast", "slow_bind"])
+    assert prefill_check.group_challenger(env.lookup(summed).entry, summed) == "slow_bind"
+    assert mlp.gate_proj._group_decision(T, mx.float32) is None  # alone before the check
+    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    g = next(g for g in result.groups if g.problem == summed)
+    assert set(g.layers) == {"model.layers.0.mlp.gate_proj+up_proj",
+                             "model.layers.1.mlp.gate_proj+up_proj"}
+    assert g.tuned == "fast" and g.challenger == "slow_bind" and g.switched, g
+    assert launches  # it ran as one launch in its variant
+    assert env.lookup(summed).choice == "slow_bind"
+    assert mlp.gate_proj.decision(T, mx.float32) == ("slow_bind", "table+siblings")
+    assert not isinstance(registry._chooser, prefill_check._Override)  # put back

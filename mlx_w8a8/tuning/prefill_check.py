@@ -15,7 +15,12 @@ So :func:`check_prefill` prefills the model at each ``T`` in paired, alternating
 - one variant per layer group (layers deciding by the same entry at that ``T``, alone:
   members of a sibling launch are the sibling check's) with that group forced to its
   **challenger**: the reference (``mx.quantized_matmul``) where a W8A8 kernel was chosen,
-  else the fastest other candidate the entry timed that passed the gate.
+  else the fastest other candidate the entry timed that passed the gate;
+- one variant per sibling group left alone because its summed entry chose a kernel
+  without a multi-weight form (q/k/v of Llama-3-8B at M = 128 on an H200): the group run
+  as one launch on the fastest timed kernel that has one (a chooser in front of the
+  tuner's decides that summed shape, :class:`_Override`). A summed shape that is also a
+  layer's own shape has one entry for both and is judged as that layer's group.
 
 A group switches to its challenger only when that variant prefills faster than
 ``decided`` by the tuner's margin (median of the per-round ratios) and in at least three
@@ -120,6 +125,67 @@ def challenger(entry: dict, problem: Problem) -> str | None:
     return min(timed, key=timed.get) if timed else None
 
 
+def group_challenger(entry: dict, problem: Problem) -> str | None:
+    """The kernel tried for a sibling group whose summed entry chose one without a
+    multi-weight form: the fastest candidate the entry timed (gate passed, ``status``
+    ok) that has one (``Candidate.bind_group``) and can run ``problem`` here; ``None``
+    when there is none."""
+    timed = {}
+    for name, info in (entry.get("candidates") or {}).items():
+        if name == entry["choice"] or not isinstance(info, dict):
+            continue
+        if info.get("status") != "ok" or "median_ns" not in info:
+            continue
+        try:
+            candidate = registry.get(problem.op, name)
+        except ValueError:
+            continue  # not registered here
+        if candidate.bind_group is not None and candidate.handles(problem):
+            timed[name] = info["median_ns"]
+    return min(timed, key=timed.get) if timed else None
+
+
+class _Override:
+    """A chooser in front of the installed one that decides one summed problem (the
+    routed one) with its challenger, so its siblings run as one launch on it; routing
+    another (or none) installs it again, which makes every layer plan again
+    (``registry.set_chooser`` invalidates)."""
+
+    def __init__(self, alt: dict):
+        self.alt, self.problem, self.previous = alt, None, None
+
+    def route(self, problem: Problem | None) -> None:
+        if problem == self.problem:
+            return
+        if self.problem is not None:
+            registry.set_chooser(self.previous)
+        self.problem = problem
+        if problem is not None:
+            self.previous = registry.set_chooser(self)
+
+    def __call__(self, problem: Problem, found):
+        if problem == self.problem:
+            for candidate in found:
+                if candidate.name == self.alt[problem]:
+                    return candidate, "prefill check"
+        return self.previous(problem, found) if self.previous is not None else None
+
+
+def _hit_at(tuner: Tuner, problem: Problem, t: int):
+    """The entry deciding ``problem`` if it is one of length ``t``'s M bucket (another
+    bucket's, borrowed, is not this length's to rewrite), else ``None``."""
+    hit = tuner.lookup(problem)
+    return hit if hit is not None and hit.entry["m_bucket"] == shapes.bucket(t) else None
+
+
+def _label(path_of: dict, members) -> str:
+    """``parent.q_proj+k_proj+v_proj`` for a sibling group's ``members``."""
+    paths = [path_of.get(id(member), "?") for member in members]
+    parent = paths[0].rsplit(".", 1)[0] if "." in paths[0] else ""
+    names = "+".join(p.rsplit(".", 1)[-1] for p in paths)
+    return f"{parent}.{names}" if parent else names
+
+
 def _dtype_at(layer, m: int) -> mx.Dtype | None:
     """The dtype of the calls with ``m`` tokens this layer has seen (``None``: none)."""
     for (shape, dtype), decision in layer._decisions.items():
@@ -178,11 +244,18 @@ def check_prefill(
     results: list[PrefillResult] = []
     hits: dict[Problem, Any] = {}
     seconds: dict[int, dict[str, list[float]]] = {}
+    path_of = {id(layer): path for path, layer in layers}
     for t in tokens:
         prompt = mx.array([[(7 * i + 3) % min(vocab, 256) for i in range(t)]], dtype=mx.uint32)
         modelbench.prefill(model, prompt)  # every layer meets M = t and decides
+        # Layer groups: layers deciding alone by the same entry of this length.
         groups: dict[Problem, list[tuple[str, Any]]] = {}
+        # Sibling groups whose summed entry chose a kernel without a multi-weight form
+        # (so they run alone): challenged with the fastest timed kernel that has one.
+        sums: dict[Problem, list[tuple[str, Any]]] = {}
         alt: dict[Problem, str] = {}
+        alt_sum: dict[Problem, str] = {}
+        seen_sums: set[int] = set()
         for path, layer in layers:
             dtype = _dtype_at(layer, t)
             if layer.kernel is not None or dtype is None:
@@ -190,28 +263,40 @@ def check_prefill(
             if layer._group_decision(t, dtype) is not None:
                 continue  # one launch with its siblings: the sibling check judges it
             problem = layer.problem(t, dtype)
-            hit = tuner.lookup(problem)
-            if hit is None or hit.entry["m_bucket"] != shapes.bucket(t):
-                continue  # decided by another M's entry (or none): not this T's to rewrite
-            if layer.decision(t, dtype)[0] != hit.choice:
+            hit = _hit_at(tuner, problem, t)
+            if hit is not None and layer.decision(t, dtype)[0] == hit.choice:
+                other = challenger(hit.entry, problem)
+                if other is not None:
+                    groups.setdefault(problem, []).append((path, layer))
+                    alt[problem], hits[problem] = other, hit
+            found = layer._group_problem(t, dtype)
+            if found is None or id(layer.siblings) in seen_sums:
                 continue
-            other = challenger(hit.entry, problem)
-            if other is None:
-                continue
-            groups.setdefault(problem, []).append((path, layer))
-            alt[problem], hits[problem] = other, hit
-        if not groups:
+            seen_sums.add(id(layer.siblings))
+            members, summed = found
+            hit = _hit_at(tuner, summed, t)
+            other = None if hit is None else group_challenger(hit.entry, summed)
+            if other is not None:
+                sums.setdefault(summed, []).append((_label(path_of, members), members))
+                alt_sum[summed], hits[summed] = other, hit
+        # A summed shape that is also some layer's own shape has one entry for both: it
+        # is judged as that layer group's.
+        sums = {p: v for p, v in sums.items() if p not in groups}
+        alt.update((p, alt_sum[p]) for p in sums)
+        if not groups and not sums:
             continue
-        problems = list(groups)
+        problems = list(groups) + list(sums)
         variants = {"decided": None, **{f"group {i}": p for i, p in enumerate(problems)}}
+        chooser = _Override(alt)
 
         def arrange(name: str) -> None:
             switch = variants[name]
-            for p in problems:
+            for p in groups:
                 for _, layer in groups[p]:
                     want = alt[p] if p == switch else None
                     if layer.kernel != want:
                         layer.kernel = want
+            chooser.route(switch if switch in sums else None)
 
         def measure(name: str) -> float:
             # Hazard: a layer whose kernel is switched forgets its plans and makes new
@@ -231,16 +316,18 @@ def check_prefill(
                 measure(name)
             times = modelbench.alternate(list(variants), rounds, measure, on_round)
         finally:
-            for p in problems:
+            for p in groups:
                 for _, layer in groups[p]:
                     if layer.kernel is not None:
                         layer.kernel = None
+            chooser.route(None)
         seconds[t] = times
         for i, p in enumerate(problems):
             ratio, low, switch = paired_verdict(times["decided"], times[f"group {i}"],
                                                 min_improvement_bps)
+            layers_of = groups.get(p) or sums[p]
             results.append(PrefillResult(
-                p, tuple(path for path, _ in groups[p]), hits[p].choice, alt[p], ratio, low,
+                p, tuple(path for path, _ in layers_of), hits[p].choice, alt[p], ratio, low,
                 switch))
     recorded = _record(tuner, results, hits, rounds, min_improvement_bps) if record else 0
     return PrefillCheck(tuple(results), rounds, seconds, recorded)
