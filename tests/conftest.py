@@ -62,6 +62,24 @@ def check_tuner(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def check_env(check_tuner):
+    """:func:`check_tuner`, with the sibling memo cleared first and the ``linear``
+    candidates put back as they were after the test (fakes it registered removed, the
+    ones it replaced registered again)."""
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    siblings.clear()
+    before = {c.name: c for c in registry.all_candidates() if c.op == "linear"}
+    yield check_tuner
+    for c in registry.all_candidates():
+        if c.op == "linear" and c.name not in before:
+            registry.unregister("linear", c.name)
+    for c in before.values():
+        registry.register(c)
+
+
+@pytest.fixture
 def only_written_tables(tmp_path, monkeypatch):
     """Lookups see only the tables a test writes: no shipped tables, the hermetic cache
     directory; yields ``tmp_path``."""

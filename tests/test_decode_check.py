@@ -16,29 +16,10 @@ pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test ex
 import tiny_lm  # noqa: E402
 
 QMM = registry.get("linear", "mlx_qmm")
-FAKES = ("host_heavy", "fast")
 SLEEP = 0.003  # host seconds per call: larger than a tiny decode step's own cost
 
 
-def sleeping(seconds):
-    def run(x, w, b):
-        time.sleep(seconds)
-        return QMM.run(x, w, b)
-    return run
 
-
-@pytest.fixture
-def env(check_tuner):
-    yield check_tuner
-    for name in FAKES:
-        registry.unregister("linear", name)
-    registry.register(QMM)
-
-
-def converted():
-    model, _ = tiny_lm.model("llama", dtype=mx.float32)
-    mlx_w8a8.quantize(model)
-    return model
 
 
 def choose_at_m1(tuner, layer, name):
@@ -51,13 +32,13 @@ def choose_at_m1(tuner, layer, name):
     return problem
 
 
-def test_a_kernel_that_slows_the_model_is_replaced_by_the_reference(env):
-    model = converted()
+def test_a_kernel_that_slows_the_model_is_replaced_by_the_reference(check_env):
+    model = tiny_lm.converted()
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     gate = model.model.layers[0].mlp.gate_proj  # 256x128: gate, up and lm_head
-    problem = choose_at_m1(env, gate, "host_heavy")
-    result = tuning.check_decode(model, env, steps=3, prompt=4, rounds=3)
+    problem = choose_at_m1(check_env, gate, "host_heavy")
+    result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3)
     # 256x128 measured; 128x128 (q, o) and 128x256 (down) borrow it (N, K within 2x);
     # 64x128 (k, v) is 4x away in N and keeps the fallback.
     assert sorted((g.problem.n, g.problem.k) for g in result.groups) == [
@@ -69,12 +50,12 @@ def test_a_kernel_that_slows_the_model_is_replaced_by_the_reference(env):
     assert set(gate_group.layers) >= {
         "model.layers.0.mlp.gate_proj", "model.layers.1.mlp.up_proj", "lm_head"}
     assert result.recorded == 3 and "replaced by mlx_qmm" in result.describe()
-    hit = env.lookup(problem)
+    hit = check_env.lookup(problem)
     assert hit.choice == "mlx_qmm" and hit.entry["decode_check"]["tuned"] == "host_heavy"
     assert not hit.entry["decode_check"]["kept"]
     # a borrowed decision gets an entry of its own shape, without another shape's timings
     down = model.model.layers[0].mlp.down_proj
-    own = env.lookup(down.problem(1, mx.float32))
+    own = check_env.lookup(down.problem(1, mx.float32))
     assert own.entry["borrowed_from"] == {"n": 256, "k": 128} and own.choice == "mlx_qmm"
     assert "median_ns" not in own.entry["candidates"]["mlx_qmm"]
     # every layer now decides the reference at M = 1 from the table and is not forced
@@ -84,41 +65,41 @@ def test_a_kernel_that_slows_the_model_is_replaced_by_the_reference(env):
     assert gate.decision(1, mx.float32) == ("mlx_qmm", "table")
 
 
-def test_a_kernel_that_speeds_the_model_is_kept(env):
+def test_a_kernel_that_speeds_the_model_is_kept(check_env):
     # The control: the reference made slow on the host, the tuned kernel plain.
-    model = converted()
+    model = tiny_lm.converted()
     registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest=QMM.digest))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest=QMM.digest))
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
-    problem = choose_at_m1(env, down, "fast")
-    result = tuning.check_decode(model, env, steps=3, prompt=4, rounds=3)
+    problem = choose_at_m1(check_env, down, "fast")
+    result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3)
     g = result.groups[0]
     assert g.tuned == "fast" and g.kept and g.ratio > 1.02
-    hit = env.lookup(problem)
+    hit = check_env.lookup(problem)
     assert hit.choice == "fast" and hit.entry["decode_check"]["kept"]
     assert down.decision(1, mx.float32)[0] == "fast"
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
-def test_nothing_to_check_when_decode_runs_the_reference(env, family):
+def test_nothing_to_check_when_decode_runs_the_reference(check_env, family):
     # qwen2's q/k/v carry a bias; qwen3 has q/k norms and head_dim != hidden / heads
     model, _ = tiny_lm.model(family, dtype=mx.float32)
     mlx_w8a8.quantize(model)
-    result = tuning.check_decode(model, env, steps=2, prompt=3, rounds=2)
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=2)
     assert result.groups == () and result.recorded == 0
     assert "nothing to check" in result.describe()
 
 
-def test_user_forced_layers_are_left_alone(env):
-    model = converted()
+def test_user_forced_layers_are_left_alone(check_env):
+    model = tiny_lm.converted()
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     for _, m in model.named_modules():
         if isinstance(m, mlx_w8a8.Linear):
             m.kernel = "host_heavy"
-    result = tuning.check_decode(model, env, steps=2, prompt=3, rounds=2)
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=2)
     assert result.groups == ()
     assert model.lm_head.kernel == "host_heavy"
 
@@ -127,31 +108,31 @@ def test_user_forced_layers_are_left_alone(env):
     (dict(steps=0), "steps=0"), (dict(rounds=1), "rounds=1"), (dict(prompt=0), "prompt=0"),
     (dict(min_improvement_bps=-1), "min_improvement_bps"),
 ])
-def test_bad_arguments(env, kw, match):
+def test_bad_arguments(check_env, kw, match):
     with pytest.raises(ValueError, match=match):
-        tuning.check_decode(converted(), env, **kw)
+        tuning.check_decode(tiny_lm.converted(), check_env, **kw)
 
 
-def test_a_model_without_w8a8_layers_is_refused(env):
+def test_a_model_without_w8a8_layers_is_refused(check_env):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
     with pytest.raises(ValueError, match="no mlx_w8a8.Linear"):
-        tuning.check_decode(model, env)
+        tuning.check_decode(model, check_env)
 
 
 @pytest.mark.parametrize("group_seconds,kept", [
     ([0.90, 0.92, 0.91, 0.93, 0.90, 0.92], True),   # faster in every round
     ([0.70, 0.70, 0.70, 1.30, 1.30, 1.30], False),  # median 1.1x, but slower half the time
 ])
-def test_a_kernel_must_win_most_rounds_not_just_the_median(env, monkeypatch, group_seconds, kept):
+def test_a_kernel_must_win_most_rounds_not_just_the_median(check_env, monkeypatch, group_seconds, kept):
     from mlx_w8a8 import modelbench
 
-    model = converted()
+    model = tiny_lm.converted()
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
-    choose_at_m1(env, model.model.layers[0].mlp.down_proj, "fast")
+    choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
     monkeypatch.setattr(modelbench, "alternate", lambda names, rounds, measure, on_round=None: {
         n: [1.0] * 6 if n == "reference" else group_seconds for n in names})
-    result = tuning.check_decode(model, env, steps=2, prompt=3, rounds=6, record=False)
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6, record=False)
     assert result.groups  # down_proj's shape, and those borrowing its decision
     for g in result.groups:
         assert g.kept is kept and (g.low >= 1.0) is kept and g.ratio > 1.02
@@ -159,9 +140,6 @@ def test_a_kernel_must_win_most_rounds_not_just_the_median(env, monkeypatch, gro
 
 # Sibling launches (q/k/v, gate/up as one launch): decided, judged and rewritten under the
 # summed problem; off, the members run alone on their own decisions.
-GROUP_FAKES = ("group_slow", "group_fast")
-
-
 def group_candidate(name, seconds, launches):
     """A linear candidate with a multi-weight form (``bind_group``) whose launch computes
     each member with ``mx.quantized_matmul`` after ``seconds`` of host time, counted."""
@@ -175,28 +153,21 @@ def group_candidate(name, seconds, launches):
                      w8a8=False, bind_group=bind_group)
 
 
-@pytest.fixture
-def group_env(env):
-    yield env
-    for name in GROUP_FAKES:
-        registry.unregister("linear", name)
-
-
 def choose_problem_at_m1(tuner, problem, name):
     entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
     entry["choice"] = name
     tuner.record(tuner.claim(problem), entry)
 
 
-def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(group_env):
-    model = converted()
+def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(check_env):
+    model = tiny_lm.converted()
     launches = []
     registry.register(group_candidate("group_slow", SLEEP, launches))
     qkv = model.model.layers[0].self_attn.q_proj.problem(1, mx.float32)
     qkv = attrs.evolve(qkv, n=128 + 64 + 64)  # q + k + v: 256 x 128
-    choose_problem_at_m1(group_env, qkv, "group_slow")
+    choose_problem_at_m1(check_env, qkv, "group_slow")
     attn = model.model.layers[0].self_attn
-    result = tuning.check_decode(model, group_env, steps=3, prompt=4, rounds=3)
+    result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3)
     assert launches, "the group launch never ran"
     # q/k/v summed (256 x 128, measured) and gate/up summed (512 x 128, borrowing it) are
     # judged as groups; o_proj and down_proj (alone) borrow the decision too and are
@@ -211,31 +182,31 @@ def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(g
     assert set(qkv_group.layers) >= {"model.layers.0.self_attn.q_proj",
                                      "model.layers.0.self_attn.k_proj",
                                      "model.layers.1.self_attn.v_proj"}
-    hit = group_env.lookup(qkv)
+    hit = check_env.lookup(qkv)
     assert hit.choice == "mlx_qmm" and not hit.entry["decode_check"]["kept"]
     for layer in (attn.q_proj, attn.k_proj, attn.v_proj):  # alone from now on
         name, source = layer.decision(1, mx.float32)
         assert name == "mlx_qmm" and "siblings" not in source and layer.kernel is None
 
 
-def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kernels(group_env):
+def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kernels(check_env):
     # q/k/v alone would run a host-heavy kernel (their own shapes' decision), so the one
     # launch is faster than that, though not faster than mx.quantized_matmul alone
     # would be: judged against the reference itself it would be replaced.
-    model = converted()
+    model = tiny_lm.converted()
     launches = []
     registry.register(group_candidate("group_fast", 0.0, launches))
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     attn = model.model.layers[0].self_attn
-    choose_at_m1(group_env, attn.q_proj, "host_heavy")  # 128 x 128; k/v (64 x 128) borrow it
+    choose_at_m1(check_env, attn.q_proj, "host_heavy")  # 128 x 128; k/v (64 x 128) borrow it
     for layer in model.model.layers:  # o_proj shares q's shape: left out of the check
         layer.self_attn.o_proj.kernel = "mlx_qmm"
     qkv = attrs.evolve(attn.q_proj.problem(1, mx.float32), n=256)
-    choose_problem_at_m1(group_env, qkv, "group_fast")
+    choose_problem_at_m1(check_env, qkv, "group_fast")
     registry.register(group_candidate("group_slow", SLEEP, launches))
-    choose_problem_at_m1(group_env, attrs.evolve(qkv, n=512), "group_slow")  # gate + up
-    result = tuning.check_decode(model, group_env, steps=3, prompt=4, rounds=3)
+    choose_problem_at_m1(check_env, attrs.evolve(qkv, n=512), "group_slow")  # gate + up
+    result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3)
     qkv_results = [g for g in result.groups if g.problem == qkv]
     for g in qkv_results:
         assert g.tuned == "group_fast" and g.kept and g.ratio > 1.02
@@ -245,7 +216,7 @@ def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kerne
     gate_up = [g for g in result.groups if g.problem.n == 512]
     assert len(gate_up) == 1 and not gate_up[0].kept
     assert len(qkv_results) == 2 and "(pass 2)" in " ".join(result.seconds)
-    assert group_env.lookup(qkv).entry["decode_check"]["kept"]
+    assert check_env.lookup(qkv).entry["decode_check"]["kept"]
     assert attn.q_proj.decision(1, mx.float32) == ("group_fast", "table+siblings")
 
 

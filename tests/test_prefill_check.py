@@ -8,7 +8,6 @@ import attrs
 import mlx.core as mx
 import pytest
 
-import mlx_w8a8
 from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate
@@ -18,30 +17,11 @@ pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test ex
 import tiny_lm  # noqa: E402
 
 QMM = registry.get("linear", "mlx_qmm")
-FAKES = ("host_heavy", "fast", "slow_bind")
 SLEEP = 0.008  # host seconds per call: well above a tiny prefill's own cost and its noise
 T = 16
 
 
-def sleeping(seconds):
-    def run(x, w, b):
-        time.sleep(seconds)
-        return QMM.run(x, w, b)
-    return run
 
-
-@pytest.fixture
-def env(check_tuner):
-    yield check_tuner
-    for name in FAKES:
-        registry.unregister("linear", name)
-    registry.register(QMM)
-
-
-def converted():
-    model, _ = tiny_lm.model("llama", dtype=mx.float32)
-    mlx_w8a8.quantize(model)
-    return model
 
 
 def record(tuner, problem, choice, candidates):
@@ -52,34 +32,34 @@ def record(tuner, problem, choice, candidates):
     tuner.record(tuner.claim(problem), entry)
 
 
-def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_faster(env):
-    model = converted()
+def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_faster(check_env):
+    model = tiny_lm.converted()
     registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest=QMM.digest))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest=QMM.digest))
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
     down = model.model.layers[0].mlp.down_proj  # 128 x 256
     problem = down.problem(T, mx.float32)
-    record(env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
-    assert prefill_check.challenger(env.lookup(problem).entry, problem) == "fast"
-    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    record(check_env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
+    assert prefill_check.challenger(check_env.lookup(problem).entry, problem) == "fast"
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.tuned == "mlx_qmm" and g.challenger == "fast" and g.switched and g.ratio > 1.02
     assert set(g.layers) == {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"}
-    hit = env.lookup(problem)
+    hit = check_env.lookup(problem)
     assert hit.choice == "fast" and hit.entry["prefill_check"]["switched"]
     assert down.decision(T, mx.float32) == ("fast", "table")
     assert all(layer.kernel is None for _, layer in prefill_check._linears(model))
     assert "switched to fast" in result.describe()
 
 
-def test_a_challenger_is_timed_after_its_plans_are_made(env):
+def test_a_challenger_is_timed_after_its_plans_are_made(check_env):
     # Switching a layer's kernel makes it plan again (decide, bind) on its next call;
     # "slow_bind" binds slowly but runs fast, the reference runs slowly: timed with its
     # binding, the challenger would lose.
-    model = converted()
+    model = tiny_lm.converted()
     registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest=QMM.digest))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest=QMM.digest))
 
     def slow_bind(layer, problem):
         time.sleep(0.05)
@@ -89,55 +69,55 @@ def test_a_challenger_is_timed_after_its_plans_are_made(env):
                                 bind=slow_bind, digest="d-slow_bind", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
     problem = down.problem(T, mx.float32)
-    record(env, problem, "mlx_qmm", ["mlx_qmm", "slow_bind"])
-    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    record(check_env, problem, "mlx_qmm", ["mlx_qmm", "slow_bind"])
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.challenger == "slow_bind" and g.switched and g.ratio > 1.02
 
 
-def test_a_w8a8_choice_slower_than_the_reference_in_the_model_is_switched_back(env):
-    model = converted()
+def test_a_w8a8_choice_slower_than_the_reference_in_the_model_is_switched_back(check_env):
+    model = tiny_lm.converted()
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
     problem = down.problem(T, mx.float32)
-    record(env, problem, "host_heavy", ["mlx_qmm", "host_heavy"])
-    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    record(check_env, problem, "host_heavy", ["mlx_qmm", "host_heavy"])
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.tuned == "host_heavy" and g.challenger == "mlx_qmm" and g.switched
-    assert env.lookup(problem).choice == "mlx_qmm"
+    assert check_env.lookup(problem).choice == "mlx_qmm"
     assert down.decision(T, mx.float32) == ("mlx_qmm", "table")
 
 
-def test_a_challenger_that_is_not_faster_leaves_the_choice(env):
-    model = converted()
+def test_a_challenger_that_is_not_faster_leaves_the_choice(check_env):
+    model = tiny_lm.converted()
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
     problem = down.problem(T, mx.float32)
-    record(env, problem, "mlx_qmm", ["mlx_qmm", "host_heavy"])
-    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    record(check_env, problem, "mlx_qmm", ["mlx_qmm", "host_heavy"])
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.challenger == "host_heavy" and not g.switched and g.ratio < 1.0
-    hit = env.lookup(problem)
+    hit = check_env.lookup(problem)
     assert hit.choice == "mlx_qmm" and hit.entry["prefill_check"]["switched"] is False
     assert "mlx_qmm kept" in result.describe()
 
 
-def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(env):
-    model = converted()
+def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(check_env):
+    model = tiny_lm.converted()
     # no entry at all: everything decides the fallback and nothing is checked
-    result = tuning.check_prefill(model, env, tokens=[T], rounds=2)
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=2)
     assert result.groups == () and result.recorded == 0
     assert "nothing to check" in result.describe()
     # an entry of another M bucket (256): not T = 16's to rewrite
     registry.register(Candidate(name="host_heavy", backend="any", op="linear", run=QMM.run,
                                 digest="d-host_heavy", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
-    record(env, down.problem(256, mx.float32), "mlx_qmm", ["mlx_qmm", "host_heavy"])
-    assert tuning.check_prefill(model, env, tokens=[T], rounds=2).groups == ()
+    record(check_env, down.problem(256, mx.float32), "mlx_qmm", ["mlx_qmm", "host_heavy"])
+    assert tuning.check_prefill(model, check_env, tokens=[T], rounds=2).groups == ()
     # at T = 256 the same entry is checked
-    assert [g.problem.m for g in tuning.check_prefill(model, env, tokens=[256], rounds=2,
+    assert [g.problem.m for g in tuning.check_prefill(model, check_env, tokens=[256], rounds=2,
                                                       record=False).groups] == [256]
 
 
@@ -145,17 +125,17 @@ def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(env):
     (dict(tokens=[]), "tokens"), (dict(rounds=1), "rounds=1"),
     (dict(min_improvement_bps=-1), "min_improvement_bps"),
 ])
-def test_bad_arguments(env, kw, match):
+def test_bad_arguments(check_env, kw, match):
     with pytest.raises(ValueError, match=match):
-        tuning.check_prefill(converted(), env, **kw)
+        tuning.check_prefill(tiny_lm.converted(), check_env, **kw)
 
 
-def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(env):
+def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(check_env):
     # gate/up's summed entry (512 x 128) chose "fast", which has no multi-weight form, so
     # they run alone on their own entry's kernel (256 x 128: host_heavy, slow); the
     # summed entry also timed "group", which has one. The check launches gate/up as one
     # on it, and switches the summed entry to it.
-    model = converted()
+    model = tiny_lm.converted()
     launches = []
 
     def bind_group(problem, members, lead=None):
@@ -165,24 +145,24 @@ def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(e
         return None, None, apply
 
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-host_heavy", w8a8=False))
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
     registry.register(Candidate(name="slow_bind", backend="any", op="linear", run=QMM.run,
                                 bind_group=bind_group, digest="d-slow_bind", w8a8=False))
     mlp = model.model.layers[0].mlp
     own = mlp.gate_proj.problem(T, mx.float32)  # 256 x 128: gate, up (and lm_head)
-    record(env, own, "host_heavy", ["mlx_qmm", "host_heavy"])
+    record(check_env, own, "host_heavy", ["mlx_qmm", "host_heavy"])
     summed = attrs.evolve(own, n=512)
-    record(env, summed, "fast", ["mlx_qmm", "fast", "slow_bind"])
-    assert prefill_check.group_challenger(env.lookup(summed).entry, summed) == "slow_bind"
+    record(check_env, summed, "fast", ["mlx_qmm", "fast", "slow_bind"])
+    assert prefill_check.group_challenger(check_env.lookup(summed).entry, summed) == "slow_bind"
     assert mlp.gate_proj._group_decision(T, mx.float32) is None  # alone before the check
-    result = tuning.check_prefill(model, env, tokens=[T], rounds=4)
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == summed)
     assert set(g.layers) == {"model.layers.0.mlp.gate_proj+up_proj",
                              "model.layers.1.mlp.gate_proj+up_proj"}
     assert g.tuned == "fast" and g.challenger == "slow_bind" and g.switched, g
     assert launches  # it ran as one launch in its variant
-    assert env.lookup(summed).choice == "slow_bind"
+    assert check_env.lookup(summed).choice == "slow_bind"
     assert mlp.gate_proj.decision(T, mx.float32) == ("slow_bind", "table+siblings")
     assert not isinstance(registry._chooser, prefill_check._Override)  # put back

@@ -15,16 +15,9 @@ pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test ex
 import tiny_lm  # noqa: E402
 
 QMM = registry.get("linear", "mlx_qmm")
-FAKES = ("group_kernel", "slow_alone")
 SLEEP = 0.004  # host seconds per call: larger than a tiny prefill's own cost
 T = 4  # prefill tokens: the M of every projection
 
-
-def sleeping(seconds):
-    def run(x, w, b):
-        time.sleep(seconds)
-        return QMM.run(x, w, b)
-    return run
 
 
 def group_kernel(sleep: float) -> Candidate:
@@ -41,13 +34,6 @@ def group_kernel(sleep: float) -> Candidate:
                      supports=lambda p: p.n == 512, digest="d-group", bind_group=bind_group,
                      w8a8=False)
 
-
-@pytest.fixture
-def env(check_tuner):
-    siblings.clear()
-    yield check_tuner
-    for name in FAKES:
-        registry.unregister("linear", name)
 
 
 def choose(tuner, problem, name):
@@ -69,43 +55,43 @@ def model_with_gate_up_group(tuner):
     return model, gate, summed_problem
 
 
-def test_group_launches_that_slow_the_prefill_are_turned_off(env):
+def test_group_launches_that_slow_the_prefill_are_turned_off(check_env):
     registry.register(group_kernel(SLEEP))
-    model, gate, summed = model_with_gate_up_group(env)
-    result = tuning.check_siblings(model, env, tokens=(T,), rounds=3)
+    model, gate, summed = model_with_gate_up_group(check_env)
+    result = tuning.check_siblings(model, check_env, tokens=(T,), rounds=3)
     assert [(g.problem.n, g.problem.k, g.problem.m) for g in result.groups] == [(512, 128, T)]
     g = result.groups[0]
     assert g.tuned == "group_kernel" and g.reference == "mlx_qmm" and not g.kept
     assert g.ratio < 1.0 and set(g.layers) == {
         "model.layers.0.mlp.gate_proj+up_proj", "model.layers.1.mlp.gate_proj+up_proj"}
     assert result.recorded == 1 and "members alone" in result.describe()
-    hit = env.lookup(summed)
+    hit = check_env.lookup(summed)
     assert hit.choice == "mlx_qmm" and not hit.entry["sibling_check"]["kept"]
     # the members now run alone at T: no group decision there any more
     assert "+siblings" not in gate.decision(T, mx.float32)[1]
     assert siblings.together()  # switched back on after the check
 
 
-def test_group_launches_that_speed_the_prefill_are_kept(env):
+def test_group_launches_that_speed_the_prefill_are_kept(check_env):
     # The control: the members alone made slow on the host (their own shape's kernel
     # sleeps), the group launch plain.
     registry.register(group_kernel(0.0))
     registry.register(Candidate(name="slow_alone", backend="any", op="linear",
-                                run=sleeping(SLEEP), digest="d-slow", w8a8=False))
-    model, gate, summed = model_with_gate_up_group(env)
-    choose(env, gate.problem(T, mx.float32), "slow_alone")  # gate/up alone: 256 x 128
-    result = tuning.check_siblings(model, env, tokens=(T,), rounds=3)
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-slow", w8a8=False))
+    model, gate, summed = model_with_gate_up_group(check_env)
+    choose(check_env, gate.problem(T, mx.float32), "slow_alone")  # gate/up alone: 256 x 128
+    result = tuning.check_siblings(model, check_env, tokens=(T,), rounds=3)
     g = result.groups[0]
     assert g.kept and g.ratio > 1.02
-    hit = env.lookup(summed)
+    hit = check_env.lookup(summed)
     assert hit.choice == "group_kernel" and hit.entry["sibling_check"]["kept"]
     assert gate.decision(T, mx.float32)[1] == "table+siblings"
 
 
-def test_nothing_to_check_without_group_launches(env):
+def test_nothing_to_check_without_group_launches(check_env):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
     mlx_w8a8.quantize(model)
-    result = tuning.check_siblings(model, env, tokens=(T, 8), rounds=2)
+    result = tuning.check_siblings(model, check_env, tokens=(T, 8), rounds=2)
     assert result.groups == () and result.recorded == 0 and result.seconds == {}
     assert "nothing to check" in result.describe()
 
@@ -114,7 +100,7 @@ def test_nothing_to_check_without_group_launches(env):
     (dict(tokens=()), "tokens="), (dict(tokens=(0,)), "tokens="), (dict(rounds=1), "rounds=1"),
     (dict(min_improvement_bps=-1), "min_improvement_bps"),
 ])
-def test_bad_arguments(env, kw, match):
+def test_bad_arguments(check_env, kw, match):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
     with pytest.raises(ValueError, match=rf"\[mlx_w8a8.check_siblings\].*{match}"):
-        tuning.check_siblings(model, env, **kw)
+        tuning.check_siblings(model, check_env, **kw)

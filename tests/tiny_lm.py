@@ -75,3 +75,29 @@ def text_file(path: Path, n_bytes: int = 4096) -> Path:
     data = (src * (n_bytes // len(src) + 1))[:n_bytes]
     path.write_bytes(data)
     return path
+
+
+def converted(family: str = "llama"):
+    """A tiny float32 ``family`` model converted with :func:`mlx_w8a8.quantize` (siblings
+    linked), for the model checks' tests."""
+    import mlx_w8a8
+
+    m, _ = model(family, dtype=mx.float32)
+    mlx_w8a8.quantize(m)
+    return m
+
+
+def sleeping_qmm(seconds: float):
+    """A linear ``run(x, w, b)``: ``mx.quantized_matmul`` (the reference's math) after
+    ``seconds`` of host time, for kernels that are slow on the host in a check's tests."""
+    import time
+
+    from mlx_w8a8.kernels import registry
+
+    qmm = registry.get("linear", "mlx_qmm").run
+
+    def run(x, w, b):
+        time.sleep(seconds)
+        return qmm(x, w, b)
+    return run
+

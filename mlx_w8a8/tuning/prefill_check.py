@@ -102,6 +102,25 @@ class PrefillCheck:
         return "\n".join(lines)
 
 
+def _fastest_timed(entry: dict, problem: Problem, skip: str,
+                   want: Callable[[Any], bool] = lambda candidate: True) -> str | None:
+    """The fastest candidate ``entry`` timed (gate passed, ``status`` ok) other than
+    ``skip`` for which ``want(candidate)`` holds and that can run ``problem`` here."""
+    timed = {}
+    for name, info in (entry.get("candidates") or {}).items():
+        if name == skip or not isinstance(info, dict):
+            continue
+        if info.get("status") != "ok" or "median_ns" not in info:
+            continue
+        try:
+            candidate = registry.get(problem.op, name)
+        except ValueError:
+            continue  # not registered here
+        if want(candidate) and candidate.handles(problem):
+            timed[name] = info["median_ns"]
+    return min(timed, key=timed.get) if timed else None
+
+
 def challenger(entry: dict, problem: Problem) -> str | None:
     """The kernel :func:`check_prefill` tries instead of ``entry``'s choice: the
     reference where the choice is another kernel, else the fastest other candidate the
@@ -110,19 +129,7 @@ def challenger(entry: dict, problem: Problem) -> str | None:
     reference = entry["reference"]
     if entry["choice"] != reference:
         return reference
-    timed = {}
-    for name, info in (entry.get("candidates") or {}).items():
-        if name == reference or not isinstance(info, dict):
-            continue
-        if info.get("status") != "ok" or "median_ns" not in info:
-            continue
-        try:
-            candidate = registry.get(problem.op, name)
-        except ValueError:
-            continue  # not registered here
-        if candidate.handles(problem):
-            timed[name] = info["median_ns"]
-    return min(timed, key=timed.get) if timed else None
+    return _fastest_timed(entry, problem, reference)
 
 
 def group_challenger(entry: dict, problem: Problem) -> str | None:
@@ -130,19 +137,8 @@ def group_challenger(entry: dict, problem: Problem) -> str | None:
     multi-weight form: the fastest candidate the entry timed (gate passed, ``status``
     ok) that has one (``Candidate.bind_group``) and can run ``problem`` here; ``None``
     when there is none."""
-    timed = {}
-    for name, info in (entry.get("candidates") or {}).items():
-        if name == entry["choice"] or not isinstance(info, dict):
-            continue
-        if info.get("status") != "ok" or "median_ns" not in info:
-            continue
-        try:
-            candidate = registry.get(problem.op, name)
-        except ValueError:
-            continue  # not registered here
-        if candidate.bind_group is not None and candidate.handles(problem):
-            timed[name] = info["median_ns"]
-    return min(timed, key=timed.get) if timed else None
+    return _fastest_timed(entry, problem, entry["choice"],
+                          lambda candidate: candidate.bind_group is not None)
 
 
 class _Override:
