@@ -166,3 +166,9 @@ def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(c
     assert check_env.lookup(summed).choice == "slow_bind"
     assert mlp.gate_proj.decision(T, mx.float32) == ("slow_bind", "table+siblings")
     assert not isinstance(registry._chooser, prefill_check._Override)  # put back
+    # an entry the sibling check judged is left to it
+    entry = dict(check_env.lookup(summed).entry, choice="fast", sibling_check={"kept": False})
+    check_env.record(check_env.claim(summed), entry)
+    result = tuning.check_prefill(tiny_lm.converted(), check_env, tokens=[T], rounds=2,
+                                  record=False)
+    assert summed not in {g.problem for g in result.groups}

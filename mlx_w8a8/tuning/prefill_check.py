@@ -20,7 +20,8 @@ So :func:`check_prefill` prefills the model at each ``T`` in paired, alternating
   without a multi-weight form (q/k/v of Llama-3-8B at M = 128 on an H200): the group run
   as one launch on the fastest timed kernel that has one (a chooser in front of the
   tuner's decides that summed shape, :class:`_Override`). A summed shape that is also a
-  layer's own shape has one entry for both and is judged as that layer's group.
+  layer's own shape has one entry for both and is judged as that layer's group; one
+  whose entry carries the sibling check's verdict was judged as one launch there.
 
 A group switches to its challenger only when that variant prefills faster than
 ``decided`` by the tuner's margin (median of the per-round ratios) and in at least three
@@ -271,7 +272,9 @@ def check_prefill(
             seen_sums.add(id(layer.siblings))
             members, summed = found
             hit = _hit_at(tuner, summed, t)
-            other = None if hit is None else group_challenger(hit.entry, summed)
+            if hit is None or "sibling_check" in hit.entry:
+                continue  # none, or the sibling check judged this group's launch already
+            other = group_challenger(hit.entry, summed)
             if other is not None:
                 sums.setdefault(summed, []).append((_label(path_of, members), members))
                 alt_sum[summed], hits[summed] = other, hit
