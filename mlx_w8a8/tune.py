@@ -273,18 +273,18 @@ def main(argv: list[str] | None = None, out=None) -> int:
             print("decode check skipped: not every problem was measured", file=out)
         else:
             status = decode_check(args, tuner, out) or status
-    prefill = sibling_check_tokens(args, m_values)
-    if args.model and prefill:
+    # The prefill-length checks, in order (the prefill check leaves sibling launches to
+    # the sibling check's verdicts).
+    for name, flag, check, needs_groups in (
+            ("sibling check", args.sibling_check, "check_siblings", True),
+            ("prefill check", args.prefill_check, "check_prefill", False)):
+        prefill = check_tokens(flag, args, m_values, needs_groups)
+        if not (args.model and prefill):
+            continue
         if saved < measured or failures:
-            print("sibling check skipped: not every problem was measured", file=out)
+            print(f"{name} skipped: not every problem was measured", file=out)
         else:
-            status = sibling_check(args, tuner, out, prefill) or status
-    prefill = prefill_check_tokens(args, m_values)
-    if args.model and prefill:
-        if saved < measured or failures:
-            print("prefill check skipped: not every problem was measured", file=out)
-        else:
-            status = prefill_check(args, tuner, out, prefill) or status
+            status = prefill_check(name, check, args, tuner, out, prefill) or status
     if args.export:
         status = export(target, args.export, out) or status
     if args.show:
@@ -299,30 +299,21 @@ def wants_decode_check(args, m_values) -> bool:
     return args.decode_check == "on" or table.backend() != "cpu"
 
 
-# Prefill lengths the sibling check measures: the M values tuned from here up.
-SIBLING_CHECK_MIN_M = 16
+# Prefill lengths the sibling and prefill checks measure: the M values tuned from here up.
+CHECK_MIN_M = 16
 
 
-def sibling_check_tokens(args, m_values) -> list[int]:
-    """The prefill lengths ``--sibling-check`` runs at (empty: it does not run): the
-    measured M >= 16, on one rank, where it is on (auto: a GPU with a kernel that runs
-    sibling groups as one launch)."""
-    if args.sibling_check == "off" or args.tp != 1:
+def check_tokens(flag: str, args, m_values, needs_groups: bool = False) -> list[int]:
+    """The prefill lengths a prefill-length check (``--sibling-check``,
+    ``--prefill-check``: ``flag``) runs at (empty: it does not run): the measured
+    M >= 16, on one rank, where it is on (auto: a GPU, with a kernel that runs sibling
+    groups as one launch where ``needs_groups``)."""
+    if flag == "off" or args.tp != 1:
         return []
-    if args.sibling_check == "auto" and (table.backend() == "cpu"
-                                         or not linears.group_launch_available()):
+    if flag == "auto" and (table.backend() == "cpu"
+                           or (needs_groups and not linears.group_launch_available())):
         return []
-    return [m for m in m_values if m >= SIBLING_CHECK_MIN_M]
-
-
-def prefill_check_tokens(args, m_values) -> list[int]:
-    """The prefill lengths ``--prefill-check`` runs at (empty: it does not run): the
-    measured M >= 16, on one rank, where it is on (auto: a GPU)."""
-    if args.prefill_check == "off" or args.tp != 1:
-        return []
-    if args.prefill_check == "auto" and table.backend() == "cpu":
-        return []
-    return [m for m in m_values if m >= SIBLING_CHECK_MIN_M]
+    return [m for m in m_values if m >= CHECK_MIN_M]
 
 
 def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> int:
@@ -356,25 +347,14 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
     return 0
 
 
-def sibling_check(args, tuner: Tuner, out, tokens: list[int]) -> int:
-    """Run :func:`mlx_w8a8.tuning.check_siblings` at prefill lengths ``tokens``."""
+def prefill_check(name: str, check: str, args, tuner: Tuner, out, tokens: list[int]) -> int:
+    """Run the prefill-length check ``mlx_w8a8.tuning.<check>`` (``check_siblings``,
+    ``check_prefill``) at prefill lengths ``tokens``."""
     from . import tuning
 
     return _run_check(
-        "sibling check", args, tuner, out,
-        lambda model, t, progress: tuning.check_siblings(
-            model, t, tokens=tokens, min_improvement_bps=args.min_improvement,
-            progress=progress),
-        f", T = {', '.join(map(str, tokens))}")
-
-
-def prefill_check(args, tuner: Tuner, out, tokens: list[int]) -> int:
-    """Run :func:`mlx_w8a8.tuning.check_prefill` at prefill lengths ``tokens``."""
-    from . import tuning
-
-    return _run_check(
-        "prefill check", args, tuner, out,
-        lambda model, t, progress: tuning.check_prefill(
+        name, args, tuner, out,
+        lambda model, t, progress: getattr(tuning, check)(
             model, t, tokens=tokens, min_improvement_bps=args.min_improvement,
             progress=progress),
         f", T = {', '.join(map(str, tokens))}")
