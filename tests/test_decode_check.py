@@ -26,9 +26,7 @@ def choose_at_m1(tuner, layer, name):
     """Record a table entry choosing ``name`` at M = 1 for ``layer``'s shape (its
     timings measured, its choice set by hand: a per-shape race it 'won')."""
     problem = layer.problem(1, mx.float32)
-    entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
-    entry["choice"] = name
-    tuner.record(tuner.claim(problem), entry)
+    tiny_lm.record_choice(tuner, problem, name)
     return problem
 
 
@@ -153,19 +151,13 @@ def group_candidate(name, seconds, launches):
                      w8a8=False, bind_group=bind_group)
 
 
-def choose_problem_at_m1(tuner, problem, name):
-    entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
-    entry["choice"] = name
-    tuner.record(tuner.claim(problem), entry)
-
-
 def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(check_env):
     model = tiny_lm.converted()
     launches = []
     registry.register(group_candidate("group_slow", SLEEP, launches))
     qkv = model.model.layers[0].self_attn.q_proj.problem(1, mx.float32)
     qkv = attrs.evolve(qkv, n=128 + 64 + 64)  # q + k + v: 256 x 128
-    choose_problem_at_m1(check_env, qkv, "group_slow")
+    tiny_lm.record_choice(check_env, qkv, "group_slow")
     attn = model.model.layers[0].self_attn
     result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3)
     assert launches, "the group launch never ran"
@@ -203,9 +195,9 @@ def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kerne
     for layer in model.model.layers:  # o_proj shares q's shape: left out of the check
         layer.self_attn.o_proj.kernel = "mlx_qmm"
     qkv = attrs.evolve(attn.q_proj.problem(1, mx.float32), n=256)
-    choose_problem_at_m1(check_env, qkv, "group_fast")
+    tiny_lm.record_choice(check_env, qkv, "group_fast")
     registry.register(group_candidate("group_slow", SLEEP, launches))
-    choose_problem_at_m1(check_env, attrs.evolve(qkv, n=512), "group_slow")  # gate + up
+    tiny_lm.record_choice(check_env, attrs.evolve(qkv, n=512), "group_slow")  # gate + up
     result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3)
     qkv_results = [g for g in result.groups if g.problem == qkv]
     for g in qkv_results:

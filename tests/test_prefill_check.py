@@ -24,14 +24,6 @@ T = 16
 
 
 
-def record(tuner, problem, choice, candidates):
-    """A table entry at ``problem``'s M bucket choosing ``choice`` (timed, choice set by
-    hand: a per-shape race it 'won')."""
-    entry = tuner.measure(problem, candidates=[registry.get("linear", n) for n in candidates])
-    entry["choice"] = choice
-    tuner.record(tuner.claim(problem), entry)
-
-
 def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_faster(check_env):
     model = tiny_lm.converted()
     registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
@@ -40,7 +32,7 @@ def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_f
                                 digest="d-fast", w8a8=False))
     down = model.model.layers[0].mlp.down_proj  # 128 x 256
     problem = down.problem(T, mx.float32)
-    record(check_env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
+    tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
     assert prefill_check.challenger(check_env.lookup(problem).entry, problem) == "fast"
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
@@ -69,7 +61,7 @@ def test_a_challenger_is_timed_after_its_plans_are_made(check_env):
                                 bind=slow_bind, digest="d-slow_bind", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
     problem = down.problem(T, mx.float32)
-    record(check_env, problem, "mlx_qmm", ["mlx_qmm", "slow_bind"])
+    tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "slow_bind"])
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.challenger == "slow_bind" and g.switched and g.ratio > 1.02
@@ -81,7 +73,7 @@ def test_a_w8a8_choice_slower_than_the_reference_in_the_model_is_switched_back(c
                                 run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
     problem = down.problem(T, mx.float32)
-    record(check_env, problem, "host_heavy", ["mlx_qmm", "host_heavy"])
+    tiny_lm.record_choice(check_env, problem, "host_heavy", ["mlx_qmm", "host_heavy"])
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.tuned == "host_heavy" and g.challenger == "mlx_qmm" and g.switched
@@ -95,7 +87,7 @@ def test_a_challenger_that_is_not_faster_leaves_the_choice(check_env):
                                 run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
     problem = down.problem(T, mx.float32)
-    record(check_env, problem, "mlx_qmm", ["mlx_qmm", "host_heavy"])
+    tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "host_heavy"])
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
     g = next(g for g in result.groups if g.problem == problem)
     assert g.challenger == "host_heavy" and not g.switched and g.ratio < 1.0
@@ -114,7 +106,7 @@ def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(check_
     registry.register(Candidate(name="host_heavy", backend="any", op="linear", run=QMM.run,
                                 digest="d-host_heavy", w8a8=False))
     down = model.model.layers[0].mlp.down_proj
-    record(check_env, down.problem(256, mx.float32), "mlx_qmm", ["mlx_qmm", "host_heavy"])
+    tiny_lm.record_choice(check_env, down.problem(256, mx.float32), "mlx_qmm", ["mlx_qmm", "host_heavy"])
     assert tuning.check_prefill(model, check_env, tokens=[T], rounds=2).groups == ()
     # at T = 256 the same entry is checked
     assert [g.problem.m for g in tuning.check_prefill(model, check_env, tokens=[256], rounds=2,
@@ -152,9 +144,9 @@ def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(c
                                 bind_group=bind_group, digest="d-slow_bind", w8a8=False))
     mlp = model.model.layers[0].mlp
     own = mlp.gate_proj.problem(T, mx.float32)  # 256 x 128: gate, up (and lm_head)
-    record(check_env, own, "host_heavy", ["mlx_qmm", "host_heavy"])
+    tiny_lm.record_choice(check_env, own, "host_heavy", ["mlx_qmm", "host_heavy"])
     summed = attrs.evolve(own, n=512)
-    record(check_env, summed, "fast", ["mlx_qmm", "fast", "slow_bind"])
+    tiny_lm.record_choice(check_env, summed, "fast", ["mlx_qmm", "fast", "slow_bind"])
     assert prefill_check.group_challenger(check_env.lookup(summed).entry, summed) == "slow_bind"
     assert mlp.gate_proj._group_decision(T, mx.float32) is None  # alone before the check
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)

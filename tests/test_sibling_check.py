@@ -36,13 +36,6 @@ def group_kernel(sleep: float) -> Candidate:
 
 
 
-def choose(tuner, problem, name):
-    """A table entry choosing ``name`` for ``problem`` (timed, choice set by hand)."""
-    entry = tuner.measure(problem, candidates=[QMM, registry.get("linear", name)])
-    entry["choice"] = name
-    tuner.record(tuner.claim(problem), entry)
-
-
 def model_with_gate_up_group(tuner):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
     mlx_w8a8.quantize(model)
@@ -50,7 +43,7 @@ def model_with_gate_up_group(tuner):
     problem = gate.problem(T, mx.float32)
     summed_problem = type(problem)("linear", T, 512, 128, "float32", gate.format,
                                    gate.group_size, False)
-    choose(tuner, summed_problem, "group_kernel")
+    tiny_lm.record_choice(tuner, summed_problem, "group_kernel")
     assert gate.decision(T, mx.float32) == ("group_kernel", "table+siblings")
     return model, gate, summed_problem
 
@@ -79,7 +72,7 @@ def test_group_launches_that_speed_the_prefill_are_kept(check_env):
     registry.register(Candidate(name="slow_alone", backend="any", op="linear",
                                 run=tiny_lm.sleeping_qmm(SLEEP), digest="d-slow", w8a8=False))
     model, gate, summed = model_with_gate_up_group(check_env)
-    choose(check_env, gate.problem(T, mx.float32), "slow_alone")  # gate/up alone: 256 x 128
+    tiny_lm.record_choice(check_env, gate.problem(T, mx.float32), "slow_alone")  # gate/up alone: 256 x 128
     result = tuning.check_siblings(model, check_env, tokens=(T,), rounds=3)
     g = result.groups[0]
     assert g.kept and g.ratio > 1.02

@@ -101,3 +101,15 @@ def sleeping_qmm(seconds: float):
         return qmm(x, w, b)
     return run
 
+
+def record_choice(tuner, problem, choice: str, candidates=None):
+    """Record in ``tuner`` an entry for ``problem``'s M bucket that timed ``candidates``
+    (names; default: the reference ``mlx_qmm`` and ``choice``) and chooses ``choice``, as
+    if it had won the per-shape race: the model checks' tests start from such entries."""
+    from mlx_w8a8.kernels import registry
+
+    names = candidates if candidates is not None else ("mlx_qmm", choice)
+    entry = tuner.measure(problem, candidates=[registry.get("linear", n) for n in names])
+    entry["choice"] = choice
+    tuner.record(tuner.claim(problem), entry)
+
