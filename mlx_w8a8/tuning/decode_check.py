@@ -149,10 +149,10 @@ def _vocab(model: nn.Module) -> int:
     raise ValueError(f"[{OP}] the model has no token embedding to feed a prompt through")
 
 
-def _decode_dtype(layer) -> mx.Dtype | None:
-    """The dtype of the M = 1 calls this layer has seen (``None``: none yet)."""
+def _dtype_at(layer, m: int) -> mx.Dtype | None:
+    """The dtype of the calls with ``m`` tokens this layer has seen (``None``: none)."""
     for (shape, dtype), decision in layer._decisions.items():
-        if decision[0] == 1:
+        if decision[0] == m:
             return dtype
     return None
 
@@ -223,7 +223,7 @@ def check_decode(
         reference: dict[Problem, str] = {}
         alone: dict[int, str] = {}  # sibling-launch members: the kernel each runs by itself
         for path, layer in layers:
-            dtype = _decode_dtype(layer)
+            dtype = _dtype_at(layer, 1)
             if layer.kernel is not None or dtype is None:
                 continue  # forced by the user, or not on the decode path
             found = layer._group_decision(1, dtype)

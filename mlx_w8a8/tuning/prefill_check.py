@@ -41,7 +41,7 @@ import mlx.nn as nn
 from ..kernels import registry
 from ..kernels.registry import Problem
 from . import shapes
-from .decode_check import _linears, _vocab, paired_verdict
+from .decode_check import _dtype_at, _linears, _vocab, paired_verdict
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 OP = "mlx_w8a8.check_prefill"
@@ -181,14 +181,6 @@ def _label(path_of: dict, members) -> str:
     parent = paths[0].rsplit(".", 1)[0] if "." in paths[0] else ""
     names = "+".join(p.rsplit(".", 1)[-1] for p in paths)
     return f"{parent}.{names}" if parent else names
-
-
-def _dtype_at(layer, m: int) -> mx.Dtype | None:
-    """The dtype of the calls with ``m`` tokens this layer has seen (``None``: none)."""
-    for (shape, dtype), decision in layer._decisions.items():
-        if decision[0] == m:
-            return dtype
-    return None
 
 
 def check_prefill(
