@@ -251,7 +251,7 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
         Arm("i8gemm_ws", lambda i: launch.int8_gemm_ws(a8[i % X], b8[i % C])),
         Arm("w8a8_tma", lambda i: cuda._w8a8_tma_run(xs[i % X], pcs[i % C], None)),
         Arm("w8a8_mm_tma", lambda i: launch.gemm_per_channel(
-            a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.tma_tile_for(m, n),
+            a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.tma_tile_for(m, n, k),
             row_sums=r8[i % X])),
         Arm("i8gemm_tma", lambda i: launch.int8_gemm_tma(a8[i % X], b8[i % C])),
     ]

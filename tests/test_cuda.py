@@ -222,9 +222,13 @@ def test_int8_gemm_every_tile_config(rng, config):
 # The warp-specialized persistent GEMM: tails in M, N, K; K under one stage; one row; and
 # outputs with more tiles than the 132-block grid (blocks run 2-3 tiles each, the ring and
 # the mbarrier phases carry over between tiles at different ring positions: K = 256 is 2
-# k-tiles per tile, 1088 is 9).
+# k-tiles per tile, 1088 is 9). The last: more k-tiles per tile (9) than most rings have
+# stages and 4-5 tiles per block, so a ping-pong config's warpgroups alternate several
+# times with each tile's first stages last filled for the other warpgroup's tile (one
+# that waited on them before its partner had would pass the parity wait at once and
+# multiply stale operands).
 WS_GEMM_SHAPES = [(300, 392, 1040), (33, 257, 48), (1, 264, 4096), (2048, 2304, 256),
-                  (1100, 2176, 1088)]
+                  (1100, 2176, 1088), (4100, 2056, 1040)]
 
 
 @pytest.mark.parametrize("config", sorted(WS_TILES))

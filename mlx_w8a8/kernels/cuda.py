@@ -61,6 +61,7 @@ from .cuda_launch import (
     GEMV_MAX_M,
     GEMV_THREADS,
     MAX_K,
+    PINGPONG_MAX_K,
     QUANT_K_MULTIPLE,
     QUANT_MAX_THREADS,
     SMS,
@@ -121,7 +122,7 @@ def _apply_ws(acts, weight, bias, out_dtype):
 def _apply_tma(acts, weight, bias, out_dtype):
     xq, xs, xr = acts
     return gemm_per_channel(xq, xs, weight, bias, out_dtype,
-                            tma_tile_for(xq.shape[0], weight.n), row_sums=xr)
+                            tma_tile_for(xq.shape[0], weight.n, xq.shape[-1]), row_sums=xr)
 
 
 def _apply_grouped(acts, weight, bias, out_dtype):
@@ -219,14 +220,14 @@ def _w8a8_ws_bind_group(p: registry.Problem, members, lead=None):
 def _w8a8_tma_bind(p: registry.Problem, weight, bias, lead=None):
     dtype = getattr(mx, p.dtype)
     return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
-            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, tma_tile_for(p.m, weight.n),
+            bind_gemm_per_channel(p.m, p.k, weight, bias, dtype, tma_tile_for(p.m, weight.n, p.k),
                                   unsigned=True, lead=lead))
 
 
 def _w8a8_tma_bind_group(p: registry.Problem, members, lead=None):
     dtype = getattr(mx, p.dtype)
     return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
-            bind_gemm_ws_group(p.m, p.k, members, dtype, tma_tile_for(p.m, p.n), lead=lead))
+            bind_gemm_ws_group(p.m, p.k, members, dtype, tma_tile_for(p.m, p.n, p.k), lead=lead))
 
 
 def _w8a8_grouped_bind(p: registry.Problem, weight, bias, lead=None):
@@ -330,7 +331,7 @@ _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
 _WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
-_TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS}"
+_TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS},pingpong_max_k={PINGPONG_MAX_K}"
 _TMA_FNS = (launch._tma_io, launch._tma_prototypes, tensormap.prototype, tensormap._driver)
 _QUANT_FNS = (quantize, launch.quantize_spec, launch.quant_cached)
 _BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3, launch._lead)

@@ -143,12 +143,16 @@ class WsConfig(NamedTuple):
     (``bn`` 256, 128, 64 or 32), a ``stages``-deep ring, 8 consumer warps and
     ``producers`` producer warps (1, 2 or 4); at most one block per SM. ``tma``: the
     producer issues TMA tile loads (one warp; the ``tma_*`` bodies, which also take the
-    tensor-map prototypes and write a scratch output) instead of cp.async copies."""
+    tensor-map prototypes and write a scratch output) instead of cp.async copies.
+    ``pingpong``: each consumer warpgroup computes whole tiles, the two taking turns, so
+    one's epilogue overlaps the other's MMAs (``bn`` <= 128: a thread holds ``bn``
+    accumulators); otherwise they share each tile (64 rows each)."""
 
     bn: int
     stages: int
     producers: int = 4
     tma: bool = False
+    pingpong: bool = False
 
     file = "gemm_ws.cu"
     bm = 128
@@ -159,15 +163,17 @@ class WsConfig(NamedTuple):
 
     @property
     def shared_memory(self) -> int:
-        # Ring + 8 per-warp epilogue staging buffers (2560 bytes) + full/empty mbarriers +
-        # 1024 bytes to round the ring's base up to the 128-byte swizzle's 1024-byte atom;
-        # TMA: + room for 1 + MAX_SIBLINGS maps, 128-byte aligned.
+        # Ring + 8 per-warp epilogue staging buffers (2560 bytes) + full/empty mbarriers
+        # and the ping-pong's two order mbarriers + 1024 bytes to round the ring's base up
+        # to the 128-byte swizzle's 1024-byte atom; TMA: + room for 1 + MAX_SIBLINGS maps,
+        # 128-byte aligned.
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES if self.tma else 0
-        return (self.stages * (self.bm + self.bn) * 128 + 8 * 2560 + 16 * self.stages + 1024
-                + maps)
+        return (self.stages * (self.bm + self.bn) * 128 + 8 * 2560 + 16 * self.stages + 16
+                + 1024 + maps)
 
     def template(self) -> list[tuple[str, int]]:
-        return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers)]
+        return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers),
+                ("PP", int(self.pingpong))]
 
     def body(self, name: str) -> str:
         """The body of ``gemm_ws.cu`` running ``name`` with this config's producer."""
@@ -193,14 +199,26 @@ WS_CONFIGS = {
     "ws64p4": WsConfig(64, 8),
     "ws32p4": WsConfig(32, 10),
 }
-# The TMA producer (one warp issuing tile loads): the same widths, with as many ring
-# stages as the cp.async ones.
+# The TMA producer: lane 0 of warp 8 issues the tile loads. 128 x 256 and 128 x 128 come
+# with a producer warpgroup (warps 9-11 idle) so that it can hand registers to the
+# consumers (setmaxnreg: 40 per producer thread, 232 per consumer thread; at the kernel's
+# 168 ptxas spilled up to 868 bytes in the bias and sibling bodies, none with it), 64 and
+# 32 with one producer warp; as many ring stages as the cp.async tiles. 128 x 128 runs
+# ping-pong consumers (WsConfig.pingpong). Measured on an H200 (tenth set, run A; GPU
+# time of the bf16-output GEMM): 4096 x 14336 at M = 2048 173.5 us ping-pong vs 185.0
+# cooperative 128 x 256 and 211.6 cooperative 128 x 128 (dropped); 14336 x 4096 (K =
+# 14336) 170.4 vs 158.0 with the 128 x 256 tile (tma_tile_for).
 TMA_CONFIGS = {
-    "tma256": WsConfig(256, 4, 1, True),
-    "tma128": WsConfig(128, 6, 1, True),
+    "tma256": WsConfig(256, 4, 4, True),
+    "tma128pp": WsConfig(128, 6, 4, True, True),
     "tma64": WsConfig(64, 8, 1, True),
     "tma32": WsConfig(32, 10, 1, True),
 }
+# tma_tile_for takes the ping-pong 128 x 128 tile instead of the cooperative 128 x 256
+# up to this K: a tile's epilogue (hidden by ping-pong) is a share of its MMAs that falls
+# as 1 / K, while the narrower tile reads 4/3 the operand bytes per MMA from L2. Measured
+# at K = 4096 (ping-pong faster) and 14336 (slower); not between them.
+PINGPONG_MAX_K = 8192
 # A persistent tile choice fills the GPU when the output has at least this fraction of
 # one tile per SM (tiles_filling).
 WAVE_FILL = 0.8
@@ -258,10 +276,12 @@ def ws_tile_for(m: int, n: int) -> WsConfig:
     return tiles_filling(m, n, WS_CONFIGS.values())
 
 
-def tma_tile_for(m: int, n: int) -> WsConfig:
-    """The TMA GEMM's tile for an ``M x N`` output (:func:`tiles_filling` over
-    ``TMA_CONFIGS``)."""
-    return tiles_filling(m, n, TMA_CONFIGS.values())
+def tma_tile_for(m: int, n: int, k: int) -> WsConfig:
+    """The TMA GEMM's tile for an ``M x N`` output over ``K``: :func:`tiles_filling` over
+    ``TMA_CONFIGS``, the ping-pong 128 x 128 tile for 128 x 256 where ``K <=
+    PINGPONG_MAX_K``."""
+    cfg = tiles_filling(m, n, TMA_CONFIGS.values())
+    return TMA_CONFIGS["tma128pp"] if cfg.bn == 256 and k <= PINGPONG_MAX_K else cfg
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:
@@ -759,7 +779,7 @@ def int8_gemm_ws(a: mx.array, b: mx.array, config: WsConfig | None = None) -> mx
 def int8_gemm_tma(a: mx.array, b: mx.array, config: WsConfig | None = None) -> mx.array:
     """:func:`int8_gemm` on the warp-specialized kernel with the TMA producer (``config``
     or :func:`tma_tile_for`)."""
-    return int8_gemm(a, b, config or tma_tile_for(a.shape[0], b.shape[0]))
+    return int8_gemm(a, b, config or tma_tile_for(a.shape[0], b.shape[0], a.shape[1]))
 
 
 def gemm_per_channel(xq, xs, weight, bias, out_dtype,

@@ -9,7 +9,7 @@
 // Block: 256 + 32 PW threads, one block per SM, a persistent grid (at most one block per
 // SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in common.cuh's
 // grouped order). Tiles are 128 x BN, BN = 256, 128, 64 or 32.
-//  * Warps 8 .. 8 + PW - 1 are the producer (PW = 4 in the launcher's configs; with one
+//  * Warps 8 .. 8 + PW - 1 are the producer (PW = 4 in the cp.async configs; with one
 //    producer warp the kernel measured 0.6x as fast on an H200, its tensor pipe ~30%
 //    busy and most stalls on the L1TEX scoreboard: docs/cuda.md): for every k-tile of
 //    every tile of the block it waits until
@@ -20,35 +20,52 @@
 //    so full[s] completes when the copies have landed. It never waits for the MMAs, so
 //    it runs up to STAGES k-tiles ahead, across tile boundaries (it loads the next tile
 //    while the consumers run the epilogue).
-//  * Warps 0-7 are two consumer warpgroups; warpgroup g computes rows [64 g, 64 g + 64)
-//    of the 128 x BN tile with wgmma.m64n{BN}k32 (4 per k-tile), both operands straight
-//    from shared memory. After issuing k-tile i they wait for k-tile i - 1 only
-//    (wgmma.wait_group 1: one group stays in flight) and release its stage (one arrive
-//    per warp on empty[s], count 8).
-//  * Epilogue (per warp, no block barrier), 32 columns per pass: the warp writes its raw
-//    int32 accumulators to its own padded staging buffer in shared memory (conflict-free
-//    8-byte stores), then each lane reads 8 consecutive columns of one row back, applies
-//    the shared ChannelEpilogue (common.cuh) and stores them with 16-byte stores (one for
-//    16-bit outputs, two for 32-bit ones); 4 lanes write a row's 32 columns contiguously
-//    (full sectors). Scalar stores only for a column tail or rows not 16-byte aligned.
+//  * Warps 0-7 are two consumer warpgroups, in one of two modes:
+//    - cooperative (PP false): warpgroup g computes rows [64 g, 64 g + 64) of every
+//      tile with wgmma.m64n{BN}k32 (4 per k-tile), both operands straight from shared
+//      memory, and both run the epilogue together while the tensor cores idle.
+//    - ping-pong (PP, BN <= 128): warpgroup g takes the block's tiles g, g + 2, ... (in
+//      the block's sequence) and computes all 128 rows of each as two m64 halves (8
+//      wgmmas per k-tile, BN accumulators per thread); the two take turns on the tensor
+//      cores, so one's epilogue runs while the other multiplies. The producer's order
+//      is unchanged: tile g's k-tiles are ring positions g * ktiles ...
+//    After issuing k-tile i a warpgroup waits for k-tile i - 1 only (wgmma.wait_group 1:
+//    one group stays in flight) and releases its stage (one arrive per warp on empty[s]).
+//  * Epilogue (ws_epilogue: per warp, no block barrier), 32 columns per pass: the warp
+//    writes its raw int32 accumulators to its own padded staging buffer in shared memory
+//    (conflict-free 8-byte stores), then each lane reads 8 consecutive columns of one
+//    row back, applies the shared ChannelEpilogue (common.cuh) and stores them with
+//    16-byte stores (one for 16-bit outputs, two for 32-bit ones); 4 lanes write a row's
+//    32 columns contiguously (full sectors). Scalar stores only for a column tail or
+//    rows not 16-byte aligned.
 //
-// The TMA producer (TMA = true, the tma_* bodies; PW = 1): instead of the cp.async
-// copies, lane 0 of the producer warp issues two tile loads per stage
-// (cp.async.bulk.tensor: A's 128 x 128-byte box and B's BN x 128-byte box, written in
-// the same 128-byte swizzle, rows past M / N and the K tail filled with zeros by the
-// hardware) and one mbarrier.arrive.expect_tx of the stage's bytes on full[s] (count 1).
-// The maps are made per block at the start from host-encoded prototypes (tma.cuh: why
-// and how). No register or load/store-unit work per copied byte is left to the SM.
+// The TMA producer (TMA = true, the tma_* bodies; PW = 1 or 4): instead of the cp.async
+// copies, lane 0 of warp 8 issues two tile loads per stage (cp.async.bulk.tensor: A's
+// 128 x 128-byte box and B's BN x 128-byte box, written in the same 128-byte swizzle,
+// rows past M / N and the K tail filled with zeros by the hardware) and one
+// mbarrier.arrive.expect_tx of the stage's bytes on full[s] (count 1). The maps are made
+// per block at the start from host-encoded prototypes (tma.cuh: why and how). No
+// register or load/store-unit work per copied byte is left to the SM. With PW = 4 the
+// producer warpgroup gives registers to the consumers (setmaxnreg: 40 / 232 per thread)
+// and warps 9-11 exit; with ptxas's 168 the bias and sibling bodies spilled up to 868
+// bytes, with 232 none.
 //
 // Synchronization:
 //  * full[s] (count 32 PW): the producer threads' cp.async.mbarrier.arrive.noinc (TMA:
 //    count 1, the expect_tx arrive; the phase completes when the loads' bytes landed);
 //    phase r of full[s] is k-tile r * STAGES + s. Consumers wait on parity
 //    (i / STAGES) & 1.
-//  * empty[s] (count 8): one arrive per consumer warp after its wgmma reading stage s
-//    completed (wait_group). The producer's round r >= 1 waits for parity
-//    ((i / STAGES) & 1) ^ 1; round 0 passes at once (an mbarrier reports the phase
-//    before its first as complete).
+//  * empty[s] (count 8, ping-pong 4: the warps that read the stage): one arrive per
+//    consumer warp after its wgmma reading stage s completed (wait_group). The
+//    producer's round r >= 1 waits for parity ((i / STAGES) & 1) ^ 1; round 0 passes at
+//    once (an mbarrier reports the phase before its first as complete).
+//  * Ping-pong only, order[0..1] (count 4): a parity wait for phase r of full[s] passes
+//    at once while the barrier is still in phase r - 1 (that reads as the completed
+//    phase before), so a warpgroup may wait on k-tile i only once k-tile i - STAGES has
+//    landed. When that k-tile belongs to the other warpgroup's tile, only that
+//    warpgroup's own wait says so: a warpgroup starts its tile g once the other passed
+//    the last full[] wait of tile g - 1. It arrives on order[its partner] right after
+//    that wait; tile g waits for phase (g - 1) / 2 of its own order barrier.
 //  * cp.async writes shared memory through the generic proxy, wgmma reads it through the
 //    async proxy: every consumer thread executes fence.proxy.async after acquiring full[s]
 //    and before its wgmmas (not with TMA: its loads write through the async proxy).
@@ -59,7 +76,7 @@
 //
 // Invariants: as gemm.cu (K % 16 == 0, zero-filled tails, |A|, |B| <= 128, K < 2^17;
 // kWeightU8 K <= 66311); launched with exactly 256 + 32 PW threads and
-// STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 1024 bytes of dynamic shared
+// STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 16 + 1024 bytes of dynamic shared
 // memory (the launcher's WsConfig.shared_memory; TMA configs add room for 1 + G maps).
 //
 // MLX writes the kernel as `__global__ void custom_kernel_...(...)` with no launch bounds;
@@ -67,7 +84,8 @@
 // can have and the launch fails. Every kernel of this file has at most 384 threads, so the
 // header below (the last text before the kernel) redefines __global__ to carry
 // __launch_bounds__(384, 1): ptxas caps registers at 168 per thread (with 288 threads it
-// chose the same cap: it allocates for whole warpgroups); spills are none or a few bytes
+// chose the same cap: it allocates for whole warpgroups); the cp.async 128 x 256 bodies
+// with a bias or siblings spill up to 868 bytes, the others none or a few
 // (tests/test_cuda_compile.py prints ptxas's counts).
 #undef __global__
 #define __global__ __attribute__((global)) __attribute__((launch_bounds(384, 1)))
@@ -196,21 +214,89 @@ __device__ __forceinline__ Member<T> member_of(const Members<T, G>& ms, int tn) 
   return m;
 }
 
+// The epilogue of one warp's 16 rows (row_base ..) x BN columns (n0 ..) of a tile, from
+// its m64 accumulators d (wgmma_k32's layout: d[4 j + {0, 1}] are row lane / 4, columns
+// 8 j + 2 (lane % 4) + {0, 1}; d[4 j + {2, 3}] the row 8 below), 32 columns per pass, no
+// block barrier.
+// Step 1: the raw int32 accumulators go to the warp's staging buffer (rows of 32 int32
+// padded to 160 bytes: the 8-byte stores of a half-warp hit 32 distinct banks).
+// Step 2: lane l takes 8 consecutive columns (8 (l % 4) ...) of rows l / 4 and l / 4 + 8
+// (the rows whose terms it already holds), applies the shared epilogue and stores 8
+// outputs: one 16-byte store (16-bit T) or two (32-bit T), 4 lanes covering a row's 32
+// columns contiguously. The 8 columns' terms are loaded once for both rows (the output
+// stores between them could alias the column arrays, so the compiler would load them
+// again). Scalar stores only at a column tail or when rows are not 16-byte aligned.
+template <int BN, typename T, typename Epi>
+__device__ __forceinline__ void ws_epilogue(const int (&d)[BN / 2], const Epi& epi, T* out,
+                                            int row_base, int n0, int M, int N, int lane,
+                                            unsigned char* stage_buf) {
+  constexpr int kRowBytes = 160;
+  const int gq = lane >> 2, tq = lane & 3;
+  const bool vec_ok = (N * (int)sizeof(T)) % 16 == 0;  // every row starts 16-byte aligned
+  const auto r0 = epi.row(row_base + gq, M), r1 = epi.row(row_base + gq + 8, M);
+#pragma unroll
+  for (int p = 0; p < BN / 32; ++p) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * p + jj;
+      store_pair(reinterpret_cast<int32_t*>(stage_buf + gq * kRowBytes) + 8 * jj + 2 * tq,
+                 d[4 * j], d[4 * j + 1]);
+      store_pair(reinterpret_cast<int32_t*>(stage_buf + (gq + 8) * kRowBytes) + 8 * jj + 2 * tq,
+                 d[4 * j + 2], d[4 * j + 3]);
+    }
+    __syncwarp();
+    const int n = n0 + 32 * p + 8 * tq;
+    typename Epi::Col col[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) col[u] = epi.col(n + u, N);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = gq + 8 * h;
+      const int m = row_base + r;
+      const int4 lo = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq);
+      const int4 hi = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq + 16);
+      const int acc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      if (m < M && n < N) {
+        const auto row = h ? r1 : r0;
+        typename Epi::Value v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = epi(acc[u], row, col[u]);
+        T* dst = out + (size_t)m * N + n;
+        if (vec_ok && n + 8 <= N) {
+          store8(dst, v);
+        } else {
+#pragma unroll
+          for (int u = 0; u < 8; ++u)
+            if (n + u < N) dst[u] = static_cast<T>(v[u]);
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
 // MODE, HAS_BIAS, WB: as gemm_wgmma (MODE 0 raw int32 C with WB == kWeightS8; MODE 1
 // per-channel dequant with WB == kWeightU8). T: the output type. a: [M, K] (any leading
-// shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1, `tma`
-// set) instead of cp.async copies.
+// shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1 or 4,
+// `tma` set) instead of cp.async copies. PP: ping-pong consumers (BN <= 128).
 template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G,
-          bool TMA = false>
+          bool TMA = false, bool PP = false>
 __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const float* row_scale,
                                         const int32_t* row_sums, const Members<T, G>& ms,
                                         TmaMaps tma = {}) {
   static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
   static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
-  static_assert(!TMA || PW == 1, "one thread issues the tile loads: one producer warp");
+  static_assert(!TMA || PW == 1 || PW == 4, "TMA: one producer warp or a warpgroup");
+  static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
+  // TMA with a producer warpgroup: the block's registers at launch, 384 x 168 (ptxas's
+  // cap under launch_bounds(384, 1)), are re-dealt as 128 x kProducerRegs + 256 x
+  // kConsumerRegs; one thread issues every load, so the producers need few.
+  constexpr bool kRealloc = TMA && PW == 4;
+  constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   constexpr int BM = 128;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  constexpr int kAcc = BN / 2;  // int32 accumulators per consumer thread
+  constexpr int kHalves = PP ? 2 : 1;  // m64 row halves a consumer warpgroup computes
   extern __shared__ __align__(128) unsigned char w8a8_smem[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
@@ -227,17 +313,26 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full0 + 8 * s, TMA ? 1 : 32 * PW);
-      mbar_init(empty0 + 8 * s, 8);
+      mbar_init(empty0 + 8 * s, PP ? 4 : 8);  // the warps that read stage s
+    }
+    if (PP) {
+      mbar_init(empty0 + 8 * STAGES, 4);  // order[0], order[1]: the consumers' turns
+      mbar_init(empty0 + 8 * STAGES + 8, 4);
     }
   }
   __syncthreads();
 
   if constexpr (TMA) {
     if (warp >= kWsProducerWarp) {
+      if constexpr (kRealloc) {
+        setmaxnreg_dec<kProducerRegs>();
+        if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
+      }
       // This block's maps: the prototypes with the real addresses, staged in shared memory
       // after the barriers and published to the block's scratch slot (tma.cuh).
       unsigned char* maps_s = reinterpret_cast<unsigned char*>(
-          (reinterpret_cast<uintptr_t>(bars + 2 * STAGES) + 127) & ~static_cast<uintptr_t>(127));
+          (reinterpret_cast<uintptr_t>(bars + 2 * STAGES + 2) + 127) &
+          ~static_cast<uintptr_t>(127));
       unsigned char* maps_g =
           reinterpret_cast<unsigned char*>(
               (reinterpret_cast<uintptr_t>(tma.scratch) + 127) & ~static_cast<uintptr_t>(127)) +
@@ -326,21 +421,32 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
     return;
   }
 
-  // Consumers.
+  // Consumers. Cooperative (PP false): both warpgroups take every tile of the block, wg
+  // its rows [64 wg, 64 wg + 64). Ping-pong (PP): warpgroup wg takes the block's tiles
+  // g = wg, wg + 2, ... (g: the tile's position in the block's sequence, whose k-tiles
+  // are ring positions g * ktiles ...), all 128 rows of each as two m64 halves, so one
+  // warpgroup's epilogue runs while the other's MMAs keep the tensor cores busy.
   const int wg = warp >> 2;
-  const int gq = lane >> 2, tq = lane & 3;
+  if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
-  int d[kAcc];
-  int it = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  int d[kHalves][BN / 2];
+  const uint32_t order0 = empty0 + 8 * STAGES;  // PP: order[w], count 4 (see below)
+  for (int g = PP ? wg : 0;; g += PP ? 2 : 1) {
+    const int tile = blockIdx.x + g * gridDim.x;
+    if (tile >= tiles) break;
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
     const Member<T> mb = member_of<BN>(ms, tn);
-    const int N = mb.n;
-    T* const out = mb.out;
-    const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, mb.col_scale, mb.bias};
-    const bool vec_ok = (N * (int)sizeof(T)) % 16 == 0;  // every row starts 16-byte aligned
-    const int m0 = tm * BM, n0 = mb.tn * BN;
+    int it = g * ktiles;
+    // PP: the tile's first full[] wait may come only after the other warpgroup passed
+    // the last one of its tile g - 1. A warpgroup that ran ahead would wait for phase r
+    // of a stage still in phase r - 1 (its previous k-tile, of the other warpgroup's
+    // tile, not landed), and the parity wait would pass at once: stale operands, and an
+    // early release of the stage. order[wg] completes once per mainloop of the other
+    // warpgroup (its 4 warps arrive after their last wait), so the g-th tile waits for
+    // phase (g - 1) / 2 of it. The mainloops alternate strictly, so a warpgroup never
+    // waits on order[] a phase early either.
+    if (PP && g > 0) mbar_wait(order0 + 8 * wg, ((g - 1) >> 1) & 1);
     // Every consumer warpgroup issues its MMAs, even one whose 64 rows all lie past M
     // (M <= 64): a branch around wgmma makes ptxas serialize every wgmma of the kernel
     // ("C7520 ... serialized due to ... divergent path"; measured 1.4x slower on an
@@ -349,72 +455,34 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       const int s = it % STAGES;
       mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
       if constexpr (!TMA) fence_proxy_async();
-      const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+      const uint32_t sa = smem_addr(smem + s * kStageBytes) + (PP ? 0 : wg * 64 * kBK);
       const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBK / 32; ++ks)
-        wgmma_k32<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32),
-                                       (kt | ks) != 0);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h)
+          wgmma_k32<WB == kWeightU8, BN>(d[h], wgmma_desc(sa + h * 64 * kBK + ks * 32),
+                                         wgmma_desc(sb + ks * 32), (kt | ks) != 0);
       wgmma_commit();
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage
         if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
       }
     }
+    if (PP && lane == 0) mbar_arrive(order0 + 8 * (wg ^ 1));  // the other's turn
     wgmma_wait<0>();
     if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) asm volatile("" : "+r"(d[i])::"memory");
+    for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[h][i])::"memory");
 
-    // Epilogue, per warp, 32 columns per pass. d[4 j + {0, 1}] are row gq, columns
-    // 8 j + 2 tq + {0, 1} of the warp's 16 rows; d[4 j + {2, 3}] row gq + 8.
-    // Step 1: the raw int32 accumulators go to the warp's staging buffer (rows of 32 int32
-    // padded to 160 bytes: the 8-byte stores of a half-warp hit 32 distinct banks).
-    // Step 2: lane l takes 8 consecutive columns (8 (l % 4) ...) of rows l / 4 and
-    // l / 4 + 8 (the rows whose terms it already holds), applies the shared epilogue and
-    // stores 8 outputs: one 16-byte store (16-bit T) or two (32-bit T), 4 lanes covering
-    // a row's 32 columns contiguously. Only the epilogue math's inputs are live per step,
-    // not all of a tile's column terms.
-    const int row_base = m0 + wg * 64 + (warp & 3) * 16;
-    const auto r0 = epi.row(row_base + gq, M), r1 = epi.row(row_base + gq + 8, M);
-    constexpr int kRowBytes = 160;
+    const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, mb.col_scale, mb.bias};
 #pragma unroll
-    for (int p = 0; p < BN / 32; ++p) {
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int j = 4 * p + jj;
-        store_pair(reinterpret_cast<int32_t*>(stage_buf + gq * kRowBytes) + 8 * jj + 2 * tq,
-                   d[4 * j], d[4 * j + 1]);
-        store_pair(reinterpret_cast<int32_t*>(stage_buf + (gq + 8) * kRowBytes) + 8 * jj + 2 * tq,
-                   d[4 * j + 2], d[4 * j + 3]);
-      }
-      __syncwarp();
-      const int n = n0 + 32 * p + 8 * tq;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = gq + 8 * h;
-        const int m = row_base + r;
-        const int4 lo = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq);
-        const int4 hi = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq + 16);
-        const int acc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        if (m < M && n < N) {
-          const auto row = h ? r1 : r0;
-          typename ChannelEpilogue<MODE, HAS_BIAS, WB>::Value v[8];
-#pragma unroll
-          for (int u = 0; u < 8; ++u) v[u] = epi(acc[u], row, epi.col(n + u, N));
-          T* dst = out + (size_t)m * N + n;
-          if (vec_ok && n + 8 <= N) {
-            store8(dst, v);
-          } else {
-#pragma unroll
-            for (int u = 0; u < 8; ++u)
-              if (n + u < N) dst[u] = static_cast<T>(v[u]);
-          }
-        }
-      }
-      __syncwarp();
-    }
+    for (int h = 0; h < kHalves; ++h)
+      ws_epilogue<BN>(d[h], epi, mb.out, tm * BM + (PP ? h : wg) * 64 + (warp & 3) * 16,
+                      mb.tn * BN, M, mb.n, lane, stage_buf);
   }
 }
 
@@ -422,7 +490,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 
 // @@ body int32
 // Raw int8 GEMM: a [..., K] int8, b [N, K] int8 -> c [..., N] int32.
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP != 0>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}});
 
@@ -430,13 +498,13 @@ w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1>(
 // Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [..., K] int8, xs [..., 1]
 // f32, xr [..., 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32;
 // y [..., N].
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}});
 
 // @@ body channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}});
@@ -444,14 +512,14 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1>(
 // @@ body group2
 // channel_u8 for two weights fed the same activation (e.g. gate/up): w0 [N0, K/4],
 // ws0 [N0], w1, ws1 -> y0 [..., N0], y1 [..., N1].
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
 
 // @@ body group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -459,7 +527,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2>(
 
 // @@ body group3
 // Three weights fed the same activation (e.g. q/k/v).
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -468,7 +536,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
         {w0_shape[0], w1_shape[0], w2_shape[0]}});
 
 // @@ body group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -480,27 +548,27 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3>(
 // The bodies above with the TMA producer (gemm_ws<..., true>); inputs as theirs plus
 // proto (uint8, 128 (1 + G) bytes: tensor-map prototypes), outputs plus tmap (uint8
 // scratch, 128 (1 + G gridDim.x + 1) bytes).
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -508,7 +576,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true>(
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -516,7 +584,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true>(
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -526,7 +594,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true>(
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),

@@ -98,6 +98,21 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+// Register reallocation between warpgroups: every warp of a warpgroup executes it; dec
+// returns registers above R to the block's pool, inc waits until R are available. ptxas
+// allocates the code after each to R registers.
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R) : "memory");
+#endif
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R) : "memory");
+#endif
+}
 // Orders this thread's generic-proxy shared-memory writes (cp.async, st.shared) before
 // later async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_proxy_async() {
