@@ -91,24 +91,31 @@ def test_decode_runs_quantized_matmul_and_prefill_a_w8a8_gemm(as_h200, n, k):
     assert source == "table" and name.startswith("cuda_w8a8_gemm"), (name, source)
 
 
-@pytest.mark.parametrize("n, want", [(6144, [None, True, True]), (28672, [False, True, True])])
+@pytest.mark.parametrize("n, want", [(6144, ["prefill", True, True]), (28672, [False, True, True])])
 def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):
     # q+k+v (6144) and gate+up (28672) of Llama-3-8B at the table's prefill sizes. Where
-    # the sibling check kept the group launch (M = 512: 1.15x in the model, M = 2048:
-    # 1.03x) the table's choice has a multi-weight form (Candidate.bind_group); where it
-    # found the group no faster (gate+up at M = 128: 0.98x) the entry says
-    # mx.quantized_matmul and the members run alone; q+k+v at M = 128 was won by a kernel
-    # without a multi-weight form (cuda_w8a8_gemm), so there was no group to check and
-    # the members run alone (bench/results/h200_2026-12-01_s8_f_tune.log).
+    # the sibling check kept the group launch (M = 512: 1.18x in the model, M = 2048:
+    # 1.04x) the table's choice has a multi-weight form (Candidate.bind_group); where it
+    # found the group no faster (gate+up at M = 128: 1.00x) the entry says
+    # mx.quantized_matmul and the members run alone. q+k+v at M = 128 was won by a
+    # kernel without a multi-weight form (cuda_w8a8_gemm), so the sibling check had no
+    # group to judge; the prefill check ran the group as one cuda_w8a8_gemm_ws launch
+    # against it and switched (1.06x, p25 1.01x; bench/results/h200_2026-12-01_s10_b_tune.log).
     verdicts = []
     for m in (128, 512, 2048):
         problem = Problem("linear", m, n, 4096, "bfloat16", "per_channel", 64)
         candidate, source = registry.decide(problem)
         assert source == "table", (m, source)
-        check = as_h200.lookup(problem).entry.get("sibling_check")
+        entry = as_h200.lookup(problem).entry
+        check = entry.get("sibling_check")
         if check is None:
-            assert candidate.bind_group is None, (m, candidate.name)
-            verdicts.append(None)
+            prefill = entry.get("prefill_check")
+            if prefill is not None and prefill["switched"]:  # judged as a group there
+                assert candidate.name == prefill["challenger"] and candidate.bind_group, (m, entry)
+                verdicts.append("prefill")
+            else:
+                assert candidate.bind_group is None, (m, candidate.name)
+                verdicts.append(None)
             continue
         if check["kept"]:
             assert candidate.bind_group is not None, (m, candidate.name)
