@@ -630,8 +630,9 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel, lead):
 def test_tma_producer_matches_cp_async_bit_for_bit(rng, bn, m, n, k):
     """The two producers feed the same consumers: the int32 GEMM and the per-channel
     linear on the TMA tile equal the cp.async tile of the same width exactly (K = 96: a
-    box mostly past K; N = 40 < BN: a box mostly past N; M = 1: past M)."""
-    tma = ws_tile(f"tma{bn}")
+    box mostly past K; N = 40 < BN: a box mostly past N; M = 1: past M). At BN = 128
+    the TMA tile runs ping-pong consumers, the cp.async one cooperative ones."""
+    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
     cp = launch.WS_CONFIGS[f"ws{bn}p4"]
     a = mx.array(oracle.random_int8(rng, (m, k)))
     b = mx.array(oracle.random_int8(rng, (n, k)))
