@@ -15,8 +15,12 @@ The eighth set's run D used this script's version on the branch ``splitk-cluster
 ``MLX_USE_CUDA_GRAPHS=0``: MLX's graph cache leaves a cluster kernel's cluster size on its
 graph node for the next kernel (docs/cuda.md).
 
+With ``--int32`` the arms are the raw int8 GEMM (``launch.int8_gemm``, int32 output) on
+random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, qmm and
+quantize are not timed then. ``--tiles`` keeps the named tiles only.
+
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
-[--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
+[--reps 5] [--int32] [--tiles tma256,tma128pp]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -61,10 +65,19 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="16,128,512")
     p.add_argument("--kn", default="4096x4096,4096x1024,4096x14336,14336x4096")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--int32", action="store_true", help="time the raw int8 GEMM (int32 out)")
+    p.add_argument("--tiles", default="", help="comma-separated tile names (default: all)")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
     tiles = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}
+    if args.tiles:
+        unknown = sorted(set(args.tiles.split(",")) - set(tiles))
+        if unknown:
+            p.error(f"--tiles: unknown {unknown}; known: {sorted(tiles)}")
+        tiles = {name: tiles[name] for name in args.tiles.split(",")}
+    if args.int32:
+        return int32_gemms(ms, shapes, tiles, args.reps)
     rng = np.random.default_rng(0)
     print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
           f"median kernel us of {args.reps} evaluated calls")
@@ -88,6 +101,23 @@ def main(argv=None) -> int:
             best = min((v, kname) for kname, v in row.items() if kname not in ("bf16", "qmm", "quantize"))
             print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
                   + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})")
+    return 0
+
+
+def int32_gemms(ms, shapes, tiles, reps: int) -> int:
+    """``--int32``: each tile's raw int8 GEMM kernel time and TOPS per shape."""
+    rng = np.random.default_rng(0)
+    print(f"MLX {mx.__version__}; median kernel us (TOPS) of {reps} evaluated calls, int32 output")
+    for k, n in shapes:
+        b = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
+        for m in ms:
+            a = mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8))
+            mx.eval(a, b)
+            row = {name: timed(lambda: launch.int8_gemm(a, b, cfg), reps)[0]
+                   for name, cfg in tiles.items()}
+            ops = 2.0 * m * n * k
+            print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(
+                f"{name} {us:7.1f} ({ops / us / 1e6:5.0f})" for name, us in row.items()))
     return 0
 
 
