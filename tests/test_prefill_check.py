@@ -21,7 +21,14 @@ SLEEP = 0.008  # host seconds per call: well above a tiny prefill's own cost and
 T = 16
 
 
-
+def check_down_proj(check_env, model, choice: str, timed: list[str]):
+    """Record ``choice`` (``timed``: the candidates its race timed) for the first
+    down_proj's entry at ``T``, run the check; ``(down_proj, problem, result, its group)``."""
+    down = model.model.layers[0].mlp.down_proj
+    problem = down.problem(T, mx.float32)
+    tiny_lm.record_choice(check_env, problem, choice, timed)
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
+    return down, problem, result, next(g for g in result.groups if g.problem == problem)
 
 
 def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_faster(check_env):
@@ -59,11 +66,7 @@ def test_a_challenger_is_timed_after_its_plans_are_made(check_env):
 
     registry.register(Candidate(name="slow_bind", backend="any", op="linear", run=QMM.run,
                                 bind=slow_bind, digest="d-slow_bind", w8a8=False))
-    down = model.model.layers[0].mlp.down_proj
-    problem = down.problem(T, mx.float32)
-    tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "slow_bind"])
-    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
-    g = next(g for g in result.groups if g.problem == problem)
+    _, _, _, g = check_down_proj(check_env, model, "mlx_qmm", ["mlx_qmm", "slow_bind"])
     assert g.challenger == "slow_bind" and g.switched and g.ratio > 1.02
 
 
@@ -71,11 +74,7 @@ def test_a_w8a8_choice_slower_than_the_reference_in_the_model_is_switched_back(c
     model = tiny_lm.converted()
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
                                 run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
-    down = model.model.layers[0].mlp.down_proj
-    problem = down.problem(T, mx.float32)
-    tiny_lm.record_choice(check_env, problem, "host_heavy", ["mlx_qmm", "host_heavy"])
-    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
-    g = next(g for g in result.groups if g.problem == problem)
+    down, problem, _, g = check_down_proj(check_env, model, "host_heavy", ["mlx_qmm", "host_heavy"])
     assert g.tuned == "host_heavy" and g.challenger == "mlx_qmm" and g.switched
     assert check_env.lookup(problem).choice == "mlx_qmm"
     assert down.decision(T, mx.float32) == ("mlx_qmm", "table")
@@ -85,11 +84,7 @@ def test_a_challenger_that_is_not_faster_leaves_the_choice(check_env):
     model = tiny_lm.converted()
     registry.register(Candidate(name="host_heavy", backend="any", op="linear",
                                 run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
-    down = model.model.layers[0].mlp.down_proj
-    problem = down.problem(T, mx.float32)
-    tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "host_heavy"])
-    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=4)
-    g = next(g for g in result.groups if g.problem == problem)
+    _, problem, result, g = check_down_proj(check_env, model, "mlx_qmm", ["mlx_qmm", "host_heavy"])
     assert g.challenger == "host_heavy" and not g.switched and g.ratio < 1.0
     hit = check_env.lookup(problem)
     assert hit.choice == "mlx_qmm" and hit.entry["prefill_check"]["switched"] is False
