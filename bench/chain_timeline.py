@@ -1,0 +1,144 @@
+"""Where a chain of launches loses time: kernel time against the GPU span and the wall
+clock, per launch, for the raw int8 GEMM (TMA tiles), ``torch._int_mm`` and the bf16
+``mx.matmul`` of the same shape.
+
+``bench/cuda_bench.py`` times ``--chain`` launches in one ``mx.eval`` (wall clock), as a
+user who evaluates a batch of work would see them; ``ncu`` and ``tile_gpu_time.py`` time
+one kernel. The two differ by what happens between kernels: MLX's per-launch host work,
+its CUDA graphs (a graph of up to ``MLX_MAX_OPS_PER_BUFFER`` nodes, default 20, is built
+on the host before it is launched), the GPU's launch latency. This script records the
+same chain with CUPTI (``torch.profiler``) and prints, per arm and shape, in microseconds
+per launch:
+
+- ``kernel``: the median kernel duration;
+- ``span``: first kernel start to last kernel end, over the chain length;
+- ``busy``: the kernels' summed time over the span;
+- ``wall``: the wall clock of the chain without the profiler (median of ``--rounds``),
+  over the chain length; for torch, launches plus ``torch.cuda.synchronize()``.
+
+Inputs rotate over enough copies to exceed twice the L2 (as ``cuda_bench.py``). Run it
+once with ``MLX_USE_CUDA_GRAPHS=0`` too to see what the graphs cost or save.
+
+Usage: ``python bench/chain_timeline.py [--m 2048,8192] [--kn 4096x4096,4096x14336]
+[--chain 40] [--rounds 5] [--tiles tma256,tma128pp]``. Needs a CUDA GPU and torch with
+CUPTI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timeline import kernels_of  # noqa: E402
+
+L2_BYTES = 50 * 2**20  # H200: 50 MiB
+
+
+def _copies(nbytes: int) -> int:
+    return min(8, max(2, math.ceil(2 * L2_BYTES / max(1, nbytes))))
+
+
+def measure(run_chain, chain: int, rounds: int, is_torch: bool) -> dict:
+    """``run_chain(chain)`` launches and waits; per-launch figures (see the module doc)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def sync():
+        torch.cuda.synchronize() if is_torch else mx.synchronize()
+
+    run_chain(chain)  # compile, warm, build the graphs once
+    sync()
+    walls = []
+    for _ in range(rounds):
+        sync()
+        t0 = time.perf_counter()
+        run_chain(chain)
+        sync()
+        walls.append((time.perf_counter() - t0) / chain)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run_chain(chain)
+        sync()
+    ks = kernels_of(prof)
+    if not ks:
+        return {"kernel": float("nan"), "span": float("nan"), "busy": float("nan"),
+                "wall": statistics.median(walls) * 1e6, "n": 0}
+    span = max(s + d for _, s, d in ks) - ks[0][1]
+    busy = sum(d for _, _, d in ks)
+    # The GEMM's kernels: the longest-running name (a chain may hold small helper kernels).
+    by_name: dict[str, list[float]] = {}
+    for name, _, d in ks:
+        by_name.setdefault(name, []).append(d)
+    main = max(by_name.values(), key=sum)
+    return {"kernel": statistics.median(main), "span": span / chain, "busy": busy / span,
+            "wall": statistics.median(walls) * 1e6, "n": len(ks)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", default="2048,8192")
+    p.add_argument("--kn", default="4096x4096,4096x14336,14336x4096")
+    p.add_argument("--chain", type=int, default=40)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--tiles", default="auto", help="TMA tile names, or auto (tma_tile_for)")
+    args = p.parse_args(argv)
+    import torch
+
+    ms = [int(v) for v in args.m.split(",")]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
+    tiles = args.tiles.split(",")
+    unknown = sorted(set(tiles) - set(launch.TMA_CONFIGS) - {"auto"})
+    if unknown:
+        p.error(f"--tiles: unknown {unknown}; known: auto, {sorted(launch.TMA_CONFIGS)}")
+    rng = np.random.default_rng(0)
+    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}, "
+          f"MLX_MAX_OPS_PER_BUFFER {os.environ.get('MLX_MAX_OPS_PER_BUFFER', 'default')}; "
+          f"chain {args.chain}; us per launch: kernel (median) / span / wall, busy = kernel "
+          f"time over span; TOPS from the kernel time and from the wall clock; * marks the "
+          f"tile tma_tile_for picks")
+    for k, n in shapes:
+        C = _copies(n * k)
+        bs = [mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8)) for _ in range(C)]
+        wb = [mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(mx.bfloat16)
+              for _ in range(C)]
+        tbs = [torch.from_numpy(np.array(b)).cuda().t() for b in bs]
+        for m in ms:
+            X = _copies(m * k * 2)
+            as_ = [mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8)) for _ in range(X)]
+            xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+                  for _ in range(X)]
+            tas = [torch.from_numpy(np.array(a)).cuda() for a in as_]
+            mx.eval(bs, wb, as_, xs)
+            arms = {}
+            for t in tiles:
+                cfg = launch.tma_tile_for(m, n, k) if t == "auto" else launch.TMA_CONFIGS[t]
+                auto = cfg == launch.tma_tile_for(m, n, k)  # the tile the GEMM would pick
+                label = f"i8gemm_tma[{t}]" + ("*" if auto else "")
+                arms[label] = (lambda c, cfg=cfg: mx.eval(
+                    [launch.int8_gemm(as_[i % X], bs[i % C], cfg) for i in range(c)]), False)
+            arms["bf16"] = (lambda c: mx.eval([xs[i % X] @ wb[i % C].T for i in range(c)]), False)
+            arms["torch._int_mm"] = (lambda c: [torch._int_mm(tas[i % X], tbs[i % C])
+                                                for i in range(c)], True)
+            ops = 2.0 * m * n * k
+            for label, (fn, is_torch) in arms.items():
+                r = measure(fn, args.chain, args.rounds, is_torch)
+                print(f"M={m:5d} K={k:6d} N={n:6d} {label:22s} kernel {r['kernel']:7.1f} "
+                      f"span {r['span']:7.1f} wall {r['wall']:7.1f} busy {r['busy']:.3f} "
+                      f"kernels {r['n']:4d}  TOPS kernel {ops / r['kernel'] / 1e6:5.0f} "
+                      f"wall {ops / r['wall'] / 1e6:5.0f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
