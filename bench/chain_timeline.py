@@ -16,11 +16,17 @@ per launch:
 - ``wall``: the wall clock of the chain without the profiler (median of ``--rounds``),
   over the chain length; for torch, launches plus ``torch.cuda.synchronize()``.
 
+With ``--quantize`` the arms are the activation quantization instead (``launch.quantize``
+with row sums, ``[M, K]`` bf16 in, int8 codes + scales + row sums out) and MLX's own
+``x.astype(mx.int8)`` on the same ``x``: the same bytes read and written (2 M K + M K)
+by a bare elementwise kernel; the kernel times of the two are the quantize kernel's
+distance from a copy, with no launch cost in either.
+
 Inputs rotate over enough copies to exceed twice the L2 (as ``cuda_bench.py``). Run it
 once with ``MLX_USE_CUDA_GRAPHS=0`` too to see what the graphs cost or save.
 
 Usage: ``python bench/chain_timeline.py [--m 2048,8192] [--kn 4096x4096,4096x14336]
-[--chain 40] [--rounds 5] [--tiles tma256,tma128pp]``. Needs a CUDA GPU and torch with
+[--chain 40] [--rounds 5] [--tiles tma256,tma128pp] [--quantize]``. Needs a CUDA GPU and torch with
 CUPTI.
 """
 
@@ -92,6 +98,8 @@ def main(argv=None) -> int:
     p.add_argument("--chain", type=int, default=40)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tiles", default="auto", help="TMA tile names, or auto (tma_tile_for)")
+    p.add_argument("--quantize", action="store_true",
+                   help="time the activation quantization against x.astype(int8)")
     args = p.parse_args(argv)
     import torch
 
@@ -102,6 +110,8 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"--tiles: unknown {unknown}; known: auto, {sorted(launch.TMA_CONFIGS)}")
     rng = np.random.default_rng(0)
+    if args.quantize:
+        return quantize_chains(ms, sorted({k for k, _ in shapes}), args.chain, args.rounds, rng)
     print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}, "
           f"MLX_MAX_OPS_PER_BUFFER {os.environ.get('MLX_MAX_OPS_PER_BUFFER', 'default')}; "
           f"chain {args.chain}; us per launch: kernel (median) / span / wall, busy = kernel "
@@ -137,6 +147,30 @@ def main(argv=None) -> int:
                       f"span {r['span']:7.1f} wall {r['wall']:7.1f} busy {r['busy']:.3f} "
                       f"kernels {r['n']:4d}  TOPS kernel {ops / r['kernel'] / 1e6:5.0f} "
                       f"wall {ops / r['wall'] / 1e6:5.0f}", flush=True)
+    return 0
+
+
+def quantize_chains(ms, ks, chain: int, rounds: int, rng) -> int:
+    """``--quantize``: the quantize kernel against ``astype(int8)``, per M and K."""
+    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
+          f"chain {chain}; us per launch: kernel (median) / span / wall; GB/s of the kernel "
+          f"time over 3 M K bytes (x read, codes written)")
+    for k in ks:
+        for m in ms:
+            X = _copies(m * k * 2)
+            xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+                  for _ in range(X)]
+            mx.eval(xs)
+            arms = {
+                "quantize": lambda c: mx.eval(
+                    [launch.quantize(xs[i % X], row_sum=True) for i in range(c)]),
+                "astype(int8)": lambda c: mx.eval([xs[i % X].astype(mx.int8) for i in range(c)]),
+            }
+            for label, fn in arms.items():
+                r = measure(fn, chain, rounds, False)
+                print(f"M={m:5d} K={k:6d} {label:14s} kernel {r['kernel']:7.1f} span "
+                      f"{r['span']:7.1f} wall {r['wall']:7.1f} kernels {r['n']:4d}  GB/s "
+                      f"{3.0 * m * k / r['kernel'] / 1e3:6.0f}", flush=True)
     return 0
 
 
