@@ -6,7 +6,9 @@ Three modes.
 **Qualification** (the default; after the paired qualification bench): a *baseline*
 and a *candidate* — two kernel names (``--baseline mlx_qmm --candidate exact``) or
 two tuning tables (``--baseline-table A.json --candidate-table B.json``: each case runs
-the kernel that table chooses) — on a fixed case list. For each case, both arms are
+the kernel that table chooses) — on a fixed case list. Each arm runs its kernel as an
+``mlx_w8a8.Linear`` does (``registry.layer_run``: the launches bound once per weight, as
+the tuner times them), so the host cost per call is a layer's. For each case, both arms are
 checked against an independent oracle (numpy float64 from the raw stored codes) before
 and after timing; then at least 30 pairs are timed in alternating order (A B, B A, ...),
 each sample being ``chain`` launches in one ``mx.eval`` divided by ``chain``. Output is
@@ -105,7 +107,7 @@ def _arm_for(label: str, kernel: str | None, table_path: str | None, problem: Pr
         origin["table_hit"] = hit is not None
     cand = registry.choose(problem, kernel)
     identity = dict(origin, name=cand.name, backend=cand.backend, digest=cand.digest)
-    return cand.name, identity, cand.run
+    return cand.name, identity, registry.layer_run(cand, problem)  # as a Linear runs it
 
 
 def emit(record: dict, stream) -> None:

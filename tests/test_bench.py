@@ -143,3 +143,36 @@ def test_cider_shape_list_is_the_seeds_in_m_n_k_order():
     # The seed lists (M, K, N); 128 x 3584 x 18944 there is the Qwen2.5-7B up projection.
     assert (128, 18944, 3584) in bench.CIDER_SHAPES and (512, 3584, 18944) in bench.CIDER_SHAPES
     assert len(bench.CIDER_SHAPES) == 11
+
+
+def test_qualification_times_kernels_as_layers_run_them(tmp_path):
+    # A candidate with bound launches (bind_stages) must be timed and checked through
+    # them, as mlx_w8a8.Linear runs it and the tuner times it, not through run(), which
+    # builds every launch anew (about 4x the Python of the bound CUDA path).
+    qmm = registry.get("linear", "mlx_qmm")
+    calls = {"run": 0, "bind": 0, "apply": 0}
+
+    def run_(x, w, b):
+        calls["run"] += 1
+        return qmm.run(x, w, b)
+
+    def bind_stages(problem, w, b):
+        calls["bind"] += 1
+
+        def apply(x):
+            calls["apply"] += 1
+            return qmm.run(x, w, b)
+        return None, None, apply
+
+    registry.register(Candidate(name="bench_bound", backend="any", op="linear", run=run_,
+                                digest="bound", bind_stages=bind_stages, w8a8=False))
+    try:
+        code, text, _ = run(["--baseline", "mlx_qmm", "--candidate", "bench_bound",
+                             "--cases", "2x32x64", "--dtype", "float32", "--group-size", "32",
+                             "--warmup", "1", "--chain", "1"], tmp_path)
+    finally:
+        registry.unregister("linear", "bench_bound")
+    assert code == 0, text
+    assert calls["run"] == 0
+    # one binding per (weight, bias) of the case's operands, every launch through it
+    assert 1 <= calls["bind"] <= 4 and calls["apply"] >= bench.MIN_PAIRS

@@ -295,5 +295,27 @@ def choose(problem: Problem, kernel: str | None = None) -> Candidate:
     return decide(problem, kernel)[0]
 
 
+def layer_run(candidate: Candidate, problem: Problem) -> Callable[..., Any]:
+    """``run(x, w, b)`` as an ``mlx_w8a8.Linear`` runs ``candidate`` on ``problem``:
+    through its bound launches (``Candidate.bind_stages``, prepared once per weight and
+    bias) where it has them, else ``candidate.run``. What the tuner and the bench time,
+    so they charge the host cost a layer pays, not that of building every launch from
+    scratch (about 4x the Python per call for the CUDA GEMMs)."""
+    if candidate.bind_stages is None or problem.op != "linear":
+        return candidate.run
+    bound: dict[tuple[int, int], Callable] = {}
+
+    def run(x, w, b):
+        key = (id(w), id(b))  # the caller keeps w and b alive while it runs
+        f = bound.get(key)
+        if f is None:
+            _, quantize, apply = candidate.bind_stages(problem, w, b)
+            f = apply if quantize is None else (lambda x2: apply(quantize(x2)))
+            bound[key] = f
+        return f(x)
+
+    return run
+
+
 def names(found: Iterable[Candidate]) -> list[str]:
     return [c.name for c in found]

@@ -59,27 +59,6 @@ COLD_BYTES = 256 << 20
 MAX_WEIGHT_COPIES = 64
 
 
-def _as_layers_run(candidate: Candidate, problem: Problem) -> Callable[..., Any]:
-    """``run(x, w, b)`` as an ``mlx_w8a8.Linear`` runs the candidate: through its bound
-    launches (``Candidate.bind_stages``, prepared once per weight) where it has them, so
-    the timing charges the host cost a layer pays, not that of building each launch
-    from scratch."""
-    if candidate.bind_stages is None or problem.op != "linear":
-        return candidate.run
-    bound: dict[tuple[int, int], Callable] = {}
-
-    def run(x, w, b):
-        key = (id(w), id(b))  # the timed inputs hold w and b alive throughout
-        f = bound.get(key)
-        if f is None:
-            _, quantize, apply = candidate.bind_stages(problem, w, b)
-            f = apply if quantize is None else (lambda x2: apply(quantize(x2)))
-            bound[key] = f
-        return f(x)
-
-    return run
-
-
 def cold_copies(nbytes: int, cold_bytes: int = COLD_BYTES) -> int:
     """How many copies of an ``nbytes`` weight the timed launches cycle through: enough
     to hold ``cold_bytes`` together, at least 1, at most :data:`MAX_WEIGHT_COPIES`."""
@@ -571,7 +550,7 @@ class Tuner:
         )
         passing = [c for c in found if verdicts[c.name].passed]
         result = timing.paired_measure(
-            [(c.name, _as_layers_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs,
+            [(c.name, registry.layer_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs,
             warmup=cfg.warmup, chain=cfg.chain, max_chain=cfg.max_chain, progress=progress,
             prune_ratio=cfg.prune_ratio, keep=(reference.name,),
         )
