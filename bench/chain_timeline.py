@@ -22,11 +22,19 @@ with row sums, ``[M, K]`` bf16 in, int8 codes + scales + row sums out) and MLX's
 by a bare elementwise kernel; the kernel times of the two are the quantize kernel's
 distance from a copy, with no launch cost in either.
 
+With ``--linear`` the arms are whole linears at small and medium M (bf16 ``x @ w.T``,
+``mx.quantized_matmul`` 8-bit, and the W8A8 linear on the TMA and cp.async
+warp-specialized GEMMs as ``mlx_w8a8.Linear`` runs them: quantize + GEMM, launches
+bound once), each as a chain of independent launches (what the tuner and the bench
+time) and as a chain where launch i's activation depends on launch i - 1's output
+(``mx.depends``, as a model's successive layers depend): ``kernel`` is then the summed
+kernel time per launch, and ``busy`` above 1 means launches overlapped on the GPU.
+
 Inputs rotate over enough copies to exceed twice the L2 (as ``cuda_bench.py``). Run it
 once with ``MLX_USE_CUDA_GRAPHS=0`` too to see what the graphs cost or save.
 
 Usage: ``python bench/chain_timeline.py [--m 2048,8192] [--kn 4096x4096,4096x14336]
-[--chain 40] [--rounds 5] [--tiles tma256,tma128pp] [--quantize]``. Needs a CUDA GPU and torch with
+[--chain 40] [--rounds 5] [--tiles tma256,tma128pp] [--quantize | --linear]``. Needs a CUDA GPU and torch with
 CUPTI.
 """
 
@@ -88,7 +96,7 @@ def measure(run_chain, chain: int, rounds: int, is_torch: bool) -> dict:
         by_name.setdefault(name, []).append(d)
     main = max(by_name.values(), key=sum)
     return {"kernel": statistics.median(main), "span": span / chain, "busy": busy / span,
-            "wall": statistics.median(walls) * 1e6, "n": len(ks)}
+            "wall": statistics.median(walls) * 1e6, "n": len(ks), "sum": busy / chain}
 
 
 def main(argv=None) -> int:
@@ -100,6 +108,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", default="auto", help="TMA tile names, or auto (tma_tile_for)")
     p.add_argument("--quantize", action="store_true",
                    help="time the activation quantization against x.astype(int8)")
+    p.add_argument("--linear", action="store_true",
+                   help="whole linears (bf16, qmm, W8A8) in independent and dependent chains")
     args = p.parse_args(argv)
     import torch
 
@@ -112,6 +122,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     if args.quantize:
         return quantize_chains(ms, sorted({k for k, _ in shapes}), args.chain, args.rounds, rng)
+    if args.linear:
+        return linear_chains(ms, shapes, args.chain, args.rounds, rng)
     print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}, "
           f"MLX_MAX_OPS_PER_BUFFER {os.environ.get('MLX_MAX_OPS_PER_BUFFER', 'default')}; "
           f"chain {args.chain}; us per launch: kernel (median) / span / wall, busy = kernel "
@@ -171,6 +183,58 @@ def quantize_chains(ms, ks, chain: int, rounds: int, rng) -> int:
                 print(f"M={m:5d} K={k:6d} {label:14s} kernel {r['kernel']:7.1f} span "
                       f"{r['span']:7.1f} wall {r['wall']:7.1f} kernels {r['n']:4d}  GB/s "
                       f"{3.0 * m * k / r['kernel'] / 1e3:6.0f}", flush=True)
+    return 0
+
+
+def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
+    """``--linear``: whole linears, independent and dependent chains, per M and shape."""
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.weight import QuantizedWeight
+
+    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
+          f"chain {chain}; us per launch: sum (every kernel of a launch) / span / wall; "
+          f"busy = kernel time over span (> 1: launches overlapped)")
+    for k, n in shapes:
+        C = _copies(n * k)
+        ws = [mx.array(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)).astype(mx.bfloat16)
+              for _ in range(C)]
+        qws = [QuantizedWeight.from_float(w, 64, per_channel=True) for w in ws]
+        gws = [mx.quantize(w, group_size=64, bits=8) for w in ws]
+        mx.eval(ws, [q.q for q in qws], gws)
+        for m in ms:
+            X = _copies(m * k * 2)
+            xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+                  for _ in range(X)]
+            mx.eval(xs)
+            problem = registry.Problem("linear", m, n, k, "bfloat16", "per_channel", 64)
+            ops = {
+                "bf16": lambda x, i: x @ ws[i % C].T,
+                "qmm": lambda x, i: mx.quantized_matmul(x, *gws[i % C], transpose=True,
+                                                        group_size=64, bits=8),
+            }
+            for name in ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws"):
+                cand = registry.find("linear", name)
+                if cand is not None and cand.available():
+                    run = registry.layer_run(cand, problem)
+                    ops[name.replace("cuda_w8a8_gemm", "w8a8")] = (
+                        lambda x, i, run=run: run(x, qws[i % C], None))
+            for label, op in ops.items():
+                def independent(c, op=op):
+                    mx.eval([op(xs[i % X], i) for i in range(c)])
+
+                def dependent(c, op=op):
+                    y, outs = None, []
+                    for i in range(c):
+                        x = xs[i % X] if y is None else mx.depends(xs[i % X], y)
+                        y = op(x, i)
+                        outs.append(y)
+                    mx.eval(outs)
+
+                for mode, fn in (("indep", independent), ("dep", dependent)):
+                    r = measure(fn, chain, rounds, False)
+                    print(f"M={m:5d} K={k:6d} N={n:6d} {label:10s} {mode:5s} sum {r['sum']:7.1f} "
+                          f"span {r['span']:7.1f} wall {r['wall']:7.1f} busy {r['busy']:.3f} "
+                          f"kernels {r['n']:4d}", flush=True)
     return 0
 
 
