@@ -64,6 +64,21 @@ def _copies(nbytes: int) -> int:
     return min(8, max(2, math.ceil(2 * L2_BYTES / max(1, nbytes))))
 
 
+def activations(m: int, k: int, rng) -> tuple[list, int]:
+    """``(xs, X)``: ``X`` evaluated bf16 ``[m, k]`` activations to rotate through."""
+    X = _copies(m * k * 2)
+    xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+          for _ in range(X)]
+    mx.eval(xs)
+    return xs, X
+
+
+def banner(what: str) -> None:
+    """The run's first line: MLX's version, whether CUDA graphs are on, then ``what``."""
+    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}, "
+          f"MLX_MAX_OPS_PER_BUFFER {os.environ.get('MLX_MAX_OPS_PER_BUFFER', 'default')}; {what}")
+
+
 def measure(run_chain, chain: int, rounds: int, is_torch: bool) -> dict:
     """``run_chain(chain)`` launches and waits; per-launch figures (see the module doc)."""
     import torch
@@ -124,9 +139,7 @@ def main(argv=None) -> int:
         return quantize_chains(ms, sorted({k for k, _ in shapes}), args.chain, args.rounds, rng)
     if args.linear:
         return linear_chains(ms, shapes, args.chain, args.rounds, rng)
-    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}, "
-          f"MLX_MAX_OPS_PER_BUFFER {os.environ.get('MLX_MAX_OPS_PER_BUFFER', 'default')}; "
-          f"chain {args.chain}; us per launch: kernel (median) / span / wall, busy = kernel "
+    banner(f"chain {args.chain}; us per launch: kernel (median) / span / wall, busy = kernel "
           f"time over span; TOPS from the kernel time and from the wall clock; * marks the "
           f"tile tma_tile_for picks")
     for k, n in shapes:
@@ -164,15 +177,11 @@ def main(argv=None) -> int:
 
 def quantize_chains(ms, ks, chain: int, rounds: int, rng) -> int:
     """``--quantize``: the quantize kernel against ``astype(int8)``, per M and K."""
-    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
-          f"chain {chain}; us per launch: kernel (median) / span / wall; GB/s of the kernel "
+    banner(f"chain {chain}; us per launch: kernel (median) / span / wall; GB/s of the kernel "
           f"time over 3 M K bytes (x read, codes written)")
     for k in ks:
         for m in ms:
-            X = _copies(m * k * 2)
-            xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
-                  for _ in range(X)]
-            mx.eval(xs)
+            xs, X = activations(m, k, rng)
             arms = {
                 "quantize": lambda c: mx.eval(
                     [launch.quantize(xs[i % X], row_sum=True) for i in range(c)]),
@@ -191,8 +200,7 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
     from mlx_w8a8.kernels import registry
     from mlx_w8a8.weight import QuantizedWeight
 
-    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}; "
-          f"chain {chain}; us per launch: sum (every kernel of a launch) / span / wall; "
+    banner(f"chain {chain}; us per launch: sum (every kernel of a launch) / span / wall; "
           f"busy = kernel time over span (> 1: launches overlapped)")
     for k, n in shapes:
         C = _copies(n * k)
@@ -202,10 +210,7 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
         gws = [mx.quantize(w, group_size=64, bits=8) for w in ws]
         mx.eval(ws, [q.q for q in qws], gws)
         for m in ms:
-            X = _copies(m * k * 2)
-            xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
-                  for _ in range(X)]
-            mx.eval(xs)
+            xs, X = activations(m, k, rng)
             problem = registry.Problem("linear", m, n, k, "bfloat16", "per_channel", 64)
             ops = {
                 "bf16": lambda x, i: x @ ws[i % C].T,

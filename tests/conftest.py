@@ -96,3 +96,29 @@ def rng(request):
     seed = int(os.environ.get("MLX_W8A8_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
     print(f"[seed {seed}] {request.node.nodeid}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def bound_spy():
+    """``(calls, run, bind_stages)``: a linear candidate's ``run`` and ``bind_stages``
+    (one bound stage) around ``mlx_qmm`` that count their calls, for tests that a
+    timing path runs a candidate as a layer does (through ``bind_stages``, never
+    ``run``)."""
+    from mlx_w8a8.kernels import registry
+
+    qmm = registry.get("linear", "mlx_qmm")
+    calls = {"run": 0, "bind": 0, "apply": 0}
+
+    def run(x, w, b):
+        calls["run"] += 1
+        return qmm.run(x, w, b)
+
+    def bind_stages(problem, w, b):
+        calls["bind"] += 1
+
+        def apply(x):
+            calls["apply"] += 1
+            return qmm.run(x, w, b)
+        return None, None, apply
+
+    return calls, run, bind_stages

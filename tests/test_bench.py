@@ -145,25 +145,11 @@ def test_cider_shape_list_is_the_seeds_in_m_n_k_order():
     assert len(bench.CIDER_SHAPES) == 11
 
 
-def test_qualification_times_kernels_as_layers_run_them(tmp_path):
+def test_qualification_times_kernels_as_layers_run_them(tmp_path, bound_spy):
     # A candidate with bound launches (bind_stages) must be timed and checked through
     # them, as mlx_w8a8.Linear runs it and the tuner times it, not through run(), which
     # builds every launch anew (about 4x the Python of the bound CUDA path).
-    qmm = registry.get("linear", "mlx_qmm")
-    calls = {"run": 0, "bind": 0, "apply": 0}
-
-    def run_(x, w, b):
-        calls["run"] += 1
-        return qmm.run(x, w, b)
-
-    def bind_stages(problem, w, b):
-        calls["bind"] += 1
-
-        def apply(x):
-            calls["apply"] += 1
-            return qmm.run(x, w, b)
-        return None, None, apply
-
+    calls, run_, bind_stages = bound_spy
     registry.register(Candidate(name="bench_bound", backend="any", op="linear", run=run_,
                                 digest="bound", bind_stages=bind_stages, w8a8=False))
     try:

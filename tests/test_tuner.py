@@ -445,8 +445,8 @@ def test_exact_ops_tune_too(env):
     t = tuner(env)
     mm = Problem("int8_matmul", 2, 16, 64, "int8", "int8")
     ref = registry.get("int8_matmul", "exact")
-    off = registry.register(Candidate(name="off_by_one", backend="any", op="int8_matmul",
-                                      run=lambda a, b: ref.run(a, b) + 1, digest="x"))
+    registry.register(Candidate(name="off_by_one", backend="any", op="int8_matmul",
+                                run=lambda a, b: ref.run(a, b) + 1, digest="x"))
     try:
         out = t.tune(mm)
     finally:
@@ -483,24 +483,11 @@ def test_timed_launches_cycle_through_cold_weight_copies(env, cold_bytes, expect
         assert e["weight_copies"] == want == len(seen) == expect
 
 
-def test_bound_candidates_are_timed_as_layers_run_them(env):
+def test_bound_candidates_are_timed_as_layers_run_them(env, bound_spy):
     # A layer runs a candidate with bind_stages through launches prepared once per
     # weight; the tuner must time that (not run(), which builds each launch anew and
     # charges host time a layer does not pay).
-    calls = {"run": 0, "bind": 0, "apply": 0}
-
-    def run(x, w, b):
-        calls["run"] += 1
-        return QMM.run(x, w, b)
-
-    def bind_stages(problem, w, b):
-        calls["bind"] += 1
-
-        def apply(x):
-            calls["apply"] += 1
-            return QMM.run(x, w, b)
-        return None, None, apply
-
+    calls, run, bind_stages = bound_spy
     fake("spy", run, bind_stages=bind_stages)
     cfg = attrs.evolve(FAST, cold_bytes=0)
     e = tuner(env, config=cfg).measure(PROBLEM, candidates=only("spy"))
