@@ -80,3 +80,26 @@ def test_chooser_hook_and_its_failure(fake):
 def test_unknown_op_rejected():
     with pytest.raises(ValueError, match="available_kernels.*op must be one of"):
         w8.available_kernels("conv")
+
+
+def test_layer_run_binds_once_per_weight_and_bias(bound_spy):
+    # layer_run is how the tuner and the bench run a candidate: through bind_stages,
+    # bound once per (weight, bias) pair and reused, never through run; a candidate
+    # without bind_stages (or another op) runs as it is.
+    calls, run, bind_stages = bound_spy
+    cand = Candidate(name="spy", backend="any", op="linear", run=run,
+                     bind_stages=bind_stages, w8a8=False)
+    plain = Candidate(name="plain", backend="any", op="linear", run=run)
+    assert registry.layer_run(plain, PROBLEM) is run
+    assert registry.layer_run(cand, Problem("int8_matmul", 4, 32, 64, "int8", "int8")) is run
+    p = Problem("linear", 4, 32, 64, "float32", "per_channel", 32)
+    w1, w2 = (w8.QuantizedWeight.from_float(mx.array(np.random.default_rng(s).standard_normal(
+        (32, 64)).astype(np.float32)), 32) for s in (0, 1))
+    x = mx.ones((4, 64))
+    f = registry.layer_run(cand, p)
+    want = np.array(registry.get("linear", "mlx_qmm").run(x, w1, None))
+    for _ in range(3):
+        assert np.array_equal(np.array(f(x, w1, None)), want)
+    f(x, w2, None)
+    f(x, w2, None)
+    assert calls == {"run": 0, "bind": 2, "apply": 5}
