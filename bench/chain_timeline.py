@@ -41,7 +41,6 @@ CUPTI.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -55,18 +54,12 @@ import numpy as np  # noqa: E402
 from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_bench import rotation_copies  # noqa: E402
 from gpu_timeline import kernels_of  # noqa: E402
-
-L2_BYTES = 50 * 2**20  # H200: 50 MiB
-
-
-def _copies(nbytes: int) -> int:
-    return min(8, max(2, math.ceil(2 * L2_BYTES / max(1, nbytes))))
-
 
 def activations(m: int, k: int, rng) -> tuple[list, int]:
     """``(xs, X)``: ``X`` evaluated bf16 ``[m, k]`` activations to rotate through."""
-    X = _copies(m * k * 2)
+    X = rotation_copies(m * k * 2)
     xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
           for _ in range(X)]
     mx.eval(xs)
@@ -143,13 +136,13 @@ def main(argv=None) -> int:
           f"time over span; TOPS from the kernel time and from the wall clock; * marks the "
           f"tile tma_tile_for picks")
     for k, n in shapes:
-        C = _copies(n * k)
+        C = rotation_copies(n * k)
         bs = [mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8)) for _ in range(C)]
         wb = [mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(mx.bfloat16)
               for _ in range(C)]
         tbs = [torch.from_numpy(np.array(b)).cuda().t() for b in bs]
         for m in ms:
-            X = _copies(m * k * 2)
+            X = rotation_copies(m * k * 2)
             as_ = [mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8)) for _ in range(X)]
             xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
                   for _ in range(X)]
@@ -203,7 +196,7 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
     banner(f"chain {chain}; us per launch: sum (every kernel of a launch) / span / wall; "
           f"busy = kernel time over span (> 1: launches overlapped)")
     for k, n in shapes:
-        C = _copies(n * k)
+        C = rotation_copies(n * k)
         ws = [mx.array(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)).astype(mx.bfloat16)
               for _ in range(C)]
         qws = [QuantizedWeight.from_float(w, 64, per_channel=True) for w in ws]

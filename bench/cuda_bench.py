@@ -194,15 +194,18 @@ def base_quantize_spec(base_dir: str, m: int, k: int):
             c.cache_clear()
 
 
+def rotation_copies(nbytes: int) -> int:
+    """Copies of an ``nbytes`` operand the timed launches rotate through: enough to
+    exceed twice the L2 (so no launch reads it from cache), 2 to 8."""
+    return min(8, max(2, math.ceil(2 * L2_BYTES / max(1, nbytes))))
+
+
 def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant_base=None):
     """Time every arm for one shape; returns a dict of medians and derived numbers."""
     import torch
 
-    w_bytes = n * k
-    copies = max(2, math.ceil(2 * L2_BYTES / w_bytes))
-    x_copies = max(2, math.ceil(2 * L2_BYTES / max(1, m * k * 2)))
-    x_copies = min(x_copies, 8)
-    copies = min(copies, 8)
+    copies = rotation_copies(n * k)
+    x_copies = rotation_copies(m * k * 2)
     ws = [mx.array((rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)).astype(mx.bfloat16)
           for _ in range(copies)]
     xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
