@@ -21,7 +21,7 @@ random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, 
 quantize are not timed then. ``--tiles`` keeps the named tiles only.
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
-[--reps 5] [--int32] [--tiles tma256,tma128pp]``. Needs a CUDA GPU and torch with CUPTI.
+[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--int32", action="store_true", help="time the raw int8 GEMM (int32 out)")
     p.add_argument("--tiles", default="", help="comma-separated tile names (default: all)")
+    p.add_argument("--acc", default="", help="comma-separated accumulator-set counts: each "
+                   "cooperative tile also with each count it allows (named <tile>a<count>)")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
@@ -77,6 +79,8 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"--tiles: unknown {unknown}; known: {sorted(tiles)}")
         tiles = {name: tiles[name] for name in args.tiles.split(",")}
+    if args.acc:
+        tiles = with_accumulators(tiles, [int(v) for v in args.acc.split(",")])
     if args.int32:
         return int32_gemms(ms, shapes, tiles, args.reps)
     rng = np.random.default_rng(0)
@@ -103,6 +107,19 @@ def main(argv=None) -> int:
             print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
                   + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})")
     return 0
+
+
+def with_accumulators(tiles: dict, counts: list[int]) -> dict:
+    """``tiles`` plus, for each cooperative tile and each count it allows
+    (``count * bn <= 128``) other than its own, the tile with that many accumulator sets
+    (``WsConfig.accumulators``), named ``<tile>a<count>``."""
+    out = {}
+    for name, cfg in tiles.items():
+        out[name] = cfg
+        for c in counts:
+            if c != cfg.accumulators and not cfg.pingpong and c * cfg.bn <= 128:
+                out[f"{name}a{c}"] = cfg._replace(accumulators=c)
+    return out
 
 
 def int32_gemms(ms, shapes, tiles, reps: int) -> int:

@@ -247,6 +247,31 @@ def test_int8_gemm_ws_bit_exact(rng, config, m, n, k):
         assert np.all(got == k * 16384)
 
 
+# Accumulator sets (WsConfig.accumulators): each count on both producers, K = 48 (one
+# k-tile, its last k32 steps all zero fill: every set still written once), 1088 (9
+# k-tiles), 4096; M = 16 and 77 (the TMA A box of M rows: the stage rows past M keep the
+# previous k-tile's or tile's bytes and feed only unstored rows), 300 (three row tiles);
+# N = 2304 at BN 32 gives 72 tiles per row tile, so blocks run several tiles and a set's
+# first step of each tile must overwrite the previous tile's sums. All -128: the largest
+# sums, split over the sets.
+@pytest.mark.parametrize("tma", [False, True], ids=["cp_async", "tma"])
+@pytest.mark.parametrize("bn,acc", [(32, 1), (32, 2), (32, 4), (64, 1), (64, 2)])
+@pytest.mark.parametrize("m,n,k", [(16, 264, 48), (77, 392, 1088), (300, 2304, 4096)])
+def test_int8_gemm_ws_accumulator_sets(rng, tma, bn, acc, m, n, k):
+    base = next(c for c in WS_TILES.values() if c.bn == bn and c.tma == tma)
+    cfg = base._replace(accumulators=acc)
+    if tma:
+        ws_tile(next(name for name, c in WS_TILES.items() if c == base))  # skips off Hopper
+    a = oracle.random_int8(rng, (m, k))
+    b = oracle.random_int8(rng, (n, k))
+    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
+    a[:] = -128
+    b[:] = -128
+    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    assert np.all(got == k * 16384)
+
+
 @pytest.mark.parametrize("name", ["cuda_int8_gemm_ws", "cuda_int8_gemm_tma"])
 def test_int8_gemm_ws_candidate(rng, name):
     """The registered warp-specialized int32 GEMMs (their own tile choice) on a shape with

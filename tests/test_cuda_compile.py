@@ -566,7 +566,7 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
         assert len(match) == 1, f"launch {plan['name']} matches no compiled body"
         names = tuple(k for k, _ in plan["template"])
         assert names in built[match[0]], (plan["name"], names, built[match[0]])
-        ints = tuple((k, v) for k, v in plan["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES", "PW", "PP"))
+        ints = tuple((k, v) for k, v in plan["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES", "PW", "PP", "ACC"))
         if ints:
             assert ints in tiles, (plan["name"], ints)
         body = plan["source"]
@@ -975,6 +975,55 @@ def test_kernel_names_change_with_their_text(monkeypatch):
     monkeypatch.setattr(sources, "read", edited)
     assert name_of("quantize.cu", "plain") != first
 
+
+
+def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
+    """A tuning table entry is fresh while its candidates' digests match
+    (cuda._digest): a comment edited in a kernel file, or in a file it requires, must
+    leave the digest as it was (the compiled text is the same), while a code edit, a
+    body renamed or a required header's code changed must change it."""
+    real = sources.read
+    edits: dict[str, tuple[str, str]] = {}
+
+    def edited(backend, filename):
+        text = real(backend, filename)
+        old, new = edits.get(filename, ("", ""))
+        assert not old or old in text, (filename, old)
+        return text.replace(old, new, 1) if old else text
+
+    def digest():
+        launch.load.cache_clear()
+        launch.requires.cache_clear()
+        try:
+            return cuda._digest((launch.gemm_per_channel,), ("gemm_ws.cu",), "params")
+        finally:
+            launch.load.cache_clear()
+            launch.requires.cache_clear()
+
+    monkeypatch.setattr(sources, "read", edited)
+    base = digest()
+    cases = {
+        "comment line in the file": ("gemm_ws.cu", "namespace w8a8 {",
+                                     "// a new remark\nnamespace w8a8 {"),
+        "comment after code": ("gemm_ws.cu", "namespace w8a8 {", "namespace w8a8 {  // remark"),
+        "comment in a required header": ("tma.cuh", "namespace w8a8 {",
+                                         "// remark\nnamespace w8a8 {"),
+    }
+    for what, (file, old, new) in cases.items():
+        edits.clear()
+        edits[file] = (old, new)
+        assert digest() == base, what
+    changes = {
+        "code in the file": ("gemm_ws.cu", "namespace w8a8 {",
+                             "namespace w8a8 {\nconstexpr int kUnused = 1;"),
+        "a body renamed": ("gemm_ws.cu", "// @@ body group2\n", "// @@ body group2x\n"),
+        "code in a required header": ("tma.cuh", "constexpr int kTmaMapBytes = 128;",
+                                      "constexpr int kTmaMapBytes = 128;\nconstexpr int kX = 2;"),
+    }
+    for what, (file, old, new) in changes.items():
+        edits.clear()
+        edits[file] = (old, new)
+        assert digest() != base, what
 
 
 # Kernel files: requirements and text ------------------------------------------------------

@@ -318,13 +318,19 @@ def _supports_gemv(p: registry.Problem) -> bool:
 
 def _digest(functions, files, params: str) -> str:
     """The candidate's digest: the Python functions it runs (its own and the launchers'),
-    the kernel files it compiles and its launch parameters (``sources.code_digest``)."""
+    the kernel text it compiles and its launch parameters (``sources.code_digest``).
+
+    The kernel text is what MLX compiles (:func:`launch.load`: each file's header after
+    the headers it requires, and its named bodies, comments stripped), so a comment
+    edited in a kernel file leaves tuning tables fresh and any code edit stales them."""
     common = (launch.load, launch.requires, launch._own, launch._kernel, launch._grid,
               launch.tiles, launch.LaunchSpec)
-    used = dict.fromkeys(f for top in files for f in launch.requires(top))  # + what they require
-    return sources.code_digest(*functions, *common,
-                               texts=tuple(sources.read("cuda", f) for f in used),
-                               params=params)
+    texts = []
+    for top in files:
+        header, bodies = launch.load(top)
+        texts.append(header)
+        texts += [f"{name}\n{body}" for name, body in sorted(bodies.items())]
+    return sources.code_digest(*functions, *common, texts=tuple(texts), params=params)
 
 
 _GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))

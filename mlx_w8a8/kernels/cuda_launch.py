@@ -146,13 +146,17 @@ class WsConfig(NamedTuple):
     tensor-map prototypes and write a scratch output) instead of cp.async copies.
     ``pingpong``: each consumer warpgroup computes whole tiles, the two taking turns, so
     one's epilogue overlaps the other's MMAs (``bn`` <= 128: a thread holds ``bn``
-    accumulators); otherwise they share each tile (64 rows each)."""
+    accumulators); otherwise they share each tile (64 rows each). ``accumulators``
+    (cooperative tiles, 1, 2 or 4, ``accumulators * bn <= 128``): independent
+    accumulator sets the k-steps of a k-tile add into in turn, so a narrow tile's
+    wgmmas do not each wait for the one before (summed before the epilogue)."""
 
     bn: int
     stages: int
     producers: int = 4
     tma: bool = False
     pingpong: bool = False
+    accumulators: int = 1
 
     file = "gemm_ws.cu"
     bm = 128
@@ -173,7 +177,7 @@ class WsConfig(NamedTuple):
 
     def template(self) -> list[tuple[str, int]]:
         return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers),
-                ("PP", int(self.pingpong))]
+                ("PP", int(self.pingpong)), ("ACC", self.accumulators)]
 
     def body(self, name: str) -> str:
         """The body of ``gemm_ws.cu`` running ``name`` with this config's producer."""
@@ -193,11 +197,14 @@ GEMM_CONFIGS = {
 # The warp-specialized kernel, each tile with a producer warpgroup (one producer warp
 # measured 0.6x as fast: docs/cuda.md) and as many ring stages as fit next to the 20 KiB
 # epilogue staging in an H200's 227 KiB: 4 x 48 KiB at 128 x 256, 6 x 32, 8 x 24, 10 x 20.
+# 128 x 32 adds into 4 accumulator sets: 2-14% less GPU time than one at M = 16-512 on
+# the Llama-3-8B shapes (twelfth set, run B: down_proj, K = 14336, at M = 16 34.5
+# against 40.0 us); 2 sets on 128 x 64, and any on the TMA tiles, measured within 5%.
 WS_CONFIGS = {
     "ws256p4": WsConfig(256, 4),
     "ws128p4": WsConfig(128, 6),
     "ws64p4": WsConfig(64, 8),
-    "ws32p4": WsConfig(32, 10),
+    "ws32p4": WsConfig(32, 10, accumulators=4),
 }
 # The TMA producer: lane 0 of warp 8 issues the tile loads. 128 x 256 and 128 x 128 come
 # with a producer warpgroup (warps 9-11 idle) so that it can hand registers to the
@@ -387,9 +394,10 @@ def header_include(stem: str, header: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _tma_prototypes(m: int, k: int, ns: tuple[int, ...], bn: int) -> mx.array:
-    """The ``proto`` input of a ``tma_*`` body: A's map (``[m, k]``, 128-row boxes), then
+    """The ``proto`` input of a ``tma_*`` body: A's map (``[m, k]``, boxes of
+    ``min(m, 128)`` rows: below a whole tile no rows past M are fetched, gemm_ws.cu), then
     each weight's (``[n, k]``, ``bn``-row boxes), 128 bytes each (uint8)."""
-    maps = [tensormap.prototype(m, k, WsConfig.bm)]
+    maps = [tensormap.prototype(m, k, min(m, WsConfig.bm))]
     maps += [tensormap.prototype(n, k, bn) for n in ns]
     return mx.array(np.frombuffer(b"".join(maps), dtype=np.uint8))
 

@@ -31,6 +31,11 @@
 //      is unchanged: tile g's k-tiles are ring positions g * ktiles ...
 //    After issuing k-tile i a warpgroup waits for k-tile i - 1 only (wgmma.wait_group 1:
 //    one group stays in flight) and releases its stage (one arrive per warp on empty[s]).
+//    Cooperative tiles may keep ACC (2 or 4) accumulator sets: the 4 wgmmas of a k-tile
+//    add into sets 0, 1, .. in turn, so they do not each wait for the previous one's
+//    result; the sets are summed (int32, exact) before the epilogue. 128 x 32 with 4
+//    sets took 2-14% less time on the cp.async producer at M = 16-512; with TMA, and
+//    128 x 64 with 2, within 5% of one set (docs/cuda.md, twelfth set).
 //  * Epilogue (ws_epilogue: per warp, no block barrier), 32 columns per pass: the warp
 //    writes its raw int32 accumulators to its own padded staging buffer in shared memory
 //    (conflict-free 8-byte stores), then each lane reads 8 consecutive columns of one
@@ -41,9 +46,13 @@
 //
 // The TMA producer (TMA = true, the tma_* bodies; PW = 1 or 4): instead of the cp.async
 // copies, lane 0 of warp 8 issues two tile loads per stage (cp.async.bulk.tensor: A's
-// 128 x 128-byte box and B's BN x 128-byte box, written in the same 128-byte swizzle,
-// rows past M / N and the K tail filled with zeros by the hardware) and one
-// mbarrier.arrive.expect_tx of the stage's bytes on full[s] (count 1). The maps are made
+// min(M, 128) x 128-byte box and B's BN x 128-byte box, written in the same 128-byte
+// swizzle, rows past M / N and the K tail filled with zeros by the hardware) and one
+// mbarrier.arrive.expect_tx of the stage's bytes on full[s] (count 1). Below 128 rows
+// the A box holds just the M rows: a 128-row box mostly past M measured 1.5x slower
+// at M = 16 on 4096 x 4096 with 128 blocks (18.0 against 11.7 us, twelfth set); the
+// stage rows past M then keep stale bytes, which only reach accumulator rows >= M,
+// never stored. The maps are made
 // per block at the start from host-encoded prototypes (tma.cuh: why and how). No
 // register or load/store-unit work per copied byte is left to the SM. With PW = 4 the
 // producer warpgroup gives registers to the consumers (setmaxnreg: 40 / 232 per thread)
@@ -280,7 +289,7 @@ __device__ __forceinline__ void ws_epilogue(const int (&d)[BN / 2], const Epi& e
 // shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1 or 4,
 // `tma` set) instead of cp.async copies. PP: ping-pong consumers (BN <= 128).
 template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G,
-          bool TMA = false, bool PP = false>
+          bool TMA = false, bool PP = false, int ACC = 1>
 __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const float* row_scale,
                                         const int32_t* row_sums, const Members<T, G>& ms,
                                         TmaMaps tma = {}) {
@@ -288,6 +297,8 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
   static_assert(!TMA || PW == 1 || PW == 4, "TMA: one producer warp or a warpgroup");
   static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
+  static_assert(ACC == 1 || (!PP && (ACC == 2 || ACC == 4) && ACC * BN <= 128),
+                "ACC accumulator sets: cooperative tiles, at most 64 registers of them");
   // TMA with a producer warpgroup: the block's registers at launch, 384 x 168 (ptxas's
   // cap under launch_bounds(384, 1)), are re-dealt as 128 x kProducerRegs + 256 x
   // kConsumerRegs; one thread issues every load, so the producers need few.
@@ -297,6 +308,10 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   constexpr int BM = 128;
   constexpr int kStageBytes = (BM + BN) * kBK;
   constexpr int kHalves = PP ? 2 : 1;  // m64 row halves a consumer warpgroup computes
+  // Accumulator sets per consumer thread: the ping-pong's two row halves, or ACC sets
+  // of the same rows that the k32 steps of a k-tile take in turn (step ks adds into set
+  // ks % ACC), summed before the epilogue.
+  constexpr int kSets = PP ? 2 : ACC;
   extern __shared__ __align__(128) unsigned char w8a8_smem[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
@@ -352,6 +367,10 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       if (lane != 0) return;
 #pragma unroll
       for (int j = 0; j <= G; ++j) tma_acquire(maps_g + j * kTmaMapBytes);
+      // A's box has min(M, BM) rows (the launcher's prototype, cuda_launch._tma_prototypes):
+      // below BM rows the rows past M are neither read nor zero-filled; they keep what
+      // the stage held before and only feed accumulator rows the epilogue never stores.
+      const uint32_t stage_tx = ((M < BM ? M : BM) + BN) * kBK;
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tm, tn;
@@ -362,7 +381,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
           const int s = it % STAGES;
           mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
           const uint32_t sa = smem_addr(smem + s * kStageBytes);
-          mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
+          mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
           tma_load_2d(sa, maps_g, kt * kBK, tm * BM, full0 + 8 * s);
           tma_load_2d(sa + BM * kBK, map_b, kt * kBK, mb.tn * BN, full0 + 8 * s);
         }
@@ -429,7 +448,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   const int wg = warp >> 2;
   if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
-  int d[kHalves][BN / 2];
+  int d[kSets][BN / 2];
   const uint32_t order0 = empty0 + 8 * STAGES;  // PP: order[w], count 4 (see below)
   for (int g = PP ? wg : 0;; g += PP ? 2 : 1) {
     const int tile = blockIdx.x + g * gridDim.x;
@@ -458,12 +477,16 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       const uint32_t sa = smem_addr(smem + s * kStageBytes) + (PP ? 0 : wg * 64 * kBK);
       const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
       wgmma_fence();
+      // Set h + ks % ACC (h: the ping-pong's row half; ACC == 1 there); a set's first
+      // step of the tile overwrites it (scale-d 0), every step's operands are in smem
+      // (zero-filled K tails), so each set is written before it is read.
 #pragma unroll
       for (int ks = 0; ks < kBK / 32; ++ks)
 #pragma unroll
         for (int h = 0; h < kHalves; ++h)
-          wgmma_k32<WB == kWeightU8, BN>(d[h], wgmma_desc(sa + h * 64 * kBK + ks * 32),
-                                         wgmma_desc(sb + ks * 32), (kt | ks) != 0);
+          wgmma_k32<WB == kWeightU8, BN>(d[h + ks % ACC],
+                                         wgmma_desc(sa + h * 64 * kBK + ks * 32),
+                                         wgmma_desc(sb + ks * 32), kt != 0 || ks >= ACC);
       wgmma_commit();
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage
@@ -474,9 +497,14 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
     wgmma_wait<0>();
     if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h)
+    for (int h = 0; h < kSets; ++h)
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[h][i])::"memory");
+    // int32 sums wrap modulo 2^32 like the single chain's, so the split is exact.
+#pragma unroll
+    for (int j = 1; j < ACC; ++j)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) d[0][i] += d[j][i];
 
     const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, mb.col_scale, mb.bias};
 #pragma unroll
@@ -490,7 +518,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 
 // @@ body int32
 // Raw int8 GEMM: a [..., K] int8, b [N, K] int8 -> c [..., N] int32.
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP != 0>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP != 0, ACC>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}});
 
@@ -498,13 +526,13 @@ w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP !
 // Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [..., K] int8, xs [..., 1]
 // f32, xr [..., 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32;
 // y [..., N].
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}});
 
 // @@ body channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}});
@@ -512,14 +540,14 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0>(
 // @@ body group2
 // channel_u8 for two weights fed the same activation (e.g. gate/up): w0 [N0, K/4],
 // ws0 [N0], w1, ws1 -> y0 [..., N0], y1 [..., N1].
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
 
 // @@ body group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -527,7 +555,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0>(
 
 // @@ body group3
 // Three weights fed the same activation (e.g. q/k/v).
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -536,7 +564,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0>(
         {w0_shape[0], w1_shape[0], w2_shape[0]}});
 
 // @@ body group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -548,27 +576,27 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0>(
 // The bodies above with the TMA producer (gemm_ws<..., true>); inputs as theirs plus
 // proto (uint8, 128 (1 + G) bytes: tensor-map prototypes), outputs plus tmap (uint8
 // scratch, 128 (1 + G gridDim.x + 1) bytes).
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0, ACC>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -576,7 +604,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0>(
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -584,7 +612,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0>(
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -594,7 +622,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0>(
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),

@@ -22,7 +22,8 @@
 //    control flow.
 //  * A tile load's bytes are counted on its mbarrier in full, also for the parts of the
 //    box past the tensor's end (filled with zeros): the expected byte count of a stage is
-//    a constant of the tile shape.
+//    the boxes' sizes, fixed per launch (the prototype's box rows and the kernel's count
+//    must agree, or the barrier never completes).
 // @@ requires common.cuh
 
 namespace w8a8 {
