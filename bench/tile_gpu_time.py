@@ -21,7 +21,7 @@ random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, 
 quantize are not timed then. ``--tiles`` keeps the named tiles only.
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
-[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--inflight 1,2]``. Needs a CUDA GPU and torch with CUPTI.
+[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -70,8 +70,6 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", default="", help="comma-separated tile names (default: all)")
     p.add_argument("--acc", default="", help="comma-separated accumulator-set counts: each "
                    "cooperative tile also with each count it allows (named <tile>a<count>)")
-    p.add_argument("--inflight", default="", help="comma-separated wgmma groups in flight: "
-                   "each tile also with each (named <tile>m<groups>)")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
@@ -81,9 +79,8 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"--tiles: unknown {unknown}; known: {sorted(tiles)}")
         tiles = {name: tiles[name] for name in args.tiles.split(",")}
-    if args.acc or args.inflight:
-        tiles = variants(tiles, [int(v) for v in args.acc.split(",") if v],
-                         [int(v) for v in args.inflight.split(",") if v])
+    if args.acc:
+        tiles = with_accumulators(tiles, [int(v) for v in args.acc.split(",")])
     if args.int32:
         return int32_gemms(ms, shapes, tiles, args.reps)
     rng = np.random.default_rng(0)
@@ -112,23 +109,16 @@ def main(argv=None) -> int:
     return 0
 
 
-def variants(tiles: dict, accumulators: list[int], inflight: list[int]) -> dict:
-    """``tiles`` plus each tile with every other allowed accumulator-set count
-    (``WsConfig.accumulators``; cooperative tiles, ``count * bn <= 128``) and wgmma
-    groups in flight (``WsConfig.inflight``, below ``stages``) of the lists given, named
-    ``<tile>a<count>`` / ``<tile>m<groups>`` / ``<tile>a<count>m<groups>``."""
+def with_accumulators(tiles: dict, counts: list[int]) -> dict:
+    """``tiles`` plus, for each cooperative tile and each count it allows
+    (``count * bn <= 128``) other than its own, the tile with that many accumulator sets
+    (``WsConfig.accumulators``), named ``<tile>a<count>``."""
     out = {}
     for name, cfg in tiles.items():
         out[name] = cfg
-        accs = [a for a in accumulators if not cfg.pingpong and a * cfg.bn <= 128] or [cfg.accumulators]
-        mis = [m for m in inflight if m < cfg.stages] or [cfg.inflight]
-        for a in dict.fromkeys(accs):
-            for m in dict.fromkeys(mis):
-                if (a, m) == (cfg.accumulators, cfg.inflight):
-                    continue
-                suffix = (f"a{a}" if a != cfg.accumulators or accumulators else "") + \
-                         (f"m{m}" if m != cfg.inflight or inflight else "")
-                out[name + suffix] = cfg._replace(accumulators=a, inflight=m)
+        for c in counts:
+            if c != cfg.accumulators and not cfg.pingpong and c * cfg.bn <= 128:
+                out[f"{name}a{c}"] = cfg._replace(accumulators=c)
     return out
 
 

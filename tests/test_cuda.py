@@ -272,22 +272,6 @@ def test_int8_gemm_ws_accumulator_sets(rng, tma, bn, acc, m, n, k):
     assert np.all(got == k * 16384)
 
 
-# wgmma groups in flight (WsConfig.inflight): a consumer releases k-tile i's stage only
-# after issuing k-tile i + MI, and the last min(MI, k-tiles) stages of each tile after it
-# waits for all. K = 48: one k-tile per tile (fewer than MI: only the end releases);
-# 1040: 9 k-tiles; (4100, 2056): 4-5 tiles per block, so the ping-pong warpgroups hand
-# the ring over many times with stages still held.
-@pytest.mark.parametrize("config", sorted(WS_TILES))
-@pytest.mark.parametrize("inflight", [2, 3])
-@pytest.mark.parametrize("m,n,k", [(33, 257, 48), (300, 392, 1040), (4100, 2056, 1040)])
-def test_int8_gemm_ws_groups_in_flight(rng, config, inflight, m, n, k):
-    cfg = ws_tile(config)._replace(inflight=inflight)
-    a = oracle.random_int8(rng, (m, k))
-    b = oracle.random_int8(rng, (n, k))
-    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
-    np.testing.assert_array_equal(got.astype(np.int64), exact_matmul(a, b))
-
-
 @pytest.mark.parametrize("name", ["cuda_int8_gemm_ws", "cuda_int8_gemm_tma"])
 def test_int8_gemm_ws_candidate(rng, name):
     """The registered warp-specialized int32 GEMMs (their own tile choice) on a shape with

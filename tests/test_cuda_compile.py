@@ -566,7 +566,7 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
         assert len(match) == 1, f"launch {plan['name']} matches no compiled body"
         names = tuple(k for k, _ in plan["template"])
         assert names in built[match[0]], (plan["name"], names, built[match[0]])
-        ints = tuple((k, v) for k, v in plan["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES", "PW", "PP", "ACC", "MI"))
+        ints = tuple((k, v) for k, v in plan["template"] if k in ("BM", "BN", "WTM", "WTN", "STAGES", "PW", "PP", "ACC"))
         if ints:
             assert ints in tiles, (plan["name"], ints)
         body = plan["source"]

@@ -5,6 +5,8 @@
 # cp.async 128 x 32 tile with 1, 2 and 3 groups (named <tile>m<groups>; the bare name is
 # the config's own, 1), GPU time (CUPTI, each call evaluated alone, graphs off) at
 # M = 16-2048 on 4096², gate/up and down_proj; then the exactness tests of the groups.
+# WsConfig.inflight, the kernel's MI and tile_gpu_time's --inflight exist at commit
+# d4a3683 only (no gain measured; reverted in the next commit): run this from there.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/s12_f}

@@ -149,9 +149,7 @@ class WsConfig(NamedTuple):
     accumulators); otherwise they share each tile (64 rows each). ``accumulators``
     (cooperative tiles, 1, 2 or 4, ``accumulators * bn <= 128``): independent
     accumulator sets the k-steps of a k-tile add into in turn, so a narrow tile's
-    wgmmas do not each wait for the one before (summed before the epilogue).
-    ``inflight`` (1-3, < ``stages``): wgmma groups (k-tiles) a consumer warpgroup keeps
-    in flight before it waits for the oldest and releases its ring stage."""
+    wgmmas do not each wait for the one before (summed before the epilogue)."""
 
     bn: int
     stages: int
@@ -159,7 +157,6 @@ class WsConfig(NamedTuple):
     tma: bool = False
     pingpong: bool = False
     accumulators: int = 1
-    inflight: int = 1
 
     file = "gemm_ws.cu"
     bm = 128
@@ -180,8 +177,7 @@ class WsConfig(NamedTuple):
 
     def template(self) -> list[tuple[str, int]]:
         return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers),
-                ("PP", int(self.pingpong)), ("ACC", self.accumulators),
-                ("MI", self.inflight)]
+                ("PP", int(self.pingpong)), ("ACC", self.accumulators)]
 
     def body(self, name: str) -> str:
         """The body of ``gemm_ws.cu`` running ``name`` with this config's producer."""

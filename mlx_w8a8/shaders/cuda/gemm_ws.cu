@@ -289,7 +289,7 @@ __device__ __forceinline__ void ws_epilogue(const int (&d)[BN / 2], const Epi& e
 // shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1 or 4,
 // `tma` set) instead of cp.async copies. PP: ping-pong consumers (BN <= 128).
 template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G,
-          bool TMA = false, bool PP = false, int ACC = 1, int MI = 1>
+          bool TMA = false, bool PP = false, int ACC = 1>
 __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const float* row_scale,
                                         const int32_t* row_sums, const Members<T, G>& ms,
                                         TmaMaps tma = {}) {
@@ -299,8 +299,6 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
   static_assert(ACC == 1 || (!PP && (ACC == 2 || ACC == 4) && ACC * BN <= 128),
                 "ACC accumulator sets: cooperative tiles, at most 64 registers of them");
-  static_assert(MI >= 1 && MI <= 3 && MI < STAGES,
-                "MI wgmma groups in flight, each holding its ring stage until it completes");
   // TMA with a producer warpgroup: the block's registers at launch, 384 x 168 (ptxas's
   // cap under launch_bounds(384, 1)), are re-dealt as 128 x kProducerRegs + 256 x
   // kConsumerRegs; one thread issues every load, so the producers need few.
@@ -490,17 +488,14 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
                                          wgmma_desc(sa + h * 64 * kBK + ks * 32),
                                          wgmma_desc(sb + ks * 32), kt != 0 || ks >= ACC);
       wgmma_commit();
-      if (kt >= MI) {
-        wgmma_wait<MI>();  // k-tile it - MI has been read: release its stage
-        if (lane == 0) mbar_arrive(empty0 + 8 * ((it - MI) % STAGES));
+      if (kt > 0) {
+        wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage
+        if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
       }
     }
     if (PP && lane == 0) mbar_arrive(order0 + 8 * (wg ^ 1));  // the other's turn
     wgmma_wait<0>();
-    // The tile's last min(MI, ktiles) k-tiles still hold their stages.
-    if (lane == 0)
-      for (int j = MI < ktiles ? MI : ktiles; j >= 1; --j)
-        mbar_arrive(empty0 + 8 * ((it - j) % STAGES));
+    if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
 #pragma unroll
     for (int h = 0; h < kSets; ++h)
 #pragma unroll
@@ -523,7 +518,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 
 // @@ body int32
 // Raw int8 GEMM: a [..., K] int8, b [N, K] int8 -> c [..., N] int32.
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP != 0, ACC>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}});
 
@@ -531,13 +526,13 @@ w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP !
 // Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [..., K] int8, xs [..., 1]
 // f32, xr [..., 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32;
 // y [..., N].
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}});
 
 // @@ body channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}});
@@ -545,14 +540,14 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, AC
 // @@ body group2
 // channel_u8 for two weights fed the same activation (e.g. gate/up): w0 [N0, K/4],
 // ws0 [N0], w1, ws1 -> y0 [..., N0], y1 [..., N1].
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
 
 // @@ body group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -560,7 +555,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, AC
 
 // @@ body group3
 // Three weights fed the same activation (e.g. q/k/v).
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -569,7 +564,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, A
         {w0_shape[0], w1_shape[0], w2_shape[0]}});
 
 // @@ body group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -581,27 +576,27 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, AC
 // The bodies above with the TMA producer (gemm_ws<..., true>); inputs as theirs plus
 // proto (uint8, 128 (1 + G) bytes: tensor-map prototypes), outputs plus tmap (uint8
 // scratch, 128 (1 + G gridDim.x + 1) bytes).
-w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0, ACC>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -609,7 +604,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, AC
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
@@ -617,7 +612,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -627,7 +622,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, AC
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC, MI>(
+w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
