@@ -1211,10 +1211,11 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
 
 
 def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here):
-    """The TMA bodies get A's map ([M, K], 128-row boxes) then each weight's ([N_g, K],
-    BN-row boxes), in member order, and a scratch output of 1 + G maps per block + 128
-    bytes of alignment; one producer warp on this 128 x 32 tile. Single layer and q/k/v
-    linked."""
+    """The TMA bodies get A's map ([M, K], boxes of min(M, 128) rows: gemm_ws.cu expects
+    that many bytes per stage, so any other box never completes its barrier) then each
+    weight's ([N_g, K], BN-row boxes), in member order, and a scratch output of 1 + G
+    maps per block + 128 bytes of alignment; one producer warp on this 128 x 32 tile.
+    Single layer and q/k/v linked; M = 300, 10 and 128 rows."""
     import mlx.core as mx
     import mlx.nn as nn
 
@@ -1277,6 +1278,10 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
     assert plan["name"] == "w8a8_gemm_ws_tma_channel_u8" and len(rec.launches) - start == 2
     assert read_prototypes(plan["arrays"][-1]) == [(300, 256, 128), (64, 256, 32)]
     assert plan["output_shapes"][-1] == ((2 * 3 * 2 + 1) * 128,)  # 3 x 2 blocks
+    for lead, rows in (((2, 5), 10), ((128,), 128)):  # below one row tile, exactly one
+        layer(mx.zeros((*lead, 256), dtype=mx.bfloat16))
+        assert read_prototypes(rec.launches[-1]["arrays"][-1]) == [(rows, 256, rows),
+                                                                    (64, 256, 32)]
 
 
 def test_tma_candidates_need_the_driver(monkeypatch):
