@@ -38,6 +38,7 @@ Usage (on the GPU machine): ``python bench/cuda_bench.py [--quick] [--variants]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -170,28 +171,42 @@ def copy_bandwidth() -> float:
     return 2 * 2**30 / statistics.median(times)
 
 
-def base_quantize_spec(base_dir: str, m: int, k: int):
-    """The ``rowsum`` launch of ``launch.quantize_spec`` built from the shader text in
-    ``base_dir`` instead of the package's (the kernel name carries the text's digest,
-    so both versions coexist in one process)."""
+@contextlib.contextmanager
+def kernel_text_from(folder: str):
+    """Within the block, the CUDA launchers build their kernels from the files in
+    ``folder`` where it has them (another revision's ``gemm_ws.cu``, ``quantize.cu``, a
+    header ...) and from the package's otherwise. A ``LaunchSpec`` built inside keeps
+    that kernel after the block; the kernel name carries the text's digest, so both
+    versions coexist in one process. The loaders' caches are emptied on entry and exit,
+    so nothing built outside sees the other text."""
     from mlx_w8a8.kernels import sources
 
     real = sources.read
 
     def read(backend, file):
-        path = os.path.join(base_dir, file)
-        return open(path).read() if backend == "cuda" and os.path.exists(path) else real(backend, file)
+        path = os.path.join(folder, file)
+        if backend == "cuda" and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        return real(backend, file)
 
     caches = (launch.load, launch.requires, launch._kernel)
     for c in caches:
         c.cache_clear()
     sources.read = read
     try:
-        return launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
+        yield
     finally:
         sources.read = real
         for c in caches:
             c.cache_clear()
+
+
+def base_quantize_spec(base_dir: str, m: int, k: int):
+    """The ``rowsum`` launch of ``launch.quantize_spec`` built from the shader text in
+    ``base_dir`` instead of the package's (:func:`kernel_text_from`)."""
+    with kernel_text_from(base_dir):
+        return launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
 
 
 def rotation_copies(nbytes: int) -> int:

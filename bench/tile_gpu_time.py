@@ -20,8 +20,16 @@ With ``--int32`` the arms are the raw int8 GEMM (``launch.int8_gemm``, int32 out
 random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, qmm and
 quantize are not timed then. ``--tiles`` keeps the named tiles only.
 
+With ``--kernel-dir DIR`` each tile is also timed (named ``<tile>+``) on the per-channel
+GEMM built from the kernel files in DIR where it has them (a changed ``gemm_ws.cu``,
+say), the package's elsewhere, with ``--template NAME=VALUE,...`` appended to its
+template arguments: a kernel change timed against the shipped kernel in one process
+before it is committed (committing it stales the shipped tuning table). Its output is
+compared with the shipped kernel's once per shape and tile; a row says which differ.
+
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
-[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4]``. Needs a CUDA GPU and torch with CUPTI.
+[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4]
+[--kernel-dir DIR [--template MI=2]]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -70,6 +78,10 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", default="", help="comma-separated tile names (default: all)")
     p.add_argument("--acc", default="", help="comma-separated accumulator-set counts: each "
                    "cooperative tile also with each count it allows (named <tile>a<count>)")
+    p.add_argument("--kernel-dir", default="", help="a folder with changed kernel files "
+                   "(e.g. a gemm_ws.cu): each tile also built from them (named <tile>+)")
+    p.add_argument("--template", default="", help="with --kernel-dir: NAME=VALUE,... "
+                   "template arguments the changed kernels take beyond the package's")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
@@ -81,6 +93,12 @@ def main(argv=None) -> int:
         tiles = {name: tiles[name] for name in args.tiles.split(",")}
     if args.acc:
         tiles = with_accumulators(tiles, [int(v) for v in args.acc.split(",")])
+    if args.template and not args.kernel_dir:
+        p.error("--template needs --kernel-dir")
+    if args.kernel_dir and args.int32:
+        p.error("--kernel-dir times the per-channel GEMM, not --int32's")
+    extra = [(name, int(value)) for name, value in
+             (item.split("=", 1) for item in args.template.split(",") if item)]
     if args.int32:
         return int32_gemms(ms, shapes, tiles, args.reps)
     rng = np.random.default_rng(0)
@@ -95,7 +113,7 @@ def main(argv=None) -> int:
             x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
             xq, xs, xr = launch.quantize(x, row_sum=True)
             mx.eval(x, xq, xs, xr)
-            row = {}
+            row, differ = {}, []
             row["bf16"] = timed(lambda: x @ w.T, args.reps)[0]
             row["qmm"] = timed(lambda: mx.quantized_matmul(x, wq, sq, bq, transpose=True,
                                                            group_size=64, bits=8), args.reps)[0]
@@ -103,10 +121,29 @@ def main(argv=None) -> int:
             for name, cfg in tiles.items():
                 row[name] = timed(lambda: launch.gemm_per_channel(
                     xq, xs, qw, None, mx.bfloat16, cfg, row_sums=xr), args.reps)[0]
+                if args.kernel_dir:
+                    spec = changed_gemm_spec(args.kernel_dir, extra, m, k, qw, cfg)
+                    want = launch.gemm_per_channel(xq, xs, qw, None, mx.bfloat16, cfg, row_sums=xr)
+                    if not mx.array_equal(spec.launch(xq, xs, xr)[0], want).item():
+                        differ.append(name + "+")
+                    row[name + "+"] = timed(lambda: spec.launch(xq, xs, xr)[0], args.reps)[0]
             best = min((v, kname) for kname, v in row.items() if kname not in ("bf16", "qmm", "quantize"))
             print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
-                  + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})")
+                  + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
+                  + (f"  | OUTPUT DIFFERS from the package's kernel: {differ}" if differ else ""))
     return 0
+
+
+def changed_gemm_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
+    """The per-channel GEMM launch (unsigned codes, bfloat16 out) on tile ``cfg`` built
+    from the kernel files in ``folder`` (``cuda_bench.kernel_text_from``), with the
+    template arguments ``extra`` appended; its outputs must equal the package's launch
+    bit for bit (``main`` compares one launch and names the tiles that differ)."""
+    from cuda_bench import kernel_text_from
+
+    with kernel_text_from(folder):
+        spec = launch.gemm_per_channel_spec(m, k, weight, None, mx.bfloat16, cfg, unsigned=True)
+    return spec._replace(template=spec.template + extra)
 
 
 def with_accumulators(tiles: dict, counts: list[int]) -> dict:

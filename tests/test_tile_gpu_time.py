@@ -1,0 +1,80 @@
+"""``bench/tile_gpu_time.py``'s changed-kernel arm, recorded without a GPU: a launch built
+from another folder's kernel files carries that text and the extra template arguments,
+and nothing built afterwards does (``cuda_bench.kernel_text_from`` restores the reader
+and empties the loaders' caches)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+import tile_gpu_time  # noqa: E402
+
+from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.kernels import sources  # noqa: E402
+from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
+
+BODY_MARK = "int w8a8_changed_body = 0;"
+HEADER_MARK = "constexpr int kW8a8ChangedHeader = 1;"
+
+
+class Builds:
+    """Stands in for ``mx.fast.cuda_kernel``: records what each kernel is built from."""
+
+    def __init__(self):
+        self.built = []
+
+    def __call__(self, *, name, source, header, **_):
+        self.built.append((name, source, header))
+        return lambda **kw: pytest.fail("nothing is launched here")
+
+
+@pytest.fixture
+def builds(monkeypatch, tmp_path):
+    rec = Builds()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    for c in (launch.load, launch.requires, launch._kernel):
+        c.cache_clear()
+    yield rec
+    for c in (launch.load, launch.requires, launch._kernel):
+        c.cache_clear()
+
+
+def changed_folder(tmp_path) -> str:
+    """A gemm_ws.cu with a line of code added to its header and to its channel_u8 body."""
+    text = sources.read("cuda", "gemm_ws.cu")
+    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
+    text = text.replace("// @@ body channel_u8\n", "// @@ body channel_u8\n" + BODY_MARK + "\n", 1)
+    assert BODY_MARK in text and HEADER_MARK in text
+    (tmp_path / "gemm_ws.cu").write_text(text, encoding="utf-8")
+    return str(tmp_path)
+
+
+def header_text(include: str) -> str:
+    path = include.split('"')[1]
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def test_changed_arm_builds_from_the_folder_and_nothing_else_does(builds, tmp_path, rng):
+    weight = QuantizedWeight.from_float(
+        mx.array(rng.standard_normal((64, 256)).astype(np.float32)), 64, per_channel=True)
+    cfg = launch.WS_CONFIGS["ws32p4"]
+    real_read = sources.read
+    spec = tile_gpu_time.changed_gemm_spec(changed_folder(tmp_path), [("MI", 2)], 16, 256,
+                                           weight, cfg)
+    assert spec.template[-1] == ("MI", 2) and spec.template[:-1] == [("T", mx.bfloat16)] + cfg.template()
+    name, source, header = builds.built[-1]
+    assert BODY_MARK in source and HEADER_MARK in header_text(header)
+    # Afterwards the package's text again: the reader restored, the caches emptied.
+    assert sources.read is real_read
+    shipped = launch.gemm_per_channel_spec(16, 256, weight, None, mx.bfloat16, cfg, unsigned=True)
+    name2, source2, header2 = builds.built[-1]
+    assert BODY_MARK not in source2 and HEADER_MARK not in header_text(header2)
+    assert name2 != name  # both versions coexist in one process under their own names
+    assert shipped.template == spec.template[:-1]
