@@ -27,8 +27,11 @@ With ``--linear`` the arms are whole linears at small and medium M (bf16 ``x @ w
 warp-specialized GEMMs as ``mlx_w8a8.Linear`` runs them: quantize + GEMM, launches
 bound once), each as a chain of independent launches (what the tuner and the bench
 time) and as a chain where launch i's activation depends on launch i - 1's output
-(``mx.depends``, as a model's successive layers depend): ``kernel`` is then the summed
-kernel time per launch, and ``busy`` above 1 means launches overlapped on the GPU.
+(``mx.depends``, as a model's successive layers depend), and for square weights (K = N)
+as a chain where launch i's output is launch i + 1's input (``feed``: a data dependency,
+which MLX's CUDA graph turns into an edge; ``mx.depends`` adds none, eleventh set):
+``kernel`` is then the summed kernel time per launch, and ``busy`` above 1 means
+launches overlapped on the GPU.
 
 Inputs rotate over enough copies to exceed twice the L2 (as ``cuda_bench.py``). Run it
 once with ``MLX_USE_CUDA_GRAPHS=0`` too to see what the graphs cost or save.
@@ -228,7 +231,17 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
                         outs.append(y)
                     mx.eval(outs)
 
-                for mode, fn in (("indep", independent), ("dep", dependent)):
+                def fed(c, op=op):
+                    y, outs = xs[0], []
+                    for i in range(c):
+                        y = op(y, i)  # the output is the next input: a graph edge
+                        outs.append(y)
+                    mx.eval(outs)
+
+                modes = [("indep", independent), ("dep", dependent)]
+                if k == n:
+                    modes.append(("feed", fed))
+                for mode, fn in modes:
                     r = measure(fn, chain, rounds, False)
                     print(f"M={m:5d} K={k:6d} N={n:6d} {label:10s} {mode:5s} sum {r['sum']:7.1f} "
                           f"span {r['span']:7.1f} wall {r['wall']:7.1f} busy {r['busy']:.3f} "
