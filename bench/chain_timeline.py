@@ -60,6 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_bench import rotation_copies  # noqa: E402
 from gpu_timeline import kernels_of  # noqa: E402
 
+
 def activations(m: int, k: int, rng) -> tuple[list, int]:
     """``(xs, X)``: ``X`` evaluated bf16 ``[m, k]`` activations to rotate through."""
     X = rotation_copies(m * k * 2)
@@ -145,10 +146,8 @@ def main(argv=None) -> int:
               for _ in range(C)]
         tbs = [torch.from_numpy(np.array(b)).cuda().t() for b in bs]
         for m in ms:
-            X = rotation_copies(m * k * 2)
+            xs, X = activations(m, k, rng)
             as_ = [mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8)) for _ in range(X)]
-            xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
-                  for _ in range(X)]
             tas = [torch.from_numpy(np.array(a)).cuda() for a in as_]
             mx.eval(bs, wb, as_, xs)
             arms = {}

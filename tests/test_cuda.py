@@ -258,10 +258,8 @@ def test_int8_gemm_ws_bit_exact(rng, config, m, n, k):
 @pytest.mark.parametrize("bn,acc", [(32, 1), (32, 2), (32, 4), (64, 1), (64, 2)])
 @pytest.mark.parametrize("m,n,k", [(16, 264, 48), (77, 392, 1088), (300, 2304, 4096)])
 def test_int8_gemm_ws_accumulator_sets(rng, tma, bn, acc, m, n, k):
-    base = next(c for c in WS_TILES.values() if c.bn == bn and c.tma == tma)
-    cfg = base._replace(accumulators=acc)
-    if tma:
-        ws_tile(next(name for name, c in WS_TILES.items() if c == base))  # skips off Hopper
+    name = next(name for name, c in WS_TILES.items() if c.bn == bn and c.tma == tma)
+    cfg = ws_tile(name)._replace(accumulators=acc)  # a TMA tile skips off Hopper
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
     got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
