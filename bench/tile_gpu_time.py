@@ -18,7 +18,9 @@ graph node for the next kernel (docs/cuda.md).
 
 With ``--int32`` the arms are the raw int8 GEMM (``launch.int8_gemm``, int32 output) on
 random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, qmm and
-quantize are not timed then. ``--tiles`` keeps the named tiles only.
+quantize are not timed then. ``--tiles`` keeps the named tiles only. ``--acc`` adds each cooperative tile with other
+accumulator-set counts (``<tile>a<count>``), ``--stages`` each tile with shallower rings
+(``<tile>s<stages>``): how a tile's time depends on its loads in flight.
 
 With ``--kernel-dir DIR`` each tile is also timed (named ``<tile>+``) on the per-channel
 GEMM built from the kernel files in DIR where it has them (a changed ``gemm_ws.cu``,
@@ -28,7 +30,7 @@ before it is committed (committing it stales the shipped tuning table). Its outp
 compared with the shipped kernel's once per shape and tile; a row says which differ.
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
-[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4]
+[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8]
 [--kernel-dir DIR [--template MI=2]]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
@@ -78,6 +80,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", default="", help="comma-separated tile names (default: all)")
     p.add_argument("--acc", default="", help="comma-separated accumulator-set counts: each "
                    "cooperative tile also with each count it allows (named <tile>a<count>)")
+    p.add_argument("--stages", default="", help="comma-separated ring depths: each tile also "
+                   "with each depth below its own (named <tile>s<stages>)")
     p.add_argument("--kernel-dir", default="", help="a folder with changed kernel files "
                    "(e.g. a gemm_ws.cu): each tile also built from them (named <tile>+)")
     p.add_argument("--template", default="", help="with --kernel-dir: NAME=VALUE,... "
@@ -93,6 +97,8 @@ def main(argv=None) -> int:
         tiles = {name: tiles[name] for name in args.tiles.split(",")}
     if args.acc:
         tiles = with_accumulators(tiles, [int(v) for v in args.acc.split(",")])
+    if args.stages:
+        tiles = with_stages(tiles, [int(v) for v in args.stages.split(",")])
     if args.template and not args.kernel_dir:
         p.error("--template needs --kernel-dir")
     if args.kernel_dir and args.int32:
@@ -156,6 +162,19 @@ def with_accumulators(tiles: dict, counts: list[int]) -> dict:
         for c in counts:
             if c != cfg.accumulators and not cfg.pingpong and c * cfg.bn <= 128:
                 out[f"{name}a{c}"] = cfg._replace(accumulators=c)
+    return out
+
+
+def with_stages(tiles: dict, depths: list[int]) -> dict:
+    """``tiles`` plus, for each tile and each ring depth in ``depths`` from 2 up to below
+    its own (a deeper ring would not fit the shared memory the shipped depth fills), the
+    tile with that many stages, named ``<tile>s<depth>``."""
+    out = {}
+    for name, cfg in tiles.items():
+        out[name] = cfg
+        for d in depths:
+            if 2 <= d < cfg.stages:
+                out[f"{name}s{d}"] = cfg._replace(stages=d)
     return out
 
 

@@ -78,3 +78,20 @@ def test_changed_arm_builds_from_the_folder_and_nothing_else_does(builds, tmp_pa
     assert BODY_MARK not in source2 and HEADER_MARK not in header_text(header2)
     assert name2 != name  # both versions coexist in one process under their own names
     assert shipped.template == spec.template[:-1]
+
+
+def test_variant_tiles_keep_the_shipped_ones_and_add_only_what_fits():
+    """--acc and --stages add variants beside the shipped tiles: a count a ping-pong tile
+    or a wide tile cannot hold is not added, nor a ring deeper than the shipped one (its
+    shared memory is already full) or shallower than 2."""
+    tiles = {"tma32": launch.TMA_CONFIGS["tma32"], "tma128pp": launch.TMA_CONFIGS["tma128pp"]}
+    acc = tile_gpu_time.with_accumulators(tiles, [1, 2, 4])
+    assert acc["tma32a2"] == tiles["tma32"]._replace(accumulators=2)
+    assert acc["tma32a4"].accumulators == 4 and "tma32a1" not in acc  # its own count
+    assert not any(k.startswith("tma128ppa") for k in acc)  # ping-pong: one set per half
+    deep = tiles["tma32"].stages
+    st = tile_gpu_time.with_stages(tiles, [1, 4, deep, deep + 2])
+    assert st["tma32s4"] == tiles["tma32"]._replace(stages=4)
+    assert st["tma128pps4"].stages == 4 and st["tma128pps4"].pingpong
+    assert set(st) == {"tma32", "tma128pp", "tma32s4", "tma128pps4"}
+    assert st["tma32s4"].shared_memory < tiles["tma32"].shared_memory
