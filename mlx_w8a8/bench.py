@@ -11,7 +11,11 @@ the kernel that table chooses) — on a fixed case list. Each arm runs its kerne
 the tuner times them), so the host cost per call is a layer's. For each case, both arms are
 checked against an independent oracle (numpy float64 from the raw stored codes) before
 and after timing; then at least 30 pairs are timed in alternating order (A B, B A, ...),
-each sample being ``chain`` launches in one ``mx.eval`` divided by ``chain``. Output is
+each sample being ``chain`` launches in one ``mx.eval`` divided by ``chain``; each launch's
+activation is made from the previous launch's output (``timing.linear_link``: one
+broadcast add, the same for both arms), as a model's layers depend on each other, so
+MLX's CUDA graph cannot run the chain's launches side by side (``--independent``: the
+launches without that link). Output is
 JSON lines (case, arm identities and source digests, oracle errors, per-pair
 nanoseconds) on stdout or ``--jsonl PATH``, and a summary of median ratios
 (candidate / baseline) with their interquartile spread. When one arm misses the oracle
@@ -25,8 +29,9 @@ a candidate that misses it fails the run (exit status 1).
 int8 GEMM (``int8_matmul``, no quantize/dequant), ``mx.quantized_matmul`` (8-bit
 weights, W8A16) and ``mx.matmul`` in bfloat16, timed in alternating rounds, over the
 shape list of the Cider int8 GEMM benchmark (M x K x N: 16..2048 x 4096 x 4096, and
-128/512 x 3584 x 18944, 128/512 x 18944 x 3584). Those shapes take minutes per shape
-on a small CPU; pass ``--shapes`` there.
+128/512 x 3584 x 18944, 128/512 x 18944 x 3584), as chains of independent launches (its
+arms' outputs differ in type and shape, so no link makes them one dependent chain alike).
+Those shapes take minutes per shape on a small CPU; pass ``--shapes`` there.
 
 **Model benchmark** (``--model PATH|PRESET``): bf16 vs mlx-lm 8-bit vs mlx_w8a8 on a
 whole mlx-lm model (prefill and decode tokens/s, ratios with spread, logits SQNR); see
@@ -145,13 +150,14 @@ def qualify(args, stream, out) -> int:
         result = timing.paired_measure(
             [("baseline", arms[0][2]), ("candidate", arms[1][2])], inputs,
             pairs=args.pairs, warmup=args.warmup, chain=args.chain,
+            link=None if args.independent else timing.linear_link,
         )
         emit({
             "case": name, "m": m, "n": n, "k": k, "device": device,
             "baseline": arms[0][1], "candidate": arms[1][1],
             "max_abs_error": [_json_float(e) for e, _ in before], "tolerance": [args.atol, args.rtol],
             "oracle": "numpy float64 from stored codes", "failures": [w for _, w in before if w],
-            "chain": result.chain,
+            "chain": result.chain, "chain_link": "independent" if args.independent else "dependent",
         }, stream)
         base, cand = result.timings["baseline"], result.timings["candidate"]
         for i, (a, b) in enumerate(zip(base.samples_ns, cand.samples_ns)):
@@ -322,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", type=int, default=MIN_PAIRS, help="timed pairs per case (>= 30)")
     p.add_argument("--warmup", type=int, default=timing.WARMUP)
     p.add_argument("--chain", type=int, default=None, help="launches per eval (default: adaptive)")
+    p.add_argument("--independent", action="store_true",
+                   help="qualification: chains of independent launches (MLX's CUDA graph may "
+                   "run them side by side) instead of dependent ones, each launch's activation "
+                   "made from the previous output as in a model")
     p.add_argument("--atol", type=float, default=gate.ATOL, help="oracle check absolute tolerance")
     p.add_argument("--rtol", type=float, default=gate.RTOL, help="oracle check relative tolerance")
     p.add_argument("--seed", type=int, default=0)

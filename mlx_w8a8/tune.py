@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", type=int, default=timing.PAIRS,
                    help="alternating timing rounds (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=timing.WARMUP)
+    p.add_argument("--independent", action="store_true",
+                   help="time each candidate in chains of independent launches instead of "
+                   "dependent ones (each launch fed by the one before, as a model's layers "
+                   "are; MLX's CUDA graph may overlap independent launches)")
     p.add_argument("--force", action="store_true", help="re-measure shapes already in the table")
     p.add_argument("--dry-run", action="store_true",
                    help="list the problems (and which are already in the table), measure nothing")
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
                     f"{args.check_layers} and {args.check_rounds}", 2)
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
-                            pairs=args.pairs, warmup=args.warmup,
+                            pairs=args.pairs, warmup=args.warmup, dependent=not args.independent,
                             reference_dtype=None if args.gate_reference_dtype == "native"
                             else args.gate_reference_dtype)
         m_values = shapes.parse_m_list(args.m) if args.m is not None else list(shapes.default_m())

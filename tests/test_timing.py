@@ -158,3 +158,33 @@ def test_short_arms_are_never_pruned_on_one_noisy_launch(monkeypatch):
 def test_prune_ratio_below_one_is_refused():
     with pytest.raises(ValueError, match="prune_ratio"):
         timing.paired_measure([("a", _arm([], "a"))], INPUTS, prune_ratio=0.5)
+
+
+def test_linear_link_adds_the_previous_outputs_first_column_to_the_next_activation():
+    x = mx.arange(6, dtype=mx.bfloat16).reshape(2, 3)
+    y = mx.array([[10.0, 20.0], [30.0, 40.0]])  # float32: the link keeps x's dtype
+    w, b = object(), None
+    x2, w2, b2 = timing.linear_link(y, (x, w, b))
+    assert w2 is w and b2 is None and x2.dtype == mx.bfloat16
+    assert x2.tolist() == [[10.0, 11.0, 12.0], [33.0, 34.0, 35.0]]
+    # A sibling launch returns a list: its first output feeds the chain.
+    assert timing.linear_link([y, y * 2], (x, w, b))[0].tolist() == x2.tolist()
+
+
+@pytest.mark.parametrize("linked", [True, False])
+def test_a_linked_chain_feeds_each_launch_from_the_one_before(linked):
+    seen = []
+
+    def run(x, w, b):
+        seen.append(x)
+        return x[..., :2] * 10
+
+    inputs = [(mx.full((2, 3), float(i)), None, None) for i in range(3)]
+    timing.paired_measure([("a", run)], inputs, pairs=1, warmup=0, chain=3,
+                          link=timing.linear_link if linked else None)
+    chain = seen[1:]  # the calibration launch, then one sample of 3 launches (start 0)
+    assert len(chain) == 3 and chain[0] is inputs[0][0]
+    for j in (1, 2):
+        want = inputs[j][0] + (chain[j - 1][..., :1] * 10 if linked else 0)
+        assert mx.array_equal(chain[j], want).item()
+        assert (chain[j] is inputs[j][0]) is not linked

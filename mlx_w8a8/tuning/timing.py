@@ -4,7 +4,13 @@ Method (after the paired qualification bench): every candidate is warmed up, the
 sample is ``chain`` launches built and evaluated in one ``mx.eval``, timed with
 ``time.perf_counter`` and divided by ``chain`` (graph construction is inside the timed
 region: the Python cost of building a candidate's graph is part of what a caller
-pays). Rounds run every candidate once, in alternating order (A B, then B A, ...), so
+pays). With a ``link`` (:func:`linear_link` for linears, what the tuner and the bench
+pass) each launch's activation is made from the previous launch's output, so the chain
+is a dependent one as a model's successive layers are: MLX's CUDA graph runs launches
+with no data edge between them side by side, and a chain of independent small launches
+measured several times faster per launch than the same launches fed one from the other
+(on an NVIDIA H200: ``mx.quantized_matmul`` at M = 16 on 4096 x 4096, 16.5 against
+61.7 us per launch; docs/cuda.md, thirteenth set). Rounds run every candidate once, in alternating order (A B, then B A, ...), so
 drift of the machine (clocks, thermal state, other load) hits all candidates alike;
 at least 30 rounds are the default, and each candidate's median is its score. Launches
 rotate through several input tuples so that a small activation does not sit in cache
@@ -103,10 +109,27 @@ class Measurement:
         return [y / x for x, y in zip(a, b) if x > 0]
 
 
-def _launch(fn: Callable[..., Any], inputs: Sequence[tuple], start: int, count: int) -> float:
-    """Build ``count`` launches of ``fn`` over rotated inputs, eval once; seconds."""
+def linear_link(out: Any, args: tuple) -> tuple:
+    """The next launch's arguments ``(x, w, b)`` with ``x`` made from the previous
+    launch's output ``out`` (``[..., N]``; a list or tuple: its first array):
+    ``x + out[..., :1]``, one broadcast add the chain's every arm pays alike, and a data
+    edge in MLX's graph (``mx.depends`` adds none). The values stay of ``x``'s scale for
+    outputs of its scale (the gate's operands)."""
+    y = out[0] if isinstance(out, (list, tuple)) else out
+    return (args[0] + y[..., :1].astype(args[0].dtype), *args[1:])
+
+
+def _launch(fn: Callable[..., Any], inputs: Sequence[tuple], start: int, count: int,
+            link: Callable[[Any, tuple], tuple] | None = None) -> float:
+    """Build ``count`` launches of ``fn`` over rotated inputs (each made from the one
+    before by ``link`` when given), eval once; seconds."""
     t0 = time.perf_counter()
-    outs = [fn(*inputs[(start + j) % len(inputs)]) for j in range(count)]
+    outs = []
+    for j in range(count):
+        args = inputs[(start + j) % len(inputs)]
+        if link is not None and outs:
+            args = link(outs[-1], args)
+        outs.append(fn(*args))
     mx.eval(outs)
     return time.perf_counter() - t0
 
@@ -122,6 +145,7 @@ def paired_measure(
     progress: Callable[[int], None] | None = None,
     prune_ratio: float | None = None,
     keep: Sequence[str] = (),
+    link: Callable[[Any, tuple], tuple] | None = None,
 ) -> Measurement:
     """Time ``arms`` in alternating-order rounds.
 
@@ -141,6 +165,10 @@ def paired_measure(
             :data:`PRUNE_RATIO`.
         keep: arms never pruned (the tuner's reference, whose median every ratio and
             the margin rule need).
+        link: ``link(previous_output, next_args) -> next_args``: each launch of a
+            sample after the first gets arguments made from the previous launch's
+            output (:func:`linear_link`), a dependent chain; ``None``: independent
+            launches.
 
     Returns:
         A :class:`Measurement`; an arm that raised has status ``"unavailable"``.
@@ -161,7 +189,7 @@ def paired_measure(
 
     def guarded(name: str, count: int, start: int) -> float | None:
         try:
-            return _launch(fns[name], inputs, start, count)
+            return _launch(fns[name], inputs, start, count, link)
         except Exception as error:  # a crashing candidate is skipped, never fatal
             failed[name] = f"{type(error).__name__}: {error}"
             log.warning("[mlx_w8a8.tuning] candidate %r failed while timed (%s); skipped",

@@ -92,6 +92,10 @@ class TuneConfig:
             float32-upcast activations, so the truth is not limited by the reference's
             own low-precision accumulation; ``None`` runs it as is (see
             :func:`.gate.run_gate`).
+        dependent: ``linear`` problems are timed in dependent chains (each launch's
+            activation made from the previous launch's output, :func:`.timing.linear_link`),
+            as a model's layers run; ``False`` times independent launches, which MLX's
+            CUDA graph may run side by side (that flatters kernels leaving SMs idle).
     """
 
     atol: float = gate.ATOL
@@ -106,6 +110,7 @@ class TuneConfig:
     prune_ratio: float | None = timing.PRUNE_RATIO
     seed: int = 0
     reference_dtype: str | None = "float32"
+    dependent: bool = True
 
     def __attrs_post_init__(self):
         if self.atol < 0 or self.rtol < 0:
@@ -549,10 +554,11 @@ class Tuner:
             cfg.atol, cfg.rtol, cfg.reference_dtype,
         )
         passing = [c for c in found if verdicts[c.name].passed]
+        link = timing.linear_link if cfg.dependent and problem.op == "linear" else None
         result = timing.paired_measure(
             [(c.name, registry.layer_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs,
             warmup=cfg.warmup, chain=cfg.chain, max_chain=cfg.max_chain, progress=progress,
-            prune_ratio=cfg.prune_ratio, keep=(reference.name,),
+            prune_ratio=cfg.prune_ratio, keep=(reference.name,), link=link,
         )
         times = result.timings
         if not times[reference.name].ok:
@@ -618,6 +624,7 @@ class Tuner:
             "min_improvement_bps": cfg.min_improvement_bps,
             "samples": result.rounds,
             "chain": result.chain,
+            "chain_link": "dependent" if link is not None else "independent",
             "weight_copies": copies,
             "measured_at": _now(),
         }
