@@ -18,7 +18,7 @@ T="$O/nvidia-h200.json"
 cp mlx_w8a8/tables/nvidia-h200.json "$T"
 timeout -s INT 220 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,8,16 --pairs 8 \
   --force --table "$T" --no-progress > "$O/tune.log" 2>&1
-echo "tune rc=$?"; grep -E "^ *(1|8|16) " "$O/tune.log" | cut -c1-250
+echo "tune rc=$?"; grep -E "^ *(1|8|16) " "$O/tune.log" | cut -c1-300
 grep -iE -A12 "check \(|interrupted|problem\(s\) in" "$O/tune.log" | cut -c1-220 | head -45
 timeout 110 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16,32,128 --decode 32 \
   --rounds 6 --table "$T" --json "$O/model.jsonl" > "$O/model.log" 2>&1
