@@ -1,0 +1,24 @@
+#!/bin/bash
+# Device run F, thirteenth set (2026-12-01; NVIDIA H200, MLX 0.32.4 CUDA build), project root:
+#   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-01_s13_f.sh
+# Run E's one failing case (its K did not fit the weight's group size; now K = 64), then
+# what run E did not reach: the table re-measured at M = 1, 8, 16 with the one-launch
+# GEMM among the candidates (decode, sibling and prefill checks), and the 4-layer model
+# at T = 16, 32 and decode on it.
+set -u
+export PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/s13_f}
+mkdir -p "$O"
+timeout 60 python3 -m pytest -q tests/test_cuda.py -k "test_w8a8_gemm_fused and 13-392" > "$O/tests.log" 2>&1
+rc=$?
+echo "tests rc=$rc"; tail -2 "$O/tests.log"
+if [ $rc -ne 0 ]; then grep -E "^E " "$O/tests.log" | head -20; exit 1; fi
+T="$O/nvidia-h200.json"
+cp mlx_w8a8/tables/nvidia-h200.json "$T"
+timeout -s INT 170 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,8,16 --pairs 8 \
+  --force --table "$T" --no-progress > "$O/tune.log" 2>&1
+echo "tune rc=$?"; grep -E "^ *(1|8|16) " "$O/tune.log" | cut -c1-300
+grep -iE -A12 "check \(|interrupted|problem\(s\) in" "$O/tune.log" | cut -c1-220 | head -45
+timeout 75 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16,32 --decode 32 \
+  --rounds 6 --table "$T" --json "$O/model.jsonl" > "$O/model.log" 2>&1
+echo "model rc=$?"; tail -6 "$O/model.log"
