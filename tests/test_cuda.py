@@ -582,74 +582,8 @@ def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, per_channel, 
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 
-def fused_or_skip():
-    if not launch.is_sm90():
-        pytest.skip("the one-launch GEMM needs a Hopper GPU (sm_90a)")
-
-
-@pytest.mark.parametrize("m,n,k,dtype,with_bias", [
-    (1, 264, 4096, "bfloat16", False),  # a decode row: 63 of the m64 rows past M
-    (8, 257, 1088, "float16", True),  # all 8 special rows; N and K tails (K = 8.5 k-tiles)
-    (13, 392, 64, "float32", False),  # half a k-tile; float32 x (8 chunks cached)
-    (16, 4096, 4096, "bfloat16", True),  # q/o of an 8B model at M = 16: 128 tiles
-    (32, 264, 4096, "bfloat16", False),  # the largest row bucket: regions of 32 rows
-    (5, 14336, 1024, "float16", False),  # 64-column tiles, more tiles than blocks
-    (8, 96, 16384, "bfloat16", True),  # codes of 128 k-tiles, many cached-chunk passes
-])
-def test_w8a8_gemm_fused(rng, m, n, k, dtype, with_bias):
-    """The one-launch small-M GEMM (gemm_fq.cu: x quantized in every block's shared
-    memory) equals quantize + the warp-specialized GEMM on the same tile width bit for bit
-    (the same codes, scales, row sums and epilogue; NaN where x's special rows give NaN),
-    and the oracle within its bound; outputs are poisoned before the launch."""
-    fused_or_skip()
-    assert launch.fq_fits(m, k, n)
-    weight = make_weight(rng, n, k, 64, True, dtype)
-    x = activation(rng, m, k, dtype)
-    bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-            if with_bias else None)
-    y = launch.gemm_fused(x, weight, bias)
-    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
-    xq, xs, xr = launch.quantize(x, row_sum=True)
-    two = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, launch.WS_CONFIGS["ws32p4"],
-                                  row_sums=xr)
-    assert mx.array_equal(y, two, equal_nan=True).item()
-    want, bound = oracle.linear(host(x), weight, None if bias is None else host(bias))
-    oracle.assert_close(y, want, bound, dtype)
-
-
-@pytest.mark.parametrize("ns,lead,dtype,with_bias", [
-    ((4096, 1024, 1024), (1, 16), "bfloat16", False),  # q/k/v of an 8B model, T = 16
-    ((2816, 2816), (3,), "float16", True),  # gate/up, M = 3
-    ((258, 40, 264), (2, 9), "float32", True),  # tails in N per member, 18 rows
-])
-def test_w8a8_gemm_fused_sibling_launch(rng, ns, lead, dtype, with_bias):
-    """One fused launch for 2-3 weights fed the same x: each output bit-identical to that
-    weight's own fused launch and to quantize + GEMM, and every element written (the
-    outputs are poisoned)."""
-    fused_or_skip()
-    k = 1088
-    m = int(np.prod(lead))
-    x = activation(rng, m, k, dtype).reshape(*lead, k)
-    members = []
-    for n in ns:
-        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-                if with_bias else None)
-        members.append((make_weight(rng, n, k, 64, True, dtype), bias))
-    ys = launch.bind_gemm_fused(m, k, members, x.dtype, lead)(x)
-    x2 = x.reshape(m, k)
-    xq, xs, xr = launch.quantize(x2, row_sum=True)
-    for (weight, bias), y in zip(members, ys):
-        assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
-        alone = launch.gemm_fused(x2, weight, bias)
-        assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
-        two = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, launch.WS_CONFIGS["ws64p4"],
-                                      row_sums=xr)
-        assert mx.array_equal(alone, two, equal_nan=True).item()
-
-
 @pytest.mark.parametrize("name", ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma",
-                                  "cuda_w8a8_gemm_grouped", "cuda_int8_gemv",
-                                  "cuda_w8a8_gemm_fused"])
+                                  "cuda_w8a8_gemm_grouped", "cuda_int8_gemv"])
 @pytest.mark.parametrize("lead", [(2, 3), (1, 1), (3, 1, 5)])
 def test_bound_launches_take_any_leading_shape(rng, name, lead):
     """The bound launches read x [..., K] as it is (the layer reshapes nothing) and
@@ -673,7 +607,6 @@ def test_bound_launches_take_any_leading_shape(rng, name, lead):
 
 @pytest.mark.parametrize("kernel,lead", [("cuda_w8a8_gemm_ws", (2, 77)),
                                          ("cuda_w8a8_gemm_tma", (2, 77)),
-                                         ("cuda_w8a8_gemm_fused", (2, 9)),
                                          ("cuda_int8_gemv", (1, 1)), ("cuda_int8_gemv", (2, 5))])
 def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel, lead):
     """q/k/v and gate/up of a converted block, one kernel chosen for every shape (the

@@ -218,25 +218,6 @@ def kernel_builds() -> list[KernelBuild]:
             tpl += (("MM", mm), ("RW", launch.gemv_rows_per_warp(mm)), ("SMEM_BYTES", mm * 4096))
             out.append(KernelBuild("gemv.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
-    # The one-launch small-M GEMM: every body, each tile and row bucket at least once,
-    # every activation dtype.
-    fq = (("channel_u8", "bfloat16", "fq32", 8), ("channel_u8_bias", "float16", "fq64", 16),
-          ("channel_u8", "float32", "fq32", 32), ("group2", "bfloat16", "fq64", 8),
-          ("group2_bias", "float32", "fq32", 16), ("group3", "bfloat16", "fq32", 16),
-          ("group3_bias", "float16", "fq64", 32))
-    for body, t, tile, rows in fq:
-        cfg = launch.FQ_CONFIGS[tile]
-        ins = (("x", t, 2),)
-        g = 1 if body.startswith("channel") else int(body[len("group")])
-        for m in range(g):
-            suffix = "" if g == 1 else str(m)
-            ins += ((f"w{suffix}", "uint32", 2), (f"ws{suffix}", "float32", 1))
-            if body.endswith("bias"):
-                ins += ((f"bias{suffix}", "float32", 1),)
-        outs = (("y", t),) if g == 1 else tuple((f"y{m}", t) for m in range(g))
-        tpl = (("T", t), ("BN", cfg.bn), ("STAGES", cfg.stages), ("MP", rows),
-               ("SMEM_BYTES", cfg.shared_memory(rows, 4096)))
-        out.append(KernelBuild(cfg.file, body, ins, outs, tpl))
     return out
 
 
@@ -641,8 +622,8 @@ def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
 def test_stages_launch_what_run_launches(monkeypatch):
     """Each CUDA linear candidate's two-stage form, recorded on CPU arrays: apply(quantize
     (x)) makes the same launches (kernel, template, grid, input shapes) as run(x); equal
-    act_keys come from quantize launches with the same outputs; the one-launch GEMV and
-    the one-launch GEMM have no stages, the GEMV's two-launch form has."""
+    act_keys come from quantize launches with the same outputs; the one-launch GEMV has no
+    stages, its two-launch form has."""
     import mlx.core as mx
 
     from mlx_w8a8.kernels import registry
@@ -673,9 +654,6 @@ def test_stages_launch_what_run_launches(monkeypatch):
                 weight = QuantizedWeight.from_float(w[:, :k], 64, per_channel=fmt == "per_channel")
                 staged = cand.stages(problem)
                 if cand.name == "cuda_int8_gemv" and launch.gemv_fuses(m, k):
-                    assert staged is None, (cand.name, m, k)
-                    continue
-                if cand.name == "cuda_w8a8_gemm_fused":
                     assert staged is None, (cand.name, m, k)
                     continue
                 key, quant, apply = staged
@@ -779,8 +757,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     rec = _Recorder()
     monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
-    names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_fused",
-             "cuda_w8a8_gemm_grouped", "cuda_int8_gemv"]
+    names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
+             "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -826,8 +804,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemm_wgmma_channel_u8", "w8a8_gemm_ws_channel_u8_bias",
                  "w8a8_gemm_ws_tma_channel_u8", "w8a8_gemm_ws_tma_channel_u8_bias",
                  "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias", "w8a8_gemv_fused_channel",
-                 "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias",
-                 "w8a8_gemm_fq_channel_u8", "w8a8_gemm_fq_channel_u8_bias"):
+                 "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
         assert body in bodies, (body, sorted(bodies))
 
 
@@ -864,7 +841,6 @@ _LAYER_CASES = [
     ("cuda_w8a8_gemm_grouped", "grouped", (2, 64, 256)),
     ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
     ("cuda_int8_gemv", "grouped", (16, 8192)),
-    ("cuda_w8a8_gemm_fused", "per_channel", (2, 8, 256)),
 ]
 
 
@@ -884,7 +860,7 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
     rec = cuda_here
     built = []
     for spec in ("quantize_spec", "gemm_per_channel_spec", "gemm_grouped_spec",
-                 "gemv_fused_spec", "gemv_quantized_spec", "gemm_fused_spec"):
+                 "gemv_fused_spec", "gemv_quantized_spec"):
         real = getattr(launch, spec)
         monkeypatch.setattr(launch, spec,
                             lambda *a, _real=real, _name=spec, **kw: built.append(_name) or _real(*a, **kw))
@@ -1232,74 +1208,6 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
         assert [y.shape for y in outs] == [(16, 64), (16, 64)]
     finally:
         registry.set_chooser(previous)
-
-
-def test_fused_gemm_is_one_launch_per_layer_or_sibling_group(cuda_here):
-    """The one-launch small-M GEMM chosen: q/k/v linked make one group3 launch of
-    gemm_fq.cu on x as it is (no quantize launch), an output per member; a layer alone one
-    channel_u8 launch. Its template and shared memory follow M and K (FqConfig: the codes
-    take fq_rows(M) x 128 bytes per k-tile), its grid one block per tile up to the SMs;
-    it refuses what does not fit, naming the op."""
-    import mlx.core as mx
-    import mlx.nn as nn
-
-    import mlx_w8a8 as w8
-    from mlx_w8a8 import siblings
-    from mlx_w8a8.kernels import registry
-
-    rec = cuda_here
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(256, n, bias=False)
-                                                     for n in (256, 64, 64))
-
-    attn = Attention()
-    w8.quantize(attn)
-    fused = registry.get("linear", "cuda_w8a8_gemm_fused")
-    previous = registry.set_chooser(lambda problem, found: (fused, "test") if fused in found else None)
-    try:
-        siblings.clear()
-        for _ in range(2):  # bound on the first call, reused on the second
-            x = mx.zeros((1, 12, 256), dtype=mx.bfloat16)
-            start = len(rec.launches)
-            outs = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
-            plans = rec.launches[start:]
-            assert [p["name"] for p in plans] == ["w8a8_gemm_fq_group3"]
-            group = plans[0]
-            assert group["arrays"][0] is x and group["inputs"][0] == "x"
-            assert group["outputs"] == ["y0", "y1", "y2"]
-            weights = [a for a in group["arrays"] if a.dtype == mx.uint32]
-            assert [w is layer.weight for w, layer in
-                    zip(weights, (attn.q_proj, attn.k_proj, attn.v_proj))] == [True] * 3
-            assert [y.shape for y in outs] == [(1, 12, 256), (1, 12, 64), (1, 12, 64)]
-            tpl = dict(group["template"])
-            cfg = launch.FQ_CONFIGS["fq32"]  # summed N = 384: 12 tiles, far from filling
-            assert (tpl["BN"], tpl["STAGES"], tpl["MP"]) == (cfg.bn, cfg.stages, 16)
-            # 1024 + 8 x 4 KiB ring + 2 k-tiles x 16 rows x 128 + 48 pad rows x 128 + 4 x
-            # 2560 staging + 16 x 8 row terms + 17 barriers x 8
-            want = 1024 + 8 * 32 * 128 + 2 * 16 * 128 + 48 * 128 + 4 * 2560 + 16 * 8 + 17 * 8
-            assert group["shared_memory"] == tpl["SMEM_BYTES"] == want
-            assert group["grid"][0] // group["threadgroup"][0] == 12 and group["threadgroup"][0] == 256
-        assert attn.q_proj.decision(12)[1] == "test+siblings"
-        alone = w8.Linear.from_linear(nn.Linear(4096, 14336, bias=True))
-        start = len(rec.launches)
-        alone(mx.zeros((8, 4096), dtype=mx.float16))
-        (plan,) = rec.launches[start:]
-        tpl = dict(plan["template"])
-        assert plan["name"] == "w8a8_gemm_fq_channel_u8_bias" and (tpl["BN"], tpl["MP"]) == (64, 8)
-        assert plan["grid"][0] // 256 == launch.SMS  # 224 tiles of 64 columns: a full grid
-    finally:
-        registry.set_chooser(previous)
-    qw = w8.quantize_weight(mx.zeros((64, 16384)), group_size=64, per_channel=True)
-    assert not launch.fq_fits(16, 16384, 64) and launch.fq_fits(8, 16384, 64)
-    with pytest.raises(ValueError, match=r"cuda_w8a8_gemm_fused.*M = 16, K = 16384"):
-        launch.gemm_fused_spec(16, 16384, [(qw, None)], mx.bfloat16)
-    small = w8.quantize_weight(mx.zeros((64, 256)), group_size=64, per_channel=True)
-    with pytest.raises(ValueError, match=r"cuda_w8a8_gemm_fused.*M = 33"):
-        launch.gemm_fused_spec(33, 256, [(small, None)], mx.bfloat16)
-    assert not fused.supports(registry.Problem("linear", 33, 64, 256, "bfloat16", "per_channel", 64))
 
 
 def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here):

@@ -5,6 +5,8 @@
 # tests that cover every linear candidate); if they pass, the shipped table re-measured at
 # M = 1, 8, 16 (the new candidate stales those entries) with the decode, sibling and
 # prefill checks, then the 4-layer model at T = 16, 32, 128 and decode on that table.
+# The kernel it tests is on the branch fused-small-m (commit 7350029; not on main: it won
+# no race it entered, thirteenth set in docs/cuda.md); run this script there.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/s13_e}

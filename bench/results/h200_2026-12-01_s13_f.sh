@@ -5,6 +5,8 @@
 # what run E did not reach: the table re-measured at M = 1, 8, 16 with the one-launch
 # GEMM among the candidates (decode, sibling and prefill checks), and the 4-layer model
 # at T = 16, 32 and decode on it.
+# The kernel it tests is on the branch fused-small-m (commit 7350029; not on main: it won
+# no race it entered, thirteenth set in docs/cuda.md); run this script there.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/s13_f}

@@ -23,11 +23,6 @@ device is the GPU; importing this module never needs CUDA):
   GEMMs above with a TMA producer (one thread issuing tile loads from tensor maps made on
   the device, ``shaders/cuda/tma.cuh``) instead of cp.async copies; the same epilogue,
   sibling launches included.
-- ``cuda_w8a8_gemm_fused`` (``linear``, per-channel weights, Hopper, M <= ``FQ_MAX_M``
-  where M x K fits shared memory): the W8A8 linear in one launch (``gemm_fq.cu``):
-  each block quantizes x into its shared memory (the quantize kernel's codes, bit for
-  bit), then multiplies them as the warp-specialized GEMM does; no quantize launch.
-  Sibling layers (``bind_group``) run as one launch of its multi-weight bodies.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
@@ -61,9 +56,6 @@ from .cuda_launch import (
     FLOAT_DTYPES,
     GEMM_CONFIGS,
     GEMM_K_MULTIPLE,
-    FQ_CONFIGS,
-    FQ_MAX_M,
-    FQ_MAX_SMEM,
     GEMV_FUSED_BLOCKS,
     GEMV_FUSED_MAX_SMEM,
     GEMV_MAX_M,
@@ -76,7 +68,6 @@ from .cuda_launch import (
     TMA_CONFIGS,
     U8_MAX_K,
     WS_CONFIGS,
-    bind_gemm_fused,
     bind_gemm_grouped,
     bind_gemm_per_channel,
     bind_gemm_ws_group,
@@ -85,8 +76,6 @@ from .cuda_launch import (
     bind_gemv_quantized,
     bind_quantize,
     cuda_available,
-    fq_fits,
-    gemm_fused,
     gemm_grouped,
     gemm_per_channel,
     gemv,
@@ -177,10 +166,6 @@ def _gemv_stages(p: registry.Problem):
     return PLAIN, _quantize_plain, _apply_gemv
 
 
-def _fused_stages(p: registry.Problem):
-    return None  # one launch: x is quantized inside the GEMM
-
-
 def _quantize_run(x, group_size):
     return quantize(x, group_size)
 
@@ -206,10 +191,6 @@ def _w8a8_grouped_run(x, weight, bias):
 
 def _gemv_run(x, weight, bias):
     return gemv(x, weight, bias)
-
-
-def _fused_run(x, weight, bias):
-    return gemm_fused(x, weight, bias)
 
 
 # Bound forms (registry.Candidate.bind_stages): the launches of the stages above for one
@@ -276,16 +257,6 @@ def _gemv_bind_group(p: registry.Problem, members, lead=None):
             lambda acts: [apply(acts) for apply in applies])
 
 
-def _fused_bind(p: registry.Problem, weight, bias, lead=None):
-    # One launch, x quantized inside it: no activation stage to share.
-    return None, None, bind_gemm_fused(p.m, p.k, [(weight, bias)], getattr(mx, p.dtype), lead)
-
-
-def _fused_bind_group(p: registry.Problem, members, lead=None):
-    # p: the siblings' summed problem; one launch quantizes x once per block for all.
-    return None, None, bind_gemm_fused(p.m, p.k, members, getattr(mx, p.dtype), lead)
-
-
 # Capability checks (cheap; no device memory touched) ------------------------------------
 def _float_k_ok(p: registry.Problem) -> bool:
     return p.dtype in FLOAT_DTYPES and p.m >= 1 and p.k % GEMM_K_MULTIPLE == 0 and 0 < p.k < MAX_K
@@ -310,10 +281,6 @@ def _supports_gemm(p: registry.Problem) -> bool:
 
 def _supports_gemm_ws(p: registry.Problem) -> bool:
     return _supports_gemm(p) and p.k <= U8_MAX_K and is_sm90()
-
-
-def _supports_gemm_fused(p: registry.Problem) -> bool:
-    return _supports_gemm_ws(p) and fq_fits(p.m, p.k, p.n)
 
 
 def status() -> dict[str, tuple[bool, str]]:
@@ -403,12 +370,6 @@ _CANDIDATES = (
               bind_gemm_per_channel, _w8a8_tma_bind_group, bind_gemm_ws_group,
               launch.gemm_ws_group_spec) + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K}")),
-    ("cuda_w8a8_gemm_fused", "linear", _fused_run, _supports_gemm_fused, _fused_stages,
-     _fused_bind,
-     _digest((_fused_run, _fused_stages, _fused_bind, _fused_bind_group, gemm_fused, launch.gemm_fused_spec,
-              launch.fq_tile_for, launch.fq_rows, fq_fits, launch.FqConfig.shared_memory,
-              bind_gemm_fused), ("gemm_fq.cu",),
-             f"{sorted(FQ_CONFIGS.items())},m<={FQ_MAX_M},smem<={FQ_MAX_SMEM},sms={SMS}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind,
      _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, gemm_grouped,
@@ -428,7 +389,6 @@ _CANDIDATES = (
 # Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
 # bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemv.cu fused_*_group2/3).
 _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
-                "cuda_w8a8_gemm_fused": _fused_bind_group,
                 "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
                 "cuda_int8_gemv": _gemv_bind_group}
 

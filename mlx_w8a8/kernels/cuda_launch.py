@@ -312,54 +312,6 @@ GEMV_FUSED_MAX_SMEM = 96 * 1024
 GEMV_FUSED_BLOCKS = 132  # one block per SM: the grouped kernels need > 128 registers
 
 
-class FqConfig(NamedTuple):
-    """Tile of the one-launch small-M GEMM (``gemm_fq.cu``): 64 x ``bn`` tiles (the M
-    real rows at most ``FQ_MAX_M``), a ``stages``-deep ring of weight tiles fed by 4
-    cp.async producer warps, one consumer warpgroup; a persistent grid of at most one
-    block per SM, each block quantizing x into its shared memory first."""
-
-    bn: int
-    stages: int
-
-    file = "gemm_fq.cu"
-    threads = 256
-
-    def shared_memory(self, rows: int, k: int) -> int:
-        """Dynamic shared memory for ``rows`` (:func:`fq_rows`) and ``K``: 1024 to align
-        the ring, the ring, the codes (one ``rows`` x 128-byte region per k-tile, then
-        64 - ``rows`` rows of padding an m64 wgmma reads past the last region), 4
-        epilogue staging buffers, the scales and row sums, the barriers."""
-        ktiles = -(-k // 128)
-        return (1024 + self.stages * self.bn * 128 + ktiles * rows * 128 + (64 - rows) * 128
-                + 4 * 2560 + 8 * rows + 8 * (2 * self.stages + 1))
-
-
-FQ_CONFIGS = {"fq32": FqConfig(32, 8), "fq64": FqConfig(64, 6)}
-FQ_MAX_M = 32  # rows of x a block quantizes into shared memory (the codes: rows x K bytes)
-FQ_MAX_SMEM = 227 * 1024  # sm_90's largest dynamic shared memory per block
-
-
-def fq_rows(m: int) -> int:
-    """Rows of x the one-launch GEMM is compiled for: the next of 8, 16, 32 (whole
-    8-row wgmma atoms; the codes take rows x K bytes of shared memory)."""
-    for r in (8, 16, 32):
-        if m <= r:
-            return r
-    raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm_fused] M must be in [1, {FQ_MAX_M}], got {m}")
-
-
-def fq_tile_for(n: int) -> FqConfig:
-    """64 x 64 where its tiles fill the SMs (``WAVE_FILL``), else 64 x 32."""
-    wide = FQ_CONFIGS["fq64"]
-    return wide if -(-n // wide.bn) >= WAVE_FILL * SMS else FQ_CONFIGS["fq32"]
-
-
-def fq_fits(m: int, k: int, n: int) -> bool:
-    """Whether the one-launch GEMM takes ``M x K`` (its codes and ring in shared memory)."""
-    return (1 <= m <= FQ_MAX_M and k % GEMM_K_MULTIPLE == 0 and 0 < k <= U8_MAX_K
-            and fq_tile_for(n).shared_memory(fq_rows(m), k) <= FQ_MAX_SMEM)
-
-
 def gemv_rows_per_warp(m_bucket: int) -> int:
     """Weight rows per warp: more rows share each activation load, but the accumulators
     (RW x MM) must stay in registers (RW = 4 at MM = 16 spills, per ptxas)."""
@@ -643,63 +595,6 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                       (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
-def gemm_fused_spec(m: int, k: int, members, dtype: mx.Dtype,
-                    lead: tuple[int, ...] | None = None) -> LaunchSpec:
-    """One launch of the small-M GEMM (``gemm_fq.cu``): ``x`` ``[*lead, K]`` of ``dtype``
-    (``M <= FQ_MAX_M`` rows) quantized in each block, times one to ``MAX_SIBLINGS``
-    per-channel weights fed the same ``x``.
-
-    Args:
-        members: ``(weight, bias)`` pairs (``QuantizedWeight`` per-channel ``[N_g, K]``,
-            bias ``[N_g]`` or ``None``, all or none of them set).
-
-    Returns:
-        The spec; its launch on ``x`` returns one ``[*lead, N_g]`` output per member.
-
-    Raises:
-        ValueError: naming the op, for an M, K or weights it does not take.
-    """
-    op = "[mlx_w8a8.cuda_w8a8_gemm_fused]"
-    members = list(members)
-    if not 1 <= len(members) <= MAX_SIBLINGS:
-        raise ValueError(f"{op} a launch takes 1 to {MAX_SIBLINGS} weights, got {len(members)}")
-    has_bias = {b is not None for _, b in members}
-    if len(has_bias) != 1:
-        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
-                         f"{[b is not None for _, b in members]}")
-    for w, _ in members:
-        if not w.per_channel or w.k != k:
-            raise ValueError(f"{op} weights must be per-channel with K = {k}, got "
-                             f"format={w.format}, K={w.k}")
-    ns = [w.n for w, _ in members]
-    if not fq_fits(m, k, sum(ns)):
-        raise ValueError(f"{op} takes 1 <= M <= {FQ_MAX_M}, K a multiple of {GEMM_K_MULTIPLE} "
-                         f"up to {U8_MAX_K} and M x K within {FQ_MAX_SMEM} bytes of shared "
-                         f"memory with its ring; got M = {m}, K = {k}")
-    lead = _lead(m, lead)
-    cfg, rows = fq_tile_for(sum(ns)), fq_rows(m)
-    smem = cfg.shared_memory(rows, k)
-    g = len(members)
-    tail, names = [], ["x"]
-    for i, (w, b) in enumerate(members):
-        suffix = "" if g == 1 else str(i)
-        tail += [w.q, w.channel_scales]
-        names += [f"w{suffix}", f"ws{suffix}"]
-        if b is not None:
-            tail.append(_as_f32(b))
-            names.append(f"bias{suffix}")
-    body = ("channel_u8" if g == 1 else f"group{g}") + ("_bias" if True in has_bias else "")
-    outs = ("y",) if g == 1 else tuple(f"y{i}" for i in range(g))
-    blocks = min(sum(-(-n // cfg.bn) for n in ns), SMS)
-    # The shared-memory size is part of the template so each size is its own kernel
-    # (MLX raises the function's dynamic shared-memory limit once, at first load).
-    kern = _kernel(cfg.file, body, tuple(names), outs, smem)
-    template = [("T", dtype), ("BN", cfg.bn), ("STAGES", cfg.stages), ("MP", rows),
-                ("SMEM_BYTES", smem)]
-    return LaunchSpec(kern, tuple(tail), template, [(*lead, n) for n in ns], [dtype] * g,
-                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
-
-
 def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                       config: GemmConfig | None = None,
                       lead: tuple[int, ...] | None = None) -> LaunchSpec:
@@ -935,14 +830,6 @@ def gemv(x, weight, bias, fused: bool | None = None):
     return gemv_fused_spec(m, k, weight, bias, x.dtype).launch(x)[0]
 
 
-def gemm_fused(x, weight, bias):
-    """Small-M W8A8 linear in one launch (``gemm_fq.cu``, Hopper): ``x`` ``[M, K]``
-    float, ``M <= FQ_MAX_M``, per-channel ``weight`` ``[N, K]``; ``y`` ``[M, N]`` in
-    ``x.dtype``, the bits of quantize + the warp-specialized GEMM."""
-    m, k = x.shape
-    return gemm_fused_spec(m, k, [(weight, bias)], x.dtype).launch(x)[0]
-
-
 def gemv_quantized(xq, xs, weight, bias, out_dtype):
     """The two-launch GEMV's second launch: ``xq`` ``[M, K]`` int8 and ``xs`` ``[M, 1]``
     float32 from :func:`quantize` (``M <= 16``); ``y`` ``[M, N]`` in ``out_dtype``."""
@@ -1047,23 +934,6 @@ def bind_gemv_fused_group(m: int, k: int, members, dtype: mx.Dtype,
         return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
                     output_dtypes=dtypes, grid=grid, threadgroup=tg)
     return run
-
-
-def bind_gemm_fused(m: int, k: int, members, dtype: mx.Dtype,
-                    lead: tuple[int, ...] | None = None):
-    """``f(x) -> y`` (one member) or ``f(x) -> [y_0, y_1, ...]``: :func:`gemm_fused_spec`'s
-    launch on ``x``."""
-    kern, tail, template, shapes, dtypes, grid, tg = gemm_fused_spec(m, k, members, dtype, lead)
-    if len(shapes) == 1:
-        def run(x):
-            return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
-                        output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
-        return run
-
-    def run_group(x):
-        return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)
-    return run_group
 
 
 def bind_gemv_quantized(m: int, weight, bias, out_dtype: mx.Dtype,
