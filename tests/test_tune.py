@@ -71,7 +71,10 @@ def test_gate_and_selection_options_reach_the_table(tmp_path):
                    "--min-improvement", "1234"] + TINY)
     e = table.matching_entries(table.read(path), table.device_key(), path)[0]
     assert code == 0 and e["gate"]["atol"] == 0.5 and e["gate"]["rtol"] == 0.02
-    assert e["min_improvement_bps"] == 1234
+    assert e["min_improvement_bps"] == 1234 and e["chain_link"] == "dependent"
+    code, _ = run(["--shapes", "1x32x64", "--table", path, "--force", "--independent"] + TINY)
+    e = table.matching_entries(table.read(path), table.device_key(), path)[0]
+    assert code == 0 and e["chain_link"] == "independent"
 
 
 def test_show_and_export(tmp_path):
