@@ -55,7 +55,7 @@ UNLINKED = "mlx_w8a8-unlinked"
 GROUP_SIZE, BITS = 64, 8
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
-GPU_DEFAULTS = {"tokens": "1,128,512,2048", "decode": 64, "prompt": 128, "rounds": 10}
+GPU_DEFAULTS = {"tokens": "1,16,128,512,2048", "decode": 64, "prompt": 128, "rounds": 10}
 CPU_DEFAULTS = {"tokens": "1,16", "decode": 4, "prompt": 8, "rounds": 2}
 
 
