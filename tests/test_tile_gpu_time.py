@@ -14,6 +14,7 @@ import mlx.core as mx
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 import tile_gpu_time  # noqa: E402
+from kernel_recorder import Recorder  # noqa: E402
 
 from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
 from mlx_w8a8.kernels import sources  # noqa: E402
@@ -23,20 +24,9 @@ BODY_MARK = "int w8a8_changed_body = 0;"
 HEADER_MARK = "constexpr int kW8a8ChangedHeader = 1;"
 
 
-class Builds:
-    """Stands in for ``mx.fast.cuda_kernel``: records what each kernel is built from."""
-
-    def __init__(self):
-        self.built = []
-
-    def __call__(self, *, name, source, header, **_):
-        self.built.append((name, source, header))
-        return lambda **kw: pytest.fail("nothing is launched here")
-
-
 @pytest.fixture
 def builds(monkeypatch, tmp_path):
-    rec = Builds()
+    rec = Recorder()
     monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
     for c in (launch.load, launch.requires, launch._kernel):
         c.cache_clear()
@@ -69,12 +59,14 @@ def test_changed_arm_builds_from_the_folder_and_nothing_else_does(builds, tmp_pa
     spec = tile_gpu_time.changed_gemm_spec(changed_folder(tmp_path), [("MI", 2)], 16, 256,
                                            weight, cfg)
     assert spec.template[-1] == ("MI", 2) and spec.template[:-1] == [("T", mx.bfloat16)] + cfg.template()
-    name, source, header = builds.built[-1]
+    built = builds.builds[-1]
+    name, source, header = built["mlx_name"], built["source"], built["header"]
     assert BODY_MARK in source and HEADER_MARK in header_text(header)
     # Afterwards the package's text again: the reader restored, the caches emptied.
     assert sources.read is real_read
     shipped = launch.gemm_per_channel_spec(16, 256, weight, None, mx.bfloat16, cfg, unsigned=True)
-    name2, source2, header2 = builds.built[-1]
+    built = builds.builds[-1]
+    name2, source2, header2 = built["mlx_name"], built["source"], built["header"]
     assert BODY_MARK not in source2 and HEADER_MARK not in header_text(header2)
     assert name2 != name  # both versions coexist in one process under their own names
     assert shipped.template == spec.template[:-1]
