@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "at each measured M >= 16 with each layer group on its table choice and "
                    "on a challenger (mx.quantized_matmul for a W8A8 choice, else the "
                    "fastest other kernel timed), and switch where the challenger makes "
-                   "prefill faster; per-shape timing runs launches side by side, a model's "
-                   "layers run one after another (docs/tuning.md). auto: on a GPU")
+                   "prefill faster; a per-shape race is not a model's prefill "
+                   "(docs/tuning.md). auto: on a GPU")
     p.add_argument("--check-layers", type=int, default=4, metavar="L",
                    help="transformer blocks of the decode, sibling and prefill checks' model "
                    "(default: %(default)s)")
