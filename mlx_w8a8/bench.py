@@ -147,17 +147,17 @@ def qualify(args, stream, out) -> int:
             return [_verify(run, identity["name"], inputs, expected, args) for _, identity, run in arms]
 
         before = verify()
+        link = None if args.independent else timing.linear_link
         result = timing.paired_measure(
             [("baseline", arms[0][2]), ("candidate", arms[1][2])], inputs,
-            pairs=args.pairs, warmup=args.warmup, chain=args.chain,
-            link=None if args.independent else timing.linear_link,
+            pairs=args.pairs, warmup=args.warmup, chain=args.chain, link=link,
         )
         emit({
             "case": name, "m": m, "n": n, "k": k, "device": device,
             "baseline": arms[0][1], "candidate": arms[1][1],
             "max_abs_error": [_json_float(e) for e, _ in before], "tolerance": [args.atol, args.rtol],
             "oracle": "numpy float64 from stored codes", "failures": [w for _, w in before if w],
-            "chain": result.chain, "chain_link": "independent" if args.independent else "dependent",
+            "chain": result.chain, "chain_link": "dependent" if link is not None else "independent",
         }, stream)
         base, cand = result.timings["baseline"], result.timings["candidate"]
         for i, (a, b) in enumerate(zip(base.samples_ns, cand.samples_ns)):

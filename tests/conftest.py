@@ -122,3 +122,20 @@ def bound_spy():
         return None, None, apply
 
     return calls, run, bind_stages
+
+
+@pytest.fixture
+def timed_links(monkeypatch):
+    """The ``link`` argument of every ``timing.paired_measure`` call made while the test
+    runs, in order (the calls still run)."""
+    from mlx_w8a8.tuning import timing
+
+    links = []
+    real = timing.paired_measure
+
+    def spy(*args, **kw):
+        links.append(kw.get("link"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(timing, "paired_measure", spy)
+    return links

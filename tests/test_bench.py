@@ -60,16 +60,12 @@ def test_qualification_writes_json_lines_and_a_summary(tmp_path):
     assert all(h["chain_link"] == "dependent" for h in heads)  # as a model's layers run
 
 
-def test_independent_chains_on_request(tmp_path, monkeypatch):
-    links = []
-    real = bench.timing.paired_measure
-    monkeypatch.setattr(bench.timing, "paired_measure",
-                        lambda *a, **kw: links.append(kw.get("link")) or real(*a, **kw))
+def test_independent_chains_on_request(tmp_path, timed_links):
     code, text, lines = run(["--baseline", "mlx_qmm", "--candidate", bench.EXACT, "--independent"]
                             + TINY, tmp_path)
     heads = [l for l in lines if "baseline" in l and "pair" not in l]
     assert code == 0 and heads and all(h["chain_link"] == "independent" for h in heads)
-    assert links and all(link is None for link in links)
+    assert timed_links and all(link is None for link in timed_links)
 
 
 def test_wrong_candidate_fails_the_oracle_check(tmp_path, drift):

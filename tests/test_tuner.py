@@ -839,20 +839,12 @@ def test_interrupted_measurement_releases_its_claim(env, monkeypatch):
 
 
 @pytest.mark.parametrize("dependent", [True, False])
-def test_linears_are_timed_in_dependent_chains_unless_told_otherwise(env, monkeypatch, dependent):
-    links = []
-    real = timing.paired_measure
-
-    def spy(*args, **kw):
-        links.append(kw.get("link"))
-        return real(*args, **kw)
-
-    monkeypatch.setattr(timing, "paired_measure", spy)
+def test_linears_are_timed_in_dependent_chains_unless_told_otherwise(env, timed_links, dependent):
     fake("fast", sleeper(0))
     t = tuner(env, config=attrs.evolve(FAST, dependent=dependent))
     entry = t.measure(PROBLEM, only("fast"))
     quant = Problem("quantize_activation", 2, 0, 64, "float32", "int8", 32)
     t.measure(quant, registry.candidates(quant)[:1])
     want = timing.linear_link if dependent else None
-    assert links == [want, None]  # a quantize problem has no output of x's shape to feed
+    assert timed_links == [want, None]  # a quantize problem has no output of x's shape to feed
     assert entry["chain_link"] == ("dependent" if dependent else "independent")
