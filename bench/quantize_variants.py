@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cuda_bench  # noqa: E402
 from chain_timeline import activations, banner, measure  # noqa: E402
 
 
@@ -47,8 +48,6 @@ def variants(m: int, k: int, base: str | None = None):
     threads = spec.threadgroup[0]
     out = {"rowsum": spec.launch}
     if base:
-        import cuda_bench
-
         out["rowsum_base"] = cuda_bench.base_quantize_spec(base, m, k).launch
     for t in (128, 256):
         if t > threads and k // 8 <= 8 * t:
@@ -68,8 +67,6 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
-    import cuda_bench
-
     bw = cuda_bench.copy_bandwidth()
     banner(f"chain {args.chain}; kernel us (median); copy bandwidth {bw / 1e9:.0f} GB/s "
            f"(read + written); x copy = kernel time over the copy floor 3 M K / bandwidth")
