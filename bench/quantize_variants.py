@@ -9,8 +9,9 @@ graphs (run it with ``MLX_USE_CUDA_GRAPHS=0``), against ``astype(int8)`` and the
 floor (3 M K bytes at the device's copy bandwidth, torch):
 
 - ``rowsum``: the shipped launch (``cuda_launch.quantize_spec``);
-- ``rowsum_base``: the same launch of another revision's kernel text (``--base DIR``, a
-  folder holding its ``quantize.cu`` / ``quantize.cuh``);
+- ``base:NAME``: the same launch of another revision's kernel text (``--base DIR,...``,
+  folders holding its ``quantize.cu`` / ``quantize.cuh``; the arm is named after the
+  folder);
 - ``rowsum_t128`` / ``rowsum_t256``: the same body with 128 / 256 threads per row;
 - ``rowsum_warp``: the shipped one-warp-per-row body.
 
@@ -21,7 +22,7 @@ register-streaming persistent grid; the fourteenth set's bulk-copy-fed ring, bra
 ``quantize-stream``).
 
 Usage: ``MLX_USE_CUDA_GRAPHS=0 python bench/quantize_variants.py [--m 2048,8192]
-[--k 4096,14336] [--base DIR] [--chain 40]``. Needs a CUDA GPU and torch with CUPTI.
+[--k 4096,14336] [--base DIR,...] [--no-shapes] [--chain 40]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -42,13 +43,18 @@ import cuda_bench  # noqa: E402
 from chain_timeline import activations, banner, measure  # noqa: E402
 
 
-def variants(m: int, k: int, base: str | None = None):
-    """``{name: fn(x) -> (q, scale, rsum)}`` for one shape."""
+def variants(m: int, k: int, bases: list[str] = (), shapes: bool = True):
+    """``{name: fn(x) -> (q, scale, rsum)}`` for one shape: the shipped launch, one arm
+    per folder of ``bases`` (named after the folder) and, with ``shapes``, the
+    thread-count and warp-per-row arms."""
     spec = launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
     threads = spec.threadgroup[0]
     out = {"rowsum": spec.launch}
-    if base:
-        out["rowsum_base"] = cuda_bench.base_quantize_spec(base, m, k).launch
+    for base in bases:
+        name = os.path.basename(os.path.normpath(base))
+        out[f"base:{name}"] = cuda_bench.base_quantize_spec(base, m, k).launch
+    if not shapes:
+        return out
     for t in (128, 256):
         if t > threads and k // 8 <= 8 * t:
             wide = spec._replace(grid=(m * t, 1, 1), threadgroup=(t, 1, 1))
@@ -61,8 +67,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", default="512,2048,8192")
     p.add_argument("--k", default="4096,14336")
-    p.add_argument("--base", default=None,
-                   help="a folder with another revision's quantize.cu / quantize.cuh")
+    p.add_argument("--base", default="",
+                   help="folders (comma-separated) each with another revision's quantize.cu "
+                        "/ quantize.cuh; one arm per folder")
+    p.add_argument("--no-shapes", action="store_true",
+                   help="skip the 128/256-thread and warp-per-row arms")
     p.add_argument("--chain", type=int, default=40)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
@@ -73,7 +82,7 @@ def main(argv=None) -> int:
     for k in [int(v) for v in args.k.split(",")]:
         for m in [int(v) for v in args.m.split(",")]:
             xs, X = activations(m, k, rng)
-            fns = variants(m, k, args.base)
+            fns = variants(m, k, [b for b in args.base.split(",") if b], not args.no_shapes)
             want = [np.array(a) for a in fns["rowsum"](xs[0])]
             arms = {}
             for name, fn in fns.items():
@@ -81,7 +90,7 @@ def main(argv=None) -> int:
                 bad = [i for i, (g, w) in enumerate(zip(got, want))
                        if g.shape != w.shape or g.tobytes() != w.tobytes()]
                 if bad:
-                    print(f"M={m:5d} K={k:6d} {name:12s} DIFFERS from rowsum in outputs {bad}; "
+                    print(f"M={m:5d} K={k:6d} {name:14s} DIFFERS from rowsum in outputs {bad}; "
                           f"not timed", flush=True)
                     continue
                 arms[name] = lambda c, fn=fn: mx.eval([fn(xs[i % X]) for i in range(c)])
@@ -89,7 +98,7 @@ def main(argv=None) -> int:
             floor = 3.0 * m * k / bw * 1e6
             for name, fn in arms.items():
                 r = measure(fn, args.chain, args.rounds, False)
-                print(f"M={m:5d} K={k:6d} {name:12s} kernel {r['kernel']:7.1f}  GB/s "
+                print(f"M={m:5d} K={k:6d} {name:14s} kernel {r['kernel']:7.1f}  GB/s "
                       f"{3.0 * m * k / r['kernel'] / 1e3:6.0f}  x copy {r['kernel'] / floor:5.2f}",
                       flush=True)
     return 0

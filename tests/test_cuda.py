@@ -191,6 +191,41 @@ def test_quantize_on_rounding_boundaries(rng, body):
     np.testing.assert_array_equal(np.array(q), want_q)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("body", ["plain", "rowsum", "rowsum_warp", "sums"])
+def test_quantize_every_16bit_value(dtype, body):
+    """Every finite bfloat16 / float16 value under several row maxima (each row's max at
+    column 0): every code boundary such rows meet, including the values a quarter of a
+    bfloat16 warp's chunk steps send to RowQuantizer's exact path (x / s near a
+    half-integer; |h| = 1/2, whose float gap toward 0 is half the other side's) and
+    exact ties. Codes, scales and (where the body makes them) sums against the division."""
+    from test_quantize_rounding import BF16_AMAXES, F16_AMAXES, every_value_under
+
+    xf = every_value_under(dtype, BF16_AMAXES if dtype == "bfloat16" else F16_AMAXES)
+    # Built from the bits: a GPU conversion may flush bfloat16's subnormals to zero.
+    if dtype == "bfloat16":
+        bits = (xf.view(np.uint32) >> 16).astype(np.uint16)
+        assert ((bits.astype(np.uint32) << 16).view(np.float32) == xf).all()
+    else:
+        bits = xf.astype(np.float16).view(np.uint16)
+        assert (bits.view(np.float16).astype(np.float32) == xf).all()
+    x = mx.array(bits).view(MX_DTYPES[dtype])
+    if body == "sums":
+        q, scale, sums = launch.quantize(x, 64)
+    else:
+        q, scale, *rest = launch.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
+        sums = rest[0] if rest else None
+    want_q, want_s = oracle.quantize_rows(xf)
+    np.testing.assert_array_equal(np.array(scale), want_s)
+    np.testing.assert_array_equal(np.array(q), want_q)
+    if body == "sums":
+        m, k = xf.shape
+        want_r = want_q.astype(np.int64).reshape(m, k // 64, 64).sum(-1)
+        np.testing.assert_array_equal(np.array(sums), want_r)
+    elif body != "plain":
+        np.testing.assert_array_equal(np.array(sums)[:, 0], want_q.astype(np.int64).sum(-1))
+
+
 # int8_matmul ------------------------------------------------------------------------------
 @pytest.mark.parametrize("m,n,k", [(1, 264, 4096), (33, 257, 48), (129, 264, 1088),
                                    (1000, 512, 1024), (2048, 640, 256)])

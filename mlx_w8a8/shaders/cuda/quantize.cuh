@@ -6,8 +6,9 @@
 // Exactness: scale = amax / 127 is an IEEE round-to-nearest division (__fdiv_rn, never a
 // reciprocal multiply, which fast-math could substitute), and the codes are rint (half to
 // even) of x / scale rounded to nearest: RowQuantizer's fast path proves, element by
-// element, that its result equals the division's and falls back to the division where it
-// cannot. Codes match the float64 oracle bit for bit.
+// element, that its result equals the division's, and its exact path settles the values
+// the fast path cannot from the sign of an FMA remainder. Codes match the float64 oracle
+// bit for bit.
 // @@ requires shape.cuh
 
 namespace w8a8 {
@@ -117,29 +118,51 @@ __device__ __forceinline__ float AbsMax<__half>::value() const {
 }
 
 // One row's codes q = clip(rint(x / s), -127, 127), s = amax / 127 (docs/numerics.md),
-// with x / s rounded to nearest as an IEEE division would.
+// with x / s rounded to nearest as an IEEE division would. No division per element on
+// rows whose scale is at least 2^-100 (every row a model makes); z = x / s below is the
+// exact real quotient, RN(z) what __fdiv_rn returns, r = RN(1 / s).
 //
-// Fast path, no division per element: y = RN(x * r) with r = RN(1 / s), then
-// n = rint(y) by adding and subtracting 1.5 * 2^23 (round to nearest, ties to even, for
-// |y| < 2^22), and d = |y - n| (exact). Bound: |x| <= amax, so |x / s| < 127.0001;
-// r = (1 / s)(1 + e), |e| <= 2^-24, so |x r - x / s| < 2^-17; rounding x r adds at most
-// 2^-18, and rounding x / s itself at most 2^-18: |y - RN(x / s)| < 2^-15. Hence when
-// d < 1/2 - 2^-15, RN(x / s) lies strictly inside (n - 1/2, n + 1/2) and its rint is n,
-// no tie possible; kFastMargin keeps twice that margin. |n| <= 127 follows from the
-// bound (no clip needed). The code's byte is the low byte of y + 1.5 * 2^23's bits
-// (those bits are 0x4B400000 + n) and the 8 codes' sum is the bits' sum - 8 * 0x4B400000
-// (mod 2^32, exact: the true sum is small). Nothing per element on the quarter-rate
-// pipes, where the division, rintf and the float-to-int conversion each ran.
-// Exact path (the IEEE division __fdiv_rn, rintf, clip), taken for the 8 values when any
-// of them has d >= kFastMargin (near a half-integer, including exact ties), and for rows
-// whose scale is below 2^-100 (1 / s then near overflow, and values near denormals).
-// Both paths give the same codes (tests/test_cuda.py, tests/test_quantize_rounding.py).
+// Fast path: t = RN(x r + 1.5 * 2^23) (one FFMA) holds n = rint(x r) (round to nearest,
+// ties to even, exact for |x r| < 2^22) as t - 1.5 * 2^23, and dd = RN(x r - n).
+// Bound: |x| <= amax, so |z| < 127.0001; r = (1 / s)(1 + e), |e| <= 2^-24, so
+// |x r - z| < 2^-17; RN(z) is within 2^-18 of z and dd within 2^-25 of x r - n:
+// |RN(z) - n - dd| < 2^-16. Hence when |dd| < 1/2 - 2^-14 (kFastMargin), RN(z) lies
+// strictly inside (n - 1/2, n + 1/2) and its rint is n; |n| <= 127 follows from the
+// bound (no clip needed). The value's code is the low byte of t's bits (0x4B400000 + n)
+// and the 8 codes' sum is the bits' sum - 8 * 0x4B400000 (mod 2^32, exact: the true sum
+// is small). A chunk of 8 takes the exact path below when any |dd| reaches the margin:
+// bfloat16 rows do in about a quarter of a warp's chunk steps (docs/cuda.md), so that
+// path is arithmetic too (no division, no branch inside it).
+//
+// Exact path (settle_bits), for every value of such a chunk: h = n + copysign(1/2, dd),
+// the half-integer nearest x r (|z - h| < 1/2 + 2^-17), and e = RN(x - h s) (one FFMA).
+// RN(z) is one of h, above h, below h, and rint(RN(z)) is respectively rint(h) (half to
+// even), h + 1/2, h - 1/2. RN(z) != h iff |z - h| exceeds half the float gap next to h
+// on z's side, i.e. |x - h s| > 2^(j-24) s with 2^j <= |h| < 2^(j+1) (the gap is 2^(j-23)
+// on both sides of every half-integer but 1/2, whose gap toward 0 is half that; there
+// RN(z) < 1/2 and RN(z) = 1/2 both give code 0, so the wider threshold is right too).
+// A quotient of two floats never lies exactly on a float midpoint, so no tie arises at
+// the threshold. The comparison is exact: thr = 2^j * (s 2^-24) is a power-of-two
+// scaling (>= 2^-125, normal, since s >= 2^-100), and x - h s is a float whenever
+// |x - h s| <= 2^(E-2), s in [2^E, 2^(E+1)): then |z| >= 1/4, |x| >= 2^(E-2), so x and
+// h s are multiples of 2^(E-25) (h s: h has a 1/2 bit, s an ulp of 2^(E-23)) and the
+// difference, at most 2^23 such units, fits a float's 24 bits; a larger |x - h s|
+// rounds to at least 2^(E-2) > 2^(E-17) > thr, on the same side. The code's bits are
+// those of RN(c + 1.5 * 2^23) with c = h +- 1/2 (an integer, exact) or c = h (a tie for
+// the addition, which rounds it to the even integer as rint does), so packing and sum
+// are the fast path's.
+// Rows whose scale is below 2^-100 (values near denormals, 1 / s near overflow) take the
+// IEEE division __fdiv_rn, rintf and the clip, as do none of a model's rows in practice.
+// All three give the codes of the division (tests/test_cuda.py on the GPU; the fast and
+// exact paths modelled in float32 on the CPU by tests/test_quantize_rounding.py).
 struct RowQuantizer {
   static constexpr float kRound = 12582912.0f;        // 1.5 * 2^23
   static constexpr uint32_t kRoundBits = 0x4B400000u;  // its bits
   static constexpr float kFastMargin = 0.49993896484375f;  // 1/2 - 2^-14
+  static constexpr float kTwoM24 = 5.9604644775390625e-08f;  // 2^-24
   float s;      // the row scale: amax / 127; NaN for a non-finite row, 0 for a zero row
   float r;      // RN(1 / s), for the fast path
+  float u;      // s * 2^-24 (exact), the exact path's threshold unit
   bool usable;  // finite amax > 0 (else every code is 0)
   bool fast;    // usable and s >= 2^-100
 
@@ -150,7 +173,20 @@ struct RowQuantizer {
     q.s = finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
     q.fast = q.usable && q.s >= __int_as_float(0x0D800000);  // 2^-100
     q.r = q.fast ? __frcp_rn(q.s) : 0.f;
+    q.u = __fmul_rn(q.s, kTwoM24);
     return q;
+  }
+
+  // The bits of rint(RN(x / s)) + 1.5 * 2^23 from x and the fast path's t (the exact path
+  // above; dd is the fast path's expression again, which the compiler shares with it).
+  __device__ __forceinline__ uint32_t settle_bits(float x, float t) const {
+    const float n = __fsub_rn(t, kRound);
+    const float dd = __fmaf_rn(x, r, -n);
+    const float h = __fadd_rn(n, copysignf(0.5f, dd));
+    const float e = __fmaf_rn(-h, s, x);
+    const float thr = __fmul_rn(__uint_as_float(__float_as_uint(h) & 0x7f800000u), u);
+    const float c = fabsf(e) > thr ? __fadd_rn(h, copysignf(0.5f, e)) : h;
+    return __float_as_uint(__fadd_rn(c, kRound));
   }
 
   // Codes of 8 values, packed little-endian into two words; returns their sum.
@@ -160,21 +196,22 @@ struct RowQuantizer {
       float d = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const float y = __fmul_rn(f[i], r);
-        const float t = __fadd_rn(y, kRound);
-        d = fmaxf(d, fabsf(__fsub_rn(y, __fsub_rn(t, kRound))));
+        const float t = __fmaf_rn(f[i], r, kRound);
+        d = fmaxf(d, fabsf(__fmaf_rn(f[i], r, -__fsub_rn(t, kRound))));
         b[i] = __float_as_uint(t);
       }
-      if (d < kFastMargin) {
-        packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
-                                0x5410);
-        packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
-                                0x5410);
-        uint32_t sum = 0u;
+      if (d >= kFastMargin) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) sum += b[i];
-        return static_cast<int>(sum - 8u * kRoundBits);
+        for (int i = 0; i < 8; ++i) b[i] = settle_bits(f[i], __uint_as_float(b[i]));
       }
+      packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
+                              0x5410);
+      packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
+                              0x5410);
+      uint32_t sum = 0u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += b[i];
+      return static_cast<int>(sum - 8u * kRoundBits);
     }
     int sum = 0;
     packed[0] = packed[1] = 0u;
