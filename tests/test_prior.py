@@ -76,11 +76,12 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
 def test_cuda_rules_agree_with_the_shipped_h200_table():
     """The CUDA rules summarize the shipped H200 table (prior.py cites it): on every entry
     at M >= 16 (below that the rules deliberately leave mx.quantized_matmul) they pick
-    the table's kernel family: a W8A8 GEMM (cuda_w8a8_gemm, _ws or _tma) or
-    mx.quantized_matmul. Entries a sibling check turned to mx.quantized_matmul decide
-    how a group runs, not a single layer, and are left out.
-    Re-measuring the table without revisiting the rules fails here."""
-    family = lambda name: "w8a8_gemm" if name.startswith("cuda_w8a8_gemm") else name  # noqa: E731
+    the table's kernel family: W8A8 on int8 activations (the GEMMs cuda_w8a8_gemm, _ws
+    and _tma, or the fused GEMV cuda_int8_gemv) or mx.quantized_matmul. Entries a sibling
+    check turned to mx.quantized_matmul decide how a group runs, not a single layer, and
+    are left out. Re-measuring the table without revisiting the rules fails here."""
+    family = lambda name: (  # noqa: E731
+        "w8a8" if name.startswith("cuda_w8a8_gemm") or name == "cuda_int8_gemv" else name)
     paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
     entries = table.read(paths[0])["sections"][0]["entries"]
     cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
