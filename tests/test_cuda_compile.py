@@ -321,7 +321,7 @@ def test_kernels_compile_for_sm90a(tmp_path):
     with ThreadPoolExecutor(jobs) as pool:
         results = list(pool.map(lambda ib: _compile(ib[1], str(tmp_path), ib[0]),
                                 enumerate(BUILDS)))
-    failures, serialized, spilled = [], [], []
+    failures, serialized, spilled, oversized = [], [], [], []
     for build, (rc, log) in zip(BUILDS, results):
         spills = [ln.strip() for ln in log.splitlines() if "spill" in ln and not ln.strip().startswith("0 bytes")]
         regs = [ln.split("Used")[-1].strip() for ln in log.splitlines() if "Used" in ln]
@@ -339,7 +339,18 @@ def test_kernels_compile_for_sm90a(tmp_path):
         # consumers' wgmma in gemm_ws.cu did that and cost 1.4x on an H200.
         serialized += [f"{_label(build)}: {ln.strip()}" for ln in log.splitlines()
                        if "C7520" in ln or "are serialized" in ln]
+        # The quantize launcher sizes its blocks by K, up to QUANT_MAX_THREADS (warp body:
+        # QUANT_WARP_THREADS). A block whose threads need more registers than an SM has
+        # (64 K 32-bit registers on sm_90) does not launch, and MLX reports nothing: the
+        # outputs keep whatever memory held (the FMA-remainder quantize, 71 registers,
+        # at 1024 threads for K = 66304 on an H200).
+        if build.file == "quantize.cu" and rc == 0:
+            threads = launch.QUANT_WARP_THREADS if build.body == "rowsum_warp" else launch.QUANT_MAX_THREADS
+            used = [int(m.group(1)) for m in re.finditer(r"Used (\d+) registers", log)]
+            if not used or max(used) * threads > 65536:
+                oversized.append(f"{_label(build)}: {used} registers x {threads} threads")
     assert not failures, "kernels that do not compile:\n" + "\n\n".join(failures)
+    assert not oversized, "blocks larger than the register file:\n" + "\n".join(oversized)
     assert not serialized, "wgmma serialized by ptxas:\n" + "\n".join(serialized)
     assert not spilled, "register spills where setmaxnreg should prevent them:\n" + "\n".join(spilled)
 

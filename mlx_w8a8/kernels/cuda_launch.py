@@ -296,7 +296,12 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
     return GEMM_CONFIGS["grouped"] if m > 64 else GEMM_CONFIGS["grouped_small"]
 
 
-QUANT_MAX_THREADS = 1024
+# At most 512 threads per quantize block: a block must fit the SM's 64 K registers, and
+# the block-per-row bodies use 66-76 per thread (ptxas for sm_90a; 1024 threads would need
+# at most 64, and a block that does not fit fails to launch with no error from MLX).
+# tests/test_cuda_compile.py checks the product. Rows longer than the threads' register
+# cache (K > 32768 for 16-bit T, 16384 for float32) re-read their remaining chunks.
+QUANT_MAX_THREADS = 512
 
 
 def quant_cached(dtype: mx.Dtype) -> int:
