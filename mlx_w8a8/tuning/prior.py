@@ -29,9 +29,10 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # against 85.3, mx.quantized_matmul 87.1).
     # - M < 16: no rule, mx.quantized_matmul. At M = 8 the race split between the W8A8
     #   GEMV and GEMM by shape; at M = 1 the model's own decode loop (the decode check)
-    #   kept the W8A8 GEMV for one shape only (14336 x 4096, 1.12x, p25 1.10x) and
-    #   mx.quantized_matmul for the other four (0.97-1.01x), decode being host-bound and
-    #   a custom kernel launch costing more host time than a built-in op (docs/cuda.md).
+    #   kept no W8A8 kernel (on 4 layers the GEMV for 14336 x 4096 at 1.12x, p25 1.10x,
+    #   the other four 0.97-1.01x; on all 32 layers that GEMV 0.92x, p25 0.88x, run G),
+    #   decode being host-bound and a custom kernel launch costing more host time than a
+    #   built-in op (docs/cuda.md).
     # - M >= 16, every shape: a W8A8 GEMM (M = 16: 1.07-2.25x mx.quantized_matmul,
     #   M = 64: 1.32-2.69x, M = 128: 1.36-4.38x; the prefill check kept every one of them
     #   against mx.quantized_matmul in the model's prefill at T = 16, 64, 128, 512, 2048).
