@@ -92,7 +92,7 @@ def activation(rng, m, k, dtype, specials=True) -> mx.array:
     """Random normal rows with per-row spread; with ``specials``, rows that test the
     contract's corners: all zero, a NaN, an Inf, exact ties of rint (x = (j + 0.5) *
     scale), a row whose max is negative, values on and near rint's boundaries (the
-    quantizer's fast path must hand them to the division: quantize.cuh RowQuantizer),
+    quantizer's fast path must hand them to its exact path: quantize.cuh RowQuantizer),
     and a row whose scale is below 2^-100 (no fast path)."""
     x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.01, 10, (m, 1)).astype(np.float32)
     if specials and m >= 6:

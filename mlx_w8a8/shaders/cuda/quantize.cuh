@@ -152,7 +152,8 @@ __device__ __forceinline__ float AbsMax<__half>::value() const {
 // the addition, which rounds it to the even integer as rint does), so packing and sum
 // are the fast path's.
 // Rows whose scale is below 2^-100 (values near denormals, 1 / s near overflow) take the
-// IEEE division __fdiv_rn, rintf and the clip, as do none of a model's rows in practice.
+// IEEE division __fdiv_rn, rintf and the clip; a model's activations practically never
+// have such rows.
 // All three give the codes of the division (tests/test_cuda.py on the GPU; the fast and
 // exact paths modelled in float32 on the CPU by tests/test_quantize_rounding.py).
 struct RowQuantizer {
