@@ -308,13 +308,31 @@ def test_decode_check_runs_when_asked_on_the_model_with_the_tuner(
         assert "decode check on" in text and "nothing to check" in text
 
 
+@pytest.mark.parametrize("layers,hint", [(1, True), (2, False)])
+def test_decode_check_says_how_many_blocks_it_ran(layers, hint, tmp_path, monkeypatch):
+    """The report names the blocks checked out of the model's; below the full depth it
+    says how to check them all (on Llama-3-8B a 4-block check kept a kernel that the
+    32-block check and the full model's decode rejected: docs/tuning.md)."""
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning.decode_check import DecodeCheck
+
+    monkeypatch.setattr(tuning, "check_decode", lambda model, tuner, **kw: DecodeCheck((), 16, 6, {}, 0))
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
+                      "--check-layers", str(layers), "--table", str(tmp_path / "t.json")] + TINY)
+    assert code == 0, text
+    assert f"decode check on tiny-llama's first {layers} of 2 block(s)" in text
+    assert ("--check-layers 2 checks them all" in text) == hint
+
+
 def test_decode_check_end_to_end_on_a_tiny_model(tmp_path):
     pytest.importorskip("mlx_lm")
     path = str(tmp_path / "t.json")
     code, text = run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
                       "--check-layers", "1", "--check-rounds", "2", "--table", path] + TINY)
     assert code == 0, text
-    assert "decode check on tiny-llama's first 1 block(s)" in text
+    assert "decode check on tiny-llama's first 1 of 2 block(s)" in text
+    assert "--check-layers 2 checks them all" in text
     # whatever the CPU chose at M = 1, the check either had nothing to do or judged it
     assert ("nothing to check" in text) or ("decode check (32 steps x 2" in text)
     # bad check settings are refused before anything is measured
@@ -354,7 +372,7 @@ def test_sibling_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, avai
     if want:
         tokens, tuner, active = seen[0]
         assert active is tuner and tuner.writable_path() == path
-        assert "sibling check on tiny-llama's first 1 block(s), T = 16" in text
+        assert "sibling check on tiny-llama's first 1 of 2 block(s), T = 16" in text
         assert "nothing to check" in text
 
 
@@ -386,5 +404,5 @@ def test_prefill_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, want
     if want:
         tokens, tuner, active = seen[0]
         assert active is tuner and tuner.writable_path() == path
-        assert "prefill check on tiny-llama's first 1 block(s), T = 16" in text
+        assert "prefill check on tiny-llama's first 1 of 2 block(s), T = 16" in text
         assert "nothing to check" in text
