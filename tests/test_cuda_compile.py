@@ -222,6 +222,22 @@ def kernel_builds() -> list[KernelBuild]:
     return out
 
 
+def block_threads(build: KernelBuild) -> int:
+    """The largest block the launchers make for ``build``: the quantize launcher's cap
+    (its blocks grow with K), the GEMV's fixed block, or the threads of the GEMM tile
+    config whose file and template the build carries."""
+    if build.file == "quantize.cu":
+        return launch.QUANT_WARP_THREADS if build.body == "rowsum_warp" else launch.QUANT_MAX_THREADS
+    if build.file == "gemv.cu":
+        return launch.GEMV_THREADS
+    tpl = set(build.template)
+    found = {cfg.threads for cfg in (*launch.ALL_GEMM_CONFIGS.values(), *launch.WS_CONFIGS.values(),
+                                     *launch.TMA_CONFIGS.values())
+             if cfg.file == build.file and set(cfg.template()) <= tpl}
+    assert len(found) == 1, (_label(build), found)
+    return found.pop()
+
+
 def wrap(build: KernelBuild) -> str:
     """The full translation unit MLX would hand to NVRTC for ``build``."""
     header, bodies = launch.load(build.file)  # the text the launchers pass to MLX
@@ -298,6 +314,12 @@ def _compile(build: KernelBuild, workdir: str, index: int) -> tuple[int, str]:
 BUILDS = kernel_builds()
 
 
+def test_every_build_has_a_block_size():
+    """block_threads finds each build's launch block (one tile config per GEMM build)."""
+    sizes = {_label(b): block_threads(b) for b in BUILDS}
+    assert all(32 <= t <= 1024 and t % 32 == 0 for t in sizes.values()), sizes
+
+
 def test_every_shipped_kernel_file_has_builds():
     """Each .cu file shipped is covered by kernel_builds(), so none escapes compilation."""
     from importlib import resources
@@ -339,13 +361,12 @@ def test_kernels_compile_for_sm90a(tmp_path):
         # consumers' wgmma in gemm_ws.cu did that and cost 1.4x on an H200.
         serialized += [f"{_label(build)}: {ln.strip()}" for ln in log.splitlines()
                        if "C7520" in ln or "are serialized" in ln]
-        # The quantize launcher sizes its blocks by K, up to QUANT_MAX_THREADS (warp body:
-        # QUANT_WARP_THREADS). A block whose threads need more registers than an SM has
-        # (64 K 32-bit registers on sm_90) does not launch, and MLX reports nothing: the
-        # outputs keep whatever memory held (the FMA-remainder quantize, 71 registers,
-        # at 1024 threads for K = 66304 on an H200).
-        if build.file == "quantize.cu" and rc == 0:
-            threads = launch.QUANT_WARP_THREADS if build.body == "rowsum_warp" else launch.QUANT_MAX_THREADS
+        # A block whose threads need more registers than an SM has (64 K 32-bit registers
+        # on sm_90) does not launch, and MLX reports nothing: the outputs keep whatever
+        # memory held (the FMA-remainder quantize, 71 registers, at 1024 threads for
+        # K = 66304 on an H200). Checked against the largest block the launchers make.
+        if rc == 0:
+            threads = block_threads(build)
             used = [int(m.group(1)) for m in re.finditer(r"Used (\d+) registers", log)]
             if not used or max(used) * threads > 65536:
                 oversized.append(f"{_label(build)}: {used} registers x {threads} threads")
