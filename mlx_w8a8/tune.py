@@ -337,7 +337,8 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
         mx.eval(model.parameters())
     except ValueError as error:
         return fail(f"{name}: {error}")
-    built, depth = config["num_hidden_layers"], models.resolve(args.model)[0]["num_hidden_layers"]
+    built = config["num_hidden_layers"]
+    depth = models.resolve(args.model)[0].get("num_hidden_layers", built)
     print(f"{name} on {label}'s first {built} of {depth} block(s){suffix}", file=out)
     if name == "decode check" and built < depth:
         # Measured: 4 of Llama-3-8B's 32 blocks kept a GEMV that the 32-block check and
