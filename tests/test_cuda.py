@@ -177,6 +177,14 @@ def test_quantize_row_sum_warp_bit_exact(rng, dtype, m, k):
     np.testing.assert_array_equal(got_r[:, 0], want_q.astype(np.int64).sum(-1))
 
 
+def quantize_body(x: mx.array, body: str):
+    """``(q, scale, sums)`` of the quantize body ``body`` (``sums``: group size 64;
+    ``plain``: no sums, ``None``)."""
+    if body == "sums":
+        return launch.quantize(x, 64)
+    return launch.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
+
+
 @pytest.mark.parametrize("body", ["plain", "rowsum", "rowsum_warp", "sums"])
 def test_quantize_on_rounding_boundaries(rng, body):
     """Every quantize body on float32 rows built on and near rint's boundaries (ties,
@@ -184,10 +192,7 @@ def test_quantize_on_rounding_boundaries(rng, body):
     scales from 2^-90 to 2^20: the codes are the IEEE division's, bit for bit, whichever
     path the kernel took (tests/test_quantize_rounding.py models that choice on the CPU)."""
     x = mx.array(oracle.near_rounding_boundaries(rng, 96, 4096))
-    if body == "sums":
-        q, scale, _ = launch.quantize(x, 64)
-    else:
-        q, scale, *_ = launch.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
+    q, scale, _ = quantize_body(x, body)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(np.array(scale), want_s)
     np.testing.assert_array_equal(np.array(q), want_q)
@@ -212,11 +217,7 @@ def test_quantize_every_16bit_value(dtype, body):
         bits = xf.astype(np.float16).view(np.uint16)
         assert (bits.view(np.float16).astype(np.float32) == xf).all()
     x = mx.array(bits).view(MX_DTYPES[dtype])
-    if body == "sums":
-        q, scale, sums = launch.quantize(x, 64)
-    else:
-        q, scale, *rest = launch.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
-        sums = rest[0] if rest else None
+    q, scale, sums = quantize_body(x, body)
     want_q, want_s = oracle.quantize_rows(xf)
     np.testing.assert_array_equal(np.array(scale), want_s)
     np.testing.assert_array_equal(np.array(q), want_q)
