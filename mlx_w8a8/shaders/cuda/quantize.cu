@@ -78,14 +78,35 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
       if (active && (lane & (kLanes - 1)) == 0) row_sums[(size_t)row * (K / GS) + c / kLanes] = sum;
     }
   };
+  // The common case, straight-line: the block's threads hold exactly the row (the
+  // launcher's block for K a multiple of 2048 16-bit or 1024 float32 values, e.g. 4096
+  // and 14336) and its scale takes the fast path, so no chunk needs a bounds check and
+  // each thread's stores advance one pointer. Uniform across the block; the same bits
+  // as the general loops below, which it skips. Measured on an H200 (bfloat16, kernel
+  // time): M = 2048, K = 4096 9.5 us against 10.4 without it, although it raises the
+  // kernel from 71 to 80 registers (docs/cuda.md, sixteenth set).
+  const bool straight = GS == 0 && qz.fast && kCached * (int)blockDim.x == chunks;
+  if constexpr (GS == 0) {
+    if (straight) {
+      uint2* out = reinterpret_cast<uint2*>(qr) + tid;
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        float f[8];
+        decode8(cache[i], f);
+        uint32_t packed[2];
+        total += qz.fast_codes8(f, packed);
+        out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
+      }
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kCached; ++i) {
-    if (i * (int)blockDim.x >= chunks) break;  // uniform
+    if (straight || i * (int)blockDim.x >= chunks) break;  // uniform
     float f[8];
     decode8(cache[i], f);  // chunks past the row are never read: codes8 skips them
     emit(tid + i * blockDim.x, f);
   }
-  for (int base = kCached * blockDim.x; base < chunks; base += blockDim.x) {
+  for (int base = straight ? chunks : kCached * blockDim.x; base < chunks; base += blockDim.x) {
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (base + tid < chunks) load8(xr + (base + tid) * 8, f);
     emit(base + tid, f);

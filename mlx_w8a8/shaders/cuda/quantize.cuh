@@ -190,30 +190,34 @@ struct RowQuantizer {
     return __float_as_uint(__fadd_rn(c, kRound));
   }
 
+  // Codes of 8 values, packed little-endian into two words; returns their sum. Only for
+  // rows with `fast` set (codes8 checks it; quantize.cu's straight-line path calls it directly).
+  __device__ __forceinline__ int fast_codes8(const float (&f)[8], uint32_t (&packed)[2]) const {
+    uint32_t b[8];
+    float d = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float t = __fmaf_rn(f[i], r, kRound);
+      d = fmaxf(d, fabsf(__fmaf_rn(f[i], r, -__fsub_rn(t, kRound))));
+      b[i] = __float_as_uint(t);
+    }
+    if (d >= kFastMargin) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) b[i] = settle_bits(f[i], __uint_as_float(b[i]));
+    }
+    packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
+                            0x5410);
+    packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
+                            0x5410);
+    uint32_t sum = 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += b[i];
+    return static_cast<int>(sum - 8u * kRoundBits);
+  }
+
   // Codes of 8 values, packed little-endian into two words; returns their sum.
   __device__ __forceinline__ int codes8(const float (&f)[8], uint32_t (&packed)[2]) const {
-    if (fast) {
-      uint32_t b[8];
-      float d = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float t = __fmaf_rn(f[i], r, kRound);
-        d = fmaxf(d, fabsf(__fmaf_rn(f[i], r, -__fsub_rn(t, kRound))));
-        b[i] = __float_as_uint(t);
-      }
-      if (d >= kFastMargin) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) b[i] = settle_bits(f[i], __uint_as_float(b[i]));
-      }
-      packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
-                              0x5410);
-      packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
-                              0x5410);
-      uint32_t sum = 0u;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum += b[i];
-      return static_cast<int>(sum - 8u * kRoundBits);
-    }
+    if (fast) return fast_codes8(f, packed);
     int sum = 0;
     packed[0] = packed[1] = 0u;
 #pragma unroll
