@@ -20,21 +20,21 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16): the shipped
     # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b at M = 1, 8, 16, 64,
     # 128, 512, 2048 in dependent chains, with the sibling groups' summed shapes q+k+v
-    # 6144 x 4096 and gate+up 28672 x 4096; fifteenth set,
-    # bench/results/h200_2026-12-01_s15_c_*); tests/test_prior.py checks that these rules
+    # 6144 x 4096 and gate+up 28672 x 4096; sixteenth set,
+    # bench/results/h200_2026-12-01_s16_c_*); tests/test_prior.py checks that these rules
     # pick the table's kernel family (W8A8 or mx.quantized_matmul) on every entry at
     # M >= 16. Within the family the rules name a GEMM (the cp.async GEMM below M = 128,
-    # the TMA GEMM from 128 on; where another kernel won, the first named was within 11%
-    # of it in that race, and within 14% where the fused GEMV won, k/v at M = 16: 74.9 us
-    # against 85.3, mx.quantized_matmul 87.1).
+    # the TMA GEMM from 128 on; where another kernel won, the first named was within 10%
+    # of it in that race except for k/v 1024 x 4096 at M = 128, where the TMA GEMM took
+    # 1.23x the cp.async GEMM's time, and within 8% where the fused GEMV won, k/v at
+    # M = 16: 74.1 us against 68.6, mx.quantized_matmul 85.7).
     # - M < 16: no rule, mx.quantized_matmul. At M = 8 the race split between the W8A8
-    #   GEMV and GEMM by shape; at M = 1 the model's own decode loop (the decode check)
-    #   kept no W8A8 kernel (on 4 layers the GEMV for 14336 x 4096 at 1.12x, p25 1.10x,
-    #   the other four 0.97-1.01x; on all 32 layers that GEMV 0.92x, p25 0.88x, run G),
-    #   decode being host-bound and a custom kernel launch costing more host time than a
-    #   built-in op (docs/cuda.md).
-    # - M >= 16, every shape: a W8A8 GEMM (M = 16: 1.07-2.25x mx.quantized_matmul,
-    #   M = 64: 1.32-2.69x, M = 128: 1.36-4.38x; the prefill check kept every one of them
+    #   GEMV and GEMM by shape; at M = 1 the model's own decode loop (the decode check on
+    #   all 32 layers) kept no W8A8 kernel (the GEMVs that won the per-shape race: 0.90x-
+    #   1.03x, p25 0.83x-0.98x), decode being host-bound and a custom kernel launch
+    #   costing more host time than a built-in op (docs/cuda.md).
+    # - M >= 16, every shape: a W8A8 kernel (M = 16: 1.11-1.98x mx.quantized_matmul,
+    #   M = 64: 1.40-2.83x, M = 128: 1.40-4.15x; the prefill check kept every one of them
     #   against mx.quantized_matmul in the model's prefill at T = 16, 64, 128, 512, 2048).
     ("cuda", "linear", "per_channel"): [
         (16, 127, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm")),
