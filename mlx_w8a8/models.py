@@ -250,6 +250,14 @@ def instantiate(config: dict) -> nn.Module:
     return model_class(args_class.from_dict(config))
 
 
+def parameter_bytes(config: dict, dtype: mx.Dtype) -> int:
+    """Bytes of the parameters of a model of ``config`` held in ``dtype`` (the model is
+    instantiated lazily: its shapes are counted, nothing is allocated)."""
+    from mlx.utils import tree_flatten
+
+    return sum(v.size for _, v in tree_flatten(instantiate(config).parameters())) * dtype.size
+
+
 def build(
     spec: str | os.PathLike | dict,
     layers: int | None = None,

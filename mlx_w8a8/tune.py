@@ -109,14 +109,63 @@ def build_parser() -> argparse.ArgumentParser:
                    "fastest other kernel timed), and switch where the challenger makes "
                    "prefill faster; a per-shape race is not a model's prefill "
                    "(docs/tuning.md). auto: on a GPU")
-    p.add_argument("--check-layers", type=int, default=4, metavar="L",
-                   help="transformer blocks of the decode, sibling and prefill checks' model "
-                   "(default: %(default)s)")
+    p.add_argument("--check-layers", default="auto", metavar="L|auto",
+                   help="transformer blocks of the decode, sibling and prefill checks' model. "
+                   f"auto (the default): all of the model's where building it (about "
+                   f"{CHECK_PEAK_FACTOR}x its float weights at the peak) fits in "
+                   f"{CHECK_MEMORY_SHARE * 100:.0f}%% of the device's memory, else the first "
+                   f"{CHECK_LAYERS_FALLBACK}")
     p.add_argument("--check-rounds", type=int, default=decode_check_mod.ROUNDS, metavar="R",
                    help="paired rounds of the decode check (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
+
+
+# --check-layers auto. The checks build their model in memory: its float weights, then
+# the 8-bit copies mlx_w8a8.quantize makes of its linears (about 1.5x the float bytes at
+# the peak). Full depth where that fits in half the device's memory: on Llama-3-8B a
+# 4-block decode check kept a GEMV that the 32-block check and the full model's decode
+# rejected (docs/tuning.md). Elsewhere (or where MLX reports no memory size, as on a CPU)
+# the first 4 blocks.
+CHECK_LAYERS_FALLBACK = 4
+CHECK_MEMORY_SHARE = 0.5
+CHECK_PEAK_FACTOR = 1.5
+
+
+def device_memory() -> int | None:
+    """The default device's memory in bytes as ``mx.device_info()`` reports it
+    (``memory_size`` on Metal, ``total_memory`` on CUDA), or ``None``."""
+    import mlx.core as mx
+
+    info = mx.device_info()
+    for key in ("memory_size", "total_memory"):
+        if info.get(key):
+            return int(info[key])
+    return None
+
+
+def auto_check_layers(spec, dtype: str) -> tuple[int, str]:
+    """``(blocks, why)`` for ``--check-layers auto`` on the model ``spec`` built in
+    ``dtype``: its depth where its build fits the memory share, else
+    ``CHECK_LAYERS_FALLBACK``; ``why`` says which and why."""
+    import mlx.core as mx
+
+    from . import models
+
+    config = models.resolve(spec)[0]
+    depth = int(config.get("num_hidden_layers", CHECK_LAYERS_FALLBACK))
+    short = min(depth, CHECK_LAYERS_FALLBACK)
+    memory = device_memory()
+    if memory is None:
+        return short, "the device reports no memory size"
+    need = CHECK_PEAK_FACTOR * models.parameter_bytes(config, getattr(mx, dtype))
+    sizes = f"about {need / 1e9:.1f} GB to build, {memory / 1e9:.1f} GB on the device"
+    if need <= CHECK_MEMORY_SHARE * memory:
+        return depth, (f"the whole model fits in {CHECK_MEMORY_SHARE:.0%} of the device's "
+                       f"memory ({sizes})")
+    return short, (f"the whole model does not fit in {CHECK_MEMORY_SHARE:.0%} of the "
+                   f"device's memory ({sizes})")
 
 
 def fail(message, status: int = 1) -> int:
@@ -203,8 +252,14 @@ def main(argv: list[str] | None = None, out=None) -> int:
         return fail("give --model, --shapes, --export or --show", 2)
     if args.tp != 1 and not args.model:
         return fail(f"--tp applies to --model only, got --tp {args.tp} without --model", 2)
-    if args.check_layers < 1 or args.check_rounds < 2:
-        return fail(f"need --check-layers >= 1 and --check-rounds >= 2, got "
+    if args.check_layers != "auto":
+        try:
+            args.check_layers = int(args.check_layers)
+        except ValueError:
+            return fail(f"--check-layers takes a number of blocks or auto, got "
+                        f"{args.check_layers!r}", 2)
+    if (args.check_layers != "auto" and args.check_layers < 1) or args.check_rounds < 2:
+        return fail(f"need --check-layers >= 1 (or auto) and --check-rounds >= 2, got "
                     f"{args.check_layers} and {args.check_rounds}", 2)
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
@@ -330,6 +385,9 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
     from .convert import quantize
 
     try:
+        why = None
+        if args.check_layers == "auto":  # decided once, for every check of the run
+            args.check_layers, why = auto_check_layers(args.model, args.dtype)
         model, config, label = models.build(args.model, layers=args.check_layers,
                                             dtype=getattr(mx, args.dtype))
         quantize(model, group_size=args.group_size,
@@ -340,6 +398,8 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
     built = config["num_hidden_layers"]
     depth = models.resolve(args.model)[0].get("num_hidden_layers", built)
     print(f"{name} on {label}'s first {built} of {depth} block(s){suffix}", file=out)
+    if why is not None:
+        print(f"  (--check-layers auto: {why})", file=out)
     if name == "decode check" and built < depth:
         # Measured: 4 of Llama-3-8B's 32 blocks kept a GEMV that the 32-block check and
         # the 32-block model's decode rejected (docs/tuning.md).

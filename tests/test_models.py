@@ -85,3 +85,20 @@ def test_clone_shares_the_weights():
 def test_is_quantized():
     assert not models.is_quantized(TINY)
     assert models.is_quantized(dict(TINY, quantization={"group_size": 64, "bits": 4}))
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_parameter_bytes_counts_the_built_model(tied):
+    """The lazy count equals the bytes of the model built and evaluated in that dtype
+    (a tied lm_head is not counted twice); computed by hand for the untied model too."""
+    pytest.importorskip("mlx_lm")
+    config = dict(TINY, tie_word_embeddings=tied)
+    for dtype in (mx.bfloat16, mx.float32):
+        model, _, _ = models.build(config, dtype=dtype)
+        mx.eval(model.parameters())
+        built = sum(v.nbytes for v in params(model).values())
+        assert models.parameter_bytes(config, dtype) == built
+    if not tied:
+        h, i, v, kv = 64, 128, 256, 2 * 16  # 2 KV heads of head_dim 16
+        per_block = 2 * h * h + 2 * h * kv + 3 * h * i + 2 * h  # projections + 2 norms
+        assert models.parameter_bytes(config, mx.float32) == 4 * (3 * per_block + 2 * v * h + h)

@@ -328,6 +328,54 @@ def test_decode_check_says_how_many_blocks_it_ran(layers, hint, tmp_path, monkey
     assert ("--check-layers 2 checks them all" in text) == hint
 
 
+@pytest.mark.parametrize("memory,blocks,why", [
+    (None, 4, "the device reports no memory size"),
+    ("exact", 6, "the whole model fits in 50% of the device's memory"),
+    ("short", 4, "the whole model does not fit in 50% of the device's memory"),
+    (10**12, 6, "the whole model fits"),
+])
+def test_check_layers_auto_takes_the_whole_model_where_it_fits(memory, blocks, why, tmp_path,
+                                                               monkeypatch):
+    """The default --check-layers auto: a 6-block model is checked whole where building
+    it (1.5x its float weights) fits in half the device's memory, on its first 4 blocks
+    where it does not or where MLX reports no memory (the CPU). "exact": memory exactly
+    twice the need (fits); "short": one byte less."""
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+
+    from mlx_w8a8 import models, tuning
+    from mlx_w8a8.tuning.decode_check import DecodeCheck
+
+    folder = tiny_model(tmp_path, num_hidden_layers=6)
+    need = tune.CHECK_PEAK_FACTOR * models.parameter_bytes(models.resolve(folder)[0], mx.float32)
+    size = {"exact": int(need / tune.CHECK_MEMORY_SHARE),
+            "short": int(need / tune.CHECK_MEMORY_SHARE) - 1}.get(memory, memory)
+    monkeypatch.setattr(tune, "device_memory", lambda: size)
+    seen = []
+
+    def spy(model, tuner, **kw):
+        seen.append(len(model.model.layers))
+        return DecodeCheck((), 16, 6, {}, 0)
+
+    monkeypatch.setattr(tuning, "check_decode", spy)
+    code, text = run(["--model", folder, "--m", "1", "--decode-check", "on",
+                      "--table", str(tmp_path / "t.json")] + TINY)
+    assert code == 0, text
+    assert seen == [blocks]
+    assert f"decode check on tiny-llama's first {blocks} of 6 block(s)" in text
+    assert f"(--check-layers auto: {why}" in text
+    assert ("--check-layers 6 checks them all" in text) == (blocks < 6)
+
+
+def test_device_memory_reads_metal_and_cuda_keys(monkeypatch):
+    import mlx.core as mx
+
+    for info, want in (({"memory_size": 7}, 7), ({"total_memory": 5}, 5),
+                       ({"device_name": "cpu"}, None)):
+        monkeypatch.setattr(mx, "device_info", lambda info=info: dict(info))
+        assert tune.device_memory() == want
+
+
 def test_decode_check_end_to_end_on_a_tiny_model(tmp_path):
     pytest.importorskip("mlx_lm")
     path = str(tmp_path / "t.json")
@@ -339,7 +387,7 @@ def test_decode_check_end_to_end_on_a_tiny_model(tmp_path):
     # whatever the CPU chose at M = 1, the check either had nothing to do or judged it
     assert ("nothing to check" in text) or ("decode check (32 steps x 2" in text)
     # bad check settings are refused before anything is measured
-    for bad in (["--check-layers", "0"], ["--check-rounds", "1"]):
+    for bad in (["--check-layers", "0"], ["--check-layers", "all"], ["--check-rounds", "1"]):
         fresh = str(tmp_path / "fresh.json")
         assert run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
                     "--table", fresh] + bad + TINY)[0] == 2
