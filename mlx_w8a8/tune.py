@@ -34,6 +34,7 @@ from .tuning.batch import Batch
 from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
 
 PROG = "mlx_w8a8.tune"
+PREFILL_ROUNDS = 10  # the sibling and prefill checks' own default (their ROUNDS)
 DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -117,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{CHECK_LAYERS_FALLBACK}")
     p.add_argument("--check-rounds", type=int, default=decode_check_mod.ROUNDS, metavar="R",
                    help="paired rounds of the decode check (default: %(default)s)")
+    p.add_argument("--prefill-rounds", type=int, default=PREFILL_ROUNDS, metavar="R",
+                   help="paired rounds per prefill length of the sibling and prefill checks "
+                   "(default: %(default)s; more where their verdicts move between runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
@@ -258,9 +262,11 @@ def main(argv: list[str] | None = None, out=None) -> int:
         except ValueError:
             return fail(f"--check-layers takes a number of blocks or auto, got "
                         f"{args.check_layers!r}", 2)
-    if (args.check_layers != "auto" and args.check_layers < 1) or args.check_rounds < 2:
-        return fail(f"need --check-layers >= 1 (or auto) and --check-rounds >= 2, got "
-                    f"{args.check_layers} and {args.check_rounds}", 2)
+    if ((args.check_layers != "auto" and args.check_layers < 1) or args.check_rounds < 2
+            or args.prefill_rounds < 2):
+        return fail(f"need --check-layers >= 1 (or auto), --check-rounds >= 2 and "
+                    f"--prefill-rounds >= 2, got {args.check_layers}, {args.check_rounds} "
+                    f"and {args.prefill_rounds}", 2)
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
                             pairs=args.pairs, warmup=args.warmup, dependent=not args.independent,
@@ -426,8 +432,8 @@ def prefill_check(name: str, check: str, args, tuner: Tuner, out, tokens: list[i
     return _run_check(
         name, args, tuner, out,
         lambda model, t, progress: getattr(tuning, check)(
-            model, t, tokens=tokens, min_improvement_bps=args.min_improvement,
-            progress=progress),
+            model, t, tokens=tokens, rounds=args.prefill_rounds,
+            min_improvement_bps=args.min_improvement, progress=progress),
         f", T = {', '.join(map(str, tokens))}")
 
 

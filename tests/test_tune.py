@@ -457,3 +457,35 @@ def test_prefill_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, want
         assert active is tuner and tuner.writable_path() == path
         assert "prefill check on tiny-llama's first 1 of 2 block(s), T = 16" in text
         assert "nothing to check" in text
+
+
+@pytest.mark.parametrize("given,want", [(None, 10), ("24", 24)])
+def test_prefill_rounds_reach_the_sibling_and_prefill_checks(tmp_path, monkeypatch, given, want):
+    """--prefill-rounds sets both prefill-length checks' paired rounds (default: their
+    own ROUNDS); a value below 2 is refused before anything is measured."""
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning import PrefillCheck, SiblingCheck, linears, prefill_check, sibling_check
+
+    assert tune.PREFILL_ROUNDS == sibling_check.ROUNDS == prefill_check.ROUNDS == 10
+    monkeypatch.setattr(linears, "group_launch_available", lambda: True)
+    seen = {}
+
+    def spy(kind, result):
+        def check(model, tuner, *, tokens, rounds, **_):
+            seen[kind] = rounds
+            return result
+        return check
+
+    monkeypatch.setattr(tuning, "check_siblings", spy("sibling", SiblingCheck((), 10, {}, 0)))
+    monkeypatch.setattr(tuning, "check_prefill", spy("prefill", PrefillCheck((), 10, {}, 0)))
+    extra = [] if given is None else ["--prefill-rounds", given]
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "16", "--sibling-check", "on",
+                      "--prefill-check", "on", "--decode-check", "off", "--check-layers", "1",
+                      "--table", str(tmp_path / "t.json")] + extra + TINY)
+    assert code == 0, text
+    assert seen == {"sibling": want, "prefill": want}
+    fresh = str(tmp_path / "fresh.json")
+    assert run(["--model", tiny_model(tmp_path), "--m", "16", "--prefill-rounds", "1",
+                "--table", fresh] + TINY)[0] == 2
+    assert not os.path.exists(fresh)
