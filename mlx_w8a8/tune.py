@@ -149,15 +149,14 @@ def device_memory() -> int | None:
     return None
 
 
-def auto_check_layers(spec, dtype: str) -> tuple[int, str]:
-    """``(blocks, why)`` for ``--check-layers auto`` on the model ``spec`` built in
-    ``dtype``: its depth where its build fits the memory share, else
-    ``CHECK_LAYERS_FALLBACK``; ``why`` says which and why."""
+def auto_check_layers(config: dict, dtype: str) -> tuple[int, str]:
+    """``(blocks, why)`` for ``--check-layers auto`` on a model of ``config`` (the whole
+    model's, ``models.resolve``) built in ``dtype``: its depth where its build fits the
+    memory share, else ``CHECK_LAYERS_FALLBACK``; ``why`` says which and why."""
     import mlx.core as mx
 
     from . import models
 
-    config = models.resolve(spec)[0]
     depth = int(config.get("num_hidden_layers", CHECK_LAYERS_FALLBACK))
     short = min(depth, CHECK_LAYERS_FALLBACK)
     memory = device_memory()
@@ -391,9 +390,10 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
     from .convert import quantize
 
     try:
+        whole = models.resolve(args.model)[0]  # the model's own config, all its blocks
         why = None
         if args.check_layers == "auto":  # decided once, for every check of the run
-            args.check_layers, why = auto_check_layers(args.model, args.dtype)
+            args.check_layers, why = auto_check_layers(whole, args.dtype)
         model, config, label = models.build(args.model, layers=args.check_layers,
                                             dtype=getattr(mx, args.dtype))
         quantize(model, group_size=args.group_size,
@@ -402,7 +402,7 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
     except ValueError as error:
         return fail(f"{name}: {error}")
     built = config["num_hidden_layers"]
-    depth = models.resolve(args.model)[0].get("num_hidden_layers", built)
+    depth = whole.get("num_hidden_layers", built)
     print(f"{name} on {label}'s first {built} of {depth} block(s){suffix}", file=out)
     if why is not None:
         print(f"  (--check-layers auto: {why})", file=out)
