@@ -202,11 +202,12 @@ def kernel_text_from(folder: str):
             c.cache_clear()
 
 
-def base_quantize_spec(base_dir: str, m: int, k: int):
-    """The ``rowsum`` launch of ``launch.quantize_spec`` built from the shader text in
-    ``base_dir`` instead of the package's (:func:`kernel_text_from`)."""
+def base_quantize_spec(base_dir: str, m: int, k: int, warp: bool = False):
+    """The ``rowsum`` (``warp``: ``rowsum_warp``) launch of ``launch.quantize_spec`` built
+    from the shader text in ``base_dir`` instead of the package's
+    (:func:`kernel_text_from`)."""
     with kernel_text_from(base_dir):
-        return launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
+        return launch.quantize_spec(m, k, mx.bfloat16, row_sum=True, warp=warp)
 
 
 def rotation_copies(nbytes: int) -> int:

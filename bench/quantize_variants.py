@@ -22,7 +22,7 @@ register-streaming persistent grid; the fourteenth set's bulk-copy-fed ring, bra
 ``quantize-stream``).
 
 Usage: ``MLX_USE_CUDA_GRAPHS=0 python bench/quantize_variants.py [--m 2048,8192]
-[--k 4096,14336] [--base DIR,...] [--no-shapes] [--chain 40]``. Needs a CUDA GPU and torch with CUPTI.
+[--k 4096,14336] [--base DIR,...] [--warp-threads 64,256] [--no-shapes] [--chain 40]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -43,16 +43,27 @@ import cuda_bench  # noqa: E402
 from chain_timeline import activations, banner, measure  # noqa: E402
 
 
-def variants(m: int, k: int, bases: list[str] = (), shapes: bool = True):
+def _warp_arm(spec, m: int, threads: int):
+    """``spec`` (a ``rowsum_warp`` launch: one warp per row) with ``threads`` per block."""
+    rows = threads // 32
+    return spec._replace(grid=(-(-m // rows) * threads, 1, 1), threadgroup=(threads, 1, 1)).launch
+
+
+def variants(m: int, k: int, bases: list[str] = (), shapes: bool = True,
+             warp_threads: list[int] = ()):
     """``{name: fn(x) -> (q, scale, rsum)}`` for one shape: the shipped launch, one arm
-    per folder of ``bases`` (named after the folder) and, with ``shapes``, the
-    thread-count and warp-per-row arms."""
+    per folder of ``bases`` (named after the folder), with ``warp_threads`` one arm per
+    folder and block size launching its ``rowsum_warp`` body (``w{threads}:NAME``) and,
+    with ``shapes``, the thread-count and warp-per-row arms."""
     spec = launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
     threads = spec.threadgroup[0]
     out = {"rowsum": spec.launch}
     for base in bases:
         name = os.path.basename(os.path.normpath(base))
         out[f"base:{name}"] = cuda_bench.base_quantize_spec(base, m, k).launch
+        for t in warp_threads:
+            warp = cuda_bench.base_quantize_spec(base, m, k, warp=True)
+            out[f"w{t}:{name}"] = _warp_arm(warp, m, t)
     if not shapes:
         return out
     for t in (128, 256):
@@ -72,6 +83,9 @@ def main(argv=None) -> int:
                         "/ quantize.cuh; one arm per folder")
     p.add_argument("--no-shapes", action="store_true",
                    help="skip the 128/256-thread and warp-per-row arms")
+    p.add_argument("--warp-threads", default="",
+                   help="block sizes (comma-separated multiples of 32) at which each "
+                        "--base folder's rowsum_warp body is also launched")
     p.add_argument("--chain", type=int, default=40)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
@@ -83,7 +97,8 @@ def main(argv=None) -> int:
     for k in [int(v) for v in args.k.split(",")]:
         for m in [int(v) for v in args.m.split(",")]:
             xs, X = activations(m, k, rng)
-            fns = variants(m, k, [b for b in args.base.split(",") if b], not args.no_shapes)
+            fns = variants(m, k, [b for b in args.base.split(",") if b], not args.no_shapes,
+                           [int(t) for t in args.warp_threads.split(",") if t])
             want = [np.array(a) for a in fns["rowsum"](xs[0])]
             # astype first: every arm is also printed against it (the same bytes moved by
             # MLX's own elementwise kernel, a ratio the measured bandwidth does not enter)
