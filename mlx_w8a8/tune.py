@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-rounds", type=int, default=PREFILL_ROUNDS, metavar="R",
                    help="paired rounds per prefill length of the sibling and prefill checks "
                    "(default: %(default)s; more where their verdicts move between runs)")
+    p.add_argument("--extra-rounds", type=int, default=None, metavar="R",
+                   help="paired rounds each check adds where its first rounds leave a verdict "
+                   "unsettled (the median faster by the margin, the lower quartile not), "
+                   "judged again over all rounds (default: as many as the check's first "
+                   "rounds; 0: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
@@ -262,10 +267,10 @@ def main(argv: list[str] | None = None, out=None) -> int:
             return fail(f"--check-layers takes a number of blocks or auto, got "
                         f"{args.check_layers!r}", 2)
     if ((args.check_layers != "auto" and args.check_layers < 1) or args.check_rounds < 2
-            or args.prefill_rounds < 2):
-        return fail(f"need --check-layers >= 1 (or auto), --check-rounds >= 2 and "
-                    f"--prefill-rounds >= 2, got {args.check_layers}, {args.check_rounds} "
-                    f"and {args.prefill_rounds}", 2)
+            or args.prefill_rounds < 2 or (args.extra_rounds is not None and args.extra_rounds < 0)):
+        return fail(f"need --check-layers >= 1 (or auto), --check-rounds >= 2, "
+                    f"--prefill-rounds >= 2 and --extra-rounds >= 0, got {args.check_layers}, "
+                    f"{args.check_rounds}, {args.prefill_rounds} and {args.extra_rounds}", 2)
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
                             pairs=args.pairs, warmup=args.warmup, dependent=not args.independent,
@@ -433,7 +438,8 @@ def prefill_check(name: str, check: str, args, tuner: Tuner, out, tokens: list[i
         name, args, tuner, out,
         lambda model, t, progress: getattr(tuning, check)(
             model, t, tokens=tokens, rounds=args.prefill_rounds,
-            min_improvement_bps=args.min_improvement, progress=progress),
+            extra_rounds=args.extra_rounds, min_improvement_bps=args.min_improvement,
+            progress=progress),
         f", T = {', '.join(map(str, tokens))}")
 
 
@@ -445,7 +451,7 @@ def decode_check(args, tuner: Tuner, out) -> int:
         "decode check", args, tuner, out,
         lambda model, t, progress: tuning.check_decode(
             model, t, min_improvement_bps=args.min_improvement, rounds=args.check_rounds,
-            progress=progress))
+            extra_rounds=args.extra_rounds, progress=progress))
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def test_user_forced_layers_are_left_alone(check_env):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(steps=0), "steps=0"), (dict(rounds=1), "rounds=1"), (dict(prompt=0), "prompt=0"),
-    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"), (dict(extra_rounds=-1), "extra_rounds=-1"),
 ])
 def test_bad_arguments(check_env, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -221,3 +221,57 @@ def test_paired_verdict_is_the_checks_rule():
     # a median win with the lower quartile below 1: slower in too many rounds
     assert not paired_verdict([1.0] * 6, [0.7, 0.7, 0.7, 1.3, 1.3, 1.3], 200)[2]
     assert paired_verdict([1.0, 1.0], [0.0, 0.5], 0)[:2] == (2.0, 2.0)  # no time: skipped
+
+
+def test_extend_unsettled_adds_rounds_only_where_median_and_quartile_disagree():
+    from mlx_w8a8.tuning.decode_check import extend_unsettled, paired_verdict, unsettled
+
+    seconds = {"base": [1.0] * 6, "faster": [0.9] * 6, "unsettled": [0.8] * 4 + [1.05] * 2,
+               "slower": [1.1] * 6}
+    verdicts = {v: paired_verdict(seconds["base"], seconds[v], 200) for v in seconds}
+    assert [v for v in seconds if unsettled(*verdicts[v][:2], 200)] == ["unsettled"]
+    assert verdicts["unsettled"][0] > 1.02 and verdicts["unsettled"][1] < 1.0
+    measured = []
+
+    def measure(name):
+        measured.append(name)
+        return {"base": 1.0, "unsettled": 0.8}[name]  # any other variant would raise
+
+    assert extend_unsettled(seconds, "base", ["faster", "unsettled", "slower"], 0, measure,
+                            200) == [] and measured == []  # 0 extra rounds: none
+    assert extend_unsettled(seconds, "base", ["faster", "unsettled", "slower"], 6, measure,
+                            200) == ["unsettled"]
+    assert sorted(measured) == ["base"] * 6 + ["unsettled"] * 6
+    assert {v: len(s) for v, s in seconds.items()} == {"base": 12, "faster": 6,
+                                                       "unsettled": 12, "slower": 6}
+    # the others are paired with the base's first rounds, their own: verdicts unchanged
+    for v in ("faster", "slower"):
+        assert paired_verdict(seconds["base"], seconds[v], 200) == verdicts[v]
+    # 10 of 12 rounds faster now: the lower quartile is a faster round
+    assert paired_verdict(seconds["base"], seconds["unsettled"], 200)[2]
+
+
+@pytest.mark.parametrize("extra,kept,rounds", [(None, True, 12), (3, True, 9), (0, False, 6)])
+def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
+                                                                kept, rounds):
+    from mlx_w8a8 import modelbench
+
+    model = tiny_lm.converted()
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    problem = choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
+    calls = []
+    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("reference", calls))
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6,
+                                 extra_rounds=extra)
+    assert result.groups and result.rounds == 6
+    assert all(g.kept is kept and g.rounds == rounds for g in result.groups)
+    if extra == 0:
+        assert len(calls) == 1
+    else:
+        # one more call: the reference and every unsettled group, the extra rounds
+        assert calls[1] == (["reference"] + [f"group {i}" for i in range(len(result.groups))],
+                            rounds - 6)
+    entry = check_env.lookup(problem).entry
+    assert entry["decode_check"]["rounds"] == rounds and entry["decode_check"]["kept"] is kept
+    assert (f"{rounds} rounds" in result.describe()) is (rounds != 6)

@@ -110,7 +110,7 @@ def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(check_
 
 @pytest.mark.parametrize("kw,match", [
     (dict(tokens=[]), "tokens"), (dict(rounds=1), "rounds=1"),
-    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"), (dict(extra_rounds=-1), "extra_rounds=-1"),
 ])
 def test_bad_arguments(check_env, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -159,3 +159,26 @@ def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(c
     result = tuning.check_prefill(tiny_lm.converted(), check_env, tokens=[T], rounds=2,
                                   record=False)
     assert summed not in {g.problem for g in result.groups}
+
+
+@pytest.mark.parametrize("extra,switched,rounds", [(None, True, 12), (0, False, 6)])
+def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
+                                                                switched, rounds):
+    from mlx_w8a8 import modelbench
+
+    model = tiny_lm.converted()
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    problem = model.model.layers[0].mlp.down_proj.problem(T, mx.float32)
+    tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
+    calls = []
+    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("decided", calls))
+    result = tuning.check_prefill(model, check_env, tokens=[T], rounds=6, extra_rounds=extra)
+    assert result.groups and result.rounds == 6
+    assert all(g.switched is switched and g.rounds == rounds for g in result.groups)
+    if extra is None:  # the decided variant and every unsettled group, once more
+        assert calls[1] == (["decided"] + [f"group {i}" for i in range(len(result.groups))], 6)
+    assert len(calls) == (1 if extra == 0 else 2)
+    entry = check_env.lookup(problem).entry
+    assert entry["prefill_check"]["rounds"] == rounds
+    assert entry["choice"] == ("fast" if switched else "mlx_qmm")

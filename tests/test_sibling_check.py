@@ -91,9 +91,26 @@ def test_nothing_to_check_without_group_launches(check_env):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(tokens=()), "tokens="), (dict(tokens=(0,)), "tokens="), (dict(rounds=1), "rounds=1"),
-    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"), (dict(extra_rounds=-1), "extra_rounds=-1"),
 ])
 def test_bad_arguments(check_env, kw, match):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
     with pytest.raises(ValueError, match=rf"\[mlx_w8a8.check_siblings\].*{match}"):
         tuning.check_siblings(model, check_env, **kw)
+
+
+@pytest.mark.parametrize("extra,kept,rounds", [(None, True, 12), (0, False, 6)])
+def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
+                                                                kept, rounds):
+    from mlx_w8a8 import modelbench
+
+    registry.register(group_kernel(0.0))
+    model, gate, summed = model_with_gate_up_group(check_env)
+    calls = []
+    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("alone", calls))
+    result = tuning.check_siblings(model, check_env, tokens=(T,), rounds=6, extra_rounds=extra)
+    g = result.groups[0]
+    assert g.kept is kept and g.rounds == rounds and result.rounds == 6
+    assert calls[1:] == ([] if extra == 0 else [(["alone", "together"], 6)])
+    assert check_env.lookup(summed).entry["sibling_check"]["rounds"] == rounds
+    assert ("12 rounds" in result.describe()) is kept

@@ -459,6 +459,40 @@ def test_prefill_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, want
         assert "nothing to check" in text
 
 
+@pytest.mark.parametrize("given,want", [(None, None), ("0", 0), ("7", 7)])
+def test_extra_rounds_reach_every_check(tmp_path, monkeypatch, given, want):
+    """--extra-rounds sets the rounds each model check adds to an unsettled verdict
+    (default None: the check's own first rounds again); below 0 is refused before
+    anything is measured."""
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning import PrefillCheck, SiblingCheck, linears
+    from mlx_w8a8.tuning.decode_check import DecodeCheck
+
+    monkeypatch.setattr(linears, "group_launch_available", lambda: True)
+    seen = {}
+
+    def spy(kind, result):
+        def check(model, tuner, *, extra_rounds, **_):
+            seen[kind] = extra_rounds
+            return result
+        return check
+
+    monkeypatch.setattr(tuning, "check_decode", spy("decode", DecodeCheck((), 16, 6, {}, 0)))
+    monkeypatch.setattr(tuning, "check_siblings", spy("sibling", SiblingCheck((), 10, {}, 0)))
+    monkeypatch.setattr(tuning, "check_prefill", spy("prefill", PrefillCheck((), 10, {}, 0)))
+    extra = [] if given is None else ["--extra-rounds", given]
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "1,16", "--sibling-check", "on",
+                      "--prefill-check", "on", "--decode-check", "on", "--check-layers", "1",
+                      "--table", str(tmp_path / "t.json")] + extra + TINY)
+    assert code == 0, text
+    assert seen == {"decode": want, "sibling": want, "prefill": want}
+    fresh = str(tmp_path / "fresh.json")
+    assert run(["--model", tiny_model(tmp_path), "--m", "16", "--extra-rounds", "-1",
+                "--table", fresh] + TINY)[0] == 2
+    assert not os.path.exists(fresh)
+
+
 @pytest.mark.parametrize("given,want", [(None, 10), ("24", 24)])
 def test_prefill_rounds_reach_the_sibling_and_prefill_checks(tmp_path, monkeypatch, given, want):
     """--prefill-rounds sets both prefill-length checks' paired rounds (default: their

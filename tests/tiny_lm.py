@@ -113,3 +113,16 @@ def record_choice(tuner, problem, choice: str, candidates=None):
     entry["choice"] = choice
     tuner.record(tuner.claim(problem), entry)
 
+
+
+def unsettled_then_faster(base: str, calls: list):
+    """A stand-in for ``modelbench.alternate`` for the model checks' second look: its
+    first call (6 rounds) makes every variant but ``base`` 1.25x faster in 4 rounds and
+    1.05x slower in 2 (median 1.25x, lower quartile 0.95x: unsettled), every later call
+    faster in all its rounds. ``calls`` receives ``(names, rounds)`` per call."""
+    def alternate(names, rounds, measure, on_round=None):
+        calls.append((list(names), rounds))
+        variant = [0.8] * 4 + [1.05] * 2 if len(calls) == 1 else [0.8] * rounds
+        assert len(variant) == rounds, "the first call must be the check's 6 rounds"
+        return {n: [1.0] * rounds if n == base else list(variant) for n in names}
+    return alternate

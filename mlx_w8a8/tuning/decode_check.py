@@ -30,7 +30,10 @@ those decisions the same way.
 A group keeps its tuned kernel only if its variant decodes faster than ``reference`` by
 the tuner's margin (median of the per-round ratios) and in at least three rounds of four
 (lower quartile of the ratios >= 1); otherwise its M = 1 entry is
-rewritten with the reference as the choice. Either way the entry records what the
+rewritten with the reference as the choice. Where the median passes and the quartile
+does not, the verdict is unsettled rather than lost: as many rounds again (by default)
+are run for that group and the reference, and the rule is applied to all of them
+(:func:`extend_unsettled`, shared with the sibling and prefill checks). Either way the entry records what the
 check saw (``decode_check``). Groups are judged one at a time against the same
 reference, not in combination: a deliberate simplification (a second variant per pair
 of groups would grow as the square of the groups).
@@ -78,6 +81,8 @@ class GroupResult:
             (> 1: the tuned kernel made decode faster).
         low: the lower quartile of those ratios.
         kept: whether the tuned kernel stays (``ratio`` >= the margin and ``low`` >= 1).
+        rounds: the paired rounds the verdict rests on (the check's rounds, more where
+            they left it unsettled: :func:`extend_unsettled`).
     """
 
     problem: Problem
@@ -87,6 +92,7 @@ class GroupResult:
     ratio: float
     low: float
     kept: bool
+    rounds: int
 
 
 @attrs.frozen
@@ -119,7 +125,8 @@ class DecodeCheck:
             verdict = "kept" if g.kept else f"replaced by {g.reference}"
             lines.append(
                 f"  {p.n}x{p.k} ({len(g.layers)} layer(s), e.g. {g.layers[0]}): "
-                f"{g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x) -> {verdict}"
+                f"{g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x{more_rounds(g.rounds, self.rounds)})"
+                f" -> {verdict}"
             )
         return "\n".join(lines)
 
@@ -134,6 +141,44 @@ def paired_verdict(base: list[float], variant: list[float],
     ratio = statistics.median(ratios) if ratios else 0.0
     low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
     return ratio, low, ratio >= 1.0 + min_improvement_bps / 10000.0 and low >= 1.0
+
+
+def more_rounds(rounds: int, first: int) -> str:
+    """``", 20 rounds"`` for a verdict extended past the check's ``first`` rounds, else
+    ``""`` (the reports' lines)."""
+    return f", {rounds} rounds" if rounds != first else ""
+
+
+def unsettled(ratio: float, low: float, min_improvement_bps: float) -> bool:
+    """Whether a verdict of :func:`paired_verdict` is one more rounds may settle: the
+    variant faster by the margin in the median but not in three rounds of four."""
+    return ratio >= 1.0 + min_improvement_bps / 10000.0 and low < 1.0
+
+
+def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra: int,
+                     measure: Callable[[str], float], min_improvement_bps: float,
+                     on_round=None) -> list[str]:
+    """The model checks' second look: where a variant's verdict against ``base`` is
+    :func:`unsettled`, ``extra`` more paired, alternating rounds of ``base`` and those
+    variants (``modelbench.alternate``), appended to ``seconds``; the verdict is then
+    taken over all rounds. A verdict that median and quartile agree on is final after
+    the first rounds. Returns the variants extended.
+
+    Pairing stays by round: ``base`` gains rounds that only the extended variants share,
+    and :func:`paired_verdict` pairs a shorter variant with ``base``'s first rounds,
+    which are its own."""
+    from .. import modelbench
+
+    if extra <= 0:
+        return []
+    names = [v for v in variants
+             if unsettled(*paired_verdict(seconds[base], seconds[v], min_improvement_bps)[:2],
+                          min_improvement_bps)]
+    if names:
+        more = modelbench.alternate([base, *names], extra, measure, on_round)
+        for name, secs in more.items():
+            seconds[name].extend(secs)
+    return names
 
 
 def _linears(model: nn.Module) -> list[tuple[str, Any]]:
@@ -164,6 +209,7 @@ def check_decode(
     steps: int = STEPS,
     prompt: int = PROMPT,
     rounds: int = ROUNDS,
+    extra_rounds: int | None = None,
     min_improvement_bps: float = MIN_IMPROVEMENT_BPS,
     record: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -178,6 +224,9 @@ def check_decode(
         steps: decode steps per timed sample (after one untimed first token).
         prompt: prompt tokens before them.
         rounds: paired, alternating rounds (>= 2).
+        extra_rounds: rounds added where a verdict is unsettled (the median passes the
+            margin, the lower quartile does not: :func:`extend_unsettled`); ``None``:
+            ``rounds``; 0: none.
         min_improvement_bps: how much faster than the reference the tuned kernel must
             make decode (basis points) to stay.
         record: write the verdicts into ``tuner``'s writable table.
@@ -192,10 +241,11 @@ def check_decode(
     from .. import modelbench
     from . import get_tuner
 
-    if steps < 1 or prompt < 1 or rounds < 2:
+    extra_rounds = rounds if extra_rounds is None else extra_rounds
+    if steps < 1 or prompt < 1 or rounds < 2 or extra_rounds < 0:
         raise ValueError(
-            f"[{OP}] need steps >= 1, prompt >= 1 and rounds >= 2; got steps={steps}, "
-            f"prompt={prompt}, rounds={rounds}"
+            f"[{OP}] need steps >= 1, prompt >= 1, rounds >= 2 and extra_rounds >= 0; got "
+            f"steps={steps}, prompt={prompt}, rounds={rounds}, extra_rounds={extra_rounds}"
         )
     if not 0 <= min_improvement_bps < 10000:
         raise ValueError(
@@ -272,6 +322,13 @@ def check_decode(
                     progress(f"decode check round {r + 1}/{rounds}")
 
             seconds = modelbench.alternate(names, rounds, measure, on_round)
+
+            def on_extra(r, order, secs):
+                if progress is not None:
+                    progress(f"decode check extra round {r + 1}/{extra_rounds}")
+
+            extend_unsettled(seconds, "reference", names[1:], extra_rounds, measure,
+                             min_improvement_bps, on_extra)
         finally:
             for p in problems:
                 for _, layer in groups[p]:
@@ -284,7 +341,7 @@ def check_decode(
                                               min_improvement_bps)
             results.append(GroupResult(
                 p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
-                kept,
+                kept, len(seconds[f"group {i}"]),
             ))
         details = {"steps": steps, "rounds": rounds, "min_improvement_bps": min_improvement_bps}
         if record:
@@ -304,8 +361,9 @@ def check_decode(
 
 def record_verdicts(tuner: Tuner, results, key: str, details: dict, op: str = OP) -> int:
     """Write each group's verdict (a :class:`GroupResult`) into the entry of its M bucket
-    that decided it, under ``key`` with ``details``; a group whose tuned kernel was not
-    kept gets the reference as its choice. Returns the entries written."""
+    that decided it, under ``key`` with ``details`` and the rounds its verdict rests
+    on; a group whose tuned kernel was not kept gets the reference as its choice.
+    Returns the entries written."""
     # Every group's deciding entry first: a rewritten entry must not change what the
     # groups borrowing from it are matched against.
     hits = []
@@ -337,7 +395,8 @@ def record_verdicts(tuner: Tuner, results, key: str, details: dict, op: str = OP
             )
         entry[key] = {
             "tuned": g.tuned, "reference": g.reference, "ratio": round(g.ratio, 4),
-            "p25": round(g.low, 4), "kept": g.kept, **details, "checked_at": _now(),
+            "p25": round(g.low, 4), "kept": g.kept, **details, "rounds": g.rounds,
+            "checked_at": _now(),
         }
         if not g.kept:
             entry["choice"] = g.reference

@@ -25,7 +25,9 @@ So :func:`check_prefill` prefills the model at each ``T`` in paired, alternating
 
 A group switches to its challenger only when that variant prefills faster than
 ``decided`` by the tuner's margin (median of the per-round ratios) and in at least three
-rounds of four (lower quartile >= 1); the entry then says the challenger, and either way
+rounds of four (lower quartile >= 1), over extra rounds of ``decided`` and that variant
+where the first ones left it unsettled (median passing, quartile not:
+:func:`~mlx_w8a8.tuning.decode_check.extend_unsettled`); the entry then says the challenger, and either way
 it records what the check saw (``prefill_check``). Groups are judged one at a time
 against the same ``decided`` variant, not in combination.
 """
@@ -41,7 +43,8 @@ import mlx.nn as nn
 from ..kernels import registry
 from ..kernels.registry import Problem
 from . import shapes
-from .decode_check import _dtype_at, _linears, _vocab, paired_verdict
+from .decode_check import (_dtype_at, _linears, _vocab, extend_unsettled, more_rounds,
+                           paired_verdict)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 OP = "mlx_w8a8.check_prefill"
@@ -61,6 +64,8 @@ class PrefillResult:
             the challenger prefilled faster).
         low: the lower quartile of those ratios.
         switched: whether the entry now says the challenger.
+        rounds: the paired rounds the verdict rests on (the check's, more where they
+            left it unsettled).
     """
 
     problem: Problem
@@ -70,6 +75,7 @@ class PrefillResult:
     ratio: float
     low: float
     switched: bool
+    rounds: int
 
 
 @attrs.frozen
@@ -99,7 +105,7 @@ class PrefillCheck:
             verdict = f"switched to {g.challenger}" if g.switched else f"{g.tuned} kept"
             lines.append(f"  T={p.m} {p.n}x{p.k} ({len(g.layers)} layer(s), e.g. "
                          f"{g.layers[0]}): {g.tuned} -> {g.challenger} {g.ratio:.2f}x "
-                         f"(p25 {g.low:.2f}x): {verdict}")
+                         f"(p25 {g.low:.2f}x{more_rounds(g.rounds, self.rounds)}): {verdict}")
         return "\n".join(lines)
 
 
@@ -189,6 +195,7 @@ def check_prefill(
     *,
     tokens=(128,),
     rounds: int = ROUNDS,
+    extra_rounds: int | None = None,
     min_improvement_bps: float = MIN_IMPROVEMENT_BPS,
     record: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -203,6 +210,9 @@ def check_prefill(
             It should be the tuner the layers decide with.
         tokens: prefill lengths ``T`` to check (each is the M of every projection).
         rounds: paired, alternating rounds per ``T`` (>= 2).
+        extra_rounds: rounds added for a group whose verdict is unsettled (the median
+            passes the margin, the lower quartile does not); ``None``: ``rounds``; 0:
+            none.
         min_improvement_bps: how much faster (basis points) the challenger must make
             prefill to be switched to.
         record: write the verdicts into ``tuner``'s writable table.
@@ -218,9 +228,10 @@ def check_prefill(
     from . import get_tuner
 
     tokens = sorted({int(t) for t in tokens})
-    if not tokens or tokens[0] < 1 or rounds < 2:
-        raise ValueError(f"[{OP}] need token counts >= 1 and rounds >= 2; got "
-                         f"tokens={tokens}, rounds={rounds}")
+    extra_rounds = rounds if extra_rounds is None else extra_rounds
+    if not tokens or tokens[0] < 1 or rounds < 2 or extra_rounds < 0:
+        raise ValueError(f"[{OP}] need token counts >= 1, rounds >= 2 and extra_rounds >= 0;"
+                         f" got tokens={tokens}, rounds={rounds}, extra_rounds={extra_rounds}")
     if not 0 <= min_improvement_bps < 10000:
         raise ValueError(
             f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
@@ -306,6 +317,13 @@ def check_prefill(
             for name in variants:  # untimed: plans built, kernels compiled
                 measure(name)
             times = modelbench.alternate(list(variants), rounds, measure, on_round)
+
+            def on_extra(r, order, secs, t=t):
+                if progress is not None:
+                    progress(f"prefill check T={t} extra round {r + 1}/{extra_rounds}")
+
+            extend_unsettled(times, "decided", list(variants)[1:], extra_rounds, measure,
+                             min_improvement_bps, on_extra)
         finally:
             for p in groups:
                 for _, layer in groups[p]:
@@ -319,12 +337,12 @@ def check_prefill(
             layers_of = groups.get(p) or sums[p]
             results.append(PrefillResult(
                 p, tuple(path for path, _ in layers_of), hits[p].choice, alt[p], ratio, low,
-                switch))
-    recorded = _record(tuner, results, hits, rounds, min_improvement_bps) if record else 0
+                switch, len(times[f"group {i}"])))
+    recorded = _record(tuner, results, hits, min_improvement_bps) if record else 0
     return PrefillCheck(tuple(results), rounds, seconds, recorded)
 
 
-def _record(tuner: Tuner, results, hits, rounds: int, min_improvement_bps: float) -> int:
+def _record(tuner: Tuner, results, hits, min_improvement_bps: float) -> int:
     """Write each group's verdict into the entry that decided it (its choice becomes the
     challenger where it switched). Returns the entries written."""
     count = 0
@@ -332,7 +350,7 @@ def _record(tuner: Tuner, results, hits, rounds: int, min_improvement_bps: float
         entry = dict(hits[g.problem].entry)
         entry["prefill_check"] = {
             "tuned": g.tuned, "challenger": g.challenger, "ratio": round(g.ratio, 4),
-            "p25": round(g.low, 4), "switched": g.switched, "rounds": rounds,
+            "p25": round(g.low, 4), "switched": g.switched, "rounds": g.rounds,
             "min_improvement_bps": min_improvement_bps, "checked_at": _now(),
         }
         if g.switched:

@@ -13,7 +13,9 @@ So :func:`check_siblings` times the model's prefill of ``T`` tokens, for each ``
 paired alternating rounds: ``together`` (the groups as decided) and ``alone`` (every
 member by itself: :func:`mlx_w8a8.siblings.launch_together` off). The group launches
 stay at that ``T`` only if ``together`` is faster by the tuner's margin (median of the
-per-round ratios) and in at least three rounds of four (lower quartile >= 1); otherwise
+per-round ratios) and in at least three rounds of four (lower quartile >= 1), over the
+extra rounds too where the first ones left that unsettled (median passing, quartile not:
+:func:`~mlx_w8a8.tuning.decode_check.extend_unsettled`); otherwise
 the summed shape's entry at that M bucket is rewritten with the reference as its choice,
 so the members run alone there. Either way the entry records what the check saw
 (``sibling_check``). All groups of a ``T`` are judged together (one variant each way), a
@@ -31,7 +33,8 @@ import mlx.nn as nn
 from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
-from .decode_check import GroupResult, _vocab, paired_verdict, record_verdicts
+from .decode_check import (GroupResult, _vocab, extend_unsettled, more_rounds,
+                           paired_verdict, record_verdicts)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner
 
 OP = "mlx_w8a8.check_siblings"
@@ -67,8 +70,8 @@ class SiblingCheck:
             p = g.problem
             verdict = "kept" if g.kept else f"members alone ({g.reference} for {p.n}x{p.k})"
             lines.append(f"  T={p.m} {p.n}x{p.k} ({len(g.layers)} group(s), e.g. "
-                         f"{g.layers[0]}): {g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x) -> "
-                         f"{verdict}")
+                         f"{g.layers[0]}): {g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x"
+                         f"{more_rounds(g.rounds, self.rounds)}) -> {verdict}")
         return "\n".join(lines)
 
 
@@ -103,6 +106,7 @@ def check_siblings(
     *,
     tokens=(128, 512),
     rounds: int = ROUNDS,
+    extra_rounds: int | None = None,
     min_improvement_bps: float = MIN_IMPROVEMENT_BPS,
     record: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -115,6 +119,9 @@ def check_siblings(
         tuner: where rewritten entries are recorded (default: the process-wide tuner).
         tokens: prefill lengths ``T`` to check (each is the M of every projection).
         rounds: paired, alternating rounds per ``T`` (>= 2).
+        extra_rounds: rounds added at a ``T`` whose verdict is unsettled (the median
+            passes the margin, the lower quartile does not); ``None``: ``rounds``; 0:
+            none.
         min_improvement_bps: how much faster the group launches must make prefill
             (basis points) to stay.
         record: write the verdicts into ``tuner``'s writable table.
@@ -130,9 +137,10 @@ def check_siblings(
     from . import get_tuner
 
     tokens = sorted({int(t) for t in tokens})
-    if not tokens or tokens[0] < 1 or rounds < 2:
-        raise ValueError(f"[{OP}] need token counts >= 1 and rounds >= 2; got "
-                         f"tokens={tokens}, rounds={rounds}")
+    extra_rounds = rounds if extra_rounds is None else extra_rounds
+    if not tokens or tokens[0] < 1 or rounds < 2 or extra_rounds < 0:
+        raise ValueError(f"[{OP}] need token counts >= 1, rounds >= 2 and extra_rounds >= 0;"
+                         f" got tokens={tokens}, rounds={rounds}, extra_rounds={extra_rounds}")
     if not 0 <= min_improvement_bps < 10000:
         raise ValueError(
             f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
@@ -161,13 +169,20 @@ def check_siblings(
                 progress(f"sibling check T={t} round {r + 1}/{rounds}")
 
         times = modelbench.alternate(["together", "alone"], rounds, measure, on_round)
+
+        def on_extra(r, order, secs, t=t):
+            if progress is not None:
+                progress(f"sibling check T={t} extra round {r + 1}/{extra_rounds}")
+
+        extend_unsettled(times, "alone", ["together"], extra_rounds, measure,
+                         min_improvement_bps, on_extra)
         seconds[t] = times
         ratio, low, kept = paired_verdict(times["alone"], times["together"],
                                           min_improvement_bps)
         for problem, (kernel, labels) in groups.items():
             results.append(GroupResult(problem, tuple(labels), kernel,
                                        registry.fallback(problem).name, ratio, low,
-                                       kept))
+                                       kept, len(times["together"])))
     details = {"rounds": rounds, "min_improvement_bps": min_improvement_bps}
     recorded = record_verdicts(tuner, results, "sibling_check", details, OP) if record else 0
     return SiblingCheck(tuple(results), rounds, seconds, recorded)
