@@ -5,7 +5,7 @@
 # compared the two tables in separate processes, whose bf16 arms differed by up to 30%;
 # here one process times bf16, mlx-lm 8-bit, mlx_w8a8 on the candidate (sibling groups
 # as one launch) and the same model with every member alone (--unlinked: what the
-# shipped table runs at T <= 512), all 32 layers, paired per round.
+# sixteenth set's table ran at T <= 512), all 32 layers, paired per round.
 # (tmp_t/ was an untracked copy, deleted after the set; its file is ..._s17_e_nvidia-h200.json,
 # shipped since as mlx_w8a8/tables/nvidia-h200.json.)
 set -u
