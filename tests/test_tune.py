@@ -459,12 +459,9 @@ def test_prefill_check_runs_where_asked(tmp_path, monkeypatch, flag, m, tp, want
         assert "nothing to check" in text
 
 
-@pytest.mark.parametrize("given,want", [(None, None), ("0", 0), ("7", 7)])
-def test_extra_rounds_reach_every_check(tmp_path, monkeypatch, given, want):
-    """--extra-rounds sets the rounds each model check adds to an unsettled verdict
-    (default None: the check's own first rounds again); below 0 is refused before
-    anything is measured."""
-    pytest.importorskip("mlx_lm")
+def checks_given(tmp_path, monkeypatch, flag: str, m: str, argv: list[str]) -> dict:
+    """Run ``tune --model`` with every model check on (those ``m`` allows) replaced by a
+    spy; ``{check: the value of its argument flag}`` (``flag``: a keyword of the checks)."""
     from mlx_w8a8 import tuning
     from mlx_w8a8.tuning import PrefillCheck, SiblingCheck, linears
     from mlx_w8a8.tuning.decode_check import DecodeCheck
@@ -473,53 +470,49 @@ def test_extra_rounds_reach_every_check(tmp_path, monkeypatch, given, want):
     seen = {}
 
     def spy(kind, result):
-        def check(model, tuner, *, extra_rounds, **_):
-            seen[kind] = extra_rounds
+        def check(model, tuner, **kw):
+            seen[kind] = kw[flag]
             return result
         return check
 
     monkeypatch.setattr(tuning, "check_decode", spy("decode", DecodeCheck((), 16, 6, {}, 0)))
     monkeypatch.setattr(tuning, "check_siblings", spy("sibling", SiblingCheck((), 10, {}, 0)))
     monkeypatch.setattr(tuning, "check_prefill", spy("prefill", PrefillCheck((), 10, {}, 0)))
-    extra = [] if given is None else ["--extra-rounds", given]
-    code, text = run(["--model", tiny_model(tmp_path), "--m", "1,16", "--sibling-check", "on",
+    code, text = run(["--model", tiny_model(tmp_path), "--m", m, "--sibling-check", "on",
                       "--prefill-check", "on", "--decode-check", "on", "--check-layers", "1",
-                      "--table", str(tmp_path / "t.json")] + extra + TINY)
+                      "--table", str(tmp_path / "t.json")] + argv + TINY)
     assert code == 0, text
-    assert seen == {"decode": want, "sibling": want, "prefill": want}
+    return seen
+
+
+def refused_before_measuring(tmp_path, argv: list[str]) -> bool:
     fresh = str(tmp_path / "fresh.json")
-    assert run(["--model", tiny_model(tmp_path), "--m", "16", "--extra-rounds", "-1",
-                "--table", fresh] + TINY)[0] == 2
-    assert not os.path.exists(fresh)
+    code = run(["--model", tiny_model(tmp_path), "--m", "16", "--table", fresh] + argv + TINY)[0]
+    return code == 2 and not os.path.exists(fresh)
+
+
+@pytest.mark.parametrize("given,want", [(None, None), ("0", 0), ("7", 7)])
+def test_extra_rounds_reach_every_check(tmp_path, monkeypatch, given, want):
+    """--extra-rounds sets the rounds each model check adds to an unsettled verdict
+    (default None: the check's own first rounds again); below 0 is refused before
+    anything is measured."""
+    pytest.importorskip("mlx_lm")
+    argv = [] if given is None else ["--extra-rounds", given]
+    assert checks_given(tmp_path, monkeypatch, "extra_rounds", "1,16", argv) == {
+        "decode": want, "sibling": want, "prefill": want}
+    assert refused_before_measuring(tmp_path, ["--extra-rounds", "-1"])
 
 
 @pytest.mark.parametrize("given,want", [(None, 10), ("24", 24)])
 def test_prefill_rounds_reach_the_sibling_and_prefill_checks(tmp_path, monkeypatch, given, want):
     """--prefill-rounds sets both prefill-length checks' paired rounds (default: their
-    own ROUNDS); a value below 2 is refused before anything is measured."""
+    own ROUNDS; the decode check keeps its --check-rounds); a value below 2 is refused
+    before anything is measured."""
     pytest.importorskip("mlx_lm")
-    from mlx_w8a8 import tuning
-    from mlx_w8a8.tuning import PrefillCheck, SiblingCheck, linears, prefill_check, sibling_check
+    from mlx_w8a8.tuning import decode_check, prefill_check, sibling_check
 
     assert tune.PREFILL_ROUNDS == sibling_check.ROUNDS == prefill_check.ROUNDS == 10
-    monkeypatch.setattr(linears, "group_launch_available", lambda: True)
-    seen = {}
-
-    def spy(kind, result):
-        def check(model, tuner, *, tokens, rounds, **_):
-            seen[kind] = rounds
-            return result
-        return check
-
-    monkeypatch.setattr(tuning, "check_siblings", spy("sibling", SiblingCheck((), 10, {}, 0)))
-    monkeypatch.setattr(tuning, "check_prefill", spy("prefill", PrefillCheck((), 10, {}, 0)))
-    extra = [] if given is None else ["--prefill-rounds", given]
-    code, text = run(["--model", tiny_model(tmp_path), "--m", "16", "--sibling-check", "on",
-                      "--prefill-check", "on", "--decode-check", "off", "--check-layers", "1",
-                      "--table", str(tmp_path / "t.json")] + extra + TINY)
-    assert code == 0, text
-    assert seen == {"sibling": want, "prefill": want}
-    fresh = str(tmp_path / "fresh.json")
-    assert run(["--model", tiny_model(tmp_path), "--m", "16", "--prefill-rounds", "1",
-                "--table", fresh] + TINY)[0] == 2
-    assert not os.path.exists(fresh)
+    argv = [] if given is None else ["--prefill-rounds", given]
+    assert checks_given(tmp_path, monkeypatch, "rounds", "1,16", argv) == {
+        "decode": decode_check.ROUNDS, "sibling": want, "prefill": want}
+    assert refused_before_measuring(tmp_path, ["--prefill-rounds", "1"])
