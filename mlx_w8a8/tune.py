@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
             return fail(f"--check-layers takes a number of blocks or auto, got "
                         f"{args.check_layers!r}", 2)
     if ((args.check_layers != "auto" and args.check_layers < 1) or args.check_rounds < 2
-            or args.prefill_rounds < 2 or (args.extra_rounds is not None and args.extra_rounds < 0)):
+            or args.prefill_rounds < 2
+            or (args.extra_rounds is not None and args.extra_rounds < 0)):
         return fail(f"need --check-layers >= 1 (or auto), --check-rounds >= 2, "
                     f"--prefill-rounds >= 2 and --extra-rounds >= 0, got {args.check_layers}, "
                     f"{args.check_rounds}, {args.prefill_rounds} and {args.extra_rounds}", 2)

@@ -104,7 +104,8 @@ def test_user_forced_layers_are_left_alone(check_env):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(steps=0), "steps=0"), (dict(rounds=1), "rounds=1"), (dict(prompt=0), "prompt=0"),
-    (dict(min_improvement_bps=-1), "min_improvement_bps"), (dict(extra_rounds=-1), "extra_rounds=-1"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+    (dict(extra_rounds=-1), "extra_rounds=-1"),
 ])
 def test_bad_arguments(check_env, kw, match):
     with pytest.raises(ValueError, match=match):

@@ -110,7 +110,8 @@ def test_only_entries_of_the_checked_length_with_a_challenger_are_checked(check_
 
 @pytest.mark.parametrize("kw,match", [
     (dict(tokens=[]), "tokens"), (dict(rounds=1), "rounds=1"),
-    (dict(min_improvement_bps=-1), "min_improvement_bps"), (dict(extra_rounds=-1), "extra_rounds=-1"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+    (dict(extra_rounds=-1), "extra_rounds=-1"),
 ])
 def test_bad_arguments(check_env, kw, match):
     with pytest.raises(ValueError, match=match):

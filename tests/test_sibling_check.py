@@ -91,7 +91,8 @@ def test_nothing_to_check_without_group_launches(check_env):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(tokens=()), "tokens="), (dict(tokens=(0,)), "tokens="), (dict(rounds=1), "rounds=1"),
-    (dict(min_improvement_bps=-1), "min_improvement_bps"), (dict(extra_rounds=-1), "extra_rounds=-1"),
+    (dict(min_improvement_bps=-1), "min_improvement_bps"),
+    (dict(extra_rounds=-1), "extra_rounds=-1"),
 ])
 def test_bad_arguments(check_env, kw, match):
     model, _ = tiny_lm.model("llama", dtype=mx.float32)
