@@ -34,9 +34,9 @@ rewritten with the reference as the choice. Where the median passes and the quar
 does not, the verdict is unsettled rather than lost: as many rounds again (by default)
 are run for that group and the reference, and the rule is applied to all of them
 (:func:`extend_unsettled`, shared with the sibling and prefill checks). Either way the
-entry records what the check saw (``decode_check``). Groups are judged one at a time against the same
-reference, not in combination: a deliberate simplification (a second variant per pair
-of groups would grow as the square of the groups).
+entry records what the check saw (``decode_check``). Groups are judged one at a time
+against the same reference, not in combination: a deliberate simplification (a second
+variant per pair of groups would grow as the square of the groups).
 """
 
 from __future__ import annotations

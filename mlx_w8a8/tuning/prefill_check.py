@@ -28,8 +28,8 @@ A group switches to its challenger only when that variant prefills faster than
 rounds of four (lower quartile >= 1), over extra rounds of ``decided`` and that variant
 where the first ones left it unsettled (median passing, quartile not:
 :func:`~mlx_w8a8.tuning.decode_check.extend_unsettled`); the entry then says the
-challenger, and either way it records what the check saw (``prefill_check``). Groups are judged one at a time
-against the same ``decided`` variant, not in combination.
+challenger, and either way it records what the check saw (``prefill_check``). Groups
+are judged one at a time against the same ``decided`` variant, not in combination.
 """
 
 from __future__ import annotations
