@@ -43,6 +43,26 @@ def test_tune_model_measures_each_distinct_shape_once_per_bucket(tmp_path):
         mlx_w8a8.tune_model(model, m=[0], tuner=tuner_at(path))
 
 
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "t.json"
+    problems = [Problem("linear", m, 32, 64, "float32", "per_channel", 32, False) for m in (1, 2)]
+    work = batch.Batch(tuner_at(path), problems, progress=True)
+    work.run()  # pytest's captured stderr is not a terminal
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("tune: ")]
+    assert [line.split(" (")[0] for line in lines] == ["tune: 1/2 1x32x64", "tune: 2/2 2x32x64"]
+    assert "% of the estimated work done" in lines[1] and "elapsed)" in lines[1]
+    # on a terminal: tqdm's bar (its redrawn line); without progress: nothing
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(batch.sys.stderr, "isatty", lambda: True, raising=False)
+    bar = batch.Batch(tuner_at(path), problems, progress=True)._bar(1.0)
+    assert isinstance(bar, tqdm.tqdm)
+    bar.close()
+    assert batch.Batch(tuner_at(path), problems, progress=False)._bar(1.0) is None
+    assert not batch._terminal(object())  # a stream without isatty is not a terminal
+
+
 def test_pending_skips_measured_and_saved_counts_what_reached_the_file(tmp_path):
     path = tmp_path / "t.json"
     problems = [Problem("linear", m, 32, 64, "float32", "per_channel", 32, False) for m in (1, 2)]

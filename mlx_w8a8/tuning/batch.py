@@ -7,6 +7,7 @@ Used by ``python -m mlx_w8a8.tune`` and :func:`mlx_w8a8.tuning.tune_model`.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable, Sequence
 
 from ..kernels import registry
@@ -23,6 +24,37 @@ def cost(problem: Problem, backend: str) -> float:
     return float(problem.n) * problem.k * max(problem.m, knee)
 
 
+def _terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (``False`` for one without ``isatty`` or closed)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class LineProgress:
+    """The progress of a batch as one plain line per problem started, for a stderr that
+    is not a terminal (a log file, a CI job): a redrawn bar would write a
+    carriage-return line per update there. The subset of a tqdm bar's interface that
+    :class:`Batch` uses."""
+
+    def __init__(self, total: float, file=None):
+        self.total, self.n, self.file = total, 0.0, file or sys.stderr
+        self.start = time.perf_counter()
+
+    def update(self, amount: float) -> None:
+        self.n += amount
+
+    def set_description_str(self, text: str) -> None:
+        elapsed = int(time.perf_counter() - self.start)
+        print(f"tune: {text} ({100 * min(self.n / self.total, 1.0):.0f}% of the estimated "
+              f"work done, {elapsed // 60}:{elapsed % 60:02d} elapsed)", file=self.file,
+              flush=True)
+
+    def close(self) -> None:
+        pass
+
+
 class Batch:
     """Measure ``problems`` with ``tuner``, one after the other.
 
@@ -34,7 +66,8 @@ class Batch:
         tuner: the :class:`Tuner` (its writable table receives the entries).
         problems: the work, in order.
         force: measure again what the table already has.
-        progress: show a tqdm bar (on stderr) with the estimated time left.
+        progress: show the progress on stderr: a tqdm bar with the estimated time left
+            on a terminal, else a line per problem (:class:`LineProgress`).
         describe: ``describe(problem) -> str``, the bar's label of a problem.
     """
 
@@ -63,6 +96,8 @@ class Batch:
     def _bar(self, total: float):
         if not self.progress or total <= 0:
             return None
+        if not _terminal(sys.stderr):
+            return LineProgress(total)
         try:
             from tqdm import tqdm
         except ImportError:  # a declared dependency; without it, no bar
