@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "unsettled (the median faster by the margin, the lower quartile not), "
                    "judged again over all rounds (default: as many as the check's first "
                    "rounds; 0: none)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress output (a bar on a terminal, else a line per problem; "
+                   "the checks' line per round)")
     p.add_argument("-v", "--verbose", action="store_true", help="log gate rejections")
     return p
 
