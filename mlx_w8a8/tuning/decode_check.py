@@ -140,7 +140,12 @@ def paired_verdict(base: list[float], variant: list[float],
     ratios = [b / v for b, v in zip(base, variant) if v > 0]
     ratio = statistics.median(ratios) if ratios else 0.0
     low = statistics.quantiles(ratios, n=4)[0] if len(ratios) >= 2 else ratio
-    return ratio, low, ratio >= 1.0 + min_improvement_bps / 10000.0 and low >= 1.0
+    return ratio, low, _past_margin(ratio, min_improvement_bps) and low >= 1.0
+
+
+def _past_margin(ratio: float, min_improvement_bps: float) -> bool:
+    """The rule's first part: the median ratio beats the margin."""
+    return ratio >= 1.0 + min_improvement_bps / 10000.0
 
 
 def more_rounds(rounds: int, first: int) -> str:
@@ -152,17 +157,19 @@ def more_rounds(rounds: int, first: int) -> str:
 def unsettled(ratio: float, low: float, min_improvement_bps: float) -> bool:
     """Whether a verdict of :func:`paired_verdict` is one more rounds may settle: the
     variant faster by the margin in the median but not in three rounds of four."""
-    return ratio >= 1.0 + min_improvement_bps / 10000.0 and low < 1.0
+    return _past_margin(ratio, min_improvement_bps) and low < 1.0
 
 
 def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra: int,
                      measure: Callable[[str], float], min_improvement_bps: float,
-                     on_round=None) -> list[str]:
+                     progress: Callable[[str], None] | None = None,
+                     label: str = "check") -> list[str]:
     """The model checks' second look: where a variant's verdict against ``base`` is
     :func:`unsettled`, ``extra`` more paired, alternating rounds of ``base`` and those
     variants (``modelbench.alternate``), appended to ``seconds``; the verdict is then
     taken over all rounds. A verdict that median and quartile agree on is final after
-    the first rounds. Returns the variants extended.
+    the first rounds. ``progress`` gets ``"<label> extra round i/extra"`` after each
+    round. Returns the variants extended.
 
     Pairing stays by round: ``base`` gains rounds that only the extended variants share,
     and :func:`paired_verdict` pairs a shorter variant with ``base``'s first rounds,
@@ -175,6 +182,10 @@ def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra
              if unsettled(*paired_verdict(seconds[base], seconds[v], min_improvement_bps)[:2],
                           min_improvement_bps)]
     if names:
+        def on_round(r, order, secs):
+            if progress is not None:
+                progress(f"{label} extra round {r + 1}/{extra}")
+
         more = modelbench.alternate([base, *names], extra, measure, on_round)
         for name, secs in more.items():
             seconds[name].extend(secs)
@@ -322,13 +333,8 @@ def check_decode(
                     progress(f"decode check round {r + 1}/{rounds}")
 
             seconds = modelbench.alternate(names, rounds, measure, on_round)
-
-            def on_extra(r, order, secs):
-                if progress is not None:
-                    progress(f"decode check extra round {r + 1}/{extra_rounds}")
-
             extend_unsettled(seconds, "reference", names[1:], extra_rounds, measure,
-                             min_improvement_bps, on_extra)
+                             min_improvement_bps, progress, "decode check")
         finally:
             for p in problems:
                 for _, layer in groups[p]:

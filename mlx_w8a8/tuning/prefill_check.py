@@ -317,13 +317,8 @@ def check_prefill(
             for name in variants:  # untimed: plans built, kernels compiled
                 measure(name)
             times = modelbench.alternate(list(variants), rounds, measure, on_round)
-
-            def on_extra(r, order, secs, t=t):
-                if progress is not None:
-                    progress(f"prefill check T={t} extra round {r + 1}/{extra_rounds}")
-
             extend_unsettled(times, "decided", list(variants)[1:], extra_rounds, measure,
-                             min_improvement_bps, on_extra)
+                             min_improvement_bps, progress, f"prefill check T={t}")
         finally:
             for p in groups:
                 for _, layer in groups[p]:

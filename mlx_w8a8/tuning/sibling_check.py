@@ -169,13 +169,8 @@ def check_siblings(
                 progress(f"sibling check T={t} round {r + 1}/{rounds}")
 
         times = modelbench.alternate(["together", "alone"], rounds, measure, on_round)
-
-        def on_extra(r, order, secs, t=t):
-            if progress is not None:
-                progress(f"sibling check T={t} extra round {r + 1}/{extra_rounds}")
-
         extend_unsettled(times, "alone", ["together"], extra_rounds, measure,
-                         min_improvement_bps, on_extra)
+                         min_improvement_bps, progress, f"sibling check T={t}")
         seconds[t] = times
         ratio, low, kept = paired_verdict(times["alone"], times["together"],
                                           min_improvement_bps)
