@@ -255,14 +255,15 @@ def _print_summary(rows, label: str, out) -> None:
 
 
 def _device_kernel(problem: Problem, exclude=("mlx_qmm",)) -> str:
-    """A kernel for ``problem``: the tables' W8A8 choice if any, else the first device
-    (non-``any``) candidate that runs it, else the exact W8A8 kernel."""
-    from .tuning import lookup
-
-    hit = lookup(problem)
-    if hit is not None and hit.choice not in exclude:
-        return hit.choice
-    device = [c.name for c in registry.candidates(problem) if c.backend != "any"]
+    """A kernel for ``problem``: the one the op runs with no ``kernel=`` (a table's
+    choice, a borrowed one, the built-in prior) where that is a device kernel not in
+    ``exclude``, else the first device (non-``any``) candidate that runs it, else the
+    exact W8A8 kernel."""
+    chosen = registry.choose(problem)
+    if chosen.backend != "any" and chosen.name not in exclude:
+        return chosen.name
+    device = [c.name for c in registry.candidates(problem)
+              if c.backend != "any" and c.name not in exclude]
     return device[0] if device else EXACT
 
 

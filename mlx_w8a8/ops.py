@@ -2,7 +2,14 @@
 
 Each op validates its inputs, describes the work as a ``Problem`` and runs the candidate
 that :func:`mlx_w8a8.kernels.registry.choose` picks (a forced ``kernel=``, a tuning
-table's choice, or the fallback). Nothing here reads array data back to the host.
+table's choice, the built-in prior, or the fallback). Nothing here reads array data back
+to the host.
+
+Decide once, run many times, as ``mlx_w8a8.Linear`` does: the decision per problem,
+forced kernel and device is kept until the registry's decisions go stale
+(``registry.generation``: a table loaded, a candidate registered, a measurement
+recorded), and :func:`w8a8_linear` keeps, on the weight, the launches bound to its arrays
+and the bias (``Candidate.bind_stages``), so a repeated call only launches.
 """
 
 from __future__ import annotations
@@ -33,6 +40,49 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
         ``[N, K // group_size]`` in ``w``'s dtype.
     """
     return QuantizedWeight.from_float(w, group_size=group_size, per_channel=per_channel)
+
+
+# At most this many decisions (and bound launches per weight) are kept; past it they are
+# dropped and re-made on use (a process calling with ever new shapes stays bounded).
+_MAX_KEPT = 64
+# (problem, forced kernel, device type) -> (registry.generation, candidate)
+_decided: dict = {}
+
+
+def _decide(problem: Problem, kernel: str | None) -> registry.Candidate:
+    """:func:`registry.choose` for ``problem`` on the current default device, kept until
+    ``registry.generation`` moves. A forced ``kernel`` that cannot run raises each time
+    (failures are not kept)."""
+    key = (problem, kernel, mx.default_device().type)
+    hit = _decided.get(key)
+    if hit is not None and hit[0] == registry.generation:
+        return hit[1]
+    generation = registry.generation  # read first: a bump while deciding re-decides next call
+    candidate = registry.choose(problem, kernel)
+    if len(_decided) >= _MAX_KEPT:
+        _decided.clear()
+    _decided[key] = (generation, candidate)
+    return candidate
+
+
+def _bound_run(candidate: registry.Candidate, problem: Problem, weight: QuantizedWeight,
+               bias: mx.array | None):
+    """``f(x2) -> y`` for ``[M, K]`` ``x2``: ``candidate``'s launches bound to ``weight``
+    and ``bias`` (made on first use and kept on the weight, which holds the candidate and
+    the bias so that their ids stay theirs), or its ``run`` where it has no bound form."""
+    if candidate.bind_stages is None:
+        return lambda x2: candidate.run(x2, weight, bias)
+    kept = weight._bound
+    key = (id(candidate), problem, id(bias))
+    hit = kept.get(key)
+    if hit is not None:
+        return hit[2]
+    _, quantize, apply = candidate.bind_stages(problem, weight, bias)
+    f = apply if quantize is None else (lambda x2: apply(quantize(x2)))
+    if len(kept) >= _MAX_KEPT:
+        kept.clear()
+    kept[key] = (candidate, bias, f)
+    return f
 
 
 def _on(stream):
@@ -80,7 +130,7 @@ def quantize_activation(
     problem = Problem("quantize_activation", m, 0, k, dtype_name(x.dtype), "int8", group_size)
     x2 = x.reshape(m, k)
     with _on(stream):
-        q, scale, sums = registry.choose(problem, kernel).run(x2, group_size)
+        q, scale, sums = _decide(problem, kernel).run(x2, group_size)
     q, scale = q.reshape(*lead, k), scale.reshape(*lead, 1)
     if group_size is None:
         return q, scale
@@ -128,7 +178,7 @@ def int8_matmul(
         return mx.zeros((m, n), dtype=mx.int32)
     problem = Problem("int8_matmul", m, n, k, "int8", "int8")
     with _on(stream):
-        return registry.choose(problem, kernel).run(a, b)
+        return _decide(problem, kernel).run(a, b)
 
 
 def linear_problem(x: mx.array, weight: QuantizedWeight, has_bias: bool) -> Problem:
@@ -191,6 +241,8 @@ def w8a8_linear(
     problem = linear_problem(x, weight, bias is not None)
     if problem.m == 0:
         return mx.zeros((*lead, weight.n), dtype=x.dtype)
+    flat = x.ndim != 2  # a [M, K] x needs no reshape either way
     with _on(stream):
-        y = registry.choose(problem, kernel).run(x.reshape(problem.m, weight.k), weight, bias)
-    return y.reshape(*lead, weight.n)
+        y = _bound_run(_decide(problem, kernel), problem, weight, bias)(
+            x.reshape(problem.m, weight.k) if flat else x)
+    return y.reshape(*lead, weight.n) if flat else y

@@ -88,6 +88,9 @@ class QuantizedWeight:
     biases: mx.array
     group_size: int
     per_channel: bool = attrs.field(default=None)
+    # ops.w8a8_linear's launches bound to these arrays, per candidate, problem and bias
+    # (not part of the value: not compared, not copied by attrs.evolve).
+    _bound: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self):
         op = "mlx_w8a8.QuantizedWeight"

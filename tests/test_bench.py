@@ -148,6 +148,34 @@ def test_cider_comparison_has_four_arms(tmp_path):
     assert "full/raw" in text and "qmm/full" in text
 
 
+def test_cider_times_the_kernel_the_op_runs_unforced():
+    # The W8A8 and raw arms run the kernel a call without kernel= gets (a table's choice,
+    # a borrowed one, the built-in prior), not merely the first device kernel listed: on
+    # an H200 without table entries for a shape that first one was the older mma.sync
+    # GEMM where the prior picks the TMA GEMM. Where the op would run mx.quantized_matmul
+    # or the exact kernel, the first device kernel stands in.
+    import attrs
+
+    exact = registry.get("linear", "exact")
+    fakes = [attrs.evolve(exact, name=n, backend="cuda", available=lambda: True)
+             for n in ("bench_dev_a", "bench_dev_b")]
+    for f in fakes:
+        registry.register(f)
+    p = Problem("linear", 512, 64, 32, "bfloat16", "per_channel", 32)
+    pick = {"name": "bench_dev_b"}
+    previous = registry.set_chooser(
+        lambda problem, found: next(c for c in found if c.name == pick["name"]))
+    try:
+        assert bench._device_kernel(p) == "bench_dev_b"
+        for decided in ("mlx_qmm", "exact"):
+            pick["name"] = decided
+            assert bench._device_kernel(p) == "bench_dev_a"
+    finally:
+        registry.set_chooser(previous)
+        for f in fakes:
+            registry.unregister("linear", f.name)
+
+
 def test_cider_shape_list_is_the_seeds_in_m_n_k_order():
     # The seed lists (M, K, N); 128 x 3584 x 18944 there is the Qwen2.5-7B up projection.
     assert (128, 18944, 3584) in bench.CIDER_SHAPES and (512, 3584, 18944) in bench.CIDER_SHAPES

@@ -244,9 +244,78 @@ def test_ops_take_a_stream_like_mlx_ops(rng):
 
     seen = []
     real = registry.choose
+    registry.invalidate()  # the ops keep decisions: make the next call decide again
     try:
         registry.choose = lambda p, k=None: seen.append(mx.default_stream(mx.default_device())) or real(p, k)
         w8.int8_matmul(q, w.int8(), stream=s)
     finally:
         registry.choose = real
     assert seen == [s]  # the kernel was chosen with the given stream current
+
+
+# --- decide once, bind once -----------------------------------------------------------
+def test_ops_decide_once_per_problem_until_the_registry_moves(rng, monkeypatch):
+    # The decision (a table lookup, the prior) is made on the first call per problem and
+    # device and reused; a registry change (a table loaded, a candidate registered, a
+    # measurement recorded) makes every op decide again, as mlx_w8a8.Linear does.
+    from mlx_w8a8.kernels import registry
+
+    calls = []
+    real = registry.choose
+    monkeypatch.setattr(registry, "choose",
+                        lambda p, k=None: calls.append((p.op, p.m)) or real(p, k))
+    x = mx.array(rng.standard_normal((3, 64)).astype(np.float32))
+    w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
+    registry.invalidate()
+    for _ in range(3):
+        w8.w8a8_linear(x, w)
+        q, _ = w8.quantize_activation(x)
+        w8.int8_matmul(q, w.int8())
+    assert calls == [("linear", 3), ("quantize_activation", 3), ("int8_matmul", 3)]
+    w8.w8a8_linear(x[:2], w)  # another M is another problem
+    assert calls[-1] == ("linear", 2) and len(calls) == 4
+    registry.invalidate()
+    w8.w8a8_linear(x, w)
+    assert calls[-1] == ("linear", 3) and len(calls) == 5
+    with pytest.raises(ValueError, match="unknown kernel 'nope'"):
+        w8.w8a8_linear(x, w, kernel="nope")
+    with pytest.raises(ValueError, match="unknown kernel 'nope'"):  # failures are not kept
+        w8.w8a8_linear(x, w, kernel="nope")
+
+
+def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
+    # A candidate with bound launches (the CUDA GEMMs) is bound to a weight and bias once
+    # and the bound launches are kept on the weight; another weight, or another bias
+    # array (even with the same values), is bound anew. Outputs as the exact kernel's.
+    import attrs
+    from mlx_w8a8.kernels import registry
+
+    exact = registry.get("linear", "exact")
+    binds = []
+
+    def bind_stages(problem, weight, bias, lead=None):
+        binds.append((problem.m, id(weight), None if bias is None else id(bias)))
+        return None, None, lambda x2: exact.run(x2, weight, bias)
+
+    registry.register(attrs.evolve(exact, name="bound_fake", bind_stages=bind_stages))
+    try:
+        x = mx.array(rng.standard_normal((4, 64)).astype(np.float32))
+        w1, w2 = (w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
+                  for _ in range(2))
+        b1, b2 = (mx.array(rng.standard_normal(16).astype(np.float32)) for _ in range(2))
+
+        def check(w, b):
+            got = w8.w8a8_linear(x, w, b, kernel="bound_fake")
+            np.testing.assert_array_equal(np.array(got), np.array(w8.w8a8_linear(x, w, b, kernel="exact")))
+
+        check(w1, None), check(w1, None)
+        assert len(binds) == 1
+        check(w2, None), check(w1, b1), check(w1, b1), check(w1, b2)
+        assert len(binds) == 4  # w2; w1 with b1; w1 with b2
+        b1_again = mx.array(np.array(b1))
+        check(w1, b1_again)
+        assert len(binds) == 5
+        w8.w8a8_linear(x.reshape(2, 2, 64), w1, kernel="bound_fake")  # [..., K]: M = 4 again
+        assert len(binds) == 5
+    finally:
+        registry.unregister("linear", "bound_fake")

@@ -333,7 +333,7 @@ def test_layers_user_beats_cache_beats_shipped(env, monkeypatch):
     run()
     assert (len(a), len(b), len(c)) == (1, 1, 1)
     monkeypatch.setenv(table.ENV_TABLE, user)  # the environment names a table too
-    tuning._tuner = None
+    tuning.use_tuner(None)  # a fresh tuner from the environment; decisions re-made
     run()
     assert (len(a), len(b), len(c)) == (1, 1, 2)
 
