@@ -6,6 +6,7 @@ Examples::
     python -m mlx_w8a8.tune --model path/to/mlx-model --m 1,16,128 --tp 2
     python -m mlx_w8a8.tune --shapes mlp,attn --m 1,16,128,512 --table app/tuning.json
     python -m mlx_w8a8.tune --shapes 1x4096x4096 8x4096x14336
+    python -m mlx_w8a8.tune --op int8_matmul --shapes mlp --m 16,2048
     python -m mlx_w8a8.tune --table app/tuning.json --export dist/tuning.json
     python -m mlx_w8a8.tune --show dist/tuning.json
 
@@ -18,6 +19,12 @@ Qwen2.5-7B; ``all`` is both. Shapes already measured in the target table (same d
 versions and kernels) are skipped; ``--force`` measures them again. Ctrl-C stops after
 saying how many entries were saved (exit 130); the exit status is 1 when nothing
 measured could be recorded.
+
+``--op`` picks what ``--shapes`` measures: ``linear`` (the default, the W8A8 linears that
+``mlx_w8a8.Linear`` and ``w8a8_linear`` run), ``int8_matmul`` (the raw int8 GEMM,
+``[M, K] x [N, K]^T`` to int32, as ``mlx_w8a8.int8_matmul`` runs it) or
+``quantize_activation`` (per-token int8 codes of ``[M, K]`` activations in ``--dtype``; N
+is not used). The two exact ops are gated by equality with the exact kernel.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
 PROG = "mlx_w8a8.tune"
 PREFILL_ROUNDS = 10  # the sibling and prefill checks' own default (their ROUNDS)
 DTYPES = ("bfloat16", "float16", "float32")
+OPS = ("linear", "int8_matmul", "quantize_activation")
 
 
 def _m_help() -> str:
@@ -61,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", nargs="+", metavar="SPEC",
                    help="presets (mlp, attn, all: Llama-3-8B, Mistral-7B, Qwen2.5-7B "
                    "projections) and/or MxNxK (M tokens, N out, K in) shapes")
+    p.add_argument("--op", default="linear", choices=OPS,
+                   help="--shapes: the op to measure: linear (default), int8_matmul (the raw "
+                   "int8 GEMM to int32) or quantize_activation (per-token int8 codes of "
+                   "[M, K] activations in --dtype; N is not used)")
     p.add_argument("--m", default=None, help=_m_help())
     p.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="activation dtype")
     p.add_argument("--format", dest="weight_format", default="per_channel",
@@ -249,6 +261,15 @@ def export(source: str, dest: str, out) -> int:
     return 0
 
 
+def shape_problem(args, m: int, n: int, k: int) -> Problem:
+    """The problem ``--shapes`` gives for ``M x N x K`` under ``--op``."""
+    if args.op == "int8_matmul":
+        return Problem("int8_matmul", m, n, k, "int8", "int8")
+    if args.op == "quantize_activation":
+        return Problem("quantize_activation", m, 0, k, args.dtype, "int8")
+    return Problem("linear", m, n, k, args.dtype, args.weight_format, args.group_size, args.bias)
+
+
 def main(argv: list[str] | None = None, out=None) -> int:
     """Run the CLI; returns the exit status (130 after Ctrl-C)."""
     out = out or sys.stdout
@@ -260,6 +281,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
     if not (args.shapes or args.model or args.export):
         build_parser().print_usage(sys.stderr)
         return fail("give --model, --shapes, --export or --show", 2)
+    if args.op != "linear" and args.model:
+        return fail(f"--model tunes a model's linears; --op {args.op} takes --shapes", 2)
     if args.tp != 1 and not args.model:
         return fail(f"--tp applies to --model only, got --tp {args.tp} without --model", 2)
     if args.check_layers != "auto":
@@ -284,9 +307,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         if args.model:
             work += model_problems(args, m_values, out)
         if args.shapes:
-            work += [Problem("linear", m, n, k, args.dtype, args.weight_format, args.group_size,
-                             args.bias)
-                     for m, n, k in shapes.expand(args.shapes, m_values)]
+            work += [shape_problem(args, m, n, k) for m, n, k in shapes.expand(args.shapes, m_values)]
     except ValueError as error:
         return fail(error, 2)
     except KeyboardInterrupt:
@@ -297,7 +318,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
     failures = 0
     runnable = []
     for problem in work:
-        if problem.k % problem.group_size:
+        if problem.group_size and problem.k % problem.group_size:
             print(f"  {problem.m}x{problem.n}x{problem.k}: skipped, group size "
                   f"{problem.group_size} does not divide K", file=out)
             failures += 1

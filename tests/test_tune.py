@@ -60,6 +60,29 @@ def test_tunes_writes_then_reuses_the_table(tmp_path):
     assert code == 0 and "measured" in text
 
 
+def test_op_measures_the_raw_int8_gemm_and_the_activation_quantize(tmp_path):
+    # --op int8_matmul: one int8 GEMM problem per shape; --op quantize_activation: one
+    # per (M, K) in --dtype, N not used (two shapes differing only in N are one problem).
+    # Both are recorded as their ops and found by the ops' lookups; --model is refused.
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.kernels.registry import Problem
+
+    path = str(tmp_path / "t.json")
+    code, text = run(["--op", "int8_matmul", "--shapes", "2x32x64", "--table", path] + TINY)
+    assert code == 0, text
+    code, text = run(["--op", "quantize_activation", "--shapes", "3x32x64", "3x96x64",
+                      "--table", path] + TINY)
+    assert code == 0, text
+    assert text.count("measured") == 1
+    got = sorted((e["op"], e["m"], e["n"], e["k"], e["dtype"]) for e in entries_of(path))
+    assert got == [("int8_matmul", 2, 32, 64, "int8"), ("quantize_activation", 3, 0, 64, "float32")]
+    mlx_w8a8.set_tuning_table(path)
+    hit = tuning.lookup(Problem("int8_matmul", 2, 32, 64, "int8", "int8"))
+    assert hit is not None and hit.layer == "user"
+    code, text = run(["--op", "int8_matmul", "--model", "llama-3-8b", "--table", path] + TINY)
+    assert code == 2
+
+
 def test_default_table_is_the_cache_table(tmp_path):
     code, _ = run(["--shapes", "1x32x64"] + TINY)
     assert code == 0 and table.read(table.cache_table_path()) is not None
