@@ -1,9 +1,10 @@
-"""The built-in prior: which kernel family runs a ``linear`` when no table decides.
+"""The built-in prior: which kernel runs an op when no table decides.
 
 Used only when no tuning-table entry (any layer) and no borrowed decision from a nearby
 measured shape exists. Each rule comes from a recorded measurement, cited beside it;
-where nothing was measured the prior says nothing and ``mx.quantized_matmul``
-(``mlx_qmm``) runs, as in stock MLX.
+where nothing was measured the prior says nothing and the op's fallback runs:
+``mx.quantized_matmul`` (``mlx_qmm``) for a linear, as in stock MLX, and the exact
+MLX-ops kernel for ``int8_matmul`` and ``quantize_activation``.
 
 A rule is ``(m_min, m_max, min_weight, names)``: for ``m_min <= M <= m_max`` (``None`` =
 no upper bound) and weights of at least ``min_weight`` elements (``N * K``) the first of
@@ -41,6 +42,34 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cuda", "linear", "per_channel"): [
         (16, 127, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm")),
         (128, None, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
+    ],
+    # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
+    # an NVIDIA H200 (MLX 0.32.4): tune --op int8_matmul / quantize_activation on the
+    # Llama-3-8B and Qwen2.5-7B projection shapes (tune --shapes mlp attn) at M = 1, 16,
+    # 128, 2048 (eighteenth set, run B: bench/results/h200_2026-12-01_s18_b_raw.json) and
+    # the GEMM at M = 512 and 8192 (run C: ..._s18_c_raw.json); chains of independent
+    # launches; tests/test_prior.py checks the rules against both files. Without these
+    # rules the ops ran the exact MLX-ops kernel wherever no table decided: 5-28x slower
+    # than any of the CUDA GEMMs, 6-12x slower than the CUDA quantize.
+    # - int8_matmul: the mma.sync GEMM at M <= 128 (fastest at 23 of 24 points; the TMA GEMM
+    #   at 18944 x 3584, M = 128, by 43.0 against 43.1 us); the TMA GEMM for the MLP-sized
+    #   weights (>= 50 M elements) from M = 512, for weights from 3584 x 3584 from M = 2048
+    #   and from 1024 x 4096 at M = 8192 (0.70-0.97x the next GEMM's time); the mma.sync GEMM
+    #   for the smaller weights at M = 512 and 2048 and the cp.async GEMM for 512 x 3584 at
+    #   M = 8192 (each fastest or within 2% of the fastest). The M ranges split the
+    #   measured M values (1-128 | 512 | 2048 | 8192) between them.
+    # - quantize_activation: the CUDA kernel at every point (16 of 16).
+    ("cuda", "int8_matmul", "int8"): [
+        (1, 128, 0, ("cuda_int8_gemm", "cuda_int8_gemm_ws", "cuda_int8_gemm_tma")),
+        (129, 1023, 50_000_000, ("cuda_int8_gemm_tma", "cuda_int8_gemm_ws", "cuda_int8_gemm")),
+        (129, 1023, 0, ("cuda_int8_gemm", "cuda_int8_gemm_ws", "cuda_int8_gemm_tma")),
+        (1024, 4095, 3584 * 3584, ("cuda_int8_gemm_tma", "cuda_int8_gemm_ws", "cuda_int8_gemm")),
+        (1024, 4095, 0, ("cuda_int8_gemm", "cuda_int8_gemm_ws", "cuda_int8_gemm_tma")),
+        (4096, None, 1024 * 4096, ("cuda_int8_gemm_tma", "cuda_int8_gemm_ws", "cuda_int8_gemm")),
+        (4096, None, 0, ("cuda_int8_gemm_ws", "cuda_int8_gemm", "cuda_int8_gemm_tma")),
+    ],
+    ("cuda", "quantize_activation", "int8"): [
+        (1, None, 0, ("cuda_quantize",)),
     ],
     # CPU (MLX's CPU backend), per-channel: the exact W8A8 kernel was faster than
     # mx.quantized_matmul at every measured shape (tune --shapes mlp at M = 1: 1.51-2.02x;
