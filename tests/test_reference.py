@@ -74,3 +74,32 @@ def test_split11_is_exact_and_sign_preserving(rng):
         pn = np.array(p)
         assert np.all((pn == 0) | (np.sign(pn) == np.sign(np.array(a))))
         np.testing.assert_array_equal(np.array(_tf32(p)), pn)  # representable in TF32
+
+
+def test_qmm_is_not_chosen_where_mlx_cuda_kernel_is_wrong(monkeypatch):
+    # MLX 0.32.4's CUDA quantized_matmul is wrong for one group per row at M > 1 (measured
+    # on an H200, reference.qmm_supports). There mlx_qmm does not handle the problem, the
+    # fallback is the exact kernel, and forcing mlx_qmm is refused; elsewhere, and off
+    # CUDA, nothing changes.
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+
+    def problem(m, k, gs):
+        return Problem("linear", m, 32, k, "bfloat16", "grouped", gs)
+
+    qmm = registry.get("linear", "mlx_qmm")
+    layer = w8.Linear(64, 32, group_size=64, per_channel=False)  # no prior rule: fallback
+    assert qmm.handles(problem(4, 64, 64))  # this machine's CPU backend
+    assert layer.decision(4, mx.bfloat16) == ("mlx_qmm", "fallback")
+    monkeypatch.setattr(reference, "_on_cuda", lambda: True)
+    registry.invalidate()
+    assert not qmm.handles(problem(4, 64, 64)) and not qmm.handles(problem(256, 128, 128))
+    assert qmm.handles(problem(1, 64, 64)) and qmm.handles(problem(4, 128, 64))
+    assert qmm.handles(problem(4, 64, 32))
+    assert registry.fallback(problem(4, 64, 64)).name == registry.EXACT
+    assert registry.fallback(problem(1, 64, 64)).name == "mlx_qmm"
+    assert layer.decision(4, mx.bfloat16) == (registry.EXACT, "fallback")
+    assert layer.decision(1, mx.bfloat16) == ("mlx_qmm", "fallback")
+    layer.kernel = "mlx_qmm"
+    with pytest.raises(ValueError, match="kernel 'mlx_qmm' cannot run linear for M=4"):
+        layer.decision(4, mx.bfloat16)

@@ -187,6 +187,27 @@ for _op, _run, _functions in _EXACT_RUNS:
         )
     )
 
+def _on_cuda() -> bool:
+    """Whether calls run on MLX's CUDA backend now (the default device is a CUDA GPU)."""
+    try:
+        return mx.default_device().type == mx.DeviceType.gpu and mx.cuda.is_available()
+    except Exception:  # an MLX without the cuda module
+        return False
+
+
+def qmm_supports(problem) -> bool:
+    """Whether ``mx.quantized_matmul`` gives the right product for ``problem`` here.
+
+    MLX 0.32.4's CUDA kernel does not where a weight row is one group (K <= group size)
+    and M > 1: measured on an NVIDIA H200 (bench/compile_probe.py, bench/qmm_probe.py;
+    bench/results/h200_2026-12-01_s18_{d,e}*) it returned zeros, stale data or
+    non-finite values at K = 64 with group size 64 for every M in 4-256 and N in 32-4096
+    (bfloat16 and float32, stock ``nn.QuantizedLinear`` alike), while M = 1, K = 128-256
+    with group size 64 and K = 64-4096 with group size 32 were right. Such a layer runs
+    the exact W8A8 kernel instead (``registry.fallback``)."""
+    return not (problem.m > 1 and problem.k <= (problem.group_size or 0) and _on_cuda())
+
+
 registry.register(
     registry.Candidate(
         name="mlx_qmm",
@@ -194,6 +215,7 @@ registry.register(
         op="linear",
         run=qmm_linear,
         bind=qmm_bind,
+        supports=qmm_supports,
         digest=sources.code_digest(qmm_linear, qmm_bind, params=f"mx.quantized_matmul {mx.__version__}"),
         w8a8=False,
     )

@@ -220,8 +220,11 @@ def candidates(problem: Problem) -> list[Candidate]:
 
 
 def fallback(problem: Problem) -> Candidate:
-    """The candidate used when nothing has been measured: the tuner's reference."""
-    return get(problem.op, _FALLBACK[problem.op])
+    """The candidate used when nothing has been measured: the tuner's reference. Where
+    that candidate cannot run ``problem`` here (``mx.quantized_matmul`` where MLX's own
+    kernel is known wrong, see ``reference.qmm_supports``), the exact kernel."""
+    candidate = get(problem.op, _FALLBACK[problem.op])
+    return candidate if candidate.handles(problem) else get(problem.op, EXACT)
 
 
 # The tuner's hook. ``choose`` asks the installed chooser; with none installed (or

@@ -1,0 +1,69 @@
+"""Where does MLX's own ``mx.quantized_matmul`` (8-bit, affine) agree with the float
+product of its dequantized weight on this device?
+
+For every M, N, K, group size and dtype of the grid, a fresh weight is quantized with
+``mx.quantize`` and ``mx.quantized_matmul(x, wq, scales, biases, transpose=True)`` is
+compared with ``x @ mx.dequantize(...).T`` computed in float32; each case is evaluated
+twice, the second time right after an unrelated computation (to expose reads of stale
+memory). A case fails where the relative error (max |diff| / max |reference|) exceeds
+0.05 (bfloat16 rounding of a K-term sum is far below that) or an output is not finite.
+
+Usage: ``python bench/qmm_probe.py [--m 1,4,32,256] [--n 32,64,256,1024]
+[--k 64,128,256,512,1024,4096] [--group-size 64] [--dtype bfloat16,float32]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import mlx.core as mx
+import numpy as np
+
+
+def ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", default="1,4,32,256")
+    p.add_argument("--n", default="32,64,256,1024")
+    p.add_argument("--k", default="64,128,256,512,1024,4096")
+    p.add_argument("--group-size", type=int, default=64)
+    p.add_argument("--dtype", default="bfloat16,float32")
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    print(f"MLX {mx.__version__}, device {mx.default_device()}, group size {args.group_size}")
+    bad = total = 0
+    for dname in args.dtype.split(","):
+        dtype = getattr(mx, dname)
+        for k in ints(args.k):
+            for n in ints(args.n):
+                w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(dtype)
+                wq, s, b = mx.quantize(w, group_size=args.group_size, bits=8)
+                wd = mx.dequantize(wq, s, b, group_size=args.group_size, bits=8).astype(mx.float32)
+                for m in ints(args.m):
+                    x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(dtype)
+                    ref = np.array(x.astype(mx.float32) @ wd.T)
+                    errs = []
+                    for attempt in range(2):
+                        if attempt:
+                            mx.eval(mx.random.normal((m, n)) * 3.0)  # leave other data behind
+                        y = mx.quantized_matmul(x, wq, s, b, transpose=True,
+                                                group_size=args.group_size, bits=8)
+                        got = np.array(y.astype(mx.float32))
+                        err = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+                        errs.append(err if np.isfinite(got).all() else float("inf"))
+                    total += 1
+                    worst = max(errs)
+                    if not worst <= 0.05:
+                        bad += 1
+                        print(f"WRONG {dname:8s} M={m:4d} N={n:5d} K={k:5d}: relative error "
+                              f"{errs[0]:.3g} / {errs[1]:.3g}", flush=True)
+    print(f"{bad} of {total} cases wrong")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
