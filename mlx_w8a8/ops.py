@@ -77,8 +77,7 @@ def _bound_run(candidate: registry.Candidate, problem: Problem, weight: Quantize
     hit = kept.get(key)
     if hit is not None:
         return hit[2]
-    _, quantize, apply = candidate.bind_stages(problem, weight, bias)
-    f = apply if quantize is None else (lambda x2: apply(quantize(x2)))
+    f = registry.bound_call(candidate, problem, weight, bias)
     if len(kept) >= _MAX_KEPT:
         kept.clear()
     kept[key] = (candidate, bias, f)

@@ -312,12 +312,17 @@ def layer_run(candidate: Candidate, problem: Problem) -> Callable[..., Any]:
         key = (id(w), id(b))  # the caller keeps w and b alive while it runs
         f = bound.get(key)
         if f is None:
-            _, quantize, apply = candidate.bind_stages(problem, w, b)
-            f = apply if quantize is None else (lambda x2: apply(quantize(x2)))
-            bound[key] = f
+            f = bound[key] = bound_call(candidate, problem, w, b)
         return f(x)
 
     return run
+
+
+def bound_call(candidate: Candidate, problem: Problem, w, b) -> Callable[[Any], Any]:
+    """``f(x2) -> y`` for ``[M, K]`` ``x2``: ``candidate``'s launches bound to ``w`` and
+    ``b`` (``Candidate.bind_stages``; quantize then apply, or apply alone)."""
+    _, quantize, apply = candidate.bind_stages(problem, w, b)
+    return apply if quantize is None else (lambda x2: apply(quantize(x2)))
 
 
 def names(found: Iterable[Candidate]) -> list[str]:
