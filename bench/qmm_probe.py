@@ -9,7 +9,9 @@ memory). A case fails where the relative error (max |diff| / max |reference|) ex
 0.05 (bfloat16 rounding of a K-term sum is far below that) or an output is not finite.
 
 Usage: ``python bench/qmm_probe.py [--m 1,4,32,256] [--n 32,64,256,1024]
-[--k 64,128,256,512,1024,4096] [--group-size 64] [--dtype bfloat16,float32]``.
+[--k 64,128,256,512,1024,4096] [--group-size 64] [--dtype bfloat16,float32]
+[--verbose]`` (``--verbose`` prints every case, right ones too, as it goes: a run cut off
+by a time limit still says which cases it covered).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="64,128,256,512,1024,4096")
     p.add_argument("--group-size", type=int, default=64)
     p.add_argument("--dtype", default="bfloat16,float32")
+    p.add_argument("--verbose", action="store_true", help="print every case as it finishes")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     print(f"MLX {mx.__version__}, device {mx.default_device()}, group size {args.group_size}")
@@ -60,6 +63,9 @@ def main(argv=None) -> int:
                     if not worst <= 0.05:
                         bad += 1
                         print(f"WRONG {dname:8s} M={m:4d} N={n:5d} K={k:5d}: relative error "
+                              f"{errs[0]:.3g} / {errs[1]:.3g}", flush=True)
+                    elif args.verbose:
+                        print(f"ok    {dname:8s} M={m:4d} N={n:5d} K={k:5d}: relative error "
                               f"{errs[0]:.3g} / {errs[1]:.3g}", flush=True)
     print(f"{bad} of {total} cases wrong")
     return 0

@@ -91,6 +91,9 @@ class QuantizedWeight:
     # ops.w8a8_linear's launches bound to these arrays, per candidate, problem and bias
     # (not part of the value: not compared, not copied by attrs.evolve).
     _bound: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    # ops.w8a8_linear's whole call per (x shape, x dtype, bias, forced kernel, device
+    # type): the checked, decided and bound path a repeated call takes at once.
+    _calls: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self):
         op = "mlx_w8a8.QuantizedWeight"

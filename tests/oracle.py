@@ -118,6 +118,35 @@ def assert_close(got: mx.array, want: np.ndarray, bound: np.ndarray, dtype: str)
     )
 
 
+def assert_same_but_rounding(got: mx.array, want: mx.array, x: mx.array, weight,
+                             bias: mx.array | None = None):
+    """``got`` equals ``want`` (float32 outputs of one layer, one of them under
+    ``mx.compile``) up to the rounding either may do its own way; a wrong product or a
+    lost term is off by far more.
+
+    Two effects are allowed. MLX's compile fuses a W8A8 epilogue's float ops into one
+    kernel, and a GPU compiler may turn ``p * s + b`` into one FMA, which rounds once
+    where the eager ops round twice: at most ``2^-22 (|want| + |b|)`` apart (one rounding
+    of the product and one of the sum, ``|p s| <= |y| + |b|``, a factor two to spare).
+    And a float kernel (``mx.quantized_matmul``, W8A16) may sum its K products in another
+    order when compiled (measured on an NVIDIA H200: 5 float32 ulps): each order is
+    within ``K 2^-24 sum |x w|`` of the exact sum, so twice that, doubled again for the
+    weight's dequantization, bounds the two. Args: ``x`` ``[M, K]``, ``weight`` a
+    ``QuantizedWeight``, ``bias`` ``[N]`` or ``None``."""
+    g, w = to_numpy(got).astype(np.float64), to_numpy(want).astype(np.float64)
+    assert g.shape == w.shape, (g.shape, w.shape)
+    b = 0.0 if bias is None else np.abs(to_numpy(bias).astype(np.float64))
+    wf = np.abs(to_numpy(weight.dequantize()).astype(np.float64))
+    sums = np.abs(to_numpy(x).astype(np.float64)).reshape(-1, weight.k) @ wf.T
+    allow = 2.0**-22 * (np.abs(w) + b) + 4 * weight.k * 2.0**-24 * sums.reshape(w.shape)
+    err = np.abs(g - w)
+    i = int(np.argmax(err - allow))
+    assert np.all(err <= allow), (
+        f"{int(np.sum(err > allow))} of {err.size} elements off; worst at flat index {i}: "
+        f"got {g.flat[i]!r}, want {w.flat[i]!r}, difference {float(err.flat[i]):.3g} > "
+        f"allowed {float(allow.flat[i]):.3g}")
+
+
 def sqnr_db(signal: np.ndarray, approx: np.ndarray) -> float:
     """Signal-to-quantization-noise ratio in dB."""
     noise = np.sum((signal - approx) ** 2)

@@ -319,3 +319,21 @@ def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
         assert len(binds) == 5
     finally:
         registry.unregister("linear", "bound_fake")
+
+
+def test_w8a8_linear_repeated_call_still_refuses_bad_input(rng):
+    # A repeated call takes the entry kept for its activation shape, dtype, bias and
+    # kernel; an input that was never checked (a numpy array of the same shape, another
+    # K, a bias of the wrong shape) finds none and is refused as on a first call.
+    w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    want = np.array(w8.w8a8_linear(mx.array(x), w, kernel="exact"))
+    np.testing.assert_array_equal(np.array(w8.w8a8_linear(mx.array(x), w, kernel="exact")), want)
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.w8a8_linear\] x must be"):
+        w8.w8a8_linear(x, w, kernel="exact")
+    with pytest.raises(ValueError, match="K mismatch"):
+        w8.w8a8_linear(mx.array(x[:, :32]), w, kernel="exact")
+    with pytest.raises(ValueError, match="bias must be"):
+        w8.w8a8_linear(mx.array(x), w, mx.zeros((8,)), kernel="exact")
+    with pytest.raises(ValueError, match="weight must be a QuantizedWeight"):
+        w8.w8a8_linear(mx.array(x), w.q, kernel="exact")

@@ -89,7 +89,9 @@ def test_qmm_is_not_chosen_where_mlx_cuda_kernel_is_wrong(monkeypatch):
 
     qmm = registry.get("linear", "mlx_qmm")
     layer = w8.Linear(64, 32, group_size=64, per_channel=False)  # no prior rule: fallback
-    assert qmm.handles(problem(4, 64, 64))  # this machine's CPU backend
+    monkeypatch.setattr(reference, "_on_cuda", lambda: False)  # a CPU or Metal backend
+    registry.invalidate()
+    assert qmm.handles(problem(4, 64, 64))
     assert layer.decision(4, mx.bfloat16) == ("mlx_qmm", "fallback")
     monkeypatch.setattr(reference, "_on_cuda", lambda: True)
     registry.invalidate()
