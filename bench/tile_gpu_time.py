@@ -20,7 +20,10 @@ With ``--int32`` the arms are the raw int8 GEMM (``launch.int8_gemm``, int32 out
 random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, qmm and
 quantize are not timed then. ``--tiles`` keeps the named tiles only. ``--acc`` adds each cooperative tile with other
 accumulator-set counts (``<tile>a<count>``), ``--stages`` each tile with shallower rings
-(``<tile>s<stages>``): how a tile's time depends on its loads in flight.
+(``<tile>s<stages>``): how a tile's time depends on its loads in flight. ``--coop`` adds
+each ping-pong tile with cooperative consumers (``<tile>c``: both warpgroups on every
+tile, 64 rows each): where a block gets one tile, a ping-pong block's second warpgroup
+has none to take.
 
 With ``--kernel-dir DIR`` each tile is also timed (named ``<tile>+``) on the per-channel
 GEMM built from the kernel files in DIR where it has them (a changed ``gemm_ws.cu``,
@@ -30,7 +33,7 @@ before it is committed (committing it stales the shipped tuning table). Its outp
 compared with the shipped kernel's once per shape and tile; a row says which differ.
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
-[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8]
+[--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8] [--coop]
 [--kernel-dir DIR [--template MI=2]]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
@@ -82,6 +85,8 @@ def main(argv=None) -> int:
                    "cooperative tile also with each count it allows (named <tile>a<count>)")
     p.add_argument("--stages", default="", help="comma-separated ring depths: each tile also "
                    "with each depth below its own (named <tile>s<stages>)")
+    p.add_argument("--coop", action="store_true", help="each ping-pong tile also with "
+                   "cooperative consumers (named <tile>c)")
     p.add_argument("--kernel-dir", default="", help="a folder with changed kernel files "
                    "(e.g. a gemm_ws.cu): each tile also built from them (named <tile>+)")
     p.add_argument("--template", default="", help="with --kernel-dir: NAME=VALUE,... "
@@ -99,6 +104,8 @@ def main(argv=None) -> int:
         tiles = with_accumulators(tiles, [int(v) for v in args.acc.split(",")])
     if args.stages:
         tiles = with_stages(tiles, [int(v) for v in args.stages.split(",")])
+    if args.coop:
+        tiles = with_cooperative(tiles)
     if args.template and not args.kernel_dir:
         p.error("--template needs --kernel-dir")
     if args.kernel_dir and args.int32:
@@ -175,6 +182,17 @@ def with_stages(tiles: dict, depths: list[int]) -> dict:
         for d in depths:
             if 2 <= d < cfg.stages:
                 out[f"{name}s{d}"] = cfg._replace(stages=d)
+    return out
+
+
+def with_cooperative(tiles: dict) -> dict:
+    """``tiles`` plus, for each ping-pong tile, the same tile with cooperative consumers
+    (``WsConfig.pingpong`` off), named ``<tile>c``."""
+    out = {}
+    for name, cfg in tiles.items():
+        out[name] = cfg
+        if cfg.pingpong:
+            out[name + "c"] = cfg._replace(pingpong=False)
     return out
 
 

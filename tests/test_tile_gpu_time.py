@@ -87,3 +87,6 @@ def test_variant_tiles_keep_the_shipped_ones_and_add_only_what_fits():
     assert st["tma128pps4"].stages == 4 and st["tma128pps4"].pingpong
     assert set(st) == {"tma32", "tma128pp", "tma32s4", "tma128pps4"}
     assert st["tma32s4"].shared_memory < tiles["tma32"].shared_memory
+    co = tile_gpu_time.with_cooperative(tiles)
+    assert co["tma128ppc"] == tiles["tma128pp"]._replace(pingpong=False)
+    assert set(co) == {"tma32", "tma128pp", "tma128ppc"}  # a cooperative tile has no variant
