@@ -13,6 +13,8 @@ not MLX's C++ custom-kernel node nor any GPU work. Arms, per case:
 - ``layer_old`` / ``layer_bound``: an ``mlx_w8a8.Linear`` forced to the candidate, with
   the candidate registered without / with ``bind_stages`` (activation sharing off, so
   every call quantizes);
+- ``op``: the functional ``mlx_w8a8.w8a8_linear(x, w, kernel=<candidate>)`` (its input
+  checks, decision and bound launches kept per weight after the first call);
 - ``qmm``: graph build of ``mx.quantized_matmul`` on the same weight (CPU), for scale.
 
 Arms alternate block by block (A B C ..., then reversed); per-call time = block time /
@@ -98,6 +100,7 @@ def arms_for(name: str, m: int, n: int, k: int) -> dict:
     layer.kernel, layer_old.kernel = name, old.name
     arms["layer_old"] = lambda: layer_old(x)
     arms["layer_bound"] = lambda: layer(x)
+    arms["op"] = lambda: mlx_w8a8.w8a8_linear(x, qw, kernel=name)
     arms["qmm"] = lambda: mx.quantized_matmul(x, qw.q, qw.scales, qw.biases, True, 64, 8)
     for f in arms.values():  # warm-up: kernels built, layers' decisions made and bound
         for _ in range(3):
