@@ -33,11 +33,19 @@ which MLX's CUDA graph turns into an edge; ``mx.depends`` adds none, eleventh se
 ``kernel`` is then the summed kernel time per launch, and ``busy`` above 1 means
 launches overlapped on the GPU.
 
+With ``--linear --quant-smem S1,S2,...`` the TMA W8A8 linear also runs with its
+quantize kernel launched with ``S`` bytes of dynamic shared memory that it does not use
+(arms ``w8a8_tma_q<S>``): an SM splits its L1 and shared memory per kernel, the GEMM
+takes nearly all of it as shared memory and the quantize none, so consecutive launches
+of the two may each wait for the SM to change its split; 12 quantize blocks of about
+18 KiB ask for the GEMM's split. The outputs are compared with the shipped arm's first.
+
 Inputs rotate over enough copies to exceed twice the L2 (as ``cuda_bench.py``). Run it
 once with ``MLX_USE_CUDA_GRAPHS=0`` too to see what the graphs cost or save.
 
 Usage: ``python bench/chain_timeline.py [--m 2048,8192] [--kn 4096x4096,4096x14336]
-[--chain 40] [--rounds 5] [--tiles tma256,tma128pp] [--quantize | --linear]``. Needs a CUDA GPU and torch with
+[--chain 40] [--rounds 5] [--tiles tma256,tma128pp] [--quantize | --linear [--quant-smem 18432]]``.
+Needs a CUDA GPU and torch with
 CUPTI.
 """
 
@@ -120,6 +128,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", default="auto", help="TMA tile names, or auto (tma_tile_for)")
     p.add_argument("--quantize", action="store_true",
                    help="time the activation quantization against x.astype(int8)")
+    p.add_argument("--quant-smem", default="", help="with --linear: comma-separated bytes of "
+                   "unused dynamic shared memory for extra quantize launches (arms w8a8_tma_q<S>)")
     p.add_argument("--linear", action="store_true",
                    help="whole linears (bf16, qmm, W8A8) in independent and dependent chains")
     args = p.parse_args(argv)
@@ -135,7 +145,8 @@ def main(argv=None) -> int:
     if args.quantize:
         return quantize_chains(ms, sorted({k for k, _ in shapes}), args.chain, args.rounds, rng)
     if args.linear:
-        return linear_chains(ms, shapes, args.chain, args.rounds, rng)
+        smem = [int(v) for v in args.quant_smem.split(",") if v]
+        return linear_chains(ms, shapes, args.chain, args.rounds, rng, smem)
     banner(f"chain {args.chain}; us per launch: kernel (median) / span / wall, busy = kernel "
           f"time over span; TOPS from the kernel time and from the wall clock; * marks the "
           f"tile tma_tile_for picks")
@@ -190,8 +201,9 @@ def quantize_chains(ms, ks, chain: int, rounds: int, rng) -> int:
     return 0
 
 
-def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
-    """``--linear``: whole linears, independent and dependent chains, per M and shape."""
+def linear_chains(ms, shapes, chain: int, rounds: int, rng, quant_smem=()) -> int:
+    """``--linear``: whole linears, independent and dependent chains, per M and shape;
+    ``quant_smem``: extra TMA arms whose quantize asks for that much shared memory."""
     from mlx_w8a8.kernels import registry
     from mlx_w8a8.weight import QuantizedWeight
 
@@ -218,6 +230,13 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
                     run = registry.layer_run(cand, problem)
                     ops[name.replace("cuda_w8a8_gemm", "w8a8")] = (
                         lambda x, i, run=run: run(x, qws[i % C], None))
+            tma = registry.find("linear", "cuda_w8a8_gemm_tma")
+            for size in quant_smem if tma is not None and tma.available() else ():
+                ops[f"w8a8_tma_q{size}"] = smem_quantize_arm(tma, problem, qws, C, size)
+                x0 = xs[0]
+                same = mx.array_equal(ops[f"w8a8_tma_q{size}"](x0, 0), ops["w8a8_tma"](x0, 0)).item()
+                print(f"M={m:5d} K={k:6d} N={n:6d} w8a8_tma_q{size}: output "
+                      f"{'equals' if same else 'DIFFERS FROM'} the shipped arm's", flush=True)
             for label, op in ops.items():
                 def independent(c, op=op):
                     mx.eval([op(xs[i % X], i) for i in range(c)])
@@ -246,6 +265,21 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng) -> int:
                           f"span {r['span']:7.1f} wall {r['wall']:7.1f} busy {r['busy']:.3f} "
                           f"kernels {r['n']:4d}", flush=True)
     return 0
+
+
+def smem_quantize_arm(cand, problem, qws, copies: int, size: int):
+    """``op(x, i)``: ``cand``'s bound apply on weight copy ``i``, fed by the row-sum
+    quantize launched with ``size`` bytes of (unused) dynamic shared memory."""
+    from mlx_w8a8.kernels import cuda_launch as launch
+
+    spec = launch.quantize_spec(problem.m, problem.k, mx.bfloat16, row_sum=True)
+    spec = spec._replace(kernel=launch._kernel("quantize.cu", "rowsum", ("x",),
+                                               ("q", "scale", "rsum"), shared_memory=size))
+    applies = []
+    for i in range(copies):
+        _, bq, apply = cand.bind_stages(problem, qws[i], None)
+        applies.append(apply)
+    return lambda x, i: applies[i % copies](tuple(spec.launch(x)))
 
 
 if __name__ == "__main__":
