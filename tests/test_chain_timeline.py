@@ -35,3 +35,43 @@ def test_chain_timeline_linear_modes_run_each_arm(monkeypatch, capsys):
         assert sorted(mode(ln) for ln in square if arm(ln) == name) == ["dep", "feed", "indep"]
         assert sorted(mode(ln) for ln in other if arm(ln) == name) == ["dep", "indep"]
     assert calls and all(c == 3 for c in calls)
+
+
+def test_quant_smem_arm_launches_the_quantize_with_that_shared_memory(monkeypatch):
+    """``--quant-smem S``'s arm: the row-sum quantize launched with S bytes of dynamic
+    shared memory (nothing else about it changed), its outputs fed to the TMA linear's
+    bound apply on the launch's weight copy (launches recorded, no GPU)."""
+    import mlx.core as mx
+    from kernel_recorder import Recorder
+
+    from mlx_w8a8.kernels import cuda_launch as launch
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    for c in (launch.load, launch.requires, launch._kernel):
+        c.cache_clear()
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
+    from mlx_w8a8.kernels import tensormap  # maps as a machine with the CUDA driver has them
+    monkeypatch.setattr(tensormap, "prototype", lambda rows, k, box_rows: bytes(tensormap.MAP_BYTES))
+    monkeypatch.setattr(tensormap, "available", lambda: True)
+    launch._tma_prototypes.cache_clear()
+    tma = registry.get("linear", "cuda_w8a8_gemm_tma")
+    problem = registry.Problem("linear", 16, 64, 128, "bfloat16", "per_channel", 64)
+    rng = np.random.default_rng(0)
+    qws = [QuantizedWeight.from_float(mx.array(rng.standard_normal((64, 128)).astype(np.float32)),
+                                      64, per_channel=True) for _ in range(2)]
+    try:
+        op = chain_timeline.smem_quantize_arm(tma, problem, qws, 2, 17408)
+        shipped = launch.quantize_spec(16, 128, mx.bfloat16, row_sum=True)
+        op(mx.zeros((16, 128), dtype=mx.bfloat16), 1)
+    finally:
+        for c in (launch.load, launch.requires, launch._kernel, launch._tma_prototypes):
+            c.cache_clear()
+    quantize, gemm = rec.launches
+    assert quantize["name"].endswith("quantize_rowsum") and quantize["shared_memory"] == 17408
+    assert (quantize["grid"], quantize["threadgroup"]) == (shipped.grid, shipped.threadgroup)
+    assert gemm["arrays"][0] is not None and len(gemm["arrays"]) > 3
+    assert any(a is qws[1].q for a in gemm["arrays"])  # copy i = 1's weight
+    assert not any(a is qws[0].q for a in gemm["arrays"])
