@@ -218,12 +218,13 @@ def w8a8_linear(
     Returns:
         ``[..., N]`` in ``x.dtype``.
     """
-    if stream is None:  # a call like an earlier one: checked, decided and bound then
+    key = None  # of the kept call: a call like an earlier one was checked, decided and bound
+    if stream is None:
         try:
             key = (x.shape, x.dtype, id(bias), kernel, mx.default_device().type)
             hit = weight._calls.get(key)
         except (AttributeError, TypeError):  # not an array, not a QuantizedWeight
-            hit = None
+            key = hit = None
         if hit is not None and hit[0] == registry.generation:
             return hit[1](x)
     op = "mlx_w8a8.w8a8_linear"
@@ -256,10 +257,9 @@ def w8a8_linear(
         if x.ndim != 2:  # [..., K]: flattened to [M, K] and back
             m, k, shape = problem.m, weight.k, (*lead, weight.n)
             f = (lambda run: lambda x_: run(x_.reshape(m, k)).reshape(shape))(f)
-        if stream is None:
+        if key is not None:
             calls = weight._calls
             if len(calls) >= _MAX_KEPT:
                 calls.clear()
-            # The entry holds the bias, so that its id stays its own.
-            calls[(x.shape, x.dtype, id(bias), kernel, mx.default_device().type)] = (generation, f, bias)
+            calls[key] = (generation, f, bias)  # holds the bias, so that its id stays its own
         return f(x)
