@@ -143,6 +143,27 @@ def paired_verdict(base: list[float], variant: list[float],
     return ratio, low, _past_margin(ratio, min_improvement_bps) and low >= 1.0
 
 
+def check_margin(op: str, min_improvement_bps: float) -> None:
+    """Raise the ``ValueError`` of op ``op`` for a margin outside ``[0, 10000)`` basis
+    points (the three model checks')."""
+    if not 0 <= min_improvement_bps < 10000:
+        raise ValueError(
+            f"[{op}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
+
+
+def prefill_args(op: str, tokens, rounds: int, extra_rounds: int | None,
+                 min_improvement_bps: float) -> tuple[list[int], int]:
+    """The sibling and prefill checks' arguments, validated for op ``op``: the sorted
+    distinct prefill lengths and the extra rounds (``None``: ``rounds``)."""
+    tokens = sorted({int(t) for t in tokens})
+    extra_rounds = rounds if extra_rounds is None else extra_rounds
+    if not tokens or tokens[0] < 1 or rounds < 2 or extra_rounds < 0:
+        raise ValueError(f"[{op}] need token counts >= 1, rounds >= 2 and extra_rounds >= 0;"
+                         f" got tokens={tokens}, rounds={rounds}, extra_rounds={extra_rounds}")
+    check_margin(op, min_improvement_bps)
+    return tokens, extra_rounds
+
+
 def _past_margin(ratio: float, min_improvement_bps: float) -> bool:
     """The rule's first part: the median ratio beats the margin."""
     return ratio >= 1.0 + min_improvement_bps / 10000.0
@@ -258,10 +279,7 @@ def check_decode(
             f"[{OP}] need steps >= 1, prompt >= 1, rounds >= 2 and extra_rounds >= 0; got "
             f"steps={steps}, prompt={prompt}, rounds={rounds}, extra_rounds={extra_rounds}"
         )
-    if not 0 <= min_improvement_bps < 10000:
-        raise ValueError(
-            f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}"
-        )
+    check_margin(OP, min_improvement_bps)
     layers = _linears(model)
     if not layers:
         raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "

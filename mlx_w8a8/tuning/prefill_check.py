@@ -44,7 +44,7 @@ from ..kernels import registry
 from ..kernels.registry import Problem
 from . import shapes
 from .decode_check import (_dtype_at, _linears, _vocab, extend_unsettled, more_rounds,
-                           paired_verdict)
+                           paired_verdict, prefill_args)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 OP = "mlx_w8a8.check_prefill"
@@ -227,14 +227,7 @@ def check_prefill(
     from .. import modelbench
     from . import get_tuner
 
-    tokens = sorted({int(t) for t in tokens})
-    extra_rounds = rounds if extra_rounds is None else extra_rounds
-    if not tokens or tokens[0] < 1 or rounds < 2 or extra_rounds < 0:
-        raise ValueError(f"[{OP}] need token counts >= 1, rounds >= 2 and extra_rounds >= 0;"
-                         f" got tokens={tokens}, rounds={rounds}, extra_rounds={extra_rounds}")
-    if not 0 <= min_improvement_bps < 10000:
-        raise ValueError(
-            f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
+    tokens, extra_rounds = prefill_args(OP, tokens, rounds, extra_rounds, min_improvement_bps)
     layers = _linears(model)
     if not layers:
         raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "

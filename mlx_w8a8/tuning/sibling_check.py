@@ -34,7 +34,7 @@ from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
 from .decode_check import (GroupResult, _vocab, extend_unsettled, more_rounds,
-                           paired_verdict, record_verdicts)
+                           paired_verdict, prefill_args, record_verdicts)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner
 
 OP = "mlx_w8a8.check_siblings"
@@ -136,14 +136,7 @@ def check_siblings(
     from .. import modelbench
     from . import get_tuner
 
-    tokens = sorted({int(t) for t in tokens})
-    extra_rounds = rounds if extra_rounds is None else extra_rounds
-    if not tokens or tokens[0] < 1 or rounds < 2 or extra_rounds < 0:
-        raise ValueError(f"[{OP}] need token counts >= 1, rounds >= 2 and extra_rounds >= 0;"
-                         f" got tokens={tokens}, rounds={rounds}, extra_rounds={extra_rounds}")
-    if not 0 <= min_improvement_bps < 10000:
-        raise ValueError(
-            f"[{OP}] min_improvement_bps must be in [0, 10000), got {min_improvement_bps}")
+    tokens, extra_rounds = prefill_args(OP, tokens, rounds, extra_rounds, min_improvement_bps)
     tuner = tuner or get_tuner()
     vocab = _vocab(model)
     results: list[GroupResult] = []
