@@ -41,7 +41,7 @@ from .tuning.batch import Batch
 from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
 
 PROG = "mlx_w8a8.tune"
-PREFILL_ROUNDS = 10  # the sibling and prefill checks' own default (their ROUNDS)
+PREFILL_ROUNDS = decode_check_mod.PREFILL_ROUNDS  # the sibling and prefill checks' ROUNDS
 DTYPES = ("bfloat16", "float16", "float32")
 OPS = ("linear", "int8_matmul", "quantize_activation")
 

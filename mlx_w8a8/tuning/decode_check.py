@@ -66,6 +66,9 @@ PROMPT = 8
 # and what the second kept decoded at 0.93x; 20 rounds of 32 steps with the quartile
 # rule replaced it (0.97x, p25 0.92x; bench/results/h200_2026-11-30_s2_{b,f,g}_*).
 ROUNDS = 20
+# The sibling and prefill checks' paired rounds per prefill length (their ROUNDS, and
+# tune's --prefill-rounds default).
+PREFILL_ROUNDS = 10
 
 
 @attrs.frozen

@@ -44,11 +44,11 @@ from ..kernels import registry
 from ..kernels.registry import Problem
 from . import shapes
 from .decode_check import (_dtype_at, _linears, _vocab, extend_unsettled, more_rounds,
-                           paired_verdict, prefill_args)
+                           paired_verdict, prefill_args, PREFILL_ROUNDS)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 OP = "mlx_w8a8.check_prefill"
-ROUNDS = 10
+ROUNDS = PREFILL_ROUNDS
 
 
 @attrs.frozen

@@ -34,11 +34,11 @@ from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
 from .decode_check import (GroupResult, _vocab, extend_unsettled, more_rounds,
-                           paired_verdict, prefill_args, record_verdicts)
+                           paired_verdict, prefill_args, record_verdicts, PREFILL_ROUNDS)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner
 
 OP = "mlx_w8a8.check_siblings"
-ROUNDS = 10
+ROUNDS = PREFILL_ROUNDS
 
 
 @attrs.frozen
