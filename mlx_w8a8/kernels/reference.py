@@ -187,6 +187,7 @@ for _op, _run, _functions in _EXACT_RUNS:
         )
     )
 
+
 def _on_cuda() -> bool:
     """Whether calls run on MLX's CUDA backend now (the default device is a CUDA GPU)."""
     try:
@@ -200,11 +201,13 @@ def qmm_supports(problem) -> bool:
 
     MLX 0.32.4's CUDA kernel does not where a weight row is one group (K <= group size)
     and M > 1: measured on an NVIDIA H200 (bench/compile_probe.py, bench/qmm_probe.py;
-    bench/results/h200_2026-12-01_s18_{d,e}*) it returned zeros, stale data or
-    non-finite values at K = 64 with group size 64 for every M in 4-256 and N in 32-4096
-    (bfloat16 and float32, stock ``nn.QuantizedLinear`` alike), while M = 1, K = 128-256
-    with group size 64 and K = 64-4096 with group size 32 were right. Such a layer runs
-    the exact W8A8 kernel instead (``registry.fallback``)."""
+    bench/results/h200_2026-12-01_s18_{d,e}*, ..._s19_a*) it returned zeros, stale data
+    or non-finite values at K = 64 with group size 64 for every M in 2-256 and N in
+    32-4096 (bfloat16, float16 and float32, stock ``nn.QuantizedLinear`` alike) and at
+    K = 128 with group size 128 in bfloat16, while M = 1, two or more groups per row
+    (group size 64 or 128 up to K = 4096) and group size 32 (K = 32-4096) were right,
+    and so was float32 at K = 128 with group size 128. Such a layer runs the exact W8A8
+    kernel instead (``registry.fallback``)."""
     return not (problem.m > 1 and problem.k <= (problem.group_size or 0) and _on_cuda())
 
 
