@@ -1,6 +1,6 @@
 """A stand-in for ``mx.fast.cuda_kernel`` that records what the launchers hand to MLX,
-for tests that check launch plans without a GPU (tests/test_cuda_compile.py,
-tests/test_tile_gpu_time.py)."""
+and fake tensor maps, for tests that check launch plans without a GPU
+(tests/test_cuda_compile.py, tests/test_tile_gpu_time.py, tests/test_chain_timeline.py)."""
 
 import re
 
@@ -33,3 +33,23 @@ class Recorder:
             return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
 
         return launch
+
+
+def fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
+    """Stands in for the driver's tensor-map encoding (none here): the sizes, readable
+    back."""
+    import numpy as np
+
+    from mlx_w8a8.kernels import tensormap
+
+    return np.array([rows, k, box_rows], dtype=np.uint64).tobytes().ljust(tensormap.MAP_BYTES, b"\0")
+
+
+def fake_tensor_maps(monkeypatch) -> None:
+    """Tensor maps encodable as on a machine with the CUDA driver (:func:`fake_prototype`),
+    the launchers' cache of prototypes emptied; the caller empties it again after use."""
+    from mlx_w8a8.kernels import cuda_launch, tensormap
+
+    monkeypatch.setattr(tensormap, "prototype", fake_prototype)
+    monkeypatch.setattr(tensormap, "available", lambda: True)
+    cuda_launch._tma_prototypes.cache_clear()

@@ -42,7 +42,7 @@ def test_quant_smem_arm_launches_the_quantize_with_that_shared_memory(monkeypatc
     shared memory (nothing else about it changed), its outputs fed to the TMA linear's
     bound apply on the launch's weight copy (launches recorded, no GPU)."""
     import mlx.core as mx
-    from kernel_recorder import Recorder
+    from kernel_recorder import Recorder, fake_tensor_maps
 
     from mlx_w8a8.kernels import cuda_launch as launch
     from mlx_w8a8.kernels import registry
@@ -53,10 +53,7 @@ def test_quant_smem_arm_launches_the_quantize_with_that_shared_memory(monkeypatc
     for c in (launch.load, launch.requires, launch._kernel):
         c.cache_clear()
     monkeypatch.setattr(launch, "is_sm90", lambda: True)
-    from mlx_w8a8.kernels import tensormap  # maps as a machine with the CUDA driver has them
-    monkeypatch.setattr(tensormap, "prototype", lambda rows, k, box_rows: bytes(tensormap.MAP_BYTES))
-    monkeypatch.setattr(tensormap, "available", lambda: True)
-    launch._tma_prototypes.cache_clear()
+    fake_tensor_maps(monkeypatch)
     tma = registry.get("linear", "cuda_w8a8_gemm_tma")
     problem = registry.Problem("linear", 16, 64, 128, "bfloat16", "per_channel", 64)
     rng = np.random.default_rng(0)

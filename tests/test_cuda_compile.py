@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from kernel_recorder import Recorder
+from kernel_recorder import Recorder, fake_tensor_maps
 from mlx_w8a8.kernels import cuda, sources, tensormap
 from mlx_w8a8.kernels import cuda_launch as launch
 
@@ -377,11 +377,6 @@ def test_kernels_compile_for_sm90a(tmp_path):
 
 
 # Launch plans, checked on any machine ----------------------------------------------------
-def fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
-    """Stands in for the driver's encoding (none here): the sizes, readable back."""
-    return np.array([rows, k, box_rows], dtype=np.uint64).tobytes().ljust(tensormap.MAP_BYTES, b"\0")
-
-
 def read_prototypes(array) -> list[tuple[int, int, int]]:
     """The ``(rows, k, box_rows)`` of each fake map in a launch's ``proto`` input."""
     raw = np.array(array).tobytes()
@@ -391,10 +386,8 @@ def read_prototypes(array) -> list[tuple[int, int, int]]:
 
 @pytest.fixture(autouse=True)
 def tma_here(monkeypatch):
-    """Tensor maps encodable as on a machine with the CUDA driver (fake maps, above)."""
-    monkeypatch.setattr(tensormap, "prototype", fake_prototype)
-    monkeypatch.setattr(tensormap, "available", lambda: True)
-    launch._tma_prototypes.cache_clear()
+    """Tensor maps encodable as on a machine with the CUDA driver (fake maps)."""
+    fake_tensor_maps(monkeypatch)
     yield
     launch._tma_prototypes.cache_clear()
 
