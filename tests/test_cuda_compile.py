@@ -1085,18 +1085,28 @@ def test_tile_choice_fills_the_sms(tile_for, configs):
 def test_tma_tile_takes_ping_pong_for_the_wide_tile_up_to_its_k_bound():
     """Where the fill rule gives the cooperative 128 x 256 tile, K <= PINGPONG_MAX_K takes
     the ping-pong 128 x 128 one (measured faster at K = 4096, slower at 14336:
-    docs/cuda.md); every other choice is the fill rule's at any K."""
+    docs/cuda.md); where a 128 x 128 grid has at most one tile per block (SMS), its
+    consumers are cooperative (tma128: a ping-pong block's second warpgroup would have
+    no tile; nineteenth set, run D); every other choice is the fill rule's at any K."""
     bound = launch.PINGPONG_MAX_K
-    pp = launch.TMA_CONFIGS["tma128pp"]
-    assert pp.pingpong and pp.bn == 128
+    pp, coop = launch.TMA_CONFIGS["tma128pp"], launch.TMA_CONFIGS["tma128"]
+    assert pp.pingpong and pp.bn == 128 and not coop.pingpong and coop.bn == 128
     for m, n in ((512, 14336), (2048, 4096), (2048, 28672), (8, 28672), (1, 128256)):
         assert _tma_long_k(m, n).bn == 256
         assert launch.tma_tile_for(m, n, bound) == pp
         assert launch.tma_tile_for(m, n, 4096) == pp
         assert launch.tma_tile_for(m, n, bound + 16).bn == 256
-    for m, n in ((16, 4096), (128, 14336), (512, 4096), (512, 1024), (2048, 1024)):
+    for m, n in ((16, 4096), (512, 1024), (128, 4096)):
         assert launch.tma_tile_for(m, n, 4096) == _tma_long_k(m, n)
-    assert launch.tma_tile_for(128, 14336, 4096) == pp  # 128 wide fills: ping-pong too
+        assert launch.tma_tile_for(m, n, 4096).bn < 128
+    # One 128 x 128 tile per block or fewer: cooperative at any K; one more: ping-pong.
+    for m, n in ((128, 14336), (512, 4096), (512, 3584), (2048, 1024), (128, 132 * 128)):
+        assert launch.tiles(m, n, coop) <= launch.SMS
+        for k in (4096, bound + 16):
+            assert launch.tma_tile_for(m, n, k) == coop, (m, n, k)
+    assert launch.tma_tile_for(128, 133 * 128, 4096) == pp
+    assert launch.tma_tile_for(128, 18944, 3584) == pp  # 148 tiles
+    assert launch.tma_tile_for(512, 1024, 4096) != coop  # the fill rule's narrow tile
 
 
 def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):

@@ -220,7 +220,16 @@ TMA_CONFIGS = {
     "tma128pp": WsConfig(128, 6, 4, True, True),
     "tma64": WsConfig(64, 8, 1, True),
     "tma32": WsConfig(32, 10, 1, True),
+    "tma128": WsConfig(128, 6, 4, True),
 }
+# tma_tile_for runs 128 x 128 tiles with cooperative consumers (tma128) where the grid has
+# at most one tile per block: a ping-pong block's second warpgroup has no tile to take
+# there, and one warpgroup then issues every MMA of the tile. Measured on an H200
+# (nineteenth set, run D; GPU time of the bf16-output GEMM, ping-pong -> cooperative):
+# M = 512 on 4096 x 4096 18.7 -> 17.2 us, 14336 x 4096 45.7 -> 44.4, 18944 x 3584 57.1 ->
+# 55.4, M = 128 on 4096 x 14336 24.9 -> 23.4; with two or more tiles per block ping-pong
+# wins or ties (M = 512 on 4096 x 14336: 51.4 against 58.7; M = 1024: 28.9-113.2 against
+# 29.8-113.7).
 # tma_tile_for takes the ping-pong 128 x 128 tile instead of the cooperative 128 x 256
 # up to this K: a tile's epilogue (hidden by ping-pong) is a share of its MMAs that falls
 # as 1 / K, while the narrower tile reads 4/3 the operand bytes per MMA from L2. Measured
@@ -285,10 +294,15 @@ def ws_tile_for(m: int, n: int) -> WsConfig:
 
 def tma_tile_for(m: int, n: int, k: int) -> WsConfig:
     """The TMA GEMM's tile for an ``M x N`` output over ``K``: :func:`tiles_filling` over
-    ``TMA_CONFIGS``, the ping-pong 128 x 128 tile for 128 x 256 where ``K <=
-    PINGPONG_MAX_K``."""
-    cfg = tiles_filling(m, n, TMA_CONFIGS.values())
-    return TMA_CONFIGS["tma128pp"] if cfg.bn == 256 and k <= PINGPONG_MAX_K else cfg
+    one tile per width (``TMA_CONFIGS`` but ``tma128``), the ping-pong 128 x 128 tile for
+    128 x 256 where ``K <= PINGPONG_MAX_K``, and the cooperative 128 x 128 tile instead
+    of the ping-pong one where the output has at most one tile per block (``SMS``)."""
+    cfg = tiles_filling(m, n, [c for name, c in TMA_CONFIGS.items() if name != "tma128"])
+    if cfg.bn == 256 and k <= PINGPONG_MAX_K:
+        cfg = TMA_CONFIGS["tma128pp"]
+    if cfg.pingpong and tiles(m, n, cfg) <= SMS:
+        return TMA_CONFIGS["tma128"]
+    return cfg
 
 
 def grouped_tile_for(m: int, n: int) -> GemmConfig:
