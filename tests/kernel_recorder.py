@@ -5,6 +5,20 @@ and fake tensor maps, for tests that check launch plans without a GPU
 import re
 
 
+def record_launches(monkeypatch) -> "Recorder":
+    """A :class:`Recorder` standing in for ``mx.fast.cuda_kernel``, with ``mx.compile``
+    an identity: a bound launcher (``LaunchSpec.bound``) replays its traced launch
+    without calling the kernel object again and hands it tracers, not the caller's
+    arrays, so the recorder would see one launch of placeholders. The replay has its
+    own test (tests/test_cuda_compile.py)."""
+    import mlx.core as mx
+
+    rec = Recorder()
+    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    monkeypatch.setattr(mx, "compile", lambda fun, *a, **kw: fun)
+    return rec
+
+
 class Recorder:
     """Stands in for mx.fast.cuda_kernel: records each build and launch, returns zeros."""
 

@@ -42,14 +42,13 @@ def test_quant_smem_arm_launches_the_quantize_with_that_shared_memory(monkeypatc
     shared memory (nothing else about it changed), its outputs fed to the TMA linear's
     bound apply on the launch's weight copy (launches recorded, no GPU)."""
     import mlx.core as mx
-    from kernel_recorder import Recorder, fake_tensor_maps
+    from kernel_recorder import fake_tensor_maps, record_launches
 
     from mlx_w8a8.kernels import cuda_launch as launch
     from mlx_w8a8.kernels import registry
     from mlx_w8a8.weight import QuantizedWeight
 
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     for c in (launch.load, launch.requires, launch._kernel):
         c.cache_clear()
     monkeypatch.setattr(launch, "is_sm90", lambda: True)

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from kernel_recorder import Recorder, fake_tensor_maps
+from kernel_recorder import fake_tensor_maps, record_launches
 from mlx_w8a8.kernels import cuda, sources, tensormap
 from mlx_w8a8.kernels import cuda_launch as launch
 
@@ -540,10 +540,7 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
     """What the launchers hand to MLX, recorded without a GPU: every (file, body, template
     names, tile) is among the builds the compile test compiles; every argument name is one
     the body uses; block sizes are whole warps within limits; shared memory fits a block."""
-    import mlx.core as mx
-
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     launch._kernel.cache_clear()
     try:
         _launch_all()
@@ -598,8 +595,7 @@ def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
     from mlx_w8a8.weight import QuantizedWeight
 
     assert cuda.U8_MAX_K * 127 * 255 < 2**31 <= (cuda.U8_MAX_K + 1) * 127 * 255
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     launch._kernel.cache_clear()
     try:
         for k in (4096, 66304, 66336):
@@ -630,8 +626,7 @@ def test_stages_launch_what_run_launches(monkeypatch):
         return [(p["name"], p["template"], p["grid"], [a.shape for a in p["arrays"]])
                 for p in plans]
 
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
     launch._kernel.cache_clear()
     w = mx.random.normal((264, 8192))
@@ -740,6 +735,44 @@ def _bound_cases(rng):
             yield Problem("linear", 2, 8, k, "float16", fmt, 32, True), qw, mx.zeros((8,))
 
 
+def test_bound_launch_replays_its_trace_on_each_calls_inputs():
+    """LaunchSpec.bound, with MLX's real mx.compile and a kernel object that computes
+    from what it is given: the kernel object is called once (the trace), and every later
+    call replays that launch on its own activations (outputs follow each call's x, not
+    the first's); the tail reaches the kernel as a traced input, never as the captured
+    array (mx.compile would re-run a captured lazy array's graph on every call); with
+    compilation off each call launches directly."""
+    import mlx.core as mx
+
+    calls = []
+
+    def kernel(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template):
+        calls.append(list(inputs))
+        total = inputs[0]
+        for t in inputs[1:]:
+            total = total + t
+        return [total, inputs[0] * 2]
+
+    tail = (mx.array([10.0, 20.0]), mx.array([1.0, 1.0]) * 3)  # the second one lazy
+    spec = launch.LaunchSpec(kernel, tail, [("T", mx.float32)], [(2,), (2,)],
+                             [mx.float32, mx.float32], (32, 1, 1), (32, 1, 1))
+    first, both = spec.bound(slice(1)), spec.bound()
+    for v in (1.0, 5.0, -2.0):
+        (y,) = first(mx.array([v, v]))
+        assert y.tolist() == [v + 13, v + 23]
+        y, doubled = both(mx.array([v, 0.5]))
+        assert y.tolist() == [v + 13, 23.5] and doubled.tolist() == [2 * v, 1.0]
+    assert len(calls) == 2, f"{len(calls)} kernel calls for 2 bound launchers x 3 calls"
+    assert not any(a is t for args in calls for a in args for t in tail), "tail captured"
+    mx.disable_compile()
+    try:
+        first(mx.array([0.0, 0.0]))
+        first(mx.array([0.0, 0.0]))
+    finally:
+        mx.enable_compile()
+    assert len(calls) == 4
+
+
 def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     """Each CUDA linear candidate's bound form (bind_stages), on every case it supports:
     apply(quantize(x)) (or apply(x) with one stage) makes exactly the launches run(x, w, b)
@@ -750,8 +783,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
 
     from mlx_w8a8.kernels import registry
 
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_int8_gemv"]
@@ -808,12 +840,10 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
 def cuda_here(monkeypatch):
     """The CUDA candidates offered as on a Hopper GPU, launches recorded (no GPU needed)."""
     import attrs
-    import mlx.core as mx
 
     from mlx_w8a8.kernels import registry
 
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)
     monkeypatch.setattr(launch, "is_sm90", lambda: True)
     originals = [c for c in registry.all_candidates() if c.backend == "cuda"]
@@ -942,10 +972,7 @@ def test_bound_layers_fed_one_input_quantize_it_once(cuda_here):
 def test_kernel_names_change_with_their_text(monkeypatch):
     """MLX caches compiled kernels on disk by name alone: a kernel whose text changed (an
     upgrade of this package) must get a new name, or the old machine code would run."""
-    import mlx.core as mx
-
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
 
     def name_of(file, body, inputs=("x",), outputs=("q", "scale")):
         launch._kernel.cache_clear()

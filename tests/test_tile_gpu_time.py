@@ -14,7 +14,7 @@ import mlx.core as mx
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 import tile_gpu_time  # noqa: E402
-from kernel_recorder import Recorder  # noqa: E402
+from kernel_recorder import record_launches  # noqa: E402
 
 from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
 from mlx_w8a8.kernels import sources  # noqa: E402
@@ -26,8 +26,7 @@ HEADER_MARK = "constexpr int kW8a8ChangedHeader = 1;"
 
 @pytest.fixture
 def builds(monkeypatch, tmp_path):
-    rec = Recorder()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", rec)
+    rec = record_launches(monkeypatch)
     for c in (launch.load, launch.requires, launch._kernel):
         c.cache_clear()
     yield rec

@@ -476,6 +476,31 @@ class LaunchSpec(NamedTuple):
             grid=self.grid, threadgroup=self.threadgroup,
         )
 
+    def bound(self, outputs: slice = slice(None)):
+        """``f(*lead) -> outputs``: :meth:`launch` under ``mx.compile``, the outputs
+        ``outputs`` selects. The first call per input shape traces the launch; every
+        later call replays the traced primitive on its own inputs, so MLX does not
+        rebuild the launch (its kernel source string, template and argument lists) on
+        each call. Measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set):
+        4-5 us of Python per direct launch, about half that per replay.
+
+        The tail goes in as an input, not captured by the closure: ``mx.compile``
+        replays a captured array's own graph on every call while it is unevaluated
+        (a bias converted to float32 lazily, a weight not yet quantized).
+
+        Hazard: a replay runs on the stream the launch was traced on, the default
+        stream of the first call; callers that pass ``stream=`` launch directly. Where
+        compilation is off (``mx.disable_compile``, ``MLX_DISABLE_COMPILE``) or the
+        inputs are tracers (an outer ``mx.compile``), the launch is made directly.
+        """
+        kernel, tail, template, shapes, dtypes, grid, tg = self
+
+        def launch(lead, tail):
+            return kernel(inputs=[*lead, *tail], template=template, output_shapes=shapes,
+                          output_dtypes=dtypes, grid=grid, threadgroup=tg)[outputs]
+        replay = mx.compile(launch)
+        return lambda *lead: replay(lead, tail)
+
 
 def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
                   row_sum: bool = False, warp: bool = False,
@@ -864,40 +889,26 @@ def bind_quantize(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
                   row_sum: bool = False, lead: tuple[int, ...] | None = None):
     """``f(x) -> (q, scale, row_sums)``: :func:`quantize` for ``[M, K]`` (or
     ``[*lead, K]``) ``dtype`` ``x``."""
-    kern, _, template, shapes, dtypes, grid, tg = quantize_spec(m, k, dtype, group_size, row_sum,
-                                                                lead=lead)
-    if len(shapes) == 2:
+    spec = quantize_spec(m, k, dtype, group_size, row_sum, lead=lead)
+    run = spec.bound()
+    if len(spec.output_shapes) == 2:
         def run_plain(x):
-            q, scale = kern(inputs=[x], template=template, output_shapes=shapes,
-                            output_dtypes=dtypes, grid=grid, threadgroup=tg)
+            q, scale = run(x)
             return q, scale, None
         return run_plain
-
-    def run_sums(x):
-        q, scale, sums = kern(inputs=[x], template=template, output_shapes=shapes,
-                              output_dtypes=dtypes, grid=grid, threadgroup=tg)
-        return q, scale, sums
-    return run_sums
+    return lambda x: tuple(run(x))
 
 
 def _bind_acts2(spec: LaunchSpec):
     """``f(acts) -> y`` launching ``spec`` on ``acts[0], acts[1]`` (codes, scales)."""
-    kern, tail, template, shapes, dtypes, grid, tg = spec
-
-    def apply(acts):
-        return kern(inputs=[acts[0], acts[1], *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
-    return apply
+    run = spec.bound(slice(1))
+    return lambda acts: run(acts[0], acts[1])[0]
 
 
 def _bind_acts3(spec: LaunchSpec):
     """``f(acts) -> y`` launching ``spec`` on ``acts`` (codes, scales, row sums)."""
-    kern, tail, template, shapes, dtypes, grid, tg = spec
-
-    def apply(acts):
-        return kern(inputs=[*acts, *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
-    return apply
+    run = spec.bound(slice(1))
+    return lambda acts: run(*acts)[0]
 
 
 def bind_gemm_per_channel(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
@@ -915,14 +926,8 @@ def bind_gemm_ws_group(m: int, k: int, members, out_dtype: mx.Dtype,
     ``acts = (xq, xs, xr)``, one output per member (a TMA launch's tensor-map scratch,
     its last output, is not returned: the sibling memo waits for every output it holds
     to be taken)."""
-    kern, tail, template, shapes, dtypes, grid, tg = gemm_ws_group_spec(
-        m, k, members, out_dtype, config, lead)
-    g = len(members)
-
-    def apply(acts):
-        return kern(inputs=[*acts, *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[:g]
-    return apply
+    run = gemm_ws_group_spec(m, k, members, out_dtype, config, lead).bound(slice(len(members)))
+    return lambda acts: run(*acts)
 
 
 def bind_gemm_grouped(m: int, weight, bias, out_dtype: mx.Dtype, config: GemmConfig | None = None,
@@ -934,25 +939,14 @@ def bind_gemm_grouped(m: int, weight, bias, out_dtype: mx.Dtype, config: GemmCon
 def bind_gemv_fused(m: int, k: int, weight, bias, dtype: mx.Dtype,
                     lead: tuple[int, ...] | None = None):
     """``f(x) -> y``: the one-launch :func:`gemv` for ``[M, K]`` ``dtype`` ``x``."""
-    kern, tail, template, shapes, dtypes, grid, tg = gemv_fused_spec(m, k, weight, bias, dtype,
-                                                                     lead)
-
-    def run(x):
-        return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)[0]
-    return run
+    run = gemv_fused_spec(m, k, weight, bias, dtype, lead).bound(slice(1))
+    return lambda x: run(x)[0]
 
 
 def bind_gemv_fused_group(m: int, k: int, members, dtype: mx.Dtype,
                           lead: tuple[int, ...] | None = None):
     """``f(x) -> [y_0, y_1, ...]``: :func:`gemv_fused_group_spec`'s launch on ``x``."""
-    kern, tail, template, shapes, dtypes, grid, tg = gemv_fused_group_spec(m, k, members, dtype,
-                                                                           lead)
-
-    def run(x):
-        return kern(inputs=[x, *tail], template=template, output_shapes=shapes,
-                    output_dtypes=dtypes, grid=grid, threadgroup=tg)
-    return run
+    return gemv_fused_group_spec(m, k, members, dtype, lead).bound()
 
 
 def bind_gemv_quantized(m: int, weight, bias, out_dtype: mx.Dtype,
