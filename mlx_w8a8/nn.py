@@ -50,25 +50,32 @@ def share_activations(enabled: bool = True) -> None:
 _SHARE = True
 
 
-def _shared_activations(x: mx.array, key, quantize, x2: mx.array):
-    """``quantize(x2)``, reused when the same ``x`` with the same ``key`` was just seen.
+def _shared_apply(x: mx.array, key, quantize, apply, both, x2: mx.array):
+    """``apply(quantize(x2))``, the activations reused when the same ``x`` with the same
+    ``key`` was just seen.
 
-    The memo holds a reference to ``x`` so its identity cannot be reused while the
-    entry lives; entries are replaced first-in first-out.
+    ``both``: ``registry.fuse_stages(quantize, apply)`` (one call for the two launches
+    where the activations are new) or ``None``. The memo holds a reference to ``x`` so
+    its identity cannot be reused while the entry lives; entries are replaced first-in
+    first-out.
     """
-    if not _SHARE:
-        return quantize(x2)
-    slots = getattr(_shared, "slots", None)
-    if slots is None:
-        slots = _shared.slots = []
-    for held, held_key, acts in slots:
-        if held is x and held_key == key:
-            return acts
-    acts = quantize(x2)
-    slots.append((x, key, acts))
-    if len(slots) > _SHARED_SLOTS:
-        del slots[0]
-    return acts
+    if _SHARE:
+        slots = getattr(_shared, "slots", None)
+        if slots is None:
+            slots = _shared.slots = []
+        for held, held_key, acts in slots:
+            if held is x and held_key == key:
+                return apply(acts)
+    if both is None:
+        acts = quantize(x2)
+        y = apply(acts)
+    else:
+        y, acts = both(x2)
+    if _SHARE:
+        slots.append((x, key, acts))
+        if len(slots) > _SHARED_SLOTS:
+            del slots[0]
+    return y
 
 
 def _stages_as_bound(candidate, problem):
@@ -347,10 +354,10 @@ class Linear(nn.Module):
             flat = len(lead) != 1
             bind_stages = _stages_as_bound(candidate, problem)
         held = [None] * 4  # _siblings.arrays((self,)) as bound
-        act_key = quantize = apply = None
+        act_key = quantize = apply = both = None
 
         def plan(x):
-            nonlocal held, act_key, quantize, apply
+            nonlocal held, act_key, quantize, apply, both
             # The arrays themselves are compared (cheap); the weight is rebuilt, its
             # format checked and the launches bound only when one was replaced. The
             # comparison is written out rather than through arrays(): building that list
@@ -361,12 +368,14 @@ class Linear(nn.Module):
                 if qw is None:  # new weights changed the format: re-decide
                     return self(x)
                 act_key, quantize, apply = bind_stages(problem, qw, self.get("bias"))
+                both = (registry.fuse_stages(quantize, apply)
+                        if quantize is not None and candidate.bind_stages is not None else None)
                 held = _siblings.arrays((self,))
             x2 = x.reshape(m, k) if flat else x
             if quantize is None:
                 y = apply(x2)
             else:
-                y = apply(_shared_activations(x, act_key, quantize, x2))
+                y = _shared_apply(x, act_key, quantize, apply, both, x2)
             return y.reshape(out_shape) if flat else y
         return plan
 
@@ -406,10 +415,12 @@ class Linear(nn.Module):
                         group.reset()  # a member changed format: re-decide alone
                         return self(x)
                     pairs.append((w, layer.get("bias")))
-                state = group.bound[key] = (_siblings.arrays(members),
-                                            candidate.bind_group(problem, pairs, lead))
-            act_key, quantize, apply = state[1]
-            ys = apply(x if quantize is None else _shared_activations(x, act_key, quantize, x))
+                stages = candidate.bind_group(problem, pairs, lead)
+                both = None if stages[1] is None else registry.fuse_stages(*stages[1:])
+                state = group.bound[key] = (_siblings.arrays(members), stages, both)
+            (act_key, quantize, apply), both = state[1], state[2]
+            ys = apply(x) if quantize is None else _shared_apply(x, act_key, quantize, apply,
+                                                                  both, x)
             group.put(x, ys, i)
             return ys[i]
         return plan

@@ -762,15 +762,17 @@ def test_bound_launch_replays_its_trace_on_each_calls_inputs():
         assert y.tolist() == [v + 13, v + 23]
         y, doubled = both(mx.array([v, 0.5]))
         assert y.tolist() == [v + 13, 23.5] and doubled.tolist() == [2 * v, 1.0]
-    assert len(calls) == 2, f"{len(calls)} kernel calls for 2 bound launchers x 3 calls"
+    # MLX 0.32.4 traces the first compiled function of a process twice.
+    assert len(calls) in (2, 3), f"{len(calls)} kernel calls for 2 bound launchers x 3 calls"
     assert not any(a is t for args in calls for a in args for t in tail), "tail captured"
+    traced = len(calls)
     mx.disable_compile()
     try:
         first(mx.array([0.0, 0.0]))
         first(mx.array([0.0, 0.0]))
     finally:
         mx.enable_compile()
-    assert len(calls) == 4
+    assert len(calls) == traced + 2
 
 
 def test_bound_forms_launch_what_run_launches(monkeypatch, rng):

@@ -481,19 +481,28 @@ class LaunchSpec(NamedTuple):
         ``outputs`` selects. The first call per input shape traces the launch; every
         later call replays the traced primitive on its own inputs, so MLX does not
         rebuild the launch (its kernel source string, template and argument lists) on
-        each call. Measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set):
-        4-5 us of Python per direct launch, about half that per replay.
+        each call. A compiled call has its own fixed cost, of the order of the launch it
+        replaces: measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set),
+        a direct launch costs 3.4-5 us of Python, a W8A8 linear replaying each of its
+        two launches 9.7-16.6 us (no clear gain), one compiled call for both
+        (:func:`registry.fuse_stages`, which the layers use) 5.1-8.8.
 
-        The tail goes in as an input, not captured by the closure: ``mx.compile``
-        replays a captured array's own graph on every call while it is unevaluated
-        (a bias converted to float32 lazily, a weight not yet quantized).
+        Hazard: ``mx.compile`` keeps an array a traced function captures as it was
+        at the trace, and replays the graph of one that was unevaluated then on every
+        call (a bias converted to float32 lazily, a weight not yet quantized). So the
+        tail goes in as an input, and is evaluated here where it can be (not while an
+        outer ``mx.compile`` traces it): a function that calls this launch inside its
+        own ``mx.compile`` (:func:`registry.fuse_stages`) captures it evaluated.
 
-        Hazard: a replay runs on the stream the launch was traced on, the default
-        stream of the first call; callers that pass ``stream=`` launch directly. Where
-        compilation is off (``mx.disable_compile``, ``MLX_DISABLE_COMPILE``) or the
-        inputs are tracers (an outer ``mx.compile``), the launch is made directly.
+        MLX traces again for another default stream, another input shape or dtype.
+        Where compilation is off (``mx.disable_compile``, ``MLX_DISABLE_COMPILE``) or
+        the inputs are tracers (an outer ``mx.compile``), the launch is made directly.
         """
         kernel, tail, template, shapes, dtypes, grid, tg = self
+        try:
+            mx.eval(tail)
+        except ValueError:  # tracers of an outer mx.compile: nothing to evaluate
+            pass
 
         def launch(lead, tail):
             return kernel(inputs=[*lead, *tail], template=template, output_shapes=shapes,
