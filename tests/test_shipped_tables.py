@@ -2,10 +2,10 @@
 Llama-3-8B projections on the H200 table, decode runs mx.quantized_matmul unless the
 model's decode check kept the per-shape winner (the shipped table's check on all 32
 layers kept none: the GEMVs of lm_head, gate+up, down and gate/up were replaced at
-0.90-1.03x with p25 under 1.00x; bench/results/h200_2026-12-01_s16_c_tune18.log), and
+0.95-0.99x with p25 under 1.00x; bench/results/h200_2026-12-01_s20_f_tune18.log), and
 prefill a W8A8 GEMM; the sibling groups' summed shapes (q+k+v, gate+up) prefill as one
 launch of a kernel with a multi-weight form where the sibling check kept it (on all 32
-layers: every prefill size; bench/results/h200_2026-12-01_s17_e_tune.log)."""
+layers: every prefill size; bench/results/h200_2026-12-01_s20_d_tune.log)."""
 
 import attrs
 import pytest
@@ -98,10 +98,11 @@ def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):
     # (Candidate.bind_group); where it found the group no faster the entry says
     # mx.quantized_matmul and the members run alone; where the per-shape race was won by
     # a kernel without a multi-weight form (cuda_w8a8_gemm) the prefill check may have
-    # judged the group instead (verdict "prefill"). The shipped table (seventeenth set,
-    # bench/results/h200_2026-12-01_s17_e_tune.log; the check on all 32 layers) kept both
-    # groups at every size: 1.04-1.07x, p25 1.01-1.05x (M = 512 after 20 rounds). The
-    # sixteenth set's check on 4 layers had kept M = 2048 only.
+    # judged the group instead (verdict "prefill"). The shipped table (twentieth set,
+    # bench/results/h200_2026-12-01_s20_d_tune.log; the check on all 32 layers) kept both
+    # groups at every size: 1.04-1.08x, p25 1.00-1.04x (M = 128 and 512 after 20 rounds),
+    # as the seventeenth set's had; the sixteenth set's check on 4 layers had kept M = 2048
+    # only.
     verdicts = []
     for m in (16, 64, 128, 512, 2048):
         problem = Problem("linear", m, n, 4096, "bfloat16", "per_channel", 64)

@@ -21,21 +21,19 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16): the shipped
     # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b at M = 1, 8, 16, 64,
     # 128, 512, 2048 in dependent chains, with the sibling groups' summed shapes q+k+v
-    # 6144 x 4096 and gate+up 28672 x 4096; M = 1 and 8 from the sixteenth set,
-    # bench/results/h200_2026-12-01_s16_c_*, M >= 16 re-measured in the seventeenth,
-    # bench/results/h200_2026-12-01_s17_e_*); tests/test_prior.py checks that these rules
-    # pick the table's kernel family (W8A8 or mx.quantized_matmul) on every entry at
-    # M >= 16. Within the family the rules name a GEMM (the cp.async GEMM below M = 128,
-    # the TMA GEMM from 128 on; where another kernel won, the first named was within 8%
-    # of it in that race except 14336 x 4096 at M = 128 and k/v 1024 x 4096 at M = 512,
-    # where the TMA GEMM took 1.14x and 1.18x the cp.async GEMM's time).
+    # 6144 x 4096 and gate+up 28672 x 4096; M >= 16 from the twentieth set's run D,
+    # bench/results/h200_2026-12-01_s20_d_*, M = 1 and 8 from its run F, ..._s20_f_*);
+    # tests/test_prior.py checks that these rules pick the table's kernel family (W8A8 or
+    # mx.quantized_matmul) on every entry at M >= 16. Within the family the rules name a
+    # GEMM (the cp.async GEMM below M = 128, the TMA GEMM from 128 on); where another
+    # kernel won, the first named took at most 1.06x its time in that race.
     # - M < 16: no rule, mx.quantized_matmul. At M = 8 the race split between the W8A8
     #   GEMV and GEMM by shape; at M = 1 the model's own decode loop (the decode check on
-    #   all 32 layers) kept no W8A8 kernel (the GEMVs that won the per-shape race: 0.90x-
-    #   1.03x, p25 0.83x-0.98x), decode being host-bound and a custom kernel launch
+    #   all 32 layers) kept no W8A8 kernel (the GEMVs that won the per-shape race: 0.95x-
+    #   0.99x, p25 0.91x-0.95x), decode being host-bound and a custom kernel launch
     #   costing more host time than a built-in op (docs/cuda.md).
-    # - M >= 16, every shape: a W8A8 kernel (M = 16: 1.10-2.14x mx.quantized_matmul,
-    #   M = 64: 1.43-3.01x, M = 128: 1.40-4.10x; the prefill check on all 32 layers kept
+    # - M >= 16, every shape: a W8A8 kernel (M = 16: 1.10-2.44x mx.quantized_matmul,
+    #   M = 64: 1.44-3.00x, M = 128: 1.51-4.26x; the prefill check on all 32 layers kept
     #   every one it checked against mx.quantized_matmul in the model's prefill at T = 16,
     #   64, 128, 512, 2048, and the sibling check kept q+k+v and gate+up as one launch at
     #   each of them).
