@@ -12,8 +12,9 @@ kernel registered, a new ``layer.kernel``) clears the layer's plans
 Layers that receive the same input array (q/k/v projections, gate/up) quantize it once:
 the two-stage candidates (``Candidate.stages``) share the int8 activations through a
 small per-thread memo keyed by the input's identity. Candidates with ``bind_stages``
-(the CUDA ones) prepare their launches once per decision and weight, so a call only
-launches. Linked siblings (:mod:`mlx_w8a8.siblings`) go further where the kernel allows:
+(the CUDA ones) prepare their launches once per decision and weight and run both as one
+compiled call, so a call only replays them; such a layer stops offering its activations
+to the memo after a few offers nobody took (``_Stages``). Linked siblings (:mod:`mlx_w8a8.siblings`) go further where the kernel allows:
 one launch computes all of their outputs.
 """
 
@@ -35,6 +36,8 @@ from .weight import FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, d
 _MAX_PLANS = 64
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
+# Offers of activations nobody took after which a fused layer stops offering (_Stages).
+_UNTAKEN_OFFERS = 4
 _shared = threading.local()
 _PARAMETERS = frozenset(("weight", "scales", "biases", "bias"))
 
@@ -50,32 +53,62 @@ def share_activations(enabled: bool = True) -> None:
 _SHARE = True
 
 
-def _shared_apply(x: mx.array, key, quantize, apply, both, x2: mx.array):
-    """``apply(quantize(x2))``, the activations reused when the same ``x`` with the same
-    ``key`` was just seen.
+class _Stages:
+    """A bound two-stage call, ``apply(quantize(x2))``, sharing the quantized activations
+    with other layers fed the same ``x`` through the per-thread memo.
 
-    ``both``: ``registry.fuse_stages(quantize, apply)`` (one call for the two launches
-    where the activations are new) or ``None``. The memo holds a reference to ``x`` so
-    its identity cannot be reused while the entry lives; entries are replaced first-in
-    first-out.
+    A call first takes activations another layer left in the memo for this ``x`` and
+    ``key``; otherwise it quantizes and offers its own. With ``fused`` (stages made of
+    MLX custom kernels: ``Candidate.bind_stages`` / ``bind_group``) both launches are
+    one compiled call (``registry.fuse_stages``), and returning the activations from it
+    costs Python per call (about 2 us on an NVIDIA H200's host); so once
+    ``_UNTAKEN_OFFERS`` offers in a row were taken by no other layer (an ``o_proj``,
+    a ``down_proj``), this layer stops offering and runs the call that returns the
+    output alone, still taking what others offer. A layer whose offers are taken (the
+    first of q/k/v fed one ``x``) keeps offering.
+
+    The memo holds a reference to ``x`` so its identity cannot be reused while the
+    entry lives; entries are replaced first-in first-out.
     """
-    if _SHARE:
+
+    __slots__ = ("key", "quantize", "apply", "both", "lean", "last", "untaken")
+
+    def __init__(self, key, quantize, apply, fused: bool):
+        self.key, self.quantize, self.apply = key, quantize, apply
+        self.both = registry.fuse_stages(quantize, apply, activations=True) if fused else None
+        self.lean = registry.fuse_stages(quantize, apply) if fused else None
+        self.last = None  # the memo slot of this layer's last offer
+        self.untaken = 0
+
+    def __call__(self, x: mx.array, x2: mx.array | None = None):
+        """``y`` for ``x`` (the memo's key) run as ``x2`` (``x`` reshaped, or ``x``)."""
+        if x2 is None:
+            x2 = x
+        if not _SHARE:
+            return self.lean(x2) if self.lean is not None else self.apply(self.quantize(x2))
         slots = getattr(_shared, "slots", None)
         if slots is None:
             slots = _shared.slots = []
-        for held, held_key, acts in slots:
-            if held is x and held_key == key:
-                return apply(acts)
-    if both is None:
-        acts = quantize(x2)
-        y = apply(acts)
-    else:
-        y, acts = both(x2)
-    if _SHARE:
-        slots.append((x, key, acts))
+        key = self.key
+        for slot in slots:
+            if slot[0] is x and slot[1] == key:
+                slot[3] = True
+                return self.apply(slot[2])
+        if self.last is not None:  # was the last offer taken?
+            self.untaken = 0 if self.last[3] else self.untaken + 1
+            self.last = None
+        if self.lean is not None and self.untaken >= _UNTAKEN_OFFERS:
+            return self.lean(x2)
+        if self.both is None:
+            acts = self.quantize(x2)
+            y = self.apply(acts)
+        else:
+            y, acts = self.both(x2)
+        self.last = [x, key, acts, False]  # x, key, activations, taken
+        slots.append(self.last)
         if len(slots) > _SHARED_SLOTS:
             del slots[0]
-    return y
+        return y
 
 
 def _stages_as_bound(candidate, problem):
@@ -354,10 +387,10 @@ class Linear(nn.Module):
             flat = len(lead) != 1
             bind_stages = _stages_as_bound(candidate, problem)
         held = [None] * 4  # _siblings.arrays((self,)) as bound
-        act_key = quantize = apply = both = None
+        apply = stages = None
 
         def plan(x):
-            nonlocal held, act_key, quantize, apply, both
+            nonlocal held, apply, stages
             # The arrays themselves are compared (cheap); the weight is rebuilt, its
             # format checked and the launches bound only when one was replaced. The
             # comparison is written out rather than through arrays(): building that list
@@ -368,14 +401,11 @@ class Linear(nn.Module):
                 if qw is None:  # new weights changed the format: re-decide
                     return self(x)
                 act_key, quantize, apply = bind_stages(problem, qw, self.get("bias"))
-                both = (registry.fuse_stages(quantize, apply)
-                        if quantize is not None and candidate.bind_stages is not None else None)
+                stages = (None if quantize is None else
+                          _Stages(act_key, quantize, apply, candidate.bind_stages is not None))
                 held = _siblings.arrays((self,))
             x2 = x.reshape(m, k) if flat else x
-            if quantize is None:
-                y = apply(x2)
-            else:
-                y = _shared_apply(x, act_key, quantize, apply, both, x2)
+            y = apply(x2) if stages is None else stages(x, x2)
             return y.reshape(out_shape) if flat else y
         return plan
 
@@ -415,12 +445,10 @@ class Linear(nn.Module):
                         group.reset()  # a member changed format: re-decide alone
                         return self(x)
                     pairs.append((w, layer.get("bias")))
-                stages = candidate.bind_group(problem, pairs, lead)
-                both = None if stages[1] is None else registry.fuse_stages(*stages[1:])
-                state = group.bound[key] = (_siblings.arrays(members), stages, both)
-            (act_key, quantize, apply), both = state[1], state[2]
-            ys = apply(x) if quantize is None else _shared_apply(x, act_key, quantize, apply,
-                                                                  both, x)
+                act_key, quantize, apply = candidate.bind_group(problem, pairs, lead)
+                run = apply if quantize is None else _Stages(act_key, quantize, apply, True)
+                state = group.bound[key] = (_siblings.arrays(members), run)
+            ys = state[1](x)
             group.put(x, ys, i)
             return ys[i]
         return plan

@@ -332,3 +332,37 @@ def test_arrays_replaced_without_setitem_are_used(kernel):
     ref.kernel = kernel
     want = np.array(ref(x))
     np.testing.assert_allclose(np.array(layer(x)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_stages_stop_offering_activations_nobody_takes():
+    """nn._Stages with fused (one compiled call): a layer offers its activations to the
+    memo until _UNTAKEN_OFFERS offers in a row were taken by no other layer, then runs
+    the call that returns the output alone (no memo entry for its x); a layer whose
+    offers another layer takes keeps offering; outputs are right on every path."""
+    import mlx_w8a8.nn as w8nn
+
+    def quantize(x):
+        return x * 2, mx.ones((1,)), None
+
+    def apply(acts):
+        return acts[0] + 1
+
+    def offered(x):
+        return any(slot[0] is x for slot in w8nn._shared.slots)
+
+    w8nn.clear_shared_activations()
+    alone = w8nn._Stages(("fake",), quantize, apply, True)
+    limit = w8nn._UNTAKEN_OFFERS
+    for i in range(limit + 4):
+        x = mx.array([float(i), 1.0])
+        assert alone(x).tolist() == [2 * i + 1, 3.0]
+        assert offered(x) == (i < limit), i
+    w8nn.clear_shared_activations()
+    first = w8nn._Stages(("fake",), quantize, apply, True)
+    taker = w8nn._Stages(("fake",), quantize, apply, True)
+    for i in range(limit + 4):
+        x = mx.array([float(i), 1.0])
+        assert first(x).tolist() == [2 * i + 1, 3.0]
+        assert offered(x), i
+        assert taker(x).tolist() == [2 * i + 1, 3.0]
+    assert taker.last is None  # it took every time, never offered

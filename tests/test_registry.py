@@ -108,7 +108,8 @@ def test_layer_run_binds_once_per_weight_and_bias(bound_spy):
 
 
 def test_fuse_stages_is_one_compiled_call_that_follows_its_inputs():
-    """fuse_stages: apply(quantize(x)) and the activations from one mx.compile call; the
+    """fuse_stages: apply(quantize(x)) (and, asked for, the activations) from one
+    mx.compile call; the
     stages run in Python at the trace only, each later call replays them on its own x
     (a stale trace would repeat the first x's output); a None among the activations
     comes back as None. (MLX 0.32.4 traces the first compiled function of a process
@@ -123,9 +124,14 @@ def test_fuse_stages_is_one_compiled_call_that_follows_its_inputs():
         calls.append("apply")
         return acts[0] + acts[1]
 
-    both = registry.fuse_stages(quantize, apply)
+    both = registry.fuse_stages(quantize, apply, activations=True)
     for v in (1.0, 3.0, -0.5, 2.0, 7.0):
         y, acts = both(mx.array([v, 2 * v]))
         assert y.tolist() == [3 * v + 1, 6 * v + 1]
         assert acts[0].tolist() == [2 * v, 4 * v] and acts[2] is None
+    assert calls in (["quantize", "apply"], ["quantize", "apply"] * 2), calls
+    calls.clear()
+    lean = registry.fuse_stages(quantize, apply)  # the output alone
+    for v in (1.0, 3.0, -0.5, 2.0, 7.0):
+        assert lean(mx.array([v, 2 * v])).tolist() == [3 * v + 1, 6 * v + 1]
     assert calls in (["quantize", "apply"], ["quantize", "apply"] * 2), calls

@@ -324,29 +324,29 @@ def bound_call(candidate: Candidate, problem: Problem, w, b) -> Callable[[Any], 
     ``b`` (``Candidate.bind_stages``; quantize then apply as one call
     (:func:`fuse_stages`), or apply alone)."""
     _, quantize, apply = candidate.bind_stages(problem, w, b)
-    if quantize is None:
-        return apply
-    both = fuse_stages(quantize, apply)
-    return lambda x2: both(x2)[0]
+    return apply if quantize is None else fuse_stages(quantize, apply)
 
 
-def fuse_stages(quantize: Callable, apply: Callable) -> Callable[[Any], tuple]:
-    """``f(x) -> (apply(acts), acts)`` with ``acts = quantize(x)``, as one ``mx.compile``
-    call, for the bound stages of ``Candidate.bind_stages`` / ``bind_group``.
+def fuse_stages(quantize: Callable, apply: Callable, activations: bool = False) -> Callable:
+    """``f(x) -> apply(acts)`` with ``acts = quantize(x)``, as one ``mx.compile`` call,
+    for the bound stages of ``Candidate.bind_stages`` / ``bind_group``; with
+    ``activations``, ``f(x) -> (apply(acts), acts)`` (for the sibling memo).
 
     Each stage alone already replays its traced launch (``cuda_launch.LaunchSpec.bound``),
     but MLX's compiled-function call has a fixed cost (argument trees, cache lookup,
     output tree) of the order of the launch it saves; one call for both launches saves
     about 5 us of Python per linear on an NVIDIA H200 (``bench/host_split.py`` arms
-    ``w8a8`` / ``w8a8c``, twentieth set). The activations come back too, for the sibling
-    memo. Only for bound stages made of MLX custom kernels: ``mx.compile`` would fuse
-    (and so round differently) a stage made of MLX's own elementwise ops.
+    ``w8a8`` / ``w8a8c``, twentieth set). Each output array costs too (about 0.4 us each
+    on a 2-core CPU), so the activations come back only when asked for. Only for bound
+    stages made of MLX custom kernels: ``mx.compile`` would fuse (and so round
+    differently) a stage made of MLX's own elementwise ops.
     """
-
-    def both(x):
-        acts = quantize(x)
-        return apply(acts), acts
-    return mx.compile(both)
+    if activations:
+        def both(x):
+            acts = quantize(x)
+            return apply(acts), acts
+        return mx.compile(both)
+    return mx.compile(lambda x: apply(quantize(x)))
 
 
 def names(found: Iterable[Candidate]) -> list[str]:
