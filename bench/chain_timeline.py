@@ -5,7 +5,7 @@ clock, per launch, for the raw int8 GEMM (TMA tiles), ``torch._int_mm`` and the 
 ``bench/cuda_bench.py`` times ``--chain`` launches in one ``mx.eval`` (wall clock), as a
 user who evaluates a batch of work would see them; ``ncu`` and ``tile_gpu_time.py`` time
 one kernel. The two differ by what happens between kernels: MLX's per-launch host work,
-its CUDA graphs (a graph of up to ``MLX_MAX_OPS_PER_BUFFER`` nodes, default 20, is built
+its CUDA graphs (a graph of up to ``MLX_MAX_OPS_PER_BUFFER`` nodes, 100 on sm_90, is built
 on the host before it is launched), the GPU's launch latency. This script records the
 same chain with CUPTI (``torch.profiler``) and prints, per arm and shape, in microseconds
 per launch:
