@@ -77,7 +77,7 @@ class _Stages:
         self.key, self.quantize, self.apply = key, quantize, apply
         self.both = registry.fuse_stages(quantize, apply, activations=True) if fused else None
         self.lean = registry.fuse_stages(quantize, apply) if fused else None
-        self.last = None  # the memo slot of this layer's last offer
+        self.last = None  # the "taken" mark of this layer's last offer
         self.untaken = 0
 
     def __call__(self, x: mx.array, x2: mx.array | None = None):
@@ -92,10 +92,10 @@ class _Stages:
         key = self.key
         for slot in slots:
             if slot[0] is x and slot[1] == key:
-                slot[3] = True
+                slot[3][0] = True
                 return self.apply(slot[2])
         if self.last is not None:  # was the last offer taken?
-            self.untaken = 0 if self.last[3] else self.untaken + 1
+            self.untaken = 0 if self.last[0] else self.untaken + 1
             self.last = None
         if self.lean is not None and self.untaken >= _UNTAKEN_OFFERS:
             return self.lean(x2)
@@ -104,8 +104,10 @@ class _Stages:
             y = self.apply(acts)
         else:
             y, acts = self.both(x2)
-        self.last = [x, key, acts, False]  # x, key, activations, taken
-        slots.append(self.last)
+        # The layer keeps only the slot's "taken" mark: holding the slot itself would keep
+        # x and its activations alive after the memo dropped them, in every layer.
+        self.last = [False]
+        slots.append((x, key, acts, self.last))
         if len(slots) > _SHARED_SLOTS:
             del slots[0]
         return y

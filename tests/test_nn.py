@@ -338,7 +338,11 @@ def test_fused_stages_stop_offering_activations_nobody_takes():
     """nn._Stages with fused (one compiled call): a layer offers its activations to the
     memo until _UNTAKEN_OFFERS offers in a row were taken by no other layer, then runs
     the call that returns the output alone (no memo entry for its x); a layer whose
-    offers another layer takes keeps offering; outputs are right on every path."""
+    offers another layer takes keeps offering; outputs are right on every path; a
+    dropped offer leaves nothing of x held by the layer."""
+    import gc
+    import weakref
+
     import mlx_w8a8.nn as w8nn
 
     def quantize(x):
@@ -366,3 +370,13 @@ def test_fused_stages_stop_offering_activations_nobody_takes():
         assert offered(x), i
         assert taker(x).tolist() == [2 * i + 1, 3.0]
     assert taker.last is None  # it took every time, never offered
+    # Once the memo drops an offer, the layer holds neither x nor its activations (every
+    # layer of a model keeps its _Stages between forwards).
+    w8nn.clear_shared_activations()
+    x = mx.array([1.0, 2.0])
+    seen = weakref.ref(x)
+    first(x)
+    w8nn.clear_shared_activations()
+    del x
+    gc.collect()
+    assert seen() is None, "the layer keeps its last input alive"
