@@ -14,8 +14,9 @@ the two-stage candidates (``Candidate.stages``) share the int8 activations throu
 small per-thread memo keyed by the input's identity. Candidates with ``bind_stages``
 (the CUDA ones) prepare their launches once per decision and weight and run both as one
 compiled call, so a call only replays them; such a layer stops offering its activations
-to the memo after a few offers nobody took (``_Stages``). Linked siblings (:mod:`mlx_w8a8.siblings`) go further where the kernel allows:
-one launch computes all of their outputs.
+to the memo after a few offers nobody took (``_Stages``). Linked siblings
+(:mod:`mlx_w8a8.siblings`) go further where the kernel allows: one launch computes all
+of their outputs.
 """
 
 from __future__ import annotations
