@@ -17,6 +17,12 @@ not MLX's C++ custom-kernel node nor any GPU work. Arms, per case:
   checks, decision and bound launches kept per weight after the first call);
 - ``qmm``: graph build of ``mx.quantized_matmul`` on the same weight (CPU), for scale.
 
+Since the twentieth set the bound launches replay through ``mx.compile``
+(``LaunchSpec.bound``, ``registry.fuse_stages``): the stub makes a kernel call free, so
+the ``bound``, ``layer_bound`` and ``op`` arms now charge the replay's cost without the
+launch-building cost it saves (3.4-4.3 us per launch on an H200's host); compare those
+on a GPU with ``bench/host_split.py``.
+
 Arms alternate block by block (A B C ..., then reversed); per-call time = block time /
 calls. Reported: median and p25..p75 per arm and the per-block ratios to ``run``.
 
@@ -54,12 +60,15 @@ CASES = (
 def stub_cuda_kernel(**build):
     """Stands in for ``mx.fast.cuda_kernel``: the launch returns the arrays its first launch
     made (zeros of the output shapes), so a launch costs one call and no allocation. Each
-    kernel object is launched with one shape here (the kernel cache is cleared per case)."""
+    kernel object is launched with one shape here (the kernel cache is cleared per case).
+    The arrays are evaluated when made: a bound launch traced under ``mx.compile`` then
+    holds them as constants (unevaluated ones would carry the trace's graph)."""
     made = []
 
     def launch_stub(*, output_shapes, output_dtypes, **_):
         if not made:
             made.append([mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)])
+            mx.eval(made[0])
         return made[0]
     return launch_stub
 
