@@ -45,6 +45,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chain_timeline import activations, banner  # noqa: E402
 from cuda_bench import rotation_copies  # noqa: E402
 
 ARMS = ("bf16", "w8a8", "quant", "gemm", "add", "w8a8c")
@@ -60,10 +61,8 @@ def make_arms(m: int, n: int, rng) -> dict:
     ws = [mx.array(rng.standard_normal((n, n)).astype(np.float32) / np.sqrt(n)).astype(mx.bfloat16)
           for _ in range(C)]
     qws = [QuantizedWeight.from_float(w, 64, per_channel=True) for w in ws]
-    X = rotation_copies(m * n * 2)
-    xs = [mx.array(rng.standard_normal((m, n)).astype(np.float32)).astype(mx.bfloat16)
-          for _ in range(X)]
-    mx.eval(ws, [q.q for q in qws], xs)
+    mx.eval(ws, [q.q for q in qws])
+    xs, X = activations(m, n, rng)
     problem = registry.Problem("linear", m, n, n, "bfloat16", "per_channel", 64)
     cand = registry.find("linear", "cuda_w8a8_gemm_tma")
     if cand is None or not cand.available():
@@ -113,10 +112,7 @@ def main(argv=None) -> int:
         p.error(f"--chain and --rounds must be >= 1, got {args.chain} and {args.rounds}")
     rng = np.random.default_rng(0)
     ms = [int(v) for v in args.m.split(",")]
-    print(f"MLX {mx.__version__}, CUDA graphs {os.environ.get('MLX_USE_CUDA_GRAPHS', '1')}, "
-          f"MLX_MAX_OPS_PER_BUFFER {os.environ.get('MLX_MAX_OPS_PER_BUFFER', 'default')}; "
-          f"chain {args.chain}; us per launch, median (p25..p75) of {args.rounds} rounds",
-          flush=True)
+    banner(f"chain {args.chain}; us per launch, median (p25..p75) of {args.rounds} rounds")
     if args.loop is not None:
         arms, xs = make_arms(ms[0], args.n, rng)
         op, fed = arms[args.loop]
