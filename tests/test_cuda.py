@@ -705,3 +705,89 @@ def test_tma_producer_matches_cp_async_bit_for_bit(rng, bn, m, n, k):
     got = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, tma, row_sums=xr)
     want = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cp, row_sums=xr)
     assert mx.array_equal(got, want, equal_nan=True).item()
+
+
+# One launch per linear: the quantize inside the TMA GEMM (fuse.cuh) ------------------------
+def fused_launch(x, members, cfg, lead=None):
+    """The fused launch's outputs: ``([y_g ...], xq, xs, xr)``."""
+    m, k = int(np.prod(x.shape[:-1])), x.shape[-1]
+    outs = launch.gemm_fused_spec(m, k, members, x.dtype, cfg, lead).launch(x)
+    g = len(members)
+    return outs[:g], outs[g + 1], outs[g + 2], outs[g + 3]
+
+
+@pytest.mark.parametrize("config", sorted(launch.TMA_CONFIGS))
+@pytest.mark.parametrize("m,n,k,dtype,with_bias", [
+    (300, 392, 1088, "bfloat16", True),  # tails in M and N, 9 k-tiles
+    (129, 264, 4096, "float32", False),  # a row block of one row; float32 rows re-read past 2048
+    (33, 258, 128, "float16", True),  # fewer rows than a row block; scalar stores
+    (1, 264, 1024, "bfloat16", False),  # one row: one warp quantizes, 131 blocks wait for it
+    (1100, 2176, 1024, "bfloat16", True),  # more tiles than blocks (persistent loop)
+    (2049, 1024, 14336, "bfloat16", False),  # 17 row blocks, rows past the register cache
+])
+def test_w8a8_gemm_fused_equals_two_launches(rng, config, m, n, k, dtype, with_bias):
+    """The one-launch linear writes the quantize launch's xq, xs, xr bit for bit, and y
+    bit-identical to the two-launch TMA path on the same tile (NaN where x's special rows
+    give NaN), within the oracle's bound; outputs are poisoned, so a row no warp
+    quantized or a tile read before its rows were ready fails."""
+    cfg = ws_tile(config)
+    x = activation(rng, m, k, dtype)
+    weight = make_weight(rng, n, k, 64, True, dtype)
+    bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+            if with_bias else None)
+    (y,), xq, xs, xr = fused_launch(x, [(weight, bias)], cfg)
+    want_acts = launch.quantize(x, row_sum=True)
+    for got, want in zip((xq, xs, xr), want_acts):
+        assert mx.array_equal(got, want, equal_nan=True).item()
+    two = launch.gemm_per_channel(*want_acts[:2], weight, bias, x.dtype, cfg, row_sums=want_acts[2])
+    assert mx.array_equal(y, two, equal_nan=True).item()
+    want, bound = oracle.linear(host(x), weight, None if bias is None else host(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
+@pytest.mark.parametrize("ns,lead,dtype,with_bias", [
+    ((392, 40, 264), (300,), "bfloat16", True),  # tails in N per member, 3 members
+    ((2176, 1024), (2, 550), "bfloat16", False),  # more tiles than blocks, 3-D x
+    ((264, 264, 264), (1, 1, 1), "float16", False),  # one row
+])
+def test_w8a8_gemm_fused_sibling_launch(rng, ns, lead, dtype, with_bias):
+    """Siblings fed the same x in one fused launch: each member's output equals the
+    two-launch sibling launch's on the same tile, bit for bit."""
+    ws_tile("tma256")
+    k = 1088
+    m = int(np.prod(lead))
+    x = activation(rng, m, k, dtype).reshape(*lead, k)
+    members = []
+    for n in ns:
+        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+                if with_bias else None)
+        members.append((make_weight(rng, n, k, 64, True, dtype), bias))
+    cfg = launch.tma_tile_for(m, sum(ns), k)
+    ys = launch.bind_gemm_fused(m, k, members, x.dtype, cfg, lead)(x)
+    acts = launch.bind_quantize(m, k, x.dtype, row_sum=True, lead=lead)(x)
+    want = launch.bind_gemm_ws_group(m, k, members, x.dtype, cfg, lead=lead)(acts)
+    assert len(ys) == len(ns)
+    for y, w in zip(ys, want):
+        assert y.shape == w.shape and y.dtype == x.dtype
+        assert mx.array_equal(y, w, equal_nan=True).item()
+
+
+def test_w8a8_gemm_fused_launches_in_flight_and_again(rng):
+    """Many fused launches in one evaluation (MLX may run them side by side, each needing
+    its own counters: fuse.cuh's slots, tagged by the output address), evaluated again and
+    again (the last block of each launch must zero its slot, or the next launch using
+    the slot skips rows): every output equals the two-launch path's."""
+    ws_tile("tma256")
+    k = 1024
+    shapes = [(m, n) for m in (1, 77, 300, 1030) for n in (264, 2048)]
+    weights = {n: make_weight(rng, n, k, 64, True, "bfloat16") for _, n in shapes}
+    xs = [activation(rng, m, k, "bfloat16", specials=False) for m, _ in shapes]
+    want = [launch.gemm_per_channel(*(a := launch.quantize(x, row_sum=True))[:2], weights[n],
+                                    None, x.dtype, launch.tma_tile_for(m, n, k), row_sums=a[2])
+            for x, (m, n) in zip(xs, shapes)]
+    mx.eval(want)
+    for _ in range(6):
+        got = [launch.gemm_fused(x, weights[n], None) for x, (_, n) in zip(xs * 3, shapes * 3)]
+        mx.eval(got)
+        for i, y in enumerate(got):
+            assert mx.array_equal(y, want[i % len(shapes)]).item(), shapes[i % len(shapes)]

@@ -235,4 +235,63 @@ struct RowQuantizer {
   }
 };
 
+// One row's codes by one warp, no shared memory and no barrier (the rowsum_warp body of
+// quantize.cu, and the quantize phase of the fused GEMM, gemm_ws.cu): codes q[row, :],
+// scale[row] and the row sum R_m = sum_k q_mk in row_sums[row]. Each lane first issues
+// the 16-byte loads of up to kCached chunks of 8 elements (chunks lane, lane + 32, ...;
+// 16 chunks = 4096 bfloat16 elements per row for the whole warp, 8 for float32) and keeps
+// them raw in registers, so a warp has 16 loads in flight and a row of K <= 4096
+// (float16/bfloat16) or 2048 (float32) is read from DRAM once; chunks past the cache are
+// read again in the second pass (L1/L2 hits). Codes are written as 8-byte words (a warp
+// stores 256 contiguous bytes), scale and the row sum by lane 0. Same functions as
+// quantize.cu's quantize_row (AbsMax, RowQuantizer), so the same bits. Every lane of the
+// warp calls it with the same row; K % 8 == 0 and 16-byte aligned rows.
+template <typename T>
+__device__ __forceinline__ void quantize_row_warp(const T* x, int row, int K, int8_t* q,
+                                                  float* scale, int32_t* row_sums) {
+  constexpr int kCached = sizeof(T) == 4 ? 8 : 16;
+  const int lane = threadIdx.x & 31;
+  const int chunks = K >> 3;
+  const T* xr = x + (size_t)row * K;
+  Raw8<T> cache[kCached];
+  AbsMax<T> amax;
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = lane + 32 * i;
+    if (c < chunks) {
+      cache[i] = load_raw8(xr + c * 8);
+      amax.add(cache[i]);
+    }
+  }
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) amax.add(load_raw8(xr + c * 8));
+  amax.reduce_warp();
+  const RowQuantizer qz = RowQuantizer::of(amax.value());
+  int8_t* qr = q + (size_t)row * K;
+  int total = 0;
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = lane + 32 * i;
+    if (c < chunks) {
+      float f[8];
+      decode8(cache[i], f);
+      uint32_t packed[2];
+      total += qz.codes8(f, packed);
+      *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+    }
+  }
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) {
+    float f[8];
+    load8(xr + c * 8, f);
+    uint32_t packed[2];
+    total += qz.codes8(f, packed);
+    *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  if (lane == 0) {
+    scale[row] = qz.s;
+    row_sums[row] = total;
+  }
+}
+
 }  // namespace w8a8
