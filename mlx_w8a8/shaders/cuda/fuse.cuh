@@ -15,8 +15,7 @@
 //    waits for is being quantized by a running warp, whether or not the grid's other
 //    blocks are resident (MLX may run other kernels beside this one).
 //  * Each 128-row block of x has a ready counter; a quantizing warp adds 1 after its
-//    row's stores (stores, __syncwarp, then lane 0: __threadfence and the atomic add, a
-//    release). The TMA producer waits until the counter holds the row block's rows
+//    row's stores (stores, __syncwarp, then lane 0: red.release.gpu). The TMA producer waits until the counter holds the row block's rows
 //    (ld.acquire.gpu), then fence.proxy.async.global (the codes were written through the
 //    generic proxy; TMA reads through the async proxy), then loads. The consumers read
 //    xs and xr in the epilogue through L2 (__ldcg, FusedEpilogue): the tile's full[]
@@ -79,21 +78,26 @@ __device__ __forceinline__ int fuse_join(const void* out) {
 }
 
 // Every warp of the block: claim rows and quantize them until none are left, then count
-// the warp on `warps_done` (shared). M <= 128 * kFuseRowBlocks.
+// the warp on `warps_done` (shared). M <= 128 * kFuseRowBlocks. A warp asks for its next
+// row as it starts one (lane 0's atomic returns while the row is quantized), so a row
+// costs no claim round trip; the row asked for is still quantized without any wait.
 template <typename T>
 __device__ __forceinline__ void fuse_quantize(FuseSlot* slot, const FuseIn<T>& f, int M, int K,
                                               int* warps_done) {
   const int lane = threadIdx.x & 31;
+  unsigned next = 0u;
+  if (lane == 0) next = atomicAdd(&slot->claim, 1u);
   for (;;) {
-    int row = 0;
-    if (lane == 0) row = static_cast<int>(atomicAdd(&slot->claim, 1u));
-    row = __shfl_sync(0xffffffffu, row, 0);
+    const int row = static_cast<int>(__shfl_sync(0xffffffffu, next, 0));
     if (row >= M) break;  // the whole warp
+    if (lane == 0) next = atomicAdd(&slot->claim, 1u);
     quantize_row_warp(f.x, row, K, f.xq, f.xs, f.xr);
     __syncwarp();
     if (lane == 0) {
-      __threadfence();  // release: the warp's codes, scale and row sum before the count
-      atomicAdd(&slot->ready[row >> 7], 1u);
+      // release: the warp's codes, scale and row sum (ordered before lane 0 by the
+      // __syncwarp) before the count
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(&slot->ready[row >> 7])
+                   : "memory");
     }
   }
   if (lane == 0) {
