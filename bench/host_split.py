@@ -19,9 +19,7 @@ Arms, per M on a square weight (K = N), chains of ``--chain`` launches:
 - ``w8a8c``: ``w8a8``'s bound call (``registry.bound_call``) inside ``mx.compile``, one
   compiled function per weight: a call replays the traced primitives instead of building
   each launch anew. Since ``registry.fuse_stages`` (twentieth set, commit fab117e) the
-  ``w8a8`` arm is itself one compiled call, so the two differ by ``layer_run``'s lookup;
-- ``fused``: the one-launch W8A8 linear (``cuda_w8a8_gemm_fused``: the quantize inside
-  the TMA GEMM) as ``mlx_w8a8.Linear`` runs it (``registry.layer_run``).
+  ``w8a8`` arm is itself one compiled call, so the two differ by ``layer_run``'s lookup.
 
 ``bf16`` and ``w8a8`` run fed (launch i's output is launch i + 1's input, an edge in the
 graph), the others independent. Weights and activations rotate over enough copies to
@@ -50,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chain_timeline import activations, banner  # noqa: E402
 from cuda_bench import rotation_copies  # noqa: E402
 
-ARMS = ("bf16", "w8a8", "quant", "gemm", "add", "w8a8c", "fused")
+ARMS = ("bf16", "w8a8", "quant", "gemm", "add", "w8a8c")
 
 
 def make_arms(m: int, n: int, rng) -> dict:
@@ -70,8 +68,6 @@ def make_arms(m: int, n: int, rng) -> dict:
     if cand is None or not cand.available():
         raise SystemExit("host_split: the TMA W8A8 GEMM is not available here")
     run = registry.layer_run(cand, problem)
-    fused = registry.find("linear", "cuda_w8a8_gemm_fused")
-    run_fused = registry.layer_run(fused, problem)
     spec = launch.quantize_spec(m, n, mx.bfloat16, row_sum=True)
     applies = [cand.bind_stages(problem, q, None)[2] for q in qws]
     codes = [tuple(spec.launch(x)) for x in xs]
@@ -84,7 +80,6 @@ def make_arms(m: int, n: int, rng) -> dict:
         "gemm": (lambda x, i: applies[i % C](codes[i % X]), False),
         "add": (lambda x, i: xs[i % X] + 1, False),
         "w8a8c": (lambda x, i: compiled[i % C](x), True),
-        "fused": (lambda x, i: run_fused(x, qws[i % C], None), True),
     }
     return arms, xs
 
@@ -132,8 +127,6 @@ def main(argv=None) -> int:
         arms, xs = make_arms(m, args.n, rng)
         same = mx.array_equal(arms["w8a8c"][0](xs[0], 0), arms["w8a8"][0](xs[0], 0)).item()
         print(f"M={m:5d} w8a8c output {'equals' if same else 'DIFFERS FROM'} w8a8's", flush=True)
-        same = mx.array_equal(arms["fused"][0](xs[0], 0), arms["w8a8"][0](xs[0], 0)).item()
-        print(f"M={m:5d} fused output {'equals' if same else 'DIFFERS FROM'} w8a8's", flush=True)
         for op, fed in arms.values():
             chain(op, fed, xs, args.chain)  # compile, warm, build the graphs once
         samples = {a: [] for a in arms}

@@ -104,22 +104,6 @@ def _group_outputs(body: str, t: str) -> tuple[tuple[str, str], ...]:
     return tuple((f"y{g}", t) for g in range(_group_members(body)))
 
 
-def _fused_inputs(body: str, t: str) -> tuple[tuple[str, str, int], ...]:
-    if "group" not in body:
-        ins = (("x", t, 2), ("w", "uint32", 2), ("ws", "float32", 1))
-        return ins + ((("bias", "float32", 1),) if body.endswith("bias") else ())
-    return (("x", t, 2),) + _group_inputs(body.removeprefix("fused_"))[3:]
-
-
-def _fused_outputs(body: str, t: str) -> tuple[tuple[str, str], ...]:
-    if "group" not in body:
-        return (("y", t),)
-    return _group_outputs(body.removeprefix("fused_"), t)
-
-
-_FUSED_ACTS = (("xq", "int8"), ("xs", "float32"), ("xr", "int32"))
-
-
 def kernel_builds() -> list[KernelBuild]:
     """Every (body, template) combination the launchers can produce, one per tile config
     / group size / row bucket, with representative dtypes."""
@@ -181,16 +165,6 @@ def kernel_builds() -> list[KernelBuild]:
         for t, body in group if cfg.bn == 256 else group[:1]:
             out.append(KernelBuild(cfg.file, cfg.body(body), _group_inputs(body) + tma_in,
                                    _group_outputs(body, t) + tma_out, (("T", t),) + tpl))
-        # One launch per linear (the quantize inside, fuse.cuh): x in, the quantized
-        # activation out; every body on 128 x 256 and the ping-pong 128 x 128, one on the
-        # others.
-        fused = (("bfloat16", "fused"), ("float16", "fused_bias"), ("bfloat16", "fused_group3"),
-                 ("float32", "fused_group2_bias"), ("bfloat16", "fused_group2"),
-                 ("float16", "fused_group3_bias"))
-        for t, body in fused if cfg.bn == 256 or cfg.pingpong else fused[:1]:
-            out.append(KernelBuild(cfg.file, cfg.body(body), _fused_inputs(body, t) + tma_in,
-                                   _fused_outputs(body, t) + tma_out + _FUSED_ACTS,
-                                   (("T", t),) + tpl))
     for key in ("grouped", "grouped_small"):
         tpl = tuple(launch.GEMM_CONFIGS[key].template())
         for gs, st, body in ((32, "float16", "grouped"), (64, "bfloat16", "grouped_bias"),

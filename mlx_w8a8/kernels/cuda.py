@@ -23,11 +23,6 @@ device is the GPU; importing this module never needs CUDA):
   GEMMs above with a TMA producer (one thread issuing tile loads from tensor maps made on
   the device, ``shaders/cuda/tma.cuh``) instead of cp.async copies; the same epilogue,
   sibling launches included.
-- ``cuda_w8a8_gemm_fused`` (``linear``, per-channel weights, where the TMA candidates
-  run, ``M <= FUSED_MAX_M``): ``cuda_w8a8_gemm_tma`` in one launch: the GEMM's blocks
-  quantize ``x`` first (the same codes, bit for bit) and wait for each other's rows
-  (``shaders/cuda/fuse.cuh``), so a linear costs the host one launch instead of two;
-  sibling layers run as one launch too.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
@@ -59,7 +54,6 @@ from . import cuda_launch as launch
 from . import registry, sources, tensormap
 from .cuda_launch import (
     FLOAT_DTYPES,
-    FUSED_MAX_M,
     GEMM_CONFIGS,
     GEMM_K_MULTIPLE,
     GEMV_FUSED_BLOCKS,
@@ -74,7 +68,6 @@ from .cuda_launch import (
     TMA_CONFIGS,
     U8_MAX_K,
     WS_CONFIGS,
-    bind_gemm_fused,
     bind_gemm_grouped,
     bind_gemm_per_channel,
     bind_gemm_ws_group,
@@ -83,7 +76,6 @@ from .cuda_launch import (
     bind_gemv_quantized,
     bind_quantize,
     cuda_available,
-    gemm_fused,
     gemm_grouped,
     gemm_per_channel,
     gemv,
@@ -192,14 +184,6 @@ def _w8a8_tma_run(x, weight, bias):
     return _apply_tma(_quantize_rowsum(x), weight, bias, x.dtype)
 
 
-def _w8a8_fused_stages(p: registry.Problem):
-    return None  # one launch: x is quantized inside the GEMM
-
-
-def _w8a8_fused_run(x, weight, bias):
-    return gemm_fused(x, weight, bias, tma_tile_for(x.shape[0], weight.n, x.shape[1]))
-
-
 def _w8a8_grouped_run(x, weight, bias):
     xq, xs, xr = quantize(x, weight.group_size)
     return gemm_grouped(xq, xs, xr, weight, bias, x.dtype)
@@ -244,17 +228,6 @@ def _w8a8_tma_bind_group(p: registry.Problem, members, lead=None):
     dtype = getattr(mx, p.dtype)
     return (ROWSUM, bind_quantize(p.m, p.k, dtype, row_sum=True, lead=lead),
             bind_gemm_ws_group(p.m, p.k, members, dtype, tma_tile_for(p.m, p.n, p.k), lead=lead))
-
-
-def _w8a8_fused_bind(p: registry.Problem, weight, bias, lead=None):
-    return None, None, bind_gemm_fused(p.m, p.k, [(weight, bias)], getattr(mx, p.dtype),
-                                       tma_tile_for(p.m, weight.n, p.k), lead)
-
-
-def _w8a8_fused_bind_group(p: registry.Problem, members, lead=None):
-    # p: the siblings' summed problem (N = sum of N_g), as _w8a8_tma_bind_group's tile.
-    return None, None, bind_gemm_fused(p.m, p.k, members, getattr(mx, p.dtype),
-                                       tma_tile_for(p.m, p.n, p.k), lead)
 
 
 def _w8a8_grouped_bind(p: registry.Problem, weight, bias, lead=None):
@@ -334,10 +307,6 @@ def _supports_gemm_tma(p: registry.Problem) -> bool:
     return _supports_gemm_ws(p) and tensormap.available()
 
 
-def _supports_gemm_fused(p: registry.Problem) -> bool:
-    return _supports_gemm_tma(p) and p.m <= FUSED_MAX_M
-
-
 def _supports_grouped(p: registry.Problem) -> bool:
     return p.weight_format == "grouped" and p.n >= 1 and _float_k_ok(p)
 
@@ -401,12 +370,6 @@ _CANDIDATES = (
               bind_gemm_per_channel, _w8a8_tma_bind_group, bind_gemm_ws_group,
               launch.gemm_ws_group_spec) + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K}")),
-    ("cuda_w8a8_gemm_fused", "linear", _w8a8_fused_run, _supports_gemm_fused,
-     _w8a8_fused_stages, _w8a8_fused_bind,
-     _digest((_w8a8_fused_run, _w8a8_fused_stages, gemm_fused, launch.gemm_fused_spec,
-              tma_tile_for, _w8a8_fused_bind, _w8a8_fused_bind_group, bind_gemm_fused,
-              launch._lead) + _TMA_FNS,
-             _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K},m<={FUSED_MAX_M}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind,
      _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, gemm_grouped,
@@ -427,7 +390,6 @@ _CANDIDATES = (
 # bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemv.cu fused_*_group2/3).
 _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
                 "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
-                "cuda_w8a8_gemm_fused": _w8a8_fused_bind_group,
                 "cuda_int8_gemv": _gemv_bind_group}
 
 for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:

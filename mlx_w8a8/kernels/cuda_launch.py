@@ -648,81 +648,6 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                       (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
-# The fused launch's limit (shaders/cuda/fuse.cuh kFuseRowBlocks: ready counters for 128
-# 128-row blocks of x).
-FUSED_MAX_M = 128 * 128
-
-
-def gemm_fused_spec(m: int, k: int, members, dtype: mx.Dtype, config: WsConfig | None = None,
-                    lead: tuple[int, ...] | None = None) -> LaunchSpec:
-    """One TMA GEMM launch that quantizes its activation itself (``gemm_ws.cu``'s
-    ``tma_fused*`` bodies, ``shaders/cuda/fuse.cuh``): ``x`` ``[*lead, K]`` of ``dtype``
-    in, each member's ``[*lead, N_g]`` out, with no quantize launch before it.
-
-    Args:
-        members: 1 to 3 ``(weight, bias)`` pairs (``QuantizedWeight`` per-channel
-            ``[N_g, K]``, ``K <= U8_MAX_K``; bias ``[N_g]`` or ``None``, all or none set);
-            more than one: sibling projections fed the same ``x`` (q/k/v, gate/up).
-        config: a TMA tile (``TMA_CONFIGS``); ``None``: :func:`tma_tile_for` on the
-            summed N.
-
-    Returns:
-        The spec; its launch returns the members' outputs, then the tensor maps'
-        scratch, then the launch's quantized activation ``xq`` ``[*lead, K]`` int8,
-        ``xs`` ``[*lead, 1]`` float32, ``xr`` ``[*lead, 1]`` int32 (what
-        :func:`quantize` with ``row_sum=True`` returns for ``x``, bit for bit).
-
-    Raises:
-        ValueError: for ``M > FUSED_MAX_M``, ``K > U8_MAX_K``, a config without the TMA
-            producer, or members that cannot share the launch.
-    """
-    op = "[mlx_w8a8.cuda_w8a8_gemm_fused]"
-    members = list(members)
-    if not 1 <= len(members) <= MAX_SIBLINGS:
-        raise ValueError(f"{op} a launch takes 1 to {MAX_SIBLINGS} weights, got {len(members)}")
-    has_bias = {b is not None for _, b in members}
-    if len(has_bias) != 1:
-        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
-                         f"{[b is not None for _, b in members]}")
-    if not 1 <= m <= FUSED_MAX_M:
-        raise ValueError(f"{op} M must be in [1, {FUSED_MAX_M}] (the launch's ready "
-                         f"counters, fuse.cuh), got {m}")
-    if k > U8_MAX_K or k % GEMM_K_MULTIPLE:
-        raise ValueError(f"{op} K must be a multiple of {GEMM_K_MULTIPLE} and at most "
-                         f"{U8_MAX_K} (exact unsigned-code sums), got {k}")
-    for w, _ in members:
-        if not w.per_channel or w.k != k:
-            raise ValueError(f"{op} weights must be per-channel with K = {k}, got "
-                             f"format={w.format}, K={w.k}")
-    lead = _lead(m, lead)
-    ns = [w.n for w, _ in members]
-    cfg = config or tma_tile_for(m, sum(ns), k)
-    if not cfg.tma:
-        raise ValueError(f"{op} the fused launch runs the TMA producer's tiles "
-                         f"(TMA_CONFIGS), got {cfg}")
-    g = len(members)
-    tail, names = [], ["x"]
-    for i, (w, b) in enumerate(members):
-        tag = "" if g == 1 else str(i)
-        tail += [w.q, w.channel_scales]
-        names += [f"w{tag}", f"ws{tag}"]
-        if b is not None:
-            tail.append(_as_f32(b))
-            names.append(f"bias{tag}")
-    body = "tma_fused" + (f"_group{g}" if g > 1 else "") + ("_bias" if True in has_bias else "")
-    outs = ("y",) if g == 1 else tuple(f"y{i}" for i in range(g))
-    blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
-    proto, scratch = _tma_io(cfg, m, k, tuple(ns), blocks)
-    tail.append(proto)
-    names.append("proto")
-    outs += ("tmap", "xq", "xs", "xr")
-    shapes = [(*lead, n) for n in ns] + [scratch, (*lead, k), (*lead, 1), (*lead, 1)]
-    dtypes = [dtype] * g + [mx.uint8, mx.int8, mx.float32, mx.int32]
-    kern = _kernel(cfg.file, body, tuple(names), outs, cfg.shared_memory)
-    return LaunchSpec(kern, tuple(tail), [("T", dtype)] + cfg.template(), shapes, dtypes,
-                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
-
-
 def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                       config: GemmConfig | None = None,
                       lead: tuple[int, ...] | None = None) -> LaunchSpec:
@@ -934,13 +859,6 @@ def gemm_per_channel(xq, xs, weight, bias, out_dtype,
     return (spec.launch(xq, xs, row_sums) if unsigned else spec.launch(xq, xs))[0]
 
 
-def gemm_fused(x, weight, bias, config: WsConfig | None = None):
-    """Per-channel W8A8 linear in one launch (:func:`gemm_fused_spec`): ``x`` ``[M, K]``
-    float, ``M <= FUSED_MAX_M``; ``y`` ``[M, N]`` in ``x.dtype``."""
-    m, k = x.shape
-    return gemm_fused_spec(m, k, [(weight, bias)], x.dtype, config).launch(x)[0]
-
-
 def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None = None):
     """Grouped W8A8 GEMM (``xr`` the ``[M, K // group_size]`` int32 row sums)."""
     return gemm_grouped_spec(xq.shape[0], weight, bias, out_dtype, config).launch(xq, xs, xr)[0]
@@ -1019,17 +937,6 @@ def bind_gemm_ws_group(m: int, k: int, members, out_dtype: mx.Dtype,
     to be taken)."""
     run = gemm_ws_group_spec(m, k, members, out_dtype, config, lead).bound(slice(len(members)))
     return lambda acts: run(*acts)
-
-
-def bind_gemm_fused(m: int, k: int, members, dtype: mx.Dtype, config: WsConfig | None = None,
-                    lead: tuple[int, ...] | None = None):
-    """``f(x) -> y`` (one member) or ``f(x) -> [y_0, y_1, ...]`` (siblings):
-    :func:`gemm_fused_spec`'s launch on ``x``, the members' outputs only."""
-    members = list(members)
-    run = gemm_fused_spec(m, k, members, dtype, config, lead).bound(slice(len(members)))
-    if len(members) == 1:
-        return lambda x: run(x)[0]
-    return run
 
 
 def bind_gemm_grouped(m: int, weight, bias, out_dtype: mx.Dtype, config: GemmConfig | None = None,

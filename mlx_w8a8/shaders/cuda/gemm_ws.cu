@@ -5,7 +5,6 @@
 // tensor maps tma.cuh's:
 // @@ requires wgmma.cuh
 // @@ requires tma.cuh
-// @@ requires fuse.cuh
 //
 // Block: 256 + 32 PW threads, one block per SM, a persistent grid (at most one block per
 // SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in common.cuh's
@@ -289,22 +288,17 @@ __device__ __forceinline__ void ws_epilogue(const int (&d)[BN / 2], const Epi& e
 // per-channel dequant with WB == kWeightU8). T: the output type. a: [M, K] (any leading
 // shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1 or 4,
 // `tma` set) instead of cp.async copies. PP: ping-pong consumers (BN <= 128).
-// FUSE (TMA only): the launch quantizes `fuse.x` itself first (fuse.cuh): a, row_scale
-// and row_sums are then its own outputs fuse.xq, xs, xr, written by the blocks' warps
-// before the producer loads them.
 template <int MODE, bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int WB, int G,
-          bool TMA = false, bool PP = false, int ACC = 1, bool FUSE = false>
+          bool TMA = false, bool PP = false, int ACC = 1>
 __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const float* row_scale,
                                         const int32_t* row_sums, const Members<T, G>& ms,
-                                        TmaMaps tma = {}, FuseIn<T> fuse = {}) {
+                                        TmaMaps tma = {}) {
   static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
   static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
   static_assert(!TMA || PW == 1 || PW == 4, "TMA: one producer warp or a warpgroup");
   static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
   static_assert(ACC == 1 || (!PP && (ACC == 2 || ACC == 4) && ACC * BN <= 128),
                 "ACC accumulator sets: cooperative tiles, at most 64 registers of them");
-  static_assert(!FUSE || (TMA && MODE == 1 && WB == kWeightU8),
-                "the fused quantize feeds the TMA producer's per-channel bodies");
   // TMA with a producer warpgroup: the block's registers at launch, 384 x 168 (ptxas's
   // cap under launch_bounds(384, 1)), are re-dealt as 128 x kProducerRegs + 256 x
   // kConsumerRegs; one thread issues every load, so the producers need few.
@@ -330,8 +324,6 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   const int tiles = tiles_m * tiles_n;
   const int ktiles = (K + kBK - 1) / kBK;
 
-  // FUSE: the launch's slot of fuse.cuh's table, and the warps that stopped claiming rows.
-  __shared__ int fuse_slot, fuse_warps_done;
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
@@ -342,20 +334,8 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       mbar_init(empty0 + 8 * STAGES, 4);  // order[0], order[1]: the consumers' turns
       mbar_init(empty0 + 8 * STAGES + 8, 4);
     }
-    if constexpr (FUSE) {
-      if (tiles_m > kFuseRowBlocks) __trap();  // the launcher never makes such a launch
-      fuse_slot = fuse_join(ms.out[0]);
-      fuse_warps_done = 0;
-    }
   }
   __syncthreads();
-  // Every warp quantizes rows until none are left, then takes its role; no block barrier
-  // after this (the producer may start loading as soon as its first row block is ready).
-  FuseSlot* slot = nullptr;
-  if constexpr (FUSE) {
-    slot = &w8a8_fuse_slots[fuse_slot];
-    fuse_quantize(slot, fuse, M, K, &fuse_warps_done);
-  }
 
   if constexpr (TMA) {
     if (warp >= kWsProducerWarp) {
@@ -392,16 +372,11 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       // the stage held before and only feed accumulator rows the epilogue never stores.
       const uint32_t stage_tx = ((M < BM ? M : BM) + BN) * kBK;
       int it = 0;
-      int ready_tm = -1;  // FUSE: the row block whose codes were last waited for
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tm, tn;
         tile_coords(tile, tiles_m, tiles_n, tm, tn);
         const Member<T> mb = member_of<BN>(ms, tn);
         const unsigned char* map_b = maps_g + (1 + mb.g) * kTmaMapBytes;
-        if constexpr (FUSE) {
-          if (tm != ready_tm) fuse_wait(slot, tm, M);
-          ready_tm = tm;
-        }
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % STAGES;
           mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -411,7 +386,6 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
           tma_load_2d(sa + BM * kBK, map_b, kt * kBK, mb.tn * BN, full0 + 8 * s);
         }
       }
-      if constexpr (FUSE) fuse_leave(slot, &fuse_warps_done, blockDim.x >> 5, tiles_m);
       return;
     }
   }
@@ -532,8 +506,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) d[0][i] += d[j][i];
 
-    const auto epi = epilogue_of<FUSE>(
-        ChannelEpilogue<MODE, HAS_BIAS, WB>{row_scale, row_sums, mb.col_scale, mb.bias});
+    const ChannelEpilogue<MODE, HAS_BIAS, WB> epi{row_scale, row_sums, mb.col_scale, mb.bias};
 #pragma unroll
     for (int h = 0; h < kHalves; ++h)
       ws_epilogue<BN>(d[h], epi, mb.out, tm * BM + (PP ? h : wg) * 64 + (warp & 3) * 16,
@@ -657,52 +630,3 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC
         {ws0, ws1, ws2}, {bias0, bias1, bias2}, {y0, y1, y2},
         {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
-
-// @@ body tma_fused
-// One launch per linear (FUSE, fuse.cuh): x [..., K] float (T), w [N, K/4] uint32 codes,
-// ws [N] f32, proto as tma_channel_u8; outputs y [..., N], tmap (as tma_channel_u8), and
-// the launch's own quantized activation xq [..., K] int8, xs [..., 1] f32, xr [..., 1]
-// int32 (the rowsum quantize's outputs, bit for bit).
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC, true>(
-    xq, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], xs, xr,
-    w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y}, {w_shape[0]}},
-    w8a8::TmaMaps{proto, tmap}, w8a8::FuseIn<T>{x, xq, xs, xr});
-
-// @@ body tma_fused_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC, true>(
-    xq, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], xs, xr,
-    w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y}, {w_shape[0]}},
-    w8a8::TmaMaps{proto, tmap}, w8a8::FuseIn<T>{x, xq, xs, xr});
-
-// @@ body tma_fused_group2
-// tma_fused for sibling weights fed the same x (w0, ws0, w1, ws1[, w2, ws2]; y0, y1[, y2]).
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC, true>(
-    xq, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], xs, xr,
-    w8a8::Members<T, 2>{{reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
-        {ws0, ws1}, {nullptr, nullptr}, {y0, y1},
-        {w0_shape[0], w1_shape[0]}},
-    w8a8::TmaMaps{proto, tmap}, w8a8::FuseIn<T>{x, xq, xs, xr});
-
-// @@ body tma_fused_group2_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC, true>(
-    xq, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], xs, xr,
-    w8a8::Members<T, 2>{{reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
-        {ws0, ws1}, {bias0, bias1}, {y0, y1},
-        {w0_shape[0], w1_shape[0]}},
-    w8a8::TmaMaps{proto, tmap}, w8a8::FuseIn<T>{x, xq, xs, xr});
-
-// @@ body tma_fused_group3
-w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC, true>(
-    xq, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], xs, xr,
-    w8a8::Members<T, 3>{{reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1), reinterpret_cast<const int8_t*>(w2)},
-        {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
-        {w0_shape[0], w1_shape[0], w2_shape[0]}},
-    w8a8::TmaMaps{proto, tmap}, w8a8::FuseIn<T>{x, xq, xs, xr});
-
-// @@ body tma_fused_group3_bias
-w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC, true>(
-    xq, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], xs, xr,
-    w8a8::Members<T, 3>{{reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1), reinterpret_cast<const int8_t*>(w2)},
-        {ws0, ws1, ws2}, {bias0, bias1, bias2}, {y0, y1, y2},
-        {w0_shape[0], w1_shape[0], w2_shape[0]}},
-    w8a8::TmaMaps{proto, tmap}, w8a8::FuseIn<T>{x, xq, xs, xr});

@@ -9,7 +9,7 @@
 // hits L1/L2: DRAM sees x once) and writes the codes, plus per-group row sums when
 // GS > 0, or the full-row sum R_m = sum_k q_mk (int32) when RSUM (the per-channel GEMM's
 // unsigned-weight correction, gemm.cu). Body rowsum_warp: the rowsum outputs with one
-// warp per row and no block barrier (quantize_rows_warp below, quantize.cuh's quantize_row_warp).
+// warp per row and no block barrier (quantize_row_warp below).
 //
 // Invariants the launcher guarantees (cuda.py `supports`, cuda_launch.quantize):
 // K % 8 == 0 (and K % GS == 0), rows 16-byte aligned (row-contiguous input, K * sizeof(T)
@@ -127,13 +127,62 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
 }
 
 // One warp per row (blockDim.x / 32 rows per block), no shared memory and no block
-// barrier: quantize.cuh's quantize_row_warp on row blockIdx.x * warps + warp.
+// barrier: the per-channel GEMM's quantize pass as one streaming pass over x. Each lane
+// first issues the 16-byte loads of up to kCached chunks of 8 elements (chunks lane,
+// lane + 32, ...; 16 chunks = 4096 bfloat16 elements per row for the whole warp, 8 for
+// float32) and keeps them raw in registers, so a warp has 16 loads in flight and a row
+// of K <= 4096 (float16/bfloat16) or 2048 (float32) is read from DRAM once; chunks past
+// the cache are read again in the second pass (L1/L2 hits). Codes are written as 8-byte
+// words (a warp stores 256 contiguous bytes), scale and the row sum R_m by lane 0.
+// Same functions as quantize_row (AbsMax, RowQuantizer), so the same bits.
 template <typename T>
-__device__ __forceinline__ void quantize_rows_warp(const T* x, int M, int K, int8_t* q,
-                                                   float* scale, int32_t* row_sums) {
+__device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8_t* q,
+                                                  float* scale, int32_t* row_sums) {
+  constexpr int kCached = sizeof(T) == 4 ? 8 : 16;
+  const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= M) return;  // the whole warp
-  quantize_row_warp(x, row, K, q, scale, row_sums);
+  const int chunks = K >> 3;
+  const T* xr = x + (size_t)row * K;
+  Raw8<T> cache[kCached];
+  AbsMax<T> amax;
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = lane + 32 * i;
+    if (c < chunks) {
+      cache[i] = load_raw8(xr + c * 8);
+      amax.add(cache[i]);
+    }
+  }
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) amax.add(load_raw8(xr + c * 8));
+  amax.reduce_warp();
+  const RowQuantizer qz = RowQuantizer::of(amax.value());
+  int8_t* qr = q + (size_t)row * K;
+  int total = 0;
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = lane + 32 * i;
+    if (c < chunks) {
+      float f[8];
+      decode8(cache[i], f);
+      uint32_t packed[2];
+      total += qz.codes8(f, packed);
+      *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+    }
+  }
+  for (int c = lane + 32 * kCached; c < chunks; c += 32) {
+    float f[8];
+    load8(xr + c * 8, f);
+    uint32_t packed[2];
+    total += qz.codes8(f, packed);
+    *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  if (lane == 0) {
+    scale[row] = qz.s;
+    row_sums[row] = total;
+  }
 }
 
 }  // namespace w8a8
@@ -152,4 +201,4 @@ w8a8::quantize_row<T, GS>(x, x_shape[x_ndim - 1], q, scale, row_sums);
 
 // @@ body rowsum_warp
 // As `rowsum` (same outputs, same bits), one warp per row: x [M, K] float (T).
-w8a8::quantize_rows_warp<T>(x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], q, scale, rsum);
+w8a8::quantize_row_warp<T>(x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], q, scale, rsum);
