@@ -1,6 +1,8 @@
 #!/bin/bash
 # Device run A, twenty-first set (2026-12-01; NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-01_s21_a.sh
+# Ran branch fused-quantize-gemm at commit 7dd52b9 (the first version of the fused kernel); main does not carry the
+# fused kernel (runs A-C measured it no faster than quantize + the TMA GEMM).
 # The one-launch W8A8 linear (cuda_w8a8_gemm_fused: the quantize inside the TMA GEMM,
 # shaders/cuda/fuse.cuh), first run on a GPU. 1) Its tests (bit-exact against the two
 # launches, siblings, many launches in flight and again). 2) Only if they pass: the host

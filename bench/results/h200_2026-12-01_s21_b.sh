@@ -1,6 +1,8 @@
 #!/bin/bash
 # Device run B, twenty-first set (2026-12-01; NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-01_s21_b.sh
+# Ran branch fused-quantize-gemm at commit 301ebc8 (the kernel of run A); main does not carry the
+# fused kernel (runs A-C measured it no faster than quantize + the TMA GEMM).
 # Run A passed 28 of the fused tests and hit its time limit in the 29th (M = 2049,
 # K = 14336 on the 128 x 32 tile: a hang or a slow oracle?). 1) The fused tests from there
 # on, verbose, with durations. 2) Whatever they do: the host split of a chain of 40

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Device run C, twenty-first set (2026-12-01; NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-01_s21_c.sh
+# Ran branch fused-quantize-gemm at commit e486adf (the fused kernel with the next row asked for early); main does not carry the
+# fused kernel (runs A-C measured it no faster than quantize + the TMA GEMM).
 # Runs A and B: the fused tests that finished passed; the one at M = 2049, K = 14336 ran
 # past the time limit in its int64 numpy oracle (N = 1024), now N = 40. The fused kernel
 # now asks for its next row as it starts one and publishes a row with red.release.
