@@ -48,8 +48,13 @@ def quantize_rows(x: np.ndarray):
 
 
 def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact ``a @ b.T`` in int64."""
-    return a.astype(np.int64) @ b.astype(np.int64).T
+    """Exact ``a @ b.T`` of int8 codes (``|a|, |b| <= 128``), as int64.
+
+    Computed in float64 by BLAS: every product is an integer of at most 2^14, so every
+    partial sum of K < 2^39 of them is an integer below 2^53 and exact in any order (with
+    or without FMA). numpy's int64 matmul has no BLAS: 2.2 s against 0.08 s in float64 at
+    2049 x 1024 x 1434 on a 2-core CPU, ten times that at K = 14336."""
+    return (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
 
 
 def codes(weight) -> np.ndarray:

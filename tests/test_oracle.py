@@ -64,3 +64,20 @@ def test_rejects_a_subnormal_off_by_a_unit():
 def test_rejects_a_nan_pattern_change():
     with pytest.raises(AssertionError, match="NaN"):
         check([1.0], [np.nan])
+
+
+def test_int8_matmul_is_exact_where_float32_sums_are_not(rng):
+    """The oracle's int8 product sums in float64: exact (every partial sum an integer below
+    2^53). Same-sign codes summed over K = 4096 pass 2^24, where float32 accumulation
+    would round: checked against Python's integers, row by row."""
+    a = np.full((3, 4096), 127, dtype=np.int8)
+    a[1] = -128
+    a[2] = rng.integers(-128, 128, 4096, dtype=np.int8)
+    b = rng.integers(100, 128, (5, 4096), dtype=np.int8)
+    got = oracle.int8_matmul(a, b)
+    assert got.dtype == np.int64
+    want = [[sum(int(x) * int(y) for x, y in zip(row, col)) for col in b] for row in a]
+    assert got.tolist() == want
+    assert abs(want[0][0]) > 2**24  # the float32 mutant would round here
+    f32 = (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.int64)
+    assert f32.tolist() != want
