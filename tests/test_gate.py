@@ -382,7 +382,11 @@ def test_screened_verdicts_equal_the_float64_rule(rng, dtype):
         cand = mx.array((r32 + limit * scale * rng.choice([-1, 1], (m, n))).astype(np.float32))
         cand = cand.astype(getattr(mx, dtype))
         got, worst, _ = gate.compare(ref, cand)
-        assert (got, worst) == _stage1_float64(ref, cand, gate.ATOL, gate.RTOL), trial
+        ok64, worst64 = _stage1_float64(ref, cand, gate.ATOL, gate.RTOL)
+        # The screen's worst is the float32 difference, rounded once; rounding is monotone,
+        # so the float32 maximum is the float64 maximum rounded (bfloat16 values whose
+        # exponents differ by more than 16 have an inexact float32 difference).
+        assert got == ok64 and worst in (worst64, float(np.float32(worst64))), trial
         t = mx.array(rng.uniform(0.1, 10, (m, n)).astype(np.float32))
         bound = gate.Bound(t, 1e-6)
         b64 = bound.host()

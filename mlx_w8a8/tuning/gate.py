@@ -369,7 +369,8 @@ def compare(
 
     Returns:
         ``(passed, worst_error, detail)``; ``worst_error`` is the largest ``|c - r|``
-        in bfloat16 terms (``inf`` when an output is non-finite or shapes differ),
+        in bfloat16 terms (``inf`` when an output is non-finite or shapes differ;
+        where the device screen decides, the float32 rounding of that value),
         ``detail`` describes the worst element on failure.
     """
     refs, cands = _parts(reference), _parts(candidate)
