@@ -24,6 +24,7 @@ import mlx.nn as nn
 from .nn import Linear
 from .sensitivity import EXACT
 from .tokens import batches, text_tokens
+from .weight import describe
 
 VARIANTS = ("float", "w8a16", "w8a8")
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
@@ -41,20 +42,32 @@ def perplexity(
 
     Returns:
         ``(perplexity, predicted tokens)``.
+
+    Raises:
+        ValueError: when ``data`` holds no window, or a batch that is not a ``[B, T]``
+            integer array with ``T >= 2`` (a window of one token predicts nothing).
     """
+    op = "mlx_w8a8.perplexity"
     total, count = mx.array(0.0), 0
     if progress is not None:
         from tqdm import tqdm
 
         data = tqdm(data, desc=progress, unit="batch")
     for batch in data:
+        if not isinstance(batch, mx.array) or batch.ndim != 2 or batch.shape[1] < 2 or (
+            not mx.issubdtype(batch.dtype, mx.integer)
+        ):
+            raise ValueError(
+                f"[{op}] each batch must be a [B, T] integer array of token windows with "
+                f"T >= 2, got {describe(batch)}"
+            )
         logits = model(batch[:, :-1]).astype(mx.float32)
         nll = nn.losses.cross_entropy(logits, batch[:, 1:], reduction="sum")
         total = total + nll
         mx.eval(total)
         count += batch[:, 1:].size
     if count == 0:
-        raise ValueError("[mlx_w8a8.perplexity] data is empty; give at least one window")
+        raise ValueError(f"[{op}] data is empty; give at least one window")
     return math.exp(total.item() / count), count
 
 

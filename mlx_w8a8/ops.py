@@ -120,14 +120,29 @@ def quantize_activation(
     Returns:
         ``(q, scales)``: ``[..., K]`` int8 and ``[..., 1]`` float32; with
         ``group_size``, ``(q, scales, row_sums)`` with ``[..., K // group_size]`` int32.
+        No rows (a leading dimension 0) give empty outputs.
+
+    Raises:
+        ValueError: on a non-float or 0-D ``x``, ``K = 0`` (a row without elements has no
+            scale), or a group size that is not 32, 64 or 128 or does not divide K.
     """
     op = "mlx_w8a8.quantize_activation"
     _check_float_activation(op, x)
     k = x.shape[-1]
+    if k == 0:
+        raise ValueError(
+            f"[{op}] x must have at least one element per row (K >= 1) to take a "
+            f"per-row scale from, got shape {tuple(x.shape)}"
+        )
     if group_size is not None:
         check_group_size(op, group_size, k)
     lead = x.shape[:-1]
     m = math.prod(lead)
+    if m == 0:  # nothing to quantize or to choose a kernel for (empty batches)
+        q, scale = mx.zeros((*lead, k), mx.int8), mx.zeros((*lead, 1), mx.float32)
+        if group_size is None:
+            return q, scale
+        return q, scale, mx.zeros((*lead, k // group_size), mx.int32)
     problem = Problem("quantize_activation", m, 0, k, dtype_name(x.dtype), "int8", group_size)
     x2 = x.reshape(m, k)
     with _on(stream):

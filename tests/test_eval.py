@@ -37,6 +37,17 @@ def test_closed_forms(rng):
         perplexity(Fixed(50), [])
 
 
+@pytest.mark.parametrize("bad", [
+    mx.zeros((3, 9)),  # float tokens
+    mx.zeros((9,), mx.int32),  # one window without its batch axis
+    mx.zeros((3, 1), mx.int32),  # a one-token window predicts nothing
+    [[1, 2, 3]],  # a list, not an array
+])
+def test_refuses_batches_that_are_not_token_windows(bad):
+    with pytest.raises(ValueError, match=r"perplexity\] each batch must be a \[B, T\] integer"):
+        perplexity(Fixed(50), [bad])
+
+
 def test_matches_a_float64_oracle_on_a_tiny_llama(rng):
     pytest.importorskip("mlx_lm", reason="mlx-lm is part of the test extra")
     model, _ = tiny_lm.model("llama", rng=rng)

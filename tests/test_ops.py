@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mlx_w8a8 as w8
+from mlx_w8a8.kernels import registry
 import oracle
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -219,7 +220,23 @@ def test_w8a8_linear_rejects_bad_input(rng):
         w8.w8a8_linear(x, qw, kernel="nope")
 
 
+def test_quantize_activation_of_no_rows_is_empty_and_chooses_nothing(monkeypatch):
+    # M = 0 comes with empty batches: empty outputs of the right shapes and dtypes, and no
+    # kernel decision (the tuner buckets M >= 1 only; it once printed a chooser failure).
+    def refuse(*args, **kwargs):
+        raise AssertionError("no kernel is chosen for M = 0")
+    monkeypatch.setattr(registry, "choose", refuse)
+    q, s, r = w8.quantize_activation(mx.zeros((2, 0, 128), mx.bfloat16), group_size=64)
+    assert (q.shape, s.shape, r.shape) == ((2, 0, 128), (2, 0, 1), (2, 0, 2))
+    assert (q.dtype, s.dtype, r.dtype) == (mx.int8, mx.float32, mx.int32)
+    q, s = w8.quantize_activation(mx.zeros((0, 8)))
+    assert (q.shape, s.shape) == ((0, 8), (0, 1))
+
+
 def test_quantize_activation_rejects_bad_input():
+    # K = 0: a row without elements has no max|x| to take a scale from.
+    with pytest.raises(ValueError, match=r"quantize_activation.*K >= 1.*\(3, 0\)"):
+        w8.quantize_activation(mx.zeros((3, 0)))
     with pytest.raises(ValueError, match=r"quantize_activation.*x must be.*int32"):
         w8.quantize_activation(mx.zeros((2, 64), mx.int32))
     with pytest.raises(ValueError, match=r"quantize_activation.*group_size 64 does not divide K = 96"):
@@ -240,7 +257,6 @@ def test_ops_take_a_stream_like_mlx_ops(rng):
         q, sc = w8.quantize_activation(x, stream=where)
         c = w8.int8_matmul(q, w.int8(), stream=where)
         assert c.dtype == mx.int32 and sc.shape == (3, 1)
-    from mlx_w8a8.kernels import registry
 
     seen = []
     real = registry.choose

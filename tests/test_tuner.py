@@ -848,3 +848,12 @@ def test_linears_are_timed_in_dependent_chains_unless_told_otherwise(env, timed_
     want = timing.linear_link if dependent else None
     assert timed_links == [want, None]  # a quantize problem has no output of x's shape to feed
     assert entry["chain_link"] == ("dependent" if dependent else "independent")
+
+
+def test_set_tuning_table_refuses_what_is_not_a_path():
+    # An int would otherwise reach os.fspath as a TypeError that names no op; the tuner
+    # in place is kept.
+    before = tuning.get_tuner()
+    with pytest.raises(ValueError, match=r"set_tuning_table.*str, an os.PathLike or None.*123 \(int\)"):
+        mlx_w8a8.set_tuning_table(123)
+    assert tuning.get_tuner() is before

@@ -88,7 +88,15 @@ def set_tuning_table(path: str | os.PathLike | None) -> None:
     Args:
         path: a JSON table path; ``None`` goes back to ``$MLX_W8A8_TUNING_TABLE`` (or
             no named table). The cache and shipped tables stay below it.
+
+    Raises:
+        ValueError: when ``path`` is neither ``None``, a ``str`` nor an ``os.PathLike``.
     """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"[mlx_w8a8.set_tuning_table] path must be a str, an os.PathLike or None, "
+            f"got {path!r} ({type(path).__name__})"
+        )
     global _tuner
     with _lock:
         online = _tuner.online if _tuner is not None else None
