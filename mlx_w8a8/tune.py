@@ -335,6 +335,11 @@ def main(argv: list[str] | None = None, out=None) -> int:
         return 0
     if runnable:
         todo = len(batch.pending())
+        if todo:
+            try:  # before minutes of measuring, not after
+                table.check_writable(target)
+            except table.TableError as error:
+                return fail(f"cannot record into the table: {error}", 1)
         print(f"tuning {len(runnable)} problem(s), {todo} to measure, into {target} "
               f"({table.backend()}, {tuner.key['device'].get('device_name', '?')})", file=out)
     started = time.perf_counter()

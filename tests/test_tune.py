@@ -128,10 +128,9 @@ def test_errors_are_reported_not_raised(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert run(["--show", str(bad)])[0] == 1
-    # tuning into a corrupt table: measured but not written over it
-    with pytest.warns(table.TuningTableWarning):
-        code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
-    assert bad.read_text() == "{"
+    # tuning into a corrupt table: refused, not written over
+    code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
+    assert code == 1 and bad.read_text() == "{"
     # a K the group size does not divide is skipped with a note
     code, text = run(["--shapes", "1x32x48", "--table", str(tmp_path / "t.json")] + TINY)
     assert code == 1 and "does not divide K" in text
@@ -281,7 +280,35 @@ def test_ctrl_c_in_a_real_process_exits_130_without_traceback(tmp_path):
     assert 1 <= saved < 24
 
 
-def test_nothing_recorded_exits_nonzero_with_one_prefix(tmp_path, capsys):
+def test_a_table_that_cannot_be_written_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    # Minutes of measuring would otherwise end in "could not be recorded".
+    measured = []
+    monkeypatch.setattr(tune.Batch, "run", lambda self: measured.append(self))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    def no_write(*args, **kwargs):  # a folder this user may not write (root may write any)
+        raise PermissionError(13, "Permission denied")
+
+    for path, why, patch in ((bad, "not valid JSON", None),
+                             (not_a_folder / "t.json", "cannot read", None),
+                             (tmp_path / "ro" / "t.json", "cannot write", no_write)):
+        with monkeypatch.context() as m:
+            if patch is not None:
+                m.setattr(table.tempfile, "mkstemp", patch)
+            code, _ = run(["--shapes", "1x32x64", "--table", str(path)] + TINY)
+        err = capsys.readouterr().err
+        assert code == 1 and f"cannot record into the table: {path}: {why}" in err, err
+    assert not measured and bad.read_text() == "{" and not_a_folder.read_text() == ""
+    # a dry run writes nothing, so it still lists the work
+    code, text = run(["--shapes", "1x32x64", "--table", str(bad), "--dry-run"] + TINY)
+    assert code == 0 and "to measure" in text
+
+
+def test_nothing_recorded_exits_nonzero_with_one_prefix(tmp_path, capsys, monkeypatch):
+    # The table goes bad while measuring (the up-front check passed).
+    monkeypatch.setattr(table, "check_writable", lambda path: None)
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     with pytest.warns(table.TuningTableWarning):

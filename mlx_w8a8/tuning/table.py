@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import threading
 import warnings
 from importlib import resources
@@ -391,6 +392,25 @@ def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
     except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
     return doc
+
+
+def check_writable(path: str) -> None:
+    """Raise now what :func:`write_entries` would raise after the measuring: the table at
+    ``path`` is not a valid table, or its folder cannot be made or written (a temporary
+    file is created there and removed).
+
+    Raises:
+        TableError: naming the path and the reason.
+    """
+    read(path)  # TableError on a file that is not a table
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".w8a8-", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.remove(tmp)
+    except OSError as error:
+        raise TableError(f"{path}: cannot write ({error})") from error
 
 
 def write_doc(path: str, doc: dict) -> None:
