@@ -122,7 +122,7 @@ def emit(record: dict, stream) -> None:
 
 def qualify(args, stream, out) -> int:
     """The paired qualification run; returns the exit status."""
-    cases = shapes.expand(args.cases) if args.cases else list(CASES)
+    cases = shapes.expand(args.cases, prog=PROG, flag="--cases") if args.cases else list(CASES)
     summary = []
     status = 0
     device = table.device_key()
@@ -269,7 +269,7 @@ def _device_kernel(problem: Problem, exclude=("mlx_qmm",)) -> str:
 
 def cider(args, stream, out) -> int:
     """The Cider-style four-way comparison; returns the exit status."""
-    work = shapes.expand(args.shapes) if args.shapes else list(CIDER_SHAPES)
+    work = shapes.expand(args.shapes, prog=PROG) if args.shapes else list(CIDER_SHAPES)
     head = ["M", "K", "N", "w8a8-full", "int8-raw", "qmm-w8a16", "bf16-matmul",
             "full/raw", "qmm/full", "matmul/full", "kernels (full, raw)"]
     body = []

@@ -134,6 +134,14 @@ def test_fewer_than_30_pairs_or_mixed_arms_are_refused(tmp_path):
     assert run(["--candidate", "no_such_kernel"] + TINY, tmp_path)[0] == 1
 
 
+def test_malformed_cases_are_reported_as_the_bench_s(tmp_path, capsys):
+    # The shape parser is shared with tune: the message names the command that was run.
+    for cases, want in ((["0x1x1"], "shape must be MxNxK"), ([","], "--cases named no shape")):
+        assert run(["--cases", *cases], tmp_path)[0] == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"[mlx_w8a8.bench] {want}") and "mlx_w8a8.tune" not in err, err
+
+
 def test_cider_comparison_has_four_arms(tmp_path):
     code, text, lines = run(["--cider", "--shapes", "4x32x64", "--group-size", "32",
                              "--warmup", "1", "--chain", "1"], tmp_path)

@@ -111,17 +111,18 @@ def split_for_tp(name: str, n: int, k: int, tp: int) -> tuple[int, int]:
     return (n // tp, k) if label == "N" else (n, k // tp)
 
 
-def preset(name: str) -> list[tuple[int, int]]:
+def preset(name: str, prog: str = "mlx_w8a8.tune") -> list[tuple[int, int]]:
     """The distinct ``(N, K)`` projection shapes of preset ``name``, in family order.
 
     Args:
         name: ``"mlp"``, ``"attn"`` or ``"all"``.
+        prog: the command or op named in errors.
 
     Raises:
         ValueError: for any other name.
     """
     if name not in PRESETS:
-        raise ValueError(f"[mlx_w8a8.tune] unknown shape preset {name!r}; presets: {list(PRESETS)}")
+        raise ValueError(f"[{prog}] unknown shape preset {name!r}; presets: {list(PRESETS)}")
     parts = ("attn", "mlp") if name == "all" else (name,)
     seen: list[tuple[int, int]] = []
     for family in FAMILIES.values():
@@ -132,8 +133,9 @@ def preset(name: str) -> list[tuple[int, int]]:
     return seen
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """Parse ``"MxNxK"`` (M tokens, N output features, K input features).
+def parse_shape(text: str, prog: str = "mlx_w8a8.tune") -> tuple[int, int, int]:
+    """Parse ``"MxNxK"`` (M tokens, N output features, K input features); ``prog`` is
+    the command named in errors.
 
     Raises:
         ValueError: when the text is not three positive integers joined by ``x``.
@@ -141,7 +143,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     match = _SHAPE.match(text)
     if not match or min(int(g) for g in match.groups()) <= 0:
         raise ValueError(
-            f"[mlx_w8a8.tune] shape must be MxNxK with positive integers (e.g. 1x4096x4096), "
+            f"[{prog}] shape must be MxNxK with positive integers (e.g. 1x4096x4096), "
             f"got {text!r}"
         )
     m, n, k = (int(g) for g in match.groups())
@@ -169,7 +171,10 @@ def parse_m_list(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def expand(specs: list[str], m_values: list[int] | None = None) -> list[tuple[int, int, int]]:
+def expand(
+    specs: list[str], m_values: list[int] | None = None, *, prog: str = "mlx_w8a8.tune",
+    flag: str = "--shapes",
+) -> list[tuple[int, int, int]]:
     """Turn ``--shapes`` arguments into a list of distinct ``(M, N, K)``.
 
     Args:
@@ -177,6 +182,7 @@ def expand(specs: list[str], m_values: list[int] | None = None) -> list[tuple[in
             separates). Presets are crossed with ``m_values``; an explicit ``MxNxK``
             keeps its own M.
         m_values: token counts for presets (default :func:`default_m`).
+        prog, flag: the command and its option, named in errors.
 
     Raises:
         ValueError: on an unknown preset or a malformed shape.
@@ -189,14 +195,14 @@ def expand(specs: list[str], m_values: list[int] | None = None) -> list[tuple[in
             if not item:
                 continue
             if item in PRESETS:
-                shapes = [(m, n, k) for (n, k) in preset(item) for m in ms]
+                shapes = [(m, n, k) for (n, k) in preset(item, prog) for m in ms]
             else:
-                shapes = [parse_shape(item)]
+                shapes = [parse_shape(item, prog)]
             for shape in shapes:
                 if shape not in out:
                     out.append(shape)
     if not out:
-        raise ValueError(f"[mlx_w8a8.tune] --shapes named no shape, got {specs!r}")
+        raise ValueError(f"[{prog}] {flag} named no shape, got {specs!r}")
     return out
 
 
