@@ -409,6 +409,13 @@ def convert(
     if keep not in KEEP:
         raise ValueError(f"[{op}] keep must be one of {KEEP}, got {keep!r}")
     model_path, out = Path(model_path), Path(out)
+    if not (model_path / "config.json").is_file():
+        raise ValueError(
+            f"[{op}] model must be an mlx-lm model folder (a config.json and weights), got "
+            f"{str(model_path)!r}: it has no config.json"
+        )
+    if calibration is not None and not Path(calibration).is_file():
+        raise ValueError(f"[{op}] calibration must be a text file, got {str(calibration)!r}: no such file")
     model, config = load_model(model_path)
     data = None
     if calibration is not None:
@@ -452,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seq_len, args.samples, args.batch_size,
         )
     except ValueError as error:
-        print(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Iterable
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = json.loads((folder / "config.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError) as error:
-        print(f"error: [mlx_w8a8.eval] cannot read {folder / 'config.json'}: {error}")
+        print(f"error: [mlx_w8a8.eval] cannot read {folder / 'config.json'}: {error}", file=sys.stderr)
         return 2
     if args.variants is None:
         variants = ["w8a8" if "quantization" in config else "float"]
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                             "kernel": args.kernel if variant == "w8a8" else None})
             del model
     except ValueError as error:
-        print(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
         return 2
     base = results[0]["perplexity"]
     print(f"{'variant':<8} {'perplexity':>11} {'vs first':>9}  tokens")

@@ -271,7 +271,14 @@ def test_convert_cli_smoothed_mixed_checkpoint(tmp_path, capsys):
     np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
 
     # 3. Errors: smoothing without calibration text; every layer below the floor.
+    # Errors go to stderr, before any model is loaded where the arguments alone tell.
     assert main(["--model", str(src), "--out", str(tmp_path / "x"), "--smooth", "0.5"]) == 2
-    assert "need --calibration" in capsys.readouterr().out
+    assert "need --calibration" in capsys.readouterr().err
     assert main([*common, "--out", str(tmp_path / "y"), "--sqnr-floor", "1000"]) == 2
-    assert "no mlx_w8a8.Linear layers" in capsys.readouterr().out
+    assert "no mlx_w8a8.Linear layers" in capsys.readouterr().err
+    assert main(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "z")]) == 2
+    assert "[mlx_w8a8.convert] model must be an mlx-lm model folder" in capsys.readouterr().err
+    assert main(["--model", str(src), "--out", str(tmp_path / "z"), "--smooth", "0.5",
+                 "--calibration", str(tmp_path / "none.txt")]) == 2
+    assert "calibration must be a text file" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()

@@ -88,6 +88,9 @@ def test_cli_side_by_side_on_a_tiny_model(tmp_path, capsys):
     assert "w8a8" in capsys.readouterr().out
     # An unknown variant is refused with the op's error, exit status 2.
     assert main(["--model", str(folder), "--text", str(text), "--variants", "int4"]) == 2
+    assert "int4" in capsys.readouterr().err  # errors go to stderr
+    assert main(["--model", str(tmp_path / "none"), "--text", str(text)]) == 2
+    assert "[mlx_w8a8.eval] cannot read" in capsys.readouterr().err
 
 
 def test_cli_on_a_w8a8_checkpoint(tmp_path, capsys):
@@ -104,4 +107,4 @@ def test_cli_on_a_w8a8_checkpoint(tmp_path, capsys):
     row = json.loads((tmp_path / "r.jsonl").read_text())
     assert row["variant"] == "w8a8" and row["kernel"] == "exact"
     assert main(["--model", str(tmp_path / "q"), "--text", str(text), "--variants", "float"]) == 2
-    assert "needs the float model folder" in capsys.readouterr().out
+    assert "needs the float model folder" in capsys.readouterr().err
