@@ -61,7 +61,13 @@ def _skip_table(skip) -> list[tuple[str, str]]:
         return []
     if isinstance(skip, str):
         skip = [skip]
-    items = list(skip.items()) if isinstance(skip, Mapping) else [(p, "w8a16") for p in skip]
+    try:
+        items = list(skip.items()) if isinstance(skip, Mapping) else [(p, "w8a16") for p in skip]
+    except TypeError:  # not iterable
+        raise ValueError(
+            f"[mlx_w8a8.quantize] skip must be a layer pattern, an iterable of them or a "
+            f"mapping of them to one of {KEEP}, got {skip!r} ({type(skip).__name__})"
+        ) from None
     for pattern, keep in items:
         if not isinstance(pattern, str) or keep not in KEEP:
             raise ValueError(
@@ -114,7 +120,8 @@ def quantize(
         kernel: force this ``linear`` candidate (e.g. ``"exact"``, ``"mlx_qmm"``) in
             every converted layer (``layer.kernel``); ``None`` lets the tuner decide.
         verbose: print :func:`mlx_w8a8.summary` (which kernel each layer runs at
-            decode and prefill, and where each decision came from) to stderr.
+            decode and prefill, and where each decision came from) to stderr, and the
+            float layers left float because group_size does not divide their K.
 
     Returns:
         The model, its sibling layers (q/k/v, gate/up) linked
@@ -148,6 +155,8 @@ def quantize(
         out.kernel = kernel
         return out
 
+    uneven = [path for path, m in model.named_modules()
+              if type(m) is nn.Linear and m.weight.shape[-1] % group_size]
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
     model.update_modules(leaves)
     left = sorted(
@@ -163,6 +172,9 @@ def quantize(
     siblings.link(model)  # q/k/v, gate/up: one launch where a kernel allows
     if verbose:
         print(summary(model), file=sys.stderr)
+        if uneven:
+            print(f"mlx_w8a8: {len(uneven)} nn.Linear layers kept float, their K not a multiple "
+                  f"of group_size {group_size}: {', '.join(sorted(uneven))}", file=sys.stderr)
     return model
 
 

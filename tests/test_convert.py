@@ -177,6 +177,8 @@ def test_quantize_skip_keeps_layers_on_w8a16_or_float():
     assert type(plain.lm_head) is nn.QuantizedLinear
     with pytest.raises(ValueError, match=r"quantize\] skip maps layer patterns to one of"):
         w8.quantize(plain, skip={"lm_head": "int4"})
+    with pytest.raises(ValueError, match=r"quantize\] skip must be a layer pattern.*got 5 \(int\)"):
+        w8.quantize(plain, skip=5)
 
 
 def _kinds(model):

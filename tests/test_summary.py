@@ -28,6 +28,19 @@ def test_quantize_forces_a_kernel_model_wide_and_summarises(capsys):
     assert y.shape == (3, 64)
 
 
+def test_verbose_names_the_layers_left_float_for_their_k(capsys):
+    # As nn.quantize, a float layer whose K the group size does not divide stays float;
+    # verbose says which, so a model is not silently half converted.
+    model = Tiny()
+    model.q = nn.Linear(48, 32)  # 48 = 1.5 groups of 32
+    w8.quantize(model, group_size=32, verbose=True)
+    said = capsys.readouterr().err
+    assert "1 nn.Linear layers kept float, their K not a multiple of group_size 32: q" in said
+    assert type(model.q) is nn.Linear and isinstance(model.o, w8.Linear)
+    w8.quantize(Tiny(), group_size=32, verbose=True)
+    assert "kept float" not in capsys.readouterr().err
+
+
 def test_unknown_kernel_is_refused_before_anything_converts():
     model = Tiny()
     with pytest.raises(ValueError, match=r"unknown kernel 'nope'"):
