@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -294,10 +295,13 @@ def test_a_table_that_cannot_be_written_is_refused_before_measuring(tmp_path, ca
     for path, why, patch in ((bad, "not valid JSON", None),
                              (not_a_folder / "t.json", "cannot read", None),
                              (tmp_path / "ro" / "t.json", "cannot write", no_write)):
-        with monkeypatch.context() as m:
+        with monkeypatch.context() as m, warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
             if patch is not None:
                 m.setattr(table.tempfile, "mkstemp", patch)
             code, _ = run(["--shapes", "1x32x64", "--table", str(path)] + TINY)
+        # reading a table that is there but unreadable also warns, as every reader does
+        assert any("left untouched" in str(w.message) for w in seen) == (patch is None), seen
         err = capsys.readouterr().err
         assert code == 1 and f"cannot record into the table: {path}: {why}" in err, err
     assert not measured and bad.read_text() == "{" and not_a_folder.read_text() == ""
