@@ -100,6 +100,20 @@ def test_corrupt_table_is_never_overwritten(tmp_path):
     assert open(path).read() == "{truncated"
 
 
+def test_check_writable_raises_before_a_write_would(tmp_path):
+    # What write_entries would raise after minutes of tuning, raised up front; a
+    # writable place is left exactly as it was (the probe file is removed).
+    table.check_writable(str(tmp_path / "new" / "t.json"))
+    assert os.listdir(tmp_path / "new") == []
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    with pytest.raises(table.TableError, match="bad.json"):
+        table.check_writable(str(bad))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(table.TableError, match="cannot"):
+        table.check_writable(str(tmp_path / "file" / "t.json"))
+
+
 def test_missing_table_is_not_an_error(tmp_path):
     assert table.read(str(tmp_path / "none.json")) is None
     assert table.load(str(tmp_path / "none.json")) is None
