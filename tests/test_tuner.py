@@ -650,6 +650,29 @@ def test_unknown_shape_borrows_the_nearest_measured_shape_and_logs_once(env, cap
     assert t.decide(Problem("linear", 2, 32, 64, "bfloat16", "per_channel", 32)) == (None, "none")
 
 
+def test_an_op_without_n_borrows_by_k_alone(env):
+    # quantize_activation has N = 0: the nearest measured K lends its decision, and with
+    # nothing to borrow from the answer is "none" (log(N K) once raised "math domain
+    # error" here, which the chooser printed as a failure on every new shape).
+    registry.register(Candidate(name="spy_q", backend="any", op="quantize_activation",
+                                run=registry.get("quantize_activation", "exact").run,
+                                digest="d-spy_q"))
+    try:
+        path = str(env / "t.json")
+        quant = dict(op="quantize_activation", n=0, weight_format="int8", group_size=None)
+        table.write_entries(path, table.device_key(), [
+            _entry("spy_q", k=128, digests={"spy_q": "d-spy_q"}, **quant),
+            _entry("mlx_qmm", k=256, n=64),  # a linear entry never lends to the quantize
+        ])
+        t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+        near = Problem("quantize_activation", 2, 0, 192, "float32", "int8")
+        assert t.decide(near) == ("spy_q", "borrowed")
+        far = Problem("quantize_activation", 2, 0, 512, "float32", "int8")  # 4x in K
+        assert t.decide(far) == (None, "none") and t.borrow(far) is None
+    finally:
+        registry.unregister("quantize_activation", "spy_q")
+
+
 def test_decide_does_not_cache_a_decision_made_stale_by_a_concurrent_record(env, monkeypatch):
     # decide() looks up, another thread records meanwhile, decide() stores its (stale)
     # None: the next call must still see the new entry.

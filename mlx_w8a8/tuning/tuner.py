@@ -376,7 +376,13 @@ class Tuner:
         """A decision borrowed from the nearest measured shape, for an (N, K) that no
         table holds: same op, dtype and weight format (and group size for grouped
         weights), N and K each within ``max_ratio`` of this one's, nearest in FLOPs
-        (``log(N K)``), then in shape; within that shape, :meth:`lookup`'s rule."""
+        (``log(N K)``), then in shape; within that shape, :meth:`lookup`'s rule. An op
+        without N (``quantize_activation``, N = 0) borrows by K alone."""
+        # The sizes compared: N and K, or K alone where the op has no N.
+        def dims(n: int, k: int) -> tuple[int, ...]:
+            return (k,) if n == 0 else (n, k)
+
+        want = dims(problem.n, problem.k)
         shapes_seen: dict[tuple[int, int], list] = {}
         for layer, path, by_problem in self._layers_for(problem_key(problem)):
             for key, buckets in by_problem.items():
@@ -385,19 +391,20 @@ class Tuner:
                     continue
                 if fmt == "grouped" and group != problem.group_size:
                     continue
-                if max(n / problem.n, problem.n / n) > max_ratio:
-                    continue
-                if max(k / problem.k, problem.k / k) > max_ratio:
+                have = dims(n, k)
+                if len(have) != len(want) or 0 in have or any(
+                    max(a / b, b / a) > max_ratio for a, b in zip(have, want)
+                ):
                     continue
                 shapes_seen.setdefault((n, k), []).extend(
                     (layer, path, e) for e in buckets.values()
                 )
-        here = math.log(problem.n * problem.k)
+        here = math.log(math.prod(want))
         order = sorted(
             shapes_seen,
             key=lambda nk: (
-                abs(math.log(nk[0] * nk[1]) - here),
-                abs(math.log(nk[0] / problem.n)) + abs(math.log(nk[1] / problem.k)),
+                abs(math.log(math.prod(dims(*nk))) - here),
+                sum(abs(math.log(a / b)) for a, b in zip(dims(*nk), want)),
                 nk,
             ),
         )
