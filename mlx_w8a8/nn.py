@@ -220,6 +220,8 @@ class Linear(nn.Module):
             raise ValueError(
                 f"[mlx_w8a8.Linear] kernel must be a candidate name or None, got {name!r}"
             )
+        if name is not None:
+            registry.get("linear", name)  # unknown: ValueError naming the known kernels, now
         object.__setattr__(self, "_kernel", name)
         self._forget()
 

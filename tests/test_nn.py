@@ -83,9 +83,11 @@ def test_forced_kernel_is_used(rng):
     layer.kernel = "exact"
     want, bound = oracle.linear(np.array(x), layer.quantized_weight, None)
     oracle.assert_close(layer(x), want, bound, "float32")
-    layer.kernel = "does_not_exist"
+    # An unknown name is refused where it is set, not at the next call; the layer keeps
+    # the kernel it had.
     with pytest.raises(ValueError, match="unknown kernel 'does_not_exist'"):
-        layer(x)
+        layer.kernel = "does_not_exist"
+    assert layer.kernel == "exact"
 
 
 @pytest.mark.parametrize("group_size", [32, 64, 128])
