@@ -313,7 +313,15 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True):
             predicate = lambda p, m: p in listed  # noqa: E731
         else:  # a stock mlx-lm checkpoint: its 8-bit layers, never its float ones
             predicate = lambda p, m: isinstance(m, nn.QuantizedLinear)  # noqa: E731
-        return quantize(model, class_predicate=predicate), config
+        quantize(model, class_predicate=predicate)
+        if not w8a8_layers(model):
+            warnings.warn(
+                f"[mlx_w8a8.load] {folder} holds no 8-bit or W8A8 linear layers, so none "
+                f"were converted and the model runs as stored; quantize a float model "
+                f"with mlx_w8a8.quantize(model) (or python -m mlx_w8a8.convert)",
+                stacklevel=2,
+            )
+        return model, config
     if listed is None:
         raise ValueError(
             f"[mlx_w8a8.load] {folder / CONFIG_FILE} has no {CONFIG_KEY!r} entry; with "

@@ -151,6 +151,19 @@ def test_load_converts_a_stock_8bit_checkpoint(tmp_path, rng):
     assert db > 25
 
 
+def test_loading_a_float_folder_says_nothing_was_converted(tmp_path):
+    # load() converts 8-bit layers only; a float folder loads as it is, with a warning
+    # rather than silently (the user likely meant quantize or convert).
+    from mlx_lm.utils import save_model, save_config
+
+    model, config = _tiny_llama()
+    save_model(tmp_path, model)
+    save_config(config, tmp_path / "config.json")
+    with pytest.warns(UserWarning, match=r"load\] .* holds no 8-bit or W8A8 linear layers"):
+        ours, _ = w8.load(tmp_path)
+    assert isinstance(ours.lm_head, nn.Linear) and not isinstance(ours.lm_head, w8.Linear)
+
+
 # --- mixed models, skip patterns, the convert command line -------------------------------
 import tiny_lm  # noqa: E402
 
