@@ -433,3 +433,12 @@ def _fmt_db(value) -> str:
 
 def _finite(x: float):
     return round(x, 3) if math.isfinite(x) else None
+
+
+if __name__ == "__main__":  # a library module of the bench: say which command runs it
+    import sys
+
+    print("[mlx_w8a8.modelbench] this module has no command of its own; run it as "
+          "python -m mlx_w8a8.bench --model PATH|PRESET (--help for the options)",
+          file=sys.stderr)
+    raise SystemExit(2)

@@ -237,3 +237,17 @@ def test_skip_keeps_matching_layers_on_w8a16_in_the_w8a8_variant(tiny, tmp_path)
     assert code == 0
     setup = next(l for l in lines if l["kind"] == "setup")
     assert setup["quantization"]["mlx_w8a8"]["skip"] == ["lm_head"]
+
+
+@pytest.mark.parametrize("module, tail", [("modelbench", "--model PATH|PRESET"),
+                                          ("tpbench", "--model PATH|PRESET --tp N")])
+def test_running_the_library_modules_points_to_the_bench(module, tail):
+    # They are the bench's model arms, not commands: run alone they say so and fail,
+    # rather than exit 0 having done nothing.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", f"mlx_w8a8.{module}"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"python -m mlx_w8a8.bench {tail}" in done.stderr
