@@ -227,6 +227,22 @@ def copy_non_weight_files(source: str | Path, out: str | Path) -> list[str]:
     return copied
 
 
+def check_output_folder(op: str, out: Path) -> None:
+    """Refuse an output folder holding weight files other than :data:`WEIGHTS_FILE`:
+    mlx-lm loads every ``model*.safetensors`` of a folder, so they would be loaded
+    beside the new weights (and fail, or mix two models).
+
+    Raises:
+        ValueError: naming ``op``, the folder and the files.
+    """
+    stale = sorted(p.name for p in out.glob("*.safetensors") if p.name != WEIGHTS_FILE)
+    if stale:
+        raise ValueError(
+            f"[{op}] {out} already holds weight files {stale}, which mlx-lm would load "
+            f"beside the new {WEIGHTS_FILE}; write to an empty folder or remove them"
+        )
+
+
 def save(
     model: nn.Module,
     path: str | Path,
@@ -245,6 +261,10 @@ def save(
 
     Returns:
         The folder.
+
+    Raises:
+        ValueError: when the model has no W8A8 layers, or the folder already holds other
+            ``*.safetensors`` files (mlx-lm would load them too; nothing is written).
     """
     layers = w8a8_layers(model)
     if not layers:
@@ -253,6 +273,7 @@ def save(
             "mlx_w8a8.quantize(model) first"
         )
     out = Path(path)
+    check_output_folder("mlx_w8a8.save", out)
     out.mkdir(parents=True, exist_ok=True)
     if source is not None:
         copy_non_weight_files(source, out)
@@ -436,6 +457,7 @@ def convert(
         )
     if calibration is not None and not Path(calibration).is_file():
         raise ValueError(f"[{op}] calibration must be a text file, got {str(calibration)!r}: no such file")
+    check_output_folder(op, out)  # before minutes of calibration, not after
     model, config = load_model(model_path)
     data = None
     if calibration is not None:

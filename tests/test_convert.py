@@ -151,6 +151,22 @@ def test_load_converts_a_stock_8bit_checkpoint(tmp_path, rng):
     assert db > 25
 
 
+def test_save_refuses_a_folder_with_other_weight_files(tmp_path):
+    # mlx-lm would load a stale shard beside the new weights; saving twice into the same
+    # folder (our own model.safetensors) is fine.
+    model, config = _tiny_llama()
+    w8.quantize(model)
+    w8.save(model, tmp_path / "out", config)
+    w8.save(model, tmp_path / "out", config)
+    mx.save_safetensors(str(tmp_path / "out" / "model-00001-of-00002.safetensors"),
+                        {"junk": mx.zeros((3,))})
+    before = (tmp_path / "out" / "model.safetensors").stat().st_mtime_ns
+    with pytest.raises(ValueError, match=r"save\] .* already holds weight files "
+                                         r"\['model-00001-of-00002.safetensors'\]"):
+        w8.save(model, tmp_path / "out", config)
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mtime_ns == before
+
+
 def test_loading_a_float_folder_says_nothing_was_converted(tmp_path):
     # load() converts 8-bit layers only; a float folder loads as it is, with a warning
     # rather than silently (the user likely meant quantize or convert).
@@ -297,3 +313,7 @@ def test_convert_cli_smoothed_mixed_checkpoint(tmp_path, capsys):
                  "--calibration", str(tmp_path / "none.txt")]) == 2
     assert "calibration must be a text file" in capsys.readouterr().err
     assert not (tmp_path / "z").exists()
+    (tmp_path / "z").mkdir()  # an output folder holding another model's shard
+    (tmp_path / "z" / "model-00001-of-00004.safetensors").write_bytes(b"")
+    assert main(["--model", str(src), "--out", str(tmp_path / "z")]) == 2
+    assert "already holds weight files" in capsys.readouterr().err
