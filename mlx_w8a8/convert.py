@@ -155,8 +155,6 @@ def quantize(
         out.kernel = kernel
         return out
 
-    uneven = [path for path, m in model.named_modules()
-              if type(m) is nn.Linear and m.weight.shape[-1] % group_size]
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
     model.update_modules(leaves)
     left = sorted(
@@ -172,6 +170,9 @@ def quantize(
     siblings.link(model)  # q/k/v, gate/up: one launch where a kernel allows
     if verbose:
         print(summary(model), file=sys.stderr)
+        # Float layers that stayed float for their K (not convertible, so never touched).
+        uneven = [path for path, m in model.named_modules()
+                  if type(m) is nn.Linear and m.weight.shape[-1] % group_size]
         if uneven:
             print(f"mlx_w8a8: {len(uneven)} nn.Linear layers kept float, their K not a multiple "
                   f"of group_size {group_size}: {', '.join(sorted(uneven))}", file=sys.stderr)

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-import pytest
 
 import tiny_lm
-from mlx_w8a8 import tuning
-from mlx_w8a8.tuning import table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,34 +34,27 @@ def test_the_block_has_the_calls_the_readme_lists():
         assert call in code, call
 
 
-def test_the_python_api_block_runs(tmp_path, monkeypatch, rng, caplog, recwarn):
-    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(table.ENV_TABLE, raising=False)
-    monkeypatch.setattr(table, "shipped_table_paths", lambda: [])
-    tuning._tuner = None
-    tuning.install()
+def test_the_python_api_block_runs(only_written_tables, monkeypatch, rng, caplog, recwarn):
+    # conftest's hermetic fixture gives a fresh tuner and cache directory, put back after.
+    tmp_path = only_written_tables
     monkeypatch.chdir(tmp_path)
     source, config = tiny_lm.model("llama", rng=rng)
     tiny_lm.folder(tmp_path / "float-model", source, config)
     caplog.set_level(logging.WARNING)
     names: dict = {}  # one namespace: the first group's imports serve the rest
-    try:
-        for i, group in enumerate(api_block()):
-            model, _ = tiny_lm.model("llama", rng=rng)
-            names.update(
-                model=model, config=config, group=mx.distributed.init(),
-                batches=[mx.array(rng.integers(0, 256, (2, 16)))],
-                w=mx.array(rng.standard_normal((64, 128)).astype(np.float32)),
-                x=mx.array(rng.standard_normal((4, 128)).astype(np.float32)),
-                a_i8=mx.array(rng.integers(-128, 128, (4, 128)).astype(np.int8)),
-                b_i8=mx.array(rng.integers(-128, 128, (64, 128)).astype(np.int8)),
-                bias=mx.array(rng.standard_normal(64).astype(np.float32)),
-            )
-            exec(compile(group, f"README API block, group {i}", "exec"), names)
-            mx.eval([v for v in names.values() if isinstance(v, mx.array)])
-    finally:
-        tuning._tuner = None
-        tuning.install()
+    for i, group in enumerate(api_block()):
+        model, _ = tiny_lm.model("llama", rng=rng)
+        names.update(
+            model=model, config=config, group=mx.distributed.init(),
+            batches=[mx.array(rng.integers(0, 256, (2, 16)))],
+            w=mx.array(rng.standard_normal((64, 128)).astype(np.float32)),
+            x=mx.array(rng.standard_normal((4, 128)).astype(np.float32)),
+            a_i8=mx.array(rng.integers(-128, 128, (4, 128)).astype(np.int8)),
+            b_i8=mx.array(rng.integers(-128, 128, (64, 128)).astype(np.int8)),
+            bias=mx.array(rng.standard_normal(64).astype(np.float32)),
+        )
+        exec(compile(group, f"README API block, group {i}", "exec"), names)
+        mx.eval([v for v in names.values() if isinstance(v, mx.array)])
     assert (tmp_path / "out" / "config.json").is_file()  # save() wrote the checkpoint
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert [str(w.message) for w in recwarn] == []
