@@ -145,6 +145,28 @@ def test_an_arm_far_slower_than_the_fastest_is_timed_in_one_round_only():
     assert full.pruned == () and all(len(t.samples_ns) == 3 for t in full.timings.values())
 
 
+def test_one_slow_probe_launch_does_not_prune_an_arm():
+    # The single launch that sizes the chain is one launch: a hiccup there (50 ms here,
+    # once) said nothing of the arm. Pruning on it dropped the true winner of a shipped
+    # table's entry (timing.py, PRUNE_RATIO); the first round's whole chain decides.
+    log = []
+    calls = {"n": 0}
+
+    def spiky(x):
+        calls["n"] += 1
+        log.append("spiky")
+        if calls["n"] == 1:
+            time.sleep(0.05)
+        return x + 1
+
+    arms = [("fast", _arm(log, "fast")), ("spiky", spiky)]
+    m = timing.paired_measure(arms, INPUTS, pairs=3, warmup=0, chain=2,
+                              prune_ratio=timing.PRUNE_RATIO)
+    assert m.pruned == ()
+    assert all(len(t.samples_ns) == 3 for t in m.timings.values())
+    assert log.count("spiky") == 1 + 3 * 2  # the probe, then 3 rounds of chains of 2
+
+
 def test_short_arms_are_never_pruned_on_one_noisy_launch(monkeypatch):
     # Both under PRUNE_MIN_S (raised here so machine load cannot matter): however far
     # apart one launch each says they are, both are timed in every round.

@@ -39,12 +39,16 @@ MAX_CHAIN = 32
 # Aim for samples of at least this long so timer resolution and Python overhead of
 # one eval do not dominate short kernels (a GPU GEMV is ~10 us).
 TARGET_SAMPLE_S = 0.002
-# The tuner's pruning: an arm whose warm single launch takes more than PRUNE_RATIO times
-# the fastest arm's, and at least PRUNE_MIN_S, is timed in the first round only. It
-# cannot win, and on large shapes such arms (the exact reference kernel,
-# mx.quantized_matmul at large M) took most of a tuning run's time. The minimum keeps
-# short arms in every round: one launch of a short kernel is too noisy (host jitter of
-# tens of microseconds) to rule it out, and short arms are cheap to time anyway.
+# The tuner's pruning: an arm whose first timed round (a whole chain, per launch) takes
+# more than PRUNE_RATIO times the fastest arm's, and at least PRUNE_MIN_S, is timed in
+# that round only. It cannot win, and on large shapes such arms (the exact reference
+# kernel, mx.quantized_matmul at large M) took most of a tuning run's time. The minimum
+# keeps short arms in every round: their samples are too noisy (host jitter of tens of
+# microseconds) to rule them out, and short arms are cheap to time anyway.
+# Hazard: the decision must not rest on one launch. It once did (the single warm launch
+# that sizes the chain): on an NVIDIA H200 one slow such launch of the TMA linear at
+# M = 2048, N = 4096, K = 14336 pruned it, and its lone sample lost to a kernel that
+# 30 full rounds then measured 12% slower than it.
 PRUNE_RATIO = 4.0
 PRUNE_MIN_S = 0.0005
 
@@ -158,11 +162,11 @@ def paired_measure(
         chain: launches per sample; ``None`` picks the smallest count that makes the
             fastest arm's sample at least ``target_sample_s``, capped at ``max_chain``.
         progress: called with 1 after each round (e.g. a tqdm bar's ``update``).
-        prune_ratio: an arm whose warm single launch is slower than the fastest arm's
-            by more than this factor, and takes at least :data:`PRUNE_MIN_S`, gets one
-            timed round (the first) instead of ``pairs``; ``None`` (the default, what a
-            benchmark wants) times every arm in every round. The tuner passes
-            :data:`PRUNE_RATIO`.
+        prune_ratio: an arm whose first round's sample (per launch, a whole chain) is
+            slower than the fastest arm's by more than this factor, and at least
+            :data:`PRUNE_MIN_S`, gets that one timed round instead of ``pairs``;
+            ``None`` (the default, what a benchmark wants) times every arm in every
+            round. The tuner passes :data:`PRUNE_RATIO`.
         keep: arms never pruned (the tuner's reference, whose median every ratio and
             the margin rule need).
         link: ``link(previous_output, next_args) -> next_args``: each launch of a
@@ -212,18 +216,19 @@ def paired_measure(
 
     names = list(fns)
     pruned: tuple[str, ...] = ()
-    if prune_ratio is not None and singles:
-        fastest = min(singles.values())
-        pruned = tuple(n for n in names if n not in keep and n in singles
-                       and singles[n] > max(prune_ratio * fastest, PRUNE_MIN_S))
     for r in range(pairs):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
-            if name in failed or (r > 0 and name in pruned):
+            if name in failed or name in pruned:
                 continue
             t = guarded(name, chain, r * chain)
             if t is not None:
                 samples[name].append(t * 1e9 / chain)
+        if r == 0 and prune_ratio is not None:
+            first = {n: samples[n][0] * 1e-9 for n in names if samples[n] and n not in failed}
+            if first:
+                bar = max(prune_ratio * min(first.values()), PRUNE_MIN_S)
+                pruned = tuple(n for n in names if n not in keep and first.get(n, 0.0) > bar)
         if progress is not None:
             progress(1)
     timings = {

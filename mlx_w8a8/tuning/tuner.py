@@ -79,8 +79,8 @@ class TuneConfig:
         chain: launches per timed eval (``None``: chosen from a target sample time).
         max_chain: cap on the chosen chain.
         rotate: activation inputs rotated through (the gate uses the first two).
-        prune_ratio: a candidate whose warm single launch is more than this many times
-            slower than the fastest one's is timed in one round, not ``pairs``
+        prune_ratio: a candidate whose first timed round is more than this many times
+            slower than the fastest one's is timed in that round only, not ``pairs``
             (:func:`.timing.paired_measure`); ``None`` times all in every round.
         cold_bytes: the timed launches cycle through copies of the weight in distinct
             memory until they hold at least this many bytes (at most
