@@ -22,7 +22,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b at M = 1, 8, 16, 64,
     # 128, 512, 2048 in dependent chains, with the sibling groups' summed shapes q+k+v
     # 6144 x 4096 and gate+up 28672 x 4096; M >= 16 from the twentieth set's run D,
-    # bench/results/h200_2026-12-01_s20_d_*, M = 1 and 8 from its run F, ..._s20_f_*);
+    # bench/results/h200_2026-12-01_s20_d_*, M = 2048 again in the twenty-third set's
+    # run E, ..._s23_e_*, M = 1 and 8 from the twentieth set's run F, ..._s20_f_*);
     # tests/test_prior.py checks that these rules pick the table's kernel family (W8A8 or
     # mx.quantized_matmul) on every entry at M >= 16. Within the family the rules name a
     # GEMM (the cp.async GEMM below M = 128, the TMA GEMM from 128 on); where another
