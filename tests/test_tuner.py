@@ -127,6 +127,31 @@ def test_far_slower_candidate_gets_one_round_but_the_reference_all(env):
     assert out.entry["samples"] == FAST.pairs
 
 
+def test_an_entry_that_pruned_a_candidate_within_reach_is_measured_again(env):
+    # The tuner that pruned on one warm launch wrote entries whose pruned candidate's
+    # lone sample sat beside the choice (an H200 table: 377 against 361 us, 0.88x of it
+    # over full rounds). tune re-measures such an entry; one pruned far behind stays.
+    import json
+
+    slow_reference(0.05)
+    fake("fast", sleeper(0))
+    fake("slow", sleeper(0.05))
+    t = tuner(env)
+    first = t.tune(PROBLEM, candidates=only("fast", "slow"))
+    assert first.source == "measured" and first.entry["candidates"]["slow"]["rounds"] == 1
+    assert t.measured(PROBLEM, candidates=only("fast", "slow")) is not None  # far behind: kept
+    doc = json.loads(open(t.table_path).read())
+    (entry,) = doc["sections"][0]["entries"]
+    fast_ns = entry["candidates"]["fast"]["median_ns"]
+    entry["candidates"]["slow"]["median_ns"] = fast_ns * 1.04
+    with open(t.table_path, "w") as f:
+        json.dump(doc, f)
+    assert t.measured(PROBLEM, candidates=only("fast", "slow")) is None
+    again = t.tune(PROBLEM, candidates=only("fast", "slow"))
+    assert again.source == "measured" and again.choice == "fast"
+    assert t.measured(PROBLEM, candidates=only("fast", "slow")) is not None
+
+
 def test_prune_ratio_is_validated():
     with pytest.raises(ValueError, match="prune_ratio"):
         TuneConfig(prune_ratio=0.9)
