@@ -434,8 +434,6 @@ def render_table(rows: list[tuple[str, dict]]) -> str:
 
 
 if __name__ == "__main__":  # a library module of the bench: say which command runs it
-    import sys
-
     print("[mlx_w8a8.tpbench] this module has no command of its own; run it as "
           "python -m mlx_w8a8.bench --model PATH|PRESET --tp N (--help for the options)",
           file=sys.stderr)

@@ -65,3 +65,17 @@ def test_entries_mark_a_candidate_timed_in_one_round():
                         "exact": {"status": "ok", "median_ns": 4e7, "rounds": 1}}}
     row = render.entries([("", e)]).splitlines()[2]
     assert "40 ms (1 round)" in row and "5 ms " in row and "(1 round)" not in row.split("40 ms")[0]
+
+
+def test_entries_note_a_candidate_pruned_within_reach():
+    # 1.04x the fastest on its one sample: the old one-launch pruning, re-measured by tune.
+    e = {"op": "linear", "m_bucket": 2048, "m": 2048, "n": 64, "k": 32, "dtype": "bfloat16",
+         "weight_format": "per_channel", "choice": "ws", "speedup": 4.0,
+         "candidates": {"mlx_qmm": {"status": "ok", "median_ns": 1.5e6},
+                        "ws": {"status": "ok", "median_ns": 3.61e5},
+                        "tma": {"status": "ok", "median_ns": 3.77e5, "rounds": 1},
+                        "exact": {"status": "ok", "median_ns": 3.6e6, "rounds": 1}}}
+    row = render.entries([("", e)]).splitlines()[2]
+    assert row.endswith("tma pruned within reach: tune measures it again")
+    e["candidates"]["tma"]["median_ns"] = 8e5  # 2.2x: beyond reach, no note
+    assert "within reach" not in render.entries([("", e)])

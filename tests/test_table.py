@@ -264,3 +264,18 @@ def test_device_key_follows_the_device_a_call_runs_on(monkeypatch):
     assert table.device_key()["backend"] != "cpu"
     monkeypatch.undo()
     assert table.device_key() == table.device_key(mx.default_device())
+
+
+def test_pruned_within_reach_names_one_round_candidates_under_twice_the_fastest():
+    def entry(**cands):
+        return {**_entry(), "candidates": cands}
+
+    ok = lambda ns, **kw: {"status": "ok", "median_ns": ns, **kw}  # noqa: E731
+    # the bar is half the prune ratio times the fastest fully timed median
+    assert table.PRUNE_RATIO / 2 == 2.0
+    e = entry(a=ok(100.0), b=ok(199.0, rounds=1), c=ok(201.0, rounds=1), d=ok(50.0, rounds=1))
+    assert table.pruned_within_reach(e) == ["b", "d"]  # d: a one-round sample faster still
+    # only ok, one-round candidates with a median count; no fully timed one: nothing
+    assert table.pruned_within_reach(entry(a=ok(100.0), b={"status": "rejected", "rounds": 1})) == []
+    assert table.pruned_within_reach(entry(b=ok(10.0, rounds=1))) == []
+    assert table.pruned_within_reach(_entry()) == []

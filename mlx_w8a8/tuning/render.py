@@ -11,6 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
+from . import table
+
 
 def fmt_ns(ns) -> str:
     """``ns`` nanoseconds as a short human duration (``-`` for none or non-finite)."""
@@ -99,6 +101,10 @@ def entries(rows: list[tuple[str, dict]]) -> str:
             verdict = "kept" if check.get("kept") else "members alone"
             note = (f"{note}; " if note else "") + (
                 f"sibling check: {check['tuned']} {verdict} ({check.get('ratio', 0):.2f}x)")
+        close = table.pruned_within_reach(e)
+        if close:
+            note = (f"{note}; " if note else "") + (
+                f"{', '.join(close)} pruned within reach: tune measures it again")
         if e.get("borrowed_from"):
             b = e["borrowed_from"]
             note = (f"{note}; " if note else "") + f"decision of {b.get('n')}x{b.get('k')}"

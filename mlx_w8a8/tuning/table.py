@@ -43,6 +43,7 @@ import mlx.core as mx
 
 from .. import cachedir
 from . import locks
+from .timing import PRUNE_RATIO
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
@@ -155,6 +156,29 @@ def entry_key(entry: dict) -> tuple:
 
 
 # --- paths ------------------------------------------------------------------------------
+
+
+def pruned_within_reach(entry: dict) -> list[str]:
+    """The candidates ``entry`` timed in one round (``"rounds": 1``, pruned) whose lone
+    sample is within half the prune ratio of the fastest fully timed median.
+
+    The tuner prunes on a whole first round at more than :data:`.timing.PRUNE_RATIO`
+    times the fastest arm's, so its own entries show none (but for a fastest arm whose
+    first round took under half its median). Tables written by the tuner that pruned
+    on one warm launch can: on an NVIDIA H200 such a candidate, 1.04x the chosen
+    kernel's median on its one sample, measured 0.88x its time over full rounds. An
+    entry with one is re-measured by ``tune`` (:meth:`.tuner.Tuner.measured`), noted by
+    ``tune --show``, and used as it stands until then."""
+    cands = entry.get("candidates") or {}
+    full = [c["median_ns"] for c in cands.values()
+            if isinstance(c, dict) and c.get("status") == "ok" and c.get("rounds") != 1
+            and isinstance(c.get("median_ns"), (int, float))]
+    if not full:
+        return []
+    bar = min(full) * PRUNE_RATIO / 2
+    return sorted(name for name, c in cands.items()
+                  if isinstance(c, dict) and c.get("status") == "ok" and c.get("rounds") == 1
+                  and isinstance(c.get("median_ns"), (int, float)) and c["median_ns"] < bar)
 
 
 def cache_table_path() -> str:

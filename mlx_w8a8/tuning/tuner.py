@@ -184,29 +184,6 @@ def _entry_problem_key(entry: dict) -> tuple:
     return (entry["op"], entry["n"], entry["k"], entry["dtype"], entry["weight_format"], entry["group_size"])
 
 
-def _pruned_within_reach(entry: dict) -> list[str]:
-    """The candidates ``entry`` timed in one round (``"rounds": 1``, pruned) whose lone
-    sample is within half the prune ratio of the fastest fully timed median.
-
-    The tuner prunes on a whole first round at more than :data:`.timing.PRUNE_RATIO`
-    times the fastest arm's, so its own entries show none (but for a fastest arm whose
-    first round took under half its median). Tables written by the tuner that pruned
-    on one warm launch can: on an NVIDIA H200 such a candidate, 1.04x the chosen
-    kernel's median on its one sample, measured 0.88x its time over full rounds. An
-    entry with one is re-measured by ``tune`` (:meth:`Tuner.measured`), and used as it
-    stands until then."""
-    cands = entry.get("candidates") or {}
-    full = [c["median_ns"] for c in cands.values()
-            if isinstance(c, dict) and c.get("status") == "ok" and c.get("rounds") != 1
-            and isinstance(c.get("median_ns"), (int, float))]
-    if not full:
-        return []
-    bar = min(full) * timing.PRUNE_RATIO / 2
-    return sorted(name for name, c in cands.items()
-                  if isinstance(c, dict) and c.get("status") == "ok" and c.get("rounds") == 1
-                  and isinstance(c.get("median_ns"), (int, float)) and c["median_ns"] < bar)
-
-
 def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
@@ -444,7 +421,7 @@ class Tuner:
         """The entry for ``problem``'s exact M bucket in the table at ``path`` (default:
         the writable one) if it is fresh, covers every candidate in ``candidates``
         (default: all that can run it here) and pruned none within reach of the fastest
-        (:func:`_pruned_within_reach`); ``None`` when it needs (re)measuring."""
+        (:func:`.table.pruned_within_reach`); ``None`` when it needs (re)measuring."""
         path = path or self.writable_path()
         doc = table.load(path)
         if doc is None:
@@ -456,7 +433,7 @@ class Tuner:
             if _entry_problem_key(entry) + (entry["m_bucket"],) != want:
                 continue
             if (self._fresh(entry, path) and here <= set(entry.get("candidates") or {})
-                    and not _pruned_within_reach(entry)):
+                    and not table.pruned_within_reach(entry)):
                 return entry
         return None
 
