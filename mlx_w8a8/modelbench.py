@@ -16,6 +16,13 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
 
 - **prefill** for each ``--tokens`` T: one forward of T random tokens into a fresh KV
   cache, ``mx.eval`` of the logits; tokens/s = T / wall time (graph building included).
+  Every variant first runs :data:`WARMUP` untimed prefills at T, so the rounds time the
+  steady state of a length met again (mlx-lm's 2048-token prefill chunks).
+- **prefill at new lengths** (``--new-lengths``): after the same warm-up at T, each
+  timed prefill runs a length nothing in the process has run before (T + 1, T + 2, ...:
+  every call its own), as a server meets each prompt's length once. What a variant pays
+  per new input shape (mlx_w8a8: deciding, binding and tracing each layer's launches)
+  is in its time; tokens/s counts each call's own tokens.
 - **decode**: ``--decode`` N steps of ``mlx_lm.generate.generate_step`` (greedy, KV
   cache, ``async_eval`` pipelining, exactly as ``mlx_lm.generate`` runs them) after a
   ``--prompt`` P token prompt; tokens/s over the N steps after the first token. Where
@@ -53,6 +60,10 @@ UNSHARED = "mlx_w8a8-unshared"
 # itself instead of one launch per group (mlx_w8a8.siblings): what the group launch saves.
 UNLINKED = "mlx_w8a8-unlinked"
 GROUP_SIZE, BITS = 64, 8
+# Untimed calls per variant before the rounds: an mlx_w8a8 layer's plan for an input
+# shape settles on its second call (nn._Stages: the first traces the call returning the
+# activations, the second the output-only call of a layer whose offer nobody took).
+WARMUP = 2
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
 GPU_DEFAULTS = {"tokens": "1,16,128,512,2048", "decode": 64, "prompt": 128, "rounds": 10}
@@ -84,6 +95,10 @@ def add_arguments(p) -> None:
     g.add_argument("--unlinked", action="store_true",
                    help="also time mlx_w8a8 with each sibling layer (q/k/v, gate/up) run by "
                    "itself: what running each group as one launch saves")
+    g.add_argument("--new-lengths", action="store_true",
+                   help="also time prefills at lengths not run before in the process (T + 1, "
+                   "T + 2, ...; one per call), as a server meets each prompt: what each "
+                   "variant pays per new input shape")
     g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
@@ -114,6 +129,7 @@ def settings(args) -> dict:
         if value < low:
             raise ValueError(f"[mlx_w8a8.bench] --{key} must be >= {low}, got {value}")
         out[key] = value
+    out["new_lengths"] = bool(getattr(args, "new_lengths", False))
     return out
 
 
@@ -270,6 +286,26 @@ def alternate(names, rounds: int, measure, on_round=None) -> dict[str, list[floa
     return times
 
 
+def new_lengths(names, rounds: int, t: int, pool: mx.array, on, on_round=None) -> dict:
+    """Prefills at lengths never run before: in each of ``rounds`` alternating rounds,
+    every variant runs its own next length of ``T + 1, T + 2, ...`` (the first ``T + i``
+    tokens of ``pool``, ``[1, >= T + rounds * len(names)]``), through ``on(name, fn)``.
+    Each time is scaled to ``T`` tokens (``seconds * T / length``), so the summary's
+    tokens/s counts each call's own tokens; its ``lengths`` lists them per variant."""
+    lengths = {n: [] for n in names}
+    nxt = iter(range(t + 1, pool.shape[1] + 1))
+
+    def measure(name):
+        length = next(nxt)
+        lengths[name].append(length)
+        seconds = on(name, lambda m: prefill(m, pool[:, :length]))[0]
+        return seconds * t / length
+
+    times = alternate(names, rounds, measure, on_round)
+    return {"kind": "summary", "measure": "prefill-new", "tokens": t, **summarize(times, t),
+            "lengths": lengths}
+
+
 def summarize(times: dict[str, list[float]], tokens: int) -> dict:
     """tokens/s per variant and the per-round speed ratios with their spread."""
 
@@ -341,8 +377,10 @@ def run(args, stream, out, emit) -> int:
         return on_round
 
     for t in cfg["tokens"]:
-        tokens = mx.random.randint(0, vocab, (1, t), key=mx.random.key(1000 * seed + t)).astype(mx.int32)
-        # warm-up (every variant once), whose logits give the SQNR
+        longest = t + (cfg["rounds"] * len(names) if cfg["new_lengths"] else 0)
+        pool = mx.random.randint(0, vocab, (1, longest), key=mx.random.key(1000 * seed + t)).astype(mx.int32)
+        tokens = pool[:, :t]
+        # warm-up: the first call's logits give the SQNR
         _, ref = prefill(variants["bf16"], tokens)
         sqnr = {}
         for name in names[1:]:
@@ -350,12 +388,19 @@ def run(args, stream, out, emit) -> int:
             sqnr[name] = sqnr_db(ref, logits)
             del logits
         del ref
+        for _ in range(WARMUP - 1):
+            for name in names:
+                on(name, lambda m: prefill(m, tokens))
         times = alternate(names, cfg["rounds"], lambda n: on(n, lambda m: prefill(m, tokens))[0],
                           record("prefill", t))
         summary = {"kind": "summary", "measure": "prefill", "tokens": t, **summarize(times, t),
                    "sqnr_db": {n: _finite(v) for n, v in sqnr.items()}}
         emit(summary, stream)
         rows.append((f"prefill T={t}", summary))
+        if cfg["new_lengths"]:
+            summary = new_lengths(names, cfg["rounds"], t, pool, on, record("prefill-new", t))
+            emit(summary, stream)
+            rows.append((f"prefill T={t}+, new lengths", summary))
         mx.clear_cache()
     if cfg["decode"]:
         n = cfg["decode"]

@@ -14,7 +14,7 @@ the two-stage candidates (``Candidate.stages``) share the int8 activations throu
 small per-thread memo keyed by the input's identity. Candidates with ``bind_stages``
 (the CUDA ones) prepare their launches once per decision and weight and run both as one
 compiled call, so a call only replays them; such a layer stops offering its activations
-to the memo after a few offers nobody took (``_Stages``). Linked siblings
+to the memo after an offer nobody took (``_Stages``). Linked siblings
 (:mod:`mlx_w8a8.siblings`) go further where the kernel allows: one launch computes all
 of their outputs.
 """
@@ -38,7 +38,12 @@ _MAX_PLANS = 64
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
 # Offers of activations nobody took after which a fused layer stops offering (_Stages).
-_UNTAKEN_OFFERS = 4
+# One: the switch traces the output-only call (mx.compile, per input shape) on the
+# layer's second call at a shape, not later. At 4 it came on the fifth, inside the
+# steady-state rounds of a benchmark: on an NVIDIA H200 every 6-round model bench of
+# the twenty-first and twenty-third sets shows round 3 of mlx_w8a8 0.7-1.6 ms slower
+# at every T on 4 layers, the o_proj and down_proj traces.
+_UNTAKEN_OFFERS = 1
 _shared = threading.local()
 _PARAMETERS = frozenset(("weight", "scales", "biases", "bias"))
 
@@ -62,11 +67,13 @@ class _Stages:
     ``key``; otherwise it quantizes and offers its own. With ``fused`` (stages made of
     MLX custom kernels: ``Candidate.bind_stages`` / ``bind_group``) both launches are
     one compiled call (``registry.fuse_stages``), and returning the activations from it
-    costs Python per call (about 2 us on an NVIDIA H200's host); so once
-    ``_UNTAKEN_OFFERS`` offers in a row were taken by no other layer (an ``o_proj``,
-    a ``down_proj``), this layer stops offering and runs the call that returns the
-    output alone, still taking what others offer. A layer whose offers are taken (the
-    first of q/k/v fed one ``x``) keeps offering.
+    costs Python per call (about 2 us on an NVIDIA H200's host); so once its offer
+    was taken by no other layer (``_UNTAKEN_OFFERS``: an ``o_proj``, a ``down_proj``),
+    this layer stops offering and runs the call that returns the output alone, still
+    taking what others offer. A layer whose offers are taken (the first of q/k/v fed
+    one ``x``) keeps offering. So a plan settles on its second call: the first traces
+    the call with activations, the second the output-only call of a layer that stops
+    offering (each ``mx.compile`` traces once per input shape).
 
     The memo holds a reference to ``x`` so its identity cannot be reused while the
     entry lives; entries are replaced first-in first-out.

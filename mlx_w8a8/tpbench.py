@@ -301,17 +301,19 @@ def check(group, sharded, one, tokens: mx.array, exact: str) -> dict:
 
 
 def measure(group, rounds: int, fns: dict) -> dict:
-    """One warm-up round, then ``rounds`` alternating rounds of the arms in ``fns``
-    (``{arm: () -> seconds}``, ``None`` where this rank does not run the arm: its
-    time is NaN); each arm starts after a barrier. ``{arm: [seconds per round]}``."""
+    """:data:`.modelbench.WARMUP` warm-up rounds, then ``rounds`` alternating rounds of
+    the arms in ``fns`` (``{arm: () -> seconds}``, ``None`` where this rank does not run
+    the arm: its time is NaN); each arm starts after a barrier. ``{arm: [seconds per
+    round]}``."""
 
     def timed(arm):
         barrier(group)
         fn = fns[arm]
         return math.nan if fn is None else fn()
 
-    for arm in ARMS:
-        timed(arm)
+    for _ in range(modelbench.WARMUP):
+        for arm in ARMS:
+            timed(arm)
     return modelbench.alternate(ARMS, rounds, timed)
 
 

@@ -251,3 +251,33 @@ def test_running_the_library_modules_points_to_the_bench(module, tail):
                           text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert f"python -m mlx_w8a8.bench {tail}" in done.stderr
+
+
+def test_new_lengths_times_each_call_at_a_length_not_run_before(tiny, tmp_path, monkeypatch):
+    # Every timed call of --new-lengths meets a length nothing in the process ran (a
+    # server's prompts), after the same warm-up at T as the steady-state rows.
+    pytest.importorskip("mlx_lm")
+    seen = []
+    real = modelbench.prefill
+
+    def spy(model, tokens):
+        seen.append(tokens.shape[1])
+        return real(model, tokens)
+
+    monkeypatch.setattr(modelbench, "prefill", spy)
+    code, text, lines = run(["--model", tiny, "--tokens", "6", "--decode", "0", "--rounds", "2",
+                             "--new-lengths"], tmp_path)
+    assert code == 0, text
+    names = list(modelbench.VARIANTS)
+    summaries = [l for l in lines if l["kind"] == "summary"]
+    assert [s["measure"] for s in summaries] == ["prefill", "prefill-new"]
+    steady = len(names) * (modelbench.WARMUP + 2)  # warm-up, then 2 rounds, all at T
+    assert seen[:steady] == [6] * steady
+    fresh = seen[steady:]
+    assert sorted(fresh) == list(range(7, 7 + 2 * len(names)))  # each length once
+    new = summaries[1]
+    assert sorted(x for n in names for x in new["lengths"][n]) == fresh
+    for r in new["ratio"].values():
+        assert len(r["rounds"]) == 2 and all(math.isfinite(x) and x > 0 for x in r["rounds"])
+    assert "prefill T=6+, new lengths" in text
+

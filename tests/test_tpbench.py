@@ -99,6 +99,8 @@ def test_a_rank_whose_peer_never_starts_exits_at_the_deadline(tmp_path):
     (["--tp", "2", "--tp-timeout", "0"], "--tp-timeout must be > 0 seconds, got 0"),
     # --check is a property of the split model
     (["--check"], "--check checks a --tp run"),
+    # a new length per call is a one-device measurement
+    (["--tp", "2", "--new-lengths"], "--new-lengths is measured on one device"),
 ])
 def test_tp_errors_are_exit_2_with_the_reason(tmp_path, capsys, flags, message):
     assert bench.main(["--model", _folder(tmp_path), *flags]) == 2
