@@ -341,7 +341,7 @@ def test_a_fused_plan_traces_nothing_after_the_model_benchs_warm_up():
     returning the activations on the plan's first call, the output-only one when the
     layer stops offering (nn._Stages). Both must come within modelbench.WARMUP calls, or
     the bench's steady-state rounds time a trace (with 4 untaken offers the fifth call
-    traced: round 3 of every 6-round model bench on an NVIDIA H200 ran 0.7-1.6 ms slow)."""
+    traced: round 3 of every 6-round model bench on an NVIDIA H200 ran 0.4-1.8 ms slow)."""
     import mlx_w8a8.nn as w8nn
     from mlx_w8a8 import modelbench
 
