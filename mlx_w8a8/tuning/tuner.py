@@ -229,6 +229,7 @@ class Tuner:
         # process may run on the CPU and a GPU.
         self._index: dict[str, list[tuple[str, str | None, dict]]] = {}
         self._cache: dict[tuple[str, Problem], tuple[str | None, str]] = {}
+        self._digest_cache: dict[str, tuple[int, dict[str, str]]] = {}
         self._borrow_logged: set[tuple] = set()
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
@@ -288,12 +289,23 @@ class Tuner:
             return self._index[device]
 
     # --- lookup ---------------------------------------------------------------------------
+    def _digests(self, op: str) -> dict[str, str]:
+        """``{name: digest}`` of the candidates registered for ``op``, made once per
+        registry generation (registering a candidate bumps it): every entry looked at
+        for a new shape asks for them."""
+        generation = registry.generation
+        got = self._digest_cache.get(op)
+        if got is None or got[0] != generation:
+            got = self._digest_cache[op] = (generation, {
+                c.name: c.digest for c in registry.all_candidates() if c.op == op})
+        return got[1]
+
     def _fresh(self, entry: dict, path: str | None) -> bool:
         """Whether every kernel the entry measured that is registered here is unchanged
         (same digest). An entry with no candidates, or a candidate without a digest,
         is stale: nothing says what was measured."""
         measured = entry.get("candidates") or {}
-        current = {c.name: c.digest for c in registry.all_candidates() if c.op == entry["op"]}
+        current = self._digests(entry["op"])
         stale = [
             name for name, info in measured.items()
             if name in current and (
@@ -320,10 +332,11 @@ class Tuner:
         layers: list[tuple[str, str | None, dict]] = []
         with self._lock:
             mem: dict[tuple, dict[int, dict]] = {}
-            here = table.section_key(self.key)
-            for (section, _), e in self._memory.items():
-                if section == here:
-                    mem.setdefault(_entry_problem_key(e), {})[e["m_bucket"]] = e
+            if self._memory:  # most processes measure nothing: no section key to make
+                here = table.section_key(self.key)
+                for (section, _), e in self._memory.items():
+                    if section == here:
+                        mem.setdefault(_entry_problem_key(e), {})[e["m_bucket"]] = e
         if mem:
             layers.append(("memory", None, mem))
         layers.extend(self._load_index())
