@@ -42,7 +42,8 @@ _SHARED_SLOTS = 4
 # layer's second call at a shape, not later. At 4 it came on the fifth, inside the
 # steady-state rounds of a benchmark: on an NVIDIA H200 every 6-round model bench of
 # the twenty-first and twenty-third sets shows round 3 of mlx_w8a8 0.4-1.8 ms slower
-# than its other rounds at every T on 4 layers (the o_proj and down_proj traces), and
+# than its other rounds at every T on 4 layers (the traces of the sibling groups',
+# o_proj's, down_proj's and lm_head's output-only calls: 17), and
 # none of the twentieth set's, run before this rule.
 _UNTAKEN_OFFERS = 1
 _shared = threading.local()
