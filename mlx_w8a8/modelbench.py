@@ -22,7 +22,8 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
   timed prefill runs a length nothing in the process has run before (T + 1, T + 2, ...:
   every call its own), as a server meets each prompt's length once. What a variant pays
   per new input shape (mlx_w8a8: deciding, binding and tracing each layer's launches)
-  is in its time; tokens/s counts each call's own tokens.
+  is in its time; tokens/s counts each call's own tokens (its ``round`` records give
+  each call's seconds scaled to T tokens, its ``summary`` the lengths run).
 - **decode**: ``--decode`` N steps of ``mlx_lm.generate.generate_step`` (greedy, KV
   cache, ``async_eval`` pipelining, exactly as ``mlx_lm.generate`` runs them) after a
   ``--prompt`` P token prompt; tokens/s over the N steps after the first token. Where
