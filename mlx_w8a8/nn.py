@@ -38,13 +38,10 @@ _MAX_PLANS = 64
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
 # Offers of activations nobody took after which a fused layer stops offering (_Stages).
-# One: the switch traces the output-only call (mx.compile, per input shape) on the
-# layer's second call at a shape, not later. At 4 it came on the fifth, inside the
-# steady-state rounds of a benchmark: on an NVIDIA H200 every 6-round model bench of
-# the twenty-first and twenty-third sets shows round 3 of mlx_w8a8 0.4-1.8 ms slower
-# than its other rounds at every T on 4 layers (the traces of the sibling groups',
-# o_proj's, down_proj's and lm_head's output-only calls: 17), and
-# none of the twentieth set's, run before this rule.
+# Hazard: the switch traces the output-only call (mx.compile, per input shape), so it
+# must come early: at one, on the layer's second call at a shape. A later switch lands
+# inside a benchmark's steady-state rounds (at 4, round 3 of a 6-round model bench ran
+# 0.4-1.8 ms slow on 4 layers of an NVIDIA H200: 17 traced calls).
 _UNTAKEN_OFFERS = 1
 _shared = threading.local()
 _PARAMETERS = frozenset(("weight", "scales", "biases", "bias"))

@@ -169,16 +169,16 @@ def pruned_within_reach(entry: dict) -> list[str]:
     kernel's median on its one sample, measured 0.88x its time over full rounds. An
     entry with one is re-measured by ``tune`` (:meth:`.tuner.Tuner.measured`), noted by
     ``tune --show``, and used as it stands until then."""
-    cands = entry.get("candidates") or {}
-    full = [c["median_ns"] for c in cands.values()
-            if isinstance(c, dict) and c.get("status") == "ok" and c.get("rounds") != 1
-            and isinstance(c.get("median_ns"), (int, float))]
+    # name -> (median, timed in one round) of the candidates timed ok
+    timed = {name: (c["median_ns"], c.get("rounds") == 1)
+             for name, c in (entry.get("candidates") or {}).items()
+             if isinstance(c, dict) and c.get("status") == "ok"
+             and isinstance(c.get("median_ns"), (int, float))}
+    full = [ns for ns, one_round in timed.values() if not one_round]
     if not full:
         return []
     bar = min(full) * PRUNE_RATIO / 2
-    return sorted(name for name, c in cands.items()
-                  if isinstance(c, dict) and c.get("status") == "ok" and c.get("rounds") == 1
-                  and isinstance(c.get("median_ns"), (int, float)) and c["median_ns"] < bar)
+    return sorted(name for name, (ns, one_round) in timed.items() if one_round and ns < bar)
 
 
 def cache_table_path() -> str:
