@@ -1,7 +1,8 @@
 #!/bin/bash
 # Device run C, twenty-fourth set (2026-12-02; NVIDIA H200, MLX 0.32.4 CUDA build), project root:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-02_s24_c.sh
-# Ran in tmp_run/, a copy of main 40e40c8 (untracked) with the staged quantize: the rowsum
+# Ran in tmp_run/, an untracked copy of branch quantize-staged's tree (9002b10: main 40e40c8
+# with the staged quantize; tmp_run holds the package, tests and bench): the rowsum
 # body stages its row in dynamic shared memory (quantize.cu quantize_row_staged, 47
 # registers against 80), rowsum_regs keeps the register body for rows over 48000 bytes;
 # tmp_base/main holds main's quantize.cu / quantize.cuh / shape.cuh. 1) the quantize
