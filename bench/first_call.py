@@ -8,11 +8,14 @@ encode, any kernel compile or module load, the GPU), and counts the files in MLX
 on-disk kernel cache (``$MLX_PTX_CACHE_DIR``, else ``<tmp>/mlx/<version>/ptx``) before
 and after, so a compile shows as new files. With ``--profile``, the first call of the
 mlx_w8a8 variant at each length also runs under ``cProfile`` and the 12 costliest
-functions (cumulative time) are printed.
+functions (cumulative time) are printed. With ``--warm-up``,
+``mlx_w8a8.warm_up(model, max_tokens=max(lengths))`` runs on the mlx_w8a8 variant
+before the timed calls and its wall time is printed: the first calls after it should
+compile nothing.
 
 Usage: ``python bench/first_call.py [--model llama-3-8b] [--layers 4] [--kernel NAME]
-[--table PATH] [--lengths 128,129,130,512,515] [--warm 2] [--profile] [--out FILE.jsonl]``.
-Run it twice in fresh processes to see what the disk cache saves.
+[--table PATH] [--lengths 128,129,130,512,515] [--warm 2] [--warm-up] [--profile]
+[--out FILE.jsonl]``. Run it twice in fresh processes to see what the disk cache saves.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def main(argv=None) -> int:
     p.add_argument("--table", default=None)
     p.add_argument("--lengths", default="128,129,130,512,515,516,2048,2051,2052")
     p.add_argument("--warm", type=int, default=2)
+    p.add_argument("--warm-up", action="store_true",
+                   help="run mlx_w8a8.warm_up on the mlx_w8a8 model before the timed calls")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -88,6 +93,18 @@ def main(argv=None) -> int:
     out = open(a.out, "a") if a.out else None
     print(f"{label}, {a.layers} layers, kernel {a.kernel or 'table'}; MLX {mx.__version__}; "
           f"kernel cache files at start: {ptx_cache_files()}", flush=True)
+    if a.warm_up:
+        import mlx_w8a8
+
+        t0 = time.perf_counter()
+        report = mlx_w8a8.warm_up(variants["mlx_w8a8"], max_tokens=max(lengths))
+        wall = time.perf_counter() - t0
+        print(f"warm_up: {len(report.compiled)} calls, {wall:.2f} s wall (scan "
+              f"{report.scan_seconds:.2f} s); kernel cache files now: {ptx_cache_files()}",
+              flush=True)
+        if out:
+            out.write(json.dumps({"warm_up_s": round(wall, 6), "calls": len(report.compiled),
+                                  "scan_s": round(report.scan_seconds, 6)}) + "\n")
     print(f"{'variant':10s} {'T':>5s} {'call':>4s} {'build ms':>9s} {'eval ms':>9s} {'new cache files':>15s}")
     for i, t in enumerate(lengths):
         tokens = pool[:, :t]

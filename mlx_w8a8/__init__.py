@@ -15,6 +15,8 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
 - ``set_tuning_table``, ``set_online_tuning``, ``TuneConfig``, ``TuningTableWarning``:
   the tuner (importing the package installs it in the kernel registry); ``tune_model``
   measures the linear shapes of a model.
+- ``warm_up(model, max_tokens)``: compile every kernel the model's layers would launch
+  for inputs of 1 to ``max_tokens`` rows, before the first request.
 """
 
 __version__ = "0.1.0"
@@ -37,6 +39,7 @@ from .sensitivity import policy, sensitivity
 from .eval import perplexity
 from .summary import decisions, summary
 from .distributed import shard
+from .warmup import warm_up
 from .kernels import registry as _registry
 from .tuning import TuneConfig, TuningTableWarning, set_tuning_table, tune_model
 from .tuning import set_online as set_online_tuning
@@ -65,6 +68,7 @@ __all__ = [
     "tune_model",
     "TuneConfig",
     "TuningTableWarning",
+    "warm_up",
 ]
 
 

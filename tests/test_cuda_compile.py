@@ -1331,3 +1331,157 @@ def test_tma_candidates_need_the_driver(monkeypatch):
     monkeypatch.setattr(tensormap, "available", lambda: True)
     monkeypatch.setattr(cuda, "is_sm90", lambda: False)
     assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)
+
+
+# What each candidate compiles (registry.Candidate.variant) ------------------------------
+_VARIANT_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
+                   (256, 66336)]  # Llama-3-8B's projections; K > U8_MAX_K (flipped codes)
+
+
+def _variant_ms(rng) -> list[int]:
+    """M from 1 to 4096: every M to 64 (the GEMV buckets, the 64-row tiles), both ends
+    of every 64-row step after it (the tile choices see M only through whole 64- and
+    128-row tiles) and 64 more drawn at random."""
+    ms = set(range(1, 65))
+    for j in range(1, 64):
+        ms.update((64 * j + 1, 64 * (j + 1)))
+    ms.update(int(m) for m in rng.integers(1, 4097, 64))
+    return sorted(ms)
+
+
+def _lazy_weight(n: int, k: int, fmt: str, gs: int):
+    """A QuantizedWeight [n, k] whose arrays are never evaluated (the recorder launches
+    nothing; LaunchSpec.bound is patched not to evaluate its tail)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    scales = mx.zeros((n, k // gs), dtype=mx.bfloat16)
+    return QuantizedWeight(mx.zeros((n, k // 4), dtype=mx.uint32), scales, scales, gs,
+                           per_channel=fmt == "per_channel")
+
+
+def _variant_cases(rng):
+    """``(scope, key, make)``: a problem of a CUDA candidate (alone, or a sibling launch
+    on the members' summed problem), its key ``(candidate, members, variant)`` and
+    ``make()`` making its launches. ``scope`` holds what is fixed for one layer (shape,
+    format, dtype, bias, members)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+
+    ms = _variant_ms(rng)
+    few = [1, 2, 3, 5, 9, 16, 17, 64, 65, 128, 129, 300, 512, 513, 1024, 2048, 2049, 4096]
+    linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
+    weights = {}
+
+    def weight(n, k, fmt, gs):
+        key = (n, k, fmt, gs)
+        if key not in weights:
+            weights[key] = _lazy_weight(n, k, fmt, gs)
+        return weights[key]
+
+    def alone(cand, problem, w, bias):
+        def make():
+            dtype = getattr(mx, problem.dtype)
+            x = mx.zeros((problem.m, problem.k), dtype=dtype)
+            _, quantize, apply = cand.bind_stages(problem, w, bias)
+            return apply(x) if quantize is None else apply(quantize(x))
+        return make
+
+    def group(cand, problem, members):
+        def make():
+            x = mx.zeros((problem.m, problem.k), dtype=getattr(mx, problem.dtype))
+            _, quantize, apply = cand.bind_group(problem, members, None)
+            return apply(x) if quantize is None else apply(quantize(x))
+        return make
+
+    layers = []  # (n, k, fmt, gs, dtype, bias, ms)
+    for n, k in _VARIANT_SHAPES:
+        gs = 32 if k % 64 else 64
+        layers.append((n, k, "per_channel", gs, "bfloat16", False, ms))
+        for dtype in ("float16", "float32"):
+            layers.append((n, k, "per_channel", gs, dtype, False, few))
+        layers.append((n, k, "grouped", gs, "bfloat16", False, few))
+    layers.append((4096, 4096, "per_channel", 64, "bfloat16", True, few))
+    layers.append((4096, 4096, "grouped", 64, "float32", True, few))
+    for n, k, fmt, gs, dtype, has_bias, m_list in layers:
+        w = weight(n, k, fmt, gs)
+        bias = mx.zeros((n,), dtype=mx.bfloat16) if has_bias else None
+        for m in m_list:
+            problem = Problem("linear", m, n, k, dtype, fmt, gs, has_bias)
+            for cand in linear:
+                if cand.supports(problem):
+                    yield ((cand.name, n, k, fmt, dtype, has_bias, 1),
+                           (cand.name, 1, cand.variant(problem)), alone(cand, problem, w, bias))
+    # sibling launches: q/k/v and gate/up of Llama-3-8B (q/k/v also with a bias)
+    for ns, has_bias, m_list in (((4096, 1024, 1024), False, ms), ((14336, 14336), False, ms),
+                                 ((4096, 1024, 1024), True, few)):
+        members = [(weight(n, 4096, "per_channel", 64),
+                    mx.zeros((n,), dtype=mx.bfloat16) if has_bias else None) for n in ns]
+        for m in m_list:
+            problem = Problem("linear", m, sum(ns), 4096, "bfloat16", "per_channel", 64, has_bias)
+            for cand in linear:
+                if cand.bind_group is not None and cand.supports(problem):
+                    yield ((cand.name, ns, has_bias),
+                           (cand.name, len(ns), cand.variant(problem)), group(cand, problem, members))
+    # the int8 GEMMs and the quantize kernel
+    for cand in registry.all_candidates():
+        if cand.backend != "cuda" or cand.op == "linear":
+            continue
+        if cand.op == "int8_matmul":
+            for n, k in _VARIANT_SHAPES[:4]:
+                b = mx.zeros((n, k), dtype=mx.int8)
+                for m in ms:
+                    problem = Problem("int8_matmul", m, n, k, "int8", "int8")
+                    if cand.supports(problem):
+                        a = mx.zeros((m, k), dtype=mx.int8)
+                        yield ((cand.name, n, k), (cand.name, 1, cand.variant(problem)),
+                               lambda c=cand, a=a, b=b: c.run(a, b))
+            continue
+        for k in (4096, 14336, 66336):
+            for dtype in ("bfloat16", "float32"):
+                for gs in (None, 32):
+                    for m in few:
+                        problem = Problem("quantize_activation", m, 0, k, dtype, "int8", gs)
+                        x = mx.zeros((m, k), dtype=getattr(mx, dtype))
+                        yield ((cand.name, k, dtype, gs), (cand.name, 1, cand.variant(problem)),
+                               lambda c=cand, x=x, gs=gs: c.run(x, gs))
+
+
+def _compiled(launches) -> frozenset:
+    """What MLX compiles for these launches: each kernel's name and template arguments,
+    with the dtypes of its arguments (they are in the text it compiles)."""
+    return frozenset((p["mlx_name"], repr(p["template"]),
+                      tuple(str(a.dtype) for a in p["arrays"]),
+                      tuple(str(d) for d in p["output_dtypes"])) for p in launches)
+
+
+def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
+    """Every CUDA candidate's variant (registry.Candidate.variant, what mlx_w8a8.warm_up
+    keys its calls on), recorded on CPU over M = 1..4096 (every tile and GEMV regime)
+    on the Llama-3-8B shapes and a K > U8_MAX_K one, each format, dtype and bias, and
+    the q/k/v and gate/up sibling launches: equal keys (candidate, members, variant)
+    launch exactly the same compiled kernels (name, template, argument dtypes), across
+    shapes too: a key that hid a change would leave a compile for a later call. And,
+    for one layer, different kernels have different keys (no needless warm-up call)."""
+    rec = cuda_here
+    monkeypatch.setattr(launch.LaunchSpec, "bound",
+                        lambda self, outputs=slice(None): lambda *lead: self.launch(*lead)[outputs])
+    by_key, keys_of, errors, count = {}, {}, {}, 0
+    for scope, key, make in _variant_cases(rng):
+        start = len(rec.launches)
+        make()
+        got = _compiled(rec.launches[start:])
+        assert got, (scope, key)
+        count += 1
+        first = by_key.setdefault(key, (got, scope))
+        if first[0] != got and key not in errors:
+            errors[key] = f"{key}: {sorted(first[0] ^ got)} ({first[1]} vs {scope})"
+        keys_of.setdefault((scope, got), set()).add(key)
+    assert not errors, "\n".join(list(errors.values())[:4])
+    split = {s: k for s, k in keys_of.items() if len(k) > 1}
+    assert not split, list(split.items())[:3]
+    names = {key[0] for key in by_key}
+    assert len(names) == 9 and count > 5000, (sorted(names), count)

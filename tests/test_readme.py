@@ -30,7 +30,7 @@ def test_the_block_has_the_calls_the_readme_lists():
     for call in ("Linear.from_linear", "w8.quantize(", "w8.summary(", "w8.tune_model(",
                  "w8.save(", "w8.load(", "w8.calibrate(", "w8.smooth(", "w8.shard(",
                  "w8.quantize_weight(", "w8.quantize_activation(", "w8.int8_matmul(",
-                 "w8.w8a8_linear("):
+                 "w8.w8a8_linear(", "w8.warm_up("):
         assert call in code, call
 
 

@@ -42,6 +42,10 @@ launches with everything but the activations computed once per layer, shape and 
 shape they take ``x`` ``[..., K]`` and return ``[..., N]`` (the kernels read any rank:
 ``shaders/cuda/shape.cuh``), so the layer adds no reshape.
 
+Each candidate also names what it compiles for a problem (``variant``,
+``registry.Candidate``: bodies, dtype, tile or GEMV bucket), so that
+:func:`mlx_w8a8.warm_up` calls a layer once per kernel MLX would compile for it.
+
 Measured on an NVIDIA H200 (``docs/cuda.md``); the tuner, not this module, decides where
 each candidate runs.
 """
@@ -257,6 +261,67 @@ def _gemv_bind_group(p: registry.Problem, members, lead=None):
             lambda acts: [apply(acts) for apply in applies])
 
 
+# What each candidate compiles for a problem (registry.Candidate.variant) ----------------
+# MLX compiles a custom kernel per name and template arguments, on its first evaluation
+# in a process. Each key below holds what the launchers above derive those from: the
+# bodies (bias or not, unsigned or flipped codes, fused or not), the dtype, the tile or
+# GEMV bucket, and K where the quantize launch's body may follow the row length
+# (quantize_spec). The weight's scales dtype (the grouped kernels' ST) is fixed for a
+# layer and not part of a problem. A sibling launch compiles its multi-weight body for
+# the key of the summed problem (the same rules on the summed N).
+def _quantize_variant(p: registry.Problem):
+    return p.dtype, p.group_size
+
+
+def _int8_gemm_variant(p: registry.Problem):
+    return launch.tile_for(p.m, p.n)
+
+
+def _int8_ws_variant(p: registry.Problem):
+    return ws_tile_for(p.m, p.n)
+
+
+def _int8_tma_variant(p: registry.Problem):
+    return tma_tile_for(p.m, p.n, p.k)
+
+
+def _w8a8_gemm_variant(p: registry.Problem):
+    return p.dtype, p.has_bias, p.k, p.k <= U8_MAX_K, launch.tile_for(p.m, p.n)
+
+
+def _w8a8_ws_variant(p: registry.Problem):
+    return p.dtype, p.has_bias, p.k, ws_tile_for(p.m, p.n)
+
+
+def _w8a8_tma_variant(p: registry.Problem):
+    return p.dtype, p.has_bias, p.k, tma_tile_for(p.m, p.n, p.k)
+
+
+def _w8a8_grouped_variant(p: registry.Problem):
+    return p.dtype, p.has_bias, p.group_size, launch.grouped_tile_for(p.m, p.n)
+
+
+def _gemv_variant(p: registry.Problem):
+    bucket = launch.gemv_bucket(p.m)
+    grouped = p.weight_format == "grouped"
+    # the fused kernel's template holds its shared-memory size (bucket * K)
+    smem = bucket * p.k if gemv_fuses(p.m, p.k) else 0
+    return p.dtype, p.has_bias, grouped, p.group_size if grouped else None, bucket, smem
+
+
+_VARIANTS = {
+    "cuda_quantize": _quantize_variant,
+    "cuda_int8_gemm": _int8_gemm_variant,
+    "cuda_int8_gemm_ws": _int8_ws_variant,
+    "cuda_int8_gemm_tma": _int8_tma_variant,
+    "cuda_w8a8_gemm": _w8a8_gemm_variant,
+    "cuda_w8a8_gemm_ws": _w8a8_ws_variant,
+    "cuda_w8a8_gemm_tma": _w8a8_tma_variant,
+    "cuda_w8a8_gemm_grouped": _w8a8_grouped_variant,
+    "cuda_int8_gemv": _gemv_variant,
+}
+
+
 # Capability checks (cheap; no device memory touched) ------------------------------------
 def _float_k_ok(p: registry.Problem) -> bool:
     return p.dtype in FLOAT_DTYPES and p.m >= 1 and p.k % GEMM_K_MULTIPLE == 0 and 0 < p.k < MAX_K
@@ -396,5 +461,6 @@ for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:
     registry.register(
         registry.Candidate(name=_name, backend="cuda", op=_op, run=_run, supports=_supports,
                            digest=_dig, available=cuda_available, stages=_stages,
-                           bind_stages=_bind, bind_group=_GROUP_BINDS.get(_name))
+                           bind_stages=_bind, bind_group=_GROUP_BINDS.get(_name),
+                           variant=_VARIANTS[_name])
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 import attrs
 import mlx.core as mx
@@ -109,6 +109,15 @@ class Candidate:
             ``members`` is a list of ``(weight, bias)``, ``problem`` their summed
             problem (``N = sum N_g``), ``apply(acts)`` returns one ``[*lead, N_g]`` array
             per member, each equal to what ``bind_stages`` would return for it alone.
+        variant: optional: ``variant(problem) -> key`` (hashable): what the candidate
+            compiles for ``problem`` (kernel bodies, template arguments, tile), so that
+            two problems with equal keys launch the same compiled kernels and a problem
+            with a key not seen before may compile some (:func:`mlx_w8a8.warm_up` calls
+            a layer once per key). A sibling launch (``bind_group``) on the members'
+            summed problem compiles what the key of that problem names, in the
+            multi-weight form for the number of members. Things fixed for a layer that a
+            problem does not hold (the scales' dtype) may be left out. ``None``: the
+            name alone identifies what it runs (candidates made of MLX's own ops).
         w8a8: ``linear`` only: whether ``run`` computes the W8A8 math of
             ``docs/numerics.md`` (per-token int8 activations). The tuner's gate checks
             such candidates against ``exact`` within the float32-epilogue bound;
@@ -126,6 +135,7 @@ class Candidate:
     bind: Callable[[Any, Problem], Callable] | None = None
     bind_stages: Callable[..., tuple] | None = None
     bind_group: Callable[..., tuple] | None = None
+    variant: Callable[[Problem], Hashable] | None = None
     w8a8: bool = True
 
     def handles(self, problem: Problem) -> bool:
