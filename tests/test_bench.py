@@ -177,6 +177,7 @@ def test_cider_times_the_kernel_the_op_runs_unforced():
         assert bench._device_kernel(p) == "bench_dev_b"
         for decided in ("mlx_qmm", "exact"):
             pick["name"] = decided
+            registry.invalidate()  # decisions are kept until then (registry.decide)
             assert bench._device_kernel(p) == "bench_dev_a"
     finally:
         registry.set_chooser(previous)

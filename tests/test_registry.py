@@ -79,6 +79,53 @@ def test_chooser_hook_and_its_failure(fake):
     assert np.all(np.array(y) == 0.0)
 
 
+def test_decisions_are_kept_until_invalidated(fake):
+    # A model meets each new prompt length with one problem per layer shape in every
+    # layer: the decision is made once and kept (registry.decide) until invalidate(),
+    # which every change of what a decision rests on calls (a table reloaded, a
+    # measurement recorded, a candidate registered, a chooser installed).
+    cand, _, _ = fake
+    asked = []
+
+    def chooser(problem, found):
+        asked.append(problem)
+        return cand, "table"
+
+    registry.set_chooser(chooser)
+    assert registry.decide(PROBLEM) == (cand, "table")
+    assert registry.decide(PROBLEM) == (cand, "table")
+    assert asked == [PROBLEM]
+    other = Problem("linear", 5, 32, 128, "float32", "per_channel", 64)
+    registry.decide(other)
+    assert asked == [PROBLEM, other]
+    registry.invalidate()
+    registry.decide(PROBLEM)
+    assert asked == [PROBLEM, other, PROBLEM]
+    # forced: kept too, and a kernel that cannot run the problem raises every time
+    assert registry.decide(PROBLEM, "fake_linear") == (cand, "forced")
+    big = Problem("linear", 9, 32, 128, "float32", "per_channel", 64)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="cannot run linear for M=9"):
+            registry.decide(big, "fake_linear")
+
+
+def test_a_failing_chooser_is_asked_again(fake):
+    # The fallback runs where the chooser fails, that call only: a transient failure
+    # must not pin the fallback until the next invalidate().
+    cand, _, _ = fake
+    state = {"fail": True}
+
+    def chooser(problem, found):
+        if state["fail"]:
+            raise RuntimeError("table being rewritten")
+        return cand, "table"
+
+    registry.set_chooser(chooser)
+    assert registry.decide(PROBLEM) == (registry.get("linear", "mlx_qmm"), "fallback")
+    state["fail"] = False
+    assert registry.decide(PROBLEM) == (cand, "table")
+
+
 def test_unknown_op_rejected():
     with pytest.raises(ValueError, match="available_kernels.*op must be one of"):
         w8.available_kernels("conv")

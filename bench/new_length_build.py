@@ -1,0 +1,97 @@
+"""Host cost of building a prefill's graph at lengths never run before, and where it goes.
+
+A server meets most prompt lengths once, so what a layer does on the first call at an
+input shape (deciding its kernel, binding its launches, tracing its compiled calls) is
+paid on nearly every prefill. This script builds (``model(tokens)``, Python only; each
+graph is then evaluated, untimed, so the next build starts idle) prefills of the model
+benchmark's variants at ``--count`` new lengths after ``T``, and at ``T`` again, after
+warming every variant up at ``T`` (and at ``T + 1`` so no kernel compiles inside the
+timed builds: the new lengths stay in ``T + 1``'s tile regime for ``T`` >= 129). It
+prints the median build time per variant and, with ``--profile``, the mlx_w8a8
+variant's ``cProfile`` over the new-length builds (own time and cumulative: MLX's calls
+are C++ and count in their caller's own time).
+
+Usage: ``python bench/new_length_build.py [--model llama-3-8b] [--layers 4] [--t 129]
+[--count 20] [--kernel NAME] [--table PATH] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mlx.core as mx  # noqa: E402
+
+from mlx_w8a8 import modelbench  # noqa: E402
+
+
+def build(model, tokens, prof=None) -> float:
+    """Seconds to build one prefill's graph into a fresh cache; the graph is then run."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    if prof:
+        prof.enable()
+    t0 = time.perf_counter()
+    logits = model(tokens, cache=cache)
+    t1 = time.perf_counter()
+    if prof:
+        prof.disable()
+    mx.eval(logits)
+    return t1 - t0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--t", type=int, default=129)
+    p.add_argument("--count", type=int, default=20)
+    p.add_argument("--kernel", default=None)
+    p.add_argument("--table", default=None)
+    p.add_argument("--profile", action="store_true")
+    a = p.parse_args(argv)
+    if a.table:
+        from mlx_w8a8.tuning import set_tuning_table
+
+        set_tuning_table(a.table)
+    variants, config, label = modelbench.make_variants(a.model, a.layers, 0, a.kernel)
+    vocab = int(config["vocab_size"])
+    longest = a.t + 2 + a.count
+    pool = mx.random.randint(0, vocab, (1, longest), key=mx.random.key(3)).astype(mx.int32)
+    names = ("bf16", "mlx_w8a8")
+    for name in names:  # warm-up: kernels compiled, plans made at T and T + 1
+        for t in (a.t, a.t, a.t + 1, a.t + 1):
+            build(variants[name], pool[:, :t])
+    prof = cProfile.Profile() if a.profile else None
+    new = {n: [] for n in names}
+    again = {n: [] for n in names}
+    for i in range(a.count):
+        length = a.t + 2 + i
+        for name in names:
+            new[name].append(build(variants[name], pool[:, :length],
+                                   prof if name == "mlx_w8a8" else None))
+            again[name].append(build(variants[name], pool[:, :a.t]))
+    print(f"{label}, {a.layers} layers, kernel {a.kernel or 'table'}; MLX {mx.__version__}; "
+          f"build ms, median of {a.count}")
+    for name in names:
+        print(f"{name:10s} new lengths {statistics.median(new[name]) * 1e3:8.3f}   "
+              f"T={a.t} again {statistics.median(again[name]) * 1e3:8.3f}")
+    if prof:
+        for key in ("tottime", "cumulative"):
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats(key).print_stats(30)
+            print(s.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
