@@ -9,16 +9,21 @@ warming every variant up at ``T`` (and at ``T + 1`` so no kernel compiles inside
 timed builds: the new lengths stay in ``T + 1``'s tile regime for ``T`` >= 129). It
 prints the median build time per variant and, with ``--profile``, the mlx_w8a8
 variant's ``cProfile`` over the new-length builds (own time and cumulative: MLX's calls
-are C++ and count in their caller's own time).
+are C++ and count in their caller's own time). With ``--gc-freeze``, ``gc.freeze()``
+runs after the models are built and warmed up: Python's cyclic collector then skips
+every object alive at that point (the models, MLX's and mlx-lm's modules), as a server
+may do after loading; a new length's build allocates closures, lists and arrays, which
+trigger collections that otherwise scan all of them.
 
 Usage: ``python bench/new_length_build.py [--model llama-3-8b] [--layers 4] [--t 129]
-[--count 20] [--kernel NAME] [--table PATH] [--profile]``.
+[--count 20] [--kernel NAME] [--table PATH] [--profile] [--gc-freeze]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -58,6 +63,8 @@ def main(argv=None) -> int:
     p.add_argument("--kernel", default=None)
     p.add_argument("--table", default=None)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.freeze() after the models are built and warmed up")
     a = p.parse_args(argv)
     if a.table:
         from mlx_w8a8.tuning import set_tuning_table
@@ -71,6 +78,9 @@ def main(argv=None) -> int:
     for name in names:  # warm-up: kernels compiled, plans made at T and T + 1
         for t in (a.t, a.t, a.t + 1, a.t + 1):
             build(variants[name], pool[:, :t])
+    if a.gc_freeze:
+        gc.collect()
+        gc.freeze()
     prof = cProfile.Profile() if a.profile else None
     new = {n: [] for n in names}
     again = {n: [] for n in names}
@@ -81,7 +91,8 @@ def main(argv=None) -> int:
                                    prof if name == "mlx_w8a8" else None))
             again[name].append(build(variants[name], pool[:, :a.t]))
     print(f"{label}, {a.layers} layers, kernel {a.kernel or 'table'}; MLX {mx.__version__}; "
-          f"build ms, median of {a.count}")
+          f"build ms, median of {a.count}; gc.freeze() {'on' if a.gc_freeze else 'off'} "
+          f"({len(gc.get_objects())} objects tracked by the collector)")
     for name in names:
         print(f"{name:10s} new lengths {statistics.median(new[name]) * 1e3:8.3f}   "
               f"T={a.t} again {statistics.median(again[name]) * 1e3:8.3f}")
