@@ -375,10 +375,11 @@ def _model_main(args, out) -> int:
             print(render.error_line(PROG, "--check checks a --tp run; give --tp N"), file=sys.stderr)
             return 2
         return _run_with_output(args, out, lambda stream, out: modelbench.run(args, stream, out, emit))
-    if args.new_lengths:
-        print(render.error_line(PROG, "--new-lengths is measured on one device; run it "
-                                "without --tp"), file=sys.stderr)
-        return 2
+    for flag, given in (("--new-lengths", args.new_lengths), ("--warm-up", args.warm_up)):
+        if given:
+            print(render.error_line(PROG, f"{flag} is measured on one device; run it "
+                                    "without --tp"), file=sys.stderr)
+            return 2
     try:
         deadline = tpbench.Deadline(args.tp_timeout)
     except ValueError as error:

@@ -23,7 +23,11 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
   every call its own), as a server meets each prompt's length once. What a variant pays
   per new input shape (mlx_w8a8: deciding, binding and tracing each layer's launches)
   is in its time; tokens/s counts each call's own tokens (its ``round`` records give
-  each call's seconds scaled to T tokens, its ``summary`` the lengths run).
+  each call's seconds scaled to T tokens, its ``summary`` the lengths run). A length
+  that needs a kernel or tile the process has not run compiles it inside its round
+  (seconds, ``docs/cuda.md``); ``--warm-up`` runs :func:`mlx_w8a8.warm_up` on the
+  mlx_w8a8 variant first, up to the longest prefill the run makes, as a server would
+  after loading (a ``warm_up`` record gives its calls and seconds).
 - **decode**: ``--decode`` N steps of ``mlx_lm.generate.generate_step`` (greedy, KV
   cache, ``async_eval`` pipelining, exactly as ``mlx_lm.generate`` runs them) after a
   ``--prompt`` P token prompt; tokens/s over the N steps after the first token. Where
@@ -100,6 +104,10 @@ def add_arguments(p) -> None:
                    help="also time prefills at lengths not run before in the process (T + 1, "
                    "T + 2, ...; one per call), as a server meets each prompt: what each "
                    "variant pays per new input shape")
+    g.add_argument("--warm-up", action="store_true",
+                   help="run mlx_w8a8.warm_up on the mlx_w8a8 variant before any measurement "
+                   "(up to the longest prefill the run makes), as a server would after "
+                   "loading: no timed call then compiles a kernel of it; its time is reported")
     g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
@@ -131,6 +139,7 @@ def settings(args) -> dict:
             raise ValueError(f"[mlx_w8a8.bench] --{key} must be >= {low}, got {value}")
         out[key] = value
     out["new_lengths"] = bool(getattr(args, "new_lengths", False))
+    out["warm_up"] = bool(getattr(args, "warm_up", False))
     return out
 
 
@@ -370,6 +379,17 @@ def run(args, stream, out, emit) -> int:
         **cfg, "seed": seed, "decode_loop": loop_name, "mlx_lm": models.mlx_lm_mode(),
     }, stream)
     rows = []
+    warmed = None
+    if cfg["warm_up"]:
+        import mlx_w8a8
+
+        longest = max([t + (cfg["rounds"] * len(names) if cfg["new_lengths"] else 0)
+                       for t in cfg["tokens"]] + [cfg["prompt"] if cfg["decode"] else 1])
+        start = time.perf_counter()
+        report = mlx_w8a8.warm_up(variants["mlx_w8a8"], max_tokens=longest, progress=False)
+        warmed = (len(report.compiled), time.perf_counter() - start, longest)
+        emit({"kind": "warm_up", "variant": "mlx_w8a8", "max_tokens": longest,
+              "calls": warmed[0], "seconds": round(warmed[1], 3)}, stream)
 
     def record(measure, tokens):
         def on_round(r, order, seconds):
@@ -418,6 +438,9 @@ def run(args, stream, out, emit) -> int:
          stream)
     print(f"\n{label}: {config.get('num_hidden_layers')} layer(s), hidden {config.get('hidden_size')}, "
           f"vocab {vocab}, bfloat16; {cfg['rounds']} alternating rounds per row", file=out)
+    if warmed is not None:
+        print(f"mlx_w8a8.warm_up before the rounds: {warmed[0]} calls, {warmed[1]:.1f} s "
+              f"(M = 1 ... {warmed[2]})", file=out)
     print(render_table(rows, names), file=out)
     print("ratios: speed of the first over the second, median (p25..p75) of the per-round "
           "ratios; > 1: the first is faster. SQNR: logits vs bf16 on the same tokens.", file=out)

@@ -281,3 +281,37 @@ def test_new_lengths_times_each_call_at_a_length_not_run_before(tiny, tmp_path, 
         assert len(r["rounds"]) == 2 and all(math.isfinite(x) and x > 0 for x in r["rounds"])
     assert "prefill T=6+, new lengths" in text
 
+
+
+def test_warm_up_runs_before_any_measurement_up_to_the_longest_prefill(tiny, tmp_path,
+                                                                        monkeypatch):
+    # --warm-up compiles what the mlx_w8a8 model will launch before the first timed
+    # call, up to the longest prefill of the run (T plus the new lengths), and reports it.
+    pytest.importorskip("mlx_lm")
+    events = []
+    real_warm_up, real_prefill = mlx_w8a8.warm_up, modelbench.prefill
+
+    def warm_up(model, max_tokens, **kw):
+        events.append(("warm_up", max_tokens))
+        return real_warm_up(model, max_tokens=max_tokens, **kw)
+
+    def prefill(model, tokens):
+        events.append(("prefill", tokens.shape[1]))
+        return real_prefill(model, tokens)
+
+    monkeypatch.setattr(mlx_w8a8, "warm_up", warm_up)
+    monkeypatch.setattr(modelbench, "prefill", prefill)
+    code, text, lines = run(["--model", tiny, "--tokens", "4,6", "--decode", "0", "--rounds", "2",
+                             "--new-lengths", "--warm-up"], tmp_path)
+    assert code == 0, text
+    longest = 6 + 2 * len(modelbench.VARIANTS)  # the last new length of T = 6
+    assert events[0] == ("warm_up", longest)
+    assert max(n for kind, n in events if kind == "prefill") == longest
+    (record,) = [l for l in lines if l["kind"] == "warm_up"]
+    assert record["max_tokens"] == longest and record["calls"] >= 1 and record["seconds"] >= 0
+    assert "mlx_w8a8.warm_up before the rounds" in text
+
+
+def test_warm_up_is_refused_with_tp(tiny, capsys):
+    code = bench.main(["--model", tiny, "--tp", "2", "--warm-up"], out=io.StringIO())
+    assert code == 2 and "--warm-up is measured on one device" in capsys.readouterr().err
