@@ -44,27 +44,16 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
     return QuantizedWeight.from_float(w, group_size=group_size, per_channel=per_channel)
 
 
-# At most this many decisions (and bound launches per weight) are kept; past it they are
-# dropped and re-made on use (a process calling with ever new shapes stays bounded).
+# At most this many bound launches per weight are kept; past it they are dropped and
+# re-made on use (a process calling with ever new shapes stays bounded).
 _MAX_KEPT = 64
-# (problem, forced kernel, device type) -> (registry.generation, candidate)
-_decided: dict = {}
 
 
 def _decide(problem: Problem, kernel: str | None) -> registry.Candidate:
-    """:func:`registry.choose` for ``problem`` on the current default device, kept until
-    ``registry.generation`` moves. A forced ``kernel`` that cannot run raises each time
-    (failures are not kept)."""
-    key = (problem, kernel, mx.default_device().type)
-    hit = _decided.get(key)
-    if hit is not None and hit[0] == registry.generation:
-        return hit[1]
-    generation = registry.generation  # read first: a bump while deciding re-decides next call
-    candidate = registry.choose(problem, kernel)
-    if len(_decided) >= _MAX_KEPT:
-        _decided.clear()
-    _decided[key] = (generation, candidate)
-    return candidate
+    """:func:`registry.choose`: the registry keeps each decision per problem, forced
+    kernel and device type until ``registry.generation`` moves; a forced ``kernel``
+    that cannot run raises each time."""
+    return registry.choose(problem, kernel)
 
 
 def _bound_run(candidate: registry.Candidate, problem: Problem, weight: QuantizedWeight,

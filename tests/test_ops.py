@@ -259,13 +259,13 @@ def test_ops_take_a_stream_like_mlx_ops(rng):
         assert c.dtype == mx.int32 and sc.shape == (3, 1)
 
     seen = []
-    real = registry.choose
-    registry.invalidate()  # the ops keep decisions: make the next call decide again
+    real = registry._decide
+    registry.invalidate()  # decisions are kept: make the next call decide again
     try:
-        registry.choose = lambda p, k=None: seen.append(mx.default_stream(mx.default_device())) or real(p, k)
+        registry._decide = lambda p, k=None: seen.append(mx.default_stream(mx.default_device())) or real(p, k)
         w8.int8_matmul(q, w.int8(), stream=s)
     finally:
-        registry.choose = real
+        registry._decide = real
     assert seen == [s]  # the kernel was chosen with the given stream current
 
 
@@ -276,9 +276,9 @@ def test_ops_decide_once_per_problem_until_the_registry_moves(rng, monkeypatch):
     # measurement recorded) makes every op decide again, as mlx_w8a8.Linear does.
     from mlx_w8a8.kernels import registry
 
-    calls = []
-    real = registry.choose
-    monkeypatch.setattr(registry, "choose",
+    calls = []  # the decisions made (registry.decide keeps them: registry._decide makes one)
+    real = registry._decide
+    monkeypatch.setattr(registry, "_decide",
                         lambda p, k=None: calls.append((p.op, p.m)) or real(p, k))
     x = mx.array(rng.standard_normal((3, 64)).astype(np.float32))
     w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
