@@ -369,8 +369,17 @@ class Linear(nn.Module):
         found = self._group_decision(m, x.dtype)
         if found is not None:
             candidate, source, members, group_problem = found
+            decision = (m, candidate.name, source + "+siblings")
+            # Every member takes this shape's group launch: plan it for the members that
+            # have not met the shape too, so their first call at it (right after this
+            # one, in a model) checks and decides nothing (a new prompt length's host
+            # time, docs/cuda.md "Prompts of new lengths").
+            for member in members:
+                if member is not self and (x.shape, x.dtype) not in member._plans:
+                    member._keep(x, member._group_plan(
+                        candidate, group_problem, lead, (*lead, member.output_dims)), decision)
             plan = self._group_plan(candidate, group_problem, lead, out_shape)
-            return self._keep(x, plan, (m, candidate.name, source + "+siblings"))
+            return self._keep(x, plan, decision)
         candidate, source, plan = self._alone_plan(m, x.dtype, lead, out_shape)
         return self._keep(x, plan, (m, candidate.name, source))
 

@@ -105,6 +105,33 @@ def test_one_launch_per_input_and_each_member_gets_its_own_output(fused, lead, b
     assert attn.q_proj.decision(5, mx.float32) == ("fused", "test+siblings")
 
 
+def test_the_first_member_at_a_new_shape_plans_the_others(fused, monkeypatch):
+    # A new prompt length meets q/k/v (and gate/up) one after another with the same x:
+    # the first member decides the group launch and plans it for every member, so the
+    # others' first call at the shape checks and decides nothing (one decision per group
+    # per new shape, not one per member), and still gets its own output.
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    decided = []
+    real = w8.Linear._group_decision
+
+    def spy(layer, m, dtype):
+        decided.append((id(layer), m))
+        return real(layer, m, dtype)
+
+    monkeypatch.setattr(w8.Linear, "_group_decision", spy)
+    for t in (5, 7):
+        x = mx.random.normal((1, t, 64))
+        q, k, v = attn(x)
+        for layer, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), (q, k, v)):
+            np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
+    assert decided == [(id(attn.q_proj), 5), (id(attn.q_proj), 7)]
+    assert len(fused) == 2
+    for layer in (attn.k_proj, attn.v_proj):
+        assert "M=7: fused (test+siblings)" in repr(layer)
+
+
 def test_an_extra_output_of_the_launch_is_not_waited_for(only_written_tables):
     """A group launch may return more than its members' outputs (the TMA launch's
     tensor-map scratch); the memo waits only for the members, so a model that takes
