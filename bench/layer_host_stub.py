@@ -1,8 +1,8 @@
 """Host (Python) cost of one transformer layer's projections: bf16 ``nn.Linear`` vs
 ``mlx_w8a8.Linear`` with sibling launches (q/k/v, gate/up as one launch) and without.
 
-Runs on any machine: ``mx.fast.cuda_kernel`` is stubbed (a launch returns ready-made
-arrays of its output shapes, made once per shape), every W8A8 layer
+Runs on any machine: ``mx.fast.cuda_kernel`` is stubbed (a launch returns new lazy
+zeros of its output shapes), every W8A8 layer
 decides the warp-specialized GEMM (as on an H200 at prefill), and the layer's seven
 projections are called the way mlx-lm's Llama calls them (q, k, v on one x; o; gate, up on
 one x; down), building the graph only (nothing is evaluated). What is timed is the Python
@@ -18,8 +18,15 @@ With ``--real`` (on a CUDA device) nothing is stubbed: the launches are MLX's ow
 custom-kernel calls (still only built, never evaluated), so the arms include what MLX's
 C++ does per launch; ``--hidden``, ``--inter``, ``--kv`` set the projections' sizes.
 
+With ``--new-shapes N``, every call meets an input shape nothing ran before (lengths
+T + 1, T + 2, ...), as a server's prompts do: ``--layers L`` blocks of one shape are
+called in turn per length (the bf16 and linked W8A8 arms alternating), and the time per
+layer includes what a W8A8 layer does on its first call at a shape (deciding, binding,
+tracing); N lengths are timed after one untimed.
+
 Usage: ``python bench/layer_host_stub.py [--blocks 40] [--calls 300] [--tokens 128]
-[--real] [--hidden 512 --inter 1024 --kv 128] [--out FILE.jsonl]``.
+[--real] [--hidden 512 --inter 1024 --kv 128] [--new-shapes N --layers L]
+[--out FILE.jsonl]``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import time
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,17 +53,13 @@ from mlx_w8a8.tuning import render  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dispatch_cuda_stub import time_blocks  # noqa: E402
 
-_MADE: dict = {}
-
-
 def stub_cuda_kernel(**build):
     """Stands in for ``mx.fast.cuda_kernel``: a launch returns zeros of its output shapes
-    and dtypes, made on the first launch with those and reused (no allocation per call)."""
+    and dtypes, new lazy arrays on every call (never evaluated). They must be new: a
+    launch traced by ``mx.compile`` (the layers' compiled calls) that returned arrays
+    made outside the trace fails in MLX's compiler (``_Map_base::at``)."""
     def launch_stub(*, output_shapes, output_dtypes, **_):
-        key = (tuple(map(tuple, output_shapes)), tuple(output_dtypes))
-        if key not in _MADE:
-            _MADE[key] = [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
-        return _MADE[key]
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
     return launch_stub
 
 
@@ -91,7 +95,13 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--inter", type=int, default=1024)
     p.add_argument("--kv", type=int, default=128)
+    p.add_argument("--new-shapes", type=int, default=0,
+                   help="time N calls, each at a length not run before")
+    p.add_argument("--layers", type=int, default=8, help="blocks of one shape (--new-shapes)")
     args = p.parse_args(argv)
+    if args.new_shapes < 0 or args.layers < 1:
+        p.error(f"--new-shapes must be >= 0 and --layers >= 1, got {args.new_shapes}, "
+                f"{args.layers}")
     if args.real:
         if not launch.cuda_available() or not launch.is_sm90():
             p.error("--real needs MLX's CUDA backend on a compute capability 9.x GPU")
@@ -110,6 +120,8 @@ def main(argv=None) -> int:
     w8 = Projections(hidden, inter, kv)
     w8.update(bf16.parameters())
     mlx_w8a8.quantize(w8)
+    if args.new_shapes:
+        return new_shapes(args, bf16, w8, hidden, inter, kv)
     # A model feeds every forward a new x: rotating through more inputs than the
     # activation memo holds (nn._SHARED_SLOTS) keeps a call from reusing the quantized x
     # of an earlier call, which one fixed x let the unlinked arm do.
@@ -148,6 +160,50 @@ def main(argv=None) -> int:
     record = {"bench": "layer_host_stub", "real": args.real, "tokens": args.tokens,
               "sizes": [hidden, inter, kv], "blocks": args.blocks,
               "calls_per_block": args.calls, "per_layer": stats,
+              "machine": platform.processor() or platform.machine(), "mlx": mx.__version__}
+    print(json.dumps(record))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    return 0
+
+
+def new_shapes(args, bf16, w8, hidden: int, inter: int, kv: int) -> int:
+    """``--new-shapes``: per layer, the host time of a call at an input shape not met
+    before, ``--layers`` W8A8 blocks of one shape (each its own weights, as a model's
+    layers) against the bf16 block called as many times."""
+    blocks = [w8]
+    for _ in range(args.layers - 1):
+        block = Projections(hidden, inter, kv)
+        block.update(bf16.parameters())
+        mlx_w8a8.quantize(block)
+        mx.eval(block.parameters())
+        blocks.append(block)
+    siblings.launch_together(True)
+    lengths = iter(range(args.tokens + 1, args.tokens + 3 + 2 * args.new_shapes))
+
+    def run(arm):
+        x = mx.zeros((1, next(lengths), hidden), dtype=mx.bfloat16)
+        start = time.perf_counter()
+        for block in (blocks if arm == "w8a8_linked" else [bf16] * len(blocks)):
+            block(x)
+        return (time.perf_counter() - start) / len(blocks)
+
+    run("bf16"), run("w8a8_linked")  # untimed: the first shape of each arm
+    times = {"bf16": [], "w8a8_linked": []}
+    for r in range(args.new_shapes):
+        for arm in (times if r % 2 == 0 else list(times)[::-1]):
+            times[arm].append(run(arm))
+    stats = {}
+    for arm, ts in times.items():
+        med, lo, hi = render.spread(ts)
+        stats[arm] = {"median_us": round(med * 1e6, 2), "p25_us": round(lo * 1e6, 2),
+                      "p75_us": round(hi * 1e6, 2)}
+        print(f"{arm:12s} per layer at a new shape {med * 1e6:8.1f} us ({lo * 1e6:.1f}.."
+              f"{hi * 1e6:.1f})")
+    record = {"bench": "layer_host_stub", "mode": "new_shapes", "real": args.real,
+              "tokens": args.tokens, "new_shapes": args.new_shapes, "layers": args.layers,
+              "sizes": [hidden, inter, kv], "per_layer": stats,
               "machine": platform.processor() or platform.machine(), "mlx": mx.__version__}
     print(json.dumps(record))
     if args.out:
