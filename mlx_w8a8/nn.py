@@ -78,21 +78,34 @@ class _Stages:
     entry lives; entries are replaced first-in first-out.
     """
 
-    __slots__ = ("key", "quantize", "apply", "both", "lean", "last", "untaken")
+    __slots__ = ("key", "quantize", "apply", "fused", "_both", "_lean", "last", "untaken")
 
     def __init__(self, key, quantize, apply, fused: bool):
-        self.key, self.quantize, self.apply = key, quantize, apply
-        self.both = registry.fuse_stages(quantize, apply, activations=True) if fused else None
-        self.lean = registry.fuse_stages(quantize, apply) if fused else None
+        self.key, self.quantize, self.apply, self.fused = key, quantize, apply, fused
+        # The compiled calls are made when first used: a plan met once (a new prompt
+        # length) may use one or neither, and each costs Python to make.
+        self._both = self._lean = None
         self.last = None  # the "taken" mark of this layer's last offer
         self.untaken = 0
+
+    def both(self, x2):
+        """The fused call returning ``(y, acts)``."""
+        if self._both is None:
+            self._both = registry.fuse_stages(self.quantize, self.apply, activations=True)
+        return self._both(x2)
+
+    def lean(self, x2):
+        """The fused call returning ``y`` alone."""
+        if self._lean is None:
+            self._lean = registry.fuse_stages(self.quantize, self.apply)
+        return self._lean(x2)
 
     def __call__(self, x: mx.array, x2: mx.array | None = None):
         """``y`` for ``x`` (the memo's key) run as ``x2`` (``x`` reshaped, or ``x``)."""
         if x2 is None:
             x2 = x
         if not _SHARE:
-            return self.lean(x2) if self.lean is not None else self.apply(self.quantize(x2))
+            return self.lean(x2) if self.fused else self.apply(self.quantize(x2))
         slots = getattr(_shared, "slots", None)
         if slots is None:
             slots = _shared.slots = []
@@ -104,9 +117,9 @@ class _Stages:
         if self.last is not None:  # was the last offer taken?
             self.untaken = 0 if self.last[0] else self.untaken + 1
             self.last = None
-        if self.lean is not None and self.untaken >= _UNTAKEN_OFFERS:
+        if self.fused and self.untaken >= _UNTAKEN_OFFERS:
             return self.lean(x2)
-        if self.both is None:
+        if not self.fused:
             acts = self.quantize(x2)
             y = self.apply(acts)
         else:
