@@ -157,9 +157,14 @@ def main(argv=None) -> int:
         body.append([arm, f"{med * 1e6:.1f} us", f"{lo * 1e6:.1f}..{hi * 1e6:.1f}",
                      f"{r[0]:.2f}x ({r[1]:.2f}..{r[2]:.2f})"])
     print(render.columns(head, body, right=range(1, len(head))))
-    record = {"bench": "layer_host_stub", "real": args.real, "tokens": args.tokens,
-              "sizes": [hidden, inter, kv], "blocks": args.blocks,
-              "calls_per_block": args.calls, "per_layer": stats,
+    return report(args, {"real": args.real, "tokens": args.tokens, "sizes": [hidden, inter, kv],
+                         "blocks": args.blocks, "calls_per_block": args.calls,
+                         "per_layer": stats})
+
+
+def report(args, fields: dict) -> int:
+    """Print the run's JSON line (``fields`` and the machine), appended to ``--out``."""
+    record = {"bench": "layer_host_stub", **fields,
               "machine": platform.processor() or platform.machine(), "mlx": mx.__version__}
     print(json.dumps(record))
     if args.out:
@@ -201,15 +206,9 @@ def new_shapes(args, bf16, w8, hidden: int, inter: int, kv: int) -> int:
                       "p75_us": round(hi * 1e6, 2)}
         print(f"{arm:12s} per layer at a new shape {med * 1e6:8.1f} us ({lo * 1e6:.1f}.."
               f"{hi * 1e6:.1f})")
-    record = {"bench": "layer_host_stub", "mode": "new_shapes", "real": args.real,
-              "tokens": args.tokens, "new_shapes": args.new_shapes, "layers": args.layers,
-              "sizes": [hidden, inter, kv], "per_layer": stats,
-              "machine": platform.processor() or platform.machine(), "mlx": mx.__version__}
-    print(json.dumps(record))
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-    return 0
+    return report(args, {"mode": "new_shapes", "real": args.real, "tokens": args.tokens,
+                         "new_shapes": args.new_shapes, "layers": args.layers,
+                         "sizes": [hidden, inter, kv], "per_layer": stats})
 
 
 if __name__ == "__main__":
