@@ -6,9 +6,9 @@ each variant (bf16 and mlx_w8a8, built as the model benchmark builds them) split
 building the graph (``model(tokens)``, Python) and evaluating it (``mx.eval``: MLX's
 encode, any kernel compile or module load, the GPU), and counts the files in MLX's
 on-disk kernel cache (``$MLX_PTX_CACHE_DIR``, else ``<tmp>/mlx/<version>/ptx``) before
-and after, so a compile shows as new files. With ``--profile``, the first call of the
-mlx_w8a8 variant at each length also runs under ``cProfile`` and the 12 costliest
-functions (cumulative time) are printed. With ``--warm-up``,
+and after, so a compile shows as new files. With ``--profile``, the graph build of the
+first call of the mlx_w8a8 variant at each length also runs under ``cProfile`` and the
+12 costliest functions (cumulative time) are printed. With ``--warm-up``,
 ``mlx_w8a8.warm_up(model, max_tokens=max(lengths))`` runs on the mlx_w8a8 variant
 before the timed calls and its wall time is printed: the first calls after it should
 compile nothing.
@@ -36,6 +36,9 @@ import mlx.core as mx  # noqa: E402
 
 from mlx_w8a8 import modelbench  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_host_cost import forward  # noqa: E402
+
 
 def ptx_cache_files() -> int:
     """Files in MLX's on-disk kernel cache (0 where it does not exist)."""
@@ -45,28 +48,6 @@ def ptx_cache_files() -> int:
     for _, _, files in os.walk(d):
         n += len(files)
     return n
-
-
-def forward(model, tokens, profile=False):
-    """``(build_s, eval_s, profile_text)`` of one prefill into a fresh KV cache."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    prof = cProfile.Profile() if profile else None
-    if prof:
-        prof.enable()
-    t0 = time.perf_counter()
-    logits = model(tokens, cache=cache)
-    t1 = time.perf_counter()
-    mx.eval(logits)
-    t2 = time.perf_counter()
-    text = ""
-    if prof:
-        prof.disable()
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(12)
-        text = s.getvalue()
-    return t1 - t0, t2 - t1, text
 
 
 def main(argv=None) -> int:
@@ -112,12 +93,15 @@ def main(argv=None) -> int:
         for name in ("bf16", "mlx_w8a8"):
             for c in range(calls):
                 before = ptx_cache_files()
-                b, e, text = forward(variants[name], tokens,
-                                     profile=a.profile and c == 0 and name == "mlx_w8a8")
+                prof = (cProfile.Profile() if a.profile and c == 0 and name == "mlx_w8a8"
+                        else None)
+                b, e = forward(variants[name], tokens, prof)
                 new = ptx_cache_files() - before
                 print(f"{name:10s} {t:5d} {c:4d} {b * 1e3:9.2f} {e * 1e3:9.2f} {new:15d}", flush=True)
-                if text:
-                    print(text, flush=True)
+                if prof is not None:
+                    text = io.StringIO()
+                    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(12)
+                    print(text.getvalue(), flush=True)
                 if out:
                     out.write(json.dumps({"variant": name, "tokens": t, "call": c,
                                           "build_s": round(b, 6), "eval_s": round(e, 6),

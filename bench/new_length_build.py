@@ -29,7 +29,6 @@ import os
 import pstats
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,21 +36,14 @@ import mlx.core as mx  # noqa: E402
 
 from mlx_w8a8 import modelbench  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_host_cost import forward  # noqa: E402
+
 
 def build(model, tokens, prof=None) -> float:
-    """Seconds to build one prefill's graph into a fresh cache; the graph is then run."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    if prof:
-        prof.enable()
-    t0 = time.perf_counter()
-    logits = model(tokens, cache=cache)
-    t1 = time.perf_counter()
-    if prof:
-        prof.disable()
-    mx.eval(logits)
-    return t1 - t0
+    """Seconds to build one prefill's graph into a fresh cache (``prof`` around the
+    build); the graph is then run."""
+    return forward(model, tokens, prof)[0]
 
 
 def main(argv=None) -> int:
