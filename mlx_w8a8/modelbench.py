@@ -316,6 +316,12 @@ def new_lengths(names, rounds: int, t: int, pool: mx.array, on, on_round=None) -
             "lengths": lengths}
 
 
+def _longest(cfg: dict, t: int, names) -> int:
+    """The longest prefill run for ``--tokens`` T: T, or with ``--new-lengths`` the
+    last of its new lengths (one per variant and round, :func:`new_lengths`)."""
+    return t + (cfg["rounds"] * len(names) if cfg["new_lengths"] else 0)
+
+
 def summarize(times: dict[str, list[float]], tokens: int) -> dict:
     """tokens/s per variant and the per-round speed ratios with their spread."""
 
@@ -383,8 +389,8 @@ def run(args, stream, out, emit) -> int:
     if cfg["warm_up"]:
         import mlx_w8a8
 
-        longest = max([t + (cfg["rounds"] * len(names) if cfg["new_lengths"] else 0)
-                       for t in cfg["tokens"]] + [cfg["prompt"] if cfg["decode"] else 1])
+        longest = max([_longest(cfg, t, names) for t in cfg["tokens"]]
+                      + [cfg["prompt"] if cfg["decode"] else 1])
         start = time.perf_counter()
         report = mlx_w8a8.warm_up(variants["mlx_w8a8"], max_tokens=longest, progress=False)
         warmed = (len(report.compiled), time.perf_counter() - start, longest)
@@ -398,8 +404,8 @@ def run(args, stream, out, emit) -> int:
         return on_round
 
     for t in cfg["tokens"]:
-        longest = t + (cfg["rounds"] * len(names) if cfg["new_lengths"] else 0)
-        pool = mx.random.randint(0, vocab, (1, longest), key=mx.random.key(1000 * seed + t)).astype(mx.int32)
+        pool = mx.random.randint(0, vocab, (1, _longest(cfg, t, names)),
+                                 key=mx.random.key(1000 * seed + t)).astype(mx.int32)
         tokens = pool[:, :t]
         # warm-up: the first call's logits give the SQNR
         _, ref = prefill(variants["bf16"], tokens)
