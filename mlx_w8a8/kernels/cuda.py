@@ -265,9 +265,11 @@ def _gemv_bind_group(p: registry.Problem, members, lead=None):
 # MLX compiles a custom kernel per name and template arguments, on its first evaluation
 # in a process. Each key below holds what the launchers above derive those from: the
 # bodies (bias or not, unsigned or flipped codes, fused or not), the dtype, the tile or
-# GEMV bucket, and K where the quantize launch's body may follow the row length
-# (quantize_spec). The weight's scales dtype (the grouped kernels' ST) is fixed for a
-# layer and not part of a problem. A sibling launch compiles its multi-weight body for
+# GEMV bucket. The per-channel GEMMs' keys also hold K, which their compiled forms do
+# not follow beyond the unsigned-code bound and the TMA tile (the quantize's block size
+# is a launch parameter): stricter than needed, so warm_up may call a layer where
+# nothing new compiles. The weight's scales dtype (the grouped kernels' ST) is fixed for
+# a layer and not part of a problem. A sibling launch compiles its multi-weight body for
 # the key of the summed problem (the same rules on the summed N).
 def _quantize_variant(p: registry.Problem):
     return p.dtype, p.group_size
