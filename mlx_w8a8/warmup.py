@@ -98,7 +98,7 @@ def _variant(candidate: registry.Candidate, problem: registry.Problem) -> Hashab
     return None if candidate.variant is None else candidate.variant(problem)
 
 
-def _parts(unit, m: int, dtype: mx.Dtype, decide) -> tuple:
+def _parts(unit, m: int, dtype: mx.Dtype) -> tuple:
     """What a call of ``unit``'s layers on one ``[1, m, K]`` input compiles: a
     ``("siblings", members, candidate, variant)`` for a sibling launch (as
     ``Linear._group_decision``), else ``(index, candidate, variant)`` per layer."""
@@ -107,13 +107,13 @@ def _parts(unit, m: int, dtype: mx.Dtype, decide) -> tuple:
         found = first._group_problem(m, dtype)
         if found is not None:
             members, problem = found
-            candidate = decide(problem, None)
+            candidate = registry.choose(problem)
             if candidate.bind_group is not None:
                 return (("siblings", len(members), candidate.name, _variant(candidate, problem)),)
     parts = []
     for i, (_, layer) in enumerate(unit):
         problem = layer.problem(m, dtype)
-        candidate = decide(problem, layer.kernel)
+        candidate = registry.choose(problem, layer.kernel)
         parts.append((i, candidate.name, _variant(candidate, problem)))
     return tuple(parts)
 
@@ -128,15 +128,6 @@ def _plan(model: nn.Module, max_tokens: int, dtype: mx.Dtype):
             f"[{_OP}] model holds no mlx_w8a8.Linear layer (nothing to compile), got "
             f"{type(model).__name__}; convert it first (mlx_w8a8.quantize or mlx_w8a8.load)"
         )
-    decided: dict = {}
-
-    def decide(problem, kernel):
-        key = (problem, kernel)
-        found = decided.get(key)
-        if found is None:
-            found = decided[key] = registry.decide(problem, kernel)[0]
-        return found
-
     scanned, plans, scan_seconds = set(), [], 0.0
     for unit in units:
         key = (tuple(_layer_key(layer, dtype) for _, layer in unit),
@@ -147,7 +138,7 @@ def _plan(model: nn.Module, max_tokens: int, dtype: mx.Dtype):
         t0 = time.perf_counter()
         seen, calls = set(), []
         for m in range(1, max_tokens + 1):
-            parts = _parts(unit, m, dtype, decide)
+            parts = _parts(unit, m, dtype)
             if not seen.issuperset(parts):
                 seen.update(parts)
                 calls.append((m, parts))
