@@ -737,11 +737,12 @@ def _bound_cases(rng):
 
 def test_bound_launch_replays_its_trace_on_each_calls_inputs():
     """LaunchSpec.bound, with MLX's real mx.compile and a kernel object that computes
-    from what it is given: the kernel object is called once (the trace), and every later
-    call replays that launch on its own activations (outputs follow each call's x, not
-    the first's); the tail reaches the kernel as a traced input, never as the captured
-    array (mx.compile would re-run a captured lazy array's graph on every call); with
-    compilation off each call launches directly."""
+    from what it is given: the first call launches directly (the kernel gets the
+    caller's own arrays: no trace, which a shape met once would never repay), the
+    second traces, and every later call replays that launch on its own activations
+    (outputs follow each call's x, not the first's); the tail reaches the kernel as a
+    traced input, never as the captured array (mx.compile would re-run a captured lazy
+    array's graph on every call); with compilation off each call launches directly."""
     import mlx.core as mx
 
     calls = []
@@ -757,14 +758,20 @@ def test_bound_launch_replays_its_trace_on_each_calls_inputs():
     spec = launch.LaunchSpec(kernel, tail, [("T", mx.float32)], [(2,), (2,)],
                              [mx.float32, mx.float32], (32, 1, 1), (32, 1, 1))
     first, both = spec.bound(slice(1)), spec.bound()
-    for v in (1.0, 5.0, -2.0):
-        (y,) = first(mx.array([v, v]))
+    for i, v in enumerate((1.0, 5.0, -2.0, 7.0)):
+        x = mx.array([v, v])
+        (y,) = first(x)
         assert y.tolist() == [v + 13, v + 23]
+        if i == 0:  # made directly: the kernel saw x itself and the tail's own arrays
+            assert calls[-1][0] is x and calls[-1][1] is tail[0] and calls[-1][2] is tail[1]
         y, doubled = both(mx.array([v, 0.5]))
         assert y.tolist() == [v + 13, 23.5] and doubled.tolist() == [2 * v, 1.0]
-    # MLX 0.32.4 traces the first compiled function of a process twice.
-    assert len(calls) in (2, 3), f"{len(calls)} kernel calls for 2 bound launchers x 3 calls"
-    assert not any(a is t for args in calls for a in args for t in tail), "tail captured"
+        if i == 0:
+            assert len(calls) == 2
+    # 2 direct launches, then 2 traces (MLX 0.32.4 traces the first compiled function
+    # of a process twice), then replays only
+    assert len(calls) in (4, 5), f"{len(calls)} kernel calls for 2 bound launchers x 4 calls"
+    assert not any(a is t for args in calls[2:] for a in args for t in tail), "tail captured"
     traced = len(calls)
     mx.disable_compile()
     try:

@@ -477,11 +477,14 @@ class LaunchSpec(NamedTuple):
         )
 
     def bound(self, outputs: slice = slice(None)):
-        """``f(*lead) -> outputs``: :meth:`launch` under ``mx.compile``, the outputs
-        ``outputs`` selects. The first call per input shape traces the launch; every
-        later call replays the traced primitive on its own inputs, so MLX does not
-        rebuild the launch (its kernel source string, template and argument lists) on
-        each call. A compiled call has its own fixed cost, of the order of the launch it
+        """``f(*lead) -> outputs``: :meth:`launch`, the outputs ``outputs`` selects, made
+        directly on the first call and under ``mx.compile`` after it. The second call
+        traces the launch; every later call replays the traced primitive on its own
+        inputs, so MLX does not rebuild the launch (its kernel source string, template
+        and argument lists) on each call. A spec is made for one input shape, and a
+        shape met once (a server's prompt lengths) is never traced: a trace costs far
+        more than the launch it records (the output-only call's trace in a model
+        benchmark's round, about 0.1-0.2 ms per layer on an NVIDIA H200's host). A compiled call has its own fixed cost, of the order of the launch it
         replaces: measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set),
         a direct launch costs 3.4-5 us of Python, a W8A8 linear replaying each of its
         two launches 9.7-16.6 us (no clear gain), one compiled call for both
@@ -508,7 +511,14 @@ class LaunchSpec(NamedTuple):
             return kernel(inputs=[*lead, *tail], template=template, output_shapes=shapes,
                           output_dtypes=dtypes, grid=grid, threadgroup=tg)[outputs]
         replay = mx.compile(launch)
-        return lambda *lead: replay(lead, tail)
+        later = []  # empty until the first call has launched directly
+
+        def call(*lead):
+            if later:
+                return replay(lead, tail)
+            later.append(True)
+            return launch(lead, tail)
+        return call
 
 
 def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
