@@ -510,14 +510,17 @@ class LaunchSpec(NamedTuple):
         def launch(lead, tail):
             return kernel(inputs=[*lead, *tail], template=template, output_shapes=shapes,
                           output_dtypes=dtypes, grid=grid, threadgroup=tg)[outputs]
-        replay = mx.compile(launch)
-        later = []  # empty until the first call has launched directly
+        # [] before the first call, [None] after it, [the compiled launch] from the second
+        # call on: a spec used once (a shape met once) never builds a compiled function.
+        replay = []
 
         def call(*lead):
-            if later:
-                return replay(lead, tail)
-            later.append(True)
-            return launch(lead, tail)
+            if not replay:
+                replay.append(None)
+                return launch(lead, tail)
+            if replay[0] is None:
+                replay[0] = mx.compile(launch)
+            return replay[0](lead, tail)
         return call
 
 
