@@ -9,7 +9,9 @@ warming every variant up at ``T`` (and at ``T + 1`` so no kernel compiles inside
 timed builds: the new lengths stay in ``T + 1``'s tile regime for ``T`` >= 129). It
 prints the median build time per variant and, with ``--profile``, the mlx_w8a8
 variant's ``cProfile`` over the new-length builds (own time and cumulative: MLX's calls
-are C++ and count in their caller's own time). With ``--gc-freeze``, ``gc.freeze()``
+are C++ and count in their caller's own time), and the time Python's cyclic collector
+ran within the builds (``gc.callbacks``; a profile charges it to whichever function
+allocated the object that set a collection off). With ``--gc-freeze``, ``gc.freeze()``
 runs after the models are built and warmed up: Python's cyclic collector then skips
 every object alive at that point (the models, MLX's and mlx-lm's modules), as a server
 may do after loading; a new length's build allocates closures, lists and arrays, which
@@ -29,6 +31,7 @@ import os
 import pstats
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,10 +43,35 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_host_cost import forward  # noqa: E402
 
 
-def build(model, tokens, prof=None) -> float:
-    """Seconds to build one prefill's graph into a fresh cache (``prof`` around the
-    build); the graph is then run."""
-    return forward(model, tokens, prof)[0]
+class GcClock:
+    """Seconds Python's cyclic collector ran, and its collections per generation, from
+    ``gc.callbacks`` (a collection's time counts in whatever function allocated the
+    object that set it off: in a profile it looks like that function's own time)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._t0 = None
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase, info):
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.seconds += time.perf_counter() - self._t0
+            self.collections[info["generation"]] += 1
+            self._t0 = None
+
+    def read(self):
+        return self.seconds, tuple(self.collections)
+
+
+def build(model, tokens, prof=None, clock=None) -> tuple[float, float]:
+    """``(build seconds, collector seconds within it)`` of one prefill's graph into a
+    fresh cache (``prof`` around the build); the graph is then run."""
+    before = clock.read()[0] if clock else 0.0
+    seconds = forward(model, tokens, prof)[0]
+    return seconds, (clock.read()[0] - before if clock else 0.0)
 
 
 def main(argv=None) -> int:
@@ -74,26 +102,39 @@ def main(argv=None) -> int:
         gc.collect()
         gc.freeze()
     prof = cProfile.Profile() if a.profile else None
+    clock = GcClock()
+    start = clock.read()
     new = {n: [] for n in names}
     again = {n: [] for n in names}
     for i in range(a.count):
         length = a.t + 2 + i
         for name in names:
             new[name].append(build(variants[name], pool[:, :length],
-                                   prof if name == "mlx_w8a8" else None))
-            again[name].append(build(variants[name], pool[:, :a.t]))
+                                   prof if name == "mlx_w8a8" else None, clock))
+            again[name].append(build(variants[name], pool[:, :a.t], None, clock))
+    end = clock.read()
     print(f"{label}, {a.layers} layers, kernel {a.kernel or 'table'}; MLX {mx.__version__}; "
           f"build ms, median of {a.count}; gc.freeze() {'on' if a.gc_freeze else 'off'} "
           f"({len(gc.get_objects())} objects tracked by the collector)")
     for name in names:
-        print(f"{name:10s} new lengths {statistics.median(new[name]) * 1e3:8.3f}   "
-              f"T={a.t} again {statistics.median(again[name]) * 1e3:8.3f}")
+        print(f"{name:10s} new lengths {_ms(new[name], 0)}   T={a.t} again {_ms(again[name], 0)}")
+    for name in names:
+        print(f"{name:10s} collector ms in builds: new lengths median {_ms(new[name], 1)} "
+              f"sum {sum(b[1] for b in new[name]) * 1e3:8.1f}; "
+              f"T={a.t} again sum {sum(b[1] for b in again[name]) * 1e3:8.1f}")
+    print(f"collections (gen 0, 1, 2) over the timed builds: "
+          f"{tuple(e - s for s, e in zip(start[1], end[1]))}, "
+          f"{(end[0] - start[0]) * 1e3:.1f} ms in all")
     if prof:
         for key in ("tottime", "cumulative"):
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats(key).print_stats(30)
             print(s.getvalue())
     return 0
+
+
+def _ms(builds, field: int) -> str:
+    return f"{statistics.median(b[field] for b in builds) * 1e3:8.3f}"
 
 
 if __name__ == "__main__":
