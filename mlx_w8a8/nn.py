@@ -70,15 +70,18 @@ class _Stages:
     was taken by no other layer (``_UNTAKEN_OFFERS``: an ``o_proj``, a ``down_proj``),
     this layer stops offering and runs the call that returns the output alone, still
     taking what others offer. A layer whose offers are taken (the first of q/k/v fed
-    one ``x``) keeps offering. So a plan settles on its second call: the first traces
-    the call with activations, the second the output-only call of a layer that stops
-    offering (each ``mx.compile`` traces once per input shape).
+    one ``x``) keeps offering. The plan's first call runs the stages directly (no
+    trace: a shape met once, such as a server's prompt length, costs its launches
+    alone); its second call traces the compiled call it keeps (with activations, or
+    output-only for a layer that stopped offering), so a plan settles on its second
+    call (each ``mx.compile`` traces once per input shape).
 
     The memo holds a reference to ``x`` so its identity cannot be reused while the
     entry lives; entries are replaced first-in first-out.
     """
 
-    __slots__ = ("key", "quantize", "apply", "fused", "_both", "_lean", "last", "untaken")
+    __slots__ = ("key", "quantize", "apply", "fused", "_both", "_lean", "last", "untaken",
+                 "fresh")
 
     def __init__(self, key, quantize, apply, fused: bool):
         self.key, self.quantize, self.apply, self.fused = key, quantize, apply, fused
@@ -87,6 +90,10 @@ class _Stages:
         self._both = self._lean = None
         self.last = None  # the "taken" mark of this layer's last offer
         self.untaken = 0
+        # The plan's first call runs the stages themselves, whose bound launches are made
+        # directly on their first call (cuda_launch.LaunchSpec.bound): a shape met once
+        # traces nothing. The compiled calls trace on the second.
+        self.fresh = True
 
     def both(self, x2):
         """The fused call returning ``(y, acts)``."""
@@ -119,7 +126,8 @@ class _Stages:
             self.last = None
         if self.fused and self.untaken >= _UNTAKEN_OFFERS:
             return self.lean(x2)
-        if not self.fused:
+        if not self.fused or self.fresh:
+            self.fresh = False
             acts = self.quantize(x2)
             y = self.apply(acts)
         else:

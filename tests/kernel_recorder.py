@@ -46,6 +46,7 @@ class Recorder:
                 output_dtypes=list(output_dtypes)))
             return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
 
+        launch.name = mlx_name  # what MLX would be given, to tell kernel objects apart
         return launch
 
 

@@ -638,6 +638,11 @@ def test_bound_launches_take_any_leading_shape(rng, name, lead):
     want = apply2(x) if quantize2 is None else apply2(quantize2(x))
     assert y.shape == (*lead, n)
     assert mx.array_equal(y.reshape(m, n), want, equal_nan=True).item()
+    # A bound launch is made directly on its first call, traced on its second and
+    # replayed after (cuda_launch.LaunchSpec.bound): the same bits on each.
+    for _ in range(2):
+        again = apply(x3) if quantize is None else apply(quantize(x3))
+        assert mx.array_equal(again, y, equal_nan=True).item()
 
 
 @pytest.mark.parametrize("kernel,lead", [("cuda_w8a8_gemm_ws", (2, 77)),

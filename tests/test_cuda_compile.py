@@ -390,6 +390,14 @@ def tma_here(monkeypatch):
     fake_tensor_maps(monkeypatch)
     yield
     launch._tma_prototypes.cache_clear()
+    clear_frames()  # they hold the fake maps too
+
+
+def clear_frames():
+    """Empty cuda_launch's cached launch frames (each holds its TMA prototypes)."""
+    for frame in (launch._quantize_frame, launch._gemm_per_channel_frame,
+                  launch._gemm_ws_group_frame, launch._gemm_grouped_frame):
+        frame.cache_clear()
 
 
 def test_header_include_writes_once_repairs_and_falls_back(tmp_path, monkeypatch):
@@ -587,6 +595,75 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
     assert launch.SMS in ws_grids, "a persistent grid larger than the SM count was never capped"
 
 
+def _spec_fields(spec):
+    """A launch spec as comparable values: kernel name, the tail's arrays (by identity,
+    or by value for a float32 bias converted anew), template, shapes, grid, block."""
+    import mlx.core as mx
+
+    tail = [("same", id(a)) if a.dtype != mx.float32 or a.ndim != 1 else
+            ("value", tuple(np.array(a).tolist())) for a in spec.tail]
+    return (spec.kernel.name, tail, spec.template, spec.output_shapes, spec.output_dtypes,
+            spec.grid, spec.threadgroup)
+
+
+def test_specs_of_one_shape_share_a_frame_and_take_their_own_weights(monkeypatch):
+    """Layers of one shape build each new input shape's launch once (cuda_launch's
+    ``_*_frame`` caches) and put in their own arrays: every spec equals the one built
+    with the caches empty, for weights of one shape with and without a bias, their
+    sibling launches, the grouped format, and the quantize. A frame cached without
+    the bias in its key, or a spec keeping the frame's first weights, fails this."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(5)
+    k, lead = 256, (1, 40)
+    m = 40
+
+    def weight(n, per_channel=True):
+        w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(mx.bfloat16)
+        return QuantizedWeight.from_float(w, 64, per_channel=per_channel)
+
+    def bias(n):
+        return mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
+
+    ws = launch.WS_CONFIGS["ws128p4"]
+    w1, w2, w3 = weight(96), weight(96), weight(32)
+    g1, g2 = weight(96, False), weight(96, False)
+    b1, b2 = bias(96), bias(32)
+    builds = [
+        lambda: launch.gemm_per_channel_spec(m, k, w1, None, mx.bfloat16, ws, True, lead),
+        lambda: launch.gemm_per_channel_spec(m, k, w2, None, mx.bfloat16, ws, True, lead),
+        lambda: launch.gemm_per_channel_spec(m, k, w2, b1, mx.bfloat16, ws, True, lead),
+        lambda: launch.gemm_per_channel_spec(m, k, w1, None, mx.bfloat16, None, False, lead),
+        lambda: launch.gemm_ws_group_spec(m, k, [(w1, None), (w3, None)], mx.bfloat16, ws, lead),
+        lambda: launch.gemm_ws_group_spec(m, k, [(w2, b1), (w3, b2)], mx.bfloat16, ws, lead),
+        lambda: launch.gemm_grouped_spec(m, g1, None, mx.bfloat16, None, lead),
+        lambda: launch.gemm_grouped_spec(m, g2, b1, mx.bfloat16, None, lead),
+        lambda: launch.quantize_spec(m, k, mx.bfloat16, None, True, False, lead),
+    ]
+
+    def clear():
+        launch._kernel.cache_clear()
+        clear_frames()
+
+    clear()
+    try:
+        framed = [_spec_fields(b()) for b in builds]  # each after the ones before it
+        fresh = []
+        for b in builds:
+            clear()
+            fresh.append(_spec_fields(b()))
+    finally:
+        clear()
+    for i, (got, want) in enumerate(zip(framed, fresh)):
+        assert got == want, (i, got, want)
+    # the first two per-channel specs shared one frame (one kernel, one template list)
+    assert framed[0][0] == framed[1][0] and framed[0][1] != framed[1][1]
+    assert rec is not None
+
+
 def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
     """The registered per-channel linear multiplies the unsigned codes (``channel_u8``,
     quantize with row sums) while K * 127 * 255 < 2^31 and flips them above (``channel``)."""
@@ -737,11 +814,12 @@ def _bound_cases(rng):
 
 def test_bound_launch_replays_its_trace_on_each_calls_inputs():
     """LaunchSpec.bound, with MLX's real mx.compile and a kernel object that computes
-    from what it is given: the kernel object is called once (the trace), and every later
-    call replays that launch on its own activations (outputs follow each call's x, not
-    the first's); the tail reaches the kernel as a traced input, never as the captured
-    array (mx.compile would re-run a captured lazy array's graph on every call); with
-    compilation off each call launches directly."""
+    from what it is given: the first call launches directly (the kernel gets the
+    caller's own arrays: no trace, which a shape met once would never repay), the
+    second traces, and every later call replays that launch on its own activations
+    (outputs follow each call's x, not the first's); the tail reaches the kernel as a
+    traced input, never as the captured array (mx.compile would re-run a captured lazy
+    array's graph on every call); with compilation off each call launches directly."""
     import mlx.core as mx
 
     calls = []
@@ -757,14 +835,20 @@ def test_bound_launch_replays_its_trace_on_each_calls_inputs():
     spec = launch.LaunchSpec(kernel, tail, [("T", mx.float32)], [(2,), (2,)],
                              [mx.float32, mx.float32], (32, 1, 1), (32, 1, 1))
     first, both = spec.bound(slice(1)), spec.bound()
-    for v in (1.0, 5.0, -2.0):
-        (y,) = first(mx.array([v, v]))
+    for i, v in enumerate((1.0, 5.0, -2.0, 7.0)):
+        x = mx.array([v, v])
+        (y,) = first(x)
         assert y.tolist() == [v + 13, v + 23]
+        if i == 0:  # made directly: the kernel saw x itself and the tail's own arrays
+            assert calls[-1][0] is x and calls[-1][1] is tail[0] and calls[-1][2] is tail[1]
         y, doubled = both(mx.array([v, 0.5]))
         assert y.tolist() == [v + 13, 23.5] and doubled.tolist() == [2 * v, 1.0]
-    # MLX 0.32.4 traces the first compiled function of a process twice.
-    assert len(calls) in (2, 3), f"{len(calls)} kernel calls for 2 bound launchers x 3 calls"
-    assert not any(a is t for args in calls for a in args for t in tail), "tail captured"
+        if i == 0:
+            assert len(calls) == 2
+    # 2 direct launches, then 2 traces (MLX 0.32.4 traces the first compiled function
+    # of a process twice), then replays only
+    assert len(calls) in (4, 5), f"{len(calls)} kernel calls for 2 bound launchers x 4 calls"
+    assert not any(a is t for args in calls[2:] for a in args for t in tail), "tail captured"
     traced = len(calls)
     mx.disable_compile()
     try:

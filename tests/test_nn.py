@@ -372,6 +372,35 @@ def test_a_fused_plan_traces_nothing_after_the_model_benchs_warm_up():
     assert after[modelbench.WARMUP - 1:] == [after[-1]] * (len(after) - modelbench.WARMUP + 1)
 
 
+def test_a_fused_plans_first_call_runs_its_stages_directly():
+    """The first call of a fused plan (nn._Stages) runs quantize and apply themselves on
+    the caller's array: a shape met once (a server's prompt length) traces no compiled
+    call. Later calls go through the compiled calls, whose traces see stand-ins."""
+    import mlx_w8a8.nn as w8nn
+
+    seen = []
+
+    def quantize(x):
+        seen.append(x)
+        return x * 2, mx.ones((1,)), None
+
+    def apply(acts):
+        return acts[0] + 1
+
+    for offers_taken in (False, True):
+        w8nn.clear_shared_activations()
+        seen.clear()
+        layer = w8nn._Stages(("fake-direct",), quantize, apply, True)
+        taker = w8nn._Stages(("fake-direct",), quantize, apply, True)
+        xs = [mx.array([float(i), 2.0]) for i in range(3)]
+        for i, x in enumerate(xs):
+            assert layer(x).tolist() == [2 * i + 1, 5.0]
+            if offers_taken:
+                assert taker(x).tolist() == [2 * i + 1, 5.0]
+        assert seen[0] is xs[0]  # the first call: quantize got x itself
+        assert not any(s is x for s in seen[1:] for x in xs[1:])  # later: traced stand-ins
+
+
 def test_fused_stages_stop_offering_activations_nobody_takes():
     """nn._Stages with fused (one compiled call): a layer offers its activations to the
     memo until _UNTAKEN_OFFERS offers in a row were taken by no other layer, then runs

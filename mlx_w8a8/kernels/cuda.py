@@ -391,7 +391,7 @@ def _digest(functions, files, params: str) -> str:
     the headers it requires, and its named bodies, comments stripped), so a comment
     edited in a kernel file leaves tuning tables fresh and any code edit stales them."""
     common = (launch.load, launch.requires, launch._own, launch._kernel, launch._grid,
-              launch.tiles, launch.LaunchSpec)
+              launch.tiles, launch.LaunchSpec, launch._framed)
     texts = []
     for top in files:
         header, bodies = launch.load(top)
@@ -406,7 +406,8 @@ _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
 _TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS},pingpong_max_k={PINGPONG_MAX_K}"
 _TMA_FNS = (launch._tma_io, launch._tma_prototypes, tensormap.prototype, tensormap._driver)
-_QUANT_FNS = (quantize, launch.quantize_spec, launch.quant_cached)
+_QUANT_FNS = (quantize, launch.quantize_spec, launch._quantize_frame, launch.quant_cached)
+_CHANNEL_FNS = (launch._gemm_per_channel_frame, launch._channel_tail)
 _BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3, launch._lead)
 _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None,
@@ -421,26 +422,29 @@ _CANDIDATES = (
      _w8a8_gemm_bind,
      _digest((_w8a8_gemm_run, _w8a8_gemm_stages, _quantize_rowsum, _quantize_plain, _apply_u8,
               _apply_flip, gemm_per_channel, launch.gemm_per_channel_spec, launch.tile_for,
-              _w8a8_gemm_bind, bind_gemm_per_channel) + _QUANT_FNS + _BIND_FNS,
+              _w8a8_gemm_bind, bind_gemm_per_channel) + _CHANNEL_FNS + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _GEMM_FILES, f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
      _w8a8_ws_bind,
      _digest((_w8a8_ws_run, _w8a8_ws_stages, _quantize_rowsum, _apply_ws, gemm_per_channel,
               launch.gemm_per_channel_spec, ws_tile_for, _w8a8_ws_bind,
               bind_gemm_per_channel, _w8a8_ws_bind_group, bind_gemm_ws_group,
-              launch.gemm_ws_group_spec) + _QUANT_FNS + _BIND_FNS,
+              launch.gemm_ws_group_spec, launch._gemm_ws_group_frame) + _CHANNEL_FNS
+             + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_WS_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_tma", "linear", _w8a8_tma_run, _supports_gemm_tma, _w8a8_tma_stages,
      _w8a8_tma_bind,
      _digest((_w8a8_tma_run, _w8a8_tma_stages, _quantize_rowsum, _apply_tma, gemm_per_channel,
               launch.gemm_per_channel_spec, tma_tile_for, _w8a8_tma_bind,
               bind_gemm_per_channel, _w8a8_tma_bind_group, bind_gemm_ws_group,
-              launch.gemm_ws_group_spec) + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
+              launch.gemm_ws_group_spec, launch._gemm_ws_group_frame) + _CHANNEL_FNS
+             + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind,
      _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, gemm_grouped,
-              launch.gemm_grouped_spec, launch.grouped_tile_for, _w8a8_grouped_bind,
+              launch.gemm_grouped_spec, launch._gemm_grouped_frame, launch.grouped_tile_for,
+              _w8a8_grouped_bind,
               bind_gemm_grouped) + _QUANT_FNS + _BIND_FNS, ("quantize.cu", "gemm.cu"),
              _GEMM_PARAMS)),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind,

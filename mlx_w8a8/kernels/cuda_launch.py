@@ -477,11 +477,14 @@ class LaunchSpec(NamedTuple):
         )
 
     def bound(self, outputs: slice = slice(None)):
-        """``f(*lead) -> outputs``: :meth:`launch` under ``mx.compile``, the outputs
-        ``outputs`` selects. The first call per input shape traces the launch; every
-        later call replays the traced primitive on its own inputs, so MLX does not
-        rebuild the launch (its kernel source string, template and argument lists) on
-        each call. A compiled call has its own fixed cost, of the order of the launch it
+        """``f(*lead) -> outputs``: :meth:`launch`, the outputs ``outputs`` selects, made
+        directly on the first call and under ``mx.compile`` after it. The second call
+        traces the launch; every later call replays the traced primitive on its own
+        inputs, so MLX does not rebuild the launch (its kernel source string, template
+        and argument lists) on each call. A spec is made for one input shape, and a
+        shape met once (a server's prompt lengths) is never traced: a trace costs far
+        more than the launch it records (0.02-0.1 ms per traced call on an NVIDIA H200's
+        host, from a model benchmark's rounds, against 3.4-5 us for a direct launch). A compiled call has its own fixed cost, of the order of the launch it
         replaces: measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set),
         a direct launch costs 3.4-5 us of Python, a W8A8 linear replaying each of its
         two launches 9.7-16.6 us (no clear gain), one compiled call for both
@@ -507,8 +510,34 @@ class LaunchSpec(NamedTuple):
         def launch(lead, tail):
             return kernel(inputs=[*lead, *tail], template=template, output_shapes=shapes,
                           output_dtypes=dtypes, grid=grid, threadgroup=tg)[outputs]
-        replay = mx.compile(launch)
-        return lambda *lead: replay(lead, tail)
+        # [] before the first call, [None] after it, [the compiled launch] from the second
+        # call on: a spec used once (a shape met once) never builds a compiled function.
+        replay = []
+
+        def call(*lead):
+            if not replay:
+                replay.append(None)
+                return launch(lead, tail)
+            if replay[0] is None:
+                replay[0] = mx.compile(launch)
+            return replay[0](lead, tail)
+        return call
+
+
+# Launch specs are cached per shape (the ``_*_frame`` functions), without the weight's
+# arrays: every layer of one shape meets a new input shape with the same launch but for
+# its weights, so the first builds it and the others only put their arrays in (a
+# server's new prompt lengths: twenty-fourth set, docs/cuda.md "Prompts of new lengths").
+# A frame holds its kernel's ``_kernel`` arguments, not the kernel object, which is
+# looked up on every use: whatever empties ``_kernel``'s cache (another kernel text in
+# bench/cuda_bench.py, the tests' wrapped ``mx.fast.cuda_kernel``) reaches every spec.
+_FRAMES = 4096
+
+
+def _framed(frame: LaunchSpec, tail: tuple = ()) -> LaunchSpec:
+    """The spec of a cached frame: its kernel built (or found) from the arguments it
+    holds, ``tail`` (the weight's arrays) before the frame's own tail."""
+    return frame._replace(kernel=_kernel(*frame.kernel), tail=tail + frame.tail)
 
 
 def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
@@ -516,7 +545,13 @@ def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
                   lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`quantize` for ``[M, K]`` ``dtype`` activations, or
     ``[*lead, K]`` ones (``prod(lead) == M``; outputs ``[*lead, ...]``)."""
-    lead = _lead(m, lead)
+    return _framed(_quantize_frame(m, k, dtype, group_size, row_sum, warp, _lead(m, lead)))
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _quantize_frame(m: int, k: int, dtype: mx.Dtype, group_size: int | None, row_sum: bool,
+                    warp: bool, lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`quantize_spec` (no weight: the whole launch is shared)."""
     if k % QUANT_K_MULTIPLE:
         raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
     if warp and (group_size is not None or not row_sum):
@@ -528,18 +563,18 @@ def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
     template = [("T", dtype)]
     if warp:
         rows = QUANT_WARP_THREADS // 32
-        kern = _kernel("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
+        kern = ("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
         return LaunchSpec(kern, (), template, [(*lead, k), (*lead, 1), (*lead, 1)],
                           [mx.int8, mx.float32, mx.int32],
                           (-(-m // rows) * QUANT_WARP_THREADS, 1, 1), (QUANT_WARP_THREADS, 1, 1))
     if group_size is None and row_sum:
-        kern = _kernel("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
+        kern = ("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
         shapes, dtypes = [(*lead, k), (*lead, 1), (*lead, 1)], [mx.int8, mx.float32, mx.int32]
     elif group_size is None:
-        kern = _kernel("quantize.cu", "plain", ("x",), ("q", "scale"))
+        kern = ("quantize.cu", "plain", ("x",), ("q", "scale"))
         shapes, dtypes = [(*lead, k), (*lead, 1)], [mx.int8, mx.float32]
     else:
-        kern = _kernel("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
+        kern = ("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
         template.append(("GS", group_size))
         shapes = [(*lead, k), (*lead, 1), (*lead, k // group_size)]
         dtypes = [mx.int8, mx.float32, mx.int32]
@@ -552,6 +587,13 @@ def _grid(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
     return min(count, SMS) if isinstance(cfg, WsConfig) else count
 
 
+def _channel_tail(weight, bias) -> tuple:
+    """A per-channel weight's inputs, in the order its bodies take them: codes, float32
+    channel scales, float32 bias."""
+    tail = (weight.q, weight.channel_scales)
+    return tail if bias is None else tail + (_as_f32(bias),)
+
+
 def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                           config: GemmConfig | WsConfig | None = None,
                           unsigned: bool = False,
@@ -559,14 +601,24 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     """The launch of :func:`gemm_per_channel` (activations ``xq, xs`` and, when
     ``unsigned``, the row sums ``xr``; ``[*lead, ...]`` with ``lead``, as
     :func:`quantize_spec`)."""
-    n = weight.n
-    lead = _lead(m, lead)
-    cfg = config or tile_for(m, n)
+    # The tile is chosen here, not in the cached frame: it follows is_sm90().
+    cfg = config or tile_for(m, weight.n)
+    frame = _gemm_per_channel_frame(m, k, weight.n, bias is not None, out_dtype, cfg,
+                                    unsigned, _lead(m, lead))
+    return _framed(frame, _channel_tail(weight, bias))
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: mx.Dtype,
+                            cfg, unsigned: bool, lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_per_channel_spec` for any weight of ``n`` rows on tile ``cfg``; its
+    tail holds only the inputs after the weight's (:func:`_channel_tail`): the TMA
+    prototypes."""
+    tail = []
     if unsigned:
         if k > U8_MAX_K:
             raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
                              f"{U8_MAX_K} (exact int32 sums), got {k}")
-        tail = [weight.q, weight.channel_scales]
         names = ("xq", "xs", "xr", "w", "ws")
         body = "channel_u8"
     elif isinstance(cfg, WsConfig):
@@ -574,11 +626,9 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                          "unsigned codes only: pass row_sums (K <= "
                          f"{U8_MAX_K}), got row_sums=None")
     else:
-        tail = [weight.q, weight.channel_scales]
         names = ("xq", "xs", "w", "ws")
         body = "channel"
-    if bias is not None:
-        tail.append(_as_f32(bias))
+    if has_bias:
         names += ("bias",)
         body += "_bias"
     grid = _grid(m, n, cfg)
@@ -589,7 +639,7 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
             proto, scratch = _tma_io(cfg, m, k, (n,), grid)
             tail, names, outs = tail + [proto], names + ("proto",), outs + ("tmap",)
             shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
-    kern = _kernel(cfg.file, body, names, outs, cfg.shared_memory)
+    kern = (cfg.file, body, names, outs, cfg.shared_memory)
     return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
                       (grid * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
@@ -625,25 +675,32 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
         if not w.per_channel or w.k != k:
             raise ValueError(f"{op} sibling weights must be per-channel with K = {k}, "
                              f"got format={w.format}, K={w.k}")
-    lead = _lead(m, lead)
-    ns = [w.n for w, _ in members]
-    cfg = config or ws_tile_for(m, sum(ns))
+    ns = tuple(w.n for w, _ in members)
+    frame = _gemm_ws_group_frame(m, k, ns, True in has_bias, out_dtype,
+                                 config or ws_tile_for(m, sum(ns)), _lead(m, lead))
+    return _framed(frame, tuple(a for w, b in members for a in _channel_tail(w, b)))
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _gemm_ws_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
+                         out_dtype: mx.Dtype, cfg, lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_ws_group_spec` for any members of ``ns`` rows on tile ``cfg``; its
+    tail holds only the inputs after the members' (:func:`_channel_tail` each): the TMA
+    prototypes."""
     tail, names = [], ["xq", "xs", "xr"]
-    for g, (w, b) in enumerate(members):
-        tail += [w.q, w.channel_scales]
+    for g in range(len(ns)):
         names += [f"w{g}", f"ws{g}"]
-        if b is not None:
-            tail.append(_as_f32(b))
+        if has_bias:
             names.append(f"bias{g}")
-    body = cfg.body(f"group{len(members)}" + ("_bias" if True in has_bias else ""))
-    outs = tuple(f"y{g}" for g in range(len(members)))
+    body = cfg.body(f"group{len(ns)}" + ("_bias" if has_bias else ""))
+    outs = tuple(f"y{g}" for g in range(len(ns)))
     blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
     shapes, dtypes = [(*lead, n) for n in ns], [out_dtype] * len(ns)
     if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
         proto, scratch = _tma_io(cfg, m, k, tuple(ns), blocks)
         tail, names, outs = tail + [proto], names + ["proto"], outs + ("tmap",)
         shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
-    kern = _kernel(cfg.file, body, tuple(names), outs, cfg.shared_memory)
+    kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory)
     return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
                       (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
@@ -652,22 +709,30 @@ def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                       config: GemmConfig | None = None,
                       lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`gemm_grouped` (activations ``xq, xs, xr``)."""
-    n = weight.n
-    lead = _lead(m, lead)
-    cfg = config or grouped_tile_for(m, n)
+    frame = _gemm_grouped_frame(m, weight.n, bias is not None, weight.scales.dtype,
+                                weight.group_size, out_dtype,
+                                config or grouped_tile_for(m, weight.n), _lead(m, lead))
+    tail = (weight.q, weight.scales, weight.group_offsets)
+    return _framed(frame, tail if bias is None else tail + (_as_f32(bias),))
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _gemm_grouped_frame(m: int, n: int, has_bias: bool, scales_dtype: mx.Dtype,
+                        group_size: int, out_dtype: mx.Dtype, cfg,
+                        lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_spec` for any weight of this shape and format on tile ``cfg``
+    (no tail: its inputs are all the weight's)."""
     if not isinstance(cfg, GemmConfig) or cfg.wgmma:
         raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has mma.sync "
                          f"tiles only (GEMM_CONFIGS 'grouped*'), got {cfg}")
-    tail = [weight.q, weight.scales, weight.group_offsets]
     names = ("xq", "xs", "xr", "w", "ws", "wo")
     body = "grouped"
-    if bias is not None:
-        tail.append(_as_f32(bias))
+    if has_bias:
         names += ("bias",)
         body = "grouped_bias"
-    kern = _kernel("gemm.cu", body, names, ("y",), cfg.shared_memory)
-    template = [("T", out_dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
-    return LaunchSpec(kern, tuple(tail), template + cfg.template(), [(*lead, n)], [out_dtype],
+    kern = ("gemm.cu", body, names, ("y",), cfg.shared_memory)
+    template = [("T", out_dtype), ("ST", scales_dtype), ("GS", group_size)]
+    return LaunchSpec(kern, (), template + cfg.template(), [(*lead, n)], [out_dtype],
                       (tiles(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
