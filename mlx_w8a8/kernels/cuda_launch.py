@@ -484,8 +484,9 @@ class LaunchSpec(NamedTuple):
         and argument lists) on each call. A spec is made for one input shape, and a
         shape met once (a server's prompt lengths) is never traced: a trace costs far
         more than the launch it records (0.02-0.1 ms per traced call on an NVIDIA H200's
-        host, from a model benchmark's rounds, against 3.4-5 us for a direct launch). A compiled call has its own fixed cost, of the order of the launch it
-        replaces: measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set),
+        host, from a model benchmark's rounds, against 3.4-5 us for a direct launch).
+        A compiled call has its own fixed cost, of the order of the launch it replaces:
+        measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set),
         a direct launch costs 3.4-5 us of Python, a W8A8 linear replaying each of its
         two launches 9.7-16.6 us (no clear gain), one compiled call for both
         (:func:`registry.fuse_stages`, which the layers use) 5.1-8.8.

@@ -9,10 +9,14 @@ Both backends use one file format: a header, then ``// @@ body NAME`` sections
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
-import re
 import inspect
+import io
+import re
+import textwrap
+import tokenize
 from importlib import resources
 from typing import Callable
 
@@ -40,12 +44,14 @@ def digest(*parts: str) -> str:
 
 
 def code_digest(*functions: Callable, texts: tuple[str, ...] = (), params: str = "") -> str:
-    """The digest of one candidate: the source of the Python functions it runs, the
+    """The digest of one candidate: the code of the Python functions it runs, the
     kernel texts it compiles and its launch parameters.
 
     Only what the candidate executes is hashed (not whole modules), so editing a
     comment elsewhere in a backend module does not make tuning tables stale, while
-    editing a function the candidate calls does.
+    editing a function the candidate calls does. A function's comments, docstrings and
+    blank lines are left out (:func:`code_text`): documenting a hazard where it lives
+    must not cost a re-measured table.
 
     Args:
         functions: the candidate's ``run`` and the package functions it calls.
@@ -56,13 +62,64 @@ def code_digest(*functions: Callable, texts: tuple[str, ...] = (), params: str =
 
 
 def _source(function: Callable) -> str:
-    """The source text of ``function``; its compiled code where no source ships (a
-    frozen or byte-compiled-only install), so the digest still follows changes."""
+    """:func:`code_text` of ``function``'s source; its compiled code where no source
+    ships (a frozen or byte-compiled-only install), so the digest still follows changes."""
     try:
-        return inspect.getsource(function)
+        text = inspect.getsource(function)
     except (OSError, TypeError):
         code = function.__code__
         return f"{code.co_code.hex()} {code.co_consts!r} {code.co_names!r}"
+    return code_text(textwrap.dedent(text))
+
+
+def code_text(text: str) -> str:
+    """Python source ``text`` as written, less its comments, its docstrings (the first
+    statement of a module, class or function body when it is a string), trailing spaces
+    and blank lines.
+
+    The parts are cut out of the text itself, not re-printed from a syntax tree, so the
+    result does not depend on the Python version's ``ast.dump`` or ``ast.unparse``. Text
+    that does not parse on its own (a lambda's lines cut out of a larger expression)
+    keeps its docstring-like strings; its comments still go where it tokenizes.
+    """
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(row: int, col: int, in_bytes: bool) -> int:
+        line = lines[row - 1] if row <= len(lines) else ""
+        if in_bytes:  # ast columns count UTF-8 bytes, tokenize's count characters
+            col = len(line.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
+        return starts[row - 1] + col
+
+    cuts = []
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        tree = None
+    for node in ast.walk(tree) if tree is not None else ():
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            doc = body[0]
+            cuts.append((offset(doc.lineno, doc.col_offset, True),
+                         offset(doc.end_lineno, doc.end_col_offset, True)))
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                cuts.append((offset(*token.start, False), offset(*token.end, False)))
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    kept, at = [], 0
+    for start, end in sorted(cuts):
+        if start >= at:
+            kept.append(text[at:start])
+            at = end
+    kept.append(text[at:])
+    return "\n".join(line.rstrip() for line in "".join(kept).splitlines() if line.strip())
 
 
 _BODY = re.compile(r"^// @@ body (\w+)\s*$", re.MULTILINE)
