@@ -11,7 +11,9 @@ prints the median build time per variant and, with ``--profile``, the mlx_w8a8
 variant's ``cProfile`` over the new-length builds (own time and cumulative: MLX's calls
 are C++ and count in their caller's own time), and the time Python's cyclic collector
 ran within the builds (``gc.callbacks``; a profile charges it to whichever function
-allocated the object that set a collection off). With ``--gc-freeze``, ``gc.freeze()``
+allocated the object that set a collection off). For a native sampling profile, each
+variant's new-length builds run in a frame of their own (``_build_mlx_w8a8``,
+``_build_bf16``; ``bench/spy_summary.py --within``). With ``--gc-freeze``, ``gc.freeze()``
 runs after the models are built and warmed up: Python's cyclic collector then skips
 every object alive at that point (the models, MLX's and mlx-lm's modules), as a server
 may do after loading; a new length's build allocates closures, lists and arrays, which
@@ -74,6 +76,21 @@ def build(model, tokens, prof=None, clock=None) -> tuple[float, float]:
     return seconds, (clock.read()[0] - before if clock else 0.0)
 
 
+# The new-length builds of each variant run inside a frame of their own, so a sampling
+# profiler tells them apart from each other and from the builds at T again:
+#   py-spy record --native -f raw -o P.txt -- python bench/new_length_build.py ...
+#   python bench/spy_summary.py P.txt --within _build_mlx_w8a8
+def _build_bf16(model, tokens, prof=None, clock=None):
+    return build(model, tokens, prof, clock)
+
+
+def _build_mlx_w8a8(model, tokens, prof=None, clock=None):
+    return build(model, tokens, prof, clock)
+
+
+_NEW_LENGTH_BUILD = {"bf16": _build_bf16, "mlx_w8a8": _build_mlx_w8a8}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="llama-3-8b")
@@ -109,8 +126,8 @@ def main(argv=None) -> int:
     for i in range(a.count):
         length = a.t + 2 + i
         for name in names:
-            new[name].append(build(variants[name], pool[:, :length],
-                                   prof if name == "mlx_w8a8" else None, clock))
+            new[name].append(_NEW_LENGTH_BUILD[name](
+                variants[name], pool[:, :length], prof if name == "mlx_w8a8" else None, clock))
             again[name].append(build(variants[name], pool[:, :a.t], None, clock))
     end = clock.read()
     print(f"{label}, {a.layers} layers, kernel {a.kernel or 'table'}; MLX {mx.__version__}; "

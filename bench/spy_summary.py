@@ -1,0 +1,82 @@
+"""Where a sampled profile's time goes: a ``py-spy record --native -f raw`` profile
+(collapsed stacks, one ``frame;frame;...;frame COUNT`` line per distinct stack) read as
+shares of the samples.
+
+Only the samples whose stack holds a frame containing ``--within`` count (e.g.
+``_build_mlx_w8a8``: the W8A8 variant's graph builds in ``bench/new_length_build.py``),
+and their frames from that one on. Printed: the number of those samples, then per frame
+the share of them whose stack holds it (inclusive: a frame on a stack twice counts
+once), then per frame the share where it is the innermost (self time). Native frames
+keep their function and library, not their address (``0x7f.. (libc.so.6)`` reads
+``(libc.so.6)``).
+
+Usage: ``python bench/spy_summary.py PROFILE.txt [--within TEXT] [--top 40]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+
+_ADDRESS = re.compile(r"^0x[0-9a-f]+ ")
+
+
+def read(path: str) -> list[tuple[list[str], int]]:
+    """``[(frames outermost first, samples)]`` of a raw py-spy profile.
+
+    Raises:
+        ValueError: for a line that is not ``frames COUNT``.
+    """
+    stacks = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            frames, _, count = line.rpartition(" ")
+            if not frames or not count.isdigit():
+                raise ValueError(f"[spy_summary] {path}:{number} is not 'frame;...;frame COUNT': "
+                                 f"{line[:80]!r}")
+            stacks.append(([_ADDRESS.sub("", f) for f in frames.split(";")], int(count)))
+    return stacks
+
+
+def summarize(stacks, within: str | None = None):
+    """``(samples, inclusive Counter, self Counter)`` over the stacks holding a frame
+    that contains ``within`` (all stacks where it is ``None``), from that frame on."""
+    total, inclusive, own = 0, collections.Counter(), collections.Counter()
+    for frames, count in stacks:
+        if within is not None:
+            at = next((i for i, f in enumerate(frames) if within in f), None)
+            if at is None:
+                continue
+            frames = frames[at:]
+        total += count
+        for frame in set(frames):
+            inclusive[frame] += count
+        own[frames[-1]] += count
+    return total, inclusive, own
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("profile")
+    p.add_argument("--within", default=None, help="count only stacks holding this frame text")
+    p.add_argument("--top", type=int, default=40)
+    a = p.parse_args(argv)
+    total, inclusive, own = summarize(read(a.profile), a.within)
+    if not total:
+        print(f"no samples{'' if a.within is None else f' within {a.within!r}'}")
+        return 1
+    print(f"{total} samples{'' if a.within is None else f' within {a.within!r}'}")
+    for title, counter in (("inclusive", inclusive), ("self", own)):
+        print(f"== {title}, top {a.top}")
+        for frame, count in counter.most_common(a.top):
+            print(f"{100 * count / total:6.1f}%  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
