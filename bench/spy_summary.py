@@ -2,15 +2,17 @@
 (collapsed stacks, one ``frame;frame;...;frame COUNT`` line per distinct stack) read as
 shares of the samples.
 
-Only the samples whose stack holds a frame containing ``--within`` count (e.g.
-``_build_mlx_w8a8``: the W8A8 variant's graph builds in ``bench/new_length_build.py``),
-and their frames from that one on. Printed: the number of those samples, then per frame
+Only the samples whose stack holds a frame containing ``--within`` count, and their
+frames from that one on; given more than once, each is looked for below the one before
+(``--within _build_mlx_w8a8 --within Model.__call__``: the model's call inside the W8A8
+variant's new-length builds of ``bench/new_length_build.py``, without the evaluation
+that follows each build). Printed: the number of those samples, then per frame
 the share of them whose stack holds it (inclusive: a frame on a stack twice counts
 once), then per frame the share where it is the innermost (self time). Native frames
 keep their function and library, not their address (``0x7f.. (libc.so.6)`` reads
 ``(libc.so.6)``).
 
-Usage: ``python bench/spy_summary.py PROFILE.txt [--within TEXT] [--top 40]``.
+Usage: ``python bench/spy_summary.py PROFILE.txt [--within TEXT ...] [--top 40]``.
 """
 
 from __future__ import annotations
@@ -43,34 +45,38 @@ def read(path: str) -> list[tuple[list[str], int]]:
     return stacks
 
 
-def summarize(stacks, within: str | None = None):
+def summarize(stacks, within: tuple[str, ...] = ()):
     """``(samples, inclusive Counter, self Counter)`` over the stacks holding a frame
-    that contains ``within`` (all stacks where it is ``None``), from that frame on."""
+    that contains ``within[0]``, below it one containing ``within[1]``, and so on (all
+    stacks where ``within`` is empty), from the last of those frames on."""
     total, inclusive, own = 0, collections.Counter(), collections.Counter()
     for frames, count in stacks:
-        if within is not None:
-            at = next((i for i, f in enumerate(frames) if within in f), None)
+        for text in within:
+            at = next((i for i, f in enumerate(frames) if text in f), None)
             if at is None:
-                continue
+                break
             frames = frames[at:]
-        total += count
-        for frame in set(frames):
-            inclusive[frame] += count
-        own[frames[-1]] += count
+        else:
+            total += count
+            for frame in set(frames):
+                inclusive[frame] += count
+            own[frames[-1]] += count
     return total, inclusive, own
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("profile")
-    p.add_argument("--within", default=None, help="count only stacks holding this frame text")
+    p.add_argument("--within", action="append", default=[],
+                   help="count only stacks holding this frame text (repeat: nested)")
     p.add_argument("--top", type=int, default=40)
     a = p.parse_args(argv)
-    total, inclusive, own = summarize(read(a.profile), a.within)
+    total, inclusive, own = summarize(read(a.profile), tuple(a.within))
+    where = "".join(f" within {w!r}" for w in a.within)
     if not total:
-        print(f"no samples{'' if a.within is None else f' within {a.within!r}'}")
+        print(f"no samples{where}")
         return 1
-    print(f"{total} samples{'' if a.within is None else f' within {a.within!r}'}")
+    print(f"{total} samples{where}")
     for title, counter in (("inclusive", inclusive), ("self", own)):
         print(f"== {title}, top {a.top}")
         for frame, count in counter.most_common(a.top):

@@ -29,12 +29,21 @@ def _write(tmp_path, text=PROFILE):
 
 def test_shares_within_a_frame_count_each_stack_once(tmp_path):
     total, inclusive, own = spy_summary.summarize(spy_summary.read(_write(tmp_path)),
-                                                  "_build_mlx_w8a8")
+                                                  ("_build_mlx_w8a8",))
     assert total == 4  # bf16's 4 samples are not under the W8A8 frame
     assert inclusive["plan (nn.py:5)"] == 3  # on its stack twice, counted once
     assert inclusive["(libmlx.so)"] == 3 and own["(libmlx.so)"] == 3  # address dropped
     assert own["launch (cuda_launch.py:7)"] == 1
     assert "<module> (s.py:1)" not in inclusive  # callers of the chosen frame are cut
+
+
+def test_nested_frames_narrow_the_samples(tmp_path):
+    # plan below the W8A8 frame: its 3 samples; the frame looked for must be below the
+    # one before (bf16's frame holds no plan, and plan is not above _build_mlx_w8a8).
+    stacks = spy_summary.read(_write(tmp_path))
+    total, inclusive, _ = spy_summary.summarize(stacks, ("_build_mlx_w8a8", "plan ("))
+    assert total == 3 and "_build_mlx_w8a8 (s.py:9)" not in inclusive
+    assert spy_summary.summarize(stacks, ("plan (", "_build_mlx_w8a8"))[0] == 0
 
 
 def test_no_filter_counts_every_sample(tmp_path):

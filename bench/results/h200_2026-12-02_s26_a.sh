@@ -7,7 +7,7 @@
 #    were re-computed on the CPU for the unchanged code) and the 4-layer model as shipped,
 #    with new lengths, after warm_up (the README's 4-layer column is from before the merge);
 # 2) a native sampling profile of the 32-layer build at new lengths (py-spy 0.4.3 beside
-#    the carried MLX build), summarized within the W8A8 and the bf16 new-length builds:
+#    the carried MLX build), summarized within the model's call in the W8A8 and the bf16 new-length builds:
 #    where the 22-29 ms per build that the layers cost goes, MLX's C++ included.
 set -u
 export PYTHONUNBUFFERED=1
@@ -28,9 +28,10 @@ timeout 150 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 128
 echo "model4 rc=$?"; grep -E "^(prefill|decode|mlx_w8a8.warm_up)|Warning" "$O/model4.log"
 SPY=$(dirname "$(python3 -c 'import mlx_lm, os; print(os.path.dirname(mlx_lm.__file__))')")/py-spy
 timeout 200 "$SPY" record --native -r 250 -f raw -o "$O/spy_build32.txt" -- \
-  python3 bench/new_length_build.py --layers 32 --t 129 --count 30 > "$O/spy_build32.log" 2>&1
+  python3 bench/new_length_build.py --layers 32 --t 129 --count 60 > "$O/spy_build32.log" 2>&1
 echo "spy rc=$?"; grep -E "^(bf16|mlx_w8a8|collections)" "$O/spy_build32.log"
 for v in mlx_w8a8 bf16; do
-  python3 bench/spy_summary.py "$O/spy_build32.txt" --within _build_$v --top 60 > "$O/spy_build32_$v.txt"
+  python3 bench/spy_summary.py "$O/spy_build32.txt" --within _build_$v --within Model.__call__ \
+    --top 60 > "$O/spy_build32_$v.txt"
   head -45 "$O/spy_build32_$v.txt"
 done
