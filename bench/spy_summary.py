@@ -10,9 +10,11 @@ that follows each build). Printed: the number of those samples, then per frame
 the share of them whose stack holds it (inclusive: a frame on a stack twice counts
 once), then per frame the share where it is the innermost (self time). Native frames
 keep their function and library, not their address (``0x7f.. (libc.so.6)`` reads
-``(libc.so.6)``).
+``(libc.so.6)``). A Python frame is named with the line it was at, so one function can
+show under several names; ``--by-function`` drops the lines.
 
-Usage: ``python bench/spy_summary.py PROFILE.txt [--within TEXT ...] [--top 40]``.
+Usage: ``python bench/spy_summary.py PROFILE.txt [--within TEXT ...] [--top 40]
+[--by-function]``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import re
 import sys
 
 _ADDRESS = re.compile(r"^0x[0-9a-f]+ ")
+_LINE = re.compile(r":\d+\)$")
 
 
-def read(path: str) -> list[tuple[list[str], int]]:
-    """``[(frames outermost first, samples)]`` of a raw py-spy profile.
+def read(path: str, by_function: bool = False) -> list[tuple[list[str], int]]:
+    """``[(frames outermost first, samples)]`` of a raw py-spy profile (``by_function``:
+    Python frames without their line, ``f (m.py:12)`` as ``f (m.py)``).
 
     Raises:
         ValueError: for a line that is not ``frames COUNT``.
@@ -41,7 +45,10 @@ def read(path: str) -> list[tuple[list[str], int]]:
             if not frames or not count.isdigit():
                 raise ValueError(f"[spy_summary] {path}:{number} is not 'frame;...;frame COUNT': "
                                  f"{line[:80]!r}")
-            stacks.append(([_ADDRESS.sub("", f) for f in frames.split(";")], int(count)))
+            names = [_ADDRESS.sub("", f) for f in frames.split(";")]
+            if by_function:
+                names = [_LINE.sub(")", f) for f in names]
+            stacks.append((names, int(count)))
     return stacks
 
 
@@ -70,8 +77,9 @@ def main(argv=None) -> int:
     p.add_argument("--within", action="append", default=[],
                    help="count only stacks holding this frame text (repeat: nested)")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--by-function", action="store_true", help="Python frames without their line")
     a = p.parse_args(argv)
-    total, inclusive, own = summarize(read(a.profile), tuple(a.within))
+    total, inclusive, own = summarize(read(a.profile, a.by_function), tuple(a.within))
     where = "".join(f" within {w!r}" for w in a.within)
     if not total:
         print(f"no samples{where}")

@@ -46,6 +46,15 @@ def test_nested_frames_narrow_the_samples(tmp_path):
     assert spy_summary.summarize(stacks, ("plan (", "_build_mlx_w8a8"))[0] == 0
 
 
+def test_by_function_joins_the_lines_of_one_function(tmp_path):
+    text = "run (a.py:3);f (m.py:12) 2\nrun (a.py:3);f (m.py:14) 1\nrun (a.py:3);(libc.so.6) 1\n"
+    by_line = spy_summary.summarize(spy_summary.read(_write(tmp_path, text)))[1]
+    assert by_line["f (m.py:12)"] == 2 and by_line["f (m.py:14)"] == 1
+    total, inclusive, _ = spy_summary.summarize(spy_summary.read(_write(tmp_path, text), True))
+    assert total == 4 and inclusive["f (m.py)"] == 3 and inclusive["run (a.py)"] == 4
+    assert inclusive["(libc.so.6)"] == 1
+
+
 def test_no_filter_counts_every_sample(tmp_path):
     total, inclusive, own = spy_summary.summarize(spy_summary.read(_write(tmp_path)))
     assert total == 8 and inclusive["<module> (s.py:1)"] == 8 and own["(libmlx.so)"] == 7

@@ -32,6 +32,6 @@ timeout 200 "$SPY" record --native -r 250 -f raw -o "$O/spy_build32.txt" -- \
 echo "spy rc=$?"; grep -E "^(bf16|mlx_w8a8|collections)" "$O/spy_build32.log"
 for v in mlx_w8a8 bf16; do
   python3 bench/spy_summary.py "$O/spy_build32.txt" --within _build_$v --within Model.__call__ \
-    --top 60 > "$O/spy_build32_$v.txt"
+    --by-function --top 60 > "$O/spy_build32_$v.txt"
   head -45 "$O/spy_build32_$v.txt"
 done
