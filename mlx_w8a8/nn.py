@@ -21,6 +21,7 @@ of their outputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -139,6 +140,127 @@ class _Stages:
         if len(slots) > _SHARED_SLOTS:
             del slots[0]
         return y
+
+
+class _GroupPlan:
+    """A sibling member's plan when the group runs as one launch (``candidate.bind_group``
+    on the summed ``problem``): the first member called on an ``x`` launches for all
+    and leaves the others' outputs in the sibling memo; a member finding its output
+    there only takes it. The launch is bound once per input shape for the group
+    (``Siblings.bound``) and again when a member's weight or bias is replaced.
+
+    The layer keeps the bound method ``run`` per input shape: it calls as fast as a
+    closure (a slotted object's ``__call__`` measured twice the call overhead), and it
+    and this object are two objects for Python's cyclic collector to promote and later
+    scan at every new prompt length, where a closure's function, cells and closure tuple
+    were about a dozen.
+    """
+
+    __slots__ = ("layer", "candidate", "problem", "lead", "out_shape", "group", "i", "key",
+                 "fmt", "alone")
+
+    def __init__(self, layer, candidate, problem: Problem, lead, out_shape):
+        self.layer, self.candidate, self.problem = layer, candidate, problem
+        self.lead, self.out_shape = lead, out_shape
+        self.group = group = layer._siblings
+        self.i = group.index(layer)
+        self.key = (lead, problem.dtype)
+        self.fmt = layer.format
+        self.alone = None  # the layer's own plan, made on first use (launch_together(False))
+
+    def run(self, x):
+        group = self.group
+        if not _siblings.together():
+            if self.alone is None:
+                self.alone = self.layer._alone_plan(
+                    self.problem.m, x.dtype, self.lead, self.out_shape)[2]
+            return self.alone(x)
+        y = group.take(x, self.i)
+        if y is not None:
+            return y
+        state = group.bound.get(self.key)
+        if state is None or not group.holds(state[0]):
+            # first launch, a member gone, or a member's arrays replaced (also without
+            # __setitem__, as mx.compile(inputs=...) does): check and bind
+            state = self._bind()
+            if state is None:  # a member gone or its format changed: re-decided alone
+                return self.layer(x)
+        ys = state[1](x)
+        group.put(x, ys, self.i)
+        return ys[self.i]
+
+    def _bind(self):
+        group = self.group
+        members = group.members()
+        if members is None:
+            group.reset()
+            return None
+        pairs = []
+        for layer in members:
+            w = layer._weight(self.fmt)
+            if w is None:
+                group.reset()
+                return None
+            pairs.append((w, layer.get("bias")))
+        act_key, quantize, apply = self.candidate.bind_group(self.problem, pairs, self.lead)
+        run = apply if quantize is None else _Stages(act_key, quantize, apply, True)
+        state = group.bound[self.key] = (_siblings.arrays(members), run)
+        return state
+
+
+class _BoundPlan:
+    """A layer's plan through a candidate's ``bind_stages`` (the kernels take ``x``
+    ``[..., K]`` as it comes: no reshape) or, for one without, :func:`_stages_as_bound`
+    on ``x`` reshaped to ``[M, K]``. Its launches are prepared for the current weight and
+    bias on the first call and again only when those arrays are replaced (e.g. by
+    ``mx.compile(..., inputs=model.state)``, which swaps them without going through
+    ``__setitem__``); each call otherwise only launches. The layer keeps the bound method
+    :meth:`run`, as :class:`_GroupPlan`'s (a closure's cells were a dozen objects for the
+    cyclic collector per plan).
+    """
+
+    __slots__ = ("layer", "problem", "fmt", "fused", "bind_stages", "flat", "out_shape",
+                 "held", "apply", "stages")
+
+    def __init__(self, layer, candidate, problem: Problem, lead, out_shape):
+        self.layer, self.problem, self.out_shape = layer, problem, out_shape
+        self.fmt = layer.format  # the format decided for: another one re-decides
+        self.fused = candidate.bind_stages is not None
+        if self.fused:
+            self.flat = False
+            self.bind_stages = functools.partial(_bind_with_lead, candidate.bind_stages, lead)
+        else:
+            self.flat = len(lead) != 1
+            self.bind_stages = _stages_as_bound(candidate, problem)
+        self.held = (None,) * 4  # _siblings.arrays((layer,)) as bound
+        self.apply = self.stages = None
+
+    def run(self, x):
+        layer, held = self.layer, self.held
+        # The arrays themselves are compared (cheap); the weight is rebuilt, its format
+        # checked and the launches bound only when one was replaced. The comparison is
+        # written out rather than through arrays(): building that list on every call cost
+        # the layer's Python ~10% (bench/layer_host_stub.py).
+        if (layer["weight"] is not held[0] or layer["scales"] is not held[1]
+                or layer["biases"] is not held[2] or layer.get("bias") is not held[3]):
+            qw = layer._weight(self.fmt)
+            if qw is None:  # new weights changed the format: re-decide
+                return layer(x)
+            act_key, quantize, self.apply = self.bind_stages(self.problem, qw, layer.get("bias"))
+            self.stages = (None if quantize is None else
+                           _Stages(act_key, quantize, self.apply, self.fused))
+            self.held = _siblings.arrays((layer,))
+        if self.flat:
+            problem = self.problem
+            x2 = x.reshape(problem.m, problem.k)
+            y = self.apply(x2) if self.stages is None else self.stages(x, x2)
+            return y.reshape(self.out_shape)
+        return self.apply(x) if self.stages is None else self.stages(x, x)
+
+
+def _bind_with_lead(bind_stages, lead, problem, weight, bias):
+    """``candidate.bind_stages`` for inputs ``[*lead, K]``."""
+    return bind_stages(problem, weight, bias, lead)
 
 
 def _stages_as_bound(candidate, problem):
@@ -413,86 +535,12 @@ class Linear(nn.Module):
         return candidate, source, self._bound_plan(candidate, problem, lead, out_shape)
 
     def _bound_plan(self, candidate, problem: Problem, lead, out_shape):
-        """The plan of a candidate through its ``bind_stages`` (the kernels take ``x``
-        ``[..., K]`` as it comes: no reshape) or, for one without,
-        :func:`_stages_as_bound` on ``x`` reshaped to ``[M, K]``. Its launches are
-        prepared for the current weight and bias on the first call and again only when
-        those arrays are replaced (e.g. by ``mx.compile(..., inputs=model.state)``, which
-        swaps them without going through ``__setitem__``); each call otherwise only
-        launches."""
-        m, k, fmt = problem.m, problem.k, self.format
-        if candidate.bind_stages is not None:
-            flat = False
-            bind_stages = lambda p, w, b: candidate.bind_stages(p, w, b, lead)  # noqa: E731
-        else:
-            flat = len(lead) != 1
-            bind_stages = _stages_as_bound(candidate, problem)
-        held = [None] * 4  # _siblings.arrays((self,)) as bound
-        apply = stages = None
-
-        def plan(x):
-            nonlocal held, apply, stages
-            # The arrays themselves are compared (cheap); the weight is rebuilt, its
-            # format checked and the launches bound only when one was replaced. The
-            # comparison is written out rather than through arrays(): building that list
-            # on every call cost the layer's Python ~10% (bench/layer_host_stub.py).
-            if (self["weight"] is not held[0] or self["scales"] is not held[1]
-                    or self["biases"] is not held[2] or self.get("bias") is not held[3]):
-                qw = self._weight(fmt)
-                if qw is None:  # new weights changed the format: re-decide
-                    return self(x)
-                act_key, quantize, apply = bind_stages(problem, qw, self.get("bias"))
-                stages = (None if quantize is None else
-                          _Stages(act_key, quantize, apply, candidate.bind_stages is not None))
-                held = _siblings.arrays((self,))
-            x2 = x.reshape(m, k) if flat else x
-            y = apply(x2) if stages is None else stages(x, x2)
-            return y.reshape(out_shape) if flat else y
-        return plan
+        """The plan of a candidate through its bound launches (:meth:`_BoundPlan.run`)."""
+        return _BoundPlan(self, candidate, problem, lead, out_shape).run
 
     def _group_plan(self, candidate, problem: Problem, lead, out_shape):
-        """This member's plan when the group runs as one launch (``candidate.bind_group``
-        on the summed ``problem``): the first member called on an ``x`` launches for all
-        and leaves the others' outputs in the sibling memo; a member finding its output
-        there only takes it. The launch is bound once per input shape for the group
-        (``Siblings.bound``) and again when a member's weight or bias is replaced."""
-        group = self._siblings
-        i = group.index(self)
-        key = (lead, problem.dtype)
-        fmt = self.format
-        alone = None  # this layer's own plan, made on first use (launch_together(False))
-
-        def plan(x):
-            nonlocal alone
-            if not _siblings.together():
-                if alone is None:
-                    alone = self._alone_plan(problem.m, x.dtype, lead, out_shape)[2]
-                return alone(x)
-            y = group.take(x, i)
-            if y is not None:
-                return y
-            state = group.bound.get(key)
-            if state is None or not group.holds(state[0]):
-                # first launch, a member gone, or a member's arrays replaced (also
-                # without __setitem__, as mx.compile(inputs=...) does): check and bind
-                members = group.members()
-                if members is None:
-                    group.reset()  # a member is gone: re-decide alone
-                    return self(x)
-                pairs = []
-                for layer in members:
-                    w = layer._weight(fmt)
-                    if w is None:
-                        group.reset()  # a member changed format: re-decide alone
-                        return self(x)
-                    pairs.append((w, layer.get("bias")))
-                act_key, quantize, apply = candidate.bind_group(problem, pairs, lead)
-                run = apply if quantize is None else _Stages(act_key, quantize, apply, True)
-                state = group.bound[key] = (_siblings.arrays(members), run)
-            ys = state[1](x)
-            group.put(x, ys, i)
-            return ys[i]
-        return plan
+        """This member's plan when the group runs as one launch (:meth:`_GroupPlan.run`)."""
+        return _GroupPlan(self, candidate, problem, lead, out_shape).run
 
     def _keep(self, x, plan, decision):
         if len(self._plans) >= _MAX_PLANS:
