@@ -3,8 +3,9 @@
 # twenty-fifth set's session). Main after the merge of new-length-host and the digest
 # rule that leaves out Python comments and docstrings:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-02_s26_a.sh
-# 1) the shipped table is fresh on the device (no TuningTableWarning: its digest fields
-#    were re-computed on the CPU for the unchanged code) and the 4-layer model as shipped,
+# 1) the shipped table is fresh on the device (its digest fields were re-computed on the
+#    CPU for the unchanged code; expect "cuda_w8a8_gemm_tma table": a stale table's warning,
+#    raised as an error here, makes the tuner fall back) and the 4-layer model as shipped,
 #    with new lengths, after warm_up (the README's 4-layer column is from before the merge);
 # 2) a native sampling profile of the 32-layer build at new lengths (py-spy 0.4.3 beside
 #    the carried MLX build), summarized within the model's call in the W8A8 and the bf16 new-length builds:
