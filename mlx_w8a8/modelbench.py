@@ -66,8 +66,8 @@ UNSHARED = "mlx_w8a8-unshared"
 UNLINKED = "mlx_w8a8-unlinked"
 GROUP_SIZE, BITS = 64, 8
 # Untimed calls per variant before the rounds: an mlx_w8a8 layer's plan for an input
-# shape settles on its second call (nn._Stages: the first traces the call returning the
-# activations, the second the output-only call of a layer whose offer nobody took).
+# shape settles on its second call (nn._Stages: the first launches directly, the second
+# traces the compiled call it keeps, output-only for a layer whose offer nobody took).
 WARMUP = 2
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.

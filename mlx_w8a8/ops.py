@@ -45,15 +45,10 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
 
 
 # At most this many bound launches per weight are kept; past it they are dropped and
-# re-made on use (a process calling with ever new shapes stays bounded).
+# re-made on use (a process calling with ever new shapes stays bounded). Decisions are
+# kept by registry.decide (per problem, forced kernel and device type, until
+# registry.generation moves; a forced kernel that cannot run raises each time).
 _MAX_KEPT = 64
-
-
-def _decide(problem: Problem, kernel: str | None) -> registry.Candidate:
-    """:func:`registry.choose`: the registry keeps each decision per problem, forced
-    kernel and device type until ``registry.generation`` moves; a forced ``kernel``
-    that cannot run raises each time."""
-    return registry.choose(problem, kernel)
 
 
 def _bound_run(candidate: registry.Candidate, problem: Problem, weight: QuantizedWeight,
@@ -135,7 +130,7 @@ def quantize_activation(
     problem = Problem("quantize_activation", m, 0, k, dtype_name(x.dtype), "int8", group_size)
     x2 = x.reshape(m, k)
     with _on(stream):
-        q, scale, sums = _decide(problem, kernel).run(x2, group_size)
+        q, scale, sums = registry.choose(problem, kernel).run(x2, group_size)
     q, scale = q.reshape(*lead, k), scale.reshape(*lead, 1)
     if group_size is None:
         return q, scale
@@ -183,7 +178,7 @@ def int8_matmul(
         return mx.zeros((m, n), dtype=mx.int32)
     problem = Problem("int8_matmul", m, n, k, "int8", "int8")
     with _on(stream):
-        return _decide(problem, kernel).run(a, b)
+        return registry.choose(problem, kernel).run(a, b)
 
 
 def linear_problem(x: mx.array, weight: QuantizedWeight, has_bias: bool) -> Problem:
@@ -257,7 +252,7 @@ def w8a8_linear(
         return mx.zeros((*lead, weight.n), dtype=x.dtype)
     with _on(stream):
         generation = registry.generation  # read first: a bump while deciding re-decides
-        f = _bound_run(_decide(problem, kernel), problem, weight, bias)
+        f = _bound_run(registry.choose(problem, kernel), problem, weight, bias)
         if x.ndim != 2:  # [..., K]: flattened to [M, K] and back
             m, k, shape = problem.m, weight.k, (*lead, weight.n)
             f = (lambda run: lambda x_: run(x_.reshape(m, k)).reshape(shape))(f)

@@ -100,16 +100,13 @@ def _variant(candidate: registry.Candidate, problem: registry.Problem) -> Hashab
 
 def _parts(unit, m: int, dtype: mx.Dtype) -> tuple:
     """What a call of ``unit``'s layers on one ``[1, m, K]`` input compiles: a
-    ``("siblings", members, candidate, variant)`` for a sibling launch (as
+    ``("siblings", members, candidate, variant)`` for a sibling launch (the layer's own
     ``Linear._group_decision``), else ``(index, candidate, variant)`` per layer."""
-    first = unit[0][1]
     if len(unit) > 1 and siblings.together():
-        found = first._group_problem(m, dtype)
+        found = unit[0][1]._group_decision(m, dtype)
         if found is not None:
-            members, problem = found
-            candidate = registry.choose(problem)
-            if candidate.bind_group is not None:
-                return (("siblings", len(members), candidate.name, _variant(candidate, problem)),)
+            candidate, _, members, problem = found
+            return (("siblings", len(members), candidate.name, _variant(candidate, problem)),)
     parts = []
     for i, (_, layer) in enumerate(unit):
         problem = layer.problem(m, dtype)
