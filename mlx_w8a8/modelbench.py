@@ -65,10 +65,12 @@ UNSHARED = "mlx_w8a8-unshared"
 # itself instead of one launch per group (mlx_w8a8.siblings): what the group launch saves.
 UNLINKED = "mlx_w8a8-unlinked"
 GROUP_SIZE, BITS = 64, 8
-# Untimed calls per variant before the rounds: an mlx_w8a8 layer's plan for an input
-# shape settles on its second call (nn._Stages: the first launches directly, the second
-# traces the compiled call it keeps, output-only for a layer whose offer nobody took).
-WARMUP = 2
+# Untimed calls per variant before the rounds: an mlx_w8a8 layer settles at an input
+# shape on its third call there (nn.Linear._keep: the first call's plan launches
+# directly and is dropped; the second call's plan is kept and launches directly, as
+# nn._Stages does on a plan's first call; the third traces the compiled call the plan
+# keeps, output-only for a layer whose offer nobody took).
+WARMUP = 3
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
 GPU_DEFAULTS = {"tokens": "1,16,128,512,2048", "decode": 64, "prompt": 128, "rounds": 10}

@@ -36,6 +36,15 @@ from .weight import FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, d
 # Plans kept per layer (one per distinct input shape and dtype); beyond that the
 # cache starts over (a model fed ever-new shapes re-decides, it does not grow).
 _MAX_PLANS = 64
+# A plan is kept from the second call at its input shape on; the first call's plan runs
+# once and is dropped (Linear._keep). A server meets most prompt lengths once, and every
+# object a layer keeps at one is one more for Python's cyclic collector to promote and
+# later scan in a full collection (twenty-sixth set, run C: the collector ran about as
+# long as the builds themselves over 32-layer Llama-3-8B prefills at new lengths on an
+# NVIDIA H200's host). The shapes met once are remembered as keys (tuples of ints and a dtype, which
+# the collector stops tracking; about 150 bytes each), at most this many per layer
+# before starting over (a length met again after that keeps its plan one call later).
+_MAX_MET = 1024
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
 # Offers of activations nobody took after which a fused layer stops offering (_Stages).
@@ -75,7 +84,8 @@ class _Stages:
     trace: a shape met once, such as a server's prompt length, costs its launches
     alone); its second call traces the compiled call it keeps (with activations, or
     output-only for a layer that stopped offering), so a plan settles on its second
-    call (each ``mx.compile`` traces once per input shape).
+    call (each ``mx.compile`` traces once per input shape). A layer keeps a plan from its
+    second call at a shape (:meth:`Linear._keep`), so the layer settles on its third.
 
     The memo holds a reference to ``x`` so its identity cannot be reused while the
     entry lives; entries are replaced first-in first-out.
@@ -149,19 +159,20 @@ class _GroupPlan:
     there only takes it. The launch is bound once per input shape for the group
     (``Siblings.bound``) and again when a member's weight or bias is replaced.
 
-    The layer keeps the bound method ``run`` per input shape: it calls as fast as a
-    closure (a slotted object's ``__call__`` measured twice the call overhead), and it
+    The layer keeps the bound method ``run`` per input shape, from its second call at
+    the shape (:meth:`Linear._keep`; a plan serving one call, ``kept=False``, binds the
+    group launch for that call only): it calls as fast as a closure (a slotted object's ``__call__`` measured twice the call overhead), and it
     and this object are two objects for Python's cyclic collector to promote and later
     scan at every new prompt length, where a closure's function, cells and closure tuple
     were about a dozen.
     """
 
     __slots__ = ("layer", "candidate", "problem", "lead", "out_shape", "group", "i", "key",
-                 "fmt", "alone")
+                 "fmt", "alone", "kept")
 
-    def __init__(self, layer, candidate, problem: Problem, lead, out_shape):
+    def __init__(self, layer, candidate, problem: Problem, lead, out_shape, kept: bool = True):
         self.layer, self.candidate, self.problem = layer, candidate, problem
-        self.lead, self.out_shape = lead, out_shape
+        self.lead, self.out_shape, self.kept = lead, out_shape, kept
         self.group = group = layer._siblings
         self.i = group.index(layer)
         self.key = (lead, problem.dtype)
@@ -204,7 +215,9 @@ class _GroupPlan:
             pairs.append((w, layer.get("bias")))
         act_key, quantize, apply = self.candidate.bind_group(self.problem, pairs, self.lead)
         run = apply if quantize is None else _Stages(act_key, quantize, apply, True)
-        state = group.bound[self.key] = (_siblings.arrays(members), run)
+        state = (_siblings.arrays(members), run)
+        if self.kept:  # a plan that serves one call binds for that call alone
+            group.bound[self.key] = state
         return state
 
 
@@ -334,6 +347,10 @@ class Linear(nn.Module):
         object.__setattr__(self, "_kernel", None)
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_decisions", {})
+        object.__setattr__(self, "_met", set())  # input keys met once (_keep)
+        # A plan a sibling made for this layer's next call at a new shape: {key: (plan,
+        # decision)}, at most one entry, taken by that call (Linear._plan).
+        object.__setattr__(self, "_handed", {})
         object.__setattr__(self, "_siblings", None)
         registry.watch(self)  # a table reload etc. clears this layer's plans
 
@@ -348,6 +365,7 @@ class Linear(nn.Module):
     def _forget(self) -> None:
         self._plans.clear()
         self._decisions.clear()
+        self._handed.clear()  # (the shapes met stay met: a re-decided plan is kept at once)
         if self._siblings is not None:  # the group's launches bound this layer's state
             self._siblings.reset()
 
@@ -502,29 +520,35 @@ class Linear(nn.Module):
                 f"[{op}] K mismatch: x has last dimension {x.shape[-1]} but the layer "
                 f"takes input_dims = {k}"
             )
+        key = (x.shape, x.dtype)
+        handed = self._handed.pop(key, None)
+        if handed is not None:  # a sibling planned this call (below)
+            return self._keep(key, *handed)
         lead = tuple(x.shape[:-1])
         m = math.prod(lead)
         out_shape = (*lead, n)
         if m == 0:
             dtype = x.dtype
             plan = lambda x: mx.zeros(out_shape, dtype=dtype)  # noqa: E731
-            return self._keep(x, plan, (0, "none", "empty"))
+            return self._keep(key, plan, (0, "none", "empty"))
         found = self._group_decision(m, x.dtype)
         if found is not None:
             candidate, source, members, group_problem = found
             decision = (m, candidate.name, source + "+siblings")
             # Every member takes this shape's group launch: plan it for the members that
-            # have not met the shape too, so their first call at it (right after this
+            # have no plan for the shape, so their first call at it (right after this
             # one, in a model) checks and decides nothing (a new prompt length's host
             # time, docs/cuda.md "Prompts of new lengths").
             for member in members:
-                if member is not self and (x.shape, x.dtype) not in member._plans:
-                    member._keep(x, member._group_plan(
-                        candidate, group_problem, lead, (*lead, member.output_dims)), decision)
-            plan = self._group_plan(candidate, group_problem, lead, out_shape)
-            return self._keep(x, plan, decision)
+                if member is not self and key not in member._plans:
+                    member._hand(key, member._group_plan(
+                        candidate, group_problem, lead, (*lead, member.output_dims),
+                        key in member._met), decision)
+            plan = self._group_plan(candidate, group_problem, lead, out_shape,
+                                    key in self._met)
+            return self._keep(key, plan, decision)
         candidate, source, plan = self._alone_plan(m, x.dtype, lead, out_shape)
-        return self._keep(x, plan, (m, candidate.name, source))
+        return self._keep(key, plan, (m, candidate.name, source))
 
     def _alone_plan(self, m: int, dtype: mx.Dtype, lead, out_shape):
         """``(candidate, source, plan)`` of this layer by itself (no siblings)."""
@@ -538,15 +562,30 @@ class Linear(nn.Module):
         """The plan of a candidate through its bound launches (:meth:`_BoundPlan.run`)."""
         return _BoundPlan(self, candidate, problem, lead, out_shape).run
 
-    def _group_plan(self, candidate, problem: Problem, lead, out_shape):
-        """This member's plan when the group runs as one launch (:meth:`_GroupPlan.run`)."""
-        return _GroupPlan(self, candidate, problem, lead, out_shape).run
+    def _group_plan(self, candidate, problem: Problem, lead, out_shape, kept: bool = True):
+        """This member's plan when the group runs as one launch (:meth:`_GroupPlan.run`);
+        ``kept``: the layer will keep it (its launch is then shared with the group)."""
+        return _GroupPlan(self, candidate, problem, lead, out_shape, kept).run
 
-    def _keep(self, x, plan, decision):
-        if len(self._plans) >= _MAX_PLANS:
-            self._forget()
-        key = (x.shape, x.dtype)
-        self._plans[key] = plan
+    def _hand(self, key, plan, decision) -> None:
+        """Leave ``plan`` for this layer's next call, at input ``key`` (a sibling's)."""
+        self._handed.clear()
+        self._handed[key] = (plan, decision)
+
+    def _keep(self, key, plan, decision):
+        """``plan``, kept for input ``key`` if this layer met the key before (the
+        second call at a shape keeps the plan it makes); the first call's plan serves
+        that call only, and the key is remembered (``_MAX_MET``)."""
+        if key in self._met:
+            if len(self._plans) >= _MAX_PLANS:
+                self._forget()
+            self._plans[key] = plan
+        else:
+            if len(self._met) >= _MAX_MET:
+                self._met.clear()
+            self._met.add(key)
+        if len(self._decisions) >= _MAX_MET:
+            self._decisions.clear()
         self._decisions[key] = decision
         return plan
 

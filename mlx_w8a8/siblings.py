@@ -130,6 +130,7 @@ class Siblings:
             if layer is not None:
                 layer._plans.clear()
                 layer._decisions.clear()
+                layer._handed.clear()
 
     def _unused_launch(self) -> None:
         self.unused += 1

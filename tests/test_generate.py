@@ -26,7 +26,7 @@ def _model(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["exact", "mlx_qmm"])
-def test_generate_step_runs_and_decides_once_per_shape(kernel, monkeypatch):
+def test_generate_step_runs_and_keeps_its_plans_from_the_second_call(kernel, monkeypatch):
     model = _model(kernel)
     made = []
     real = registry.decide
@@ -37,9 +37,11 @@ def test_generate_step_runs_and_decides_once_per_shape(kernel, monkeypatch):
     assert len(tokens) == 8
     layers = sum(isinstance(m, w8.Linear) for _, m in model.named_modules())
     # generate_step prefills all but the last prompt token (M = 5), then decodes one
-    # token at a time (M = 1): one decision per layer for each, the other decode steps
-    # reuse the cached plans.
-    assert sorted(set(made)) == [1, 5] and len(made) == 2 * layers
+    # token at a time (M = 1): one decision per layer for the prompt (a shape met once:
+    # its plan is not kept), two for decoding (the first step's plan is not kept, the
+    # second's is), and the other decode steps reuse the kept plans.
+    assert sorted(set(made)) == [1, 5] and len(made) == 3 * layers
+    assert made.count(1) == 2 * layers
 
     # The same tokens by hand, greedy, with the layers' plans already warm.
     cache = make_prompt_cache(model)

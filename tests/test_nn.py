@@ -169,17 +169,39 @@ def _entry(layer, choice, m_bucket=2):
             "candidates": {choice: {"digest": "d-" + choice}}}
 
 
-def test_decision_is_made_once_per_shape(tables, monkeypatch):
+def test_a_plan_is_kept_from_the_second_call_at_a_shape(tables, monkeypatch):
+    # The first call at a shape plans for itself alone (a shape met once, a server's
+    # prompt length, leaves nothing for the collector); the second plans and keeps it;
+    # later calls decide nothing.
     layer = w8.Linear(64, 32, group_size=32)
     x = mx.ones((2, 64))
     made = []
     real = registry.decide
     monkeypatch.setattr(registry, "decide", lambda *a: made.append(a) or real(*a))
-    for _ in range(5):
+    mx.eval(layer(x))
+    assert len(made) == 1 and layer._plans == {}
+    for _ in range(4):
         mx.eval(layer(x))
-    assert len(made) == 1
+    assert len(made) == 2 and list(layer._plans) == [((2, 64), mx.float32)]
     mx.eval(layer(mx.ones((3, 64))), layer(mx.ones((2, 64), dtype=mx.bfloat16)))
-    assert len(made) == 3  # a new shape and a new dtype are new decisions
+    assert len(made) == 4  # a new shape and a new dtype are new decisions
+    assert len(layer._plans) == 1 and layer.decision(3, mx.float32)[0] in repr(layer)
+
+
+def test_shapes_met_once_are_remembered_up_to_a_bound(tables, monkeypatch):
+    # A server meets ever-new prompt lengths: the keys of shapes met once (and their
+    # decisions) start over at _MAX_MET instead of growing; a shape met again after
+    # that keeps its plan one call later.
+    import mlx_w8a8.nn as w8nn
+
+    monkeypatch.setattr(w8nn, "_MAX_MET", 3)
+    layer = w8.Linear(64, 32, group_size=32)
+    for m in range(1, 8):
+        mx.eval(layer(mx.ones((m, 64))))
+        assert len(layer._met) <= 3 and len(layer._decisions) <= 3
+    assert layer._plans == {}
+    mx.eval(layer(mx.ones((7, 64))))  # met just before: kept
+    assert list(layer._plans) == [((7, 64), mx.float32)]
 
 
 @pytest.mark.parametrize("event", ["set_tuning_table", "reload", "online_record", "forced_kernel"])

@@ -128,8 +128,16 @@ def test_the_first_member_at_a_new_shape_plans_the_others(fused, monkeypatch):
             np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
     assert decided == [(id(attn.q_proj), 5), (id(attn.q_proj), 7)]
     assert len(fused) == 2
+    members = (attn.q_proj, attn.k_proj, attn.v_proj)
+    for layer in members:  # shapes met once: no plan kept, none left waiting
+        assert layer._plans == {} and layer._handed == {}
     for layer in (attn.k_proj, attn.v_proj):
         assert "M=7: fused (test+siblings)" in repr(layer)
+    x = mx.random.normal((1, 7, 64))  # met again: every member keeps its plan
+    attn(x)
+    assert decided[2:] == [(id(attn.q_proj), 7)] and len(fused) == 3
+    for layer in members:
+        assert list(layer._plans) == [((1, 7, 64), mx.float32)] and layer._handed == {}
 
 
 def test_an_extra_output_of_the_launch_is_not_waited_for(only_written_tables):
@@ -300,8 +308,11 @@ def test_launch_together_off_runs_each_member_alone_without_replanning(fused, mo
             for layer, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), outs):
                 np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
         assert len(fused) == 1  # no group launch while off
-        assert len(decided) == 3  # each member decided its own shape once, then reused it
+        # The shape's second meeting plans the group again (the first call's plans were
+        # not kept: nn.Linear._keep); each member then decided its own shape once, and
+        # the second loop reused every plan.
+        assert sorted(a[0].n for a in decided) == [16, 16, 32, 64], decided
     finally:
         siblings.launch_together(True)
     mx.eval(attn(mx.random.normal((3, 64))))
-    assert len(fused) == 2 and len(decided) == 3
+    assert len(fused) == 2 and len(decided) == 4
