@@ -1,6 +1,7 @@
 #!/bin/bash
-# Device run A, twenty-sixth set: written, NOT RUN (no device time was left in the
-# twenty-fifth set's session). Main after the merge of new-length-host and the digest
+# Device run A, twenty-sixth set (written in the twenty-fifth set's session, run in the
+# twenty-sixth's; its py-spy step wrote nothing: at 250 Hz --native fell 10 s behind and
+# `timeout`'s TERM stopped it before it wrote; run C repeats it at 50 Hz). Main after the merge of new-length-host and the digest
 # rule that leaves out Python comments and docstrings:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-02_s26_a.sh
 # 1) the shipped table is fresh on the device (its digest fields were re-computed on the
