@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "dependent ones (each launch fed by the one before, as a model's layers "
                    "are; MLX's CUDA graph may overlap independent launches)")
     p.add_argument("--force", action="store_true", help="re-measure shapes already in the table")
+    p.add_argument("--no-keep-choices", action="store_true",
+                   help="a shape measured again takes the fastest candidate even where the "
+                   "choice the tables already record for it is within --min-improvement of "
+                   "it (by default that choice stays: races within the margin do not "
+                   "predict the model, docs/tuning.md)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the problems (and which are already in the table), measure nothing")
     p.add_argument("--decode-check", default="auto", choices=("auto", "on", "off"),
@@ -300,6 +305,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
     try:
         config = TuneConfig(atol=args.atol, rtol=args.rtol, min_improvement_bps=args.min_improvement,
                             pairs=args.pairs, warmup=args.warmup, dependent=not args.independent,
+                            keep_choices=not args.no_keep_choices,
                             reference_dtype=None if args.gate_reference_dtype == "native"
                             else args.gate_reference_dtype)
         m_values = shapes.parse_m_list(args.m) if args.m is not None else list(shapes.default_m())

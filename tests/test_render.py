@@ -57,6 +57,19 @@ def test_entries_show_the_sibling_check():
     assert "sibling check: cuda_w8a8_gemm_ws kept (1.08x)" in lines[3]
 
 
+def test_entries_say_a_choice_kept_on_record_within_the_margin():
+    cands = {"mlx_qmm": {"status": "ok", "median_ns": 1e5, "gate_error": 0.0},
+             "ws": {"status": "ok", "median_ns": 80300.0, "gate_error": 0.0},
+             "tma": {"status": "ok", "median_ns": 80700.0, "gate_error": 0.0}}
+    e = {"op": "linear", "m_bucket": 512, "m": 512, "n": 4096, "k": 4096, "dtype": "bfloat16",
+         "weight_format": "per_channel", "choice": "tma", "speedup": 1.24,
+         "candidates": cands, "previous_choice": "tma"}
+    moved = dict(e, choice="ws", speedup=1.25)  # the fastest replaced it: nothing to say
+    lines = render.entries([("", e), ("", moved)]).splitlines()
+    assert "kept on record: ws faster within the margin" in lines[2]
+    assert "kept on record" not in lines[3]
+
+
 def test_entries_mark_a_candidate_timed_in_one_round():
     e = {"op": "linear", "m_bucket": 2048, "m": 2048, "n": 64, "k": 32, "dtype": "bfloat16",
          "weight_format": "per_channel", "choice": "fast", "speedup": 5.0,

@@ -71,10 +71,12 @@ def test_every_entry_that_overrode_its_race_says_why(as_h200):
             assert e["m_bucket"] >= 16 and e["choice"] == prefill["challenger"]
         elif e["choice"] != e["reference"]:
             # a challenger wins by being fastest, or within the margin of the fastest
-            # with a multi-weight form (timing.select_fastest's prefer)
+            # with a multi-weight form (timing.select_fastest's prefer) or as the
+            # choice on record before a re-measurement (its incumbent)
             group = {n for n in times if registry.get("linear", n).bind_group is not None}
             assert e["choice"] == timing.select_fastest(
-                times, e["reference"], e["min_improvement_bps"], prefer=group), (e, fastest)
+                times, e["reference"], e["min_improvement_bps"], prefer=group,
+                incumbent=e.get("previous_choice")), (e, fastest)
     assert checked >= 1
 
 

@@ -1,5 +1,6 @@
 """Paired, event-free timing and the selection rule."""
 
+import math
 import time
 
 import mlx.core as mx
@@ -108,6 +109,27 @@ def test_select_fastest_prefers_within_the_margin_of_the_fastest():
     both = {"group", "other"}
     assert pick({ref: 100.0, "group": 50.0, "other": 51.0}, ref, 200, prefer=both) == "group"
     assert pick({ref: 50.5, "alone": 50.0}, ref, 0, prefer={ref}) == "alone"
+
+
+def test_select_fastest_keeps_the_incumbent_within_the_margin():
+    ref, pick = "mlx_qmm", timing.select_fastest
+    times = {ref: 100.0, "ws": 80.3, "tma": 80.7}  # the M = 512 o_proj race, 0.5 % apart
+    assert pick(times, ref, 200) == "ws"
+    assert pick(times, ref, 200, incumbent="tma") == "tma"  # within 2 %: kept
+    assert pick(times, ref, 200, incumbent="ws") == "ws"
+    # clearly beaten (82 * 0.98 > 80.3): the fastest replaces it
+    assert pick({ref: 100.0, "ws": 80.3, "tma": 82.0}, ref, 200, incumbent="tma") == "ws"
+    # the reference on record stays unless a challenger beats it by the margin
+    assert pick({ref: 100.0, "ws": 99.0}, ref, 200, incumbent=ref) == ref
+    assert pick({ref: 100.0, "ws": 90.0}, ref, 200, incumbent=ref) == "ws"
+    # an incumbent within the margin of the fastest must still beat the reference by it
+    assert pick({ref: 100.0, "ws": 97.0, "tma": 98.5}, ref, 200, incumbent="tma") == "ws"
+    # not timed here (failed the gate, no longer registered): no incumbent
+    assert pick(times, ref, 200, incumbent="gone") == "ws"
+    assert pick({ref: 100.0, "ws": 80.3, "tma": math.nan}, ref, 200, incumbent="tma") == "ws"
+    # a preferred fastest (multi-weight form) is not given up for an incumbent without one
+    assert pick(times, ref, 200, prefer={"ws"}, incumbent="tma") == "ws"
+    assert pick(times, ref, 200, prefer={"ws", "tma"}, incumbent="tma") == "tma"
 
 
 def test_select_fastest_requires_the_minimum_improvement():

@@ -99,6 +99,11 @@ def test_gate_and_selection_options_reach_the_table(tmp_path):
     code, _ = run(["--shapes", "1x32x64", "--table", path, "--force", "--independent"] + TINY)
     e = table.matching_entries(table.read(path), table.device_key(), path)[0]
     assert code == 0 and e["chain_link"] == "independent"
+    first = e["choice"]
+    assert e["previous_choice"] == first  # measured again: the choice on record offered
+    code, _ = run(["--shapes", "1x32x64", "--table", path, "--force", "--no-keep-choices"] + TINY)
+    e = table.matching_entries(table.read(path), table.device_key(), path)[0]
+    assert code == 0 and e["previous_choice"] is None
 
 
 def test_show_and_export(tmp_path):

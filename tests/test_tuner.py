@@ -171,6 +171,29 @@ def test_win_below_the_minimum_improvement_is_not_chosen(env):
     assert loose.tune(PROBLEM, candidates=only("marginal"), force=True).choice == "marginal"
 
 
+def test_a_choice_on_record_is_kept_within_the_margin_when_measured_again(env):
+    # "near" (2.6 ms) is on record; measured again beside "fast" (2 ms), it is within a
+    # 50 % margin of it and beats the reference (12 ms) by the margin: it stays, and the
+    # entry says so. Without keep_choices (tune --no-keep-choices) the fastest wins.
+    slow_reference(0.012)
+    fake("fast", sleeper(0.002))
+    fake("near", sleeper(0.0026))
+    wide = dict(pairs=5, warmup=1, chain=1, rotate=2, min_improvement_bps=5000)
+    first = tuner(env, config=TuneConfig(**wide)).tune(PROBLEM, candidates=only("near"))
+    assert first.choice == "near" and first.entry["previous_choice"] is None
+    again = tuner(env, config=TuneConfig(**wide)).tune(
+        PROBLEM, candidates=only("fast", "near"), force=True)
+    times = {n: c["median_ns"] for n, c in again.entry["candidates"].items() if "median_ns" in c}
+    assert times["fast"] < times["near"]
+    assert again.choice == "near" and again.entry["previous_choice"] == "near"
+    fresh = tuner(env, config=TuneConfig(**wide, keep_choices=False)).tune(
+        PROBLEM, candidates=only("fast", "near"), force=True)
+    assert fresh.choice == "fast" and fresh.entry["previous_choice"] is None
+    # now "fast" is on record; "near" does not take it back
+    assert tuner(env, config=TuneConfig(**wide)).tune(
+        PROBLEM, candidates=only("fast", "near"), force=True).choice == "fast"
+
+
 def test_a_multi_weight_form_is_preferred_within_the_margin(env):
     # "spy_a" (3 ms) is slower than "fast" (2 ms) but within a 50 % margin of it, and
     # beats the reference (12 ms) by the margin; only "spy_a" has a multi-weight form

@@ -105,6 +105,12 @@ def entries(rows: list[tuple[str, dict]]) -> str:
         if close:
             note = (f"{note}; " if note else "") + (
                 f"{', '.join(close)} pruned within reach: tune measures it again")
+        kept = e.get("previous_choice")
+        times = {n: c.get("median_ns") for n, c in (e.get("candidates") or {}).items()
+                 if isinstance(c, dict) and c.get("median_ns") is not None}
+        if kept is not None and kept == e["choice"] and times and min(times, key=times.get) != kept:
+            note = (f"{note}; " if note else "") + (
+                f"kept on record: {min(times, key=times.get)} faster within the margin")
         if e.get("borrowed_from"):
             b = e["borrowed_from"]
             note = (f"{note}; " if note else "") + f"decision of {b.get('n')}x{b.get('k')}"

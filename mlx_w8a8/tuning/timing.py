@@ -245,7 +245,7 @@ def paired_measure(
 
 def select_fastest(
     medians: dict[str, float], reference: str, min_improvement_bps: float,
-    prefer: Collection[str] = (),
+    prefer: Collection[str] = (), incumbent: str | None = None,
 ) -> str:
     """The fastest candidate, if it beats ``reference`` by ``min_improvement_bps``.
 
@@ -261,11 +261,24 @@ def select_fastest(
     sibling group's summed shape only those launch the group as one, which per-shape
     timing cannot see (the sibling check then judges it in the model).
 
+    The same holds for ``incumbent``, the choice a table already records for the
+    problem (a re-measurement): it stays unless another candidate is faster by the
+    margin (and, if it is not the reference, while it beats the reference by the margin
+    itself), so re-measuring a table moves only the choices that clearly changed. Races
+    within the margin decide nothing the model can rely on: branch ``bound-objects``'s
+    re-measured H200 table moved 12 choices between two GEMMs 0.5-7% apart, and on it
+    the 32-layer prefill at T = 512 ran 4-7% below the table it replaced (15-17% at new
+    lengths) in both process orders, where on the replaced table's choices the same
+    code matched it (docs/cuda_runs.md, twenty-sixth set).
+
     Args:
         medians: ``{name: median seconds or ns}``; non-finite values are ignored.
         reference: the name kept when no challenger wins clearly.
         min_improvement_bps: the margin in basis points (100 bps = 1 %).
         prefer: challengers chosen over a faster one within the margin.
+        incumbent: the choice on record, kept over a faster one within the margin
+            (after ``prefer``: a preferred fastest is not replaced by an incumbent
+            outside ``prefer``); ``None`` or not timed here: no incumbent.
 
     Raises:
         ValueError: if ``min_improvement_bps`` is negative or >= 10000.
@@ -287,6 +300,13 @@ def select_fastest(
         candidate = min(preferred, key=lambda n: finite[n])
         if finite[candidate] <= finite.get(reference, math.inf) * keep:
             fastest = candidate
+    if (incumbent is not None and incumbent != fastest and incumbent in finite
+            and finite[incumbent] * keep <= finite[fastest]
+            and (incumbent in prefer or fastest not in prefer)):
+        if incumbent == reference:
+            return reference
+        if finite[incumbent] <= finite.get(reference, math.inf) * keep:
+            fastest = incumbent
     t_ref = finite.get(reference, math.inf)
     if not math.isfinite(t_ref):
         return fastest  # the reference could not be timed; the fastest passed the gate

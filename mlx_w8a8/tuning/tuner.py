@@ -96,6 +96,11 @@ class TuneConfig:
             activation made from the previous launch's output, :func:`.timing.linear_link`),
             as a model's layers run; ``False`` times independent launches, which MLX's
             CUDA graph may run side by side (that flatters kernels leaving SMs idle).
+        keep_choices: a problem measured again keeps the choice the tables already
+            record for its M bucket (fresh or stale; this process's measurements, then
+            the user, cache and shipped tables) unless another candidate is faster by
+            ``min_improvement_bps`` (:func:`.timing.select_fastest`'s ``incumbent``);
+            ``False``: the fastest by the usual rule.
     """
 
     atol: float = gate.ATOL
@@ -111,6 +116,7 @@ class TuneConfig:
     seed: int = 0
     reference_dtype: str | None = "float32"
     dependent: bool = True
+    keep_choices: bool = True
 
     def __attrs_post_init__(self):
         if self.atol < 0 or self.rtol < 0:
@@ -385,6 +391,18 @@ class Tuner:
         ]
         return self._best(problem, found)
 
+    def recorded_choice(self, problem: Problem) -> str | None:
+        """The choice the tables record for ``problem``'s key at its own M bucket, fresh
+        or stale (the first in precedence: this process's measurements, then the user,
+        cache and shipped tables), or ``None``: what a re-measurement keeps unless
+        another candidate is clearly faster (``TuneConfig.keep_choices``)."""
+        bucket = shapes.bucket(problem.m)
+        for _, _, by_problem in self._layers_for(problem_key(problem)):
+            entry = by_problem.get(problem_key(problem), {}).get(bucket)
+            if entry is not None:
+                return entry["choice"]
+        return None
+
     def borrow(self, problem: Problem, max_ratio: float = BORROW_MAX_RATIO) -> Hit | None:
         """A decision borrowed from the nearest measured shape, for an (N, K) that no
         table holds: same op, dtype and weight format (and group size for grouped
@@ -588,9 +606,11 @@ class Tuner:
                 f"reference {reference.name!r} failed while timed: {times[reference.name].detail}"
             )
         medians = {n: t.median_ns for n, t in times.items() if t.ok}
+        previous = self.recorded_choice(problem) if cfg.keep_choices else None
         choice = timing.select_fastest(
             medians, reference.name, cfg.min_improvement_bps,
             prefer={c.name for c in passing if c.bind_group is not None},
+            incumbent=previous,
         )
         info = {}
         for cand in found:
@@ -644,6 +664,7 @@ class Tuner:
                 "exact": registry.EXACT, "min_sqnr_db": gate.MIN_SQNR_DB,
             },
             "min_improvement_bps": cfg.min_improvement_bps,
+            "previous_choice": previous,
             "samples": result.rounds,
             "chain": result.chain,
             "chain_link": "dependent" if link is not None else "independent",
