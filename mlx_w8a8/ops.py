@@ -11,7 +11,10 @@ forced kernel and device is kept until the registry's decisions go stale
 recorded), and :func:`w8a8_linear` keeps, on the weight, the launches bound to its arrays
 and the bias (``Candidate.bind_stages``) and, per activation shape and dtype, bias, forced
 kernel and device type, the whole checked and decided call, so a repeated call with no
-``stream=`` looks up one entry and launches.
+``stream=`` looks up one entry and launches. As a layer does (``nn.Linear._keep``), it
+keeps them from the second call with a key on: the first runs the candidate's ``run``
+(direct launches, nothing traced or bound) and only remembers the key, so activation
+shapes met once leave nothing for Python's cyclic collector.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
 # kept by registry.decide (per problem, forced kernel and device type, until
 # registry.generation moves; a forced kernel that cannot run raises each time).
 _MAX_KEPT = 64
+# Keys of w8a8_linear calls met once, remembered per weight (at most this many, then
+# started over): the second call with a key binds and keeps its call.
+_MAX_MET = 1024
 
 
 def _bound_run(candidate: registry.Candidate, problem: Problem, weight: QuantizedWeight,
@@ -252,7 +258,16 @@ def w8a8_linear(
         return mx.zeros((*lead, weight.n), dtype=x.dtype)
     with _on(stream):
         generation = registry.generation  # read first: a bump while deciding re-decides
-        f = _bound_run(registry.choose(problem, kernel), problem, weight, bias)
+        candidate = registry.choose(problem, kernel)
+        if key is not None and key not in weight._met:  # met once so far: keep nothing
+            met = weight._met
+            if len(met) >= _MAX_MET:
+                met.clear()
+            met.add(key)
+            x2 = x if x.ndim == 2 else x.reshape(problem.m, weight.k)
+            y = candidate.run(x2, weight, bias)
+            return y if x.ndim == 2 else y.reshape(*lead, weight.n)
+        f = _bound_run(candidate, problem, weight, bias)
         if x.ndim != 2:  # [..., K]: flattened to [M, K] and back
             m, k, shape = problem.m, weight.k, (*lead, weight.n)
             f = (lambda run: lambda x_: run(x_.reshape(m, k)).reshape(shape))(f)

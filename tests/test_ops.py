@@ -300,9 +300,11 @@ def test_ops_decide_once_per_problem_until_the_registry_moves(rng, monkeypatch):
 
 
 def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
-    # A candidate with bound launches (the CUDA GEMMs) is bound to a weight and bias once
-    # and the bound launches are kept on the weight; another weight, or another bias
-    # array (even with the same values), is bound anew. Outputs as the exact kernel's.
+    # A candidate with bound launches (the CUDA GEMMs) is bound to a weight and bias on the
+    # second call with them (the first runs the candidate's run and keeps nothing: an
+    # activation shape met once leaves nothing behind), and the bound launches are kept
+    # on the weight; another weight, or another bias array (even with the same values),
+    # is bound anew. Outputs as the exact kernel's.
     import attrs
     from mlx_w8a8.kernels import registry
 
@@ -324,17 +326,44 @@ def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
             got = w8.w8a8_linear(x, w, b, kernel="bound_fake")
             np.testing.assert_array_equal(np.array(got), np.array(w8.w8a8_linear(x, w, b, kernel="exact")))
 
+        check(w1, None)
+        assert binds == [] and not w1._calls and not w1._bound  # met once: nothing kept
         check(w1, None), check(w1, None)
         assert len(binds) == 1
-        check(w2, None), check(w1, b1), check(w1, b1), check(w1, b2)
+        for w, b in ((w2, None), (w1, b1), (w1, b2)):
+            check(w, b), check(w, b), check(w, b)
         assert len(binds) == 4  # w2; w1 with b1; w1 with b2
         b1_again = mx.array(np.array(b1))
-        check(w1, b1_again)
+        check(w1, b1_again), check(w1, b1_again)
         assert len(binds) == 5
-        w8.w8a8_linear(x.reshape(2, 2, 64), w1, kernel="bound_fake")  # [..., K]: M = 4 again
+        for _ in range(2):  # [..., K]: another key, then M = 4 again on the kept launches
+            y = w8.w8a8_linear(x.reshape(2, 2, 64), w1, kernel="bound_fake")
+            assert y.shape == (2, 2, 16)
         assert len(binds) == 5
     finally:
         registry.unregister("linear", "bound_fake")
+
+
+def test_w8a8_linear_remembers_shapes_met_once_up_to_a_bound(rng, monkeypatch):
+    # Ever-new activation shapes (a server's prompt lengths) keep no call and no bound
+    # launches; their keys start over at _MAX_MET instead of growing.
+    from mlx_w8a8 import ops
+
+    monkeypatch.setattr(ops, "_MAX_MET", 3)
+    w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
+    for m in range(1, 8):
+        x = mx.array(rng.standard_normal((m, 64)).astype(np.float32))
+        np.testing.assert_array_equal(np.array(w8.w8a8_linear(x, w, kernel="exact")),
+                                      np.array(registry_run("exact", x, w)))
+        assert len(w._met) <= 3 and not w._calls and not w._bound
+    w8.w8a8_linear(x, w, kernel="exact")  # M = 7 met just before: kept now
+    assert len(w._calls) == 1
+
+
+def registry_run(name, x, w):
+    from mlx_w8a8.kernels import registry
+
+    return registry.get("linear", name).run(x, w, None)
 
 
 def test_w8a8_linear_repeated_call_still_refuses_bad_input(rng):
