@@ -174,11 +174,12 @@ def warm_up(
     tuning tables (and with online tuning on, the scan measures what the calls would).
     A tensor-parallel model's sharded layers communicate: call it on every rank.
 
-    A server meeting many prompt lengths should also call ``gc.freeze()`` once loading
-    and warming up are done: each new length's plans are objects Python's cyclic
-    collector tracks, and every few new lengths they set off a full collection that
-    scans everything alive in the process (245-301 ms per ten new lengths with a
-    32-layer Llama-3-8B on an NVIDIA H200's host; README, "Prompts of new lengths").
+    A server meeting many prompt lengths may also call ``gc.freeze()`` once loading and
+    warming up are done, so that Python's cyclic collector leaves everything alive then
+    out of its full collections. Layers used to keep a plan for every length they met,
+    which set off one full collection per ten new lengths (245-301 ms with a 32-layer
+    Llama-3-8B on an NVIDIA H200's host); they now keep plans from a length's second
+    call only (README, "Prompts of new lengths").
 
     Args:
         model: a module holding ``mlx_w8a8.Linear`` layers (e.g. from
