@@ -106,6 +106,20 @@ def test_gate_and_selection_options_reach_the_table(tmp_path):
     assert code == 0 and e["previous_choice"] is None
 
 
+def test_tuning_into_a_new_table_reports_nothing_missing(tmp_path):
+    # The tuner looks for the choice on record before it chooses (keep-choices); a table
+    # that a first tune is about to create is not news to report.
+    import warnings
+
+    path = str(tmp_path / "new.json")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code, _ = run(["--shapes", "1x32x64", "--table", path, "--force"] + TINY)
+    assert code == 0 and table.read(path) is not None
+    assert not [w for w in seen if issubclass(w.category, table.TuningTableWarning)], \
+        [str(w.message) for w in seen]
+
+
 def test_show_and_export(tmp_path):
     path = str(tmp_path / "t.json")
     other = dict(table.device_key(), backend="cuda", device={"device_name": "NVIDIA H200"})

@@ -396,11 +396,22 @@ class Tuner:
         or stale (the first in precedence: this process's measurements, then the user,
         cache and shipped tables), or ``None``: what a re-measurement keeps unless
         another candidate is clearly faster (``TuneConfig.keep_choices``)."""
-        bucket = shapes.bucket(problem.m)
-        for _, _, by_problem in self._layers_for(problem_key(problem)):
-            entry = by_problem.get(problem_key(problem), {}).get(bucket)
-            if entry is not None:
-                return entry["choice"]
+        pkey, bucket = problem_key(problem), shapes.bucket(problem.m)
+        with self._lock:
+            here = table.section_key(self.key) if self._memory else None
+            for (section, _), entry in self._memory.items():
+                if (section == here and _entry_problem_key(entry) == pkey
+                        and entry["m_bucket"] == bucket):
+                    return entry["choice"]
+        # The files are read here rather than through the lookup index: the table being
+        # written need not exist yet (a first tune), and that is no news to report.
+        for _, path in self.layers():
+            doc = table.load(path, missing_ok=True)
+            if doc is None:
+                continue
+            for entry in table.matching_entries(doc, self.key, path, False):
+                if _entry_problem_key(entry) == pkey and entry["m_bucket"] == bucket:
+                    return entry["choice"]
         return None
 
     def borrow(self, problem: Problem, max_ratio: float = BORROW_MAX_RATIO) -> Hit | None:
