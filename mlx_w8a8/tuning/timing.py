@@ -269,7 +269,7 @@ def select_fastest(
     re-measured H200 table moved 12 choices between two GEMMs 0.5-7% apart, and on it
     the 32-layer prefill at T = 512 ran 4-7% below the table it replaced (15-17% at new
     lengths) in both process orders, where on the replaced table's choices the same
-    code matched it (docs/cuda_runs.md, twenty-sixth set).
+    code matched it in the one pair run (docs/cuda_runs.md, twenty-sixth set).
 
     Args:
         medians: ``{name: median seconds or ns}``; non-finite values are ignored.
