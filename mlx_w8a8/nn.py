@@ -28,6 +28,7 @@ import threading
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import met
 from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
@@ -37,14 +38,7 @@ from .weight import FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, d
 # cache starts over (a model fed ever-new shapes re-decides, it does not grow).
 _MAX_PLANS = 64
 # A plan is kept from the second call at its input shape on; the first call's plan runs
-# once and is dropped (Linear._keep). A server meets most prompt lengths once, and every
-# object a layer keeps at one is one more for Python's cyclic collector to promote and
-# later scan in a full collection (twenty-sixth set, run C: the collector ran about as
-# long as the builds themselves over 32-layer Llama-3-8B prefills at new lengths on an
-# NVIDIA H200's host). The shapes met once are remembered as keys (tuples of ints and a dtype, which
-# the collector stops tracking; about 150 bytes each), at most this many per layer
-# before starting over (a length met again after that keeps its plan one call later).
-_MAX_MET = 1024
+# once and is dropped (Linear._keep, mlx_w8a8.met: why, and the bound on the keys kept).
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
 # Offers of activations nobody took after which a fused layer stops offering (_Stages).
@@ -161,10 +155,10 @@ class _GroupPlan:
 
     The layer keeps the bound method ``run`` per input shape, from its second call at
     the shape (:meth:`Linear._keep`; a plan serving one call, ``kept=False``, binds the
-    group launch for that call only): it calls as fast as a closure (a slotted object's ``__call__`` measured twice the call overhead), and it
-    and this object are two objects for Python's cyclic collector to promote and later
-    scan at every new prompt length, where a closure's function, cells and closure tuple
-    were about a dozen.
+    group launch for that call only): it calls as fast as a closure (a slotted object's
+    ``__call__`` measured twice the call overhead), and it and this object are two
+    objects for Python's cyclic collector to promote and later scan at every new prompt
+    length, where a closure's function, cells and closure tuple were about a dozen.
     """
 
     __slots__ = ("layer", "candidate", "problem", "lead", "out_shape", "group", "i", "key",
@@ -347,7 +341,7 @@ class Linear(nn.Module):
         object.__setattr__(self, "_kernel", None)
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_decisions", {})
-        object.__setattr__(self, "_met", set())  # input keys met once (_keep)
+        object.__setattr__(self, "_met", met.Met())  # input keys met before (_keep)
         # A plan a sibling made for this layer's next call at a new shape: {key: (plan,
         # decision)}, at most one entry, taken by that call (Linear._plan).
         object.__setattr__(self, "_handed", {})
@@ -575,16 +569,12 @@ class Linear(nn.Module):
     def _keep(self, key, plan, decision):
         """``plan``, kept for input ``key`` if this layer met the key before (the
         second call at a shape keeps the plan it makes); the first call's plan serves
-        that call only, and the key is remembered (``_MAX_MET``)."""
-        if key in self._met:
+        that call only, and the key is remembered (:class:`mlx_w8a8.met.Met`)."""
+        if self._met.again(key):
             if len(self._plans) >= _MAX_PLANS:
                 self._forget()
             self._plans[key] = plan
-        else:
-            if len(self._met) >= _MAX_MET:
-                self._met.clear()
-            self._met.add(key)
-        if len(self._decisions) >= _MAX_MET:
+        if len(self._decisions) >= met.LIMIT:
             self._decisions.clear()
         self._decisions[key] = decision
         return plan

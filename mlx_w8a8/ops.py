@@ -52,9 +52,6 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
 # kept by registry.decide (per problem, forced kernel and device type, until
 # registry.generation moves; a forced kernel that cannot run raises each time).
 _MAX_KEPT = 64
-# Keys of w8a8_linear calls met once, remembered per weight (at most this many, then
-# started over): the second call with a key binds and keeps its call.
-_MAX_MET = 1024
 
 
 def _bound_run(candidate: registry.Candidate, problem: Problem, weight: QuantizedWeight,
@@ -259,19 +256,17 @@ def w8a8_linear(
     with _on(stream):
         generation = registry.generation  # read first: a bump while deciding re-decides
         candidate = registry.choose(problem, kernel)
-        if key is not None and key not in weight._met:  # met once so far: keep nothing
-            met = weight._met
-            if len(met) >= _MAX_MET:
-                met.clear()
-            met.add(key)
-            x2 = x if x.ndim == 2 else x.reshape(problem.m, weight.k)
-            y = candidate.run(x2, weight, bias)
-            return y if x.ndim == 2 else y.reshape(*lead, weight.n)
-        f = _bound_run(candidate, problem, weight, bias)
+        # A key met for the first time runs the candidate's own run (direct launches,
+        # nothing traced or bound) and keeps nothing but the key (mlx_w8a8.met).
+        keep = key is not None and weight._met.again(key)
+        if keep or key is None:
+            f = _bound_run(candidate, problem, weight, bias)
+        else:
+            f = lambda x2: candidate.run(x2, weight, bias)  # noqa: E731
         if x.ndim != 2:  # [..., K]: flattened to [M, K] and back
             m, k, shape = problem.m, weight.k, (*lead, weight.n)
             f = (lambda run: lambda x_: run(x_.reshape(m, k)).reshape(shape))(f)
-        if key is not None:
+        if keep:
             calls = weight._calls
             if len(calls) >= _MAX_KEPT:
                 calls.clear()

@@ -19,6 +19,8 @@ import numbers
 import attrs
 import mlx.core as mx
 
+from .met import Met
+
 GROUP_SIZES = (32, 64, 128)
 # The float dtypes of activations, scales and biases: the one table of the package
 # (kernels and tuning import these names; do not copy them).
@@ -94,8 +96,8 @@ class QuantizedWeight:
     # ops.w8a8_linear's whole call per (x shape, x dtype, bias, forced kernel, device
     # type): the checked, decided and bound path a repeated call takes at once.
     _calls: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
-    # ... and the keys of those calls met once (the second call with a key keeps it).
-    _met: set = attrs.field(factory=set, init=False, repr=False, eq=False)
+    # ... and the keys of those calls met before (the second call with a key keeps it).
+    _met: Met = attrs.field(factory=Met, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self):
         op = "mlx_w8a8.QuantizedWeight"

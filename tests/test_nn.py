@@ -190,11 +190,11 @@ def test_a_plan_is_kept_from_the_second_call_at_a_shape(tables, monkeypatch):
 
 def test_shapes_met_once_are_remembered_up_to_a_bound(tables, monkeypatch):
     # A server meets ever-new prompt lengths: the keys of shapes met once (and their
-    # decisions) start over at _MAX_MET instead of growing; a shape met again after
+    # decisions) start over at met.LIMIT instead of growing; a shape met again after
     # that keeps its plan one call later.
-    import mlx_w8a8.nn as w8nn
+    from mlx_w8a8 import met
 
-    monkeypatch.setattr(w8nn, "_MAX_MET", 3)
+    monkeypatch.setattr(met, "LIMIT", 3)
     layer = w8.Linear(64, 32, group_size=32)
     for m in range(1, 8):
         mx.eval(layer(mx.ones((m, 64))))

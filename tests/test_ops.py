@@ -346,10 +346,10 @@ def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
 
 def test_w8a8_linear_remembers_shapes_met_once_up_to_a_bound(rng, monkeypatch):
     # Ever-new activation shapes (a server's prompt lengths) keep no call and no bound
-    # launches; their keys start over at _MAX_MET instead of growing.
-    from mlx_w8a8 import ops
+    # launches; their keys start over at met.LIMIT instead of growing.
+    from mlx_w8a8 import met
 
-    monkeypatch.setattr(ops, "_MAX_MET", 3)
+    monkeypatch.setattr(met, "LIMIT", 3)
     w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
     for m in range(1, 8):
         x = mx.array(rng.standard_normal((m, 64)).astype(np.float32))
