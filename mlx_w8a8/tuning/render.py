@@ -108,9 +108,10 @@ def entries(rows: list[tuple[str, dict]]) -> str:
         kept = e.get("previous_choice")
         times = {n: c.get("median_ns") for n, c in (e.get("candidates") or {}).items()
                  if isinstance(c, dict) and c.get("median_ns") is not None}
-        if kept is not None and kept == e["choice"] and times and min(times, key=times.get) != kept:
+        fastest = min(times, key=times.get) if times else None
+        if kept is not None and kept == e["choice"] and fastest not in (None, kept):
             note = (f"{note}; " if note else "") + (
-                f"kept on record: {min(times, key=times.get)} faster within the margin")
+                f"kept on record: {fastest} faster within the margin")
         if e.get("borrowed_from"):
             b = e["borrowed_from"]
             note = (f"{note}; " if note else "") + f"decision of {b.get('n')}x{b.get('k')}"

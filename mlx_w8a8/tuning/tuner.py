@@ -336,17 +336,23 @@ class Tuner:
         """``(layer, path, by_problem)`` in precedence order, this process's own
         measurements first."""
         layers: list[tuple[str, str | None, dict]] = []
+        mem = self._memory_index()
+        if mem:
+            layers.append(("memory", None, mem))
+        layers.extend(self._load_index())
+        return layers
+
+    def _memory_index(self) -> dict[tuple, dict[int, dict]]:
+        """This process's own measurements for this device: ``{problem key: {M bucket:
+        entry}}``."""
+        mem: dict[tuple, dict[int, dict]] = {}
         with self._lock:
-            mem: dict[tuple, dict[int, dict]] = {}
             if self._memory:  # most processes measure nothing: no section key to make
                 here = table.section_key(self.key)
                 for (section, _), e in self._memory.items():
                     if section == here:
                         mem.setdefault(_entry_problem_key(e), {})[e["m_bucket"]] = e
-        if mem:
-            layers.append(("memory", None, mem))
-        layers.extend(self._load_index())
-        return layers
+        return mem
 
     def _best(self, problem: Problem, found: list[tuple[str, str | None, dict]]) -> Hit | None:
         """Among ``(layer, path, entry)`` pick the entry whose choice can run ``problem``
@@ -397,12 +403,9 @@ class Tuner:
         cache and shipped tables), or ``None``: what a re-measurement keeps unless
         another candidate is clearly faster (``TuneConfig.keep_choices``)."""
         pkey, bucket = problem_key(problem), shapes.bucket(problem.m)
-        with self._lock:
-            here = table.section_key(self.key) if self._memory else None
-            for (section, _), entry in self._memory.items():
-                if (section == here and _entry_problem_key(entry) == pkey
-                        and entry["m_bucket"] == bucket):
-                    return entry["choice"]
+        entry = self._memory_index().get(pkey, {}).get(bucket)
+        if entry is not None:
+            return entry["choice"]
         # The files are read here rather than through the lookup index: the table being
         # written need not exist yet (a first tune), and that is no news to report.
         for _, path in self.layers():
