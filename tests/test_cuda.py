@@ -687,6 +687,26 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel, lead):
         registry.set_chooser(previous)
 
 
+@pytest.mark.parametrize("bn", [256, 128, 32])
+def test_tma_activation_map_takes_each_launchs_rows(rng, bn):
+    """A's tensor-map prototype is made once per K (cuda_launch._tma_prototypes) and each
+    launch writes its own M and min(M, 128) box rows into it (tma.cuh tma_replace_rows):
+    one weight, row counts below, at and across the 128-row tile, largest first, all on
+    the same prototype array, each product equal to the int64 oracle. A launch that kept
+    another launch's rows would read past its activations (wrong rows) or wait on bytes
+    its box never brings (a hung barrier)."""
+    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
+    n, k = 200, 320
+    b = oracle.random_int8(rng, (n, k))
+    protos = set()
+    for m in (300, 1, 77, 128, 129, 2):
+        a = oracle.random_int8(rng, (m, k))
+        got = launch.int8_gemm(mx.array(a), mx.array(b), tma)
+        np.testing.assert_array_equal(oracle.to_numpy(got), oracle.int8_matmul(a, b), err_msg=f"M={m}")
+        protos.add(id(launch._tma_prototypes(k, (n,), tma.bn)))
+    assert len(protos) == 1
+
+
 @pytest.mark.parametrize("bn", [256, 128, 64, 32])
 @pytest.mark.parametrize("m,n,k", [(300, 392, 1088), (1, 264, 96), (2048, 2304, 4096),
                                    (129, 40, 4096)])

@@ -412,20 +412,22 @@ def header_include(stem: str, header: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _tma_prototypes(m: int, k: int, ns: tuple[int, ...], bn: int) -> mx.array:
-    """The ``proto`` input of a ``tma_*`` body: A's map (``[m, k]``, boxes of
-    ``min(m, 128)`` rows: below a whole tile no rows past M are fetched, gemm_ws.cu), then
-    each weight's (``[n, k]``, ``bn``-row boxes), 128 bytes each (uint8)."""
-    maps = [tensormap.prototype(m, k, min(m, WsConfig.bm))]
+def _tma_prototypes(k: int, ns: tuple[int, ...], bn: int) -> mx.array:
+    """The ``proto`` input of a ``tma_*`` body: A's map (``[BM, k]`` in ``BM``-row boxes;
+    the kernel writes each launch's M and ``min(M, BM)`` box rows in: tma.cuh
+    tma_replace_rows), then each weight's (``[n, k]``, ``bn``-row boxes), 128 bytes each
+    (uint8). Independent of M, so a prompt of a new length encodes no map and copies no
+    prototype to the device."""
+    maps = [tensormap.prototype(WsConfig.bm, k, WsConfig.bm)]
     maps += [tensormap.prototype(n, k, bn) for n in ns]
     return mx.array(np.frombuffer(b"".join(maps), dtype=np.uint8))
 
 
-def _tma_io(cfg: WsConfig, m: int, k: int, ns: tuple[int, ...], blocks: int):
+def _tma_io(cfg: WsConfig, k: int, ns: tuple[int, ...], blocks: int):
     """A TMA launch's extra input (the prototypes) and its scratch output's shape: one
     slot of 1 + G maps per block, + 128 bytes to align the first (gemm_ws.cu TmaMaps)."""
     scratch = ((1 + len(ns)) * blocks + 1) * tensormap.MAP_BYTES
-    return _tma_prototypes(m, k, ns, cfg.bn), (scratch,)
+    return _tma_prototypes(k, ns, cfg.bn), (scratch,)
 
 
 def _as_f32(a: mx.array) -> mx.array:
@@ -637,7 +639,7 @@ def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: m
     if isinstance(cfg, WsConfig):
         body = cfg.body(body)
         if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
-            proto, scratch = _tma_io(cfg, m, k, (n,), grid)
+            proto, scratch = _tma_io(cfg, k, (n,), grid)
             tail, names, outs = tail + [proto], names + ("proto",), outs + ("tmap",)
             shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
     kern = (cfg.file, body, names, outs, cfg.shared_memory)
@@ -698,7 +700,7 @@ def _gemm_ws_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
     blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
     shapes, dtypes = [(*lead, n) for n in ns], [out_dtype] * len(ns)
     if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
-        proto, scratch = _tma_io(cfg, m, k, tuple(ns), blocks)
+        proto, scratch = _tma_io(cfg, k, tuple(ns), blocks)
         tail, names, outs = tail + [proto], names + ["proto"], outs + ("tmap",)
         shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
     kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory)
@@ -887,7 +889,7 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = N
     ws = isinstance(cfg, WsConfig)
     inputs, names, shapes, dtypes, outs = [a, b], ("a", "b"), [(m, n)], [mx.int32], ("c",)
     if ws and cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
-        proto, scratch = _tma_io(cfg, m, k, (n,), grid)
+        proto, scratch = _tma_io(cfg, k, (n,), grid)
         inputs, names, outs = inputs + [proto], names + ("proto",), outs + ("tmap",)
         shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
     kern = _kernel(cfg.file, cfg.body("int32") if ws else "int32", names, outs,

@@ -356,6 +356,9 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       __syncwarp();
       if (lane == 0) {
         tma_replace_address(smem_addr(maps_s), a);
+        // A's box has min(M, BM) rows: below BM rows the rows past M are neither read nor
+        // zero-filled (stage_tx below counts the same rows).
+        tma_replace_rows(smem_addr(maps_s), M, M < BM ? M : BM);
 #pragma unroll
         for (int g = 0; g < G; ++g)
           tma_replace_address(smem_addr(maps_s + (1 + g) * kTmaMapBytes), ms.b[g]);
@@ -367,9 +370,9 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       if (lane != 0) return;
 #pragma unroll
       for (int j = 0; j <= G; ++j) tma_acquire(maps_g + j * kTmaMapBytes);
-      // A's box has min(M, BM) rows (the launcher's prototype, cuda_launch._tma_prototypes):
-      // below BM rows the rows past M are neither read nor zero-filled; they keep what
-      // the stage held before and only feed accumulator rows the epilogue never stores.
+      // A's box has min(M, BM) rows (written into its map above): below BM rows the rows
+      // past M are neither read nor zero-filled; they keep what the stage held before and
+      // only feed accumulator rows the epilogue never stores.
       const uint32_t stage_tx = ((M < BM ? M : BM) + BN) * kBK;
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {

@@ -8,7 +8,8 @@
 // prototype per operand on the host (kernels/tensormap.py: cuTensorMapEncodeTiled with
 // the operand's rows, K, box and 128-byte swizzle, and a placeholder address) and passes
 // the 128-byte prototypes as an input array. Each block copies them to shared memory,
-// writes the real addresses in (tensormap.replace), and copies them to its own slot of a
+// writes the real addresses in (tensormap.replace; for the activations also their rows
+// and box rows, so their prototype does not depend on M), and copies them to its own slot of a
 // scratch output of the launch (tensormap.cp_fenceproxy, a release of the tensormap
 // proxy), because cp.async.bulk.tensor reads a map from global, constant or parameter
 // memory only. The issuing thread then acquires each map (fence.proxy.tensormap) before
@@ -36,6 +37,23 @@ __device__ __forceinline__ void tma_replace_address(uint32_t map, const void* ad
   asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n" ::"r"(
                    map),
                "l"(reinterpret_cast<uint64_t>(address))
+               : "memory");
+#endif
+}
+
+// Write the rows of a [rows, K] operand and its box's rows into the map at shared-memory
+// address `map` (dimension 1; dimension 0, K, is the prototype's). Activations' maps are
+// encoded once per K on the host (cuda_launch._tma_prototypes) and each launch writes its
+// M in here, as it writes the address: a prompt of a new length encodes nothing. The
+// values are the sizes themselves (rows >= 1, 1 <= box_rows <= 256), as the driver's
+// cuTensorMapEncodeTiled takes them.
+__device__ __forceinline__ void tma_replace_rows(uint32_t map, int rows, int box_rows) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %1;\n" ::"r"(map),
+               "r"(rows)
+               : "memory");
+  asm volatile("tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, %1;\n" ::"r"(map),
+               "r"(box_rows)
                : "memory");
 #endif
 }
