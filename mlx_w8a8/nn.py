@@ -357,11 +357,17 @@ class Linear(nn.Module):
         self._forget()
 
     def _forget(self) -> None:
-        self._plans.clear()
-        self._decisions.clear()
-        self._handed.clear()  # (the shapes met stay met: a re-decided plan is kept at once)
+        self._drop_plans()
         if self._siblings is not None:  # the group's launches bound this layer's state
             self._siblings.reset()
+
+    def _drop_plans(self) -> None:
+        """Drop the plans, decisions and handed plans (they re-decide); the shapes met
+        stay met, so a re-decided plan is kept at once. Also what ``Siblings.reset``
+        does to each member."""
+        self._plans.clear()
+        self._decisions.clear()
+        self._handed.clear()
 
     def __setitem__(self, key, value) -> None:
         # Parameters are replaced through here (attribute assignment, update(),

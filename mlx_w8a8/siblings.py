@@ -128,9 +128,7 @@ class Siblings:
         for ref in self._refs:
             layer = ref()
             if layer is not None:
-                layer._plans.clear()
-                layer._decisions.clear()
-                layer._handed.clear()
+                layer._drop_plans()
 
     def _unused_launch(self) -> None:
         self.unused += 1

@@ -140,6 +140,27 @@ def test_the_first_member_at_a_new_shape_plans_the_others(fused, monkeypatch):
         assert list(layer._plans) == [((1, 7, 64), mx.float32)] and layer._handed == {}
 
 
+def test_a_reset_drops_the_plans_handed_to_members(fused):
+    # The first member at a new shape hands the group plan to the others; a reset of the
+    # group (here: a member's kernel forced) must drop those hand-overs with the plans, or
+    # the forced member's next call would run the group launch it no longer belongs to.
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    x = mx.random.normal((1, 5, 64))
+    attn.q_proj(x)
+    assert list(attn.k_proj._handed) == [((1, 5, 64), mx.float32)]
+    attn.k_proj.kernel = "exact"  # _forget: the group resets every member
+    for layer in (attn.q_proj, attn.k_proj, attn.v_proj):
+        assert layer._handed == {} and layer._plans == {}
+    launches = len(fused)
+    y = attn.k_proj(x)
+    assert len(fused) == launches  # no group launch for the forced member
+    assert "M=5: exact (forced)" in repr(attn.k_proj)
+    exact = w8.w8a8_linear(x, attn.k_proj.quantized_weight, kernel="exact")
+    np.testing.assert_array_equal(np.array(y), np.array(exact))
+
+
 def test_an_extra_output_of_the_launch_is_not_waited_for(only_written_tables):
     """A group launch may return more than its members' outputs (the TMA launch's
     tensor-map scratch); the memo waits only for the members, so a model that takes
