@@ -13,7 +13,8 @@
 #   quantize-deferred-settle, 8620646): the chunks the fast path cannot decide are marked
 #   and redone after the cached loops, re-read from L1/L2 through the exact path (64
 #   registers: 16 blocks of 64 threads per SM, M = 2048 in one wave);
-# then the GPU quantize tests on the deferred text, and on a mutant of it that never
+# then the GPU quantize and GEMV tests (gemv.cu shares quantize.cuh) on the deferred
+# text, and on a mutant of it that never
 # redoes a chunk (must fail).
 set -u
 export PYTHONUNBUFFERED=1
@@ -30,7 +31,8 @@ for mut in deferred no_redo; do
     sed -i 's/  while (redo) {/  while (false \&\& redo) {/' /tmp/mut/mlx_w8a8/shaders/cuda/quantize.cu
     grep -c "while (false && redo)" /tmp/mut/mlx_w8a8/shaders/cuda/quantize.cu
   fi
-  (cd /tmp/mut && PYTHONPATH=/tmp/mut:$PYTHONPATH timeout 150 python3 -m pytest -q -n 4 tests/test_cuda.py \
-     -k "quantize" > "$O/tests_$mut.log" 2>&1)
+  if [ $mut = no_redo ]; then sel="quantize"; else sel="quantize or gemv"; fi
+  (cd /tmp/mut && PYTHONPATH=/tmp/mut:$PYTHONPATH timeout 240 python3 -m pytest -q -n 8 tests/test_cuda.py \
+     -k "$sel" > "$O/tests_$mut.log" 2>&1)
   echo "tests $mut rc=$? (deferred 0; no_redo 1 = caught)"; tail -n 1 "$O/tests_$mut.log"
 done
