@@ -6,7 +6,7 @@
 # re-read variants slower), and a variant that may take it to one wave:
 # - bound_noexact / bound_nocheck / bound_nomath (quantize.cuh; NOT exact, timed as
 #   bounds only): the exact path removed (its check kept), the check removed too, every
-#   value's arithmetic removed (zero-cost codes); ptxas here 64 / 56 / 56 registers for
+#   value's arithmetic removed (two decoded words stored as the codes); ptxas here 64 / 56 / 56 registers for
 #   bfloat16 against main's 80: the exact path, inlined in the unrolled chunk loop while
 #   the other cached chunks hold registers, is what takes the kernel to 80;
 # - deferred (quantize.cu + quantize.cuh, exact; the text of branch
@@ -14,8 +14,31 @@
 #   and redone after the cached loops, re-read from L1/L2 through the exact path (64
 #   registers: 16 blocks of 64 threads per SM, M = 2048 in one wave);
 # then the GPU quantize and GEMV tests (gemv.cu shares quantize.cuh) on the deferred
-# text, and on a mutant of it that never
-# redoes a chunk (must fail).
+# text, and on a mutant of it that never redoes a chunk (must fail).
+# The bounds' text: main's quantize.cuh with these changes:
+#  bound_noexact:
+#     204,207c204
+#     <     if (d >= kFastMargin) {
+#     < #pragma unroll
+#     <       for (int i = 0; i < 8; ++i) b[i] = settle_bits(f[i], __uint_as_float(b[i]));
+#     <     }
+#     ---
+#     >     if (d >= kFastMargin) b[0] ^= 1u;  // BOUND: no exact path (not exact)
+#  bound_nocheck:
+#     201d200
+#     <       d = fmaxf(d, fabsf(__fmaf_rn(f[i], r, -__fsub_rn(t, kRound))));
+#     204,207c203
+#     <     if (d >= kFastMargin) {
+#     < #pragma unroll
+#     <       for (int i = 0; i < 8; ++i) b[i] = settle_bits(f[i], __uint_as_float(b[i]));
+#     <     }
+#     ---
+#     >     // BOUND: no check, no exact path (not exact)
+#  bound_nomath:
+#     195a196,198
+#     >     packed[0] = __float_as_uint(f[0]); packed[1] = __float_as_uint(f[7]); return 0;  // BOUND: no arithmetic (not exact)
+#     >   }
+#     >   __device__ __forceinline__ int unused_fast_codes8(const float (&f)[8], uint32_t (&packed)[2]) const {
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/s28_c}
