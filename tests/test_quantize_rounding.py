@@ -8,7 +8,10 @@ to nearest first, as an IEEE division) without a division per element:
   margin;
 - exact path (``settle_bits``), for the other chunks: ``h = n + copysign(1/2, dd)``,
   ``e = RN(x - h s)``, code ``h + copysign(1/2, e)`` when ``|e| > 2^j s 2^-24``
-  (``2^j <= |h| < 2^(j+1)``), else ``rint(h)``.
+  (``2^j <= |h| < 2^(j+1)``), else ``rint(h)``;
+- tie-free rows (``tie_free_rate``): 16-bit rows whose maximum's significand 127 does not
+  divide take ``rint(x r1)`` for every value, ``r1 = RN(r (1 +- 2^-21))`` signed by the
+  code of ``amax / 2``, with no check at all.
 
 These tests run the same float32 steps (numpy's float32 multiply and add round to nearest
 like the kernel's ``__fmul_rn`` and ``__fadd_rn``; ``fma32`` below rounds a fused
@@ -43,6 +46,7 @@ def kernel_constants() -> dict[str, float]:
         "margin": re.search(r"kFastMargin = ([0-9.]+)f;", text),
         "unit": re.search(r"kTwoM24 = ([0-9.e-]+)f;", text),
         "min_scale_bits": re.search(r"q\.s >= __int_as_float\((0x[0-9A-Fa-f]+)\)", text),
+        "tie_factors": re.search(r"up \? ([0-9.]+)f : ([0-9.]+)f", text),
     }
     missing = [k for k, v in found.items() if v is None]
     assert not missing, f"quantize.cuh no longer spells {missing} as this test expects"
@@ -53,6 +57,8 @@ def kernel_constants() -> dict[str, float]:
         "unit": float(found["unit"].group(1)),
         "min_scale": float(np.array([int(found["min_scale_bits"].group(1), 16)],
                                     dtype=np.uint32).view(np.float32)[0]),
+        "tie_up": float(found["tie_factors"].group(1)),
+        "tie_down": float(found["tie_factors"].group(2)),
     }
 
 
@@ -163,8 +169,13 @@ def every_value_under(dtype, amaxes, k=4096) -> np.ndarray:
     return np.concatenate(rows)
 
 
-BF16_AMAXES = [1.0, 0.75, 3.140625, 100.5, 2.0 ** -60 * 1.5, 7.0e30, 0.00469970703125, 57344.0]
-F16_AMAXES = [1.0, 0.75, 3.140625, 100.5, 65504.0, 0.00469970703125, 6.103515625e-05]
+# Row maxima of the every-value rows. 1.984375 (bfloat16 significand 254) and 1.1162109375 /
+# 1.984375 (float16 significands 1143 = 127 * 9 and 2032 = 127 * 16) are rows the
+# tie-free path must leave to the checked one (x / s meets half-integers at many values).
+BF16_AMAXES = [1.0, 0.75, 3.140625, 100.5, 2.0 ** -60 * 1.5, 7.0e30, 0.00469970703125, 57344.0,
+               1.984375]
+F16_AMAXES = [1.0, 0.75, 3.140625, 100.5, 65504.0, 0.00469970703125, 6.103515625e-05,
+              1.1162109375, 1.984375]
 
 
 # fma32 itself --------------------------------------------------------------------------
@@ -297,3 +308,83 @@ def test_code_bits(n):
     bits = int(np.array([t]).view(np.uint32)[0])
     assert bits == C["round_bits"] + n
     assert bits & 0xFF == n & 0xFF
+
+
+# tie-free rows ----------------------------------------------------------------------------
+MANTISSA_BITS = {"bfloat16": 7, "float16": 10}
+
+
+def significand(amax: np.ndarray, dtype: str) -> np.ndarray:
+    """The integer significand of each 16-bit ``amax`` (float32 holding a type's value):
+    mantissa and implicit bit, the mantissa alone for a subnormal (quantize.cuh)."""
+    if dtype == "bfloat16":
+        b = (np.asarray(amax, F32).view(np.uint32) >> 16).astype(np.int64)
+    else:
+        b = np.asarray(amax, F32).astype(np.float16).view(np.uint16).astype(np.int64)
+    p = MANTISSA_BITS[dtype]
+    mant = b & ((1 << p) - 1)
+    return np.where((b & 0x7FFF) >> p, mant | (1 << p), mant)
+
+
+def tie_free(x: np.ndarray, dtype: str, up=None, down=None):
+    """``(codes, rows)``: the tie-free path's codes ``rint(x r1)`` for every value, and the
+    rows it takes (fast scale, 127 not dividing the maximum's significand). ``up`` and
+    ``down`` replace the kernel's factors (the mutants)."""
+    s, r, _ = row_constants(x)
+    amax = np.max(np.abs(x), axis=1, keepdims=True)
+    half = ((F32(0.5) * amax).astype(F32) / s).astype(F32)
+    factor = np.where(np.rint(half) == 64, F32(C["tie_up"] if up is None else up),
+                      F32(C["tie_down"] if down is None else down))
+    r1 = (r * factor).astype(F32)
+    rows = ((s >= F32(C["min_scale"])) & (significand(amax, dtype) % 127 != 0))[:, 0]
+    return codes_of(fma32(x, r1, R)), rows
+
+
+def every_significand(dtype: str, scales) -> list[float]:
+    """Row maxima with every significand of the type, at each scale (a power of two)."""
+    n = 1 << MANTISSA_BITS[dtype]
+    return [sc * (1 + i / n) for sc in scales for i in range(n)]
+
+
+TIE_FREE_SCALES = {"bfloat16": [1.0, 2.0 ** -92, 2.0 ** 100], "float16": [1.0, 2.0 ** -14]}
+
+
+def test_tie_free_factors_are_one_plus_minus_2_to_minus_21():
+    assert C["tie_up"] == 1 + 2.0 ** -21 and C["tie_down"] == 1 - 2.0 ** -21
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_tie_free_rows_equal_the_division(dtype):
+    """Every significand of a row maximum (at the scales in TIE_FREE_SCALES: the fast path's
+    smallest bfloat16 scales, large ones, float16's smallest normal) and every value of
+    the type under it: where the row takes the tie-free path, its codes are the
+    division's, the value amax / 2 (q = 63.5 exactly) included; the rows it leaves are
+    exactly those whose significand 127 divides."""
+    amaxes = every_significand(dtype, TIE_FREE_SCALES[dtype])
+    left = 0
+    for i in range(0, len(amaxes), 64):
+        x = every_value_under(dtype, amaxes[i:i + 64])
+        got, rows = tie_free(x, dtype)
+        want = division(x)
+        wrong = (got != want) & rows[:, None]
+        assert not wrong.any(), (f"{int(wrong.sum())} tie-free codes differ, e.g. x = "
+                                 f"{x[wrong][:4]} -> {got[wrong][:4]}, want {want[wrong][:4]}")
+        left += int((~rows).sum())
+    assert left > 0  # the 127-multiple significands were met, and left to the check
+
+
+@pytest.mark.parametrize("dtype,mutant", [("bfloat16", "factor 1"), ("float16", "factor 1"),
+                                          ("float16", "factor 1 +- 2^-17"),
+                                          ("bfloat16", "no 127 rule"), ("float16", "no 127 rule")])
+def test_tie_free_mutants(dtype, mutant):
+    """The test above can fail: no factor leaves x = amax / 2 on the wrong side in some
+    rows; 1 +- 2^-17 moves float16 values across a half-integer (their distance from one
+    can be as small as |q| 2^-19); the path taken by rows whose significand 127 divides
+    misses their ties."""
+    x = every_value_under(dtype, every_significand(dtype, [1.0]))
+    kw = {"factor 1": {"up": 1.0, "down": 1.0},
+          "factor 1 +- 2^-17": {"up": 1 + 2.0 ** -17, "down": 1 - 2.0 ** -17}}.get(mutant, {})
+    got, rows = tie_free(x, dtype, **kw)
+    if mutant == "no 127 rule":
+        rows[:] = True
+    assert ((got != division(x)) & rows[:, None]).any()

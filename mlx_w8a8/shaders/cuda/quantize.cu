@@ -55,6 +55,9 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   for (int c = tid + kCached * blockDim.x; c < chunks; c += blockDim.x) amax.add(load_raw8(xr + c * 8));
   amax.reduce_block(warp_max);
   const RowQuantizer qz = RowQuantizer::of(amax.value());
+  // 16-bit rows whose maximum allows it take one multiply-add per value and no check
+  // (quantize.cuh tie_free_rate); uniform across the block.
+  const float rate = tie_free_rate<T>(amax, qz);
   if (tid == 0) scale[row] = qz.s;
 
   int8_t* qr = q + (size_t)row * K;
@@ -89,13 +92,24 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   if constexpr (GS == 0) {
     if (straight) {
       uint2* out = reinterpret_cast<uint2*>(qr) + tid;
+      if (rate != 0.f) {
 #pragma unroll
-      for (int i = 0; i < kCached; ++i) {
-        float f[8];
-        decode8(cache[i], f);
-        uint32_t packed[2];
-        total += qz.fast_codes8(f, packed);
-        out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
+        for (int i = 0; i < kCached; ++i) {
+          float f[8];
+          decode8(cache[i], f);
+          uint32_t packed[2];
+          total += RowQuantizer::rate_codes8(f, rate, packed);
+          out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kCached; ++i) {
+          float f[8];
+          decode8(cache[i], f);
+          uint32_t packed[2];
+          total += qz.fast_codes8(f, packed);
+          out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
+        }
       }
     }
   }

@@ -104,6 +104,9 @@ struct AbsMax {
   }
 
   __device__ __forceinline__ float value() const;
+
+  // 16-bit T: the largest |x|'s own bits (sign clear), as the type holds them.
+  __device__ __forceinline__ uint32_t bits16() const { return max(m & 0xffffu, m >> 16); }
 };
 
 template <>
@@ -190,6 +193,18 @@ struct RowQuantizer {
     return __float_as_uint(__fadd_rn(c, kRound));
   }
 
+  // The codes in 8 values' bits, packed little-endian into two words; returns their sum.
+  __device__ __forceinline__ static int pack8(const uint32_t (&b)[8], uint32_t (&packed)[2]) {
+    packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
+                            0x5410);
+    packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
+                            0x5410);
+    uint32_t sum = 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += b[i];
+    return static_cast<int>(sum - 8u * kRoundBits);
+  }
+
   // Codes of 8 values, packed little-endian into two words; returns their sum. Only for
   // rows with `fast` set (codes8 checks it; quantize.cu's straight-line path calls it directly).
   __device__ __forceinline__ int fast_codes8(const float (&f)[8], uint32_t (&packed)[2]) const {
@@ -205,14 +220,7 @@ struct RowQuantizer {
 #pragma unroll
       for (int i = 0; i < 8; ++i) b[i] = settle_bits(f[i], __uint_as_float(b[i]));
     }
-    packed[0] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040),
-                            0x5410);
-    packed[1] = __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040),
-                            0x5410);
-    uint32_t sum = 0u;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum += b[i];
-    return static_cast<int>(sum - 8u * kRoundBits);
+    return pack8(b, packed);
   }
 
   // Codes of 8 values, packed little-endian into two words; returns their sum.
@@ -233,6 +241,66 @@ struct RowQuantizer {
     }
     return sum;
   }
+
+  // Codes of 8 values from one rate alone (tie_free_rate), packed; returns their sum.
+  __device__ __forceinline__ static int rate_codes8(const float (&f)[8], float rate,
+                                                    uint32_t (&packed)[2]) {
+    uint32_t b[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = __float_as_uint(__fmaf_rn(f[i], rate, kRound));
+    return pack8(b, packed);
+  }
 };
+
+// Rows of 16-bit values need no per-value check: the codes of the division are
+// rint(x r1) for every x of the row, r1 = RN(r (1 +- 2^-21)), where
+//   - the row's maximum has an integer significand A (the type's mantissa and implicit
+//     bit; the mantissa alone if subnormal) that 127 does not divide, and its scale takes
+//     the fast path;
+//   - the sign is that of the code of x = amax / 2 (64 or 63: one division per row).
+// Why. Let q = 127 x / amax (real): z = x / s = q (amax / 127) / s is within |q| 2^-24 of
+// q, and RN(z) within |q| 2^-23. x = X u and amax = A 2^D u for x's unit u (amax >= |x|
+// has a unit 2^D u, D >= 0), X < 2^(p+1) with p the mantissa bits. For a half-integer
+// h = j + 1/2, q - h = (254 X - (2j + 1) A 2^D) / (2 A 2^D): an integer over 2 A 2^D.
+// It is 0 only if 127 divides 2j + 1 (it divides neither A nor 2^D): then h = 63.5 o, o
+// odd, and |h| = |q| <= 127, so x = +-amax / 2. Otherwise |q - h| >= 1 / (2 A 2^D) >
+// |q| / (254 * 2^(p+1)), above |q| 2^-19 for float16 (p = 10) and |q| 2^-16 for
+// bfloat16 (p = 7), while |x r1 - q| <= |q| (2^-21 + 3 * 2^-24) < |q| 2^-20: x r1 and
+// RN(z) lie strictly on q's side of every half-integer, and their rints agree
+// (t = RN(x r1 + 1.5 * 2^23) is rint(x r1), as on the fast path). At x = +-amax / 2,
+// q = +-63.5 exactly and x r lies within 63.5 * 2^-23 of it on either side; the factor
+// 1 +- 2^-21 moves x r1 at least 63.5 (2^-21 - 3 * 2^-24) away, to the division's side.
+// Rows with 127 | A (bfloat16: 254; float16: 1143 ... 2032, 8 of 1024 significands)
+// keep the checked path. Modelled over every significand and every value under it by
+// tests/test_quantize_rounding.py (where factors of 1 and 1 +- 2^-17 fail); the kernel
+// is checked on the GPU by tests/test_cuda.py.
+template <typename T>
+struct Mantissa16;  // the mantissa bits of a 16-bit type
+template <>
+struct Mantissa16<__half> {
+  static constexpr int bits = 10;
+};
+template <>
+struct Mantissa16<__nv_bfloat16> {
+  static constexpr int bits = 7;
+};
+
+// r1 for a row (above), or 0 where the row keeps the checked path (float32 rows, 127 | A,
+// a scale off the fast path).
+template <typename T>
+__device__ __forceinline__ float tie_free_rate(const AbsMax<T>& amax, const RowQuantizer& qz) {
+  if constexpr (sizeof(T) != 2) {
+    return 0.f;
+  } else {
+    const uint32_t b = amax.bits16();
+    constexpr int kMant = Mantissa16<T>::bits;
+    const uint32_t mant = b & ((1u << kMant) - 1u);
+    const uint32_t sig = (b >> kMant) ? (mant | (1u << kMant)) : mant;
+    if (!qz.fast || sig % 127u == 0u) return 0.f;
+    const float half = __fdiv_rn(__fmul_rn(0.5f, amax.value()), qz.s);
+    const bool up = rintf(half) == 64.f;
+    return __fmul_rn(qz.r, up ? 1.000000476837158203125f : 0.999999523162841796875f);
+  }
+}
 
 }  // namespace w8a8
