@@ -16,7 +16,8 @@ floor (3 M K bytes at the device's copy bandwidth, torch):
 - ``rowsum_warp``: the shipped one-warp-per-row body;
 - ``bound:NAME``: a folder of ``--bound DIR,...``, a kernel text that is *not* exact
   (parts of the work removed, to bound what removing them could gain): timed without
-  the comparison, its outputs' differing words counted and printed.
+  the comparison, the bytes of its outputs that differ from the shipped launch's
+  counted and printed.
 
 Every other variant's codes, scales and row sums are compared bit for bit with the shipped
 launch before it is timed (a mismatch is printed and the variant skipped). Variants
