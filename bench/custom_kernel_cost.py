@@ -7,13 +7,16 @@ with comment lines to each ``--sizes`` byte count, and for the same padding reac
 through ``#include "<absolute path>"`` (the text NVRTC reads from a file, so the string
 MLX copies and hashes is one line). A chain of ``--launches`` launches is built (timed:
 build) and evaluated (timed: eval), ``--rounds`` rounds in alternating order after one
-warm-up chain per arm; an arm of MLX's own ``x + 1`` is the reference. Two more arms
-take the one-line header and add what a GEMM launch passes: 8 integer template
-arguments (``include_0_tpl8``), or 5 more inputs and 2 more outputs (``include_0_io8``).
+warm-up chain per arm; an arm of MLX's own ``x + 1`` is the reference. More arms take
+the one-line header and add what a GEMM launch passes: 8 integer template arguments
+(``include_0_tpl8``), or ``I`` inputs and ``O`` outputs in all for each ``IxO`` of
+``--io`` (``include_0_ioIxO``; the extra ones are 4-element float32 arrays, so what
+differs between these arms is the count of arrays a launch names; a W8A8 linear's two
+launches name 4 and 8 or 9, bf16's matmul 3).
 
-Usage: ``python bench/custom_kernel_cost.py [--sizes 0,8192,32768] [--launches 200]
-[--rounds 10]``. Prints per arm the median build and eval microseconds per launch
-(p25..p75). Needs a CUDA device.
+Usage: ``python bench/custom_kernel_cost.py [--sizes 0,8192,32768] [--io 6x3]
+[--launches 200] [--rounds 10]``. Prints per arm the median build and eval microseconds
+per launch (p25..p75). Needs a CUDA device.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def padding(size: int) -> str:
     return line * full + ("//" + "x" * (rest - 3) + "\n" if rest >= 3 else "")
 
 
-def make_arms(sizes: list[int], folder: str) -> dict:
+def make_arms(sizes: list[int], folder: str, io: list[tuple[int, int]]) -> dict:
     arms = {"mx_add": None}
     for s in sizes:
         text = padding(s)
@@ -55,9 +58,11 @@ def make_arms(sizes: list[int], folder: str) -> dict:
     arms["include_0_tpl8"] = (mx.fast.cuda_kernel(
         name="cost_include_tpl8", input_names=["x"], output_names=["y"], source=BODY,
         header=f'#include "{empty}"\n'), "tpl8")
-    arms["include_0_io8"] = (mx.fast.cuda_kernel(
-        name="cost_include_io8", input_names=["x", "a", "b", "c", "d", "e"],
-        output_names=["y", "u", "v"], source=BODY, header=f'#include "{empty}"\n'), "io8")
+    for i, o in io:
+        arms[f"include_0_io{i}x{o}"] = (mx.fast.cuda_kernel(
+            name=f"cost_include_io{i}x{o}", input_names=["x"] + [f"a{j}" for j in range(1, i)],
+            output_names=["y"] + [f"u{j}" for j in range(1, o)], source=BODY,
+            header=f'#include "{empty}"\n'), (i, o))
     return arms
 
 
@@ -66,7 +71,8 @@ TEMPLATE = [(f"C{i}", 64 * (i + 1)) for i in range(8)]
 
 def chain(kernel, x: mx.array, n: int) -> tuple[float, float, mx.array]:
     kernel, extra = kernel if isinstance(kernel, tuple) else (kernel, None)
-    more = [mx.zeros((4,), mx.float32) for _ in range(5)] if extra == "io8" else []
+    i, o = extra if isinstance(extra, tuple) else (1, 1)
+    more = [mx.zeros((4,), mx.float32) for _ in range(i - 1)]
     mx.eval(more)
     t0 = time.perf_counter()
     y = x
@@ -76,9 +82,9 @@ def chain(kernel, x: mx.array, n: int) -> tuple[float, float, mx.array]:
         elif extra == "tpl8":
             y = kernel(inputs=[y], output_shapes=[(1,)], output_dtypes=[mx.float32],
                        grid=(1, 1, 1), threadgroup=(1, 1, 1), template=TEMPLATE)[0]
-        elif extra == "io8":
-            y = kernel(inputs=[y, *more], output_shapes=[(1,), (4,), (4,)],
-                       output_dtypes=[mx.float32] * 3, grid=(1, 1, 1),
+        elif isinstance(extra, tuple):
+            y = kernel(inputs=[y, *more], output_shapes=[(1,)] + [(4,)] * (o - 1),
+                       output_dtypes=[mx.float32] * o, grid=(1, 1, 1),
                        threadgroup=(1, 1, 1))[0]
         else:
             y = kernel(inputs=[y], output_shapes=[(1,)], output_dtypes=[mx.float32],
@@ -92,15 +98,23 @@ def chain(kernel, x: mx.array, n: int) -> tuple[float, float, mx.array]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="0,8192,32768")
+    p.add_argument("--io", default="6x3",
+                   help="comma-separated IxO: arms naming I inputs and O outputs in all")
     p.add_argument("--launches", type=int, default=200)
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else []
+    try:
+        io = [tuple(int(v) for v in t.split("x")) for t in args.io.split(",")] if args.io else []
+    except ValueError:
+        p.error(f"--io takes comma-separated IxO counts (e.g. 6x3), got {args.io!r}")
+    if any(len(t) != 2 or min(t) < 1 for t in io):
+        p.error(f"--io counts must be IxO with I, O >= 1, got {args.io!r}")
     if not mx.cuda.is_available():
         p.error("needs MLX's CUDA backend with a device")
-    sizes = [int(s) for s in args.sizes.split(",")]
     x = mx.zeros((1,), mx.float32)
     with tempfile.TemporaryDirectory() as folder:
-        arms = make_arms(sizes, folder)
+        arms = make_arms(sizes, folder, io)
         for name, k in arms.items():  # warm-up: compile, and check the chain's value
             _, _, y = chain(k, x, args.launches)
             if float(y[0]) != args.launches:
