@@ -522,11 +522,22 @@ def test_rowsum_array_packs_and_unpacks(rng):
 
     from mlx_w8a8.weight import QuantizedWeight
 
+    def kernel_m(r, k):  # shape.cuh rowsum_m: 32-bit integers only
+        q, rem = divmod(r, k + 8)
+        assert q * k < 2**31 and 8 * rem + k + 7 < 2**31
+        return q * k + rem - (8 * rem + k + 7) // (k + 8)
+
+    def kernel_tail(m, k):  # shape.cuh rowsum_tail
+        t = m % k
+        return (8 * t + k - 1) // k * k - 8 * t
+
     for k in (8, 16, 48, 1088, 4096, 14336, 18944, 66304):
-        for m in [*range(1, 600), 4095, 4096, 113_000, 2**20 + 3, 2**27 - 1]:
+        for m in [*range(1, 600), 4095, 4096, 113_000, 2**20 + 3, 2**27 - 1,
+                  (2**31 - 1) * k // (k + 8)]:  # the largest M of int32 rows
             r, kk = launch.rowsum_shape(m, k)
-            assert kk == k and launch.rowsum_rows_m(r, k) == m, (m, k, r)
-            assert 0 <= r * k - m * (k + 8) < k, (m, k, r)
+            assert kk == k and r < 2**31 and launch.rowsum_rows_m(r, k) == m, (m, k, r)
+            assert kernel_m(r, k) == m, (m, k, r)
+            assert 0 <= r * k - m * (k + 8) == kernel_tail(m, k) < k, (m, k, r)
     lead, k = (3, 7), 96  # M = 21: 8 M = 168 bytes of scales and sums, a 24-byte tail
     m = 21
     q = rng.integers(-127, 128, size=(*lead, k)).astype(np.int8)
