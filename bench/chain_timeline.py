@@ -190,7 +190,7 @@ def quantize_chains(ms, ks, chain: int, rounds: int, rng) -> int:
             xs, X = activations(m, k, rng)
             arms = {
                 "quantize": lambda c: mx.eval(
-                    [launch.quantize(xs[i % X], row_sum=True) for i in range(c)]),
+                    [launch.quantize_rowsum(xs[i % X]) for i in range(c)]),
                 "astype(int8)": lambda c: mx.eval([xs[i % X].astype(mx.int8) for i in range(c)]),
             }
             for label, fn in arms.items():
@@ -274,7 +274,7 @@ def smem_quantize_arm(cand, problem, qws, copies: int, size: int):
 
     spec = launch.quantize_spec(problem.m, problem.k, mx.bfloat16, row_sum=True)
     spec = spec._replace(kernel=launch._kernel("quantize.cu", "rowsum", ("x",),
-                                               ("q", "scale", "rsum"), shared_memory=size))
+                                               ("xa",), shared_memory=size))
     applies = []
     for i in range(copies):
         _, bq, apply = cand.bind_stages(problem, qws[i], None)

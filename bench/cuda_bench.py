@@ -231,12 +231,13 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
     mx.eval(ws, xs, [(p.q, p.scales, p.biases, p.channel_scales) for p in pcs],
             [(g.q, g.scales, g.biases, g.group_offsets) for g in grs])
     # Raw int8 operands (shared by cuda_int8_gemm and torch._int_mm).
-    qx = [launch.quantize(x, row_sum=True) for x in xs]
-    a8 = [q for q, _, _ in qx]
-    s8 = [s for _, s, _ in qx]
-    r8 = [r for _, _, r in qx]
+    # The unsigned-code GEMMs take the quantize's one array; codes and scales unpacked
+    # from it feed the raw and flipped-code arms.
+    xa8 = [launch.quantize_rowsum(x) for x in xs]
+    a8 = [launch.unpack_rowsum(a)[0] for a in xa8]
+    s8 = [launch.unpack_rowsum(a)[1] for a in xa8]
     b8 = [p.int8() for p in pcs]
-    mx.eval(a8, s8, r8, b8)
+    mx.eval(xa8, a8, s8, b8)
     C = len(ws)
     X = len(xs)
 
@@ -254,24 +255,21 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
         # unsigned codes with the row-sum correction (the default for K <= U8_MAX_K) and
         # with the codes flipped to int8 (the K > U8_MAX_K path); and the full linear on
         # the mma.sync 128 x 256 tile (when the default is wgmma).
-        Arm("w8a8_mm", lambda i: launch.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C], None,
-                                                         mx.bfloat16, row_sums=r8[i % X])),
+        Arm("w8a8_mm", lambda i: launch.gemm_rowsum(xa8[i % X], pcs[i % C], None, mx.bfloat16)),
         Arm("w8a8_mm[flip]", lambda i: launch.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C],
                                                                None, mx.bfloat16)),
         Arm("w8a8[large]", lambda i: _linear_on(xs[i % X], pcs[i % C],
                                                 launch.GEMM_CONFIGS["large"])),
         Arm("i8gemm", lambda i: launch.int8_gemm(a8[i % X], b8[i % C])),
-        Arm("quant", lambda i: launch.quantize(xs[i % X], row_sum=True)[0]),
-        Arm("quant_warp", lambda i: launch.quantize(xs[i % X], row_sum=True, warp=True)[0]),
+        Arm("quant", lambda i: launch.quantize_rowsum(xs[i % X])),
+        Arm("quant_warp", lambda i: launch.quantize_rowsum(xs[i % X], warp=True)),
         Arm("w8a8_ws", lambda i: cuda._w8a8_ws_run(xs[i % X], pcs[i % C], None)),
-        Arm("w8a8_mm_ws", lambda i: launch.gemm_per_channel(
-            a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.ws_tile_for(m, n),
-            row_sums=r8[i % X])),
+        Arm("w8a8_mm_ws", lambda i: launch.gemm_rowsum(
+            xa8[i % X], pcs[i % C], None, mx.bfloat16, launch.ws_tile_for(m, n))),
         Arm("i8gemm_ws", lambda i: launch.int8_gemm_ws(a8[i % X], b8[i % C])),
         Arm("w8a8_tma", lambda i: cuda._w8a8_tma_run(xs[i % X], pcs[i % C], None)),
-        Arm("w8a8_mm_tma", lambda i: launch.gemm_per_channel(
-            a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, launch.tma_tile_for(m, n, k),
-            row_sums=r8[i % X])),
+        Arm("w8a8_mm_tma", lambda i: launch.gemm_rowsum(
+            xa8[i % X], pcs[i % C], None, mx.bfloat16, launch.tma_tile_for(m, n, k))),
         Arm("i8gemm_tma", lambda i: launch.int8_gemm_tma(a8[i % X], b8[i % C])),
     ]
     if m <= cuda.GEMV_MAX_M:
@@ -289,8 +287,8 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
             arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: launch.int8_gemm(
                 a8[i % X], b8[i % C], cfg)))
         for key, cfg in {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}.items():
-            arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: launch.gemm_per_channel(
-                a8[i % X], s8[i % X], pcs[i % C], None, mx.bfloat16, cfg, row_sums=r8[i % X])))
+            arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: launch.gemm_rowsum(
+                xa8[i % X], pcs[i % C], None, mx.bfloat16, cfg)))
     if quant_base:
         base = base_quantize_spec(quant_base, m, k)
         arms.append(Arm("quant_base", lambda i: base.launch(xs[i % X])[0]))
@@ -332,8 +330,7 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
 def _linear_on(x, weight, cfg):
     """The full per-channel linear (as ``cuda._w8a8_gemm_run``) on tile ``cfg``."""
     if x.shape[1] <= cuda.U8_MAX_K:
-        xq, xs, xr = launch.quantize(x, row_sum=True)
-        return launch.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg, row_sums=xr)
+        return launch.gemm_rowsum(launch.quantize_rowsum(x), weight, None, mx.bfloat16, cfg)
     xq, xs, _ = launch.quantize(x)
     return launch.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg)
 

@@ -55,7 +55,8 @@ def _warp_arm(spec, m: int, threads: int):
 
 def variants(m: int, k: int, bases: list[str] = (), shapes: bool = True,
              warp_threads: list[int] = (), bounds: list[str] = ()):
-    """``{name: fn(x) -> (q, scale, rsum)}`` for one shape: the shipped launch, one arm
+    """``{name: fn(x) -> [xa]}`` (the one activation array, ``launch.rowsum_shape``) for
+    one shape: the shipped launch, one arm
     per folder of ``bases`` (named after the folder), with ``warp_threads`` one arm per
     folder and block size launching its ``rowsum_warp`` body (``w{threads}:NAME``) and,
     with ``shapes``, the thread-count and warp-per-row arms."""
@@ -87,7 +88,8 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="4096,14336")
     p.add_argument("--base", default="",
                    help="folders (comma-separated) each with another revision's quantize.cu "
-                        "/ quantize.cuh; one arm per folder")
+                        "/ quantize.cuh writing the one-array layout (bodies with the one "
+                        "output xa, shape.cuh); one arm per folder")
     p.add_argument("--bound", default="",
                    help="folders (comma-separated) of kernel texts that are not exact, "
                         "timed without the comparison (bounds on a change's gain)")

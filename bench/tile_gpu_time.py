@@ -124,22 +124,22 @@ def main(argv=None) -> int:
         mx.eval(w, qw.q, wq, sq, bq)
         for m in ms:
             x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
-            xq, xs, xr = launch.quantize(x, row_sum=True)
-            mx.eval(x, xq, xs, xr)
+            xa = launch.quantize_rowsum(x)  # the unsigned-code GEMMs' one activation array
+            mx.eval(x, xa)
             row, differ = {}, []
             row["bf16"] = timed(lambda: x @ w.T, args.reps)[0]
             row["qmm"] = timed(lambda: mx.quantized_matmul(x, wq, sq, bq, transpose=True,
                                                            group_size=64, bits=8), args.reps)[0]
-            row["quantize"] = timed(lambda: launch.quantize(x, row_sum=True)[0], args.reps)[0]
+            row["quantize"] = timed(lambda: launch.quantize_rowsum(x), args.reps)[0]
             for name, cfg in tiles.items():
-                row[name] = timed(lambda: launch.gemm_per_channel(
-                    xq, xs, qw, None, mx.bfloat16, cfg, row_sums=xr), args.reps)[0]
+                row[name] = timed(lambda: launch.gemm_rowsum(xa, qw, None, mx.bfloat16, cfg),
+                                  args.reps)[0]
                 if args.kernel_dir:
                     spec = changed_gemm_spec(args.kernel_dir, extra, m, k, qw, cfg)
-                    want = launch.gemm_per_channel(xq, xs, qw, None, mx.bfloat16, cfg, row_sums=xr)
-                    if not mx.array_equal(spec.launch(xq, xs, xr)[0], want).item():
+                    want = launch.gemm_rowsum(xa, qw, None, mx.bfloat16, cfg)
+                    if not mx.array_equal(spec.launch(xa)[0], want).item():
                         differ.append(name + "+")
-                    row[name + "+"] = timed(lambda: spec.launch(xq, xs, xr)[0], args.reps)[0]
+                    row[name + "+"] = timed(lambda: spec.launch(xa)[0], args.reps)[0]
             best = min((v, kname) for kname, v in row.items() if kname not in ("bf16", "qmm", "quantize"))
             print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
                   + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"

@@ -174,6 +174,27 @@ def test_quantize_row_sum_warp_bit_exact(rng, dtype, m, k):
     np.testing.assert_array_equal(got_r[:, 0], want_q.astype(np.int64).sum(-1))
 
 
+@pytest.mark.parametrize("warp", [False, True])
+@pytest.mark.parametrize("m,k", [(1, 4096), (33, 1088), (129, 48), (7, 18944), (1000, 4104)])
+def test_rowsum_array_layout(rng, warp, m, k):
+    """quantize_rowsum's one array, byte for byte (outputs poisoned before the launch):
+    the codes, then the float32 scales, then the int32 row sums, then zeros up to
+    rowsum_shape's R K (shape.cuh). K = 48 gives a tail of 8 M mod 48 bytes (the M = 1
+    row's 40); K = 18944 and 4104 rows longer than one block's register cache."""
+    x = activation(rng, m, k, "bfloat16")
+    xa = launch.quantize_rowsum(x, warp)
+    assert xa.dtype == mx.int8 and tuple(xa.shape) == launch.rowsum_shape(m, k)
+    raw = np.array(xa).reshape(-1)
+    want_q, want_s = oracle.quantize_rows(host(x))
+    np.testing.assert_array_equal(raw[: m * k].reshape(m, k), want_q)
+    got_s = raw[m * k: m * k + 4 * m].view(np.float32)
+    np.testing.assert_array_equal(np.isnan(got_s), np.isnan(want_s[:, 0]))
+    np.testing.assert_array_equal(got_s[~np.isnan(got_s)], want_s[~np.isnan(want_s)])
+    np.testing.assert_array_equal(raw[m * k + 4 * m: m * k + 8 * m].view(np.int32),
+                                  want_q.astype(np.int64).sum(-1))
+    assert (raw[m * k + 8 * m:] == 0).all() and raw.size - m * (k + 8) < k
+
+
 def quantize_body(x: mx.array, body: str):
     """``(q, scale, sums)`` of the quantize body ``body`` (``sums``: group size 64;
     ``plain``: no sums, ``None``)."""
@@ -508,9 +529,9 @@ def test_rowsum_activations_are_interchangeable(rng):
     k2, q2, a2 = registry.get("linear", "cuda_w8a8_gemm_ws").stages(problem)
     assert k1 == k2
     x = activation(rng, 300, 1088, "float16")
-    acts1, acts2 = q1(x), launch.quantize(x, row_sum=True, warp=True)
-    for u, v in zip(acts1, acts2):
-        np.testing.assert_array_equal(np.array(u), np.array(v))
+    acts1, acts2 = q1(x), (launch.quantize_rowsum(x, warp=True),)
+    assert len(acts1) == 1  # every byte of the one array, the zero tail included
+    np.testing.assert_array_equal(np.array(acts1[0]), np.array(acts2[0]))
     weight = make_weight(rng, 392, 1088, 64, True, "float16")
     for apply in (a1, a2):
         np.testing.assert_array_equal(np.array(apply(acts1, weight, None, x.dtype)),
@@ -576,11 +597,9 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
         members.append((make_weight(rng, n, k, 64, True, dtype), bias))
     acts = launch.bind_quantize(m, k, x.dtype, row_sum=True, lead=lead)(x)
     ys = launch.bind_gemm_ws_group(m, k, members, x.dtype, cfg, lead=lead)(acts)
-    flat = [a.reshape(m, -1) for a in acts]
     for (weight, bias), y in zip(members, ys):
         assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
-        alone = launch.gemm_per_channel(flat[0], flat[1], weight, bias, x.dtype, cfg,
-                                        row_sums=flat[2])
+        alone = launch.gemm_rowsum(acts[0], weight, bias, x.dtype, cfg)
         assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
         want, bound = oracle.linear(host(x.reshape(m, k)), weight,
                                     None if bias is None else host(bias))

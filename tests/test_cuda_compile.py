@@ -79,9 +79,8 @@ class KernelBuild(NamedTuple):
 
 
 def _channel_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
-    ins = (("xq", "int8", 2), ("xs", "float32", 2))
-    if "_u8" in body:
-        ins += (("xr", "int32", 2),)
+    # the unsigned-code bodies take one activation array (launch.rowsum_shape)
+    ins = (("xa", "int8", 2),) if "_u8" in body else (("xq", "int8", 2), ("xs", "float32", 2))
     ins += (("w", "uint32", 2), ("ws", "float32", 1))
     if body.endswith("bias"):
         ins += (("bias", "float32", 1),)
@@ -93,7 +92,7 @@ def _group_members(body: str) -> int:
 
 
 def _group_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
-    ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 2))
+    ins = (("xa", "int8", 2),)
     for g in range(_group_members(body)):
         ins += ((f"w{g}", "uint32", 2), (f"ws{g}", "float32", 1))
         if body.endswith("bias"):
@@ -113,8 +112,7 @@ def kernel_builds() -> list[KernelBuild]:
         out.append(KernelBuild("quantize.cu", "plain", (("x", t, 2),),
                                (("q", "int8"), ("scale", "float32")), (("T", t),)))
         for body in ("rowsum", "rowsum_warp"):
-            out.append(KernelBuild("quantize.cu", body, (("x", t, 2),),
-                                   (("q", "int8"), ("scale", "float32"), ("rsum", "int32")),
+            out.append(KernelBuild("quantize.cu", body, (("x", t, 2),), (("xa", "int8"),),
                                    (("T", t),)))
     for gs in (32, 64, 128):
         out.append(KernelBuild("quantize.cu", "sums", (("x", "bfloat16", 2),),
@@ -485,15 +483,14 @@ def _launch_all():
             launch.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
     # Sibling launches on [..., K] activations: 2 and 3 weights, with and without bias.
     pc2 = QuantizedWeight.from_float(mx.random.normal((40, 256)), 64, per_channel=True)
-    xq3, xs3, xr3 = (mx.zeros((2, 150, 256), dtype=mx.int8), mx.ones((2, 150, 1)),
-                     mx.zeros((2, 150, 1), dtype=mx.int32))
+    xa3 = (mx.zeros(launch.rowsum_shape(300, 256), dtype=mx.int8),)  # the activation array
     for members in ([(pc, None), (pc2, None)], [(pc, bias), (pc2, bias), (pc, bias)],
                     [(pc2, None), (pc2, None), (pc, None)], [(pc, bias), (pc, bias)]):
-        ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))((xq3, xs3, xr3))
+        ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))(xa3)
         assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
         for cfg in launch.TMA_CONFIGS.values():  # the maps' scratch output is not returned
             ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, cfg,
-                                           lead=(2, 150))((xq3, xs3, xr3))
+                                           lead=(2, 150))(xa3)
             assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
     launch.bind_quantize(300, 256, mx.bfloat16, row_sum=True, lead=(2, 150))(
         mx.zeros((2, 150, 256), dtype=mx.bfloat16))
@@ -511,6 +508,78 @@ def _launch_all():
                         [(gr, None), (gr2, None), (gr, None)], [(gr, bias), (gr2, bias)]):
             ys = launch.bind_gemv_fused_group(m, 256, members, mx.bfloat16, lead)(x)
             assert [y.shape for y in ys] == [(*lead, w.n) for w, _ in members]
+
+
+def test_rowsum_array_packs_and_unpacks(rng):
+    """The unsigned-code GEMMs' one activation array (shaders/cuda/shape.cuh): M comes
+    back from its rows for every M (the kernels' rowsum_m is the same arithmetic), the
+    tail is shorter than a row, and pack/unpack keep every bit of codes, scales (NaN,
+    -0, infinities, subnormals) and row sums (int32's ends) in the documented layout:
+    codes, scales, row sums, zeros. Arrays past MLX's int32 rows and arrays of another
+    layout are refused with the sizes."""
+    import mlx.core as mx
+    import numpy as np
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    def kernel_m(r, k):  # shape.cuh rowsum_m: 32-bit integers only
+        q, rem = divmod(r, k + 8)
+        assert q * k < 2**31 and 8 * rem + k + 7 < 2**31
+        return q * k + rem - (8 * rem + k + 7) // (k + 8)
+
+    def kernel_tail(m, k):  # shape.cuh rowsum_tail
+        t = m % k
+        return (8 * t + k - 1) // k * k - 8 * t
+
+    for k in (8, 16, 48, 1088, 4096, 14336, 18944, 66304):
+        for m in [*range(1, 600), 4095, 4096, 113_000, 2**20 + 3, 2**27 - 1,
+                  (2**31 - 1) * k // (k + 8)]:  # the largest M of int32 rows
+            r, kk = launch.rowsum_shape(m, k)
+            assert kk == k and r < 2**31 and launch.rowsum_rows_m(r, k) == m, (m, k, r)
+            assert kernel_m(r, k) == m, (m, k, r)
+            assert 0 <= r * k - m * (k + 8) == kernel_tail(m, k) < k, (m, k, r)
+    lead, k = (3, 7), 96  # M = 21: 8 M = 168 bytes of scales and sums, a 24-byte tail
+    m = 21
+    q = rng.integers(-127, 128, size=(*lead, k)).astype(np.int8)
+    scale = rng.standard_normal((*lead, 1)).astype(np.float32)
+    scale.reshape(-1)[:5] = [np.nan, -0.0, np.inf, -np.inf, np.float32(1e-45)]
+    sums = rng.integers(-2**31, 2**31, size=(*lead, 1), dtype=np.int64).astype(np.int32)
+    sums.reshape(-1)[:2] = [-2**31, 2**31 - 1]
+    xa = launch.pack_rowsum(mx.array(q), mx.array(scale), mx.array(sums))
+    assert xa.dtype == mx.int8 and tuple(xa.shape) == launch.rowsum_shape(m, k)
+    raw = np.array(xa).reshape(-1)
+    np.testing.assert_array_equal(raw[: m * k], q.reshape(-1))
+    np.testing.assert_array_equal(raw[m * k: m * k + 4 * m].view(np.uint32),
+                                  scale.reshape(-1).view(np.uint32))
+    np.testing.assert_array_equal(raw[m * k + 4 * m: m * k + 8 * m].view(np.int32),
+                                  sums.reshape(-1))
+    assert raw.size == m * (k + 8) + 24 and not raw[m * (k + 8):].any()
+    for want_lead in (None, lead):
+        gq, gs, gr = launch.unpack_rowsum(xa, want_lead)
+        shape = want_lead or (m,)
+        assert gq.shape == (*shape, k) and gs.shape == (*shape, 1) and gr.shape == (*shape, 1)
+        assert gq.dtype == mx.int8 and gs.dtype == mx.float32 and gr.dtype == mx.int32
+        np.testing.assert_array_equal(np.array(gq).reshape(q.shape), q)
+        np.testing.assert_array_equal(np.array(gs).reshape(-1).view(np.uint32),
+                                      scale.reshape(-1).view(np.uint32))
+        np.testing.assert_array_equal(np.array(gr).reshape(sums.shape), sums)
+    # Rows past MLX's int32 dimension: refused before anything is built. At K = 16,
+    # R = M + ceil(M / 2): 1431655764 rows make 2^31 - 2 (taken), one more 2^31.
+    fits = 1431655764
+    frame = launch._quantize_frame(fits, 16, mx.bfloat16, None, True, False, (fits,))
+    assert frame.output_shapes == [(2**31 - 2, 16)]
+    with pytest.raises(ValueError, match=r"cuda_quantize.*1431655765 rows of K = 16.*2147483648"):
+        launch.quantize_spec(fits + 1, 16, mx.bfloat16, row_sum=True)
+    # The GEMM refuses what is not such an array for the weight's K (it can tell by the
+    # shape only: codes alone of R rows pass where some M has R = rowsum_shape(M, K)[0]).
+    pc = QuantizedWeight.from_float(mx.random.normal((40, k)), 32, per_channel=True)
+    for bad in (mx.zeros((14, k), dtype=mx.int8),  # no M has 14 rows at K = 96: M + ceil(M / 12)
+                xa.astype(mx.uint8),  # another dtype
+                xa.reshape(-1),  # 1-D
+                launch.pack_rowsum(mx.zeros((m, 2 * k), dtype=mx.int8), mx.array(scale),
+                                   mx.array(sums))):  # another K
+        with pytest.raises(ValueError, match=r"cuda_w8a8_gemm.*rowsum_shape\(M, K=96\)"):
+            launch.gemm_rowsum(bad, pc, None, mx.bfloat16)
 
 
 def test_gemv_sibling_launch_refuses_what_it_cannot_take():
@@ -1009,8 +1078,12 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         # the launches are run()'s on [M, K].
         assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
+            # (a TMA launch's scratch is not activation-shaped, and the activation array
+            # is [R, K] whatever the lead: launch.rowsum_shape)
             assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
-                       if out != "tmap"), plan["output_shapes"]  # (a TMA launch's scratch)
+                       if out not in ("tmap", "xa")), plan["output_shapes"]
+            assert all(tuple(s) == launch.rowsum_shape(math.prod(lead), k)
+                       for s, out in zip(plan["output_shapes"], plan["outputs"]) if out == "xa")
             plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
             plan["output_shapes"] = [flat(s) for s in plan["output_shapes"]]
         assert not _same_launches(got, direct), _same_launches(got, direct)

@@ -32,9 +32,10 @@ device is the GPU; importing this module never needs CUDA):
 
 Every linear candidate whose activation quantization is a launch of its own offers
 ``stages`` (``registry.Candidate``) so layers fed the same ``x`` quantize it once; the
-activation formats (``act_key``) are ``("cuda_per_token", "rowsum")`` (codes, scales,
-row sums ``R_m``), ``("cuda_per_token", "plain")`` (codes, scales) and
-``("cuda_per_token", "sums", group_size)``.
+activation formats (``act_key``) are ``("cuda_per_token", "rowsum")`` (one int8 array
+holding the codes, scales and row sums ``R_m``: ``cuda_launch.rowsum_shape``),
+``("cuda_per_token", "plain")`` (codes, scales) and ``("cuda_per_token", "sums",
+group_size)``.
 
 Each linear candidate also offers ``bind_stages`` (``registry.Candidate``): the same
 launches with everything but the activations computed once per layer, shape and weight
@@ -82,6 +83,7 @@ from .cuda_launch import (
     cuda_available,
     gemm_grouped,
     gemm_per_channel,
+    gemm_rowsum,
     gemv,
     gemv_fuses,
     gemv_quantized,
@@ -90,6 +92,8 @@ from .cuda_launch import (
     int8_gemm_ws,
     is_sm90,
     quantize,
+    quantize_rowsum,
+    rowsum_rows_m,
     tma_tile_for,
     ws_tile_for,
 )
@@ -100,7 +104,7 @@ PLAIN = ("cuda_per_token", "plain")
 
 # Two-stage forms (registry.Candidate.stages) and the run functions built from them ----
 def _quantize_rowsum(x):
-    return quantize(x, row_sum=True)
+    return (quantize_rowsum(x),)  # one array: codes, scales and row sums
 
 
 def _quantize_plain(x):
@@ -108,8 +112,7 @@ def _quantize_plain(x):
 
 
 def _apply_u8(acts, weight, bias, out_dtype):
-    xq, xs, xr = acts
-    return gemm_per_channel(xq, xs, weight, bias, out_dtype, row_sums=xr)
+    return gemm_rowsum(acts[0], weight, bias, out_dtype)
 
 
 def _apply_flip(acts, weight, bias, out_dtype):
@@ -118,15 +121,14 @@ def _apply_flip(acts, weight, bias, out_dtype):
 
 
 def _apply_ws(acts, weight, bias, out_dtype):
-    xq, xs, xr = acts
-    return gemm_per_channel(xq, xs, weight, bias, out_dtype, ws_tile_for(xq.shape[0], weight.n),
-                            row_sums=xr)
+    xa = acts[0]
+    return gemm_rowsum(xa, weight, bias, out_dtype, ws_tile_for(rowsum_rows_m(*xa.shape), weight.n))
 
 
 def _apply_tma(acts, weight, bias, out_dtype):
-    xq, xs, xr = acts
-    return gemm_per_channel(xq, xs, weight, bias, out_dtype,
-                            tma_tile_for(xq.shape[0], weight.n, xq.shape[-1]), row_sums=xr)
+    xa = acts[0]
+    m, k = rowsum_rows_m(*xa.shape), xa.shape[1]
+    return gemm_rowsum(xa, weight, bias, out_dtype, tma_tile_for(m, weight.n, k))
 
 
 def _apply_grouped(acts, weight, bias, out_dtype):
@@ -407,8 +409,12 @@ _WS_FILES = ("gemm_ws.cu",)
 _TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS},pingpong_max_k={PINGPONG_MAX_K}"
 _TMA_FNS = (launch._tma_io, launch._tma_prototypes, tensormap.prototype, tensormap._driver)
 _QUANT_FNS = (quantize, launch.quantize_spec, launch._quantize_frame, launch.quant_cached)
-_CHANNEL_FNS = (launch._gemm_per_channel_frame, launch._channel_tail)
-_BIND_FNS = (bind_quantize, launch._bind_acts2, launch._bind_acts3, launch._lead)
+# The activation array of the unsigned-code GEMMs (quantize_rowsum -> gemm_rowsum).
+_ROWSUM_FNS = (quantize_rowsum, gemm_rowsum, launch.rowsum_shape, rowsum_rows_m,
+               launch._check_rowsum_rows, launch.pack_rowsum, launch.unpack_rowsum)
+_CHANNEL_FNS = (launch._gemm_per_channel_frame, launch._channel_tail) + _ROWSUM_FNS
+_BIND_FNS = (bind_quantize, launch._bind_acts1, launch._bind_acts2, launch._bind_acts3,
+             launch._lead)
 _CANDIDATES = (
     ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None,
      _digest((_quantize_run,) + _QUANT_FNS, ("quantize.cu",), f"threads<={QUANT_MAX_THREADS}")),

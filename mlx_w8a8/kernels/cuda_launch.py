@@ -37,6 +37,10 @@ U8_MAX_K = (2**31 - 1) // (127 * 255)
 assert U8_MAX_K == 66311
 GEMV_MAX_M = 16
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+# The unsigned-code GEMMs' activations travel as one int8 array [R, K] (codes, float32
+# scales, int32 row sums: shaders/cuda/shape.cuh), R = M + ceil(8 M / K); R is one of
+# MLX's int32 dimensions.
+ROWSUM_MAX_ROWS = 2**31 - 1
 
 
 def _own(file: str) -> tuple[str, dict[str, str]]:
@@ -434,6 +438,60 @@ def _as_f32(a: mx.array) -> mx.array:
     return a if a.dtype == mx.float32 else a.astype(mx.float32)
 
 
+# The per-channel GEMM's activation array ---------------------------------------------
+# One launch output and one launch input instead of three: MLX's host cost per call
+# grows with each array a launch names (docs/cuda.md "Host time per launch").
+def rowsum_shape(m: int, k: int) -> tuple[int, int]:
+    """The shape of the activation array of ``m`` rows of ``k`` codes: ``[R, k]`` int8,
+    ``R = m + ceil(8 m / k)`` (the codes ``[m, k]``, then ``m`` float32 scales and ``m``
+    int32 row sums, then zeros: ``shaders/cuda/shape.cuh``)."""
+    return (m + -(-8 * m // k), k)
+
+
+def rowsum_rows_m(r: int, k: int) -> int:
+    """The ``m`` of an activation array of ``r`` rows of ``k`` bytes (the inverse of
+    :func:`rowsum_shape`, exact for every ``m``: ``r k = m (k + 8) + e``, ``0 <= e < k``;
+    the kernels' ``rowsum_m``)."""
+    return r * k // (k + 8)
+
+
+def _check_rowsum_rows(m: int, k: int) -> None:
+    r = rowsum_shape(m, k)[0]
+    if r > ROWSUM_MAX_ROWS:
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] {m} rows of K = {k} need an activation "
+                         f"array of {r} rows, over MLX's {ROWSUM_MAX_ROWS}; split the batch")
+
+
+def pack_rowsum(q: mx.array, scale: mx.array, row_sums: mx.array) -> mx.array:
+    """The activation array of codes ``q`` (``[..., K]`` int8), scales ``scale``
+    (``[..., 1]``, stored as float32) and row sums ``row_sums`` (``[..., 1]`` int32):
+    what the ``rowsum`` quantize writes for the same values (:func:`quantize_rowsum`).
+    For callers holding the three arrays (tests, :func:`gemm_per_channel`); the layers
+    pass the quantize's array on as it is."""
+    k = q.shape[-1]
+    m = q.size // k
+    r = rowsum_shape(m, k)[0]
+    parts = [q.reshape(-1), _as_f32(scale).reshape(-1).view(mx.int8),
+             row_sums.astype(mx.int32).reshape(-1).view(mx.int8)]
+    tail = r * k - m * (k + 8)
+    if tail:
+        parts.append(mx.zeros((tail,), dtype=mx.int8))
+    return mx.concatenate(parts).reshape(r, k)
+
+
+def unpack_rowsum(xa: mx.array, lead: tuple[int, ...] | None = None):
+    """``(q, scale, row_sums)`` of an activation array (:func:`rowsum_shape`): ``[*lead, K]``
+    int8, ``[*lead, 1]`` float32 and ``[*lead, 1]`` int32 (``lead``: ``(M,)`` by default)."""
+    r, k = xa.shape
+    m = rowsum_rows_m(r, k)
+    lead = _lead(m, lead)
+    flat = xa.reshape(-1)
+    q = flat[: m * k].reshape(*lead, k)
+    scale = flat[m * k: m * k + 4 * m].view(mx.float32).reshape(*lead, 1)
+    sums = flat[m * k + 4 * m: m * k + 8 * m].view(mx.int32).reshape(*lead, 1)
+    return q, scale, sums
+
+
 # Launch specs ---------------------------------------------------------------------------
 def _lead(m: int, lead: tuple[int, ...] | None) -> tuple[int, ...]:
     """The activation's leading shape: ``lead`` (``[*lead, K]``, ``prod(lead) == m``: the
@@ -564,15 +622,16 @@ def _quantize_frame(m: int, k: int, dtype: mx.Dtype, group_size: int | None, row
     # registers between the two passes (quantize.cu kCached) where K allows.
     threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (quant_cached(dtype) * 32)) * 32))
     template = [("T", dtype)]
+    if row_sum:  # one output: the activation array (rowsum_shape)
+        _check_rowsum_rows(m, k)
+        shapes, dtypes = [rowsum_shape(m, k)], [mx.int8]
     if warp:
         rows = QUANT_WARP_THREADS // 32
-        kern = ("quantize.cu", "rowsum_warp", ("x",), ("q", "scale", "rsum"))
-        return LaunchSpec(kern, (), template, [(*lead, k), (*lead, 1), (*lead, 1)],
-                          [mx.int8, mx.float32, mx.int32],
+        kern = ("quantize.cu", "rowsum_warp", ("x",), ("xa",))
+        return LaunchSpec(kern, (), template, shapes, dtypes,
                           (-(-m // rows) * QUANT_WARP_THREADS, 1, 1), (QUANT_WARP_THREADS, 1, 1))
     if group_size is None and row_sum:
-        kern = ("quantize.cu", "rowsum", ("x",), ("q", "scale", "rsum"))
-        shapes, dtypes = [(*lead, k), (*lead, 1), (*lead, 1)], [mx.int8, mx.float32, mx.int32]
+        kern = ("quantize.cu", "rowsum", ("x",), ("xa",))
     elif group_size is None:
         kern = ("quantize.cu", "plain", ("x",), ("q", "scale"))
         shapes, dtypes = [(*lead, k), (*lead, 1)], [mx.int8, mx.float32]
@@ -601,9 +660,9 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                           config: GemmConfig | WsConfig | None = None,
                           unsigned: bool = False,
                           lead: tuple[int, ...] | None = None) -> LaunchSpec:
-    """The launch of :func:`gemm_per_channel` (activations ``xq, xs`` and, when
-    ``unsigned``, the row sums ``xr``; ``[*lead, ...]`` with ``lead``, as
-    :func:`quantize_spec`)."""
+    """The launch of :func:`gemm_per_channel` (activations ``xq, xs``) or, when
+    ``unsigned``, of :func:`gemm_rowsum` (the activation array ``xa``); outputs
+    ``[*lead, N]`` with ``lead``, as :func:`quantize_spec`."""
     # The tile is chosen here, not in the cached frame: it follows is_sm90().
     cfg = config or tile_for(m, weight.n)
     frame = _gemm_per_channel_frame(m, k, weight.n, bias is not None, out_dtype, cfg,
@@ -622,12 +681,12 @@ def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: m
         if k > U8_MAX_K:
             raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
                              f"{U8_MAX_K} (exact int32 sums), got {k}")
-        names = ("xq", "xs", "xr", "w", "ws")
+        names = ("xa", "w", "ws")
         body = "channel_u8"
     elif isinstance(cfg, WsConfig):
         raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_ws] the warp-specialized GEMM multiplies "
-                         "unsigned codes only: pass row_sums (K <= "
-                         f"{U8_MAX_K}), got row_sums=None")
+                         "unsigned codes only: pass the activation array (K <= "
+                         f"{U8_MAX_K}), got codes and scales alone")
     else:
         names = ("xq", "xs", "w", "ws")
         body = "channel"
@@ -651,7 +710,8 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                        config: WsConfig | None = None,
                        lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """One warp-specialized launch computing several per-channel linears of the same
-    quantized activations (``xq, xs, xr``; unsigned codes, ``K <= U8_MAX_K``).
+    quantized activations (the array ``xa`` of :func:`quantize_rowsum`; unsigned codes,
+    ``K <= U8_MAX_K``).
 
     Args:
         members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` per-channel,
@@ -690,7 +750,7 @@ def _gemm_ws_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
     """:func:`gemm_ws_group_spec` for any members of ``ns`` rows on tile ``cfg``; its
     tail holds only the inputs after the members' (:func:`_channel_tail` each): the TMA
     prototypes."""
-    tail, names = [], ["xq", "xs", "xr"]
+    tail, names = [], ["xa"]
     for g in range(len(ns)):
         names += [f"w{g}", f"ws{g}"]
         if has_bias:
@@ -861,7 +921,8 @@ def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
         x: ``[M, K]`` float16/bfloat16/float32, ``K % 8 == 0``.
         group_size: ``None`` or 32/64/128 dividing K (adds per-group row sums).
         row_sum: with ``group_size=None``, also return each row's code sum ``[M, 1]``
-            int32 (the per-channel GEMM's correction term).
+            int32 (the per-channel GEMM's correction term): :func:`quantize_rowsum`'s
+            array, unpacked (:func:`unpack_rowsum`).
         warp: with ``row_sum``, the one-warp-per-row kernel (``rowsum_warp``: 8 rows
             per block, no block barrier) instead of one block per row; same bits.
 
@@ -870,8 +931,26 @@ def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
         ``[M, K // group_size]`` int32, ``[M, 1]`` int32 (``row_sum``) or ``None``.
     """
     m, k = x.shape
+    if row_sum:
+        return unpack_rowsum(quantize_rowsum(x, warp))
     out = quantize_spec(m, k, x.dtype, group_size, row_sum, warp).launch(x)
     return (out[0], out[1], out[2] if len(out) == 3 else None)
+
+
+def quantize_rowsum(x: mx.array, warp: bool = False) -> mx.array:
+    """The per-channel GEMM's activations of ``x`` in one launch and one array.
+
+    Args:
+        x: ``[..., K]`` float16/bfloat16/float32, ``K % 8 == 0``.
+        warp: the one-warp-per-row kernel (``rowsum_warp``); same bits.
+
+    Returns:
+        ``[R, K]`` int8 (:func:`rowsum_shape`, ``M`` the rows of ``x``): the codes, then
+        the float32 scales and the int32 row sums (:func:`unpack_rowsum` splits it),
+        for :func:`gemm_rowsum`.
+    """
+    k = x.shape[-1]
+    return quantize_spec(x.size // k, k, x.dtype, None, True, warp).launch(x)[0]
 
 
 def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = None) -> mx.array:
@@ -918,13 +997,44 @@ def gemm_per_channel(xq, xs, weight, bias, out_dtype,
 
     With ``row_sums`` (``[M, 1]`` int32, ``quantize(x, row_sum=True)``) the weight codes
     are multiplied unsigned and corrected by ``- 128 * row_sums`` (needs
-    ``K <= U8_MAX_K``); without, they are flipped to int8 inside the GEMM (not offered
-    by the warp-specialized ``WsConfig`` tiles).
+    ``K <= U8_MAX_K``): :func:`gemm_rowsum` on the three packed into one array
+    (:func:`pack_rowsum`; the layers pass :func:`quantize_rowsum`'s array directly);
+    without, the codes are flipped to int8 inside the GEMM (not offered by the
+    warp-specialized ``WsConfig`` tiles).
     """
+    if row_sums is not None:
+        return gemm_rowsum(pack_rowsum(xq, xs, row_sums), weight, bias, out_dtype, config)
     m, k = xq.shape
-    unsigned = row_sums is not None
-    spec = gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, unsigned)
-    return (spec.launch(xq, xs, row_sums) if unsigned else spec.launch(xq, xs))[0]
+    return gemm_per_channel_spec(m, k, weight, bias, out_dtype, config).launch(xq, xs)[0]
+
+
+def gemm_rowsum(xa: mx.array, weight, bias, out_dtype, config: GemmConfig | WsConfig | None = None,
+                lead: tuple[int, ...] | None = None) -> mx.array:
+    """Per-channel W8A8 GEMM on the unsigned weight codes, from one activation array.
+
+    Args:
+        xa: ``[R, K]`` int8 from :func:`quantize_rowsum` (or :func:`pack_rowsum`).
+        weight: a per-channel ``QuantizedWeight`` ``[N, K]``, ``K <= U8_MAX_K``.
+        bias: ``[N]`` or ``None``.
+        out_dtype: the output's dtype.
+        config: the tile; ``None``: :func:`tile_for`.
+        lead: the output's leading shape (``prod(lead) == M``); ``(M,)`` by default.
+
+    Returns:
+        ``[*lead, N]`` of ``out_dtype``.
+
+    Raises:
+        ValueError: where ``xa`` is not such an array for ``weight``'s K.
+    """
+    r, k = xa.shape if xa.ndim == 2 else (0, 0)
+    m = rowsum_rows_m(r, k) if k else 0
+    if (xa.dtype != mx.int8 or xa.ndim != 2 or k != weight.k or m < 1
+            or rowsum_shape(m, k) != (r, k)):
+        raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] the activations must be an int8 array "
+                         f"of shape rowsum_shape(M, K={weight.k}) (quantize_rowsum), got "
+                         f"{xa.dtype} {tuple(xa.shape)}")
+    return gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, True,
+                                 lead).launch(xa)[0]
 
 
 def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None = None):
@@ -965,7 +1075,8 @@ def gemv_quantized(xq, xs, weight, bias, out_dtype):
 def bind_quantize(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
                   row_sum: bool = False, lead: tuple[int, ...] | None = None):
     """``f(x) -> (q, scale, row_sums)``: :func:`quantize` for ``[M, K]`` (or
-    ``[*lead, K]``) ``dtype`` ``x``."""
+    ``[*lead, K]``) ``dtype`` ``x``; ``f(x) -> (xa,)``, :func:`quantize_rowsum`'s one
+    array, with ``row_sum``."""
     spec = quantize_spec(m, k, dtype, group_size, row_sum, lead=lead)
     run = spec.bound()
     if len(spec.output_shapes) == 2:
@@ -974,6 +1085,12 @@ def bind_quantize(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
             return q, scale, None
         return run_plain
     return lambda x: tuple(run(x))
+
+
+def _bind_acts1(spec: LaunchSpec):
+    """``f(acts) -> y`` launching ``spec`` on ``acts[0]`` (the activation array)."""
+    run = spec.bound(slice(1))
+    return lambda acts: run(acts[0])[0]
 
 
 def _bind_acts2(spec: LaunchSpec):
@@ -991,18 +1108,19 @@ def _bind_acts3(spec: LaunchSpec):
 def bind_gemm_per_channel(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                           config: GemmConfig | WsConfig | None = None, unsigned: bool = False,
                           lead: tuple[int, ...] | None = None):
-    """``f(acts) -> y``: :func:`gemm_per_channel` on ``acts = (xq, xs, xr)`` from
-    :func:`quantize` (``row_sums=xr`` when ``unsigned``, else ``xr`` is not read)."""
+    """``f(acts) -> y``: :func:`gemm_rowsum` on ``acts = (xa,)`` from
+    ``bind_quantize(row_sum=True)`` when ``unsigned``, else :func:`gemm_per_channel` on
+    ``acts = (xq, xs, _)``."""
     spec = gemm_per_channel_spec(m, k, weight, bias, out_dtype, config, unsigned, lead)
-    return _bind_acts3(spec) if unsigned else _bind_acts2(spec)
+    return _bind_acts1(spec) if unsigned else _bind_acts2(spec)
 
 
 def bind_gemm_ws_group(m: int, k: int, members, out_dtype: mx.Dtype,
                        config: WsConfig | None = None, lead: tuple[int, ...] | None = None):
     """``f(acts) -> [y_0, y_1, ...]``: :func:`gemm_ws_group_spec`'s launch on
-    ``acts = (xq, xs, xr)``, one output per member (a TMA launch's tensor-map scratch,
-    its last output, is not returned: the sibling memo waits for every output it holds
-    to be taken)."""
+    ``acts = (xa,)`` (``bind_quantize(row_sum=True)``), one output per member (a TMA
+    launch's tensor-map scratch, its last output, is not returned: the sibling memo
+    waits for every output it holds to be taken)."""
     run = gemm_ws_group_spec(m, k, members, out_dtype, config, lead).bound(slice(len(members)))
     return lambda acts: run(*acts)
 

@@ -372,15 +372,17 @@ w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightFlip>(
     nullptr, ws, bias, y);
 
 // @@ body channel_u8
-// Per-channel W8A8 on the unsigned codes (K <= 66311 only): as `channel`, plus
-// xr [M, 1] int32 activation row sums.
+// Per-channel W8A8 on the unsigned codes (K <= 66311 only): xa, the quantize's array of
+// codes, scales and row sums (shape.cuh rowsum_acts), w [N, K/4] uint32 codes, ws [N] f32.
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm<1, false, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, reinterpret_cast<const int8_t*>(w), acts.m, w_shape[0], acts.k, acts.scale, acts.sums,
     ws, nullptr, y);
 
 // @@ body channel_u8_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm<1, true, T, BM, BN, WTM, WTN, STAGES, w8a8::kWeightU8>(
-    xq, reinterpret_cast<const int8_t*>(w), w8a8::rows(xq_shape, xq_ndim), w_shape[0], xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, reinterpret_cast<const int8_t*>(w), acts.m, w_shape[0], acts.k, acts.scale, acts.sums,
     ws, bias, y);
 
 // @@ body grouped

@@ -526,40 +526,45 @@ w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, false, PP !
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}});
 
 // @@ body channel_u8
-// Per-channel W8A8 on the unsigned codes (K <= 66311 only): xq [..., K] int8, xs [..., 1]
-// f32, xr [..., 1] int32 activation row sums, w [N, K/4] uint32 codes, ws [N] f32;
+// Per-channel W8A8 on the unsigned codes (K <= 66311 only): xa, the quantize's array of
+// codes, scales and row sums (shape.cuh rowsum_acts), w [N, K/4] uint32 codes, ws [N] f32;
 // y [..., N].
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}});
 
 // @@ body channel_u8_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, false, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}});
 
 // @@ body group2
 // channel_u8 for two weights fed the same activation (e.g. gate/up): w0 [N0, K/4],
 // ws0 [N0], w1, ws1 -> y0 [..., N0], y1 [..., N1].
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
 
 // @@ body group2_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, false, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}});
 
 // @@ body group3
 // Three weights fed the same activation (e.g. q/k/v).
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
          reinterpret_cast<const int8_t*>(w2)},
@@ -567,8 +572,9 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, A
         {w0_shape[0], w1_shape[0], w2_shape[0]}});
 
 // @@ body group3_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
          reinterpret_cast<const int8_t*>(w2)},
@@ -585,38 +591,43 @@ w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP !=
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_channel_u8_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group2_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
          reinterpret_cast<const int8_t*>(w2)},
@@ -625,8 +636,9 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, AC
     w8a8::TmaMaps{proto, tmap});
 
 // @@ body tma_group3_bias
+const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
 w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
          reinterpret_cast<const int8_t*>(w2)},

@@ -21,7 +21,7 @@
 
 namespace w8a8 {
 
-// RSUM (only with GS == 0): row_sums is [M, 1] and receives the whole row's code sum;
+// RSUM (only with GS == 0): row_sums is [M] and receives the whole row's code sum;
 // |R_m| <= 127 K fits int32 for any K the launchers accept.
 template <typename T, int GS, bool RSUM = false>
 __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float* scale,
@@ -54,10 +54,11 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   for (int i = 0; i < kCached; ++i) amax.add(cache[i]);
   for (int c = tid + kCached * blockDim.x; c < chunks; c += blockDim.x) amax.add(load_raw8(xr + c * 8));
   amax.reduce_block(warp_max);
-  const RowQuantizer qz = RowQuantizer::of(amax.value());
+  const float a = amax.value();
+  const RowQuantizer qz = RowQuantizer::of(a);
   // 16-bit rows whose maximum allows it take one multiply-add per value and no check
   // (quantize.cuh tie_free_rate); uniform across the block.
-  const float rate = tie_free_rate<T>(amax, qz);
+  const float rate = tie_free_rate<T>(amax, a, qz);
   if (tid == 0) scale[row] = qz.s;
 
   int8_t* qr = q + (size_t)row * K;
@@ -92,24 +93,21 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   if constexpr (GS == 0) {
     if (straight) {
       uint2* out = reinterpret_cast<uint2*>(qr) + tid;
+      // One loop for both code functions (each call site unrolled on its own).
+      auto run = [&](auto codes8) {
+#pragma unroll
+        for (int i = 0; i < kCached; ++i) {
+          float f[8];
+          decode8(cache[i], f);
+          uint32_t packed[2];
+          total += codes8(f, packed);
+          out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
+        }
+      };
       if (rate != 0.f) {
-#pragma unroll
-        for (int i = 0; i < kCached; ++i) {
-          float f[8];
-          decode8(cache[i], f);
-          uint32_t packed[2];
-          total += RowQuantizer::rate_codes8(f, rate, packed);
-          out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
-        }
+        run([&](const float (&f)[8], uint32_t (&p)[2]) { return RowQuantizer::rate_codes8(f, rate, p); });
       } else {
-#pragma unroll
-        for (int i = 0; i < kCached; ++i) {
-          float f[8];
-          decode8(cache[i], f);
-          uint32_t packed[2];
-          total += qz.fast_codes8(f, packed);
-          out[i * blockDim.x] = make_uint2(packed[0], packed[1]);
-        }
+        run([&](const float (&f)[8], uint32_t (&p)[2]) { return qz.fast_codes8(f, p); });
       }
     }
   }
@@ -206,13 +204,20 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
 w8a8::quantize_row<T, 0>(x, x_shape[x_ndim - 1], q, scale, nullptr);
 
 // @@ body rowsum
-// As `plain`, plus rsum [M, 1] int32: the sum of each row's codes (per-channel GEMM).
-w8a8::quantize_row<T, 0, true>(x, x_shape[x_ndim - 1], q, scale, rsum);
+// As `plain`, plus the sum of each row's codes (the unsigned-code GEMMs' correction), all
+// in one output: xa [M + ceil(8 M / K), K] int8 (shape.cuh rowsum_acts).
+const int qk = x_shape[x_ndim - 1], qm = w8a8::rows(x_shape, x_ndim);
+w8a8::quantize_row<T, 0, true>(x, qk, xa, reinterpret_cast<float*>(xa + w8a8::rowsum_scales_at(qm, qk)),
+                               reinterpret_cast<int32_t*>(xa + w8a8::rowsum_sums_at(qm, qk)));
+w8a8::rowsum_zero_tail(xa, qm, qk);
 
 // @@ body sums
 // As `plain`, plus row_sums [M, K / GS] int32.
 w8a8::quantize_row<T, GS>(x, x_shape[x_ndim - 1], q, scale, row_sums);
 
 // @@ body rowsum_warp
-// As `rowsum` (same outputs, same bits), one warp per row: x [M, K] float (T).
-w8a8::quantize_row_warp<T>(x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], q, scale, rsum);
+// As `rowsum` (the same array, the same bits), one warp per row: x [..., K] float (T).
+const int qk = x_shape[x_ndim - 1], qm = w8a8::rows(x_shape, x_ndim);
+w8a8::rowsum_zero_tail(xa, qm, qk);
+w8a8::quantize_row_warp<T>(x, qm, qk, xa, reinterpret_cast<float*>(xa + w8a8::rowsum_scales_at(qm, qk)),
+                           reinterpret_cast<int32_t*>(xa + w8a8::rowsum_sums_at(qm, qk)));

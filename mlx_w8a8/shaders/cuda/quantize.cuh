@@ -113,11 +113,11 @@ template <>
 __device__ __forceinline__ float AbsMax<float>::value() const { return __uint_as_float(m); }
 template <>
 __device__ __forceinline__ float AbsMax<__nv_bfloat16>::value() const {
-  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
+  return __uint_as_float(bits16() << 16);
 }
 template <>
 __device__ __forceinline__ float AbsMax<__half>::value() const {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(max(m & 0xffffu, m >> 16))));
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16())));
 }
 
 // One row's codes q = clip(rint(x / s), -127, 127), s = amax / 127 (docs/numerics.md),
@@ -286,9 +286,10 @@ struct Mantissa16<__nv_bfloat16> {
 };
 
 // r1 for a row (above), or 0 where the row keeps the checked path (float32 rows, 127 | A,
-// a scale off the fast path).
+// a scale off the fast path). `a` is amax.value(), which the caller has read.
 template <typename T>
-__device__ __forceinline__ float tie_free_rate(const AbsMax<T>& amax, const RowQuantizer& qz) {
+__device__ __forceinline__ float tie_free_rate(const AbsMax<T>& amax, float a,
+                                               const RowQuantizer& qz) {
   if constexpr (sizeof(T) != 2) {
     return 0.f;
   } else {
@@ -297,7 +298,7 @@ __device__ __forceinline__ float tie_free_rate(const AbsMax<T>& amax, const RowQ
     const uint32_t mant = b & ((1u << kMant) - 1u);
     const uint32_t sig = (b >> kMant) ? (mant | (1u << kMant)) : mant;
     if (!qz.fast || sig % 127u == 0u) return 0.f;
-    const float half = __fdiv_rn(__fmul_rn(0.5f, amax.value()), qz.s);
+    const float half = __fdiv_rn(__fmul_rn(0.5f, a), qz.s);
     const bool up = rintf(half) == 64.f;
     return __fmul_rn(qz.r, up ? 1.000000476837158203125f : 0.999999523162841796875f);
   }
