@@ -582,6 +582,26 @@ def test_rowsum_array_packs_and_unpacks(rng):
             launch.gemm_rowsum(bad, pc, None, mx.bfloat16)
 
 
+def test_quantize_row_sum_shapes(monkeypatch):
+    """``quantize(row_sum=True)`` launches the one-array body and unpacks it to the three
+    arrays; with a group size it launches the group-sums body as before (row_sum adds
+    nothing there)."""
+    import mlx.core as mx
+
+    rec = record_launches(monkeypatch)
+    launch._kernel.cache_clear()
+    try:
+        x = mx.zeros((21, 96), dtype=mx.bfloat16)
+        q, scale, sums = launch.quantize(x, row_sum=True)
+        assert rec.launches[-1]["outputs"] == ["xa"]
+        assert rec.launches[-1]["output_shapes"] == [launch.rowsum_shape(21, 96)]
+        assert (q.shape, scale.shape, sums.shape) == ((21, 96), (21, 1), (21, 1))
+        q, scale, sums = launch.quantize(x, 32, row_sum=True)
+        assert rec.launches[-1]["name"] == "w8a8_quantize_sums" and sums.shape == (21, 3)
+    finally:
+        launch._kernel.cache_clear()
+
+
 def test_gemv_sibling_launch_refuses_what_it_cannot_take():
     """The fused GEMV's sibling spec names the op, the value and what is valid: 2-3
     weights, one K / format / group size / scales dtype (the body has one ST), bias on

@@ -622,7 +622,7 @@ def _quantize_frame(m: int, k: int, dtype: mx.Dtype, group_size: int | None, row
     # registers between the two passes (quantize.cu kCached) where K allows.
     threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // (quant_cached(dtype) * 32)) * 32))
     template = [("T", dtype)]
-    if row_sum:  # one output: the activation array (rowsum_shape)
+    if row_sum and group_size is None:  # one output: the activation array (rowsum_shape)
         _check_rowsum_rows(m, k)
         shapes, dtypes = [rowsum_shape(m, k)], [mx.int8]
     if warp:
@@ -931,7 +931,7 @@ def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
         ``[M, K // group_size]`` int32, ``[M, 1]`` int32 (``row_sum``) or ``None``.
     """
     m, k = x.shape
-    if row_sum:
+    if row_sum and group_size is None:
         return unpack_rowsum(quantize_rowsum(x, warp))
     out = quantize_spec(m, k, x.dtype, group_size, row_sum, warp).launch(x)
     return (out[0], out[1], out[2] if len(out) == 3 else None)
