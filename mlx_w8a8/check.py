@@ -27,7 +27,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import kernels
-from .kernels import metal, registry
+from .kernels import registry
 from .weight import QuantizedWeight
 
 W8A16 = ("mlx_qmm",)  # linear candidates that multiply the float activations as they are
@@ -218,12 +218,7 @@ def environment() -> list[str]:
         else:
             lines.append(f"kernels {backend}: imported, {registered.get(backend, 0)} candidates registered, "
                          f"{usable.get(backend, 0)} available here")
-    caps = dict(metal.status())
-    if "cuda" not in kernels.UNAVAILABLE:  # the CUDA module imported: its capabilities
-        from .kernels import cuda
-
-        caps.update(cuda.status())
-    for cap, (on, why) in caps.items():
+    for cap, (on, why) in kernels.capabilities().items():
         lines.append(f"capability {cap}: {'on' if on else 'off'} ({why})")
     return lines
 

@@ -34,6 +34,7 @@ import logging
 import sys
 import time
 
+from .kernels import capabilities
 from .kernels.registry import Problem
 from .tuning import decode_check as decode_check_mod
 from .tuning import gate, linears, render, shapes, table, timing
@@ -346,8 +347,13 @@ def main(argv: list[str] | None = None, out=None) -> int:
                 table.check_writable(target)
             except table.TableError as error:
                 return fail(f"cannot record into the table: {error}", 1)
+        backend = table.backend()
         print(f"tuning {len(runnable)} problem(s), {todo} to measure, into {target} "
-              f"({table.backend()}, {tuner.key['device'].get('device_name', '?')})", file=out)
+              f"({backend}, {tuner.key['device'].get('device_name', '?')})", file=out)
+        # A capability that is off here leaves its kernels out of every race below.
+        for cap, (on, why) in capabilities(backend).items():
+            if not on:
+                print(f"  {cap} is off here ({why}): its kernels are not measured", file=out)
     started = time.perf_counter()
     try:
         batch.run()

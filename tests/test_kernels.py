@@ -76,3 +76,21 @@ def test_available_kernels_names_a_failed_backend(broken_backend):
     with pytest.warns(RuntimeWarning, match=r"available_kernels.*cuda \(NameError: name 'tile_forr'"):
         names = mlx_w8a8.available_kernels("linear")
     assert "exact" in names and "mlx_qmm" in names
+
+
+def test_capabilities_by_backend(broken_backend):
+    """Each imported backend module's capabilities, with reasons; only the named
+    backend's when one is named, none for a backend without kernels (the CPU), none for
+    a module that failed to import."""
+    from mlx_w8a8.kernels import cuda, metal
+
+    every = kernels.capabilities()
+    assert every == {**cuda.status(), **metal.status()}
+    assert set(every) == {"cuda_sm90", "cuda_tma", "metal", "nax"}
+    assert all(isinstance(on, bool) and why for on, why in every.values())
+    assert kernels.capabilities("cuda") == cuda.status()
+    assert kernels.capabilities("metal") == metal.status()
+    assert kernels.capabilities("cpu") == {}
+    kernels.UNAVAILABLE["cuda"] = "NameError: name 'tile_forr' is not defined"
+    assert kernels.capabilities("cuda") == {}
+    assert set(kernels.capabilities()) == {"metal", "nax"}

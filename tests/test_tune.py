@@ -61,6 +61,28 @@ def test_tunes_writes_then_reuses_the_table(tmp_path):
     assert code == 0 and "measured" in text
 
 
+def test_capabilities_that_are_off_are_named_before_measuring(tmp_path, monkeypatch):
+    # A Hopper GPU without cffi: the TMA kernels are left out of every race, and the
+    # run says so (with the reason) before it measures; capabilities that are on, and
+    # those of other backends, are not printed.
+    asked = []
+
+    def caps(backend):
+        asked.append(backend)
+        return {"cuda_sm90": (True, "compute capability 9.x"),
+                "cuda_tma": (False, "ModuleNotFoundError: No module named 'cffi'")}
+
+    monkeypatch.setattr(tune, "capabilities", caps)
+    code, text = run(["--shapes", "2x32x64", "--table", str(tmp_path / "t.json")] + TINY)
+    assert code == 0, text
+    assert asked == [table.backend()]
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("tuning 1 problem(s)"))
+    assert lines[start + 1] == ("  cuda_tma is off here (ModuleNotFoundError: No module "
+                                "named 'cffi'): its kernels are not measured")
+    assert "cuda_sm90" not in text
+
+
 def test_op_measures_the_raw_int8_gemm_and_the_activation_quantize(tmp_path):
     # --op int8_matmul: one int8 GEMM problem per shape; --op quantize_activation: one
     # per (M, K) in --dtype, N not used (two shapes differing only in N are one problem).

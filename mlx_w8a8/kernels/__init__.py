@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import warnings
 
 from . import reference, registry  # noqa: F401  (the pure-MLX candidates always exist)
@@ -27,6 +28,20 @@ UNAVAILABLE: dict[str, str] = {}
 def unavailable() -> dict[str, str]:
     """``{backend: reason}`` for each backend module that failed to import (a copy)."""
     return dict(UNAVAILABLE)
+
+
+def capabilities(backend: str | None = None) -> dict[str, tuple[bool, str]]:
+    """``{capability: (on, why)}`` of the backend modules that imported (each module's
+    ``status()``: Metal's ``metal`` and ``nax``, CUDA's ``cuda_sm90`` and ``cuda_tma``),
+    in ``BACKENDS`` order; only ``backend``'s with ``backend`` (``{}`` for one without
+    kernels of its own, e.g. ``"cpu"``). A capability that is off takes its candidates
+    out of every decision and every tuning race, so callers show it with its reason."""
+    caps: dict[str, tuple[bool, str]] = {}
+    for name in BACKENDS if backend is None else (backend,):
+        module = sys.modules.get(f"{__name__}.{name}")
+        if name not in UNAVAILABLE and module is not None:
+            caps.update(module.status())
+    return caps
 
 
 def _load(backend: str) -> None:
