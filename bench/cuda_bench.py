@@ -234,8 +234,7 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
     # The unsigned-code GEMMs take the quantize's one array; codes and scales unpacked
     # from it feed the raw and flipped-code arms.
     xa8 = [launch.quantize_rowsum(x) for x in xs]
-    a8 = [launch.unpack_rowsum(a)[0] for a in xa8]
-    s8 = [launch.unpack_rowsum(a)[1] for a in xa8]
+    a8, s8, _ = zip(*(launch.unpack_rowsum(a) for a in xa8))
     b8 = [p.int8() for p in pcs]
     mx.eval(xa8, a8, s8, b8)
     C = len(ws)
