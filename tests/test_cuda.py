@@ -726,6 +726,29 @@ def test_tma_activation_map_takes_each_launchs_rows(rng, bn):
     assert len(protos) == 1
 
 
+@pytest.mark.parametrize("bn", [256, 128, 32])
+def test_tma_linear_after_the_host_read_its_operands(rng, bn):
+    """MLX moves an array's buffer when the host first reads it (newer CUDA backends
+    copy a device buffer into unified memory and free the old one), so an address taken
+    before the read is stale after it. The TMA GEMM makes its tensor maps in every
+    launch from the addresses that launch receives (tma.cuh), so it reads the moved
+    arrays: the activation array and the weight's codes read by numpy first, then
+    arrays allocated (they may take the freed buffers), each product equal to the
+    cp.async tile's bit for bit. A map kept across launches failed exactly here (the
+    thirty-first set: docs/cuda_runs.md)."""
+    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
+    cp = launch.WS_CONFIGS[f"ws{bn}p4"]
+    for m, k in ((1, 4096), (33, 1088), (7, 18944)):
+        xa = launch.quantize_rowsum(activation(rng, m, k, "bfloat16"))
+        weight = make_weight(rng, 200, k, 32, True, "bfloat16")
+        np.array(xa), np.array(weight.q)
+        fresh = make_weight(rng, 200, k, 32, True, "bfloat16")  # reuses freed buffers
+        got = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, tma)
+        want = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, cp)
+        assert mx.array_equal(got, want, equal_nan=True).item(), (m, k)
+        mx.eval(fresh.q)
+
+
 @pytest.mark.parametrize("bn", [256, 128, 64, 32])
 @pytest.mark.parametrize("m,n,k", [(300, 392, 1088), (1, 264, 96), (2048, 2304, 4096),
                                    (129, 40, 4096)])
