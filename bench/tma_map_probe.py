@@ -1,8 +1,10 @@
 """Which TMA linear launches disagree with the cp.async tile on the same activation array:
-a grid over M, K, the tile, the quantize body, a host read of the array before the GEMM,
-and whether the weight's map is fresh or kept from an earlier launch. Prints one line
-per case (``ok`` / ``DIFF`` with the largest difference); needs an sm_90 GPU with tensor
-maps. ``python bench/tma_map_probe.py``"""
+a grid over M, K, the tile, the quantize body and a host read of the array before the
+GEMM; each TMA launch is made twice (``kept=``: on the thirty-first set's branch, which
+kept a weight's map across launches, the second read the map the first made; main makes
+every map in the launch that uses it). Prints one line per case (``ok`` / ``DIFF`` with
+the largest difference); needs an sm_90 GPU with tensor maps.
+``python bench/tma_map_probe.py [--test-shapes] [--poison]``"""
 
 import itertools
 import sys
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
         cp = launch.WS_CONFIGS[f"ws{cfg.bn}p4"]
         got = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)
         want = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cp)
-        again = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)  # the kept weight map
+        again = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)  # the launch again
         mx.eval(got, want, again)
         same = mx.array_equal(got, want).item()
         same2 = mx.array_equal(again, want).item()
