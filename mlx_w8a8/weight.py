@@ -98,6 +98,8 @@ class QuantizedWeight:
     _calls: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
     # ... and the keys of those calls met before (the second call with a key keeps it).
     _met: Met = attrs.field(factory=Met, init=False, repr=False, eq=False)
+    # Arrays a backend derives from these once and keeps with them (derived()).
+    _derived: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self):
         op = "mlx_w8a8.QuantizedWeight"
@@ -160,6 +162,16 @@ class QuantizedWeight:
     def int8(self) -> mx.array:
         """``[N, K]`` int8 ``q - 128`` (``q ^ 0x80``), what the int8 kernels multiply."""
         return (self.codes() ^ 0x80).view(mx.int8)
+
+    def derived(self, key, make):
+        """``make()``, made on the first call with ``key`` and kept with this weight
+        (not compared, not copied by ``attrs.evolve``): arrays a backend derives from
+        the weight once, e.g. the CUDA TMA GEMM's map array
+        (``kernels.cuda_launch.weight_maps``)."""
+        got = self._derived.get(key)
+        if got is None:
+            got = self._derived[key] = make()
+        return got
 
     @functools.cached_property
     def channel_scales(self) -> mx.array:

@@ -178,9 +178,13 @@ def test_quantize_row_sum_warp_bit_exact(rng, dtype, m, k):
 @pytest.mark.parametrize("m,k", [(1, 4096), (33, 1088), (129, 48), (7, 18944), (1000, 4104)])
 def test_rowsum_array_layout(rng, warp, m, k):
     """quantize_rowsum's one array, byte for byte (outputs poisoned before the launch):
-    the codes, then the float32 scales, then the int32 row sums, then zeros up to
-    rowsum_shape's R K (shape.cuh). K = 48 gives a tail of 8 M mod 48 bytes (the M = 1
-    row's 40); K = 18944 and 4104 rows longer than one block's register cache."""
+    the codes, then the float32 scales, then the int32 row sums, then the map area up to
+    rowsum_shape's R K (shape.cuh), all zero. K = 48 gives a map area of 256 + (-8 M mod
+    48) bytes; K = 18944 and 4104 rows longer than one block's register cache. Where the
+    TMA GEMM runs, it reads the array after numpy has (MLX may move the buffer then) and
+    an allocation came between: its product equals the cp.async tile's bit for bit, and
+    it wrote one 128-byte map into the map area and nothing else into the array (a map
+    kept from before the read failed exactly here: the thirty-first set)."""
     x = activation(rng, m, k, "bfloat16")
     xa = launch.quantize_rowsum(x, warp)
     assert xa.dtype == mx.int8 and tuple(xa.shape) == launch.rowsum_shape(m, k)
@@ -192,7 +196,21 @@ def test_rowsum_array_layout(rng, warp, m, k):
     np.testing.assert_array_equal(got_s[~np.isnan(got_s)], want_s[~np.isnan(want_s)])
     np.testing.assert_array_equal(raw[m * k + 4 * m: m * k + 8 * m].view(np.int32),
                                   want_q.astype(np.int64).sum(-1))
-    assert (raw[m * k + 8 * m:] == 0).all() and raw.size - m * (k + 8) < k
+    area = raw[m * k + 8 * m:]
+    assert launch.ROWSUM_MAP_AREA <= area.size < launch.ROWSUM_MAP_AREA + k
+    assert (area == 0).all()
+    if k % 32 or not launch.is_sm90() or tensormap.unavailable():
+        return  # no per-channel weight of this K (group size 32 at the least), or no TMA
+    weight = make_weight(rng, 200, k, 32, True, "bfloat16")
+    mx.eval(weight.q, weight.channel_scales)  # allocated after the host read
+    got = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, ws_tile("tma128"))
+    want = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, launch.WS_CONFIGS["ws128p4"])
+    assert mx.array_equal(got, want, equal_nan=True).item()
+    after = np.array(xa).reshape(-1)
+    np.testing.assert_array_equal(after[: m * k + 8 * m], raw[: m * k + 8 * m])
+    written = np.flatnonzero(after[m * k + 8 * m:])
+    # one map: 128 bytes at the first 128-byte aligned byte of the area (shape.cuh rowsum_map)
+    assert written.size and written[-1] < 127 + 128 and written[-1] - written[0] < 128, written
 
 
 def quantize_body(x: mx.array, body: str):
@@ -747,6 +765,39 @@ def test_tma_linear_after_the_host_read_its_operands(rng, bn):
         got = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, tma)
         want = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, cp)
         assert mx.array_equal(got, want, equal_nan=True).item(), (m, k)
+
+
+@pytest.mark.parametrize("bn", [256, 32])
+def test_tma_launches_that_run_at_once_write_the_same_maps(rng, bn):
+    """Every per-channel TMA launch writes its maps into arrays it shares: A's into the
+    activation array's map area, each weight's into the weight's map array
+    (cuda_launch.weight_maps), the same bytes from every launch on the same arrays
+    (tma.cuh). Independent launches evaluated together (MLX may run them at once): two
+    weights on each of four activation arrays (M across the 128-row tile: A's map
+    differs between arrays, the weights' do not) and the two weights as one sibling
+    launch; each product equal to the cp.async tile's bit for bit, each weight's map
+    array the one kept with it."""
+    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
+    cp = launch.WS_CONFIGS[f"ws{bn}p4"]
+    k = 1088
+    weights = [make_weight(rng, n, k, 32, True, "bfloat16") for n in (200, 392)]
+    xas = [launch.quantize_rowsum(activation(rng, m, k, "bfloat16")) for m in (300, 1, 77, 129)]
+    mx.eval(xas)
+    got = [launch.gemm_rowsum(xa, w, None, mx.bfloat16, tma) for xa in xas for w in weights]
+    group = [launch.gemm_ws_group_spec(launch.rowsum_rows_m(*xa.shape), k,
+                                       [(w, None) for w in weights], mx.bfloat16,
+                                       tma).launch(xa) for xa in xas]
+    mx.eval(got, group)
+    want = [launch.gemm_rowsum(xa, w, None, mx.bfloat16, cp) for xa in xas for w in weights]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert mx.array_equal(g, w, equal_nan=True).item(), i
+    for i, ys in enumerate(group):
+        for j, y in enumerate(ys):
+            assert mx.array_equal(y, want[2 * i + j], equal_nan=True).item(), (i, j)
+    for w in weights:
+        assert launch.weight_maps(w, bn) is launch.weight_maps(w, bn)
+        arr = np.array(launch.weight_maps(w, bn))
+        assert arr.shape == (launch.WEIGHT_MAPS_BYTES,) and arr[256:].any()  # a map written
 
 
 @pytest.mark.parametrize("bn", [256, 128, 64, 32])

@@ -149,21 +149,23 @@ def kernel_builds() -> list[KernelBuild]:
         for t, body in group if cfg.bn == 256 else group[:1] if cfg.bn == 128 else ():
             out.append(KernelBuild(cfg.file, body, _group_inputs(body), _group_outputs(body, t),
                                    (("T", t),) + tpl))
-    # The TMA producer's bodies: the same inputs + the maps' prototypes, + their scratch.
-    tma_in, tma_out = (("proto", "uint8", 1),), (("tmap", "uint8"),)
+    # The TMA producer's bodies: int32 with the maps' prototypes and their scratch output;
+    # the linear bodies with each weight's map array (launch.weight_maps), no more outputs.
     for cfg in launch.TMA_CONFIGS.values():
         tpl = tuple(cfg.template())
         out.append(KernelBuild(cfg.file, cfg.body("int32"),
-                               (("a", "int8", 2), ("b", "int8", 2)) + tma_in,
-                               (("c", "int32"),) + tma_out, tpl))
+                               (("a", "int8", 2), ("b", "int8", 2), ("proto", "uint8", 1)),
+                               (("c", "int32"), ("tmap", "uint8")), tpl))
         for t, body in (("bfloat16", "channel_u8"), ("float16", "channel_u8_bias")):
-            out.append(KernelBuild(cfg.file, cfg.body(body), _channel_inputs(body) + tma_in,
-                                   (("y", t),) + tma_out, (("T", t),) + tpl))
+            out.append(KernelBuild(cfg.file, cfg.body(body),
+                                   _channel_inputs(body) + (("wmap", "uint8", 1),),
+                                   (("y", t),), (("T", t),) + tpl))
         group = (("bfloat16", "group3"), ("float16", "group3_bias"), ("bfloat16", "group2"),
                  ("float32", "group2_bias"))
         for t, body in group if cfg.bn == 256 else group[:1]:
-            out.append(KernelBuild(cfg.file, cfg.body(body), _group_inputs(body) + tma_in,
-                                   _group_outputs(body, t) + tma_out, (("T", t),) + tpl))
+            maps = tuple((f"wmap{g}", "uint8", 1) for g in range(_group_members(body)))
+            out.append(KernelBuild(cfg.file, cfg.body(body), _group_inputs(body) + maps,
+                                   _group_outputs(body, t), (("T", t),) + tpl))
     for key in ("grouped", "grouped_small"):
         tpl = tuple(launch.GEMM_CONFIGS[key].template())
         for gs, st, body in ((32, "float16", "grouped"), (64, "bfloat16", "grouped_bias"),
@@ -488,7 +490,7 @@ def _launch_all():
                     [(pc2, None), (pc2, None), (pc, None)], [(pc, bias), (pc, bias)]):
         ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))(xa3)
         assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
-        for cfg in launch.TMA_CONFIGS.values():  # the maps' scratch output is not returned
+        for cfg in launch.TMA_CONFIGS.values():  # one output per member, no more
             ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, cfg,
                                            lead=(2, 150))(xa3)
             assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
@@ -513,32 +515,37 @@ def _launch_all():
 def test_rowsum_array_packs_and_unpacks(rng):
     """The unsigned-code GEMMs' one activation array (shaders/cuda/shape.cuh): M comes
     back from its rows for every M (the kernels' rowsum_m is the same arithmetic), the
-    tail is shorter than a row, and pack/unpack keep every bit of codes, scales (NaN,
-    -0, infinities, subnormals) and row sums (int32's ends) in the documented layout:
-    codes, scales, row sums, zeros. Arrays past MLX's int32 rows and arrays of another
-    layout are refused with the sizes."""
+    map area after the row sums is 256 bytes and less than a row more (room for a
+    128-byte tensor map at any alignment), and pack/unpack keep every bit of codes,
+    scales (NaN, -0, infinities, subnormals) and row sums (int32's ends) in the
+    documented layout: codes, scales, row sums, zeros. Arrays past MLX's int32 rows and
+    arrays of another layout are refused with the sizes."""
     import mlx.core as mx
     import numpy as np
 
     from mlx_w8a8.weight import QuantizedWeight
 
+    area = launch.ROWSUM_MAP_AREA
+
     def kernel_m(r, k):  # shape.cuh rowsum_m: 32-bit integers only
         q, rem = divmod(r, k + 8)
-        assert q * k < 2**31 and 8 * rem + k + 7 < 2**31
-        return q * k + rem - (8 * rem + k + 7) // (k + 8)
+        assert q * k < 2**31 and 8 * rem + area + k + 7 < 2**31
+        return q * k + rem - (8 * rem + area + k + 7) // (k + 8)
 
     def kernel_tail(m, k):  # shape.cuh rowsum_tail
         t = m % k
-        return (8 * t + k - 1) // k * k - 8 * t
+        return (8 * t + area + k - 1) // k * k - 8 * t
 
     for k in (8, 16, 48, 1088, 4096, 14336, 18944, 66304):
         for m in [*range(1, 600), 4095, 4096, 113_000, 2**20 + 3, 2**27 - 1,
-                  (2**31 - 1) * k // (k + 8)]:  # the largest M of int32 rows
+                  ((2**31 - 1) * k - area) // (k + 8)]:  # the largest M of int32 rows
             r, kk = launch.rowsum_shape(m, k)
             assert kk == k and r < 2**31 and launch.rowsum_rows_m(r, k) == m, (m, k, r)
             assert kernel_m(r, k) == m, (m, k, r)
-            assert 0 <= r * k - m * (k + 8) == kernel_tail(m, k) < k, (m, k, r)
-    lead, k = (3, 7), 96  # M = 21: 8 M = 168 bytes of scales and sums, a 24-byte tail
+            assert area <= r * k - m * (k + 8) == kernel_tail(m, k) < area + k, (m, k, r)
+    assert area == 2 * 128  # a 128-byte map at the first 128-byte aligned byte
+    # M = 21: 8 M = 168 bytes of scales and sums, then a map area of 312 bytes
+    lead, k = (3, 7), 96
     m = 21
     q = rng.integers(-127, 128, size=(*lead, k)).astype(np.int8)
     scale = rng.standard_normal((*lead, 1)).astype(np.float32)
@@ -553,7 +560,7 @@ def test_rowsum_array_packs_and_unpacks(rng):
                                   scale.reshape(-1).view(np.uint32))
     np.testing.assert_array_equal(raw[m * k + 4 * m: m * k + 8 * m].view(np.int32),
                                   sums.reshape(-1))
-    assert raw.size == m * (k + 8) + 24 and not raw[m * (k + 8):].any()
+    assert raw.size == m * (k + 8) + 312 and not raw[m * (k + 8):].any()
     for want_lead in (None, lead):
         gq, gs, gr = launch.unpack_rowsum(xa, want_lead)
         shape = want_lead or (m,)
@@ -564,16 +571,16 @@ def test_rowsum_array_packs_and_unpacks(rng):
                                       scale.reshape(-1).view(np.uint32))
         np.testing.assert_array_equal(np.array(gr).reshape(sums.shape), sums)
     # Rows past MLX's int32 dimension: refused before anything is built. At K = 16,
-    # R = M + ceil(M / 2): 1431655764 rows make 2^31 - 2 (taken), one more 2^31.
-    fits = 1431655764
+    # R = M + 16 + ceil(M / 2): 1431655754 rows make 2^31 - 1 (taken), one more 2^31 + 1.
+    fits = 1431655754
     frame = launch._quantize_frame(fits, 16, mx.bfloat16, None, True, False, (fits,))
-    assert frame.output_shapes == [(2**31 - 2, 16)]
-    with pytest.raises(ValueError, match=r"cuda_quantize.*1431655765 rows of K = 16.*2147483648"):
+    assert frame.output_shapes == [(2**31 - 1, 16)]
+    with pytest.raises(ValueError, match=r"cuda_quantize.*1431655755 rows of K = 16.*2147483649"):
         launch.quantize_spec(fits + 1, 16, mx.bfloat16, row_sum=True)
     # The GEMM refuses what is not such an array for the weight's K (it can tell by the
     # shape only: codes alone of R rows pass where some M has R = rowsum_shape(M, K)[0]).
     pc = QuantizedWeight.from_float(mx.random.normal((40, k)), 32, per_channel=True)
-    for bad in (mx.zeros((14, k), dtype=mx.int8),  # no M has 14 rows at K = 96: M + ceil(M / 12)
+    for bad in (mx.zeros((8, k), dtype=mx.int8),  # no M has 8 rows at K = 96 (M = 4: 7, M = 5: 9)
                 xa.astype(mx.uint8),  # another dtype
                 xa.reshape(-1),  # 1-D
                 launch.pack_rowsum(mx.zeros((m, 2 * k), dtype=mx.int8), mx.array(scale),
@@ -1098,10 +1105,9 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         # the launches are run()'s on [M, K].
         assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
-            # (a TMA launch's scratch is not activation-shaped, and the activation array
-            # is [R, K] whatever the lead: launch.rowsum_shape)
+            # (the activation array is [R, K] whatever the lead: launch.rowsum_shape)
             assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
-                       if out not in ("tmap", "xa")), plan["output_shapes"]
+                       if out != "xa"), plan["output_shapes"]
             assert all(tuple(s) == launch.rowsum_shape(math.prod(lead), k)
                        for s, out in zip(plan["output_shapes"], plan["outputs"]) if out == "xa")
             plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
@@ -1422,13 +1428,16 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
         registry.set_chooser(previous)
 
 
-def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here):
-    """The TMA bodies get A's map (a [128, K] prototype in 128-row boxes, the same array
-    at every M: the kernel writes M and min(M, 128) box rows into it, tma.cuh
-    tma_replace_rows, checked on the GPU by tests/test_cuda.py's TMA tests at M = 1-2048)
-    then each weight's ([N_g, K], BN-row boxes), in member order, and a scratch output of
-    1 + G maps per block + 128 bytes of alignment; one producer warp on this 128 x 32
-    tile. Single layer and q/k/v linked; M = 300, 10 and 128 rows."""
+def test_tma_launches_carry_each_weights_map_array(cuda_here):
+    """The per-channel TMA bodies take one map array per weight (launch.weight_maps,
+    512 bytes: A's prototype, [128, K] in 128-row boxes, the same at every M: the kernel
+    writes M and min(M, 128) box rows into A's map, tma.cuh tma_make_map, checked on the
+    GPU by tests/test_cuda.py's TMA tests at M = 1-2048; then the weight's, [N_g, K] in
+    BN-row boxes; then room for the map every launch makes), in member order, and no
+    output but the members' (a scratch output cost each launch about 2.7 us of host
+    time). The array is made once per weight and tile width and kept with the weight:
+    the same array at every M and in every launch. Single layer and q/k/v linked; M =
+    300, 10 and 128 rows, on the 128 x 32 tile (one producer warp)."""
     import mlx.core as mx
     import mlx.nn as nn
 
@@ -1444,6 +1453,9 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
             self.q_proj, self.k_proj, self.v_proj = (nn.Linear(256, n, bias=False)
                                                      for n in (384, 64, 96))
 
+    def maps_of(n):  # A's prototype, the weight's, then 256 bytes of room (zeros)
+        return [(128, 256, 128), (n, 256, 32), (0, 0, 0), (0, 0, 0)]
+
     attn = Attention()
     w8.quantize(attn)
     tma = registry.get("linear", "cuda_w8a8_gemm_tma")
@@ -1457,20 +1469,22 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
         plans = rec.launches[start:]
         assert [p["name"] for p in plans] == ["w8a8_quantize_rowsum", "w8a8_gemm_ws_tma_group3"]
         group = plans[1]
-        assert group["outputs"] == ["y0", "y1", "y2", "tmap"]
-        assert group["inputs"][-1] == "proto"
+        assert group["outputs"] == ["y0", "y1", "y2"]
+        assert group["output_shapes"] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
+        assert group["inputs"][-3:] == ["wmap0", "wmap1", "wmap2"]
         # M = 300 rows, N = 384 + 64 + 96 = 544: 3 x 17 tiles of 128 x 32 (no wider
         # tile fills the SMs), boxes of 32 weight rows
         assert launch.tma_tile_for(300, 544, 256).bn == 32
-        assert read_prototypes(group["arrays"][-1]) == [(128, 256, 128), (384, 256, 32),
-                                                        (64, 256, 32), (96, 256, 32)]
+        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
+        for proj, arr, n in zip(projs, group["arrays"][-3:], (384, 64, 96)):
+            assert arr.dtype == mx.uint8 and arr.shape == (launch.WEIGHT_MAPS_BYTES,)
+            assert read_prototypes(arr) == maps_of(n)
+            assert arr is launch.weight_maps(proj.quantized_weight, 32)
         blocks = group["grid"][0] // group["threadgroup"][0]
         assert blocks == 3 * (12 + 2 + 3) and group["threadgroup"][0] == 256 + 32
-        assert group["output_shapes"][-1] == ((4 * blocks + 1) * 128,)
-        assert group["output_dtypes"][-1] == mx.uint8
-        # The members took every output the memo held (the scratch is not one of them):
-        # nothing left pending, so later forwards never count the launch as unused. A
-        # pending scratch once switched every TMA group off after 8 forwards.
+        # The members take every output the memo holds: nothing left pending, so later
+        # forwards never count the launch as unused (a pending scratch output once
+        # switched every TMA group off after 8 forwards).
         sib = attn.q_proj.siblings
         assert getattr(sib._memo, "last", None) is None
         attn.q_proj(x)
@@ -1489,9 +1503,10 @@ def test_tma_launches_carry_each_operands_map_and_a_scratch_per_block(cuda_here)
     layer(mx.zeros((3, 100, 256), dtype=mx.bfloat16))  # a new x: quantized anew
     plan = rec.launches[-1]
     assert plan["name"] == "w8a8_gemm_ws_tma_channel_u8" and len(rec.launches) - start == 2
-    assert read_prototypes(plan["arrays"][-1]) == [(128, 256, 128), (64, 256, 32)]
-    assert plan["output_shapes"][-1] == ((2 * 3 * 2 + 1) * 128,)  # 3 x 2 blocks
-    for lead in ((2, 5), (128,)):  # below one row tile, exactly one: the same prototypes
+    assert plan["inputs"][-1] == "wmap" and plan["outputs"] == ["y"]
+    assert read_prototypes(plan["arrays"][-1]) == maps_of(64)
+    assert plan["arrays"][-1] is group["arrays"][-2]  # the weight's one array, k_proj's
+    for lead in ((2, 5), (128,)):  # below one row tile, exactly one: the same array
         layer(mx.zeros((*lead, 256), dtype=mx.bfloat16))
         assert rec.launches[-1]["arrays"][-1] is plan["arrays"][-1]
 

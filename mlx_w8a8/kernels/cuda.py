@@ -407,7 +407,8 @@ _WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
 _GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
 _WS_FILES = ("gemm_ws.cu",)
 _TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS},pingpong_max_k={PINGPONG_MAX_K}"
-_TMA_FNS = (launch._tma_io, launch._tma_prototypes, tensormap.prototype, tensormap._driver)
+_TMA_FNS = (launch._tma_io, launch._tma_prototypes, launch._prototype_bytes, tensormap.prototype,
+            tensormap._driver)
 _QUANT_FNS = (quantize, launch.quantize_spec, launch._quantize_frame, launch.quant_cached)
 # The activation array of the unsigned-code GEMMs (quantize_rowsum -> gemm_rowsum).
 _ROWSUM_FNS = (quantize_rowsum, gemm_rowsum, launch.rowsum_shape, rowsum_rows_m,
@@ -443,8 +444,8 @@ _CANDIDATES = (
      _digest((_w8a8_tma_run, _w8a8_tma_stages, _quantize_rowsum, _apply_tma, gemm_per_channel,
               launch.gemm_per_channel_spec, tma_tile_for, _w8a8_tma_bind,
               bind_gemm_per_channel, _w8a8_tma_bind_group, bind_gemm_ws_group,
-              launch.gemm_ws_group_spec, launch._gemm_ws_group_frame) + _CHANNEL_FNS
-             + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
+              launch.gemm_ws_group_spec, launch._gemm_ws_group_frame,
+              launch.weight_maps) + _CHANNEL_FNS + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
              ("quantize.cu",) + _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K}")),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind,

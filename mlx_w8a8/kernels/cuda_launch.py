@@ -41,6 +41,7 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 # scales, int32 row sums: shaders/cuda/shape.cuh), R = M + ceil(8 M / K); R is one of
 # MLX's int32 dimensions.
 ROWSUM_MAX_ROWS = 2**31 - 1
+ROWSUM_MAP_AREA = 256  # shape.cuh kRowsumMapArea: 128 map bytes + up to 127 to align them
 
 
 def _own(file: str) -> tuple[str, dict[str, str]]:
@@ -146,8 +147,8 @@ class WsConfig(NamedTuple):
     """Tile of the warp-specialized persistent GEMM (``gemm_ws.cu``): 128 x ``bn``
     (``bn`` 256, 128, 64 or 32), a ``stages``-deep ring, 8 consumer warps and
     ``producers`` producer warps (1, 2 or 4); at most one block per SM. ``tma``: the
-    producer issues TMA tile loads (one warp; the ``tma_*`` bodies, which also take the
-    tensor-map prototypes and write a scratch output) instead of cp.async copies.
+    producer issues TMA tile loads (one warp; the ``tma_*`` bodies, which also take
+    the weights' map arrays, :func:`weight_maps`) instead of cp.async copies.
     ``pingpong``: each consumer warpgroup computes whole tiles, the two taking turns, so
     one's epilogue overlaps the other's MMAs (``bn`` <= 128: a thread holds ``bn``
     accumulators); otherwise they share each tile (64 rows each). ``accumulators``
@@ -417,21 +418,47 @@ def header_include(stem: str, header: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _tma_prototypes(k: int, ns: tuple[int, ...], bn: int) -> mx.array:
-    """The ``proto`` input of a ``tma_*`` body: A's map (``[BM, k]`` in ``BM``-row boxes;
+    """The ``proto`` input of the ``tma_int32`` body: A's map (``[BM, k]`` in ``BM``-row boxes;
     the kernel writes each launch's M and ``min(M, BM)`` box rows in: tma.cuh
     tma_replace_rows), then each weight's (``[n, k]``, ``bn``-row boxes), 128 bytes each
     (uint8). Independent of M, so a prompt of a new length encodes no map and copies no
     prototype to the device."""
+    return mx.array(np.frombuffer(_prototype_bytes(k, ns, bn), dtype=np.uint8))
+
+
+def _prototype_bytes(k: int, ns: tuple[int, ...], bn: int) -> bytes:
+    """A's tensor-map prototype, then each weight's: :func:`_tma_prototypes`' bytes."""
     maps = [tensormap.prototype(WsConfig.bm, k, WsConfig.bm)]
     maps += [tensormap.prototype(n, k, bn) for n in ns]
-    return mx.array(np.frombuffer(b"".join(maps), dtype=np.uint8))
+    return b"".join(maps)
 
 
 def _tma_io(cfg: WsConfig, k: int, ns: tuple[int, ...], blocks: int):
-    """A TMA launch's extra input (the prototypes) and its scratch output's shape: one
-    slot of 1 + G maps per block, + 128 bytes to align the first (gemm_ws.cu TmaMaps)."""
+    """The int32 TMA body's extra input (the prototypes) and its scratch output's shape:
+    one slot of 1 + G maps per block, + 128 bytes to align the first (gemm_ws.cu
+    TmaMaps)."""
     scratch = ((1 + len(ns)) * blocks + 1) * tensormap.MAP_BYTES
     return _tma_prototypes(k, ns, cfg.bn), (scratch,)
+
+
+WEIGHT_MAPS_BYTES = 4 * tensormap.MAP_BYTES
+
+
+def weight_maps(weight, bn: int) -> mx.array:
+    """``[512]`` uint8, the per-channel TMA GEMM's map array for ``weight`` on tiles
+    ``bn`` wide: A's tensor-map prototype (``[128, K]`` codes), then the weight's
+    (``[N, K]`` in ``bn``-row boxes), then 256 bytes where every launch writes the
+    weight's map made from the address it receives (gemm_ws.cu TmaMaps). Made once per
+    weight and tile width and kept with the weight (:meth:`QuantizedWeight.derived`): an
+    input of every launch on it, where a scratch output would cost each launch about
+    2.7 us of host time (docs/cuda.md "Host time per launch"). Every launch on the
+    weight writes the same bytes there, also launches that run at once, so a launch
+    reads only the map it made itself (tma.cuh)."""
+    def make():  # made on the host whole: no graph to evaluate, also under mx.compile
+        protos = _prototype_bytes(weight.k, (weight.n,), bn)
+        raw = protos + bytes(WEIGHT_MAPS_BYTES - len(protos))
+        return mx.array(np.frombuffer(raw, dtype=np.uint8))
+    return weight.derived(("cuda_tma_maps", bn), make)
 
 
 def _as_f32(a: mx.array) -> mx.array:
@@ -443,16 +470,17 @@ def _as_f32(a: mx.array) -> mx.array:
 # grows with each array a launch names (docs/cuda.md "Host time per launch").
 def rowsum_shape(m: int, k: int) -> tuple[int, int]:
     """The shape of the activation array of ``m`` rows of ``k`` codes: ``[R, k]`` int8,
-    ``R = m + ceil(8 m / k)`` (the codes ``[m, k]``, then ``m`` float32 scales and ``m``
-    int32 row sums, then zeros: ``shaders/cuda/shape.cuh``)."""
-    return (m + -(-8 * m // k), k)
+    ``R = m + ceil((8 m + 256) / k)`` (the codes ``[m, k]``, then ``m`` float32 scales and
+    ``m`` int32 row sums, then the map area, zeros where the TMA GEMM writes its map of
+    the codes: ``shaders/cuda/shape.cuh``)."""
+    return (m + -(-(8 * m + ROWSUM_MAP_AREA) // k), k)
 
 
 def rowsum_rows_m(r: int, k: int) -> int:
     """The ``m`` of an activation array of ``r`` rows of ``k`` bytes (the inverse of
-    :func:`rowsum_shape`, exact for every ``m``: ``r k = m (k + 8) + e``, ``0 <= e < k``;
-    the kernels' ``rowsum_m``)."""
-    return r * k // (k + 8)
+    :func:`rowsum_shape`, exact for every ``m``: ``r k = m (k + 8) + 256 + e``,
+    ``0 <= e < k``; the kernels' ``rowsum_m``)."""
+    return (r * k - ROWSUM_MAP_AREA) // (k + 8)
 
 
 def _check_rowsum_rows(m: int, k: int) -> None:
@@ -473,9 +501,7 @@ def pack_rowsum(q: mx.array, scale: mx.array, row_sums: mx.array) -> mx.array:
     r = rowsum_shape(m, k)[0]
     parts = [q.reshape(-1), _as_f32(scale).reshape(-1).view(mx.int8),
              row_sums.astype(mx.int32).reshape(-1).view(mx.int8)]
-    tail = r * k - m * (k + 8)
-    if tail:
-        parts.append(mx.zeros((tail,), dtype=mx.int8))
+    parts.append(mx.zeros((r * k - m * (k + 8),), dtype=mx.int8))  # the map area
     return mx.concatenate(parts).reshape(r, k)
 
 
@@ -667,16 +693,18 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     cfg = config or tile_for(m, weight.n)
     frame = _gemm_per_channel_frame(m, k, weight.n, bias is not None, out_dtype, cfg,
                                     unsigned, _lead(m, lead))
-    return _framed(frame, _channel_tail(weight, bias))
+    tail = _channel_tail(weight, bias)
+    if isinstance(cfg, WsConfig) and cfg.tma:  # + the weight's map array
+        tail += (weight_maps(weight, cfg.bn),)
+    return _framed(frame, tail)
 
 
 @functools.lru_cache(maxsize=_FRAMES)
 def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: mx.Dtype,
                             cfg, unsigned: bool, lead: tuple[int, ...]) -> LaunchSpec:
-    """:func:`gemm_per_channel_spec` for any weight of ``n`` rows on tile ``cfg``; its
-    tail holds only the inputs after the weight's (:func:`_channel_tail`): the TMA
-    prototypes."""
-    tail = []
+    """:func:`gemm_per_channel_spec` for any weight of ``n`` rows on tile ``cfg`` (no
+    tail: its inputs are all the weight's, :func:`_channel_tail`, and with a TMA tile
+    its map array, :func:`weight_maps`)."""
     if unsigned:
         if k > U8_MAX_K:
             raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm] unsigned-code GEMM needs K <= "
@@ -693,16 +721,13 @@ def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: m
     if has_bias:
         names += ("bias",)
         body += "_bias"
-    grid = _grid(m, n, cfg)
-    shapes, dtypes, outs = [(*lead, n)], [out_dtype], ("y",)
     if isinstance(cfg, WsConfig):
         body = cfg.body(body)
-        if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
-            proto, scratch = _tma_io(cfg, k, (n,), grid)
-            tail, names, outs = tail + [proto], names + ("proto",), outs + ("tmap",)
-            shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
-    kern = (cfg.file, body, names, outs, cfg.shared_memory)
-    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
+        if cfg.tma:  # A's map goes into xa, the weight's into its map array (TmaMaps)
+            names += ("wmap",)
+    grid = _grid(m, n, cfg)
+    kern = (cfg.file, body, names, ("y",), cfg.shared_memory)
+    return LaunchSpec(kern, (), [("T", out_dtype)] + cfg.template(), [(*lead, n)], [out_dtype],
                       (grid * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
@@ -719,8 +744,7 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
         config: the tile; ``None``: :func:`ws_tile_for` on the summed N.
 
     Returns:
-        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order
-        (a TMA ``config`` adds its tensor maps' scratch output last).
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order.
     """
     op = "[mlx_w8a8.cuda_w8a8_gemm_ws]"
     members = list(members)
@@ -739,18 +763,21 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
             raise ValueError(f"{op} sibling weights must be per-channel with K = {k}, "
                              f"got format={w.format}, K={w.k}")
     ns = tuple(w.n for w, _ in members)
-    frame = _gemm_ws_group_frame(m, k, ns, True in has_bias, out_dtype,
-                                 config or ws_tile_for(m, sum(ns)), _lead(m, lead))
-    return _framed(frame, tuple(a for w, b in members for a in _channel_tail(w, b)))
+    cfg = config or ws_tile_for(m, sum(ns))
+    frame = _gemm_ws_group_frame(m, k, ns, True in has_bias, out_dtype, cfg, _lead(m, lead))
+    tail = tuple(a for w, b in members for a in _channel_tail(w, b))
+    if cfg.tma:  # + each member's map array
+        tail += tuple(weight_maps(w, cfg.bn) for w, _ in members)
+    return _framed(frame, tail)
 
 
 @functools.lru_cache(maxsize=_FRAMES)
 def _gemm_ws_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
                          out_dtype: mx.Dtype, cfg, lead: tuple[int, ...]) -> LaunchSpec:
-    """:func:`gemm_ws_group_spec` for any members of ``ns`` rows on tile ``cfg``; its
-    tail holds only the inputs after the members' (:func:`_channel_tail` each): the TMA
-    prototypes."""
-    tail, names = [], ["xa"]
+    """:func:`gemm_ws_group_spec` for any members of ``ns`` rows on tile ``cfg`` (no
+    tail: its inputs are the members', :func:`_channel_tail` each, and with a TMA tile
+    their map arrays, :func:`weight_maps`)."""
+    names = ["xa"]
     for g in range(len(ns)):
         names += [f"w{g}", f"ws{g}"]
         if has_bias:
@@ -759,12 +786,10 @@ def _gemm_ws_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
     outs = tuple(f"y{g}" for g in range(len(ns)))
     blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
     shapes, dtypes = [(*lead, n) for n in ns], [out_dtype] * len(ns)
-    if cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
-        proto, scratch = _tma_io(cfg, k, tuple(ns), blocks)
-        tail, names, outs = tail + [proto], names + ["proto"], outs + ("tmap",)
-        shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
+    if cfg.tma:  # A's map goes into xa, each member's into its map array (TmaMaps)
+        names += [f"wmap{g}" for g in range(len(ns))]
     kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory)
-    return LaunchSpec(kern, tuple(tail), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
+    return LaunchSpec(kern, (), [("T", out_dtype)] + cfg.template(), shapes, dtypes,
                       (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
@@ -1118,10 +1143,8 @@ def bind_gemm_per_channel(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
 def bind_gemm_ws_group(m: int, k: int, members, out_dtype: mx.Dtype,
                        config: WsConfig | None = None, lead: tuple[int, ...] | None = None):
     """``f(acts) -> [y_0, y_1, ...]``: :func:`gemm_ws_group_spec`'s launch on
-    ``acts = (xa,)`` (``bind_quantize(row_sum=True)``), one output per member (a TMA
-    launch's tensor-map scratch, its last output, is not returned: the sibling memo
-    waits for every output it holds to be taken)."""
-    run = gemm_ws_group_spec(m, k, members, out_dtype, config, lead).bound(slice(len(members)))
+    ``acts = (xa,)`` (``bind_quantize(row_sum=True)``), one output per member."""
+    run = gemm_ws_group_spec(m, k, members, out_dtype, config, lead).bound()
     return lambda acts: run(*acts)
 
 

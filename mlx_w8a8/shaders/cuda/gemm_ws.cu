@@ -52,8 +52,8 @@
 // the A box holds just the M rows: a 128-row box mostly past M measured 1.5x slower
 // at M = 16 on 4096 x 4096 with 128 blocks (18.0 against 11.7 us, twelfth set); the
 // stage rows past M then keep stale bytes, which only reach accumulator rows >= M,
-// never stored. The maps are made
-// per block at the start from host-encoded prototypes (tma.cuh: why and how). No
+// never stored. Every block makes the launch's maps at the start from host-encoded
+// prototypes (tma.cuh: why and how; TmaMaps: where they go). No
 // register or load/store-unit work per copied byte is left to the SM. With PW = 4 the
 // producer warpgroup gives registers to the consumers (setmaxnreg: 40 / 232 per thread)
 // and warps 9-11 exit; with ptxas's 168 the bias and sibling bodies spilled up to 868
@@ -194,12 +194,22 @@ struct Member {
   int n, tn, g;
 };
 
-// The TMA producer's maps: proto, 1 + G host-encoded prototypes of 128 bytes (A's, then
-// each member's B); scratch, an output of at least 128 (1 + G gridDim.x + 1) bytes where
-// each block writes its maps. Null for the cp.async producer.
+constexpr int kMaxMembers = 3;  // cuda_launch.MAX_SIBLINGS
+
+// The TMA producer's maps (tma.cuh: why they are made in every launch), one of two ways:
+//  * the per-channel bodies: a_map, the place of A's map in the activation array
+//    (shape.cuh rowsum_map); own[g], member g's map array (cuda_launch.weight_maps,
+//    uint8 [512]): bytes [0, 128) A's prototype ([128, K] codes), [128, 256) the weight's
+//    ([N_g, K], BN-row boxes), and its map at the first 128-byte aligned byte from 256;
+//  * the int32 body: proto, 1 + G host-encoded prototypes of 128 bytes (A's, then each
+//    member's B); scratch, an output of at least 128 (1 + G gridDim.x + 1) bytes where
+//    each block writes its maps into its own slot.
+// All null for the cp.async producer.
 struct TmaMaps {
   const uint8_t* proto;
   uint8_t* scratch;
+  uintptr_t a_map;
+  const uint8_t* own[kMaxMembers];
 };
 
 template <int BN, typename T, int G>
@@ -296,6 +306,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   static_assert(WB != kWeightFlip, "the flipped-code path is gemm_wgmma.cu's");
   static_assert(PW == 1 || PW == 2 || PW == 4, "1, 2 or 4 producer warps");
   static_assert(!TMA || PW == 1 || PW == 4, "TMA: one producer warp or a warpgroup");
+  static_assert(G <= kMaxMembers, "at most kMaxMembers members");
   static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
   static_assert(ACC == 1 || (!PP && (ACC == 2 || ACC == 4) && ACC * BN <= 128),
                 "ACC accumulator sets: cooperative tiles, at most 64 registers of them");
@@ -306,6 +317,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   constexpr int BM = 128;
+  static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kStageBytes = (BM + BN) * kBK;
   constexpr int kHalves = PP ? 2 : 1;  // m64 row halves a consumer warpgroup computes
   // Accumulator sets per consumer thread: the ping-pong's two row halves, or ACC sets
@@ -343,50 +355,59 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
         setmaxnreg_dec<kProducerRegs>();
         if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
       }
-      // This block's maps: the prototypes with the real addresses, staged in shared memory
-      // after the barriers and published to the block's scratch slot (tma.cuh).
-      unsigned char* maps_s = reinterpret_cast<unsigned char*>(
-          (reinterpret_cast<uintptr_t>(bars + 2 * STAGES + 2) + 127) &
-          ~static_cast<uintptr_t>(127));
-      unsigned char* maps_g =
-          reinterpret_cast<unsigned char*>(
-              (reinterpret_cast<uintptr_t>(tma.scratch) + 127) & ~static_cast<uintptr_t>(127)) +
-          static_cast<size_t>(blockIdx.x) * (1 + G) * kTmaMapBytes;
-      for (int i = lane; i < (1 + G) * kTmaMapBytes; i += 32) maps_s[i] = tma.proto[i];
-      __syncwarp();
-      if (lane == 0) {
-        tma_replace_address(smem_addr(maps_s), a);
-        // A's box has min(M, BM) rows: below BM rows the rows past M are neither read nor
-        // zero-filled (stage_tx below counts the same rows).
-        tma_replace_rows(smem_addr(maps_s), M, M < BM ? M : BM);
+      // This launch's maps, staged in shared memory after the barriers (one stage per
+      // map) and published to global memory: A's to a_map and each weight's to its map
+      // array (written alike by every block and every launch on the same arrays), or all
+      // to this block's scratch slot (TmaMaps, tma.cuh).
+      unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES + 2));
+      void* map_a;
+      const void* map_b[G];
+      if (tma.proto != nullptr) {
+        unsigned char* slot = reinterpret_cast<unsigned char*>(tma_aligned(tma.scratch)) +
+                              static_cast<size_t>(blockIdx.x) * (1 + G) * kTmaMapBytes;
+        map_a = slot;
+        tma_make_map(slot, tma.proto, a, M, tma_box_rows_a(M), stage);
 #pragma unroll
-        for (int g = 0; g < G; ++g)
-          tma_replace_address(smem_addr(maps_s + (1 + g) * kTmaMapBytes), ms.b[g]);
+        for (int g = 0; g < G; ++g) {
+          tma_make_map(slot + (1 + g) * kTmaMapBytes, tma.proto + (1 + g) * kTmaMapBytes,
+                       ms.b[g], 0, 0, stage + (1 + g) * kTmaMapBytes);
+          map_b[g] = slot + (1 + g) * kTmaMapBytes;
+        }
+      } else {
+        map_a = reinterpret_cast<void*>(tma.a_map);
+        tma_make_map(map_a, tma.own[0], a, M, tma_box_rows_a(M), stage);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          void* dst = reinterpret_cast<void*>(tma_aligned(tma.own[g] + 2 * kTmaMapBytes));
+          tma_make_map(dst, tma.own[g] + kTmaMapBytes, ms.b[g], 0, 0,
+                       stage + (1 + g) * kTmaMapBytes);
+          map_b[g] = dst;
+        }
       }
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j <= G; ++j)
-        tma_publish(maps_g + j * kTmaMapBytes, smem_addr(maps_s + j * kTmaMapBytes));
       if (lane != 0) return;
+      tma_acquire(map_a);
 #pragma unroll
-      for (int j = 0; j <= G; ++j) tma_acquire(maps_g + j * kTmaMapBytes);
-      // A's box has min(M, BM) rows (written into its map above): below BM rows the rows
-      // past M are neither read nor zero-filled; they keep what the stage held before and
-      // only feed accumulator rows the epilogue never stores.
-      const uint32_t stage_tx = ((M < BM ? M : BM) + BN) * kBK;
+      for (int g = 0; g < G; ++g) tma_acquire(map_b[g]);
+      // A's box has tma_box_rows_a(M) rows (written into its map above): below BM rows
+      // the rows past M are neither read nor zero-filled; they keep what the stage held
+      // before and only feed accumulator rows the epilogue never stores.
+      const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK;
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tm, tn;
         tile_coords(tile, tiles_m, tiles_n, tm, tn);
         const Member<T> mb = member_of<BN>(ms, tn);
-        const unsigned char* map_b = maps_g + (1 + mb.g) * kTmaMapBytes;
+        const void* mb_map = map_b[0];
+#pragma unroll
+        for (int g = 1; g < G; ++g)
+          if (mb.g == g) mb_map = map_b[g];
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % STAGES;
           mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
           const uint32_t sa = smem_addr(smem + s * kStageBytes);
           mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
-          tma_load_2d(sa, maps_g, kt * kBK, tm * BM, full0 + 8 * s);
-          tma_load_2d(sa + BM * kBK, map_b, kt * kBK, mb.tn * BN, full0 + 8 * s);
+          tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
+          tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
         }
       }
       return;
@@ -582,13 +603,15 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, AC
         {w0_shape[0], w1_shape[0], w2_shape[0]}});
 
 // @@ body tma_int32
-// The bodies above with the TMA producer (gemm_ws<..., true>); inputs as theirs plus
-// proto (uint8, 128 (1 + G) bytes: tensor-map prototypes), outputs plus tmap (uint8
-// scratch, 128 (1 + G gridDim.x + 1) bytes).
+// The bodies above with the TMA producer (gemm_ws<..., true>; TmaMaps). tma_int32: inputs
+// as int32's plus proto (uint8, 256 bytes: A's and B's tensor-map prototypes), outputs
+// plus tmap (uint8 scratch, 128 (2 gridDim.x + 1) bytes). The per-channel bodies: inputs
+// as theirs plus each weight's map array (wmap, or wmap0, wmap1, ...: uint8 [512],
+// cuda_launch.weight_maps); A's map goes into xa's map area (shape.cuh rowsum_map).
 w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0, ACC>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{proto, tmap, 0, {nullptr}});
 
 // @@ body tma_channel_u8
 const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
@@ -596,7 +619,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, AC
     acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {nullptr}, {y},
                         {w_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{nullptr, nullptr, acts.map, {wmap}});
 
 // @@ body tma_channel_u8_bias
 const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
@@ -604,7 +627,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 1, true, PP != 0, ACC
     acts.q, acts.m, acts.k, acts.scale, acts.sums,
     w8a8::Members<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {ws}, {bias}, {y},
                         {w_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{nullptr, nullptr, acts.map, {wmap}});
 
 // @@ body tma_group2
 const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
@@ -613,7 +636,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, AC
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{nullptr, nullptr, acts.map, {wmap0, wmap1}});
 
 // @@ body tma_group2_bias
 const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
@@ -622,7 +645,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 2, true, PP != 0, ACC
     w8a8::Members<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {ws0, ws1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{nullptr, nullptr, acts.map, {wmap0, wmap1}});
 
 // @@ body tma_group3
 const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
@@ -633,7 +656,7 @@ w8a8::gemm_ws<1, false, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, AC
          reinterpret_cast<const int8_t*>(w2)},
         {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
         {w0_shape[0], w1_shape[0], w2_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{nullptr, nullptr, acts.map, {wmap0, wmap1, wmap2}});
 
 // @@ body tma_group3_bias
 const w8a8::RowsumActs acts = w8a8::rowsum_acts(xa, xa_shape);
@@ -644,4 +667,4 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, true, PP != 0, ACC
          reinterpret_cast<const int8_t*>(w2)},
         {ws0, ws1, ws2}, {bias0, bias1, bias2}, {y0, y1, y2},
         {w0_shape[0], w1_shape[0], w2_shape[0]}},
-    w8a8::TmaMaps{proto, tmap});
+    w8a8::TmaMaps{nullptr, nullptr, acts.map, {wmap0, wmap1, wmap2}});

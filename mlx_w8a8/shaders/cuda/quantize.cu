@@ -205,10 +205,10 @@ w8a8::quantize_row<T, 0>(x, x_shape[x_ndim - 1], q, scale, nullptr);
 
 // @@ body rowsum
 // As `plain`, plus the sum of each row's codes (the unsigned-code GEMMs' correction), all
-// in one output: xa [M + ceil(8 M / K), K] int8 (shape.cuh rowsum_acts).
+// in one output: xa [R, K] int8 (shape.cuh rowsum_acts), its map area zero.
 const int qk = x_shape[x_ndim - 1], qm = w8a8::rows(x_shape, x_ndim);
-w8a8::quantize_row<T, 0, true>(x, qk, xa, reinterpret_cast<float*>(xa + w8a8::rowsum_scales_at(qm, qk)),
-                               reinterpret_cast<int32_t*>(xa + w8a8::rowsum_sums_at(qm, qk)));
+const w8a8::RowsumOut o = w8a8::rowsum_out(xa, qm, qk);
+w8a8::quantize_row<T, 0, true>(x, qk, o.q, o.scale, o.sums);
 w8a8::rowsum_zero_tail(xa, qm, qk);
 
 // @@ body sums
@@ -218,6 +218,6 @@ w8a8::quantize_row<T, GS>(x, x_shape[x_ndim - 1], q, scale, row_sums);
 // @@ body rowsum_warp
 // As `rowsum` (the same array, the same bits), one warp per row: x [..., K] float (T).
 const int qk = x_shape[x_ndim - 1], qm = w8a8::rows(x_shape, x_ndim);
+const w8a8::RowsumOut o = w8a8::rowsum_out(xa, qm, qk);
 w8a8::rowsum_zero_tail(xa, qm, qk);
-w8a8::quantize_row_warp<T>(x, qm, qk, xa, reinterpret_cast<float*>(xa + w8a8::rowsum_scales_at(qm, qk)),
-                           reinterpret_cast<int32_t*>(xa + w8a8::rowsum_sums_at(qm, qk)));
+w8a8::quantize_row_warp<T>(x, qm, qk, o.q, o.scale, o.sums);

@@ -2,23 +2,38 @@
 // host-encoded prototypes, and the 2-D tile load completing on an mbarrier. A header-only
 // file, required by gemm_ws.cu ("// @@ requires tma.cuh").
 //
-// Why maps are patched on the device: a tensor map holds the global address of its
-// tensor, and MLX only knows an array's address at launch (mx.fast.cuda_kernel passes
-// arrays as pointers, never a __grid_constant__ CUtensorMap). So the launcher encodes a
-// prototype per operand on the host (kernels/tensormap.py: cuTensorMapEncodeTiled with
-// the operand's rows, K, box and 128-byte swizzle, and a placeholder address) and passes
-// the 128-byte prototypes as an input array. Each block copies them to shared memory,
-// writes the real addresses in (tensormap.replace; for the activations also their rows
-// and box rows, so their prototype does not depend on M), and copies them to its own slot of a
-// scratch output of the launch (tensormap.cp_fenceproxy, a release of the tensormap
-// proxy), because cp.async.bulk.tensor reads a map from global, constant or parameter
-// memory only. The issuing thread then acquires each map (fence.proxy.tensormap) before
-// its first load. The scratch is an output of the same launch, so MLX's graph orders it
-// like any other buffer; no launch ever reads a map another launch wrote.
+// Why maps are made on the device: a tensor map holds the global address of its tensor,
+// and MLX only knows an array's address at launch (mx.fast.cuda_kernel passes arrays as
+// pointers, never a __grid_constant__ CUtensorMap). So the launcher encodes a prototype
+// per operand on the host (kernels/tensormap.py: cuTensorMapEncodeTiled with the
+// operand's rows, K, box and 128-byte swizzle, and a placeholder address), and each block
+// of the GEMM copies it to shared memory, writes the real address in (tensormap.replace;
+// for the activations also their rows and box rows, so their prototype does not depend
+// on M) and copies it to global memory (tensormap.cp_fenceproxy, a release of the
+// tensormap proxy: tma_make_map), because cp.async.bulk.tensor reads a map from global,
+// constant or parameter memory only. The thread issuing loads then acquires each map
+// (fence.proxy.tensormap) before its first load.
+//
+// Where the maps go (gemm_ws.cu TmaMaps): every launch makes its maps from the addresses
+// it receives, so no map outlives the launch that made it. A map kept across launches
+// is unsafe: MLX's CUDA allocator may move an array's buffer (to unified memory when the
+// host first reads it), and a kept map would still name the old one (the thirty-first
+// set's branch failed that way: docs/cuda_runs.md).
+//  * The per-channel bodies write A's map into the activation array's map area
+//    (shape.cuh rowsum_map) and each weight's into that weight's map array
+//    (cuda_launch.weight_maps: its prototypes, then room for the map). Both are inputs,
+//    not outputs (an output costs a launch about 2.7 us of host time). Every launch
+//    reading one activation array writes the same bytes into its area (one address,
+//    one M, A's prototype depends on K only), and every launch on one weight the same
+//    bytes into its map array, so launches that run at once (sibling members on one
+//    array, independent calls of one layer in one graph) write identical bytes: no
+//    launch can see another's map differ from its own.
+//  * The int32 body (int8_matmul: operands from the caller, no activation array) writes
+//    each block's maps into its slot of a scratch output.
 //
 // Hazards:
 //  * A map object must be 128-byte aligned in shared memory and 64-byte aligned in global
-//    memory; the callers round both up (the scratch output is allocated 128 bytes long).
+//    memory; the callers round both up (every array holding a map has 127 bytes to spare).
 //  * cp_fenceproxy is .sync.aligned: every lane of the warp executes it, under uniform
 //    control flow.
 //  * A tile load's bytes are counted on its mbarrier in full, also for the parts of the
@@ -75,6 +90,35 @@ __device__ __forceinline__ void tma_acquire(const void* map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
 #endif
+}
+
+// The activations' box rows for M rows: the GEMM's 128-row tile, or M below it (a box
+// mostly past M measured slower: gemm_ws.cu). The map holds them and the GEMM counts the
+// same rows in each stage's expected bytes; they must agree.
+constexpr int kTmaTileRowsA = 128;
+__device__ __forceinline__ int tma_box_rows_a(int m) { return m < kTmaTileRowsA ? m : kTmaTileRowsA; }
+
+// The first 128-byte aligned address at or after p.
+__device__ __forceinline__ uintptr_t tma_aligned(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) + 127) & ~static_cast<uintptr_t>(127);
+}
+
+// Warp-collective (every lane, under uniform control flow): the map `proto` (128 bytes,
+// global, any alignment of 4) with `address` written in and, when rows > 0, its rows and
+// box rows, copied to `dst` (global, 128-byte aligned) through `stage` (128 bytes of
+// shared memory, 128-byte aligned, not shared with another map in flight) and released
+// to the tensormap proxy.
+__device__ __forceinline__ void tma_make_map(void* dst, const uint8_t* proto, const void* address,
+                                             int rows, int box_rows, unsigned char* stage) {
+  const int lane = threadIdx.x & 31;
+  reinterpret_cast<uint32_t*>(stage)[lane] = reinterpret_cast<const uint32_t*>(proto)[lane];
+  __syncwarp();
+  if (lane == 0) {
+    tma_replace_address(smem_addr(stage), address);
+    if (rows > 0) tma_replace_rows(smem_addr(stage), rows, box_rows);
+  }
+  __syncwarp();
+  tma_publish(dst, smem_addr(stage));
 }
 
 // Load the box at element coordinates (c0 along K, c1 along rows) of the map at `map`
