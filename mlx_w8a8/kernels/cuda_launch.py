@@ -972,7 +972,7 @@ def quantize_rowsum(x: mx.array, warp: bool = False) -> mx.array:
     Returns:
         ``[R, K]`` int8 (:func:`rowsum_shape`, ``M`` the rows of ``x``): the codes, then
         the float32 scales and the int32 row sums (:func:`unpack_rowsum` splits it),
-        for :func:`gemm_rowsum`.
+        then the map area, zero, for :func:`gemm_rowsum`.
     """
     k = x.shape[-1]
     return quantize_spec(x.size // k, k, x.dtype, None, True, warp).launch(x)[0]
@@ -1047,6 +1047,10 @@ def gemm_rowsum(xa: mx.array, weight, bias, out_dtype, config: GemmConfig | WsCo
 
     Returns:
         ``[*lead, N]`` of ``out_dtype``.
+
+    A TMA tile (``TMA_CONFIGS``) writes its tensor map of the codes into ``xa``'s map
+    area (the bytes after the row sums: :func:`rowsum_shape`); nothing else of ``xa``
+    changes, and every launch reading the same ``xa`` writes the same bytes there.
 
     Raises:
         ValueError: where ``xa`` is not such an array for ``weight``'s K.
