@@ -2,7 +2,8 @@
 a grid over M, K, the tile, the quantize body and a host read of the array before the
 GEMM; each TMA launch is made twice (``kept=``: on the thirty-first set's branch, which
 kept a weight's map across launches, the second read the map the first made; main makes
-every map in the launch that uses it). Prints one line per case (``ok`` / ``DIFF`` with
+every map in the launch that uses it, writing it over the same bytes of the activation
+array and of the weight's map array each time). Prints one line per case (``ok`` / ``DIFF`` with
 the largest difference); needs an sm_90 GPU with tensor maps.
 ``python bench/tma_map_probe.py [--test-shapes] [--poison]``"""
 
