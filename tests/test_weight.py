@@ -147,3 +147,28 @@ def test_other_bit_widths_are_named(bits):
     q, s, b = mx.quantize(mx.zeros((8, 256)), group_size=64, bits=bits)
     with pytest.raises(ValueError, match=rf"QuantizedWeight.*q holds {bits}-bit codes.*bits=8"):
         QuantizedWeight(q, s, b, 64)
+
+
+def test_derived_arrays_are_made_once_per_key_and_stay_with_their_weight():
+    """QuantizedWeight.derived: ``make`` runs on a key's first call only (the CUDA TMA
+    GEMM's map array is made once per weight and tile width, and every launch on the
+    weight must name that one array); keys are apart; a copy made with attrs.evolve
+    (another object, possibly other arrays) starts empty."""
+    import attrs
+
+    w = QuantizedWeight.from_float(mx.random.normal((8, 64)), group_size=64, per_channel=True)
+    made = []
+
+    def make(tag):
+        def f():
+            made.append(tag)
+            return mx.array([len(made)])
+        return f
+
+    first = w.derived(("maps", 256), make("a"))
+    assert w.derived(("maps", 256), make("again")) is first and made == ["a"]
+    other = w.derived(("maps", 32), make("b"))
+    assert other is not first and made == ["a", "b"]
+    copy = attrs.evolve(w)
+    assert copy.derived(("maps", 256), make("c")) is not first and made == ["a", "b", "c"]
+    assert w.derived(("maps", 256), make("d")) is first and made == ["a", "b", "c"]
