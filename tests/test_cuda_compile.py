@@ -1190,7 +1190,7 @@ def test_kernel_names_change_with_their_text(monkeypatch):
 
 def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
     """A tuning table entry is fresh while its candidates' digests match
-    (cuda._digest): a comment edited in a kernel file, or in a file it requires, must
+    (cuda._digest, derived from the code a candidate reaches): a comment edited in a kernel file, or in a file it requires, must
     leave the digest as it was (the compiled text is the same), while a code edit, a
     body renamed or a required header's code changed must change it."""
     real = sources.read
@@ -1206,7 +1206,7 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
         launch.load.cache_clear()
         launch.requires.cache_clear()
         try:
-            return cuda._digest((launch.gemm_per_channel,), ("gemm_ws.cu",), "params")
+            return cuda._digest(cuda._w8a8_ws_run)  # reaches gemm_ws.cu (and tma.cuh)
         finally:
             launch.load.cache_clear()
             launch.requires.cache_clear()

@@ -1,4 +1,5 @@
 """Candidate digests (kernels/sources.code_digest): what a candidate runs, not its module."""
+import pytest
 
 from mlx_w8a8.kernels import reference, registry, sources
 
@@ -101,3 +102,149 @@ def test_code_text_of_text_that_does_not_parse_still_drops_comments():
     # A lambda's source line cut out of a larger expression does not parse alone.
     assert sources.code_text("    key=lambda c: c.name,  # by name\n") == \
         "    key=lambda c: c.name,"
+
+
+# Derived digests (sources.closure / closure_digest) ---------------------------------------
+_PKG = {
+    "__init__.py": "",
+    "launch.py": (
+        "TILE = 64\n"
+        "TABLE = {'a': (1, 2)}\n\n"
+        "def _grid(m):\n"
+        "    # a comment\n"
+        "    return (m + TILE - 1) // TILE\n\n"
+        "def spec(m):\n"
+        "    return ('body.cu', _grid(m), TABLE['a'])\n"
+    ),
+    "kern.py": (
+        "from . import launch\n"
+        "from .launch import spec\n\n"
+        "def run(x):\n"
+        "    '''Docstring.'''\n"
+        "    return spec(x), launch.TILE\n\n"
+        "def unrelated():\n"
+        "    return 'other.cu'\n"
+    ),
+}
+
+
+def _closure_digest(tmp_path, monkeypatch, edits=None, name="v0"):
+    """Write _PKG (with ``edits``: file -> (old, new)) as package ``pkg`` in folder
+    ``name``, import it afresh and digest kern.run's closure with the .cu files it names
+    (module names are part of the digest, so every version is the package ``pkg``)."""
+    import importlib
+    import sys
+
+    root = tmp_path / name / "pkg"
+    root.mkdir(parents=True)
+    for file, text in _PKG.items():
+        old, new = (edits or {}).get(file, ("", ""))
+        assert not old or old in text
+        (root / file).write_text(text.replace(old, new, 1) if old else text)
+    for mod in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.syspath_prepend(str(root.parent))
+    kern = importlib.import_module("pkg.kern")
+    mods = ("pkg.kern", "pkg.launch")
+    reached = sources.closure([kern.run], mods)
+    loaded = []
+    digest = sources.closure_digest([kern.run], mods, (".cu",),
+                                    lambda f: loaded.append(f) or [f"text of {f}"])
+    return reached, digest, loaded
+
+
+def test_closure_follows_helpers_and_constants_transitively(tmp_path, monkeypatch):
+    reached, _, loaded = _closure_digest(tmp_path, monkeypatch)
+    names = {k.split(".", 1)[1] for k in reached}
+    # run -> spec (imported by name) -> _grid (a helper two calls deep) -> TILE; run ->
+    # launch.TILE (module attribute); TABLE (a constant read by spec). Not `unrelated`.
+    assert names == {"kern.run", "launch.spec", "launch._grid", "launch.TILE", "launch.TABLE"}
+    assert loaded == ["body.cu"]  # the kernel file named in reached code, not other.cu
+
+
+def test_a_helper_edit_changes_the_digest_and_a_comment_does_not(tmp_path, monkeypatch):
+    _, base, _ = _closure_digest(tmp_path, monkeypatch)
+    cases = {  # (file, old, new): whether the digest must change
+        "helper two calls deep": (("launch.py", "return (m + TILE - 1) // TILE",
+                                   "return (m + TILE) // TILE"), True),
+        "a constant a helper reads": (("launch.py", "TILE = 64", "TILE = 128"), True),
+        "a constant in a table": (("launch.py", "(1, 2)", "(1, 3)"), True),
+        "the kernel file named": (("launch.py", "'body.cu'", "'body2.cu'"), True),
+        "a comment in a helper": (("launch.py", "# a comment", "# another comment"), False),
+        "a docstring": (("kern.py", "'''Docstring.'''", "'''Other words.'''"), False),
+        "code that is not reached": (("kern.py", "return 'other.cu'", "return 'o.cu'"), False),
+    }
+    for i, (what, (edit, stales)) in enumerate(cases.items()):
+        file, old, new = edit
+        _, d, _ = _closure_digest(tmp_path, monkeypatch, {file: (old, new)}, name=f"v{i + 1}")
+        assert (d != base) == stales, what
+
+
+def test_closure_refuses_a_constant_without_a_stable_repr(tmp_path, monkeypatch):
+    import importlib
+
+    root = tmp_path / "pkg_obj"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "m.py").write_text("class Thing:\n    pass\n\nTHING = Thing()\n\n"
+                               "def run():\n    return THING\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    m = importlib.import_module("pkg_obj.m")
+    with pytest.raises(ValueError, match="no stable repr"):
+        sources.closure([m.run], ("pkg_obj.m",))
+
+
+def test_candidate_digests_are_the_same_in_every_process():
+    """A table written by one process is read by another: a digest that depended on
+    hash seeds, addresses or import order would make every shipped entry stale."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import mlx_w8a8\nfrom mlx_w8a8.kernels import registry\n"
+            "print(sorted((c.name, c.digest) for c in registry.all_candidates()))")
+    outs = set()
+    for seed in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        outs.add(run.stdout)
+    assert len(outs) == 1
+
+
+def test_cuda_digests_follow_a_launch_helper_edit(tmp_path):
+    """On the package itself: a copy whose ``cuda_launch._grid`` (reached by every GEMM
+    launch, listed by no one) gains a statement gives new GEMM digests; a comment added
+    to it leaves them as they were."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(sources.__file__).resolve().parents[1]
+    code = ("from mlx_w8a8.kernels import registry, cuda\n"
+            "print({c.name: c.digest for c in registry.all_candidates() if c.backend == 'cuda'})")
+
+    def digests(edit):
+        dst = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(src, dst / "mlx_w8a8", ignore=shutil.ignore_patterns("__pycache__"))
+        launch = dst / "mlx_w8a8" / "kernels" / "cuda_launch.py"
+        text = launch.read_text()
+        marker = "def _grid("
+        assert marker in text
+        head, tail = text.split(marker, 1)
+        body_start = tail.index(":\n") + 2
+        launch.write_text(head + marker + tail[:body_start] + edit + tail[body_start:])
+        run = subprocess.run([sys.executable, "-c", code], cwd=dst, capture_output=True,
+                             text=True, timeout=120, env={**__import__("os").environ,
+                                                          "PYTHONPATH": str(dst)})
+        assert run.returncode == 0, run.stderr
+        return eval(run.stdout)
+
+    base = digests("")
+    edited = digests("    _unused = 0\n")
+    commented = digests("    # a remark\n")
+    assert commented == base
+    changed = {n for n in base if edited[n] != base[n]}
+    assert {"cuda_w8a8_gemm", "cuda_w8a8_gemm_tma", "cuda_int8_gemm"} <= changed, changed

@@ -385,83 +385,39 @@ def _supports_gemv(p: registry.Problem) -> bool:
             and p.n >= 1 and _float_k_ok(p))
 
 
-def _digest(functions, files, params: str) -> str:
-    """The candidate's digest: the Python functions it runs (its own and the launchers'),
-    the kernel text it compiles and its launch parameters (``sources.code_digest``).
-
-    The kernel text is what MLX compiles (:func:`launch.load`: each file's header after
-    the headers it requires, and its named bodies, comments stripped), so a comment
-    edited in a kernel file leaves tuning tables fresh and any code edit stales them."""
-    common = (launch.load, launch.requires, launch._own, launch._kernel, launch._grid,
-              launch.tiles, launch.LaunchSpec, launch._framed)
-    texts = []
-    for top in files:
-        header, bodies = launch.load(top)
-        texts.append(header)
-        texts += [f"{name}\n{body}" for name, body in sorted(bodies.items())]
-    return sources.code_digest(*functions, *common, texts=tuple(texts), params=params)
+# What a CUDA candidate's digest follows (sources.closure_digest): the code of these
+# modules that its launchers reach, and the kernel files named in that code.
+_DIGEST_MODULES = (__name__, launch.__name__, tensormap.__name__)
 
 
-_GEMM_PARAMS = repr(sorted(GEMM_CONFIGS.items()))
-_WS_PARAMS = f"{sorted(WS_CONFIGS.items())},sms={SMS}"
-_GEMM_FILES = ("gemm.cu", "gemm_wgmma.cu")
-_WS_FILES = ("gemm_ws.cu",)
-_TMA_PARAMS = f"{sorted(TMA_CONFIGS.items())},sms={SMS},pingpong_max_k={PINGPONG_MAX_K}"
-_TMA_FNS = (launch._tma_io, launch._tma_prototypes, launch._prototype_bytes, tensormap.prototype,
-            tensormap._driver)
-_QUANT_FNS = (quantize, launch.quantize_spec, launch._quantize_frame, launch.quant_cached)
-# The activation array of the unsigned-code GEMMs (quantize_rowsum -> gemm_rowsum).
-_ROWSUM_FNS = (quantize_rowsum, gemm_rowsum, launch.rowsum_shape, rowsum_rows_m,
-               launch._check_rowsum_rows, launch.pack_rowsum, launch.unpack_rowsum)
-_CHANNEL_FNS = (launch._gemm_per_channel_frame, launch._channel_tail) + _ROWSUM_FNS
-_BIND_FNS = (bind_quantize, launch._bind_acts1, launch._bind_acts2, launch._bind_acts3,
-             launch._lead)
+def _kernel_texts(file: str) -> list[str]:
+    """What MLX compiles of ``file`` (:func:`launch.load`: its header after the headers
+    it requires, and its bodies, comments stripped): a comment edited in a kernel file
+    leaves tuning tables fresh, any code edit stales them."""
+    header, bodies = launch.load(file)
+    return [header] + [f"{name}\n{body}" for name, body in sorted(bodies.items())]
+
+
+def _digest(*entries) -> str:
+    return sources.closure_digest(entries, _DIGEST_MODULES, (".cu",), _kernel_texts)
+
+
+# name, op, run, supports, stages, bind_stages: one row per kernel; its digest, variant
+# and sibling form are derived from the row's functions.
 _CANDIDATES = (
-    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None,
-     _digest((_quantize_run,) + _QUANT_FNS, ("quantize.cu",), f"threads<={QUANT_MAX_THREADS}")),
-    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None, None,
-     _digest((int8_gemm, launch.tile_for), _GEMM_FILES, _GEMM_PARAMS)),
-    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None,
-     _digest((int8_gemm_ws, int8_gemm, ws_tile_for), _WS_FILES, _WS_PARAMS)),
-    ("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma, None, None,
-     _digest((int8_gemm_tma, int8_gemm, tma_tile_for) + _TMA_FNS, _WS_FILES, _TMA_PARAMS)),
+    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None),
+    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None, None),
+    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None),
+    ("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma, None, None),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_stages,
-     _w8a8_gemm_bind,
-     _digest((_w8a8_gemm_run, _w8a8_gemm_stages, _quantize_rowsum, _quantize_plain, _apply_u8,
-              _apply_flip, gemm_per_channel, launch.gemm_per_channel_spec, launch.tile_for,
-              _w8a8_gemm_bind, bind_gemm_per_channel) + _CHANNEL_FNS + _QUANT_FNS + _BIND_FNS,
-             ("quantize.cu",) + _GEMM_FILES, f"{_GEMM_PARAMS},u8<={U8_MAX_K}")),
+     _w8a8_gemm_bind),
     ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
-     _w8a8_ws_bind,
-     _digest((_w8a8_ws_run, _w8a8_ws_stages, _quantize_rowsum, _apply_ws, gemm_per_channel,
-              launch.gemm_per_channel_spec, ws_tile_for, _w8a8_ws_bind,
-              bind_gemm_per_channel, _w8a8_ws_bind_group, bind_gemm_ws_group,
-              launch.gemm_ws_group_spec, launch._gemm_ws_group_frame) + _CHANNEL_FNS
-             + _QUANT_FNS + _BIND_FNS,
-             ("quantize.cu",) + _WS_FILES, f"{_WS_PARAMS},u8<={U8_MAX_K}")),
+     _w8a8_ws_bind),
     ("cuda_w8a8_gemm_tma", "linear", _w8a8_tma_run, _supports_gemm_tma, _w8a8_tma_stages,
-     _w8a8_tma_bind,
-     _digest((_w8a8_tma_run, _w8a8_tma_stages, _quantize_rowsum, _apply_tma, gemm_per_channel,
-              launch.gemm_per_channel_spec, tma_tile_for, _w8a8_tma_bind,
-              bind_gemm_per_channel, _w8a8_tma_bind_group, bind_gemm_ws_group,
-              launch.gemm_ws_group_spec, launch._gemm_ws_group_frame,
-              launch.weight_maps) + _CHANNEL_FNS + _TMA_FNS + _QUANT_FNS + _BIND_FNS,
-             ("quantize.cu",) + _WS_FILES, f"{_TMA_PARAMS},u8<={U8_MAX_K}")),
+     _w8a8_tma_bind),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
-     _w8a8_grouped_stages, _w8a8_grouped_bind,
-     _digest((_w8a8_grouped_run, _w8a8_grouped_stages, _apply_grouped, gemm_grouped,
-              launch.gemm_grouped_spec, launch._gemm_grouped_frame, launch.grouped_tile_for,
-              _w8a8_grouped_bind,
-              bind_gemm_grouped) + _QUANT_FNS + _BIND_FNS, ("quantize.cu", "gemm.cu"),
-             _GEMM_PARAMS)),
-    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind,
-     _digest((_gemv_run, _gemv_stages, _quantize_plain, _apply_gemv, gemv, gemv_quantized,
-              launch.gemv_fused_spec, launch.gemv_quantized_spec, launch._gemv_weight,
-              gemv_fuses, launch.gemv_bucket, launch.gemv_rows_per_warp, _gemv_bind,
-              bind_gemv_fused, bind_gemv_quantized, _gemv_bind_group, bind_gemv_fused_group,
-              launch.gemv_fused_group_spec) + _QUANT_FNS + _BIND_FNS,
-             ("quantize.cu", "gemv.cu"),
-             f"threads={GEMV_THREADS},fused<={GEMV_FUSED_MAX_SMEM},{GEMV_FUSED_BLOCKS}")),
+     _w8a8_grouped_stages, _w8a8_grouped_bind),
+    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind),
 )
 
 # Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
@@ -470,10 +426,10 @@ _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
                 "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
                 "cuda_int8_gemv": _gemv_bind_group}
 
-for _name, _op, _run, _supports, _stages, _bind, _dig in _CANDIDATES:
+for _name, _op, _run, _supports, _stages, _bind in _CANDIDATES:
     registry.register(
         registry.Candidate(name=_name, backend="cuda", op=_op, run=_run, supports=_supports,
-                           digest=_dig, available=cuda_available, stages=_stages,
-                           bind_stages=_bind, bind_group=_GROUP_BINDS.get(_name),
-                           variant=_VARIANTS[_name])
+                           digest=_digest(_run, _stages, _bind, _GROUP_BINDS.get(_name)),
+                           available=cuda_available, stages=_stages, bind_stages=_bind,
+                           bind_group=_GROUP_BINDS.get(_name), variant=_VARIANTS[_name])
     )

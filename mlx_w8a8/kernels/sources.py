@@ -15,10 +15,11 @@ import hashlib
 import inspect
 import io
 import re
+import sys
 import textwrap
 import tokenize
 from importlib import resources
-from typing import Callable
+from typing import Callable, Iterable
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,6 +60,123 @@ def code_digest(*functions: Callable, texts: tuple[str, ...] = (), params: str =
         params: launch parameters and constants, as text.
     """
     return digest(*(_source(f) for f in functions), *texts, params)
+
+
+def closure(entries: Iterable[Callable], modules: Iterable[str]) -> dict[str, str]:
+    """The code a candidate runs: ``entries`` and every function, class and module-level
+    constant of ``modules`` that they reach, transitively, by name.
+
+    Names are read from each function's source (``ast``: a bare name, or ``mod.attr``
+    where ``mod`` is one of ``modules``) and resolved in its module's globals, as
+    Triton's ``JITFunction.cache_key`` follows the globals a kernel uses. Objects of
+    other modules (MLX, numpy, the registry) are not followed: their versions are keyed
+    separately or do not change what a kernel computes. The walk over-approximates (a
+    name in a branch not taken still counts), which can only make tables stale sooner.
+
+    Returns:
+        ``{"module.qualname": text}``: :func:`code_text` for functions and classes,
+        ``repr`` for constants, in a deterministic order.
+
+    Raises:
+        ValueError: if a reached constant has no stable ``repr`` (one naming a memory
+            address), since a digest built from it would differ between processes.
+    """
+    modules = frozenset(modules)
+    out: dict[str, str] = {}
+    stack = [e for e in entries if e is not None]
+    while stack:
+        obj = inspect.unwrap(stack.pop())
+        key = f"{obj.__module__}.{obj.__qualname__}"
+        if key in out:
+            continue
+        out[key] = _source(obj)
+        scope = sys.modules[obj.__module__].__dict__
+        for name, attr in _names(obj):
+            value = scope.get(name, _MISSING)
+            if attr is not None and inspect.ismodule(value) and value.__name__ in modules:
+                owner, name, value = value.__name__, attr, getattr(value, attr, _MISSING)
+            else:
+                owner = obj.__module__
+            if value is _MISSING or inspect.ismodule(value):
+                continue
+            if _is_code(value):
+                if getattr(value, "__module__", None) in modules:
+                    stack.append(value)
+            elif owner in modules and not callable(value):
+                out.setdefault(f"{owner}.{name}", _constant(value, modules, stack, f"{owner}.{name}"))
+    return dict(sorted(out.items()))
+
+
+def closure_digest(entries: Iterable[Callable], modules: Iterable[str],
+                   extensions: tuple[str, ...] = (),
+                   load: Callable[[str], Iterable[str]] | None = None) -> str:
+    """A candidate's digest, derived from what it runs, never listed by hand: the
+    :func:`closure` of ``entries`` within ``modules`` and the kernel files it compiles.
+
+    The files are found, not listed: every string literal of the reached code that is a
+    file name ending in one of ``extensions`` (e.g. ``(".cu",)``) names one, and
+    ``load(file)`` gives the texts it compiles (the header with what it requires or
+    includes, and its bodies), so editing a shared header, a launcher or a constant a launcher reads changes the
+    digest, and a comment does not.
+    """
+    reached = closure(entries, modules)
+    parts = [f"{k}\n{v}" for k, v in reached.items()]
+    if extensions and load is not None:
+        ends = "|".join(re.escape(e) for e in extensions)
+        pattern = rf"""["']([\w.-]+(?:{ends}))["']"""
+        files = sorted(set(re.findall(pattern, "\n".join(reached.values()))))
+        for f in files:
+            parts.append(f)
+            parts.extend(load(f))
+    return digest(*parts)
+
+
+_MISSING = object()
+
+
+def _is_code(value) -> bool:
+    return inspect.isfunction(value) or inspect.isclass(value) or hasattr(value, "__wrapped__")
+
+
+def _constant(value, modules: frozenset, stack: list, where: str) -> str:
+    """A stable text of a module-level constant; functions and classes of ``modules``
+    inside containers (dispatch tables) are pushed onto ``stack`` and named."""
+    if _is_code(value):
+        if getattr(value, "__module__", None) in modules:
+            stack.append(value)
+        return f"<{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}>"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_constant(k, modules, stack, where)}: "
+                               f"{_constant(v, modules, stack, where)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list, set, frozenset)):
+        items = [_constant(v, modules, stack, where) for v in value]
+        if isinstance(value, (set, frozenset)):
+            items.sort()
+        return f"{type(value).__name__}({', '.join(items)})"
+    text = repr(value)
+    if re.search(r" at 0x[0-9a-fA-F]+", text):
+        raise ValueError(f"[mlx_w8a8.sources] {where} has no stable repr for a kernel "
+                         f"digest: {text[:80]}")
+    return text
+
+
+def _names(obj) -> list[tuple[str, str | None]]:
+    """``(name, attr)`` for each bare name (``attr`` None) and each ``name.attr`` read in
+    the source of ``obj``, sorted; where no source ships, the global names its compiled
+    code reads (attributes included, unqualified)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError):
+        code = getattr(obj, "__code__", None)
+        return sorted((n, None) for n in (code.co_names if code else ()))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            found.add((node.value.id, node.attr))
+        elif isinstance(node, ast.Name):
+            found.add((node.id, None))
+    return sorted(found, key=lambda t: (t[0], t[1] or ""))
 
 
 def _source(function: Callable) -> str:
