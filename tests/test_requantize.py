@@ -1,0 +1,95 @@
+"""requantize.per_channel: group-wise 8-bit layers to per-channel int8, with the cost."""
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+import mlx_w8a8 as w8
+from mlx_w8a8 import requantize
+from mlx_w8a8.nn import Linear
+
+import tiny_lm
+
+
+def _grouped_layer(rng, n=48, k=256, group_size=64, dtype=mx.bfloat16):
+    # Rows whose groups have very different ranges: where group-wise scales fit better
+    # than one scale per row, so the requantization visibly costs something.
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w[:, :group_size] *= 8.0
+    q, s, b = mx.quantize(mx.array(w).astype(dtype), group_size=group_size, bits=8)
+    layer = nn.QuantizedLinear(k, n, bias=True, group_size=group_size, bits=8)
+    layer.weight, layer.scales, layer.biases = q, s, b
+    layer.bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(dtype)
+    return layer
+
+
+def test_rows_become_per_channel_and_match_the_numpy_oracle(rng):
+    model = nn.Sequential(_grouped_layer(rng))
+    w8.quantize(model)
+    layer = model.layers[0]
+    assert layer.format == "grouped"
+    old = layer.quantized_weight
+    codes = np.array(old.codes(), np.float64).reshape(48, -1, 64)
+    s = np.array(old.scales.astype(mx.float32), np.float64)[..., None]
+    b = np.array(old.biases.astype(mx.float32), np.float64)[..., None]
+    w_grouped = (codes * s + b).reshape(48, 256)  # what the group-wise kernels multiply by
+    report = requantize.per_channel(model)
+    layer = model.layers[0]
+    assert isinstance(layer, Linear) and layer.format == "per_channel"
+    assert list(report.weight_sqnr_db) == ["layers.0"]
+    # oracle: one scale per row, stored in bfloat16, codes from the float64 weight
+    scale = np.array(mx.array((np.abs(w_grouped).max(1, keepdims=True) / 127).astype(
+        np.float32)).astype(mx.bfloat16).astype(mx.float32), np.float64)
+    codes = np.clip(np.rint(w_grouped / scale), -127, 127)
+    want = codes * scale
+    qw = layer.quantized_weight
+    got = (np.array(qw.int8(), np.float64)
+           * np.array(qw.channel_scales, np.float64).reshape(-1, 1))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    sqnr = 10 * np.log10((w_grouped ** 2).sum() / ((w_grouped - want) ** 2).sum())
+    assert report.weight_sqnr_db["layers.0"] == pytest.approx(sqnr, abs=0.05)
+    assert 20 < sqnr < 60  # a real, finite cost: the test data is not already per-channel
+    # the bias is carried over
+    assert layer.bias.dtype == mx.bfloat16
+
+
+def test_layers_already_per_channel_and_float_layers_are_left_alone(rng):
+    model = nn.Sequential(nn.Linear(64, 32), _grouped_layer(rng, n=16, k=64))
+    w8.quantize(model, class_predicate=lambda p, m: isinstance(m, nn.QuantizedLinear))
+    first = model.layers[0]
+    report = requantize.per_channel(model, class_predicate=lambda p, m: False)
+    assert report.layers == 0 and model.layers[1].format == "grouped"
+    report = requantize.per_channel(model)
+    assert model.layers[0] is first  # float nn.Linear untouched
+    assert report.layers == 1 and model.layers[1].format == "per_channel"
+    assert requantize.per_channel(model).layers == 0  # nothing group-wise is left
+
+
+def test_a_tiny_lm_reports_logits_and_relinks_its_siblings(rng):
+    model, _ = tiny_lm.model("llama", rng=rng)
+    nn.quantize(model, group_size=64, bits=8)  # an mlx-lm 8-bit model, as mlx-lm makes it
+    w8.quantize(model)
+    tokens = mx.array(rng.integers(0, 256, (2, 12)))
+    grouped = model(tokens)
+    report = requantize.per_channel(model, tokens=tokens)
+    assert report.layers > 0
+    assert all(layer.format == "per_channel"
+               for _, layer in model.named_modules() if isinstance(layer, Linear))
+    groups = {id(layer.siblings) for _, layer in model.named_modules()
+              if isinstance(layer, Linear) and layer.siblings is not None}
+    assert groups  # q/k/v and gate/up are linked again on the new layers
+    after = np.array(model(tokens).astype(mx.float32), np.float64)
+    ref = np.array(grouped.astype(mx.float32), np.float64)
+    want = 10 * math.log10((ref ** 2).sum() / ((ref - after) ** 2).sum())
+    assert report.logits_sqnr_db == pytest.approx(want, abs=0.1)
+    assert "requantized to per-channel" in report.describe()
+
+
+def test_tokens_must_be_two_dimensional(rng):
+    model = nn.Sequential(_grouped_layer(rng))
+    w8.quantize(model)
+    with pytest.raises(ValueError, match=r"requantize.per_channel\] tokens must be a \[B, T\]"):
+        requantize.per_channel(model, tokens=mx.array([1, 2, 3]))
