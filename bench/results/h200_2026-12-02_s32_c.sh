@@ -8,7 +8,7 @@
 # 2) the 4-layer Llama-3-8B-shaped model with --new-lengths after mlx_w8a8.warm_up;
 # 3) the 32-layer model, the same.
 # Outcome: `bench --cider` 1.42x (branch) against 1.32x (main) on 4096 x 4096 at M = 2048;
-# the 4-layer and 32-layer rows are in docs/cuda_runs.md (thirty-second set).
+# the 4-layer and 32-layer rows are in docs/cuda.md's figures table.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/s32_c}

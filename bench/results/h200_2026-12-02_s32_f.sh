@@ -4,7 +4,7 @@
 # each, to see whether run C's rows at new lengths (0.82x / 0.76x / 1.06x bf16, below the
 # twenty-ninth set's main) move with the branch or between processes:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h200_2026-12-02_s32_f.sh
-# Outcome: both processes ran (rows in docs/cuda_runs.md, thirty-second set).
+# Outcome: both processes ran (rows in docs/cuda.md's figures table).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/s32_f}
