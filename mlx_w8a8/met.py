@@ -4,7 +4,7 @@ A server meets most prompt lengths once. ``mlx_w8a8.Linear`` and ``w8a8_linear``
 what they prepare for an input (a layer's plan, a bound call) only from the second call
 with its key: the first call's work serves that call and is dropped, and only the key is
 remembered here. Every object kept at a new shape is one more for Python's cyclic
-collector to promote and later scan in a full collection (twenty-sixth set, run C: the
+collector to promote and later scan in a full collection (NVIDIA H200's host, 2026-12-02: the
 collector ran about as long as the builds themselves over 32-layer Llama-3-8B prefills at
 new lengths on an NVIDIA H200's host); the keys are tuples of ints, dtypes and ids, which
 the collector stops tracking, about 150 bytes each.

@@ -203,7 +203,7 @@ GEMM_CONFIGS = {
 # measured 0.6x as fast: docs/cuda.md) and as many ring stages as fit next to the 20 KiB
 # epilogue staging in an H200's 227 KiB: 4 x 48 KiB at 128 x 256, 6 x 32, 8 x 24, 10 x 20.
 # 128 x 32 adds into 4 accumulator sets: 2-14% less GPU time than one at M = 16-512 on
-# the Llama-3-8B shapes (twelfth set, run B: down_proj, K = 14336, at M = 16 34.5
+# the Llama-3-8B shapes (NVIDIA H200, 2026-12-01: down_proj, K = 14336, at M = 16 34.5
 # against 40.0 us); 2 sets on 128 x 64, and any on the TMA tiles, measured within 5%.
 WS_CONFIGS = {
     "ws256p4": WsConfig(256, 4),
@@ -216,7 +216,7 @@ WS_CONFIGS = {
 # consumers (setmaxnreg: 40 per producer thread, 232 per consumer thread; at the kernel's
 # 168 ptxas spilled up to 868 bytes in the bias and sibling bodies, none with it), 64 and
 # 32 with one producer warp; as many ring stages as the cp.async tiles. 128 x 128 runs
-# ping-pong consumers (WsConfig.pingpong). Measured on an H200 (tenth set, run A; GPU
+# ping-pong consumers (WsConfig.pingpong). Measured on an H200 (2026-12-01; GPU
 # time of the bf16-output GEMM): 4096 x 14336 at M = 2048 173.5 us ping-pong vs 185.0
 # cooperative 128 x 256 and 211.6 cooperative 128 x 128 (dropped); 14336 x 4096 (K =
 # 14336) 170.4 vs 158.0 with the 128 x 256 tile (tma_tile_for).
@@ -230,7 +230,7 @@ TMA_CONFIGS = {
 # tma_tile_for runs 128 x 128 tiles with cooperative consumers (tma128) where the grid has
 # at most one tile per block: a ping-pong block's second warpgroup has no tile to take
 # there, and one warpgroup then issues every MMA of the tile. Measured on an H200
-# (nineteenth set, run D; GPU time of the bf16-output GEMM, ping-pong -> cooperative):
+# (2026-12-01; GPU time of the bf16-output GEMM, ping-pong -> cooperative):
 # M = 512 on 4096 x 4096 18.7 -> 17.2 us, 14336 x 4096 45.7 -> 44.4, 18944 x 3584 57.1 ->
 # 55.4, M = 128 on 4096 x 14336 24.9 -> 23.4; with two or more tiles per block ping-pong
 # wins or ties (M = 512 on 4096 x 14336: 51.4 against 58.7; M = 1024: 28.9-113.2 against
@@ -572,7 +572,7 @@ class LaunchSpec(NamedTuple):
         more than the launch it records (0.02-0.1 ms per traced call on an NVIDIA H200's
         host, from a model benchmark's rounds, against 3.4-5 us for a direct launch).
         A compiled call has its own fixed cost, of the order of the launch it replaces:
-        measured on an NVIDIA H200 (``bench/host_split.py``, twentieth set),
+        measured on an NVIDIA H200 (``bench/host_split.py``, 2026-12-01),
         a direct launch costs 3.4-5 us of Python, a W8A8 linear replaying each of its
         two launches 9.7-16.6 us (no clear gain), one compiled call for both
         (:func:`registry.fuse_stages`, which the layers use) 5.1-8.8.
@@ -614,7 +614,7 @@ class LaunchSpec(NamedTuple):
 # Launch specs are cached per shape (the ``_*_frame`` functions), without the weight's
 # arrays: every layer of one shape meets a new input shape with the same launch but for
 # its weights, so the first builds it and the others only put their arrays in (a
-# server's new prompt lengths: twenty-fourth set, docs/cuda.md "Prompts of new lengths").
+# server's new prompt lengths: docs/cuda.md "Prompts of new lengths").
 # A frame holds its kernel's ``_kernel`` arguments, not the kernel object, which is
 # looked up on every use: whatever empties ``_kernel``'s cache (another kernel text in
 # bench/cuda_bench.py, the tests' wrapped ``mx.fast.cuda_kernel``) reaches every spec.

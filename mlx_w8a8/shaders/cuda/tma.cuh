@@ -17,8 +17,8 @@
 // Where the maps go (gemm_ws.cu TmaMaps): every launch makes its maps from the addresses
 // it receives, so no map outlives the launch that made it. A map kept across launches
 // is unsafe: MLX's CUDA allocator may move an array's buffer (to unified memory when the
-// host first reads it), and a kept map would still name the old one (the thirty-first
-// set's branch failed that way: docs/cuda_runs.md).
+// host first reads it), and a kept map would still name the old one (maps kept across
+// launches failed that way: docs/history.md).
 //  * The per-channel bodies write A's map into the activation array's map area
 //    (shape.cuh rowsum_map) and each weight's into that weight's map array
 //    (cuda_launch.weight_maps: its prototypes, then room for the map). Both are inputs,
