@@ -30,6 +30,14 @@ FLOAT_DTYPE_NAMES = tuple(FLOAT_DTYPES_BY_NAME)
 # Exclusive bound on K for an int32 sum of int8 products: |a|, |b| <= 128 gives
 # |sum| <= K * 2^14, which is below 2^31 for every K < 2^17 (and reaches it at 2^17).
 MAX_K = 1 << 17
+# Inclusive bound on K for a per-channel W8A8 linear that accumulates the whole row in
+# int32: activation codes |a| <= 127 (quantize never writes -128) times weight codes
+# |w| <= 128 sum to at most 127 * 128 * K, which is <= 2^31 - 1 for K <= 132104. Grouped
+# kernels promote each group's int32 sum (|sum| <= 127 * 128 * group_size) to float32,
+# so they have no such bound. ``registry.Candidate.handles`` enforces it for every W8A8
+# candidate (docs/numerics.md).
+LINEAR_MAX_K = (2**31 - 1) // (127 * 128)
+assert LINEAR_MAX_K == 132104
 
 
 def dtype_name(dtype: mx.Dtype) -> str:
