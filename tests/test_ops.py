@@ -192,6 +192,28 @@ def test_mlx_qmm_matches_dequantized_float64(rng):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+def test_grouped_all_zero_weights_give_exactly_zero(rng):
+    # MLX stores an all-zero group as codes 0, scale -1e-7, bias 0. The grouped W8A8
+    # math s P + (b + 128 s) R, with P = -128 R there, is 0 only in exact arithmetic: the
+    # exact kernel left ~1e-11 (mlx_qmm gives 0). Row 1 is all zero, row 2 half zero;
+    # K = 1024 (16 groups) gives the float32 sums room to disagree.
+    k, gs = 1024, 64
+    w = rng.standard_normal((4, k)).astype(np.float32)
+    w[1] = 0.0
+    w[2, : k // 2] = 0.0
+    qw = w8.quantize_weight(mx.array(w), group_size=gs, per_channel=False)
+    assert qw.format == "grouped"
+    # The weight is the one mx.quantize describes: zeroing a scale where every code is
+    # 0 changes no dequantized value.
+    q, s, b = mx.quantize(mx.array(w), group_size=gs, bits=8)
+    np.testing.assert_array_equal(np.array(qw.dequantize()), np.array(mx.dequantize(q, s, b, gs, 8)))
+    x = mx.array(rng.standard_normal((5, k)).astype(np.float32))
+    y = oracle.to_numpy(w8.w8a8_linear(x, qw, kernel="exact"))
+    np.testing.assert_array_equal(y[:, 1], np.zeros(5))
+    want, bound = oracle.linear(oracle.to_numpy(x), qw, None)
+    oracle.assert_close(w8.w8a8_linear(x, qw, kernel="exact"), want, bound, "float32")
+
+
 # --- the K bound of the linear ops -----------------------------------------------------
 def _worst_per_channel(k: int):
     """All-ones x (codes 127) against weight codes -128: the largest int32 sum a
