@@ -293,7 +293,8 @@ def channel_dtype(scales: mx.array, dtype: mx.Dtype) -> mx.Dtype:
     """The dtype to store per-channel ``scales`` and ``biases = -128 * scales`` in:
     ``dtype`` (the weight's, as mlx-lm keeps them) where ``255 |s|`` fits it, else
     float32 (MLX's dequantizer and ``mx.quantized_matmul`` form ``s * q``, ``q <= 255``,
-    in the scales' dtype: a float16 row with ``max |w|`` above about 32.6k gave inf).
+    in the scales' dtype: a float16 row with ``max |w|`` above about 32.6k would give
+    inf).
     One host sync, for a 16-bit ``dtype`` only.
 
     Args:
@@ -311,11 +312,11 @@ def stored_scale(scale: mx.array, dtype: mx.Dtype) -> mx.array:
     where that is a normal number of ``dtype``, else up to a multiple of its smallest
     subnormal ``2^-24`` (float16) or ``2^-133`` (bfloat16).
 
-    Rounding to nearest there made a float16 row with ``max |w| < ~3.8e-6`` a row of
-    zeros (its scale rounds to 0) and let a subnormal scale fall below ``max |w| / 127``,
-    clipping the largest codes. Rounded up it is never 0 for a nonzero row and no code
-    clips; a float16 row that small (``max |w| <= 127 * 2^-24``) is then stored exactly
-    (its values are multiples of ``2^-24``).
+    Hazard of rounding to nearest there: a float16 row with ``max |w| < ~3.8e-6`` gets
+    scale 0 (a row of zeros), and a subnormal scale may fall below ``max |w| / 127``,
+    clipping the largest codes. Rounded up, the scale of a nonzero row is never 0 and no
+    code clips; a float16 row with ``max |w| <= 127 * 2^-24`` is stored exactly (its
+    values are multiples of ``2^-24``).
     """
     if dtype == mx.float32:
         return scale.astype(mx.float32)
@@ -330,8 +331,9 @@ def zero_code_scales(q: mx.array, scales: mx.array, group_size: int) -> mx.array
 
     Such a group dequantizes to ``bias`` whatever its scale, but the grouped W8A8 math
     ``s P + (b + 128 s) R`` (``P = -128 R`` there) gives the bias only in exact
-    arithmetic: with MLX's scale of ``-1e-7`` for an all-zero group, float32 leaves
-    ``~1e-11`` instead of 0. With scale 0 both terms are exact in every kernel.
+    arithmetic: with MLX's scale of ``-1e-7`` for an all-zero group, float32 sums of the
+    two terms in different orders leave ``~1e-11`` instead of 0. With scale 0 both terms
+    are exact in every kernel, whatever order it sums in.
 
     Args:
         q: ``[N, K // 4]`` uint32 packed codes; scales: ``[N, K // group_size]``.
