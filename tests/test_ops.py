@@ -236,8 +236,14 @@ def test_linear_past_the_per_channel_k_bound_falls_to_qmm_or_refuses():
         w8.w8a8_linear(x, qw, kernel="exact")
     problem = w8.ops.linear_problem(x, qw, False)
     assert [c.name for c in registry.candidates(problem)] == ["mlx_qmm"]
-    # Every W8A8 candidate registered here, whatever its backend, is held to it.
-    assert all(not c.handles(problem) for c in registry.all_candidates() if c.w8a8)
+    # The registry holds every W8A8 candidate to it, whatever its own supports() says
+    # (a backend's capability check need not know the bound); W8A16 ones are not held.
+    anything = dict(backend="any", op="linear", run=None, supports=lambda p: True)
+    w8a8_kernel = registry.Candidate(name="any_w8a8", w8a8=True, **anything)
+    w8a16_kernel = registry.Candidate(name="any_w8a16", w8a8=False, **anything)
+    assert not w8a8_kernel.handles(problem) and w8a16_kernel.handles(problem)
+    x_at, qw_at = _worst_per_channel(132096)
+    assert w8a8_kernel.handles(w8.ops.linear_problem(x_at, qw_at, False))
 
 
 def test_linear_at_the_per_channel_k_bound_is_exact():
