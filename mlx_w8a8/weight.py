@@ -30,6 +30,14 @@ FLOAT_DTYPE_NAMES = tuple(FLOAT_DTYPES_BY_NAME)
 # Exclusive bound on K for an int32 sum of int8 products: |a|, |b| <= 128 gives
 # |sum| <= K * 2^14, which is below 2^31 for every K < 2^17 (and reaches it at 2^17).
 MAX_K = 1 << 17
+# Inclusive bound on K for a per-channel W8A8 linear that accumulates the whole row in
+# int32: activation codes |a| <= 127 (quantize never writes -128) times weight codes
+# |w| <= 128 sum to at most 127 * 128 * K, which is <= 2^31 - 1 for K <= 132104. Grouped
+# kernels promote each group's int32 sum (|sum| <= 127 * 128 * group_size) to float32,
+# so they have no such bound. ``registry.Candidate.handles`` enforces it for every W8A8
+# candidate (docs/numerics.md).
+LINEAR_MAX_K = (2**31 - 1) // (127 * 128)
+assert LINEAR_MAX_K == 132104
 
 
 def dtype_name(dtype: mx.Dtype) -> str:
@@ -207,7 +215,13 @@ class QuantizedWeight:
                 affine exactly as ``mx.quantize(w, group_size, bits=8)``.
 
         Returns:
-            The weight; scales and biases keep ``w``'s dtype, as ``mx.quantize`` does.
+            The weight. Group-wise: ``mx.quantize``'s arrays, except that a group whose
+            codes are all 0 (``w = bias`` whatever the scale: MLX stores ``-1e-7`` for an
+            all-zero group) gets scale 0, so the W8A8 fold ``b' = b + 128 s`` gives its
+            bias exactly (:func:`zero_code_scales`). Per-channel: scales and biases in
+            ``w``'s dtype, as ``mx.quantize`` keeps them, unless a row's scale is not
+            representable there (:func:`channel_dtype`): then in float32; a scale
+            below the dtype's normal range is rounded up (:func:`stored_scale`).
         """
         op = "mlx_w8a8.quantize_weight"
         if not isinstance(w, mx.array) or w.dtype not in FLOAT_DTYPES:
@@ -219,11 +233,13 @@ class QuantizedWeight:
         check_group_size(op, group_size, w.shape[1])
         if not per_channel:
             q, scales, biases = mx.quantize(w, group_size=group_size, bits=8)
-            return cls(q, scales, biases, group_size)
+            return cls(q, zero_code_scales(q, scales, group_size), biases, group_size)
         wf = w.astype(mx.float32)
         # The scale is rounded to the storage dtype first and the codes are computed
         # from the stored scale, so dequantization reproduces exactly s_n * w_i8.
-        scale = (mx.max(mx.abs(wf), axis=1, keepdims=True) / 127.0).astype(w.dtype)
+        scale32 = mx.max(mx.abs(wf), axis=1, keepdims=True) / 127.0
+        dtype = channel_dtype(scale32, w.dtype)
+        scale = stored_scale(scale32, dtype)
         sf = scale.astype(mx.float32)
         safe = mx.where(sf > 0, sf, 1.0)
         w_i8 = mx.clip(mx.round(wf / safe), -127, 127)
@@ -232,7 +248,7 @@ class QuantizedWeight:
         scales = mx.broadcast_to(scale, (w.shape[0], groups))
         # contiguous: an elementwise op on a broadcast keeps broadcast strides, and MLX's
         # CUDA quantized_matmul has no kernel for non-row-contiguous biases.
-        biases = mx.contiguous((-128.0 * scales.astype(mx.float32)).astype(w.dtype))
+        biases = mx.contiguous((-128.0 * scales.astype(mx.float32)).astype(dtype))
         q = mx.contiguous(codes).view(mx.uint32)
         return cls(q, mx.contiguous(scales), biases, group_size, per_channel=True)
 
@@ -246,6 +262,12 @@ class QuantizedWeight:
             w_i8: ``[N, K]`` int8.
             scales: ``[N]`` or ``[N, 1]`` float per-channel scales.
             group_size: 32, 64 or 128, dividing K.
+
+        Returns:
+            The weight, its scales and biases (``-128 * scales``) in ``scales``' dtype,
+            or in float32 where ``255 |s|`` overflows that dtype (a float16 scale above
+            about 256: MLX's dequantizer forms ``s * q`` with ``q <= 255`` in the
+            scales' dtype, and ``-128 s`` is stored).
         """
         op = "mlx_w8a8.QuantizedWeight.from_int8"
         if not isinstance(w_i8, mx.array) or w_i8.dtype != mx.int8 or w_i8.ndim != 2:
@@ -259,11 +281,66 @@ class QuantizedWeight:
                 f"[{op}] scales must be a float [N] or [N, 1] array with N = {n}, "
                 f"got {describe(scales)}"
             )
-        s = mx.broadcast_to(scales.reshape(n, 1), (n, k // group_size))
+        dtype = channel_dtype(scales.astype(mx.float32), scales.dtype)
+        s = mx.broadcast_to(scales.reshape(n, 1).astype(dtype), (n, k // group_size))
         codes = (w_i8.view(mx.uint8) ^ 0x80)
         q = mx.contiguous(codes).view(mx.uint32)
-        biases = mx.contiguous((-128.0 * s.astype(mx.float32)).astype(scales.dtype))
+        biases = mx.contiguous((-128.0 * s.astype(mx.float32)).astype(dtype))
         return cls(q, mx.contiguous(s), biases, group_size, per_channel=True)
+
+
+def channel_dtype(scales: mx.array, dtype: mx.Dtype) -> mx.Dtype:
+    """The dtype to store per-channel ``scales`` and ``biases = -128 * scales`` in:
+    ``dtype`` (the weight's, as mlx-lm keeps them) where ``255 |s|`` fits it, else
+    float32 (MLX's dequantizer and ``mx.quantized_matmul`` form ``s * q``, ``q <= 255``,
+    in the scales' dtype: a float16 row with ``max |w|`` above about 32.6k would give
+    inf).
+    One host sync, for a 16-bit ``dtype`` only.
+
+    Args:
+        scales: float32 scales (any shape).
+        dtype: the storage dtype asked for.
+    """
+    if dtype == mx.float32:
+        return dtype
+    big = mx.any(mx.abs(scales.astype(mx.float32)) * 255.0 > mx.finfo(dtype).max)
+    return mx.float32 if big.item() else dtype
+
+
+def stored_scale(scale: mx.array, dtype: mx.Dtype) -> mx.array:
+    """Float32 per-channel ``scale`` (``max |w| / 127``) rounded to ``dtype``: to nearest
+    where that is a normal number of ``dtype``, else up to a multiple of its smallest
+    subnormal ``2^-24`` (float16) or ``2^-133`` (bfloat16).
+
+    Hazard of rounding to nearest there: a float16 row with ``max |w| < ~3.8e-6`` gets
+    scale 0 (a row of zeros), and a subnormal scale may fall below ``max |w| / 127``,
+    clipping the largest codes. Rounded up, the scale of a nonzero row is never 0 and no
+    code clips; a float16 row with ``max |w| <= 127 * 2^-24`` is stored exactly (its
+    values are multiples of ``2^-24``).
+    """
+    if dtype == mx.float32:
+        return scale.astype(mx.float32)
+    info = mx.finfo(dtype)
+    tiny = info.smallest_normal * info.eps
+    up = mx.ceil(scale / tiny) * tiny  # exact in float32 below the smallest normal
+    return mx.where(scale < info.smallest_normal, up, scale).astype(dtype)
+
+
+def zero_code_scales(q: mx.array, scales: mx.array, group_size: int) -> mx.array:
+    """``scales`` with 0 for every group whose 8-bit codes are all 0.
+
+    Such a group dequantizes to ``bias`` whatever its scale, but the grouped W8A8 math
+    ``s P + (b + 128 s) R`` (``P = -128 R`` there) gives the bias only in exact
+    arithmetic: with MLX's scale of ``-1e-7`` for an all-zero group, float32 sums of the
+    two terms in different orders leave ``~1e-11`` instead of 0. With scale 0 both terms
+    are exact in every kernel, whatever order it sums in.
+
+    Args:
+        q: ``[N, K // 4]`` uint32 packed codes; scales: ``[N, K // group_size]``.
+    """
+    n = q.shape[0]
+    codes = q.view(mx.uint8).reshape(n, -1, group_size)
+    return mx.where(mx.max(codes, axis=-1) == 0, mx.zeros_like(scales), scales)
 
 
 def _packed_bits(q: mx.array, scales: mx.array, biases: mx.array, group_size: int) -> int | None:

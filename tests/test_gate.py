@@ -259,6 +259,49 @@ def test_planted_bug_passes_stage_1_but_not_the_gate(big, bug, kwargs, stage2_in
         assert f"({stage2_input})" in res[bug].detail
 
 
+GROUPED_BIG = Problem("linear", 1, 512, 14336, "bfloat16", "grouped", 64)
+
+
+def planted_grouped_ties_away(x, w, b):
+    """The exact grouped W8A8 linear with ties rounded away from zero (the contract is
+    round half to even): one activation code off by one on every other tie."""
+    from mlx_w8a8.kernels import reference
+
+    xf = x.astype(mx.float32)
+    scale = mx.max(mx.abs(xf), axis=-1, keepdims=True) / 127.0
+    r = xf / scale
+    q = mx.clip(mx.sign(r) * mx.floor(mx.abs(r) + 0.5), -127, 127).astype(mx.int8)
+    m, k = q.shape
+    sums = q.astype(mx.int32).reshape(m, k // w.group_size, w.group_size).sum(-1)
+    return reference.w8a8_apply((q, scale, sums), w, b, x.dtype)
+
+
+def test_planted_grouped_bug_passes_stage_1_but_not_the_gate():
+    # The grouped bound allows 2G + 4 float32 roundings (G = K / group_size = 224 here);
+    # one that allowed 2K + 4 (every product rounded) would be 64 times wider and let
+    # this kernel through: on the ties probe its error is a few times the true bound
+    # and far below the wide one. The per-channel bugs above cannot tell the two apart.
+    qmm = registry.get("linear", "mlx_qmm")
+    ins = gate.gate_operands(GROUPED_BIG)
+    x, w, b = ins[0]
+    assert w.format == "grouped"
+    truth = qmm.run(x.astype(mx.float32), w, b).astype(x.dtype)
+    assert gate.compare(truth, planted_grouped_ties_away(x, w, b))[0], "stage 1 alone rejects it"
+    bug = _cand("grouped_ties_away", planted_grouped_ties_away, w8a8=True)
+    res = gate.run_gate(GROUPED_BIG, qmm, [bug], ins, reference_dtype="float32")
+    assert res[bug.name].status == "rejected" and res[bug.name].stage == 2, res[bug.name]
+    assert "(ties)" in res[bug.name].detail
+    # Where it is caught: between the bound and the 2K + 4 one.
+    x, w, b = next(args for i, args in enumerate(ins) if gate.input_name(GROUPED_BIG, i) == "ties")
+    exact = registry.get("linear", "exact").run(x, w, b).astype(mx.float32)
+    err = np.abs(np.array(planted_grouped_ties_away(x, w, b).astype(mx.float32) - exact))
+    bound = gate.w8a8_bound(x, w, b)
+    groups = GROUPED_BIG.k // GROUPED_BIG.group_size
+    wide = bound.host() * gate.gamma(2 * GROUPED_BIG.k + 4) / gate.gamma(2 * groups + 4)
+    ulp = 2.0 ** (np.frexp(np.abs(np.array(exact)))[1] - 8)
+    assert (err > bound.host() + ulp).any() and (err <= wide + ulp).all()
+
+
 def test_the_exact_kernel_and_a_correct_rewrite_pass_both_stages(big):
     # The control for the planted bugs: the same code without a bug is accepted, and so
     # is the ``exact`` candidate; both sit above the SQNR floor with margin.

@@ -469,3 +469,17 @@ def test_fused_stages_stop_offering_activations_nobody_takes():
     del x
     gc.collect()
     assert seen() is None, "the layer keeps its last input alive"
+
+
+def test_linear_past_the_per_channel_k_bound_runs_qmm_and_refuses_a_forced_w8a8_kernel():
+    # K = 133152 > 132104: a per-channel int32 sum over K can overflow. On the CPU the
+    # prior picks the exact kernel for per-channel weights; it must not be a candidate
+    # here (it gave -133136 for 133152), and forcing it must name the bound.
+    k = 133152
+    layer = w8.Linear.from_weight(w8.quantize_weight(mx.ones((2, k)), group_size=32))
+    x = mx.ones((1, k))
+    assert layer.decision(1, mx.float32)[0] == "mlx_qmm"
+    np.testing.assert_array_equal(np.array(layer(x)), [[k, k]])
+    layer.kernel = "exact"
+    with pytest.raises(ValueError, match=r"'exact'.*K = 133152.*K <= 132104"):
+        layer(x)

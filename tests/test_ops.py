@@ -192,6 +192,90 @@ def test_mlx_qmm_matches_dequantized_float64(rng):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+def test_grouped_all_zero_weights_give_exactly_zero(rng):
+    # MLX stores an all-zero group as codes 0, scale -1e-7, bias 0. The grouped W8A8
+    # math s P + (b + 128 s) R, with P = -128 R there, is 0 only in exact arithmetic: the
+    # exact kernel left ~1e-11 (mlx_qmm gives 0). Row 1 is all zero, row 2 half zero;
+    # K = 1024 (16 groups) gives the float32 sums room to disagree.
+    k, gs = 1024, 64
+    w = rng.standard_normal((4, k)).astype(np.float32)
+    w[1] = 0.0
+    w[2, : k // 2] = 0.0
+    qw = w8.quantize_weight(mx.array(w), group_size=gs, per_channel=False)
+    assert qw.format == "grouped"
+    # The weight is the one mx.quantize describes: zeroing a scale where every code is
+    # 0 changes no dequantized value.
+    q, s, b = mx.quantize(mx.array(w), group_size=gs, bits=8)
+    np.testing.assert_array_equal(np.array(qw.dequantize()), np.array(mx.dequantize(q, s, b, gs, 8)))
+    x = mx.array(rng.standard_normal((5, k)).astype(np.float32))
+    y = oracle.to_numpy(w8.w8a8_linear(x, qw, kernel="exact"))
+    np.testing.assert_array_equal(y[:, 1], np.zeros(5))
+    want, bound = oracle.linear(oracle.to_numpy(x), qw, None)
+    oracle.assert_close(w8.w8a8_linear(x, qw, kernel="exact"), want, bound, "float32")
+
+
+# --- the K bound of the linear ops -----------------------------------------------------
+def _worst_per_channel(k: int):
+    """All-ones x (codes 127) against weight codes -128: the largest int32 sum a
+    per-channel W8A8 kernel forms, 127 * 128 * K in magnitude."""
+    w_i8 = mx.full((2, k), -128, mx.int8)
+    qw = w8.QuantizedWeight.from_int8(w_i8, mx.array([1.0, 0.5]), group_size=32)
+    return mx.ones((1, k)), qw
+
+
+def test_linear_past_the_per_channel_k_bound_falls_to_qmm_or_refuses():
+    # K = 133152 (a multiple of 32 past 132104 = (2^31 - 1) // (127 * 128)): the exact
+    # kernel's int32 sum wrapped to -133136.5 where the product is 133152. The default
+    # decision (the CPU prior picks the exact kernel for per-channel weights) must fall
+    # to mx.quantized_matmul, and a forced W8A8 kernel must be refused, naming the bound.
+    k = 133152
+    qw = w8.quantize_weight(mx.ones((2, k)), group_size=32)
+    x = mx.ones((1, k))
+    np.testing.assert_array_equal(np.array(w8.w8a8_linear(x, qw)), [[k, k]])
+    with pytest.raises(ValueError, match=r"linear.*'exact'.*K = 133152.*K <= 132104"):
+        w8.w8a8_linear(x, qw, kernel="exact")
+    problem = w8.ops.linear_problem(x, qw, False)
+    assert [c.name for c in registry.candidates(problem)] == ["mlx_qmm"]
+    # The registry holds every W8A8 candidate to it, whatever its own supports() says
+    # (a backend's capability check need not know the bound); W8A16 ones are not held.
+    anything = dict(backend="any", op="linear", run=None, supports=lambda p: True)
+    w8a8_kernel = registry.Candidate(name="any_w8a8", w8a8=True, **anything)
+    w8a16_kernel = registry.Candidate(name="any_w8a16", w8a8=False, **anything)
+    assert not w8a8_kernel.handles(problem) and w8a16_kernel.handles(problem)
+    x_at, qw_at = _worst_per_channel(132096)
+    assert w8a8_kernel.handles(w8.ops.linear_problem(x_at, qw_at, False))
+
+
+def test_linear_at_the_per_channel_k_bound_is_exact():
+    # K = 132096, the largest multiple of 32 <= 132104: 127 * 128 * K = 2^31 - 2^17 - ...
+    # still fits in int32, so the exact kernel runs and gives the float64 product; the
+    # next multiple of 32 (132128) is refused. A bound taken from int8_matmul's K < 2^17
+    # would refuse the first, one taken from |w| <= 127 (133144) would accept the second.
+    k = 132096
+    x, qw = _worst_per_channel(k)
+    got = np.array(w8.w8a8_linear(x, qw, kernel="exact"))
+    np.testing.assert_array_equal(got, [[-128.0 * k, -64.0 * k]])
+    x, qw = _worst_per_channel(k + 32)
+    with pytest.raises(ValueError, match=r"K = 132128.*K <= 132104"):
+        w8.w8a8_linear(x, qw, kernel="exact")
+
+
+def test_grouped_linear_has_no_k_bound():
+    # Grouped kernels promote each group's int32 sum to float32: nothing overflows at
+    # K = 133152, and the exact kernel stays a candidate there (a bound applied to every
+    # format would refuse it). The tolerance is the float32 epilogue's, 2 gamma(2G + 4)
+    # of docs/numerics.md with G = 4161 groups (all terms positive here).
+    k, gs = 133152, 32
+    rng = np.random.default_rng()
+    w = rng.uniform(0.5, 1.0, (2, k)).astype(np.float32)
+    qw = w8.quantize_weight(mx.array(w), group_size=gs, per_channel=False)
+    assert qw.format == "grouped"
+    x = np.ones((1, k), np.float32)
+    want, _ = oracle.linear(x, qw, None)
+    got = np.array(w8.w8a8_linear(mx.array(x), qw, kernel="exact")).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2 * (2 * (k // gs) + 4) * 2.0**-24)
+
+
 # --- bad input ------------------------------------------------------------------------
 def test_int8_matmul_rejects_bad_input():
     a = mx.zeros((4, 8), mx.int8)

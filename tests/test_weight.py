@@ -172,3 +172,72 @@ def test_derived_arrays_are_made_once_per_key_and_stay_with_their_weight():
     copy = attrs.evolve(w)
     assert copy.derived(("maps", 256), make("c")) is not first and made == ["a", "b", "c"]
     assert w.derived(("maps", 256), make("d")) is first and made == ["a", "b", "c"]
+
+
+
+# --- scales and biases stay representable ---------------------------------------------
+def _stock_layer(qw, x):
+    """``x`` through a stock float16 ``nn.QuantizedLinear`` holding ``qw``'s arrays, as
+    stock mlx-lm loads a checkpoint (``load_weights`` checks shapes, not dtypes)."""
+    layer = nn.QuantizedLinear(qw.k, qw.n, bias=False, group_size=qw.group_size, bits=8)
+    layer.set_dtype(mx.float16)
+    layer.load_weights([("weight", qw.q), ("scales", qw.scales), ("biases", qw.biases)],
+                       strict=True)
+    return np.array(layer(x.astype(mx.float16)).astype(mx.float32)).astype(np.float64)
+
+
+def test_float16_rows_past_32k_keep_finite_scales_and_biases(rng):
+    # max |w| = 40000: the float16 scale 315 is finite, but MLX's dequantizer forms
+    # s * q (q <= 255: 80k) in the scales' dtype, so float16 storage gave inf in
+    # dequantize() and in stock nn.QuantizedLinear. 40000 is above 65504 / 255 and
+    # below 65504 / 128, so a check of the bias -128 s alone would not see it.
+    w = rng.standard_normal((4, 64)).astype(np.float32)
+    w[1, 3] = 40000.0
+    qw = quantize_weight(mx.array(w).astype(mx.float16))
+    assert qw.per_channel and qw.scales.dtype == qw.biases.dtype == mx.float32
+    s = np.array(qw.channel_scales).astype(np.float64)
+    w_deq = s[:, None] * (oracle.codes(qw).astype(np.int64) - 128)
+    deq = np.array(qw.dequantize()).astype(np.float64)
+    assert np.all(np.abs(deq - w_deq) <= s[:, None] * 256 * 2.0**-23)  # s q + b in float32
+    x = mx.array(rng.standard_normal((3, 64)).astype(np.float32)).astype(mx.float16)
+    want = np.array(x.astype(mx.float32)).astype(np.float64) @ w_deq.T
+    got = _stock_layer(qw, x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
+
+def test_from_int8_keeps_a_large_float16_scale_finite():
+    # A float16 scale of 600 stored its bias -128 * 600 = -76800 as -inf.
+    w_i8 = mx.array(np.tile(np.array([[-127, 0, 5, 127], [1, -1, 2, -2]], np.int8), (1, 32)))
+    qw = QuantizedWeight.from_int8(w_i8, mx.array([600.0, 0.5]).astype(mx.float16), group_size=64)
+    assert qw.per_channel and qw.scales.dtype == qw.biases.dtype == mx.float32
+    np.testing.assert_array_equal(np.array(qw.biases), [[-76800.0] * 2, [-64.0] * 2])
+    want = np.array([[600.0], [0.5]]) * np.array(w_i8).astype(np.float64)
+    deq = np.array(qw.dequantize()).astype(np.float64)
+    assert np.all(np.abs(deq - want) <= np.array([[600.0], [0.5]]) * 256 * 2.0**-23)
+    # Scales that fit stay in their dtype (mlx-lm keeps scales in the model dtype).
+    kept = QuantizedWeight.from_int8(w_i8, mx.array([200.0, 1e-7]).astype(mx.float16), 64)
+    assert kept.scales.dtype == mx.float16
+
+
+def test_tiny_float16_rows_are_not_stored_as_zeros(rng):
+    # max |w| = 3e-6: the float16 scale 3e-6 / 127 rounded to 0 (below half of float16's
+    # smallest subnormal, 2^-24) and the row was stored as zeros (SQNR 0 dB); mx.quantize
+    # keeps about 5.5 dB there. A scale below float16's normal range is rounded up to a
+    # multiple of 2^-24, so it is never 0 and no code clips; a row this small is then
+    # exact (float16 values below 2^-14 are multiples of 2^-24). Scales stay float16.
+    w = rng.standard_normal((4, 128)).astype(np.float32)
+    w[0] *= 3e-6 / np.abs(w[0]).max()
+    w[1] *= 2e-7 / np.abs(w[1]).max()  # a few units of 2^-24: rounding to nearest
+    w[2] *= 2e-3 / np.abs(w[2]).max()  # a subnormal scale (max |w| < 127 * 2^-14)
+    w16 = mx.array(w).astype(mx.float16)
+    wf = np.array(w16.astype(mx.float32)).astype(np.float64)
+    qw = quantize_weight(w16)
+    assert qw.scales.dtype == qw.biases.dtype == mx.float16
+    s = oracle.to_numpy(qw.scales).astype(np.float64)[:, 0]
+    w_i8 = oracle.codes(qw).astype(np.int64) - 128
+    assert (s[:3] * 127 >= np.abs(wf[:3]).max(axis=1)).all()  # no code clips
+    np.testing.assert_array_equal(s[:2] * w_i8[:2].T, wf[:2].T)  # stored exactly
+    deq = np.array(qw.dequantize().astype(mx.float32)).astype(np.float64)
+    for row in range(4):
+        assert oracle.sqnr_db(wf[row], deq[row]) > 35.0, row

@@ -28,6 +28,8 @@ from typing import Any, Callable, Hashable, Iterable
 import attrs
 import mlx.core as mx
 
+from ..weight import LINEAR_MAX_K, MAX_K
+
 OPS = ("linear", "int8_matmul", "quantize_activation")
 WEIGHT_FORMATS = ("per_channel", "grouped", "int8")
 
@@ -139,13 +141,45 @@ class Candidate:
     w8a8: bool = True
 
     def handles(self, problem: Problem) -> bool:
-        """True when this candidate can run ``problem`` on this machine now."""
+        """True when this candidate can run ``problem`` on this machine now (a W8A8
+        candidate never where its integer sums cannot be exact: :func:`inexact`)."""
         if problem.op != self.op:
+            return False
+        if self.w8a8 and inexact(problem) is not None:
             return False
         try:
             return bool(self.available()) and bool(self.supports(problem))
         except Exception:  # a broken capability probe must not break dispatch
             return False
+
+
+def inexact(problem: Problem) -> str | None:
+    """Why the W8A8 math of ``docs/numerics.md`` cannot be exact for ``problem`` (its
+    int32 sums could overflow), or ``None`` where it can. Checked by
+    :meth:`Candidate.handles` for every W8A8 candidate, whatever its backend, so a
+    default decision falls to ``mlx_qmm`` and a forced W8A8 kernel is refused.
+
+    - ``int8_matmul``: ``|a * b| <= 2^14``, exact for ``K < 2^17`` (``weight.MAX_K``).
+    - ``linear``, per-channel: ``|q_a| <= 127``, ``|w| <= 128``, one int32 sum over K:
+      exact for ``K <= 132104`` (``weight.LINEAR_MAX_K``).
+    - ``linear``, grouped: one int32 sum per group (``|P| <= 127 * 128 * group_size``),
+      promoted to float32: no bound on K.
+    - ``quantize_activation``: no integer sums over K.
+
+    Kernels with tighter sums check their own bound in ``supports`` (the CUDA GEMMs on
+    unsigned weight codes: ``K <= 66311``, ``kernels.cuda_launch.U8_MAX_K``).
+    """
+    if problem.op == "int8_matmul" and problem.k >= MAX_K:
+        return (f"K = {problem.k} is too large for an exact int32 product of int8 "
+                f"operands: it needs K < 2^17 = {MAX_K} (|a * b| <= 2^14)")
+    if problem.op == "linear" and problem.weight_format == "per_channel" and (
+        problem.k > LINEAR_MAX_K
+    ):
+        return (f"K = {problem.k} is too large for an exact per-channel W8A8 product: "
+                f"the int32 sum of K products of activation codes (|q| <= 127) and weight "
+                f"codes (|w| <= 128) is exact only for K <= {LINEAR_MAX_K} "
+                f"(127 * 128 * K <= 2^31 - 1); kernel='mlx_qmm' runs any K")
+    return None
 
 
 _lock = threading.Lock()
@@ -303,11 +337,13 @@ def _decide(problem: Problem, kernel: str | None) -> tuple[tuple[Candidate, str]
     if kernel is not None:
         candidate = get(problem.op, kernel)
         if not candidate.handles(problem):
+            why = inexact(problem) if candidate.w8a8 and candidate.op == problem.op else None
             raise ValueError(
                 f"[mlx_w8a8.{problem.op}] kernel {kernel!r} cannot run {problem.op} for M={problem.m}, "
                 f"N={problem.n}, K={problem.k}, dtype={problem.dtype}, "
-                f"format={problem.weight_format} on this machine; available: "
-                f"{names(candidates(problem))}"
+                f"format={problem.weight_format} on this machine"
+                + (f": {why}" if why else "")
+                + f"; available: {names(candidates(problem))}"
             )
         return (candidate, "forced"), True
     if _chooser is not None:
