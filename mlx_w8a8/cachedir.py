@@ -95,6 +95,11 @@ def write_text_atomic(path: str, text: str) -> None:
 _umask_lock = threading.Lock()
 
 
+def umask() -> int:
+    """The process umask: what new files' and folders' permission bits lose."""
+    return _umask()
+
+
 def _umask() -> int:
     """The process umask (read without changing it where the OS says it)."""
     try:

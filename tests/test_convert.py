@@ -302,18 +302,23 @@ def test_convert_cli_smoothed_mixed_checkpoint(tmp_path, capsys):
     np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
 
     # 3. Errors: smoothing without calibration text; every layer below the floor.
-    # Errors go to stderr, before any model is loaded where the arguments alone tell.
-    assert main(["--model", str(src), "--out", str(tmp_path / "x"), "--smooth", "0.5"]) == 2
-    assert "need --calibration" in capsys.readouterr().err
+    # Argument errors are argparse's (exit status 2), before any model is loaded.
+    def refused(argv):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        return capsys.readouterr().err
+
+    assert "need --calibration" in refused(["--model", str(src), "--out", str(tmp_path / "x"),
+                                            "--smooth", "0.5"])
     assert main([*common, "--out", str(tmp_path / "y"), "--sqnr-floor", "1000"]) == 2
     assert "no mlx_w8a8.Linear layers" in capsys.readouterr().err
-    assert main(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "z")]) == 2
-    assert "[mlx_w8a8.convert] model must be an mlx-lm model folder" in capsys.readouterr().err
-    assert main(["--model", str(src), "--out", str(tmp_path / "z"), "--smooth", "0.5",
-                 "--calibration", str(tmp_path / "none.txt")]) == 2
-    assert "calibration must be a text file" in capsys.readouterr().err
+    err = refused(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "z")])
+    assert "[mlx_w8a8.convert] model must be an mlx-lm model folder" in err
+    err = refused(["--model", str(src), "--out", str(tmp_path / "z"), "--smooth", "0.5",
+                   "--calibration", str(tmp_path / "none.txt")])
+    assert "calibration must be a text file" in err
     assert not (tmp_path / "z").exists()
     (tmp_path / "z").mkdir()  # an output folder holding another model's shard
     (tmp_path / "z" / "model-00001-of-00004.safetensors").write_bytes(b"")
-    assert main(["--model", str(src), "--out", str(tmp_path / "z")]) == 2
-    assert "already holds weight files" in capsys.readouterr().err
+    assert "already holds weight files" in refused(["--model", str(src), "--out", str(tmp_path / "z")])
