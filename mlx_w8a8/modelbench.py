@@ -36,10 +36,10 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
 - **SQNR** of each variant's prefill logits against the bfloat16 model's, in dB
   (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
 
-Output: JSON lines (``--json FILE``, default stdout: a ``setup`` record, one ``round``
-record per timed round, one ``summary`` record per measurement, and a ``decisions``
-record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and why) and a readable table
-(on stderr when the JSON goes to stdout).
+Output: a readable table on stdout, and with ``--json FILE`` JSON lines (a ``setup``
+record, one ``round`` record per timed round, one ``summary`` record per measurement, and
+a ``decisions`` record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and
+why) in FILE (``--json`` alone: on stdout, the table then on stderr).
 
 With ``--tp N``, under a distributed launch of N ranks, the W8A8 model is split over
 the ranks and timed against one device instead: :mod:`mlx_w8a8.tpbench` (it reuses
