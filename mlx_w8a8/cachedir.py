@@ -50,7 +50,7 @@ def folder(kind: str) -> str:
         if os.access(path, os.W_OK):
             return path
     raise OSError(f"[mlx_w8a8] no writable folder for {kind} (tried {cache_dir()!r} and the "
-                  f"temporary directory)")
+                  f"temporary directory); set {ENV_CACHE_DIR} to a writable folder")
 
 
 def _user() -> str:
