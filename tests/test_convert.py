@@ -550,7 +550,9 @@ def _moe(kind: str):
 
 @needs_mlx_lm
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
-def test_quantize_moe_says_experts_were_left_and_keeps_routers(kind, capsys):
+def test_quantize_moe_says_experts_were_left_and_keeps_routers(kind, capsys, tmp_path):
+    from mlx_lm.utils import load_model
+
     model, router_names = _moe(kind)
     mx.eval(model.parameters())
     tokens = mx.array(np.random.default_rng(1).integers(0, 64, (1, 6)))
@@ -568,7 +570,19 @@ def test_quantize_moe_says_experts_were_left_and_keeps_routers(kind, capsys):
     err = capsys.readouterr().err
     assert "6 mixture-of-experts expert layers not converted" in err  # verbose's summary
     assert w8.summary(model).endswith("; 6 mixture-of-experts expert layers not converted")
-    mx.eval(model(tokens))
+    # The checkpoint loads in mlx-lm and here, routers and experts float in both.
+    config = {k: v for k, v in dataclasses.asdict(model.args).items() if v is not None}
+    w8.save(model, tmp_path / "ckpt", config)
+    stock, _ = load_model(tmp_path / "ckpt")
+    with pytest.warns(UserWarning, match="expert layers"):
+        ours, _ = w8.load(tmp_path / "ckpt")
+    for loaded in (stock, ours):
+        kinds = dict(loaded.named_modules())
+        assert all(type(kinds[p]) is nn.Linear for p in routers)
+        assert type(kinds["model.layers.1.self_attn.o_proj"]) is (
+            w8.Linear if loaded is ours else nn.QuantizedLinear)
+    _use(ours, "mlx_qmm")
+    np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
 
 
 def test_quantize_honours_a_models_quant_predicate():
