@@ -32,9 +32,9 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
 from . import distributed, moe, siblings
+from .cachedir import umask
 from .kernels import registry
 from .nn import Linear
-from .cachedir import umask
 from .summary import summary
 from .weight import GROUP_SIZES
 
@@ -98,10 +98,6 @@ def kept_by_model(model: nn.Module) -> set[str]:
     returns ``False`` for, and, where the model holds mixture-of-experts layers, its
     routers (:func:`mlx_w8a8.moe.router_layers`) and the layers its ``quant_predicate``
     returns their own settings for (the routers of the MoE classes that define one)."""
-    return _kept_by_model(model)
-
-
-def _kept_by_model(model: nn.Module) -> set[str]:
     predicate = getattr(model, "quant_predicate", None)
     has_experts = bool(moe.expert_layers(model))
     kept = set(moe.router_layers(model)) if has_experts else set()
@@ -186,7 +182,7 @@ def quantize(
         registry.get("linear", kernel)  # unknown: ValueError naming the known kernels
 
     table = _skip_table(skip)
-    left_as_is = _kept_by_model(model) if class_predicate is None else set()
+    left_as_is = kept_by_model(model) if class_predicate is None else set()
 
     def convert(path, layer):
         if not _convertible(layer, group_size):
@@ -310,8 +306,8 @@ def save(
     when complete: an existing checkpoint there stays as it was until then, and is
     left intact when writing fails (the temporary folder is removed; a process killed
     mid-write leaves it behind, named ``.<name>.w8a8-tmp-*``). Files of an existing
-    folder other than a checkpoint's weights and configuration (a tokenizer, notes)
-    are kept unless ``source`` provides a file of the same name.
+    folder other than a checkpoint's weights, configuration and shard index (a
+    tokenizer, notes) are kept unless ``source`` provides a file of the same name.
 
     Args:
         model: a model whose linear layers were converted by :func:`quantize`.
@@ -410,12 +406,17 @@ def _write_checkpoint(folder: Path, weights: dict, cfg: dict) -> None:
     _fsync(folder / WEIGHTS_FILE)
 
 
+# What a new checkpoint replaces in an existing folder: its weights, its configuration,
+# and an index of shards (which would name weights the folder no longer holds).
+_REPLACED = (WEIGHTS_FILE, CONFIG_FILE, "*.safetensors.index.json")
+
+
 def _carry_over(old: Path, new: Path) -> None:
-    """Hard-link (else copy) into ``new`` the entries of ``old`` that a checkpoint does
-    not rewrite and ``new`` does not hold yet. Nothing is written to a carried file
-    afterwards: a hard link shares its data with the old folder's file."""
+    """Hard-link (else copy) into ``new`` every entry of ``old`` but those a checkpoint
+    replaces (:data:`_REPLACED`) and those ``new`` holds already. Nothing is written to
+    a carried file afterwards: a hard link shares its data with the old folder's file."""
     for entry in old.iterdir():
-        if any(fnmatch.fnmatch(entry.name, pat) for pat in _NOT_COPIED):
+        if any(fnmatch.fnmatch(entry.name, pat) for pat in _REPLACED):
             continue
         target = new / entry.name
         if target.exists() or target.is_symlink():
@@ -509,7 +510,7 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True):
             predicate = lambda p, m: p in listed  # noqa: E731
         else:  # a stock mlx-lm checkpoint: its 8-bit layers, never its float ones, and
             # not the layers the model keeps as they are (an MoE model's routers)
-            kept = _kept_by_model(model)
+            kept = kept_by_model(model)
             predicate = lambda p, m: isinstance(m, nn.QuantizedLinear) and p not in kept  # noqa: E731
         quantize(model, class_predicate=predicate)
         if not w8a8_layers(model):

@@ -366,8 +366,12 @@ def test_convert_never_writes_over_its_source_and_wants_force_for_a_full_folder(
     (full / "notes.txt").write_text("mine")
     refused(["--model", str(src), "--out", str(full)], "is not empty (notes.txt)")
     assert _tree(full) == {"notes.txt": b"mine"}
+    (full / "extra.bin").write_bytes(b"keep")
+    (full / "model.safetensors.index.json").write_text('{"weight_map": {}}')  # stale
     assert main(["--model", str(src), "--out", str(full), "--force"]) == 0
     assert (full / "notes.txt").read_text() == "mine"  # other files kept
+    assert (full / "extra.bin").read_bytes() == b"keep"
+    assert not (full / "model.safetensors.index.json").exists()  # would name absent shards
     assert (full / "model.safetensors").is_file() and (full / "tokenizer.json").is_file()
     empty = tmp_path / "empty"
     empty.mkdir()
