@@ -140,6 +140,15 @@ def settings(args) -> dict:
         if value < low:
             raise ValueError(f"[mlx_w8a8.bench] --{key} must be >= {low}, got {value}")
         out[key] = value
+    if args.layers is not None and args.layers < 1:
+        raise ValueError(f"[mlx_w8a8.bench] --layers must be >= 1, got {args.layers}")
+    if args.kernel is not None:  # before the model is built, not after
+        from .kernels import registry
+
+        try:
+            registry.get("linear", args.kernel)
+        except ValueError as error:  # names the known kernels
+            raise ValueError(f"[mlx_w8a8.bench] --kernel {args.kernel!r}: {error}") from None
     out["new_lengths"] = bool(getattr(args, "new_lengths", False))
     out["warm_up"] = bool(getattr(args, "warm_up", False))
     return out
