@@ -323,34 +323,39 @@ def save(
         The folder.
 
     Raises:
-        ValueError: when the model has no W8A8 layers, or the folder already holds other
-            ``*.safetensors`` files (mlx-lm would load them too; nothing is written).
+        ValueError: when the model has no W8A8 layers, ``path`` is a file, or the folder
+            already holds other ``*.safetensors`` files (mlx-lm would load them too;
+            nothing is written).
+        OSError: when writing fails; an existing checkpoint at ``path`` is left as it was.
     """
     layers = w8a8_layers(model)
     if not layers:
-        raise ValueError(f"[mlx_w8a8.save] the model has no mlx_w8a8.Linear layers; {_no_w8a8_advice(model)}")
+        raise ValueError(
+            f"[mlx_w8a8.save] the model has no mlx_w8a8.Linear layers; {_no_w8a8_advice(model)}"
+        )
     out = Path(path)
-    if out.is_symlink():  # swap the folder the link names, keep the link
-        out = out.resolve()
-    check_output_folder("mlx_w8a8.save", out)
-    if out.exists() and not out.is_dir():
+    # The folder the swap replaces: absolute (a relative "." has no name to put beside),
+    # and where out is a link, the folder it names (the link itself stays).
+    target = out.resolve() if out.is_symlink() else Path(os.path.abspath(out))
+    check_output_folder("mlx_w8a8.save", target)
+    if target.exists() and not target.is_dir():
         raise ValueError(f"[mlx_w8a8.save] path must be a folder, got {str(out)!r}: it is a file")
     cfg = _checkpoint_config(model, layers, config)
     weights = dict(tree_flatten(model.parameters()))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.w8a8-tmp-", dir=out.parent))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.w8a8-tmp-", dir=target.parent))
     try:
-        os.chmod(tmp, (out.stat().st_mode & 0o7777) if out.is_dir() else 0o777 & ~umask())
+        os.chmod(tmp, (target.stat().st_mode & 0o7777) if target.is_dir() else 0o777 & ~umask())
         if source is not None:
             copy_non_weight_files(source, tmp)
-        if out.is_dir():
-            _carry_over(out, tmp)
+        if target.is_dir():
+            _carry_over(target, tmp)
         _write_checkpoint(tmp, weights, cfg)
-        _swap_in(tmp, out)
+        _swap_in(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if "model_type" in cfg and not any((out / name).is_file() for name in TOKENIZER_FILES):
+    if "model_type" in cfg and not any((target / name).is_file() for name in TOKENIZER_FILES):
         warnings.warn(
             f"[mlx_w8a8.save] {out} has no tokenizer, so mlx_lm.load({str(out)!r}) will fail "
             f"to load one; pass source= the folder the model was loaded from (its tokenizer "
