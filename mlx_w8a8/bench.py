@@ -16,9 +16,10 @@ activation is made from the previous launch's output (``timing.linear_link``: on
 broadcast add, the same for both arms), as a model's layers depend on each other, so
 MLX's CUDA graph cannot run the chain's launches side by side (``--independent``: the
 launches without that link). Output is
-JSON lines (case, arm identities and source digests, oracle errors, per-pair
-nanoseconds) on stdout or ``--jsonl PATH``, and a summary of median ratios
-(candidate / baseline) with their interquartile spread. When one arm misses the oracle
+a summary of median ratios (candidate / baseline) with their interquartile spread on
+stdout, and with ``--json PATH`` JSON lines (case, arm identities and source digests,
+oracle errors, per-pair nanoseconds) in PATH (``--json`` alone: the JSON lines on stdout,
+the summary on stderr). When one arm misses the oracle
 the summary says which and why (e.g. on a CPU, MLX's bfloat16 ``quantized_matmul`` —
 the ``mlx_qmm`` baseline — misses it while being within tolerance on float32-upcast
 activations: the baseline's arithmetic is the inaccurate side, the exit status stays 0);
@@ -323,11 +324,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cider", action="store_true", help="run the Cider-style four-way comparison")
     p.add_argument("--shapes", nargs="+", metavar="MxNxK", help="shapes for --cider (default: Cider's list)")
     p.add_argument("--w8a8-kernel", help=f"W8A8 kernel for --cider (default: a device kernel, else {EXACT})")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    p.add_argument("--format", default="per_channel", choices=("per_channel", "grouped"))
-    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                   help="activation dtype (--model: the model's dtype; default: bfloat16)")
+    p.add_argument("--format", default="per_channel", choices=("per_channel", "grouped"),
+                   help="weight format of the qualification cases: symmetric per-channel int8 "
+                   "or group-wise affine (default: per_channel)")
+    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128),
+                   help="weights per scale of the cases' weights (default: 64)")
     p.add_argument("--pairs", type=int, default=MIN_PAIRS, help="timed pairs per case (>= 30)")
-    p.add_argument("--warmup", type=int, default=timing.WARMUP)
+    p.add_argument("--warmup", type=int, default=timing.WARMUP,
+                   help="untimed launches of each arm before timing (default: %(default)s)")
     p.add_argument("--chain", type=int, default=None, help="launches per eval (default: adaptive)")
     p.add_argument("--independent", action="store_true",
                    help="qualification: chains of independent launches (MLX's CUDA graph may "
@@ -335,9 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "made from the previous output as in a model")
     p.add_argument("--atol", type=float, default=gate.ATOL, help="oracle check absolute tolerance")
     p.add_argument("--rtol", type=float, default=gate.RTOL, help="oracle check relative tolerance")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jsonl", "--json", dest="jsonl", default="-",
-                   help="JSON lines destination (default: stdout)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random weights and activations (default: 0)")
+    p.add_argument("--json", "--jsonl", dest="jsonl", nargs="?", const="-", default=None,
+                   metavar="FILE",
+                   help="also write the records as JSON lines to FILE; --json alone writes "
+                   "them to stdout, the table then goes to stderr (default: no JSON, the "
+                   "table on stdout)")
     modelbench.add_arguments(p)
     tpbench.add_arguments(p)
     return p
@@ -398,9 +408,12 @@ def _model_main(args, out) -> int:
 
 
 def _run_with_output(args, out, body) -> int:
-    """``body(stream, out)`` with the JSON lines stream of ``--jsonl`` open; a
-    ``ValueError`` is one error line and exit code 2."""
-    stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
+    """``body(stream, out)`` with the JSON lines stream of ``--json`` open (a stream that
+    keeps nothing without ``--json``); a ``ValueError`` is one error line and exit code 2."""
+    if args.jsonl is None:
+        stream = open(os.devnull, "w", encoding="utf-8")
+    else:
+        stream = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
     out = out or (sys.stderr if args.jsonl == "-" else sys.stdout)
     try:
         return body(stream, out)

@@ -50,7 +50,7 @@ def folder(kind: str) -> str:
         if os.access(path, os.W_OK):
             return path
     raise OSError(f"[mlx_w8a8] no writable folder for {kind} (tried {cache_dir()!r} and the "
-                  f"temporary directory)")
+                  f"temporary directory); set {ENV_CACHE_DIR} to a writable folder")
 
 
 def _user() -> str:
@@ -93,6 +93,11 @@ def write_text_atomic(path: str, text: str) -> None:
 
 
 _umask_lock = threading.Lock()
+
+
+def umask() -> int:
+    """The process umask: what new files' and folders' permission bits lose."""
+    return _umask()
 
 
 def _umask() -> int:

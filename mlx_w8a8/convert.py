@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
+import os
 import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -28,7 +31,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from . import distributed, siblings
+from . import distributed, moe, siblings
+from .cachedir import umask
 from .kernels import registry
 from .nn import Linear
 from .summary import summary
@@ -87,6 +91,41 @@ def _convertible(layer: nn.Module, group_size: int) -> bool:
     return False
 
 
+def kept_by_model(model: nn.Module) -> set[str]:
+    """Paths of the linear layers :func:`quantize` leaves as they are by default, for
+    what the model says of them: those its ``quant_predicate`` (mlx-lm's hook on a model
+    class, ``(path, module) -> bool | dict``, as ``mlx_lm.utils.quantize_model`` calls it)
+    returns ``False`` for, and, where the model holds mixture-of-experts layers, its
+    routers (:func:`mlx_w8a8.moe.router_layers`) and the layers its ``quant_predicate``
+    returns their own settings for (the routers of the MoE classes that define one)."""
+    predicate = getattr(model, "quant_predicate", None)
+    has_experts = bool(moe.expert_layers(model))
+    kept = set(moe.router_layers(model)) if has_experts else set()
+    if callable(predicate):
+        for path, m in model.named_modules():
+            if not isinstance(m, (nn.Linear, nn.QuantizedLinear)):
+                continue
+            verdict = predicate(path, m)
+            if verdict is False or (has_experts and isinstance(verdict, dict)):
+                kept.add(path)
+    return kept
+
+
+def _experts_note(model: nn.Module) -> str:
+    """What :func:`quantize` says of a mixture-of-experts model, or ``""``."""
+    modules = dict(model.named_modules())
+    experts = [m for m in modules.values() if moe.is_expert(m)]
+    if not experts:
+        return ""
+    per_layer = "/".join(map(str, sorted({m.weight.shape[0] for m in experts})))
+    classes = ", ".join(sorted({type(m).__name__ for m in experts}))
+    routers = [p for p in moe.router_layers(model) if not isinstance(modules[p], Linear)]
+    return (f"{len(experts)} mixture-of-experts expert layers ({classes}, {per_layer} "
+            f"experts each) were left as they are: this version converts dense linear "
+            f"layers only (converting experts is later work); {len(routers)} router layers "
+            f"were left as they are too (their outputs choose the experts)")
+
+
 def quantize(
     model: nn.Module,
     class_predicate: Callable[[str, nn.Module], bool] | None = None,
@@ -100,7 +139,10 @@ def quantize(
 
     Like ``nn.quantize``: every ``nn.Linear`` whose K is divisible by ``group_size`` and
     every 8-bit affine ``nn.QuantizedLinear`` is converted unless ``class_predicate``
-    says otherwise; so are MLX's sharded linear layers (``model.shard(group)`` first),
+    says otherwise (without one, the layers the model's own ``quant_predicate`` leaves
+    unquantized, and in a mixture-of-experts model the routers and the layers its
+    ``quant_predicate`` gives their own settings, stay as they are: see
+    :func:`kept_by_model`); so are MLX's sharded linear layers (``model.shard(group)`` first),
     to the W8A8 sharded layers of :mod:`mlx_w8a8.distributed` (left as they are where
     a ``skip`` pattern matches). Embeddings, norms and other layers are left as they
     are. Layers matching a ``skip`` pattern (see :func:`matches`) stay off W8A8:
@@ -122,6 +164,8 @@ def quantize(
         verbose: print :func:`mlx_w8a8.summary` (which kernel each layer runs at
             decode and prefill, and where each decision came from) to stderr, and the
             float layers left float because group_size does not divide their K.
+            A model with mixture-of-experts layers (mlx-lm's ``SwitchLinear``) also
+            gets a ``UserWarning``: its experts are not converted by this version.
 
     Returns:
         The model, its sibling layers (q/k/v, gate/up) linked
@@ -138,11 +182,14 @@ def quantize(
         registry.get("linear", kernel)  # unknown: ValueError naming the known kernels
 
     table = _skip_table(skip)
+    left_as_is = kept_by_model(model) if class_predicate is None else set()
 
     def convert(path, layer):
         if not _convertible(layer, group_size):
             return layer
         if class_predicate is not None and not class_predicate(path, layer):
+            return layer
+        if path in left_as_is:
             return layer
         keep = next((k for pattern, k in table if matches(path, pattern)), None)
         if distributed.is_mlx_sharded(layer):  # sharded layers a skip pattern matches stay
@@ -167,6 +214,9 @@ def quantize(
             f"only float and 8-bit affine layers convert to W8A8, those were left as they are",
             stacklevel=2,
         )
+    experts = _experts_note(model)
+    if experts:
+        warnings.warn(f"[mlx_w8a8.quantize] {experts}", stacklevel=2)
     siblings.link(model)  # q/k/v, gate/up: one launch where a kernel allows
     if verbose:
         print(summary(model), file=sys.stderr)
@@ -250,7 +300,14 @@ def save(
     config: dict | None = None,
     source: str | Path | None = None,
 ) -> Path:
-    """Write ``model`` to the folder ``path`` (created if needed).
+    """Write ``model`` to the folder ``path`` (created if needed), whole or not at all.
+
+    The checkpoint is written into a temporary folder beside ``path`` and swapped in
+    when complete: an existing checkpoint there stays as it was until then, and is
+    left intact when writing fails (the temporary folder is removed; a process killed
+    mid-write leaves it behind, named ``.<name>.w8a8-tmp-*``). Files of an existing
+    folder other than a checkpoint's weights, configuration and shard index (a
+    tokenizer, notes) are kept unless ``source`` provides a file of the same name.
 
     Args:
         model: a model whose linear layers were converted by :func:`quantize`.
@@ -259,27 +316,75 @@ def save(
             contents, with ``model_type``); the quantization entries are added.
         source: the folder the model was loaded from; its tokenizer and other
             non-weight files are copied (so ``mlx_lm.load`` of the output works).
+            A ``UserWarning`` says so when the folder ends up with no tokenizer for an
+            mlx-lm model (a ``config`` with ``model_type``).
 
     Returns:
         The folder.
 
     Raises:
-        ValueError: when the model has no W8A8 layers, or the folder already holds other
-            ``*.safetensors`` files (mlx-lm would load them too; nothing is written).
+        ValueError: when the model has no W8A8 layers, ``path`` is a file, or the folder
+            already holds other ``*.safetensors`` files (mlx-lm would load them too;
+            nothing is written).
+        OSError: when writing fails; an existing checkpoint at ``path`` is left as it was.
     """
     layers = w8a8_layers(model)
     if not layers:
         raise ValueError(
-            "[mlx_w8a8.save] the model has no mlx_w8a8.Linear layers; convert it with "
-            "mlx_w8a8.quantize(model) first"
+            f"[mlx_w8a8.save] the model has no mlx_w8a8.Linear layers; {_no_w8a8_advice(model)}"
         )
     out = Path(path)
-    check_output_folder("mlx_w8a8.save", out)
-    out.mkdir(parents=True, exist_ok=True)
-    if source is not None:
-        copy_non_weight_files(source, out)
+    # The folder the swap replaces: absolute (a relative "." has no name to put beside),
+    # and where out is a link, the folder it names (the link itself stays).
+    target = out.resolve() if out.is_symlink() else Path(os.path.abspath(out))
+    check_output_folder("mlx_w8a8.save", target)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"[mlx_w8a8.save] path must be a folder, got {str(out)!r}: it is a file")
+    cfg = _checkpoint_config(model, layers, config)
     weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(out / WEIGHTS_FILE), weights, metadata={"format": "mlx"})
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.w8a8-tmp-", dir=target.parent))
+    try:
+        os.chmod(tmp, (target.stat().st_mode & 0o7777) if target.is_dir() else 0o777 & ~umask())
+        if source is not None:
+            copy_non_weight_files(source, tmp)
+        if target.is_dir():
+            _carry_over(target, tmp)
+        _write_checkpoint(tmp, weights, cfg)
+        _swap_in(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if "model_type" in cfg and not any((target / name).is_file() for name in TOKENIZER_FILES):
+        warnings.warn(
+            f"[mlx_w8a8.save] {out} has no tokenizer, so mlx_lm.load({str(out)!r}) will fail "
+            f"to load one; pass source= the folder the model was loaded from (its tokenizer "
+            f"and other non-weight files are copied), or copy the tokenizer files "
+            f"({', '.join(TOKENIZER_FILES[:2])}, ...) into it",
+            UserWarning,
+            stacklevel=2,
+        )
+    return out
+
+
+# Files by which a folder holds a tokenizer mlx-lm (transformers' AutoTokenizer) can load.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                   "spiece.model")
+
+
+def _no_w8a8_advice(model: nn.Module) -> str:
+    """How to get W8A8 layers into a model that has none."""
+    low = sorted({m.bits for _, m in model.named_modules()
+                  if isinstance(m, nn.QuantizedLinear) and m.bits != 8})
+    if low:
+        return (f"its linear layers are {'/'.join(map(str, low))}-bit, which this version "
+                f"does not convert to W8A8 (they would stay as they are); quantize the float "
+                f"or 8-bit form of the model instead")
+    return "convert it with mlx_w8a8.quantize(model) first"
+
+
+def _checkpoint_config(model: nn.Module, layers: dict, config: dict | None) -> dict:
+    """``config`` with the quantization entries of ``model`` (mlx-lm's and this package's)."""
     cfg = dict(config or {})
     sizes = sorted({entry["group_size"] for entry in layers.values()})
     default = {"group_size": sizes[0], "bits": 8, "mode": "affine"}
@@ -293,8 +398,83 @@ def save(
     from . import __version__
 
     cfg[CONFIG_KEY] = {"version": __version__, "layers": layers}
-    (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    return out
+    return cfg
+
+
+def _write_checkpoint(folder: Path, weights: dict, cfg: dict) -> None:
+    """The weights, then the configuration, each flushed to disk."""
+    mx.save_safetensors(str(folder / WEIGHTS_FILE), weights, metadata={"format": "mlx"})
+    with open(folder / CONFIG_FILE, "w", encoding="utf-8") as f:
+        f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(folder / WEIGHTS_FILE)
+
+
+# What a new checkpoint replaces in an existing folder: its weights, its configuration,
+# and an index of shards (which would name weights the folder no longer holds).
+_REPLACED = (WEIGHTS_FILE, CONFIG_FILE, "*.safetensors.index.json")
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Hard-link (else copy) into ``new`` every entry of ``old`` but those a checkpoint
+    replaces (:data:`_REPLACED`) and those ``new`` holds already. Nothing is written to
+    a carried file afterwards: a hard link shares its data with the old folder's file."""
+    for entry in old.iterdir():
+        if any(fnmatch.fnmatch(entry.name, pat) for pat in _REPLACED):
+            continue
+        target = new / entry.name
+        if target.exists() or target.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, target)
+
+
+def _link_or_copy(src, dst) -> None:
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Put the complete folder ``tmp`` at ``out``. An existing ``out`` is renamed aside
+    first and removed only after ``tmp`` took its place. Hazard: a process killed
+    between the two renames leaves no ``out``; the old checkpoint is then whole in the
+    ``.<name>.w8a8-old-*`` folder beside it."""
+    _fsync(tmp)
+    if not out.exists():
+        os.rename(tmp, out)
+    else:
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.w8a8-old-", dir=out.parent))
+        os.rename(out, aside / out.name)
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            os.rename(aside / out.name, out)  # put the old one back
+            shutil.rmtree(aside, ignore_errors=True)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    _fsync(out.parent)
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder) to disk where the platform allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _read_config(folder: Path) -> dict:
@@ -333,8 +513,10 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True):
         model, config = load_model(folder, strict=strict)
         if listed is not None:
             predicate = lambda p, m: p in listed  # noqa: E731
-        else:  # a stock mlx-lm checkpoint: its 8-bit layers, never its float ones
-            predicate = lambda p, m: isinstance(m, nn.QuantizedLinear)  # noqa: E731
+        else:  # a stock mlx-lm checkpoint: its 8-bit layers, never its float ones, and
+            # not the layers the model keeps as they are (an MoE model's routers)
+            kept = kept_by_model(model)
+            predicate = lambda p, m: isinstance(m, nn.QuantizedLinear) and p not in kept  # noqa: E731
         quantize(model, class_predicate=predicate)
         if not w8a8_layers(model):
             warnings.warn(
@@ -381,8 +563,13 @@ def _parser():
         description="Convert a float mlx-lm model folder to a W8A8 checkpoint (stock mlx-lm "
         "loads it as 8-bit), optionally SmoothQuant-smoothed and mixed W8A8/W8A16.",
     )
-    p.add_argument("--model", required=True, help="float mlx-lm model folder")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--model", required=True, help="float (or 8-bit) mlx-lm model folder")
+    p.add_argument("--out", required=True,
+                   help="output folder: new or empty; never the model folder, a folder "
+                   "inside it or one holding it")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out (its checkpoint is replaced, other "
+                   "files kept); still never the model folder, inside it or around it")
     p.add_argument("--smooth", type=float, metavar="ALPHA",
                    help="SmoothQuant migration strength in [0, 1] (needs --calibration)")
     p.add_argument("--calibration", metavar="FILE",
@@ -396,13 +583,126 @@ def _parser():
                    "data is below DB (needs --calibration)")
     p.add_argument("--keep", choices=KEEP, default="w8a16",
                    help="what skipped layers become (default: w8a16)")
-    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
+    p.add_argument("--group-size", type=int, default=64, choices=GROUP_SIZES,
+                   help="weights per scale of layers quantized from float, and of the "
+                   "W8A16 layers (default: 64)")
     p.add_argument("--grouped", action="store_true",
                    help="group-wise affine weights instead of symmetric per-channel int8")
-    p.add_argument("--seq-len", type=int, default=512, help="calibration sequence length")
-    p.add_argument("--samples", type=int, default=64, help="calibration sequences")
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=512,
+                   help="calibration sequence length in tokens, >= 2 (default: 512)")
+    p.add_argument("--samples", type=int, default=64,
+                   help="calibration sequences, >= 1 (default: 64)")
+    p.add_argument("--batch-size", type=int, default=4,
+                   help="calibration sequences per forward pass, >= 1 (default: 4)")
     return p
+
+
+def check_convert_arguments(
+    model_path: str | Path,
+    out: str | Path,
+    smooth_alpha: float | None = None,
+    calibration: str | Path | None = None,
+    sqnr_floor: float | None = None,
+    keep: str = "w8a16",
+    group_size: int = 64,
+    seq_len: int = 512,
+    samples: int = 64,
+    batch_size: int = 4,
+    force: bool = False,
+) -> None:
+    """Check :func:`convert`'s arguments without loading anything (the arguments mean
+    what they mean there).
+
+    Raises:
+        ValueError: naming the argument, the value and what is valid: the model folder
+            has no ``config.json`` or is a 4-bit checkpoint (see
+            :func:`check_source_quantization`), the calibration file is missing where
+            ``smooth_alpha`` or ``sqnr_floor`` needs it, a value is out of range, or
+            the output folder is refused (:func:`check_convert_output`).
+    """
+    op = "mlx_w8a8.convert"
+    if (smooth_alpha is not None or sqnr_floor is not None) and calibration is None:
+        raise ValueError(f"[{op}] --smooth and --sqnr-floor need --calibration FILE")
+    if smooth_alpha is not None and not 0.0 <= smooth_alpha <= 1.0:
+        raise ValueError(f"[{op}] --smooth ALPHA must be in [0, 1], got {smooth_alpha!r}")
+    if sqnr_floor is not None and not math.isfinite(sqnr_floor):
+        raise ValueError(f"[{op}] --sqnr-floor must be a finite number of dB, got {sqnr_floor!r}")
+    if keep not in KEEP:
+        raise ValueError(f"[{op}] keep must be one of {KEEP}, got {keep!r}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"[{op}] --group-size must be one of {GROUP_SIZES}, got {group_size!r}")
+    for flag, value, low in (("--seq-len", seq_len, 2), ("--samples", samples, 1),
+                             ("--batch-size", batch_size, 1)):
+        if value < low:
+            raise ValueError(f"[{op}] {flag} must be >= {low}, got {value}")
+    model_path = Path(model_path)
+    if not (model_path / CONFIG_FILE).is_file():
+        raise ValueError(
+            f"[{op}] model must be an mlx-lm model folder (a config.json and weights), got "
+            f"{str(model_path)!r}: it has no config.json"
+        )
+    if calibration is not None and not Path(calibration).is_file():
+        raise ValueError(f"[{op}] calibration must be a text file, got {str(calibration)!r}: no such file")
+    check_source_quantization(model_path)
+    check_convert_output(model_path, Path(out), force)
+
+
+def check_source_quantization(model_path: Path) -> None:
+    """Refuse a checkpoint whose linear layers are all quantized to fewer than 8 bits
+    (mlx-lm's 4-bit default): this version converts float and 8-bit affine layers only,
+    so nothing would be converted.
+
+    Raises:
+        ValueError: saying which layers would stay and how to get a W8A8 model.
+    """
+    try:
+        quant = json.loads((model_path / CONFIG_FILE).read_text()).get("quantization")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return  # load_model reports an unreadable configuration
+    if not isinstance(quant, dict) or quant.get("bits") in (None, 8):
+        return
+    if any(isinstance(v, dict) and v.get("bits") == 8 for v in quant.values()):
+        return  # some 8-bit layers: those convert, quantize warns about the others
+    bits = quant.get("bits")
+    raise ValueError(
+        f"[mlx_w8a8.convert] {model_path} is a {bits}-bit checkpoint: this version does not "
+        f"convert {bits}-bit layers to W8A8, so every quantized linear layer would stay "
+        f"{bits}-bit and nothing would be converted; to get a W8A8 model, convert the float "
+        f"(or 8-bit) form of the model (e.g. the original Hugging Face folder, or "
+        f"mlx_lm.convert without -q)"
+    )
+
+
+def check_convert_output(model_path: Path, out: Path, force: bool = False) -> None:
+    """Refuse an output folder that would destroy or mix up data: the model folder
+    itself, a folder inside it or one holding it (never allowed), a file, or a
+    non-empty folder unless ``force`` (then its checkpoint is replaced by :func:`save`
+    and its other files kept).
+
+    Raises:
+        ValueError: naming the folder and why.
+    """
+    op = "mlx_w8a8.convert"
+    src, dst = model_path.resolve(), out.resolve()
+    if dst == src:
+        raise ValueError(f"[{op}] --out must not be the model folder {str(model_path)!r}: "
+                         f"that would overwrite the source checkpoint")
+    if src in dst.parents:
+        raise ValueError(f"[{op}] --out {str(out)!r} is inside the model folder "
+                         f"{str(model_path)!r}; choose a folder outside it")
+    if dst in src.parents:
+        raise ValueError(f"[{op}] --out {str(out)!r} holds the model folder "
+                         f"{str(model_path)!r}; choose a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"[{op}] --out must be a folder, got {str(out)!r}: it is a file")
+    check_output_folder(op, out)
+    if out.is_dir() and not force:
+        held = sorted(p.name for p in out.iterdir())
+        if held:
+            shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+            raise ValueError(f"[{op}] --out {str(out)!r} is not empty ({shown}); choose a new "
+                             f"or empty folder, or pass --force to replace the checkpoint "
+                             f"in it")
 
 
 def convert(
@@ -419,6 +719,7 @@ def convert(
     samples: int = 64,
     batch_size: int = 4,
     log: Callable[[str], None] = print,
+    force: bool = False,
 ) -> Path:
     """Float mlx-lm folder -> (smoothed, mixed) W8A8 checkpoint folder.
 
@@ -434,9 +735,14 @@ def convert(
         group_size, per_channel: the W8A8 weight format (see :func:`quantize`).
         seq_len, samples, batch_size: calibration windows.
         log: where progress lines go.
+        force: write into a non-empty ``out`` (see :func:`check_convert_arguments`).
 
     Returns:
         The output folder.
+
+    Raises:
+        ValueError: for any argument :func:`check_convert_arguments` refuses (before
+            the model is loaded), or when no layer could be converted.
     """
     from mlx_lm.utils import load_model
 
@@ -445,20 +751,9 @@ def convert(
     from .smooth import smooth
     from .tokens import batches, text_tokens
 
-    op = "mlx_w8a8.convert"
-    if (smooth_alpha is not None or sqnr_floor is not None) and calibration is None:
-        raise ValueError(f"[{op}] --smooth and --sqnr-floor need --calibration FILE")
-    if keep not in KEEP:
-        raise ValueError(f"[{op}] keep must be one of {KEEP}, got {keep!r}")
+    check_convert_arguments(model_path, out, smooth_alpha, calibration, sqnr_floor, keep,
+                            group_size, seq_len, samples, batch_size, force)
     model_path, out = Path(model_path), Path(out)
-    if not (model_path / "config.json").is_file():
-        raise ValueError(
-            f"[{op}] model must be an mlx-lm model folder (a config.json and weights), got "
-            f"{str(model_path)!r}: it has no config.json"
-        )
-    if calibration is not None and not Path(calibration).is_file():
-        raise ValueError(f"[{op}] calibration must be a text file, got {str(calibration)!r}: no such file")
-    check_output_folder(op, out)  # before minutes of calibration, not after
     model, config = load_model(model_path)
     data = None
     if calibration is not None:
@@ -470,10 +765,9 @@ def convert(
         applied = smooth(model, stats, smooth_alpha)
         log(f"smoothed {len(applied)} sites with alpha = {smooth_alpha}")
     table = {pattern: keep for pattern in skip}
+    report = None
     if sqnr_floor is not None:
         report = sensitivity(model, data, group_size, per_channel, progress=True)
-        out.mkdir(parents=True, exist_ok=True)
-        report.save(out / "sensitivity.json")
         log(report.table())
         below = policy(report, sqnr_floor, keep)
         log(f"{len(below)} layers below {sqnr_floor} dB kept on {keep}: {sorted(below)}")
@@ -488,18 +782,27 @@ def convert(
         elif isinstance(m, nn.Linear):
             kinds["float"] += 1
     save(model, out, config, source=model_path)
+    if report is not None:  # after the checkpoint, which save swaps in as a new folder
+        report.save(out / "sensitivity.json")
     log(f"wrote {out}: linear layers {kinds}")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    skip = ["lm_head"] if args.skip is None else args.skip
+    try:  # every argument, before minutes of loading and calibrating
+        check_convert_arguments(args.model, args.out, args.smooth, args.calibration,
+                                args.sqnr_floor, args.keep, args.group_size, args.seq_len,
+                                args.samples, args.batch_size, args.force)
+    except ValueError as error:
+        parser.error(str(error))  # exit status 2
     try:
         convert(
-            args.model, args.out, args.smooth, args.calibration,
-            ["lm_head"] if args.skip is None else args.skip,
+            args.model, args.out, args.smooth, args.calibration, skip,
             args.sqnr_floor, args.keep, args.group_size, not args.grouped,
-            args.seq_len, args.samples, args.batch_size,
+            args.seq_len, args.samples, args.batch_size, force=args.force,
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -147,9 +147,13 @@ def _parser():
     p.add_argument("--variants", default=None,
                    help=f"comma-separated, among {','.join(VARIANTS)}; default: float for a "
                    f"float folder, w8a8 for a quantized one")
-    p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--samples", type=int, default=None, help="at most this many windows")
+    p.add_argument("--seq-len", type=int, default=512,
+                   help="tokens per window, >= 2; each window predicts its tokens 2..T "
+                   "(default: 512)")
+    p.add_argument("--batch-size", type=int, default=4,
+                   help="windows per forward pass, >= 1 (default: 4)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="at most this many windows, >= 1 (default: every full window)")
     p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16",
                    help="float folders are cast to this first (default: bfloat16)")
     p.add_argument("--kernel", default=EXACT,
@@ -158,20 +162,60 @@ def _parser():
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def check_arguments(args) -> list[str]:
+    """The variants to run, after checking every argument of the command line before
+    any model is loaded.
+
+    Raises:
+        ValueError: naming the argument, the value and what is valid.
+    """
+    op = "mlx_w8a8.eval"
     folder = Path(args.model)
     try:
         config = json.loads((folder / "config.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError) as error:
-        print(f"error: [mlx_w8a8.eval] cannot read {folder / 'config.json'}: {error}", file=sys.stderr)
-        return 2
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"[{op}] cannot read {folder / 'config.json'}: {error}") from None
+    quantized = "quantization" in config
     if args.variants is None:
-        variants = ["w8a8" if "quantization" in config else "float"]
+        variants = ["w8a8" if quantized else "float"]
     else:
         # "bf16" is accepted for the float variant (cast to --dtype, bfloat16 by default).
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         variants = ["float" if v == "bf16" else v for v in names]
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown or not variants:
+            raise ValueError(f"[{op}] --variants takes a comma-separated list among "
+                             f"{','.join(VARIANTS)}, got {args.variants!r}")
+    if "float" in variants and quantized:
+        raise ValueError(f"[{op}] {folder} is a quantized checkpoint; the float variant needs "
+                         f"the float model folder")
+    text = Path(args.text)
+    if not text.is_file() or text.stat().st_size == 0:
+        raise ValueError(f"[{op}] --text must be a non-empty text file, got {args.text!r}")
+    for flag, value, low in (("--seq-len", args.seq_len, 2), ("--batch-size", args.batch_size, 1),
+                             ("--samples", args.samples, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"[{op}] {flag} must be >= {low}, got {value}")
+    if "w8a8" in variants and args.kernel is not None:
+        from .kernels import registry
+
+        try:
+            registry.get("linear", args.kernel)
+        except ValueError as error:  # names the known kernels
+            raise ValueError(f"[{op}] --kernel {args.kernel!r}: {error}") from None
+    if args.json and not Path(args.json).absolute().parent.is_dir():
+        raise ValueError(f"[{op}] --json FILE: the folder of {args.json!r} does not exist")
+    return variants
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    folder = Path(args.model)
+    try:  # every argument, before minutes of loading and evaluating
+        variants = check_arguments(args)
+    except ValueError as error:
+        parser.error(str(error))  # exit status 2
     try:
         tokens = text_tokens(args.text, folder)
         data = batches(tokens, args.seq_len, args.batch_size, args.samples)

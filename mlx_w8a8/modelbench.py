@@ -36,10 +36,10 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
 - **SQNR** of each variant's prefill logits against the bfloat16 model's, in dB
   (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
 
-Output: JSON lines (``--json FILE``, default stdout: a ``setup`` record, one ``round``
-record per timed round, one ``summary`` record per measurement, and a ``decisions``
-record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and why) and a readable table
-(on stderr when the JSON goes to stdout).
+Output: a readable table on stdout, and with ``--json FILE`` JSON lines (a ``setup``
+record, one ``round`` record per timed round, one ``summary`` record per measurement, and
+a ``decisions`` record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and
+why) in FILE (``--json`` alone: on stdout, the table then on stderr).
 
 With ``--tp N``, under a distributed launch of N ranks, the W8A8 model is split over
 the ranks and timed against one device instead: :mod:`mlx_w8a8.tpbench` (it reuses
@@ -140,6 +140,15 @@ def settings(args) -> dict:
         if value < low:
             raise ValueError(f"[mlx_w8a8.bench] --{key} must be >= {low}, got {value}")
         out[key] = value
+    if args.layers is not None and args.layers < 1:
+        raise ValueError(f"[mlx_w8a8.bench] --layers must be >= 1, got {args.layers}")
+    if args.kernel is not None:  # before the model is built, not after
+        from .kernels import registry
+
+        try:
+            registry.get("linear", args.kernel)
+        except ValueError as error:  # names the known kernels
+            raise ValueError(f"[mlx_w8a8.bench] --kernel {args.kernel!r}: {error}") from None
     out["new_lengths"] = bool(getattr(args, "new_lengths", False))
     out["warm_up"] = bool(getattr(args, "warm_up", False))
     return out

@@ -9,6 +9,7 @@ from collections import Counter
 import mlx.core as mx
 import mlx.nn as nn
 
+from .moe import expert_layers
 from .nn import Linear
 
 # Token counts the summary resolves: one decode step and a typical prefill chunk.
@@ -38,10 +39,14 @@ def decisions(
 def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | None = None) -> str:
     """One line: how many W8A8 layers, and per token count which kernels run how often
     with the source of each decision, e.g. ``"mlx_w8a8: 224 layers (224 per_channel);
-    M=1: cuda_int8_gemv x196 (table), mlx_qmm x28 (fallback); M=512: ..."``."""
+    M=1: cuda_int8_gemv x196 (table), mlx_qmm x28 (fallback); M=512: ..."``, ending with
+    how many mixture-of-experts expert layers were not converted where there are any."""
     layers = [layer for _, layer in model.named_modules() if isinstance(layer, Linear)]
+    experts = len(expert_layers(model))
+    # Experts hold most of an MoE model's weights: the line says they are not W8A8.
+    left = f"; {experts} mixture-of-experts expert layers not converted" if experts else ""
     if not layers:
-        return "mlx_w8a8: no mlx_w8a8.Linear layers"
+        return "mlx_w8a8: no mlx_w8a8.Linear layers" + left
     formats = Counter(layer.format for layer in layers)
     parts = [
         f"mlx_w8a8: {len(layers)} layers ("
@@ -54,4 +59,4 @@ def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | 
             for (name, source), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         )
         parts.append(f"M={rows}: {runs}")
-    return "; ".join(parts)
+    return "; ".join(parts) + left

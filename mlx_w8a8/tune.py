@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -80,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("per_channel", "grouped"),
                    help="weight format (with --model: of the layers mlx_w8a8.quantize converts "
                    "from float)")
-    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128))
+    p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128),
+                   help="weights per scale of the measured weights (with --model: of the "
+                   "layers mlx_w8a8.quantize converts from float; default: 64)")
     p.add_argument("--bias", action="store_true", help="--shapes: measure with a bias vector")
     p.add_argument("--table", help="table to read and write (default: the user cache table)")
     p.add_argument("--export", metavar="PATH",
@@ -96,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="BPS", help="basis points a challenger must beat the reference by")
     p.add_argument("--pairs", type=int, default=timing.PAIRS,
                    help="alternating timing rounds (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=timing.WARMUP)
+    p.add_argument("--warmup", type=int, default=timing.WARMUP,
+                   help="untimed launches of each candidate before timing (default: %(default)s)")
     p.add_argument("--independent", action="store_true",
                    help="time each candidate in chains of independent launches instead of "
                    "dependent ones (each launch fed by the one before, as a model's layers "
@@ -267,6 +271,18 @@ def export(source: str, dest: str, out) -> int:
     return 0
 
 
+def unwritable_advice(named: str | None) -> str:
+    """How to record elsewhere when the target table cannot be written: it is the table
+    ``--table`` named, or else ``$MLX_W8A8_TUNING_TABLE``, or else the cache table."""
+    from .cachedir import ENV_CACHE_DIR
+
+    if named is None and not os.environ.get(table.ENV_TABLE):
+        return (f"record into a writable table with --table PATH (or {table.ENV_TABLE}=PATH), "
+                f"or move the cache folder with {ENV_CACHE_DIR}=DIR")
+    return (f"name a writable table with --table PATH (or {table.ENV_TABLE}=PATH); without "
+            f"either, the table is tuning.json in the cache folder ({ENV_CACHE_DIR}=DIR)")
+
+
 def shape_problem(args, m: int, n: int, k: int) -> Problem:
     """The problem ``--shapes`` gives for ``M x N x K`` under ``--op``."""
     if args.op == "int8_matmul":
@@ -346,7 +362,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
             try:  # before minutes of measuring, not after
                 table.check_writable(target)
             except table.TableError as error:
-                return fail(f"cannot record into the table: {error}", 1)
+                return fail(f"cannot record into the table: {error}; "
+                            f"{unwritable_advice(args.table)}", 1)
         backend = table.backend()
         print(f"tuning {len(runnable)} problem(s), {todo} to measure, into {target} "
               f"({backend}, {tuner.key['device'].get('device_name', '?')})", file=out)

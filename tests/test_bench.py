@@ -208,3 +208,26 @@ def test_qualification_times_kernels_as_layers_run_them(tmp_path, bound_spy):
     assert calls["run"] == 0
     # one binding per (weight, bias) of the case's operands, every launch through it
     assert 1 <= calls["bind"] <= 4 and calls["apply"] >= bench.MIN_PAIRS
+
+
+def test_the_table_by_default_and_json_lines_only_when_asked(tmp_path, capsys):
+    # The bench used to print JSON lines on stdout before its table by default.
+    one = ["--cases", "1x64x32", "--dtype", "float32", "--group-size", "32", "--warmup", "1",
+           "--chain", "1"]
+    assert bench.main(one) == 0
+    got = capsys.readouterr()
+    assert "median ratio" in got.out and "linear-1x64x32" in got.out
+    assert not any(line.startswith("{") for line in (got.out + got.err).splitlines())
+    # --json alone: JSON lines (and only they) on stdout, the table on stderr
+    assert bench.main(one + ["--json"]) == 0
+    got = capsys.readouterr()
+    records = [json.loads(line) for line in got.out.splitlines()]
+    assert records and records[0]["case"] == "linear-1x64x32-float32-per_channel"
+    assert "median ratio" in got.err
+    # --json FILE: the records there, the table on stdout
+    path = tmp_path / "r.jsonl"
+    assert bench.main(one + ["--json", str(path)]) == 0
+    got = capsys.readouterr()
+    assert [json.loads(line)["case"] for line in path.read_text().splitlines()] == \
+        [r["case"] for r in records]
+    assert "median ratio" in got.out and "{" not in got.out

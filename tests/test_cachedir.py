@@ -39,7 +39,8 @@ def test_folder_says_what_it_tried_when_nothing_is_writable(monkeypatch, tmp_pat
     blocker.write_text("")
     monkeypatch.setenv(cachedir.ENV_CACHE_DIR, str(blocker))
     monkeypatch.setattr(cachedir.tempfile, "gettempdir", lambda: str(blocker))
-    with pytest.raises(OSError, match=r"no writable folder for locks .*file"):
+    with pytest.raises(OSError, match=r"no writable folder for locks .*file.*; set "
+                                      r"MLX_W8A8_CACHE_DIR to a writable folder"):
         cachedir.folder("locks")
 
 

@@ -2,12 +2,14 @@
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx.utils import tree_flatten, tree_map
 
 import mlx_w8a8 as w8
 import oracle
@@ -302,18 +304,298 @@ def test_convert_cli_smoothed_mixed_checkpoint(tmp_path, capsys):
     np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
 
     # 3. Errors: smoothing without calibration text; every layer below the floor.
-    # Errors go to stderr, before any model is loaded where the arguments alone tell.
-    assert main(["--model", str(src), "--out", str(tmp_path / "x"), "--smooth", "0.5"]) == 2
-    assert "need --calibration" in capsys.readouterr().err
+    # Argument errors are argparse's (exit status 2), before any model is loaded.
+    def refused(argv):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        return capsys.readouterr().err
+
+    assert "need --calibration" in refused(["--model", str(src), "--out", str(tmp_path / "x"),
+                                            "--smooth", "0.5"])
     assert main([*common, "--out", str(tmp_path / "y"), "--sqnr-floor", "1000"]) == 2
     assert "no mlx_w8a8.Linear layers" in capsys.readouterr().err
-    assert main(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "z")]) == 2
-    assert "[mlx_w8a8.convert] model must be an mlx-lm model folder" in capsys.readouterr().err
-    assert main(["--model", str(src), "--out", str(tmp_path / "z"), "--smooth", "0.5",
-                 "--calibration", str(tmp_path / "none.txt")]) == 2
-    assert "calibration must be a text file" in capsys.readouterr().err
+    err = refused(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "z")])
+    assert "[mlx_w8a8.convert] model must be an mlx-lm model folder" in err
+    err = refused(["--model", str(src), "--out", str(tmp_path / "z"), "--smooth", "0.5",
+                   "--calibration", str(tmp_path / "none.txt")])
+    assert "calibration must be a text file" in err
     assert not (tmp_path / "z").exists()
     (tmp_path / "z").mkdir()  # an output folder holding another model's shard
     (tmp_path / "z" / "model-00001-of-00004.safetensors").write_bytes(b"")
-    assert main(["--model", str(src), "--out", str(tmp_path / "z")]) == 2
-    assert "already holds weight files" in capsys.readouterr().err
+    assert "already holds weight files" in refused(["--model", str(src), "--out", str(tmp_path / "z")])
+
+
+# --- nothing lost: output folders, atomic save -------------------------------------------
+
+
+def _tree(folder: Path) -> dict:
+    """``{relative path: bytes}`` of every file under ``folder``."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@needs_mlx_lm
+def test_convert_never_writes_over_its_source_and_wants_force_for_a_full_folder(tmp_path, capsys):
+    # --out == --model used to overwrite the float checkpoint in place (exit 0, a stale
+    # index left behind); a non-empty --out was written into without a word.
+    from mlx_w8a8.convert import main
+
+    model, config = tiny_lm.model("llama", rng=np.random.default_rng(0))
+    src = tiny_lm.folder(tmp_path / "models" / "src", model, config)
+    (src / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    before = _tree(tmp_path / "models")
+
+    def refused(argv, want):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert want in err, err
+
+    for out, why in ((src, "must not be the model folder"),
+                     (src / "w8a8", "is inside the model folder"),
+                     (tmp_path / "models", "holds the model folder")):
+        refused(["--model", str(src), "--out", str(out)], why)
+        refused(["--model", str(src), "--out", str(out), "--force"], why)  # never, even forced
+    assert _tree(tmp_path / "models") == before
+    # The same folder spelled another way is still the source.
+    refused(["--model", str(src), "--out", str(src / ".." / "src")], "must not be the model folder")
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    refused(["--model", str(src), "--out", str(full)], "is not empty (notes.txt)")
+    assert _tree(full) == {"notes.txt": b"mine"}
+    (full / "extra.bin").write_bytes(b"keep")
+    (full / "model.safetensors.index.json").write_text('{"weight_map": {}}')  # stale
+    assert main(["--model", str(src), "--out", str(full), "--force"]) == 0
+    assert (full / "notes.txt").read_text() == "mine"  # other files kept
+    assert (full / "extra.bin").read_bytes() == b"keep"
+    assert not (full / "model.safetensors.index.json").exists()  # would name absent shards
+    assert (full / "model.safetensors").is_file() and (full / "tokenizer.json").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--model", str(src), "--out", str(empty)]) == 0  # an empty folder is fine
+    assert _tree(tmp_path / "models") == before
+
+
+def _two_models():
+    """Two tiny Llamas of one architecture with different weights, converted."""
+    a, config = _tiny_llama()
+    b, _ = _tiny_llama()
+    b.update(tree_map(lambda x: x + 1.0, b.parameters()))
+    for m in (a, b):
+        mx.eval(m.parameters())
+        w8.quantize(m)
+    return a, b, config
+
+
+def _assert_same_parameters(a, b):
+    """Every parameter of the two models equal (compared in float32)."""
+    pa, pb = dict(tree_flatten(a.parameters())), dict(tree_flatten(b.parameters()))
+    assert sorted(pa) == sorted(pb)
+    for key in pa:
+        np.testing.assert_array_equal(np.array(pa[key].astype(mx.float32)),
+                                      np.array(pb[key].astype(mx.float32)), err_msg=key)
+
+
+@needs_mlx_lm
+def test_save_failing_mid_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    old, new, config = _two_models()
+    out = tmp_path / "ckpt"
+    w8.save(old, out, config)
+    (out / "tokenizer.json").write_text("{}")
+    before = _tree(out)
+    real = mx.save_safetensors
+
+    def fails_after_first_file(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(mx, "save_safetensors", fails_after_first_file)
+    with pytest.raises(OSError, match="injected"):
+        w8.save(new, out, config)
+    monkeypatch.undo()
+    assert _tree(out) == before  # the old checkpoint, byte for byte
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary folder left
+    loaded, _ = w8.load(out, _tiny_llama()[0])
+    _assert_same_parameters(loaded, old)
+    # A save that completes replaces it.
+    w8.save(new, out, config)
+    _assert_same_parameters(w8.load(out, _tiny_llama()[0])[0], new)
+    assert (out / "tokenizer.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+KILLED_SAVE = """
+import os, signal, sys
+from pathlib import Path
+import mlx.core as mx
+import mlx_w8a8 as w8
+from mlx_lm.utils import load_model
+
+model, config = load_model(Path(sys.argv[1]))
+model.update(__import__("mlx.utils").utils.tree_map(lambda x: x * 3.0, model.parameters()))
+w8.quantize(model)
+real = mx.save_safetensors
+
+def killed_after_first_file(path, *args, **kwargs):
+    real(path, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+mx.save_safetensors = killed_after_first_file
+w8.save(model, sys.argv[2], config)
+"""
+
+
+@needs_mlx_lm
+def test_save_killed_mid_write_keeps_the_old_checkpoint(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from mlx_lm.utils import save_config, save_model
+
+    float_model, config = _tiny_llama()
+    src = tmp_path / "float"
+    save_model(src, float_model)
+    save_config(config, src / "config.json")
+    old, _, _ = _two_models()
+    out = tmp_path / "ckpt"
+    w8.save(old, out, config)
+    before = _tree(out)
+    done = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(src), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert _tree(out) == before
+    loaded, _ = w8.load(out)  # as mlx-lm builds it, then converted
+    _assert_same_parameters(loaded, old)
+
+
+@needs_mlx_lm
+def test_save_without_a_tokenizer_says_how_to_add_one(tmp_path):
+    model, config = _tiny_llama()
+    w8.quantize(model)
+    with pytest.warns(UserWarning, match=r"\[mlx_w8a8.save\] .*ckpt has no tokenizer.*source="):
+        w8.save(model, tmp_path / "ckpt", config)
+    src = tiny_lm.folder(tmp_path / "src", *tiny_lm.model("llama"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with the source's tokenizer: no warning
+        w8.save(model, tmp_path / "ckpt2", config, source=src)
+
+
+@needs_mlx_lm
+def test_convert_checks_every_argument_before_loading(tmp_path, monkeypatch, capsys):
+    # --smooth 2 used to be refused only after the model was loaded and calibrated.
+    import mlx_lm.utils
+
+    from mlx_w8a8.convert import main
+
+    src = tiny_lm.folder(tmp_path / "src", *tiny_lm.model("llama"))
+    text = tiny_lm.text_file(tmp_path / "calib.txt", 512)
+    loads = []
+    monkeypatch.setattr(mlx_lm.utils, "load_model", lambda *a, **k: loads.append(a) or 1 / 0)
+    for extra, want in ((["--smooth", "2", "--calibration", str(text)], "--smooth ALPHA must be in [0, 1], got 2.0"),
+                        (["--smooth", "-0.1", "--calibration", str(text)], "must be in [0, 1]"),
+                        (["--sqnr-floor", "nan", "--calibration", str(text)], "--sqnr-floor must be a finite"),
+                        (["--seq-len", "1"], "--seq-len must be >= 2, got 1"),
+                        (["--samples", "0"], "--samples must be >= 1"),
+                        (["--batch-size", "0"], "--batch-size must be >= 1")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--model", str(src), "--out", str(tmp_path / "out"), *extra])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "usage:" in err and want in err, err
+    assert loads == [] and not (tmp_path / "out").exists()
+
+
+@needs_mlx_lm
+def test_convert_of_a_4bit_folder_says_what_is_true(tmp_path, capsys):
+    from mlx_lm.utils import quantize_model, save_config, save_model
+
+    from mlx_w8a8.convert import main
+
+    model, config = _tiny_llama()
+    model, config = quantize_model(model, config, group_size=64, bits=4)
+    q4 = tmp_path / "q4"
+    save_model(q4, model)
+    save_config(config, q4 / "config.json")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", str(q4), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "is a 4-bit checkpoint" in err and "does not convert 4-bit layers" in err
+    assert "convert the float (or 8-bit) form" in err and "quantize(model) first" not in err
+    # save() of such a model says the same, not "quantize it first"
+    with pytest.raises(ValueError, match=r"4-bit, which this version does not convert"):
+        w8.save(model, tmp_path / "out", config)
+
+
+# --- mixture-of-experts models -----------------------------------------------------------
+
+
+def _moe(kind: str):
+    if kind == "mixtral":
+        from mlx_lm.models import mixtral
+
+        args = mixtral.ModelArgs(model_type="mixtral", vocab_size=64, hidden_size=64,
+                                 intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+        return mixtral.Model(args), ["block_sparse_moe.gate"]
+    from mlx_lm.models import qwen2_moe
+
+    args = qwen2_moe.ModelArgs(model_type="qwen2_moe", hidden_size=64, num_hidden_layers=2,
+                               intermediate_size=128, num_attention_heads=4, num_experts_per_tok=2,
+                               num_experts=4, moe_intermediate_size=64,
+                               shared_expert_intermediate_size=128, rms_norm_eps=1e-5,
+                               vocab_size=64, num_key_value_heads=2)
+    return qwen2_moe.Model(args), ["mlp.gate", "mlp.shared_expert_gate"]
+
+
+@needs_mlx_lm
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_quantize_moe_says_experts_were_left_and_keeps_routers(kind, capsys, tmp_path):
+    from mlx_lm.utils import load_model
+
+    model, router_names = _moe(kind)
+    mx.eval(model.parameters())
+    tokens = mx.array(np.random.default_rng(1).integers(0, 64, (1, 6)))
+    with pytest.warns(UserWarning, match=r"\[mlx_w8a8.quantize\] 6 mixture-of-experts expert "
+                      r"layers \(SwitchLinear, 4 experts each\) were left as they are: .*dense "
+                      rf"linear layers only.*; {2 * len(router_names)} router layers"):
+        w8.quantize(model, verbose=True)
+    modules = dict(model.named_modules())
+    routers = [f"model.layers.{i}.{name}" for i in range(2) for name in router_names]
+    for path in routers:  # as they were: float nn.Linear, not W8A8
+        assert type(modules[path]) is nn.Linear, path
+    assert isinstance(modules["model.layers.0.self_attn.q_proj"], w8.Linear)
+    if kind == "qwen2_moe":  # the dense shared expert converts
+        assert isinstance(modules["model.layers.0.mlp.shared_expert.down_proj"], w8.Linear)
+    err = capsys.readouterr().err
+    assert "6 mixture-of-experts expert layers not converted" in err  # verbose's summary
+    assert w8.summary(model).endswith("; 6 mixture-of-experts expert layers not converted")
+    # The checkpoint loads in mlx-lm and here, routers and experts float in both.
+    config = {k: v for k, v in dataclasses.asdict(model.args).items() if v is not None}
+    w8.save(model, tmp_path / "ckpt", config)
+    stock, _ = load_model(tmp_path / "ckpt")
+    with pytest.warns(UserWarning, match="expert layers"):
+        ours, _ = w8.load(tmp_path / "ckpt")
+    for loaded in (stock, ours):
+        kinds = dict(loaded.named_modules())
+        assert all(type(kinds[p]) is nn.Linear for p in routers)
+        assert type(kinds["model.layers.1.self_attn.o_proj"]) is (
+            w8.Linear if loaded is ours else nn.QuantizedLinear)
+    _use(ours, "mlx_qmm")
+    np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
+
+
+def test_quantize_honours_a_models_quant_predicate():
+    # mlx-lm's hook: a layer the model says not to quantize stays as it is.
+    class Picky(Tiny):
+        @property
+        def quant_predicate(self):
+            return lambda path, module: path != "down"
+
+    model = Picky()
+    w8.quantize(model)
+    assert type(model.down) is nn.Linear and isinstance(model.up, w8.Linear)

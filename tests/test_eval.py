@@ -86,11 +86,11 @@ def test_cli_side_by_side_on_a_tiny_model(tmp_path, capsys):
         assert r["perplexity"] == pytest.approx(base, rel=0.05)
         assert r["perplexity"] != base  # the quantized variants really ran
     assert "w8a8" in capsys.readouterr().out
-    # An unknown variant is refused with the op's error, exit status 2.
-    assert main(["--model", str(folder), "--text", str(text), "--variants", "int4"]) == 2
-    assert "int4" in capsys.readouterr().err  # errors go to stderr
-    assert main(["--model", str(tmp_path / "none"), "--text", str(text)]) == 2
-    assert "[mlx_w8a8.eval] cannot read" in capsys.readouterr().err
+    # An unknown variant is refused with the op's error through argparse, exit status 2.
+    assert "int4" in _refused(capsys, ["--model", str(folder), "--text", str(text),
+                                       "--variants", "int4"])  # errors go to stderr
+    assert "[mlx_w8a8.eval] cannot read" in _refused(capsys, ["--model", str(tmp_path / "none"),
+                                                              "--text", str(text)])
 
 
 def test_cli_on_a_w8a8_checkpoint(tmp_path, capsys):
@@ -106,5 +106,44 @@ def test_cli_on_a_w8a8_checkpoint(tmp_path, capsys):
     assert rc == 0
     row = json.loads((tmp_path / "r.jsonl").read_text())
     assert row["variant"] == "w8a8" and row["kernel"] == "exact"
-    assert main(["--model", str(tmp_path / "q"), "--text", str(text), "--variants", "float"]) == 2
-    assert "needs the float model folder" in capsys.readouterr().err
+    assert "needs the float model folder" in _refused(
+        capsys, ["--model", str(tmp_path / "q"), "--text", str(text), "--variants", "float"])
+
+
+def _refused(capsys, argv) -> str:
+    """stderr of a command line argparse refuses (exit status 2)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err
+    return err
+
+
+def test_cli_checks_every_argument_before_loading_a_model(tmp_path, capsys, monkeypatch):
+    # --variants float,bogus used to evaluate the float variant (tens of seconds on a
+    # real model) before refusing bogus.
+    pytest.importorskip("mlx_lm", reason="mlx-lm is part of the test extra")
+    import mlx_lm.utils
+
+    folder = tiny_lm.folder(tmp_path / "m", *tiny_lm.model("llama"))
+    text = tiny_lm.text_file(tmp_path / "t.txt", 512)
+    (tmp_path / "empty.txt").write_text("")
+    loads = []
+    monkeypatch.setattr(mlx_lm.utils, "load_model", lambda *a, **k: loads.append(a) or 1 / 0)
+    base = ["--model", str(folder), "--text", str(text)]
+    for extra, want in (
+        (["--variants", "float,bogus"], "--variants takes a comma-separated list among "
+                                        "float,w8a16,w8a8, got 'float,bogus'"),
+        (["--variants", ","], "--variants takes"),
+        (["--seq-len", "1"], "--seq-len must be >= 2, got 1"),
+        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["--samples", "0"], "--samples must be >= 1, got 0"),
+        (["--variants", "w8a8", "--kernel", "nope"], "--kernel 'nope'"),
+        (["--json", str(tmp_path / "no" / "r.jsonl")], "--json FILE: the folder"),
+    ):
+        assert want in _refused(capsys, base + extra), extra
+    for bad_text in (tmp_path / "none.txt", tmp_path / "empty.txt"):
+        err = _refused(capsys, ["--model", str(folder), "--text", str(bad_text)])
+        assert "--text must be a non-empty text file" in err
+    assert loads == []

@@ -315,3 +315,14 @@ def test_warm_up_runs_before_any_measurement_up_to_the_longest_prefill(tiny, tmp
 def test_warm_up_is_refused_with_tp(tiny, capsys):
     code = bench.main(["--model", tiny, "--tp", "2", "--warm-up"], out=io.StringIO())
     assert code == 2 and "--warm-up is measured on one device" in capsys.readouterr().err
+
+
+def test_layers_and_kernel_are_checked_before_the_model_is_built(tiny, tmp_path, capsys, monkeypatch):
+    built = []
+    monkeypatch.setattr(modelbench, "make_variants", lambda *a, **k: built.append(a) or 1 / 0)
+    for flags, want in ((["--layers", "0"], "--layers must be >= 1, got 0"),
+                        (["--kernel", "nope"], "--kernel 'nope'")):
+        code, _, _ = run(["--model", tiny, *flags], tmp_path)
+        assert code == 2
+        assert capsys.readouterr().err.startswith(f"[mlx_w8a8.bench] {want}")
+    assert built == []

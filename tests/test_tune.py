@@ -611,3 +611,26 @@ def test_prefill_rounds_reach_the_sibling_and_prefill_checks(tmp_path, monkeypat
     assert checks_given(tmp_path, monkeypatch, "rounds", "1,16", argv) == {
         "decode": decode_check.ROUNDS, "sibling": want, "prefill": want}
     assert refused_before_measuring(tmp_path, ["--prefill-rounds", "1"])
+
+
+def test_an_unwritable_cache_folder_names_the_ways_around_it(tmp_path, capsys, monkeypatch):
+    # A read-only cache folder used to end tune with the path and errno alone.
+    measured = []
+    monkeypatch.setattr(tune.Batch, "run", lambda self: measured.append(self))
+
+    def no_write(*args, **kwargs):  # a folder this user may not write (root may write any)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "ro-cache"))
+    monkeypatch.setattr(table.tempfile, "mkstemp", no_write)
+    code, _ = run(["--shapes", "1x32x64"] + TINY)
+    err = capsys.readouterr().err
+    assert code == 1 and "cannot record into the table" in err and "Permission denied" in err
+    for name in ("--table PATH", "MLX_W8A8_TUNING_TABLE=PATH", "MLX_W8A8_CACHE_DIR=DIR"):
+        assert name in err, err
+    # A table named by the environment: the advice names the ways to name another.
+    monkeypatch.setenv(table.ENV_TABLE, str(tmp_path / "ro" / "t.json"))
+    code, _ = run(["--shapes", "1x32x64"] + TINY)
+    err = capsys.readouterr().err
+    assert code == 1 and "name a writable table with --table PATH (or MLX_W8A8_TUNING_TABLE" in err
+    assert not measured
