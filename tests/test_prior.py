@@ -70,7 +70,29 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
     layer = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32)
     assert layer.decision(1) == (registry.EXACT, "prior")
     grouped = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32, per_channel=False)
-    assert grouped.decision(1) == ("mlx_qmm", "fallback")
+    assert grouped.decision(1) == ("mlx_qmm", "prior")
+    assert grouped.decision(4) == ("mlx_qmm", "fallback")  # not measured
+    assert grouped.decision(16) == (registry.EXACT, "prior")  # an mlx-lm 8-bit model's prefill
+
+
+def test_cpu_rules_for_grouped_weights_pick_the_measured_kernels():
+    """The CPU rule for group-wise weights summarizes a recorded tune run (prior.py cites
+    it): at every measured point it picks the measured choice."""
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "bench", "results", "tune_cpu_grouped_2026-12-04.json")
+    with open(path) as f:
+        (section,) = json.load(f)["sections"]
+    assert section["backend"] == "cpu"
+    found = [c for c in registry.all_candidates() if c.op == "linear" and c.backend == "any"]
+    for e in section["entries"]:
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
+                          e["group_size"])
+        picked = prior.choose("cpu", problem, [c for c in found if c.handles(problem)])
+        assert picked is not None and picked.name == e["choice"], (e["m"], e["n"], picked)
+    assert len(section["entries"]) == 5
 
 
 def test_cuda_rules_agree_with_the_shipped_h200_table():

@@ -77,6 +77,15 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cpu", "linear", "per_channel"): [
         (1, None, 0, (EXACT,)),
     ],
+    # CPU, group-wise (mlx-lm 8-bit checkpoints, gs64, bf16): tune --format grouped on
+    # 2048 x 2048 and 8192 x 2048 (bench/results/tune_cpu_grouped_2026-12-04.*, checked
+    # by tests/test_prior.py): the exact W8A8 kernel 5.3-13.6x faster than
+    # mx.quantized_matmul at M = 16 and 128; at M = 1 mx.quantized_matmul (0.92x and 0.55x
+    # for exact). M = 2-15 was not measured and keeps the fallback.
+    ("cpu", "linear", "grouped"): [
+        (1, 1, 0, ("mlx_qmm",)),
+        (16, None, 0, (EXACT,)),
+    ],
 }
 
 
