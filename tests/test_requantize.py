@@ -93,3 +93,54 @@ def test_tokens_must_be_two_dimensional(rng):
     w8.quantize(model)
     with pytest.raises(ValueError, match=r"requantize.per_channel\] tokens must be a \[B, T\]"):
         requantize.per_channel(model, tokens=mx.array([1, 2, 3]))
+
+
+def _eight_bit_folder(tmp_path, rng):
+    from mlx_lm.utils import save_config, save_model
+
+    from mlx_w8a8.tokens import write_byte_tokenizer
+
+    model, config = tiny_lm.model("llama", rng=rng)
+    nn.quantize(model, group_size=64, bits=8)
+    folder = tmp_path / "eight-bit"
+    folder.mkdir()
+    save_model(folder, model)
+    save_config({**config, "quantization": {"group_size": 64, "bits": 8, "mode": "affine"}},
+                folder / "config.json")
+    write_byte_tokenizer(folder)
+    return folder
+
+
+def test_load_per_channel_requantizes_an_mlx_lm_8bit_checkpoint(tmp_path, rng, caplog):
+    import logging
+
+    folder = _eight_bit_folder(tmp_path, rng)
+    grouped, _ = w8.load(folder)
+    formats = {layer.format for _, layer in grouped.named_modules() if isinstance(layer, Linear)}
+    assert formats == {"grouped"}
+    caplog.set_level(logging.INFO, logger="mlx_w8a8")
+    model, _ = w8.load(folder, per_channel=True)
+    formats = {layer.format for _, layer in model.named_modules() if isinstance(layer, Linear)}
+    assert formats == {"per_channel"}
+    assert any("requantized to per-channel" in r.getMessage() for r in caplog.records)
+
+
+def test_convert_per_channel_from_an_8bit_folder_prints_the_cost(tmp_path, rng, capsys):
+    from mlx_w8a8 import convert
+
+    folder = _eight_bit_folder(tmp_path, rng)
+    text = tmp_path / "calib.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / "out"
+    assert convert.main(["--model", str(folder), "--out", str(out), "--per-channel",
+                         "--calibration", str(text), "--seq-len", "16", "--samples", "2",
+                         "--skip"]) == 0
+    printed = capsys.readouterr().out
+    assert "requantized to per-channel int8" in printed and "logits SQNR" in printed
+    model, _ = w8.load(out)
+    formats = {layer.format for _, layer in model.named_modules() if isinstance(layer, Linear)}
+    assert formats == {"per_channel"}
+    with pytest.raises(SystemExit) as exit_:
+        convert.main(["--model", str(folder), "--out", str(tmp_path / "o2"), "--per-channel",
+                      "--grouped"])
+    assert exit_.value.code == 2
