@@ -21,6 +21,7 @@ not supported: mlx-lm loads sharded models through another function.
 from __future__ import annotations
 
 import logging
+import os
 import importlib
 import sys
 
@@ -94,5 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit_now(status: int) -> None:
+    """End the process without the interpreter's finalization, output flushed.
+
+    Once ``mlx_lm.server.main`` returns, the server is shut down and its generation
+    thread joined; what is left is finalization, during which a thread of the HTTP
+    server still exiting can collect MLX objects and abort the process ("terminate
+    called without an active exception", status -6; seen with ``mlx_lm.server`` 0.32.2
+    itself on SIGINT right after requests). Nothing is left to save, so skip it.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _exit_now(main())
