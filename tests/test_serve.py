@@ -205,7 +205,11 @@ def test_serve_bench_smoke(server, tmp_path, capsys):
 
 
 def test_server_exits_cleanly_on_sigint(server):
-    # Last test of the server: it stops the module's process.
+    # Last test of the server: it stops the module's process. SIGINT right after
+    # concurrent streams: then the interpreter's finalization raced MLX in the HTTP
+    # server's exiting threads and aborted (status -6) in most runs.
+    level = serve_bench.run_level(server.url, "completions", 4, 4, "hi", 3, timeout=60)
+    assert level["ok"] == 4
     server.proc.send_signal(signal.SIGINT)
     assert server.proc.wait(timeout=60) == 0, server.log.read_text()[-2000:]
 
