@@ -78,8 +78,7 @@ def test_gpu_default_measures_the_batched_decode_of_a_server():
     gpu = shapes.default_m("cuda")
     assert set(shapes.DECODE_BATCH_M) <= set(gpu)
     assert [shapes.nearest_bucket(m, gpu) for m in (2, 3, 17, 32, 33, 64)] == [2, 4, 32, 32, 64, 64]
-    # The CPU keeps its short default (a 4096 x 4096 projection at M = 64 takes
-    # seconds there): batched decode is a GPU default only.
+    # The CPU keeps its short default (see CPU_M): batched decode is a GPU default only.
     assert shapes.default_m("cpu") == (1, 4)
 
 
