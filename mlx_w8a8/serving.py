@@ -116,12 +116,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                             "(serve a float model folder)")
     group.add_argument("--q-group-size", type=int, default=64, choices=GROUP_SIZES,
                        help="group size of layers quantized with --quantize (default: 64)")
-    group.add_argument("--tuning-table", default=None,
+    group.add_argument("--tuning-table", default=None, metavar="PATH",
                        help="a tuning table (JSON) read before the cache and shipped tables")
-    group.add_argument("--kernel", default=None,
+    group.add_argument("--kernel", default=None, metavar="NAME",
                        help="force this linear kernel in every layer (e.g. exact, mlx_qmm); "
                             "default: the tuner decides")
-    group.add_argument("--warm-up-tokens", type=int, default=None,
+    group.add_argument("--warm-up-tokens", type=int, default=None, metavar="N",
                        help="compile the kernels for 1..N rows per linear before serving; "
                             "0 skips. Default: the server's largest step (prompt "
                             "concurrency x prefill step, at most 8192) on a GPU, 0 on the "
@@ -135,7 +135,9 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
     Raises:
         SystemExit: (from argparse, status 2) for a malformed mlx_w8a8 flag.
     """
-    parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    # No abbreviations: a shortened mlx-lm flag (e.g. --quantize-act for
+    # --quantize-activations) must reach mlx-lm, not match one of these.
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     add_flags(parser)
     args, rest = parser.parse_known_args(argv)
     if args.warm_up_tokens is not None and args.warm_up_tokens < 0:
