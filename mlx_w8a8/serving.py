@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -52,7 +53,8 @@ class ServeOptions(NamedTuple):
     Args:
         quantize: also quantize float ``nn.Linear`` layers (symmetric per-channel int8).
         group_size: the group size of layers quantized from float (32, 64 or 128).
-        tuning_table: a tuning table read first (``mlx_w8a8.set_tuning_table``), or
+        tuning_table: a tuning table read first, set process-wide by :func:`patched`
+            with ``mlx_w8a8.set_tuning_table`` (it stays set after the block), or
             ``None`` for ``$MLX_W8A8_TUNING_TABLE`` / the cache and shipped tables.
         kernel: force this ``linear`` candidate in every converted layer, or ``None``
             (the tuner decides).
@@ -135,13 +137,17 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
     Raises:
         SystemExit: (from argparse, status 2) for a malformed mlx_w8a8 flag.
     """
-    # No abbreviations: a shortened mlx-lm flag (e.g. --quantize-act for
-    # --quantize-activations) must reach mlx-lm, not match one of these.
+    # No abbreviations: these flags are spelled in full, and every other argument,
+    # shortened or not, is mlx-lm's to resolve (``--q`` would otherwise stop here as
+    # an ambiguous --quantize / --q-group-size).
     parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     add_flags(parser)
     args, rest = parser.parse_known_args(argv)
     if args.warm_up_tokens is not None and args.warm_up_tokens < 0:
         parser.error(f"--warm-up-tokens must be >= 0, got {args.warm_up_tokens}")
+    if args.tuning_table is not None and not os.path.isfile(args.tuning_table):
+        # A deployment table that is not there would leave every layer on the prior.
+        parser.error(f"--tuning-table {args.tuning_table} is not a file")
     if args.kernel is not None:
         from .kernels import registry
 
