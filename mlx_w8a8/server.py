@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if wants_help:
         serving.print_help(PROG)
     try:
-        # by name: the package's ``mlx_lm.generate`` attribute is a function
+        # by name: mlx_lm's package attributes may shadow its modules (mlx_lm.generate
+        # is a function)
         module = importlib.import_module("mlx_lm.server")
     except ImportError as error:
         print(f"error: [{PROG}] needs mlx-lm (pip install 'mlx-w8a8[lm]'): {error}",
@@ -101,10 +102,11 @@ def _exit_now(status: int) -> None:
     """End the process without the interpreter's finalization, output flushed.
 
     Once ``mlx_lm.server.main`` returns, the server is shut down and its generation
-    thread joined; what is left is finalization, during which a thread of the HTTP
-    server still exiting can collect MLX objects and abort the process ("terminate
-    called without an active exception", status -6; seen with ``mlx_lm.server`` 0.32.2
-    itself on SIGINT right after requests). Nothing is left to save, so skip it.
+    thread joined; what is left is the interpreter's finalization, which aborted the
+    process in most runs after a SIGINT right after requests ("terminate called
+    without an active exception", status -6, with a thread garbage-collecting and no
+    Python frame; seen with ``mlx_lm.server`` 0.32.2 itself, MLX 0.32.4). Nothing is
+    left to save, so it is skipped.
     """
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
