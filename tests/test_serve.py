@@ -305,15 +305,19 @@ def test_a_missing_hook_names_the_mlx_lm_version():
             pass
 
 
-def test_patched_restores_the_module_load():
+def test_patched_restores_the_module_load_and_names_the_tuning_table(tmp_path):
+    from mlx_w8a8 import tuning
+
     fake = types.ModuleType("fake")
 
     def load(path_or_hf_repo, adapter_path=None, return_config=False):
         return None
 
     fake.load = load
-    with serving.patched(fake, serving.ServeOptions(), "prog", print) as loader:
+    table = str(tmp_path / "deploy.json")
+    with serving.patched(fake, serving.ServeOptions(tuning_table=table), "prog", print) as loader:
         assert fake.load is loader and loader.load is load
+        assert tuning.get_tuner().table_path == table  # read before cache and shipped
     assert fake.load is load
 
 
