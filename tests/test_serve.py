@@ -321,6 +321,38 @@ def test_patched_restores_the_module_load_and_names_the_tuning_table(tmp_path):
     assert fake.load is load
 
 
+def test_provider_loads_at_construction_with_the_server_warm_up_default():
+    import argparse
+
+    from mlx_w8a8 import server as w8_server
+
+    class Base:  # the parts of mlx_lm.server.ModelProvider the subclass uses
+        def __init__(self, cli_args):
+            self.cli_args, self.is_distributed, self.loaded = cli_args, False, 0
+
+        def load_default(self):
+            self.loaded += 1
+
+    args = argparse.Namespace(prefill_step_size=2048, prompt_concurrency=8, decode_concurrency=32)
+    loader = serving.W8A8Loader(lambda path_or_hf_repo, adapter_path=None, return_config=False: None,
+                                serving.ServeOptions(), "prog", print)
+    provider = w8_server.provider_class(Base, loader)(args)
+    assert provider.loaded == 1
+    expected = serving.default_warm_up_tokens(2048, 8, 32)  # 0 on the CPU, 8192 on a GPU
+    assert loader.options.warm_up_tokens == expected
+    loader.options = serving.ServeOptions(warm_up_tokens=5)  # a given value is kept
+    w8_server.provider_class(Base, loader)(args)
+    assert loader.options.warm_up_tokens == 5
+
+    class Distributed(Base):
+        def __init__(self, cli_args):
+            super().__init__(cli_args)
+            self.is_distributed = True
+
+    with pytest.raises(ValueError, match=r"distributed serving is not supported"):
+        w8_server.provider_class(Distributed, loader)(args)
+
+
 def test_default_warm_up_tokens():
     gpu, cpu = mx.Device(mx.DeviceType.gpu), mx.Device(mx.DeviceType.cpu)
     # mlx-lm's defaults: 8 prompts x 2048-token chunks, capped at the largest M bucket.
