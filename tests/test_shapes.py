@@ -70,6 +70,18 @@ def test_default_m_covers_decode_and_prefill_on_a_gpu_and_is_short_on_a_cpu():
     assert shapes.default_m("cpu") == shapes.CPU_M == (1, 4)
 
 
+def test_gpu_default_measures_the_batched_decode_of_a_server():
+    # mlx-lm's server decodes up to --decode-concurrency (default 32) sequences at once:
+    # M = 2 ... 64 rows per linear. Each must be a measured bucket on a GPU (tune --model
+    # measures default_m()), not borrowed from M = 1 or a prefill bucket.
+    assert shapes.DECODE_BATCH_M == (2, 4, 8, 16, 32, 64)
+    gpu = shapes.default_m("cuda")
+    assert set(shapes.DECODE_BATCH_M) <= set(gpu)
+    assert [shapes.nearest_bucket(m, gpu) for m in (2, 3, 17, 32, 33, 64)] == [2, 4, 32, 32, 64, 64]
+    # The CPU keeps its short default (see CPU_M): batched decode is a GPU default only.
+    assert shapes.default_m("cpu") == (1, 4)
+
+
 def test_tp_splits_column_parallel_n_and_row_parallel_k():
     # Llama-3-8B at tp=4: q 4096x4096 -> 1024x4096, k 1024 -> 256, gate/up 14336 ->
     # 3584 (column-parallel, N split); o and down keep N and split K (row-parallel)

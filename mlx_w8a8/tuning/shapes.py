@@ -20,10 +20,11 @@ Qwen2.5-7B     3584    18944         28     4         128       q/o 3584x3584, k
 
 M is bucketed to powers of two up to ``M_CAP``; a table stores measured buckets and a
 lookup snaps to the nearest measured one (:func:`nearest_bucket`). The buckets measured
-when none are named (:func:`default_m`) cover decode and prefill on a GPU (``GPU_M``:
-1, 2, 4, ..., 4096) and decode plus a short prompt on a CPU (``CPU_M``: 1 and 4), where
-one bfloat16 ``mx.quantized_matmul`` of a 4096 x 4096 projection takes about 0.9 s at
-M = 4 on 2 cores.
+when none are named (:func:`default_m`) cover decode, batched decode and prefill on a
+GPU (``GPU_M``: 1, 2, 4, ..., 4096, which holds ``DECODE_BATCH_M`` = 2 ... 64, the rows
+a server's batched decode runs per linear) and decode plus a short prompt on a CPU
+(``CPU_M``: 1 and 4), where one bfloat16 ``mx.quantized_matmul`` of a 4096 x 4096
+projection takes about 0.9 s at M = 4 on 2 cores.
 
 Tensor parallelism (:func:`split_for_tp`) follows mlx-lm's ``shard()``: column-parallel
 projections (q/k/v, gate/up) keep K and split N across ranks, row-parallel ones (o,
@@ -53,7 +54,12 @@ FAMILIES: dict[str, dict[str, list[tuple[int, int]]]] = {
 }
 PRESETS = ("mlp", "attn", "all")
 # Token counts measured when none are given (see :func:`default_m`).
-GPU_M = tuple(1 << i for i in range(13))  # 1, 2, 4, ..., 4096: decode and prefill
+# Rows per linear of batched decode: mlx-lm's server decodes up to 32 sequences at once by
+# default (``--decode-concurrency 32``; 64 covers a doubled setting), one row each.
+DECODE_BATCH_M = (2, 4, 8, 16, 32, 64)
+# 1 (single-stream decode), the batched-decode buckets, then prefill up to 4096: every
+# power of two from 1 to 4096.
+GPU_M = tuple(sorted({1, *DECODE_BATCH_M, *(1 << i for i in range(7, 13))}))
 CPU_M = (1, 4)  # decode and a short prompt; larger M takes minutes per shape there
 M_CAP = 8192
 

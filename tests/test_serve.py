@@ -1,0 +1,400 @@
+"""Serving with mlx-lm's own generator and server (``mlx_w8a8.serving``,
+``python -m mlx_w8a8.generate`` / ``.server``) and ``bench/serve_bench.py``, on a tiny
+llama saved with ``mlx_w8a8.save`` and a byte tokenizer (nothing downloaded).
+
+The server runs as a subprocess on loopback (an ephemeral port), started once for the
+module; its greedy completions are compared with the same model loaded in this process
+by ``mlx_w8a8.load`` and run by ``mlx_lm``'s ``generate``.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+pytest.importorskip("mlx_lm", reason="mlx-lm is part of the test extra")
+pytest.importorskip("tokenizers", reason="installed with mlx-lm")
+
+import mlx_w8a8 as w8  # noqa: E402
+from mlx_w8a8 import generate as w8_generate  # noqa: E402
+from mlx_w8a8 import serving  # noqa: E402
+
+import tiny_lm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import serve_bench  # noqa: E402
+
+STARTUP_S = 90  # the server's start (imports, load, conversion) on a loaded 2-core CI host
+
+
+def _tiny(dtype=mx.float32, seed=0):
+    mx.random.seed(seed)
+    return tiny_lm.model("llama", dtype=dtype, hidden=64, inter=128)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """``{"w8a8": ..., "float": ..., "mixed": ...}``: a W8A8 folder (``mlx_w8a8.save``),
+    the float folder it came from, and a mixed folder whose ``lm_head`` stays W8A16."""
+    from mlx_w8a8.tokens import write_byte_tokenizer
+
+    root = tmp_path_factory.mktemp("serve")
+    model, config = _tiny()
+    out = {"float": tiny_lm.folder(root / "float", model, config)}
+    w8.quantize(model)
+    out["w8a8"] = w8.save(model, root / "w8a8", config, source=out["float"])
+    mixed, _ = _tiny(seed=1)
+    w8.quantize(mixed, skip={"lm_head": "w8a16"})
+    out["mixed"] = w8.save(mixed, root / "mixed", config)
+    write_byte_tokenizer(out["mixed"])
+    return out
+
+
+def _greedy_reference(folder: Path, prompt: str, max_tokens: int) -> str:
+    """The text mlx-lm's ``generate`` makes greedily with the model ``mlx_w8a8.load``
+    builds from ``folder``."""
+    from mlx_lm.generate import generate
+    from mlx_lm.utils import load_tokenizer
+
+    model, _ = w8.load(folder)
+    tokenizer = load_tokenizer(folder)
+    return generate(model, tokenizer, prompt, max_tokens=max_tokens)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(folder: Path, log: Path, cache: Path, *flags: str):
+    """``(process, url)``: ``python -m mlx_w8a8.server`` on a free loopback port,
+    stderr to ``log``, once it accepts connections."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_W8A8_")}
+    from mlx_w8a8.tuning import table
+
+    env[table.ENV_CACHE_DIR] = str(cache)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    port = _free_port()
+    with open(log, "wb") as err:
+        # SIGINT back to its default: a shell's background job starts with it ignored,
+        # and Python only turns SIGINT into KeyboardInterrupt when it is not ignored.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlx_w8a8.server", "--model", str(folder), "--host",
+             "127.0.0.1", "--port", str(port), *flags],
+            stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(ROOT),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"server did not open its port in {STARTUP_S} s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def server(folders, tmp_path_factory):
+    root = tmp_path_factory.mktemp("server")
+    log = root / "server.log"
+    # --warm-up-tokens 8: the warm-up runs (on the CPU it is off by default).
+    proc, url = _start_server(folders["w8a8"], log, root / "cache", "--warm-up-tokens", "8")
+    yield types.SimpleNamespace(proc=proc, url=url, log=log)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def _post(url: str, body, raw: bool = False):
+    data = body if raw else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def _events(text: str) -> list:
+    """The JSON payloads of a server-sent event stream, up to ``[DONE]`` (checked)."""
+    data = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    assert data and data[-1] == "[DONE]", text[-500:]
+    return [json.loads(d) for d in data[:-1]]
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+def test_server_logs_its_layers_and_warms_up_before_opening_the_port(server):
+    log = server.log.read_text()
+    lines = log.splitlines()
+    summary = next(i for i, ln in enumerate(lines) if "mlx_w8a8: 15 layers (15 per_channel)" in ln)
+    converted = next(i for i, ln in enumerate(lines) if "15 linear layers converted to W8A8" in ln)
+    warm = next(i for i, ln in enumerate(lines) if "warm-up for 1..8 rows" in ln)
+    opened = next(i for i, ln in enumerate(lines) if "Starting httpd" in ln)
+    # The summary names the kernel at decode (M=1) and prefill (M=512).
+    assert "M=1: " in lines[summary] and "M=512: " in lines[summary]
+    assert converted < warm < summary < opened
+
+
+def test_completions_are_the_greedy_tokens_of_the_w8a8_model(server, folders):
+    status, text = _post(server.url + "/v1/completions",
+                         {"prompt": "hi", "max_tokens": 6, "temperature": 0.0})
+    assert status == 200, text
+    body = json.loads(text)
+    assert body["usage"]["completion_tokens"] == 6
+    assert body["choices"][0]["text"] == _greedy_reference(folders["w8a8"], "hi", 6)
+
+
+def test_streaming_completions_and_chat(server, folders):
+    status, text = _post(server.url + "/v1/completions",
+                         {"prompt": "hi", "max_tokens": 6, "temperature": 0.0, "stream": True})
+    assert status == 200
+    streamed = "".join(e["choices"][0].get("text") or "" for e in _events(text))
+    assert streamed == _greedy_reference(folders["w8a8"], "hi", 6)
+
+    status, text = _post(server.url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5,
+        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}})
+    assert status == 200
+    events = _events(text)
+    assert events[0]["object"] == "chat.completion.chunk"
+    assert events[-1]["usage"]["completion_tokens"] == 5
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_malformed_request_gets_mlx_lm_error(server):
+    status, text = _post(server.url + "/v1/completions", b"{not json", raw=True)
+    assert status == 400
+    assert json.loads(text)["error"].startswith("Invalid JSON in request body")
+    status, text = _post(server.url + "/v1/chat/completions", [1, 2])
+    assert status == 400 and json.loads(text) == {"error": "Request should be a JSON dictionary"}
+
+
+def test_serve_bench_smoke(server, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = serve_bench.main(["--url", server.url, "--concurrency", "1,2", "--requests", "2",
+                           "--max-tokens", "3", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert rc == 0, capsys.readouterr().out
+    assert [row["concurrency"] for row in report["levels"]] == [1, 2]
+    for row in report["levels"]:
+        assert row["ok"] == 2 and row["errors"] == []
+        assert row["output_tokens"] == 2 * 3  # the server's usage counts, per request
+        assert 0 < row["ttft_median_s"] <= row["wall_s"]
+    chat = serve_bench.one_request(server.url, "chat", "hello", 3, timeout=60)
+    assert chat.error is None and chat.tokens == 3 and 0 < chat.ttft <= chat.seconds
+
+
+def test_server_exits_cleanly_on_sigint(server):
+    # Last test of the server: it stops the module's process. SIGINT right after
+    # concurrent streams: then the interpreter's finalization raced MLX in the HTTP
+    # server's exiting threads and aborted (status -6) in most runs.
+    level = serve_bench.run_level(server.url, "completions", 4, 4, "hi", 3, timeout=60)
+    assert level["ok"] == 4
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(timeout=60) == 0, server.log.read_text()[-2000:]
+
+
+def test_server_refuses_a_float_folder_without_quantize(folders, capsys):
+    # Before the port opens: main returns 2 with the error, nothing is served.
+    from mlx_w8a8 import server as w8_server
+
+    assert w8_server.main(["--model", str(folders["float"]), "--port", str(_free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "holds no 8-bit affine or W8A8 linear layer" in err and "--quantize" in err
+
+
+# --- python -m mlx_w8a8.generate (in process) -------------------------------------------
+
+
+def test_generate_command_runs_the_w8a8_model(folders, capsys):
+    assert w8_generate.main(["--model", str(folders["w8a8"]), "--prompt", "hi",
+                             "--max-tokens", "4"]) == 0
+    out, err = capsys.readouterr()
+    assert "mlx_w8a8: 15 layers (15 per_channel)" in err
+    assert _greedy_reference(folders["w8a8"], "hi", 4) in out
+
+
+def test_generate_quantizes_a_float_folder_only_when_asked(folders, capsys):
+    assert w8_generate.main(["--model", str(folders["float"]), "--prompt", "hi",
+                             "--max-tokens", "2"]) == 2
+    assert "pass --quantize" in capsys.readouterr().err
+    assert w8_generate.main(["--quantize", "--model", str(folders["float"]), "--prompt", "hi",
+                             "--max-tokens", "2"]) == 0
+    assert "15 linear layers converted to W8A8" in capsys.readouterr().err
+
+
+# --- mlx_w8a8.serving ---------------------------------------------------------------------
+
+
+def _linear_kinds(model):
+    return {p: type(m).__name__ for p, m in model.named_modules()
+            if isinstance(m, (nn.Linear, nn.QuantizedLinear, w8.Linear))}
+
+
+def test_loader_converts_what_mlx_w8a8_load_converts(folders):
+    # A mixed folder: lm_head stays an 8-bit nn.QuantizedLinear (listed as W8A16), the
+    # other 14 layers become mlx_w8a8.Linear; the logits equal mlx_w8a8.load's.
+    from mlx_lm.utils import load
+
+    lines = []
+    loader = serving.W8A8Loader(load, serving.ServeOptions(), "prog", lines.append)
+    model, tokenizer = loader(str(folders["mixed"]))
+    reference, _ = w8.load(folders["mixed"])
+    assert _linear_kinds(model) == _linear_kinds(reference)
+    assert _linear_kinds(model)["lm_head"] == "QuantizedLinear"
+    assert list(_linear_kinds(model).values()).count("Linear") == 14
+    tokens = mx.array([tokenizer.encode("a tiny prompt")])
+    np.testing.assert_array_equal(np.array(model(tokens)), np.array(reference(tokens)))
+    assert any("mlx_w8a8: 14 layers" in ln for ln in lines)
+    # return_config=True: the config comes back, as from mlx-lm's load.
+    assert len(loader(str(folders["mixed"]), return_config=True)) == 3
+
+
+def test_loader_converts_a_stock_mlx_lm_8bit_folder(tmp_path):
+    # What mlx_lm.convert -q --q-bits 8 writes: 8-bit QuantizedLinear everywhere.
+    from mlx_lm.utils import load
+
+    model, config = _tiny(seed=2)
+    nn.quantize(model, group_size=64, bits=8)
+    config = dict(config, quantization={"group_size": 64, "bits": 8, "mode": "affine"})
+    folder = tiny_lm.folder(tmp_path / "q8", model, config)
+    loader = serving.W8A8Loader(load, serving.ServeOptions(), "prog", lambda line: None)
+    converted, _ = loader(str(folder))
+    kinds = _linear_kinds(converted)
+    assert set(kinds.values()) == {"Linear"} and len(kinds) == 15
+    assert all(isinstance(m, w8.Linear) for p, m in converted.named_modules() if p in kinds)
+
+
+def test_loader_refuses_adapters(folders):
+    from mlx_lm.utils import load
+
+    loader = serving.W8A8Loader(load, serving.ServeOptions(), "prog", lambda line: None)
+    with pytest.raises(ValueError, match=r"\[prog\] adapters .*mlx_lm.fuse"):
+        loader(str(folders["w8a8"]), adapter_path="adapters")
+
+
+def test_a_missing_hook_names_the_mlx_lm_version():
+    fake = types.ModuleType("mlx_lm.fake")
+    with pytest.raises(RuntimeError, match=rf"mlx-lm {serving.mlx_lm_version()} has no "
+                                           r"mlx_lm.fake.load"):
+        with serving.patched(fake, serving.ServeOptions(), "prog", print):
+            pass
+    fake.load = lambda path: None  # a load without mlx-lm's parameters
+    with pytest.raises(RuntimeError, match="missing: path_or_hf_repo, adapter_path, return_config"):
+        with serving.patched(fake, serving.ServeOptions(), "prog", print):
+            pass
+
+
+def test_patched_restores_the_module_load_and_names_the_tuning_table(tmp_path):
+    from mlx_w8a8 import tuning
+
+    fake = types.ModuleType("fake")
+
+    def load(path_or_hf_repo, adapter_path=None, return_config=False):
+        return None
+
+    fake.load = load
+    table = str(tmp_path / "deploy.json")
+    with serving.patched(fake, serving.ServeOptions(tuning_table=table), "prog", print) as loader:
+        assert fake.load is loader and loader.load is load
+        assert tuning.get_tuner().table_path == table  # read before cache and shipped
+    assert fake.load is load
+
+
+def test_provider_loads_at_construction_with_the_server_warm_up_default():
+    import argparse
+
+    from mlx_w8a8 import server as w8_server
+
+    class Base:  # the parts of mlx_lm.server.ModelProvider the subclass uses
+        def __init__(self, cli_args):
+            self.cli_args, self.is_distributed, self.loaded = cli_args, False, 0
+
+        def load_default(self):
+            self.loaded += 1
+
+    args = argparse.Namespace(prefill_step_size=2048, prompt_concurrency=8, decode_concurrency=32)
+    loader = serving.W8A8Loader(lambda path_or_hf_repo, adapter_path=None, return_config=False: None,
+                                serving.ServeOptions(), "prog", print)
+    provider = w8_server.provider_class(Base, loader)(args)
+    assert provider.loaded == 1
+    expected = serving.default_warm_up_tokens(2048, 8, 32)  # 0 on the CPU, 8192 on a GPU
+    assert loader.options.warm_up_tokens == expected
+    loader.options = serving.ServeOptions(warm_up_tokens=5)  # a given value is kept
+    w8_server.provider_class(Base, loader)(args)
+    assert loader.options.warm_up_tokens == 5
+
+    class Distributed(Base):
+        def __init__(self, cli_args):
+            super().__init__(cli_args)
+            self.is_distributed = True
+
+    with pytest.raises(ValueError, match=r"distributed serving is not supported"):
+        w8_server.provider_class(Distributed, loader)(args)
+
+
+def test_default_warm_up_tokens():
+    gpu, cpu = mx.Device(mx.DeviceType.gpu), mx.Device(mx.DeviceType.cpu)
+    # mlx-lm's defaults: 8 prompts x 2048-token chunks, capped at the largest M bucket.
+    assert serving.default_warm_up_tokens(2048, 8, 32, gpu) == 8192
+    assert serving.default_warm_up_tokens(64, 2, 32, gpu) == 128
+    # Decode batches above the prefill chunk: the decode batch is the largest M.
+    assert serving.default_warm_up_tokens(16, 1, 32, gpu) == 32
+    # The CPU's kernels compile nothing: no warm-up.
+    assert serving.default_warm_up_tokens(2048, 8, 32, cpu) == 0
+
+
+def test_split_argv_keeps_mlx_lm_flags_in_order(tmp_path):
+    table = tmp_path / "t.json"
+    table.write_text("{}")
+    options, rest, wants_help = serving.split_argv("prog", [
+        "--model", "m", "--quantize", "--port", "1", "--tuning-table", str(table),
+        "--warm-up-tokens", "16", "--q-group-size", "32"])
+    assert rest == ["--model", "m", "--port", "1"] and not wants_help
+    assert options == serving.ServeOptions(quantize=True, group_size=32, tuning_table=str(table),
+                                           warm_up_tokens=16)
+    with pytest.raises(SystemExit):
+        serving.split_argv("prog", ["--warm-up-tokens", "-1"])
+    with pytest.raises(SystemExit):
+        serving.split_argv("prog", ["--kernel", "no_such_kernel"])
+    with pytest.raises(SystemExit):  # a deployment table that is not there
+        serving.split_argv("prog", ["--tuning-table", "no/such/table.json"])
+    # A shortened flag is mlx-lm's to resolve (its parser accepts abbreviations).
+    options, rest, _ = serving.split_argv("prog", ["--q", "--warm", "8"])
+    assert rest == ["--q", "--warm", "8"] and options == serving.ServeOptions()
+
+
+# --- bench/serve_bench.py -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://192.0.2.1:8080", "https://127.0.0.1:8080", "127.0.0.1"])
+def test_serve_bench_refuses_non_loopback_urls(url, capsys):
+    assert serve_bench.main(["--url", url, "--requests", "1"]) == 2
+    assert "--url" in capsys.readouterr().err
+
+
+def test_serve_bench_levels():
+    assert serve_bench.parse_levels("1, 8,32") == [1, 8, 32]
+    for bad in ("", "0", "a"):
+        with pytest.raises(ValueError, match="--concurrency"):
+            serve_bench.parse_levels(bad)
