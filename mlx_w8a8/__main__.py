@@ -18,7 +18,16 @@ COMMANDS = {
     "eval": "perplexity on a local text file: float, mlx-lm 8-bit and W8A8 side by side",
     "bench": "paired kernel qualification, the Cider-style comparison, whole-model speed",
     "check": "self-check: every kernel this machine offers against the exact math",
+    "generate": "mlx-lm's generate with the model's linear layers on W8A8 kernels",
+    "server": "mlx-lm's OpenAI-compatible server with the model on W8A8 kernels",
 }
+
+
+def entry_point(name: str) -> str:
+    """The function a command runs: ``cli`` where the module has one (it ends the process
+    itself: ``mlx_w8a8.server``), else ``main``."""
+    module = importlib.import_module(f"{__package__ or 'mlx_w8a8'}.{name}")
+    return "cli" if callable(getattr(module, "cli", None)) else "main"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in COMMANDS:  # everything after the name is the command's
         module = importlib.import_module(f"{__package__ or 'mlx_w8a8'}.{argv[0]}")
-        return module.main(argv[1:]) or 0
+        return getattr(module, entry_point(argv[0]))(argv[1:]) or 0
     parser = _parser()
     parser.parse_args(argv)  # --version, --help, or an unknown command (exit status 2)
     parser.print_help()

@@ -117,11 +117,11 @@ def _exit_now(status: int) -> None:
     os._exit(status)
 
 
-def cli() -> None:
-    """The command line's entry point: :func:`main` on ``sys.argv``, then the process
-    ends with its status (``_exit_now``)."""
+def cli(argv: list[str] | None = None) -> None:
+    """The command line's entry point: :func:`main` on ``argv`` (default ``sys.argv``),
+    then the process ends with its status (``_exit_now``)."""
     try:
-        status = main()
+        status = main(argv)
     except SystemExit as done:  # argparse's --help and usage errors
         status = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
         if done.code is not None and not isinstance(done.code, int):

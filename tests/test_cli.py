@@ -87,7 +87,8 @@ def test_pyproject_installs_a_script_per_command():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     scripts = project["scripts"]
-    want = {f"mlx-w8a8-{name}": f"mlx_w8a8.{name}:main" for name in cli.COMMANDS}
+    want = {f"mlx-w8a8-{name}": f"mlx_w8a8.{name}:{cli.entry_point(name)}"
+            for name in cli.COMMANDS}
     want["mlx-w8a8"] = "mlx_w8a8.__main__:main"
     assert scripts == want
     for target in scripts.values():  # each names a function that exists
