@@ -290,7 +290,7 @@ def save(
     quantization.update(_layer_entries(model, default))
     cfg["quantization"] = quantization
     cfg["quantization_config"] = quantization  # mlx-lm writes both (Hugging Face's name)
-    from . import __version__
+    from ._version import __version__
 
     cfg[CONFIG_KEY] = {"version": __version__, "layers": layers}
     (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
