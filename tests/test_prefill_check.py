@@ -165,7 +165,7 @@ def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(c
 @pytest.mark.parametrize("extra,switched,rounds", [(None, True, 12), (0, False, 6)])
 def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
                                                                 switched, rounds):
-    from mlx_w8a8 import modelbench
+    from mlx_w8a8.tuning import model_timing
 
     model = tiny_lm.converted()
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
@@ -173,7 +173,7 @@ def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monke
     problem = model.model.layers[0].mlp.down_proj.problem(T, mx.float32)
     tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
     calls = []
-    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("decided", calls))
+    monkeypatch.setattr(model_timing, "alternate", tiny_lm.unsettled_then_faster("decided", calls))
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=6, extra_rounds=extra)
     assert result.groups and result.rounds == 6
     assert all(g.switched is switched and g.rounds == rounds for g in result.groups)
