@@ -66,7 +66,8 @@ def test_a_registered_converter_comes_before_the_built_in_rules(monkeypatch):
     assert isinstance(model.a, w8.Linear) and model.a.kernel == "exact"
     assert type(model.b) is Custom and type(model.c) is Custom
     assert isinstance(model.d, w8.Linear) and model.d.kernel is None
-    with pytest.raises(ValueError, match=r"\[mlx_w8a8.register_converter\] layer_type must be a class"):
+    with pytest.raises(ValueError,
+                       match=r"\[mlx_w8a8.register_converter\] layer_type must be a class"):
         convert.register_converter("Linear", to_w8a8, to_w8a8)
     with pytest.raises(ValueError, match=r"convert must be callable, got None"):
         convert.register_converter(Custom, to_w8a8, None)
