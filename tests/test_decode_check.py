@@ -118,6 +118,19 @@ def test_a_model_without_w8a8_layers_is_refused(check_env):
         tuning.check_decode(model, check_env)
 
 
+def test_a_model_without_a_token_embedding_is_refused_by_name(check_env):
+    """The prompt's token ids are drawn below the embedding's row count; without an
+    embedding the error names this check (not another model check)."""
+    import mlx.nn as nn
+
+    import mlx_w8a8
+
+    model = nn.Module()
+    model.q_proj, model.k_proj = mlx_w8a8.Linear(64, 32), mlx_w8a8.Linear(64, 32)
+    with pytest.raises(ValueError, match=r"^\[mlx_w8a8.check_decode\] the model has no token embedding"):
+        tuning.check_decode(model, check_env)
+
+
 @pytest.mark.parametrize("group_seconds,kept", [
     ([0.90, 0.92, 0.91, 0.93, 0.90, 0.92], True),   # faster in every round
     ([0.70, 0.70, 0.70, 1.30, 1.30, 1.30], False),  # median 1.1x, but slower half the time

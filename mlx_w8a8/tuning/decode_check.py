@@ -51,7 +51,7 @@ import mlx.nn as nn
 
 from ..kernels import registry
 from ..kernels.registry import Problem
-from . import shapes
+from . import linears, shapes
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 log = logging.getLogger("mlx_w8a8.tuning")
@@ -216,19 +216,6 @@ def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra
     return names
 
 
-def _linears(model: nn.Module) -> list[tuple[str, Any]]:
-    from ..nn import Linear
-
-    return [(path, m) for path, m in model.named_modules() if isinstance(m, Linear)]
-
-
-def _vocab(model: nn.Module) -> int:
-    for _, m in model.named_modules():
-        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
-            return int(m.weight.shape[0])
-    raise ValueError(f"[{OP}] the model has no token embedding to feed a prompt through")
-
-
 def _dtype_at(layer, m: int) -> mx.Dtype | None:
     """The dtype of the calls with ``m`` tokens this layer has seen (``None``: none)."""
     for (shape, dtype), decision in layer._decisions.items():
@@ -283,12 +270,12 @@ def check_decode(
             f"steps={steps}, prompt={prompt}, rounds={rounds}, extra_rounds={extra_rounds}"
         )
     check_margin(OP, min_improvement_bps)
-    layers = _linears(model)
+    layers = linears.w8a8_linears(model)
     if not layers:
         raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "
                          f"(convert it with mlx_w8a8.quantize first)")
     tuner = tuner or get_tuner()
-    vocab = _vocab(model)
+    vocab = model_timing.vocab_size(model, OP)
     tokens = mx.array([(7 * i + 3) % min(vocab, 256) for i in range(prompt)], dtype=mx.uint32)
     loop = model_timing.decode_loop()[1]
 

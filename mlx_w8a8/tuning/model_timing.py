@@ -31,6 +31,23 @@ from .. import models
 WARMUP = 3
 
 
+def vocab_size(model: nn.Module, op: str) -> int:
+    """Rows of the model's token embedding (``nn.Embedding`` or ``nn.QuantizedEmbedding``,
+    the first in module order): the range of the random token ids a timed prompt draws.
+
+    Args:
+        model: the model.
+        op: the public name of the caller, for the error.
+
+    Raises:
+        ValueError: naming ``op``, when the model has no token embedding.
+    """
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
+            return int(m.weight.shape[0])
+    raise ValueError(f"[{op}] the model has no token embedding to feed a prompt through")
+
+
 def prefill(model: nn.Module, tokens: mx.array) -> tuple[float, mx.array]:
     """One forward of ``tokens`` ``[1, T]`` into a fresh KV cache; ``(seconds, logits)``."""
     from mlx_lm.models.cache import make_prompt_cache

@@ -42,8 +42,8 @@ import mlx.nn as nn
 
 from ..kernels import registry
 from ..kernels.registry import Problem
-from . import shapes
-from .decode_check import (_dtype_at, _linears, _vocab, extend_unsettled, more_rounds,
+from . import linears, shapes
+from .decode_check import (_dtype_at, extend_unsettled, more_rounds,
                            paired_verdict, prefill_args, PREFILL_ROUNDS)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
@@ -228,12 +228,12 @@ def check_prefill(
     from .active import get_tuner
 
     tokens, extra_rounds = prefill_args(OP, tokens, rounds, extra_rounds, min_improvement_bps)
-    layers = _linears(model)
+    layers = linears.w8a8_linears(model)
     if not layers:
         raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "
                          f"(convert it with mlx_w8a8.quantize first)")
     tuner = tuner or get_tuner()
-    vocab = _vocab(model)
+    vocab = model_timing.vocab_size(model, OP)
     results: list[PrefillResult] = []
     hits: dict[Problem, Any] = {}
     seconds: dict[int, dict[str, list[float]]] = {}

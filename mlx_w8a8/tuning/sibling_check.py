@@ -33,7 +33,7 @@ import mlx.nn as nn
 from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
-from .decode_check import (GroupResult, _vocab, extend_unsettled, more_rounds,
+from .decode_check import (GroupResult, extend_unsettled, more_rounds,
                            paired_verdict, prefill_args, record_verdicts, PREFILL_ROUNDS)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner
 
@@ -138,7 +138,7 @@ def check_siblings(
 
     tokens, extra_rounds = prefill_args(OP, tokens, rounds, extra_rounds, min_improvement_bps)
     tuner = tuner or get_tuner()
-    vocab = _vocab(model)
+    vocab = model_timing.vocab_size(model, OP)
     results: list[GroupResult] = []
     seconds: dict[int, dict[str, list[float]]] = {}
     for t in tokens:
