@@ -56,6 +56,7 @@ import mlx.nn as nn
 
 from . import models, siblings
 from .tuning import render, table
+# The timing primitives, shared with the tuner's model checks; re-exported here.
 from .tuning.model_timing import WARMUP, alternate, decode, decode_loop, generate_steps, prefill
 
 VARIANTS = ("bf16", "mlx-lm-8bit", "mlx_w8a8")
