@@ -19,7 +19,7 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
   for inputs of 1 to ``max_tokens`` rows, before the first request.
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 import warnings as _warnings
 

@@ -32,7 +32,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from . import distributed, moe, siblings
+from . import moe, siblings
 from .cachedir import umask
 from .kernels import registry
 from .nn import Linear
@@ -49,6 +49,52 @@ KEEP = ("w8a16", "float")
 # and the configuration (rewritten with the quantization entries).
 _NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "config.json", "*.bin", "*.pt",
                "*.pth", "*.gguf", "*.npz")
+
+# Converters of layer classes this module does not know, by class: ``(convertible,
+# convert)`` (see :func:`register_converter`). mlx_w8a8.distributed registers MLX's
+# sharded linear classes when it is imported, and the package imports it, so they are
+# in place before any quantize call; nothing here imports the modules that register.
+_CONVERTERS: dict[type, tuple[Callable, Callable]] = {}
+
+
+def register_converter(layer_type: type, convertible: Callable[[nn.Module, int], bool],
+                       convert: Callable[[nn.Module, int, bool], nn.Module]) -> None:
+    """Make :func:`quantize` convert layers of ``layer_type`` (and its subclasses) with
+    ``convert``, where ``convertible`` accepts them.
+
+    A registered class is looked up before the built-in ``nn.Linear`` /
+    ``nn.QuantizedLinear`` rules, so a subclass of those can be handled its own way. A
+    layer that a ``skip`` pattern matches stays as it is. Registering a class again
+    replaces its converter.
+
+    Args:
+        layer_type: the layer class.
+        convertible: ``(layer, group_size) -> bool``: whether ``convert`` can convert
+            this layer with this group size (``False``: the layer is left as it is).
+        convert: ``(layer, group_size, per_channel) -> nn.Module``: the W8A8 layer.
+
+    Raises:
+        ValueError: when ``layer_type`` is not a class or a converter is not callable.
+    """
+    if not isinstance(layer_type, type):
+        raise ValueError(
+            f"[mlx_w8a8.register_converter] layer_type must be a class, got {layer_type!r}"
+        )
+    for name, fn in (("convertible", convertible), ("convert", convert)):
+        if not callable(fn):
+            raise ValueError(
+                f"[mlx_w8a8.register_converter] {name} must be callable, got {fn!r}"
+            )
+    _CONVERTERS[layer_type] = (convertible, convert)
+
+
+def _converter(layer: nn.Module) -> tuple[Callable, Callable] | None:
+    """The registered ``(convertible, convert)`` of the nearest class of ``layer``."""
+    for cls in type(layer).__mro__:
+        found = _CONVERTERS.get(cls)
+        if found is not None:
+            return found
+    return None
 
 
 def matches(path: str, pattern: str) -> bool:
@@ -83,8 +129,9 @@ def _skip_table(skip) -> list[tuple[str, str]]:
 
 
 def _convertible(layer: nn.Module, group_size: int) -> bool:
-    if distributed.is_mlx_sharded(layer):
-        return distributed.convertible(layer, group_size)
+    registered = _converter(layer)
+    if registered is not None:
+        return registered[0](layer, group_size)
     if isinstance(layer, nn.QuantizedLinear):
         return layer.bits == 8 and getattr(layer, "mode", "affine") == "affine"
     if isinstance(layer, nn.Linear):
@@ -193,8 +240,9 @@ def quantize(
         if path in left_as_is:
             return layer
         keep = next((k for pattern, k in table if matches(path, pattern)), None)
-        if distributed.is_mlx_sharded(layer):  # sharded layers a skip pattern matches stay
-            return layer if keep else distributed.from_sharded(layer, group_size, per_channel)
+        registered = _converter(layer)  # MLX's sharded layers: registered by distributed
+        if registered is not None:  # a layer a skip pattern matches stays as it is
+            return layer if keep else registered[1](layer, group_size, per_channel)
         if keep == "float" or (keep == "w8a16" and isinstance(layer, nn.QuantizedLinear)):
             return layer
         if keep == "w8a16":
@@ -396,7 +444,7 @@ def _checkpoint_config(model: nn.Module, layers: dict, config: dict | None) -> d
     quantization.update(_layer_entries(model, default))
     cfg["quantization"] = quantization
     cfg["quantization_config"] = quantization  # mlx-lm writes both (Hugging Face's name)
-    from . import __version__
+    from ._version import __version__
 
     cfg[CONFIG_KEY] = {"version": __version__, "layers": layers}
     return cfg

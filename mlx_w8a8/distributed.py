@@ -28,6 +28,7 @@ from mlx.nn.layers import distributed as mlx_dist
 from mlx.utils import tree_unflatten
 
 from . import siblings
+from .convert import register_converter
 from .kernels.registry import Problem
 from .nn import Linear
 from .weight import QuantizedWeight, check_group_size
@@ -350,6 +351,13 @@ def from_sharded(layer: nn.Module, group_size: int = 64, per_channel: bool = Tru
             )
         qw = QuantizedWeight(layer.weight, layer.scales, layer.biases, layer.group_size)
     return cls._from_parts(qw, bias, layer.group)
+
+
+# mlx_w8a8.quantize converts MLX's sharded layers through these. The registry lives in
+# mlx_w8a8.convert, which never imports this module (this module imports it).
+for _cls in _MLX_ALL_TO_SHARDED + _MLX_SHARDED_TO_ALL:
+    register_converter(_cls, convertible, from_sharded)
+del _cls
 
 
 def shard(

@@ -56,6 +56,8 @@ import mlx.nn as nn
 
 from . import models, siblings
 from .tuning import render, table
+# The timing primitives, shared with the tuner's model checks; re-exported here.
+from .tuning.model_timing import WARMUP, alternate, decode, decode_loop, generate_steps, prefill
 
 VARIANTS = ("bf16", "mlx-lm-8bit", "mlx_w8a8")
 # With --unshared: the mlx_w8a8 model again, with the sharing of quantized activations
@@ -65,12 +67,6 @@ UNSHARED = "mlx_w8a8-unshared"
 # itself instead of one launch per group (mlx_w8a8.siblings): what the group launch saves.
 UNLINKED = "mlx_w8a8-unlinked"
 GROUP_SIZE, BITS = 64, 8
-# Untimed calls per variant before the rounds: an mlx_w8a8 layer settles at an input
-# shape on its third call there (nn.Linear._keep: the first call's plan launches
-# directly and is dropped; the second call's plan is kept and launches directly, as
-# nn._Stages does on a plan's first call; the third traces the compiled call the plan
-# keeps, output-only for a layer whose offer nobody took).
-WARMUP = 3
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs.
 GPU_DEFAULTS = {"tokens": "1,16,128,512,2048", "decode": 64, "prompt": 128, "rounds": 10}
@@ -200,90 +196,6 @@ def nbytes(model: nn.Module) -> int:
 # --- measurements -----------------------------------------------------------------------
 
 
-def prefill(model: nn.Module, tokens: mx.array) -> tuple[float, mx.array]:
-    """One forward of ``tokens`` ``[1, T]`` into a fresh KV cache; ``(seconds, logits)``."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    start = time.perf_counter()
-    logits = model(tokens, cache=cache)
-    mx.eval(logits)
-    return time.perf_counter() - start, logits
-
-
-def generate_steps(prompt: mx.array, model: nn.Module, max_tokens: int):
-    """``mlx_lm.generate.generate_step``'s loop for greedy sampling without logits
-    processors or KV quantization, for where ``mlx_lm.generate`` cannot be imported
-    (it needs ``transformers``): the prompt but its last token in chunks of 2048 into
-    the cache, then one step per token, each next step launched with ``async_eval``
-    before the current token is read. Yields ``(token, logprobs)``."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    stream = mx.new_stream(mx.default_device())
-
-    def step(y):
-        with mx.stream(stream):
-            logits = model(y[None], cache=cache)[:, -1, :]
-            logprobs = logits - mx.logsumexp(logits, keepdims=True)
-            return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
-
-    with mx.stream(stream):
-        while prompt.size > 1:
-            n = min(2048, prompt.size - 1)
-            model(prompt[:n][None], cache=cache)
-            mx.eval([c.state for c in cache])
-            prompt = prompt[n:]
-            mx.clear_cache()
-        y, logprobs = step(prompt)
-    mx.async_eval(y, logprobs)
-    n = 0
-    while True:
-        if n != max_tokens:
-            next_y, next_logprobs = step(y)
-            mx.async_eval(next_y, next_logprobs)
-        if n == 0:
-            mx.eval(y)
-        if n == max_tokens:
-            break
-        yield y.item(), logprobs
-        if n % 256 == 0:
-            mx.clear_cache()
-        y, logprobs = next_y, next_logprobs
-        n += 1
-
-
-def decode_loop():
-    """``(name, generate_step)``: mlx-lm's own loop where it imports, else the replica."""
-    if models.mlx_lm_mode() == "full":
-        try:
-            from mlx_lm.generate import generate_step
-
-            return "mlx_lm.generate.generate_step", generate_step
-        except ImportError:
-            pass
-    return "mlx_w8a8.modelbench.generate_steps", generate_steps
-
-
-def decode(model: nn.Module, prompt: mx.array, steps: int, loop=None) -> float:
-    """Seconds of ``steps`` decode steps after ``prompt`` (timed from the first
-    generated token to the ``steps``-th next one), run by ``loop`` (default:
-    :func:`decode_loop`)."""
-    loop = loop or decode_loop()[1]
-    gen = loop(prompt, model, max_tokens=steps + 1)
-    start = None
-    try:
-        for i, _ in enumerate(gen):
-            if i == 0:
-                start = time.perf_counter()
-            elif i == steps:
-                return time.perf_counter() - start
-    finally:
-        gen.close()
-        mx.synchronize()
-    raise RuntimeError(f"[mlx_w8a8.bench] the decode loop stopped before {steps} steps")
-
-
 def sqnr_db(reference: mx.array, x: mx.array) -> float:
     """``10 log10(sum(ref^2) / sum((x - ref)^2))`` in float32; ``inf`` when equal."""
     ref = reference.astype(mx.float32)
@@ -292,19 +204,6 @@ def sqnr_db(reference: mx.array, x: mx.array) -> float:
     if noise == 0:
         return math.inf
     return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
-
-
-def alternate(names, rounds: int, measure, on_round=None) -> dict[str, list[float]]:
-    """Run ``measure(name) -> seconds`` for every name, ``rounds`` times, the order
-    reversed every other round; ``{name: [seconds per round]}``."""
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        order = list(names) if r % 2 == 0 else list(names)[::-1]
-        for n in order:
-            times[n].append(measure(n))
-        if on_round is not None:
-            on_round(r, order, {n: times[n][-1] for n in names})
-    return times
 
 
 def new_lengths(names, rounds: int, t: int, pool: mx.array, on, on_round=None) -> dict:

@@ -312,6 +312,10 @@ class Linear(nn.Module):
             GEMM runs on directly) rather than group-wise affine. Default: ``True``.
     """
 
+    # Layers of classes that set this may be linked as siblings (mlx_w8a8.siblings.member:
+    # a class attribute, so that siblings, which this module imports, need not import it).
+    SIBLING_MEMBER = True
+
     def __init__(
         self,
         input_dims: int,

@@ -176,6 +176,15 @@ def compatible(layers) -> bool:
     return all(key(layer) == key(first) for layer in layers)
 
 
+def member(layer) -> bool:
+    """Whether ``layer`` can be linked in a group: its class says so with
+    ``SIBLING_MEMBER = True`` (``mlx_w8a8.Linear`` and its subclasses, the sharded
+    layers of :mod:`mlx_w8a8.distributed` included). Read from the class, so a child
+    module or parameter of that name in an ``nn.Module`` (a dict) never counts, and this
+    module needs no import of :mod:`mlx_w8a8.nn` (which imports this module)."""
+    return getattr(type(layer), "SIBLING_MEMBER", False) is True
+
+
 def named_groups(model: nn.Module, names=NAMES):
     """``(path, names, children)`` for every module of ``model`` that has all the children
     of one tuple of ``names`` (whatever their type): the places siblings may be."""
@@ -199,15 +208,13 @@ def link(model: nn.Module, names=NAMES) -> int:
     Returns:
         The number of groups made.
     """
-    from .nn import Linear  # nn imports this module
-
     for group in names:
         if not 2 <= len(group) <= MAX_MEMBERS:
             raise ValueError(f"[mlx_w8a8.siblings.link] a group has 2 to {MAX_MEMBERS} "
                              f"names, got {group!r}")
     made = 0
     for _, _, layers in named_groups(model, names):
-        if not all(isinstance(layer, Linear) for layer in layers) or not compatible(layers):
+        if not all(member(layer) for layer in layers) or not compatible(layers):
             continue
         shared = Siblings(layers)
         for layer in layers:

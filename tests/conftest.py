@@ -24,18 +24,18 @@ def hermetic(tmp_path_factory, monkeypatch):
     a fresh process-wide tuner with its chooser installed and no reports remembered."""
     from mlx_w8a8 import tuning
     from mlx_w8a8.kernels import registry
-    from mlx_w8a8.tuning import table
+    from mlx_w8a8.tuning import active, table
 
     for name in list(os.environ):
         if name.startswith("MLX_W8A8_") and name not in HARNESS_VARIABLES:
             monkeypatch.delenv(name)
     monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path_factory.mktemp("mlx_w8a8-cache")))
     chooser = registry.set_chooser(None)
-    tuning._tuner = None
+    active._tuner = None
     tuning.install()
     table.reset_reports()
     yield
-    tuning._tuner = None
+    active._tuner = None
     registry.set_chooser(chooser)
     table.reset_reports()
 

@@ -118,18 +118,31 @@ def test_a_model_without_w8a8_layers_is_refused(check_env):
         tuning.check_decode(model, check_env)
 
 
+def test_a_model_without_a_token_embedding_is_refused_by_name(check_env):
+    """The prompt's token ids are drawn below the embedding's row count; without an
+    embedding the error names this check (not another model check)."""
+    import mlx.nn as nn
+
+    import mlx_w8a8
+
+    model = nn.Module()
+    model.q_proj, model.k_proj = mlx_w8a8.Linear(64, 32), mlx_w8a8.Linear(64, 32)
+    with pytest.raises(ValueError, match=r"^\[mlx_w8a8.check_decode\] the model has no token embedding"):
+        tuning.check_decode(model, check_env)
+
+
 @pytest.mark.parametrize("group_seconds,kept", [
     ([0.90, 0.92, 0.91, 0.93, 0.90, 0.92], True),   # faster in every round
     ([0.70, 0.70, 0.70, 1.30, 1.30, 1.30], False),  # median 1.1x, but slower half the time
 ])
 def test_a_kernel_must_win_most_rounds_not_just_the_median(check_env, monkeypatch, group_seconds, kept):
-    from mlx_w8a8 import modelbench
+    from mlx_w8a8.tuning import model_timing
 
     model = tiny_lm.converted()
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
     choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
-    monkeypatch.setattr(modelbench, "alternate", lambda names, rounds, measure, on_round=None: {
+    monkeypatch.setattr(model_timing, "alternate", lambda names, rounds, measure, on_round=None: {
         n: [1.0] * 6 if n == "reference" else group_seconds for n in names})
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6, record=False)
     assert result.groups  # down_proj's shape, and those borrowing its decision
@@ -255,14 +268,14 @@ def test_extend_unsettled_adds_rounds_only_where_median_and_quartile_disagree():
 @pytest.mark.parametrize("extra,kept,rounds", [(None, True, 12), (3, True, 9), (0, False, 6)])
 def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
                                                                 kept, rounds):
-    from mlx_w8a8 import modelbench
+    from mlx_w8a8.tuning import model_timing
 
     model = tiny_lm.converted()
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
     problem = choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
     calls = []
-    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("reference", calls))
+    monkeypatch.setattr(model_timing, "alternate", tiny_lm.unsettled_then_faster("reference", calls))
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6,
                                  extra_rounds=extra)
     assert result.groups and result.rounds == 6

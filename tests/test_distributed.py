@@ -414,6 +414,37 @@ def test_constructors_take_full_dims():
         tp.AllToShardedLinear(256, 127, group=Two())
 
 
+# Only the package is imported: mlx_w8a8.quantize must find the converters of MLX's
+# sharded layers, which mlx_w8a8.distributed registers (convert does not import it).
+ONLY_THE_PACKAGE = """
+import sys
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.nn.layers.distributed import shard_linear
+import mlx_w8a8
+
+group = mx.distributed.init()
+model = nn.Module()
+model.up = shard_linear(nn.Linear(64, 32), "all-to-sharded", group=group)
+model.down = shard_linear(nn.QuantizedLinear(32, 64, group_size=32, bits=8), "sharded-to-all",
+                          group=group)
+codes = mx.array(model.down.weight)
+mlx_w8a8.quantize(model, group_size=32)
+print(type(model.up).__module__, type(model.up).__name__, type(model.down).__name__)
+print(bool(mx.array_equal(model.down.weight, codes)))
+"""
+
+
+def test_quantize_converts_mlx_sharded_layers_with_only_the_package_imported():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(w8.__file__).parent.parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    out = subprocess.run([sys.executable, "-c", ONLY_THE_PACKAGE], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["mlx_w8a8.distributed", "AllToShardedLinear",
+                                  "ShardedToAllLinear", "True"]  # 8-bit codes kept exactly
+
+
 def test_shard_linear_rejects_a_split_inside_a_group():
     layer = w8.Linear(192, 8, group_size=64)
     group = mx.distributed.init()  # a single process: size 1 splits nothing

@@ -11,7 +11,7 @@ import pytest
 from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate
-from mlx_w8a8.tuning import prefill_check
+from mlx_w8a8.tuning import linears, prefill_check
 
 pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
 import tiny_lm  # noqa: E402
@@ -48,7 +48,7 @@ def test_a_reference_choice_is_challenged_and_switched_where_the_challenger_is_f
     hit = check_env.lookup(problem)
     assert hit.choice == "fast" and hit.entry["prefill_check"]["switched"]
     assert down.decision(T, mx.float32) == ("fast", "table")
-    assert all(layer.kernel is None for _, layer in prefill_check._linears(model))
+    assert all(layer.kernel is None for _, layer in linears.w8a8_linears(model))
     assert "switched to fast" in result.describe()
 
 
@@ -118,6 +118,19 @@ def test_bad_arguments(check_env, kw, match):
         tuning.check_prefill(tiny_lm.converted(), check_env, **kw)
 
 
+def test_a_model_without_a_token_embedding_is_refused_by_name(check_env):
+    """The prompt's token ids are drawn below the embedding's row count; without an
+    embedding the error names this check (not another model check)."""
+    import mlx.nn as nn
+
+    import mlx_w8a8
+
+    model = nn.Module()
+    model.q_proj, model.k_proj = mlx_w8a8.Linear(64, 32), mlx_w8a8.Linear(64, 32)
+    with pytest.raises(ValueError, match=r"^\[mlx_w8a8.check_prefill\] the model has no token embedding"):
+        tuning.check_prefill(model, check_env)
+
+
 def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(check_env):
     # gate/up's summed entry (512 x 128) chose "fast", which has no multi-weight form, so
     # they run alone on their own entry's kernel (256 x 128: host_heavy, slow); the
@@ -165,7 +178,7 @@ def test_a_sibling_group_left_alone_by_its_summed_entry_is_tried_as_one_launch(c
 @pytest.mark.parametrize("extra,switched,rounds", [(None, True, 12), (0, False, 6)])
 def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
                                                                 switched, rounds):
-    from mlx_w8a8 import modelbench
+    from mlx_w8a8.tuning import model_timing
 
     model = tiny_lm.converted()
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
@@ -173,7 +186,7 @@ def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monke
     problem = model.model.layers[0].mlp.down_proj.problem(T, mx.float32)
     tiny_lm.record_choice(check_env, problem, "mlx_qmm", ["mlx_qmm", "fast"])
     calls = []
-    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("decided", calls))
+    monkeypatch.setattr(model_timing, "alternate", tiny_lm.unsettled_then_faster("decided", calls))
     result = tuning.check_prefill(model, check_env, tokens=[T], rounds=6, extra_rounds=extra)
     assert result.groups and result.rounds == 6
     assert all(g.switched is switched and g.rounds == rounds for g in result.groups)

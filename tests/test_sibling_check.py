@@ -100,15 +100,28 @@ def test_bad_arguments(check_env, kw, match):
         tuning.check_siblings(model, check_env, **kw)
 
 
+def test_a_model_without_a_token_embedding_is_refused_by_name(check_env):
+    """The prompt's token ids are drawn below the embedding's row count; without an
+    embedding the error names this check (not another model check)."""
+    import mlx.nn as nn
+
+    import mlx_w8a8
+
+    model = nn.Module()
+    model.q_proj, model.k_proj = mlx_w8a8.Linear(64, 32), mlx_w8a8.Linear(64, 32)
+    with pytest.raises(ValueError, match=r"^\[mlx_w8a8.check_siblings\] the model has no token embedding"):
+        tuning.check_siblings(model, check_env)
+
+
 @pytest.mark.parametrize("extra,kept,rounds", [(None, True, 12), (0, False, 6)])
 def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monkeypatch, extra,
                                                                 kept, rounds):
-    from mlx_w8a8 import modelbench
+    from mlx_w8a8.tuning import model_timing
 
     registry.register(group_kernel(0.0))
     model, gate, summed = model_with_gate_up_group(check_env)
     calls = []
-    monkeypatch.setattr(modelbench, "alternate", tiny_lm.unsettled_then_faster("alone", calls))
+    monkeypatch.setattr(model_timing, "alternate", tiny_lm.unsettled_then_faster("alone", calls))
     result = tuning.check_siblings(model, check_env, tokens=(T,), rounds=6, extra_rounds=extra)
     g = result.groups[0]
     assert g.kept is kept and g.rounds == rounds and result.rounds == 6

@@ -85,6 +85,36 @@ def test_link_groups_by_name_and_compatibility():
         other.self_attn.q_proj.siblings = "q"
 
 
+class LooksLikeLinear(nn.Module):
+    """Every attribute link and compatible read, but not a mlx_w8a8.Linear."""
+
+    def __init__(self, k=64, n=32):
+        super().__init__()
+        self.input_dims, self.output_dims, self.format, self.group_size = k, n, "per_channel", 32
+
+
+def test_only_layers_of_linear_classes_are_linked():
+    """Membership is by class (Linear and its subclasses, e.g. the sharded layers), not by
+    the attributes a layer happens to have, nor by a child of the marker's name."""
+    from mlx_w8a8 import distributed as tp
+
+    block = Block()
+    w8.quantize(block, group_size=32)
+    attn = block.self_attn
+    attn.q_proj = LooksLikeLinear()
+    attn.k_proj.siblings = attn.v_proj.siblings = None  # quantize linked them
+    assert siblings.link(block) == 1  # gate/up only
+    assert attn.k_proj.siblings is None and attn.v_proj.siblings is None
+    attn.q_proj = tp.AllToShardedLinear(64, 32, bias=False, group_size=32,
+                                        group=mx.distributed.init())
+    attn.q_proj.SIBLING_MEMBER = False  # an instance attribute: a child, the class decides
+    assert siblings.link(block) == 2
+    assert attn.q_proj.siblings is attn.k_proj.siblings is not None
+    duck = LooksLikeLinear()
+    duck.SIBLING_MEMBER = True  # an nn.Module is a dict: this is a child entry, not the class
+    assert not siblings.member(duck) and siblings.member(w8.Linear(64, 32))
+
+
 @pytest.mark.parametrize("lead", [(5,), (2, 3), (1, 1, 4)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_one_launch_per_input_and_each_member_gets_its_own_output(fused, lead, bias):

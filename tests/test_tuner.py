@@ -13,7 +13,7 @@ import mlx_w8a8
 from mlx_w8a8 import tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate, Problem
-from mlx_w8a8.tuning import gate, prior, table, timing
+from mlx_w8a8.tuning import active, gate, prior, table, timing
 from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 
 PROBLEM = Problem("linear", 2, 32, 64, "float32", "per_channel", 32)
@@ -47,13 +47,13 @@ def env(tmp_path, monkeypatch):
     # Untuned problems run the fallback here; the built-in prior has its own tests.
     monkeypatch.setattr(prior, "RULES", {})
     table.reset_reports()
-    tuning._tuner = None
+    active._tuner = None
     tuning.install()
     yield tmp_path
     for name in FAKES:
         registry.unregister("linear", name)
     registry.register(QMM)
-    tuning._tuner = None
+    active._tuner = None
     tuning.install()
     table.reset_reports()
 
@@ -243,7 +243,7 @@ def test_failed_tuning_is_abandoned_and_inference_goes_on(env, monkeypatch):
     out = t.tune(PROBLEM)
     assert out.source == "abandoned" and out.choice is None and "no room" in out.detail
     assert t.claim(PROBLEM) is not None  # the claim was released
-    tuning._tuner = t
+    active._tuner = t
     t.online = True
     x = mx.random.normal((2, 64))
     w = mlx_w8a8.quantize_weight(mx.random.normal((32, 64)), group_size=32)
@@ -424,7 +424,7 @@ def test_shipped_table_of_another_device_is_used_quietly(env, monkeypatch, recwa
     other = dict(key, backend="metal", device={"device_name": "Apple M9"})
     table.write_entries(path, other, [_entry("spy", digests={"spy": "d-spy"})])
     monkeypatch.setattr(table, "shipped_table_paths", lambda: [path])
-    tuning._tuner = None
+    active._tuner = None
     tuning.install()
     x, w = mx.random.normal((2, 64)), _weight()
     y = mlx_w8a8.w8a8_linear(x, w)

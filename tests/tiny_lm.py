@@ -116,7 +116,7 @@ def record_choice(tuner, problem, choice: str, candidates=None):
 
 
 def unsettled_then_faster(base: str, calls: list):
-    """A stand-in for ``modelbench.alternate`` for the model checks' second look: its
+    """A stand-in for ``model_timing.alternate`` for the model checks' second look: its
     first call (6 rounds) makes every variant but ``base`` 1.25x faster in 4 rounds and
     1.05x slower in 2 (median 1.25x, lower quartile 0.95x: unsettled), every later call
     faster in all its rounds. ``calls`` receives ``(names, rounds)`` per call."""

@@ -206,7 +206,8 @@ def tune_model(
     Raises:
         ValueError: for invalid arguments, or a model without linear layers to tune.
     """
-    from . import get_tuner, linears, shapes
+    from . import linears, shapes
+    from .active import get_tuner
 
     m_values = shapes.default_m() if m is None else sorted({int(v) for v in m})
     if not m_values or min(m_values) < 1:

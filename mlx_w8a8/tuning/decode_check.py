@@ -12,7 +12,7 @@ entries chose the W8A8 GEMV for gate/up and lm_head decoded at 0.80x the
 ``mx.quantized_matmul`` model.
 
 So :func:`check_decode` runs the model's own decode loop (``mlx_lm``'s
-``generate_step``, or :func:`mlx_w8a8.modelbench.generate_steps` where it cannot be
+``generate_step``, or :func:`mlx_w8a8.tuning.model_timing.generate_steps` where it cannot be
 imported) in paired, alternating rounds:
 
 - ``reference``: every layer group whose M = 1 decision is not the reference kernel
@@ -51,7 +51,7 @@ import mlx.nn as nn
 
 from ..kernels import registry
 from ..kernels.registry import Problem
-from . import shapes
+from . import linears, shapes
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
 log = logging.getLogger("mlx_w8a8.tuning")
@@ -190,7 +190,7 @@ def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra
                      label: str = "check") -> list[str]:
     """The model checks' second look: where a variant's verdict against ``base`` is
     :func:`unsettled`, ``extra`` more paired, alternating rounds of ``base`` and those
-    variants (``modelbench.alternate``), appended to ``seconds``; the verdict is then
+    variants (``model_timing.alternate``), appended to ``seconds``; the verdict is then
     taken over all rounds. A verdict that median and quartile agree on is final after
     the first rounds. ``progress`` gets ``"<label> extra round i/extra"`` after each
     round. Returns the variants extended.
@@ -198,7 +198,7 @@ def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra
     Pairing stays by round: ``base`` gains rounds that only the extended variants share,
     and :func:`paired_verdict` pairs a shorter variant with ``base``'s first rounds,
     which are its own."""
-    from .. import modelbench
+    from . import model_timing
 
     if extra <= 0:
         return []
@@ -210,23 +210,10 @@ def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra
             if progress is not None:
                 progress(f"{label} extra round {r + 1}/{extra}")
 
-        more = modelbench.alternate([base, *names], extra, measure, on_round)
+        more = model_timing.alternate([base, *names], extra, measure, on_round)
         for name, secs in more.items():
             seconds[name].extend(secs)
     return names
-
-
-def _linears(model: nn.Module) -> list[tuple[str, Any]]:
-    from ..nn import Linear
-
-    return [(path, m) for path, m in model.named_modules() if isinstance(m, Linear)]
-
-
-def _vocab(model: nn.Module) -> int:
-    for _, m in model.named_modules():
-        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
-            return int(m.weight.shape[0])
-    raise ValueError(f"[{OP}] the model has no token embedding to feed a prompt through")
 
 
 def _dtype_at(layer, m: int) -> mx.Dtype | None:
@@ -273,8 +260,8 @@ def check_decode(
     Raises:
         ValueError: for bad arguments or a model without ``mlx_w8a8.Linear`` layers.
     """
-    from .. import modelbench
-    from . import get_tuner
+    from . import model_timing
+    from .active import get_tuner
 
     extra_rounds = rounds if extra_rounds is None else extra_rounds
     if steps < 1 or prompt < 1 or rounds < 2 or extra_rounds < 0:
@@ -283,17 +270,17 @@ def check_decode(
             f"steps={steps}, prompt={prompt}, rounds={rounds}, extra_rounds={extra_rounds}"
         )
     check_margin(OP, min_improvement_bps)
-    layers = _linears(model)
+    layers = linears.w8a8_linears(model)
     if not layers:
         raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "
                          f"(convert it with mlx_w8a8.quantize first)")
     tuner = tuner or get_tuner()
-    vocab = _vocab(model)
+    vocab = model_timing.vocab_size(model, OP)
     tokens = mx.array([(7 * i + 3) % min(vocab, 256) for i in range(prompt)], dtype=mx.uint32)
-    loop = modelbench.decode_loop()[1]
+    loop = model_timing.decode_loop()[1]
 
     def decode() -> float:
-        return modelbench.decode(model, tokens, steps, loop)
+        return model_timing.decode(model, tokens, steps, loop)
 
     passes: list = []  # each pass's GroupResults
     all_seconds: dict = {}
@@ -353,7 +340,7 @@ def check_decode(
                 if progress is not None:
                     progress(f"decode check round {r + 1}/{rounds}")
 
-            seconds = modelbench.alternate(names, rounds, measure, on_round)
+            seconds = model_timing.alternate(names, rounds, measure, on_round)
             extend_unsettled(seconds, "reference", names[1:], extra_rounds, measure,
                              min_improvement_bps, progress, "decode check")
         finally:

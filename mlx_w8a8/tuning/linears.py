@@ -54,6 +54,14 @@ class LinearShape:
         return (self.n, self.k, self.weight_format, self.group_size, self.has_bias, self.dtype)
 
 
+def w8a8_linears(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(path, layer)`` of every ``mlx_w8a8.Linear`` of ``model`` (subclasses, such as
+    the sharded layers, included), in module order: the layers the model checks time."""
+    from ..nn import Linear
+
+    return [(path, m) for path, m in model.named_modules() if isinstance(m, Linear)]
+
+
 def _quantized_format(layer: nn.Module) -> str:
     """The weight format of an 8-bit layer, from its parameters (one host read)."""
     fmt = getattr(layer, "weight_format", None)

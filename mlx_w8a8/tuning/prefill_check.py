@@ -42,8 +42,8 @@ import mlx.nn as nn
 
 from ..kernels import registry
 from ..kernels.registry import Problem
-from . import shapes
-from .decode_check import (_dtype_at, _linears, _vocab, extend_unsettled, more_rounds,
+from . import linears, shapes
+from .decode_check import (_dtype_at, extend_unsettled, more_rounds,
                            paired_verdict, prefill_args, PREFILL_ROUNDS)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner, _now
 
@@ -224,23 +224,23 @@ def check_prefill(
     Raises:
         ValueError: for bad arguments or a model without ``mlx_w8a8.Linear`` layers.
     """
-    from .. import modelbench
-    from . import get_tuner
+    from . import model_timing
+    from .active import get_tuner
 
     tokens, extra_rounds = prefill_args(OP, tokens, rounds, extra_rounds, min_improvement_bps)
-    layers = _linears(model)
+    layers = linears.w8a8_linears(model)
     if not layers:
         raise ValueError(f"[{OP}] {type(model).__name__} has no mlx_w8a8.Linear layers "
                          f"(convert it with mlx_w8a8.quantize first)")
     tuner = tuner or get_tuner()
-    vocab = _vocab(model)
+    vocab = model_timing.vocab_size(model, OP)
     results: list[PrefillResult] = []
     hits: dict[Problem, Any] = {}
     seconds: dict[int, dict[str, list[float]]] = {}
     path_of = {id(layer): path for path, layer in layers}
     for t in tokens:
         prompt = mx.array([[(7 * i + 3) % min(vocab, 256) for i in range(t)]], dtype=mx.uint32)
-        modelbench.prefill(model, prompt)  # every layer meets M = t and decides
+        model_timing.prefill(model, prompt)  # every layer meets M = t and decides
         # Layer groups: layers deciding alone by the same entry of this length.
         groups: dict[Problem, list[tuple[str, Any]]] = {}
         # Sibling groups whose summed entry chose a kernel without a multi-weight form
@@ -299,8 +299,8 @@ def check_prefill(
             # host time, a large share of a short prefill. An untimed prefill after the
             # switch makes them, so the timed one runs only the kernels.
             arrange(name)
-            modelbench.prefill(model, prompt)
-            return modelbench.prefill(model, prompt)[0]
+            model_timing.prefill(model, prompt)
+            return model_timing.prefill(model, prompt)[0]
 
         def on_round(r, order, secs, t=t):
             if progress is not None:
@@ -309,7 +309,7 @@ def check_prefill(
         try:
             for name in variants:  # untimed: plans built, kernels compiled
                 measure(name)
-            times = modelbench.alternate(list(variants), rounds, measure, on_round)
+            times = model_timing.alternate(list(variants), rounds, measure, on_round)
             extend_unsettled(times, "decided", list(variants)[1:], extra_rounds, measure,
                              min_improvement_bps, progress, f"prefill check T={t}")
         finally:

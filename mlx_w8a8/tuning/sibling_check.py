@@ -33,7 +33,7 @@ import mlx.nn as nn
 from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
-from .decode_check import (GroupResult, _vocab, extend_unsettled, more_rounds,
+from .decode_check import (GroupResult, extend_unsettled, more_rounds,
                            paired_verdict, prefill_args, record_verdicts, PREFILL_ROUNDS)
 from .tuner import MIN_IMPROVEMENT_BPS, Tuner
 
@@ -133,12 +133,12 @@ def check_siblings(
     Raises:
         ValueError: for bad arguments.
     """
-    from .. import modelbench
-    from . import get_tuner
+    from . import model_timing
+    from .active import get_tuner
 
     tokens, extra_rounds = prefill_args(OP, tokens, rounds, extra_rounds, min_improvement_bps)
     tuner = tuner or get_tuner()
-    vocab = _vocab(model)
+    vocab = model_timing.vocab_size(model, OP)
     results: list[GroupResult] = []
     seconds: dict[int, dict[str, list[float]]] = {}
     for t in tokens:
@@ -150,13 +150,13 @@ def check_siblings(
         def measure(name: str) -> float:
             siblings.launch_together(name == "together")
             try:
-                return modelbench.prefill(model, prompt)[0]
+                return model_timing.prefill(model, prompt)[0]
             finally:
                 siblings.launch_together(True)
 
         # Untimed: plans built and kept, kernels compiled, compiled calls traced (a layer
-        # keeps its plan from the second call at a shape: modelbench.WARMUP).
-        for _ in range(modelbench.WARMUP - 1):
+        # keeps its plan from the second call at a shape: model_timing.WARMUP).
+        for _ in range(model_timing.WARMUP - 1):
             for name in ("together", "alone"):
                 measure(name)
 
@@ -164,7 +164,7 @@ def check_siblings(
             if progress is not None:
                 progress(f"sibling check T={t} round {r + 1}/{rounds}")
 
-        times = modelbench.alternate(["together", "alone"], rounds, measure, on_round)
+        times = model_timing.alternate(["together", "alone"], rounds, measure, on_round)
         extend_unsettled(times, "alone", ["together"], extra_rounds, measure,
                          min_improvement_bps, progress, f"sibling check T={t}")
         seconds[t] = times

@@ -125,7 +125,7 @@ def device_key(device: Any = None) -> dict[str, Any]:
     name = str(device)
     key = _device_keys.get(name)
     if key is None:
-        from .. import __version__
+        from .._version import __version__
 
         key = {
             "backend": backend(device),

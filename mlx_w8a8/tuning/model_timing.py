@@ -1,0 +1,146 @@
+"""Timing a whole model: prefill, decode and paired alternating rounds.
+
+The primitives the model checks of the tuner (:mod:`.decode_check`,
+:mod:`.prefill_check`, :mod:`.sibling_check`) and the model benchmark
+(``python -m mlx_w8a8.bench --model``, :mod:`mlx_w8a8.modelbench`, which re-exports
+them) time with, so both measure the same loops:
+
+- :func:`prefill`: one forward into a fresh KV cache, wall time around ``mx.eval``;
+- :func:`decode`: decode steps of mlx-lm's ``generate_step`` (or its replica
+  :func:`generate_steps` where ``mlx_lm.generate`` does not import);
+- :func:`alternate`: rounds over several variants, the order reversed every other
+  round, so drift (clocks, caches, thermal) falls on every variant alike.
+
+mlx-lm is imported only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .. import models
+
+# Untimed calls per variant before the rounds: an mlx_w8a8 layer settles at an input
+# shape on its third call there (nn.Linear._keep: the first call's plan launches
+# directly and is dropped; the second call's plan is kept and launches directly, as
+# nn._Stages does on a plan's first call; the third traces the compiled call the plan
+# keeps, output-only for a layer whose offer nobody took).
+WARMUP = 3
+
+
+def vocab_size(model: nn.Module, op: str) -> int:
+    """Rows of the model's token embedding (``nn.Embedding`` or ``nn.QuantizedEmbedding``,
+    the first in module order): the range of the random token ids a timed prompt draws.
+
+    Args:
+        model: the model.
+        op: the public name of the caller, for the error.
+
+    Raises:
+        ValueError: naming ``op``, when the model has no token embedding.
+    """
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
+            return int(m.weight.shape[0])
+    raise ValueError(f"[{op}] the model has no token embedding to feed a prompt through")
+
+
+def prefill(model: nn.Module, tokens: mx.array) -> tuple[float, mx.array]:
+    """One forward of ``tokens`` ``[1, T]`` into a fresh KV cache; ``(seconds, logits)``."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    start = time.perf_counter()
+    logits = model(tokens, cache=cache)
+    mx.eval(logits)
+    return time.perf_counter() - start, logits
+
+
+def generate_steps(prompt: mx.array, model: nn.Module, max_tokens: int):
+    """``mlx_lm.generate.generate_step``'s loop for greedy sampling without logits
+    processors or KV quantization, for where ``mlx_lm.generate`` cannot be imported
+    (it needs ``transformers``): the prompt but its last token in chunks of 2048 into
+    the cache, then one step per token, each next step launched with ``async_eval``
+    before the current token is read. Yields ``(token, logprobs)``."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    stream = mx.new_stream(mx.default_device())
+
+    def step(y):
+        with mx.stream(stream):
+            logits = model(y[None], cache=cache)[:, -1, :]
+            logprobs = logits - mx.logsumexp(logits, keepdims=True)
+            return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+    with mx.stream(stream):
+        while prompt.size > 1:
+            n = min(2048, prompt.size - 1)
+            model(prompt[:n][None], cache=cache)
+            mx.eval([c.state for c in cache])
+            prompt = prompt[n:]
+            mx.clear_cache()
+        y, logprobs = step(prompt)
+    mx.async_eval(y, logprobs)
+    n = 0
+    while True:
+        if n != max_tokens:
+            next_y, next_logprobs = step(y)
+            mx.async_eval(next_y, next_logprobs)
+        if n == 0:
+            mx.eval(y)
+        if n == max_tokens:
+            break
+        yield y.item(), logprobs
+        if n % 256 == 0:
+            mx.clear_cache()
+        y, logprobs = next_y, next_logprobs
+        n += 1
+
+
+def decode_loop():
+    """``(name, generate_step)``: mlx-lm's own loop where it imports, else the replica."""
+    if models.mlx_lm_mode() == "full":
+        try:
+            from mlx_lm.generate import generate_step
+
+            return "mlx_lm.generate.generate_step", generate_step
+        except ImportError:
+            pass
+    # The name the benchmark's records give the replica: mlx_w8a8.modelbench re-exports it.
+    return "mlx_w8a8.modelbench.generate_steps", generate_steps
+
+
+def decode(model: nn.Module, prompt: mx.array, steps: int, loop=None) -> float:
+    """Seconds of ``steps`` decode steps after ``prompt`` (timed from the first
+    generated token to the ``steps``-th next one), run by ``loop`` (default:
+    :func:`decode_loop`)."""
+    loop = loop or decode_loop()[1]
+    gen = loop(prompt, model, max_tokens=steps + 1)
+    start = None
+    try:
+        for i, _ in enumerate(gen):
+            if i == 0:
+                start = time.perf_counter()
+            elif i == steps:
+                return time.perf_counter() - start
+    finally:
+        gen.close()
+        mx.synchronize()
+    raise RuntimeError(f"[mlx_w8a8.bench] the decode loop stopped before {steps} steps")
+
+
+def alternate(names, rounds: int, measure, on_round=None) -> dict[str, list[float]]:
+    """Run ``measure(name) -> seconds`` for every name, ``rounds`` times, the order
+    reversed every other round; ``{name: [seconds per round]}``."""
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        order = list(names) if r % 2 == 0 else list(names)[::-1]
+        for n in order:
+            times[n].append(measure(n))
+        if on_round is not None:
+            on_round(r, order, {n: times[n][-1] for n in names})
+    return times
