@@ -227,7 +227,9 @@ def model_problems(args, m_values, out) -> list[Problem]:
 
 
 def show(path: str, out) -> int:
-    """Print every section of the table at ``path``; 1 if it cannot be read."""
+    """Print every section of the table at ``path``; 1 if it cannot be read or holds
+    invalid entries (each named with its line in the file and what is wrong with it;
+    inference skips them)."""
     try:
         doc = table.read(path)
     except table.TableError as error:
@@ -235,19 +237,35 @@ def show(path: str, out) -> int:
     if doc is None:
         return fail(f"no table at {path}")
     here = table.section_key(table.device_key())
+    invalid = table.invalid_entries(doc)
+    bad = {(i, j) for i, j, _ in invalid}
     print(f"{path}: schema {doc['schema']}, {len(doc['sections'])} section(s)", file=out)
-    for s in doc["sections"]:
+    for i, s in enumerate(doc["sections"]):
         mark = "this machine" if table.section_key(s) == here else "not this machine/versions: unused here"
         dev = s["device"].get("device_name", s["device"])
         print(f"\n[{s['backend']} {dev}, MLX {s['mlx_version']}, mlx_w8a8 {s['package_version']}] "
               f"({mark}), {len(s['entries'])} entries", file=out)
         by_op: dict[str, list] = {}
-        for e in s["entries"]:
-            by_op.setdefault(e["op"], []).append(e)
+        for j, e in enumerate(s["entries"]):
+            if (i, j) not in bad:
+                by_op.setdefault(e["op"], []).append(e)
         for op, entries in by_op.items():
             print(f"op {op}:", file=out)
             print(render.entries([(e.get("measured_at", ""), e) for e in entries]), file=out)
-    return 0
+    if not invalid:
+        return 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = table.entry_lines(f.read())
+    except OSError:
+        lines = {}
+    print(f"\n{len(invalid)} invalid entr{'y' if len(invalid) == 1 else 'ies'} "
+          f"(skipped where the table is used):", file=out)
+    for i, j, problems in invalid:
+        at = f"{path}:{lines[(i, j)]}: " if (i, j) in lines else ""
+        entry = doc["sections"][i]["entries"][j]
+        print(f"  {at}{table.describe_entry(entry, i, j)}: {'; '.join(problems)}", file=out)
+    return fail(f"{path} holds {len(invalid)} invalid entr{'y' if len(invalid) == 1 else 'ies'}")
 
 
 def export(source: str, dest: str, out) -> int:

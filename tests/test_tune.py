@@ -611,3 +611,25 @@ def test_prefill_rounds_reach_the_sibling_and_prefill_checks(tmp_path, monkeypat
     assert checks_given(tmp_path, monkeypatch, "rounds", "1,16", argv) == {
         "decode": decode_check.ROUNDS, "sibling": want, "prefill": want}
     assert refused_before_measuring(tmp_path, ["--prefill-rounds", "1"])
+
+
+def test_show_reports_invalid_entries_and_exits_nonzero(tmp_path):
+    # Before: ``--show`` printed ``None`` for wrong-typed fields and exited 0.
+    key = table.device_key()
+    good = {"op": "linear", "m_bucket": 1, "n": 64, "k": 32, "dtype": "float32",
+            "weight_format": "per_channel", "group_size": 32, "choice": "exact", "candidates": {}}
+    path = str(tmp_path / "hand.json")
+    with open(path, "w") as f:
+        json.dump({"schema": 1, "sections": [dict(key, entries=[
+            {**good, "m_bucket": "one"}, good, {**good, "n": None}])]}, f, indent=1)
+    code, text = run(["--show", path])
+    assert code == 1
+    assert "2 invalid entries" in text
+    lines = table.entry_lines(open(path).read())
+    assert f"{path}:{lines[(0, 0)]}: section 0 entry 0 (linear M='one' N=64 K=32): m_bucket is 'one'" in text
+    assert f"{path}:{lines[(0, 2)]}: section 0 entry 2 (linear M=1 N=None K=32): n is None" in text
+    assert "None" not in text.split("invalid entries")[0]  # no row of Nones in the table
+    with open(path, "w") as f:  # the control: the valid entry alone shows, exit 0
+        json.dump({"schema": 1, "sections": [dict(key, entries=[good])]}, f, indent=1)
+    code, text = run(["--show", path])
+    assert code == 0 and "invalid entr" not in text

@@ -76,7 +76,9 @@ class Candidate:
             when a measurement is stale. An empty digest makes every entry that
             measured the candidate stale.
         available: ``available() -> bool``; whether the backend can run here now
-            (checked when a decision is made, never per call).
+            (checked when a decision is made, never per call). A candidate that also
+            needs a backend capability is declared with :func:`needs`; use
+            :func:`available` for both.
         stages: ``linear`` only, optional: ``stages(problem) -> (act_key, quantize,
             apply)`` or ``None``. Splits ``run`` into ``quantize(x) -> acts`` (the
             activation quantization) and ``apply(acts, weight, bias, out_dtype) -> y``
@@ -143,9 +145,63 @@ class Candidate:
         if problem.op != self.op:
             return False
         try:
-            return bool(self.available()) and bool(self.supports(problem))
+            return available(self) and bool(self.supports(problem))
         except Exception:  # a broken capability probe must not break dispatch
             return False
+
+
+# Backend capabilities (``mlx_w8a8.kernels.capabilities()``: each backend module's
+# ``status()``) that candidates need beyond their ``available()``: a capability that is
+# off makes them unavailable everywhere (decisions, tuning races, ``available_kernels``).
+# Kept here, not in the backend modules: their source is part of the kernels' digests.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "cuda_int8_gemm_ws": ("cuda_sm90",),
+    "cuda_w8a8_gemm_ws": ("cuda_sm90",),
+    "cuda_int8_gemm_tma": ("cuda_sm90", "cuda_tma"),
+    "cuda_w8a8_gemm_tma": ("cuda_sm90", "cuda_tma"),
+}
+
+
+def needs(name: str, *capabilities: str) -> None:
+    """Declare that candidate ``name`` (of any op) runs only where every one of
+    ``capabilities`` is on (no arguments: it needs none)."""
+    with _lock:
+        if capabilities:
+            _NEEDS[name] = tuple(capabilities)
+        else:
+            _NEEDS.pop(name, None)
+    invalidate()
+
+
+def unavailable_reason(candidate: "Candidate") -> str | None:
+    """Why ``candidate`` cannot run here (``None``: it can): its backend says no
+    (``Candidate.available()``), or a capability it needs is off (with the reason its
+    backend gives)."""
+    try:
+        if not candidate.available():
+            return f"the {candidate.backend} backend is not available here"
+    except Exception as error:  # a broken probe means not available
+        return f"its availability probe failed ({type(error).__name__}: {error})"
+    wanted = _NEEDS.get(candidate.name)
+    if not wanted:
+        return None
+    from . import capabilities  # the kernels package owns the capability reports
+
+    try:
+        caps = capabilities()
+    except Exception as error:
+        return f"its capabilities cannot be read ({type(error).__name__}: {error})"
+    for cap in wanted:
+        on, why = caps.get(cap, (False, "not reported by any backend"))
+        if not on:
+            return f"{cap} is off ({why})"
+    return None
+
+
+def available(candidate: "Candidate") -> bool:
+    """Whether ``candidate`` can run on this machine now: ``Candidate.available()`` and
+    every capability it needs on (:func:`needs`). Checked when a decision is made."""
+    return unavailable_reason(candidate) is None
 
 
 _lock = threading.Lock()
