@@ -202,6 +202,36 @@ def fail(message, status: int = 1) -> int:
     return status
 
 
+def unsaved(tuner: Tuner, entries: list[dict], target: str, out) -> int:
+    """Account for measured ``entries`` that are not in the table ``target`` as
+    measured: those another process dropped are written again
+    (:meth:`.tuning.tuner.Tuner.ensure_recorded`); 1, saying why, if some are still
+    missing (a failed write, or the table replaced again without them), else 0 (another
+    tuner measuring the same keys and writing later is no failure)."""
+    found = tuner.ensure_recorded(entries)
+    if found["rewritten"]:
+        n = len(found["rewritten"])
+        print(f"{n} measured entr{'y' if n == 1 else 'ies'} dropped from {target} by another "
+              f"process writing it (a tuner with another cache directory) written again",
+              file=out)
+    if found["superseded"]:
+        n = len(found["superseded"])
+        print(f"{n} measured entr{'y was' if n == 1 else 'ies were'} also measured by another "
+              f"tuner writing {target}, which wrote after this one; the table keeps its "
+              f"measurement", file=out)
+    lost = found["lost"]
+    if not lost:
+        return 0
+    section = table.section_key(tuner.key)
+    errors = sorted({tuner.record_errors[(section, table.entry_key(e))] for e in lost
+                     if (section, table.entry_key(e)) in tuner.record_errors})
+    why = ("; ".join(errors) if errors else
+           f"another process kept replacing {target} without them (writers with different "
+           f"cache directories, MLX_W8A8_CACHE_DIR, do not share its lock); run the same "
+           f"command again to measure them")
+    return fail(f"{len(lost)} of {len(entries)} measured entries are not in {target}: {why}")
+
+
 def model_problems(args, m_values, out) -> list[Problem]:
     """The problems of ``--model``: its distinct linear shapes at each M."""
     from . import models
@@ -392,8 +422,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
               file=out)
     measured, saved = len(batch.measured()), batch.saved()
     if saved < measured:
-        status = fail(f"{measured - saved} of {measured} measured entries could not be recorded "
-                      f"in {target} (see the warning above); they were not saved")
+        status = unsaved(tuner, batch.measured(), target, out)
     elif failures and not rows:
         status = 1
     if args.model and wants_decode_check(args, m_values):

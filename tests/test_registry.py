@@ -217,12 +217,30 @@ def test_a_capability_that_is_off_makes_its_candidates_unavailable(tma_like):
     assert "not reported" in registry.unavailable_reason(cand)
 
 
-def test_the_cuda_tma_candidates_need_the_cuda_tma_capability():
+def test_the_cuda_tma_candidates_need_the_cuda_tma_capability(monkeypatch):
     # The real CUDA TMA and warp-specialized candidates are declared (a rename in the
-    # CUDA module would silently drop the declaration: keep the names in step).
+    # CUDA module would silently drop the declaration: keep the names in step) ...
     for name in ("cuda_int8_gemm_tma", "cuda_w8a8_gemm_tma"):
         assert set(registry._NEEDS[name]) == {"cuda_sm90", "cuda_tma"}
     from mlx_w8a8 import kernels
     if "cuda" not in kernels.unavailable():
         cuda = [c.name for c in registry.all_candidates() if c.backend == "cuda"]
         assert set(registry._NEEDS) <= set(cuda)
+    # ... and cuda_tma follows the tensor-map probe, as on an H200 without cffi
+    from mlx_w8a8.kernels import cuda as cuda_module, tensormap
+    monkeypatch.setattr(cuda_module, "is_sm90", lambda: True)
+    previous = registry.set_chooser(None)
+    registry.register(Candidate(name="fake_tma_linear", backend="cuda", op="linear",
+                                run=lambda x, w, b: x, available=lambda: True))
+    registry.needs("fake_tma_linear", "cuda_sm90", "cuda_tma")
+    try:
+        monkeypatch.setattr(tensormap, "available", lambda: True)
+        assert "fake_tma_linear" in w8.available_kernels("linear")
+        monkeypatch.setattr(tensormap, "available", lambda: False)
+        assert "fake_tma_linear" not in w8.available_kernels("linear")
+        assert registry.unavailable_reason(registry.get("linear", "fake_tma_linear")).startswith(
+            "cuda_tma is off")
+    finally:
+        registry.needs("fake_tma_linear")
+        registry.unregister("linear", "fake_tma_linear")
+        registry.set_chooser(previous)

@@ -32,11 +32,6 @@ def as_h200(monkeypatch):
 
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)
     monkeypatch.setattr(tensormap, "available", lambda: True)  # the TMA candidates
-    # ... and the capabilities an H200 with tensor maps reports (registry.available)
-    from mlx_w8a8 import kernels
-
-    monkeypatch.setattr(kernels, "capabilities", lambda backend=None: {
-        "cuda_sm90": (True, "as an H200"), "cuda_tma": (True, "as an H200")})
     saved = [c for c in registry.all_candidates() if c.backend == "cuda"]
     for c in saved:
         registry.register(attrs.evolve(c, available=lambda: True))

@@ -376,3 +376,37 @@ def test_table_warnings_point_at_the_table_not_at_this_package(tmp_path):
     import warnings
     shown = warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
     assert shown.startswith(f"{path}:0: TuningTableWarning:") and "warnings.warn" not in shown
+
+
+# --- writers that do not share a lock (different cache directories) ---------------------
+
+
+def test_a_write_does_not_drop_what_another_writer_replaced_the_file_with(tmp_path, monkeypatch):
+    # Writer A reads the table, writer B (another cache directory, so another lock)
+    # replaces it with its entry, then A replaces it: before, A's version lacked B's
+    # entry. Now A sees the file changed since its read and merges again.
+    path = str(tmp_path / "shared.json")
+    key = table.device_key()
+    table.write_entries(path, key, [_entry(n=1)])
+    real_read = table.read
+    interleaved = []
+
+    def read_then_b_writes(p):
+        doc = real_read(p)
+        if not interleaved:
+            interleaved.append(1)
+            with monkeypatch.context() as m:
+                m.setenv(table.ENV_CACHE_DIR, str(tmp_path / "b-cache"))
+                table.write_entries(path, key, [_entry(n=2)])
+        return doc
+
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "a-cache"))
+    monkeypatch.setattr(table, "read", read_then_b_writes)
+    table.write_entries(path, key, [_entry(n=3)])
+    assert interleaved
+    monkeypatch.setattr(table, "read", real_read)
+    ns = sorted(e["n"] for e in table.matching_entries(table.read(path), key, path))
+    assert ns == [1, 2, 3]
+    mine, theirs = _entry(n=3), dict(_entry(n=2), choice="exact")
+    assert table.account(path, key, [mine, theirs, _entry(n=4)]) == {
+        "saved": [mine], "superseded": [theirs], "lost": [_entry(n=4)]}

@@ -21,6 +21,7 @@ Run signatures, by ``Problem.op``:
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Hashable, Iterable
@@ -153,12 +154,33 @@ class Candidate:
 # Backend capabilities (``mlx_w8a8.kernels.capabilities()``: each backend module's
 # ``status()``) that candidates need beyond their ``available()``: a capability that is
 # off makes them unavailable everywhere (decisions, tuning races, ``available_kernels``).
-# Kept here, not in the backend modules: their source is part of the kernels' digests.
+# Declared here, not in the backend modules: their source is part of the kernels'
+# digests, which key the shipped tuning tables.
 _NEEDS: dict[str, tuple[str, ...]] = {
     "cuda_int8_gemm_ws": ("cuda_sm90",),
     "cuda_w8a8_gemm_ws": ("cuda_sm90",),
     "cuda_int8_gemm_tma": ("cuda_sm90", "cuda_tma"),
     "cuda_w8a8_gemm_tma": ("cuda_sm90", "cuda_tma"),
+}
+
+
+def _probe(module: str, function: str) -> Callable[[], bool]:
+    """``module.function()`` of a backend module, looked up when called (a backend
+    that did not import has nothing on)."""
+    def on() -> bool:
+        found = sys.modules.get(f"{__package__}.{module}")
+        return found is not None and bool(getattr(found, function)())
+    return on
+
+
+# A capability's own probe, where its backend's ``status()`` reports it together with
+# the backend's presence (``cuda_tma`` is off in ``status()`` without a CUDA GPU): the
+# candidate's ``available()`` answers for the backend, the probe for the capability
+# alone, the same probes the candidates' ``supports()`` use. Capabilities without one
+# are read from ``capabilities()``.
+_PROBES: dict[str, Callable[[], bool]] = {
+    "cuda_sm90": _probe("cuda", "is_sm90"),
+    "cuda_tma": _probe("tensormap", "available"),
 }
 
 
@@ -176,7 +198,7 @@ def needs(name: str, *capabilities: str) -> None:
 def unavailable_reason(candidate: "Candidate") -> str | None:
     """Why ``candidate`` cannot run here (``None``: it can): its backend says no
     (``Candidate.available()``), or a capability it needs is off (with the reason its
-    backend gives)."""
+    backend's ``status()`` gives)."""
     try:
         if not candidate.available():
             return f"the {candidate.backend} backend is not available here"
@@ -188,14 +210,15 @@ def unavailable_reason(candidate: "Candidate") -> str | None:
     from . import capabilities  # the kernels package owns the capability reports
 
     try:
-        caps = capabilities()
+        off = [cap for cap in wanted
+               if not (_PROBES[cap]() if cap in _PROBES else capabilities().get(cap, (False,))[0])]
+        if not off:
+            return None
+        reports = capabilities()
     except Exception as error:
         return f"its capabilities cannot be read ({type(error).__name__}: {error})"
-    for cap in wanted:
-        on, why = caps.get(cap, (False, "not reported by any backend"))
-        if not on:
-            return f"{cap} is off ({why})"
-    return None
+    cap = off[0]
+    return f"{cap} is off ({reports.get(cap, (False, 'not reported by any backend'))[1]})"
 
 
 def available(candidate: "Candidate") -> bool:

@@ -36,6 +36,7 @@ file and the entry and point at the entry's line in the file, not at this packag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -582,12 +583,83 @@ def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
     try:
         os.makedirs(folder, exist_ok=True)
         with lock_for(path):
-            current = read(path)
-            doc = merge(current if current is not None else empty(), key, entries)
-            _atomic_write(path, doc)
+            return _merge_and_replace(path, lambda current: merge(current, key, entries))
     except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
-    return doc
+
+
+# How many times a write re-reads a table that another writer replaced between this
+# writer's read and its replace (see _merge_and_replace).
+WRITE_ATTEMPTS = 5
+
+
+def _file_id(path: str) -> tuple | None:
+    """What tells one version of the file at ``path`` from the next (``None``: none)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _merge_and_replace(path: str, change) -> dict:
+    """Read the table at ``path``, apply ``change(doc) -> doc`` and replace the file
+    atomically (a temporary file in the same folder, flushed, then ``os.replace``; an
+    existing file keeps its permission bits, a new one gets what the umask gives).
+
+    The table lock lives in the writer's cache directory, so writers with different
+    cache directories do not exclude each other. A writer that finds the file replaced
+    since it read it (another writer's ``os.replace``) reads and merges again rather
+    than replacing it with a version that lacks the other writer's entries. The check
+    comes after the temporary file is written and flushed, right before the
+    ``os.replace``: the window left is microseconds, against the whole
+    read-merge-write-flush otherwise. Callers that must know check the file afterwards
+    (:func:`account`)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for attempt in range(WRITE_ATTEMPTS):
+        before = _file_id(path)
+        current = read(path)
+        doc = change(current if current is not None else empty())
+        text = json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
+        mode = (os.stat(path).st_mode & 0o7777 if before is not None
+                else 0o666 & ~cachedir._umask())
+        fd, tmp = tempfile.mkstemp(prefix=".w8a8-", suffix=".tmp", dir=folder)
+        try:
+            os.chmod(tmp, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            # Still the version read (or the last attempt: the last merge, as before).
+            if _file_id(path) == before or attempt == WRITE_ATTEMPTS - 1:
+                os.replace(tmp, path)
+                return doc
+            os.unlink(tmp)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    raise AssertionError("unreachable")
+
+
+def account(path: str, key: dict, entries: Iterable[dict]) -> dict[str, list[dict]]:
+    """Where ``entries`` (written under ``key``) stand in the table at ``path`` now:
+    ``"saved"`` (the table holds them), ``"superseded"`` (it holds another measurement
+    of the same key: another tuner measured it too and wrote after this one, which
+    tuners with different cache directories do, not sharing claims) and ``"lost"`` (it
+    holds none: the write failed, or another writer replaced the file without them)."""
+    try:
+        doc = read(path)
+    except TableError:
+        doc = None
+    stored = {}
+    if doc is not None:
+        stored = {entry_key(e): e for e in matching_entries(doc, key, path, False)}
+    out: dict[str, list[dict]] = {"saved": [], "superseded": [], "lost": []}
+    for e in entries:
+        there = stored.get(entry_key(e))
+        out["lost" if there is None else "saved" if there == e else "superseded"].append(e)
+    return out
 
 
 def check_writable(path: str) -> None:
@@ -613,18 +685,17 @@ def write_doc(path: str, doc: dict) -> None:
     """Merge every section of ``doc`` into the table at ``path`` (see write_entries)."""
     validate(doc, "<export>")
     folder = os.path.dirname(os.path.abspath(path))
+
+    def change(current: dict) -> dict:
+        for section in doc["sections"]:
+            key = {f: section[f] for f in SECTION_FIELDS if f != "entries"}
+            current = merge(current, key, section["entries"])
+        return current
+
     try:
         os.makedirs(folder, exist_ok=True)
         with lock_for(path):
-            current = read(path) or empty()
-            for section in doc["sections"]:
-                key = {f: section[f] for f in SECTION_FIELDS if f != "entries"}
-                current = merge(current, key, section["entries"])
-            _atomic_write(path, current)
+            _merge_and_replace(path, change)
     except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
 
-
-def _atomic_write(path: str, doc: dict) -> None:
-    cachedir.write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=False,
-                                                allow_nan=False) + "\n")

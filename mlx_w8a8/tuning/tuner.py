@@ -244,6 +244,9 @@ class Tuner:
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
         self._attempted: set[str] = set()  # keys online tuning already tried
+        # (section key, entry key) -> why the entry could not be written (TableError
+        # text), for callers that account for what reached the table (``tune``).
+        self.record_errors: dict[tuple, str] = {}
 
     # --- layers ---------------------------------------------------------------------------
     @property
@@ -599,9 +602,12 @@ class Tuner:
                 registry.invalidate()
                 self._cache.clear()
             path = self.writable_path()
+            where = (table.section_key(self.key), table.entry_key(entry))
             try:
                 table.write_entries(path, self.key, [entry])
+                self.record_errors.pop(where, None)
             except table.TableError as error:
+                self.record_errors[where] = str(error)
                 table.report_once(
                     path, "write",
                     f"[mlx_w8a8.tuning] could not record into {error}; the measurement is "
@@ -611,6 +617,38 @@ class Tuner:
                 self._index = {}
         finally:
             self._release(claim)
+
+    def ensure_recorded(self, entries: Sequence[dict], attempts: int = 3) -> dict[str, list[dict]]:
+        """Write again those of ``entries`` (this tuner's measurements) that the
+        writable table lost: another process replaced the file without them (writers
+        with different cache directories do not share the table's lock). Entries whose
+        write failed (:attr:`record_errors`) are not retried; entries another tuner
+        measured too and wrote later are left to it.
+
+        Returns:
+            :func:`.table.account` of ``entries`` after the last attempt, plus
+            ``"rewritten"``: the entries that were lost and written again.
+        """
+        path = self.writable_path()
+        section = table.section_key(self.key)
+        rewritten: dict[tuple, dict] = {}
+        for _ in range(attempts):
+            found = table.account(path, self.key, entries)
+            retry = [e for e in found["lost"]
+                     if (section, table.entry_key(e)) not in self.record_errors]
+            if not retry:
+                break
+            try:
+                table.write_entries(path, self.key, retry)
+            except table.TableError as error:
+                for e in retry:
+                    self.record_errors[(section, table.entry_key(e))] = str(error)
+                break
+            rewritten.update((table.entry_key(e), e) for e in retry)
+        found = table.account(path, self.key, entries)
+        lost = {table.entry_key(e) for e in found["lost"]}
+        found["rewritten"] = [e for k, e in rewritten.items() if k not in lost]
+        return found
 
     def abandon(self, claim: Claim, reason: str) -> None:
         """Give up on ``claim``: release it and keep the fallback for this process."""
