@@ -22,7 +22,10 @@ Layers, first hit wins: the table the user names (``MLX_W8A8_TUNING_TABLE`` or t
 Writes take a file lock (in the user cache directory, :mod:`.locks`; nothing is written
 beside the table but the table), re-read the file, merge the new entries in (replacing
 only entries with the same key) and replace the file atomically (temporary file +
-``os.replace``), so concurrent tuners never lose each other's entries. A new table gets
+``os.replace``), so concurrent tuners sharing a cache directory never lose each other's
+entries; writers with different cache directories do not share the lock, and a writer
+that finds the file replaced since it read it merges again (:func:`account` tells a
+writer afterwards what the file holds of its entries). A new table gets
 the permissions the umask gives (``0644`` under ``022``), an existing one keeps its
 own. A corrupt or unreadable table is reported once per process (one
 ``TuningTableWarning``) and skipped; it is never overwritten.
