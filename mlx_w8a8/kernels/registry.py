@@ -201,7 +201,7 @@ def unavailable_reason(candidate: "Candidate") -> str | None:
     backend's ``status()`` gives)."""
     try:
         if not candidate.available():
-            return f"the {candidate.backend} backend is not available here"
+            return f"backend {candidate.backend!r} not available here"
     except Exception as error:  # a broken probe means not available
         return f"its availability probe failed ({type(error).__name__}: {error})"
     wanted = _NEEDS.get(candidate.name)
