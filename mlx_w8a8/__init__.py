@@ -73,7 +73,9 @@ __all__ = [
 
 
 def available_kernels(op: str = "linear") -> list[str]:
-    """Names of the candidates registered for ``op`` that can run on this machine.
+    """Names of the candidates registered for ``op`` that can run on this machine: their
+    backend is available and every capability they need is on
+    (``mlx_w8a8.kernels.capabilities()``; e.g. the TMA kernels need ``cuda_tma``).
 
     A backend whose module failed to import offers none; then a ``RuntimeWarning``
     names it and its error (also in ``mlx_w8a8.kernels.unavailable()``).
@@ -92,4 +94,5 @@ def available_kernels(op: str = "linear") -> list[str]:
             RuntimeWarning,
             stacklevel=2,
         )
-    return sorted({c.name for c in _registry.all_candidates() if c.op == op and c.available()})
+    return sorted({c.name for c in _registry.all_candidates()
+                   if c.op == op and _registry.available(c)})

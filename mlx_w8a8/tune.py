@@ -206,6 +206,36 @@ def fail(message, status: int = 1) -> int:
     return status
 
 
+def unsaved(tuner: Tuner, entries: list[dict], target: str, out) -> int:
+    """Account for measured ``entries`` that are not in the table ``target`` as
+    measured: those another process dropped are written again
+    (:meth:`.tuning.tuner.Tuner.ensure_recorded`); 1, saying why, if some are still
+    missing (a failed write, or the table replaced again without them), else 0 (another
+    tuner measuring the same keys and writing later is no failure)."""
+    found = tuner.ensure_recorded(entries)
+    if found["rewritten"]:
+        n = len(found["rewritten"])
+        print(f"{n} measured entr{'y' if n == 1 else 'ies'} dropped from {target} by another "
+              f"process writing it (a tuner with another cache directory) written again",
+              file=out)
+    if found["superseded"]:
+        n = len(found["superseded"])
+        print(f"{n} measured entr{'y was' if n == 1 else 'ies were'} also measured by another "
+              f"tuner writing {target}, which wrote after this one; the table keeps its "
+              f"measurement", file=out)
+    lost = found["lost"]
+    if not lost:
+        return 0
+    section = table.section_key(tuner.key)
+    errors = sorted({tuner.record_errors[(section, table.entry_key(e))] for e in lost
+                     if (section, table.entry_key(e)) in tuner.record_errors})
+    why = ("; ".join(errors) if errors else
+           f"another process kept replacing {target} without them (writers with different "
+           f"cache directories, MLX_W8A8_CACHE_DIR, do not share its lock); run the same "
+           f"command again to measure them")
+    return fail(f"{len(lost)} of {len(entries)} measured entries are not in {target}: {why}")
+
+
 def model_problems(args, m_values, out) -> list[Problem]:
     """The problems of ``--model``: its distinct linear shapes at each M."""
     from . import models
@@ -231,7 +261,9 @@ def model_problems(args, m_values, out) -> list[Problem]:
 
 
 def show(path: str, out) -> int:
-    """Print every section of the table at ``path``; 1 if it cannot be read."""
+    """Print every section of the table at ``path``; 1 if it cannot be read or holds
+    invalid entries (each named with its line in the file and what is wrong with it;
+    inference skips them)."""
     try:
         doc = table.read(path)
     except table.TableError as error:
@@ -239,19 +271,35 @@ def show(path: str, out) -> int:
     if doc is None:
         return fail(f"no table at {path}")
     here = table.section_key(table.device_key())
+    invalid = table.invalid_entries(doc)
+    bad = {(i, j) for i, j, _ in invalid}
     print(f"{path}: schema {doc['schema']}, {len(doc['sections'])} section(s)", file=out)
-    for s in doc["sections"]:
+    for i, s in enumerate(doc["sections"]):
         mark = "this machine" if table.section_key(s) == here else "not this machine/versions: unused here"
         dev = s["device"].get("device_name", s["device"])
         print(f"\n[{s['backend']} {dev}, MLX {s['mlx_version']}, mlx_w8a8 {s['package_version']}] "
               f"({mark}), {len(s['entries'])} entries", file=out)
         by_op: dict[str, list] = {}
-        for e in s["entries"]:
-            by_op.setdefault(e["op"], []).append(e)
+        for j, e in enumerate(s["entries"]):
+            if (i, j) not in bad:
+                by_op.setdefault(e["op"], []).append(e)
         for op, entries in by_op.items():
             print(f"op {op}:", file=out)
             print(render.entries([(e.get("measured_at", ""), e) for e in entries]), file=out)
-    return 0
+    if not invalid:
+        return 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = table.entry_lines(f.read())
+    except OSError:
+        lines = {}
+    print(f"\n{len(invalid)} invalid entr{'y' if len(invalid) == 1 else 'ies'} "
+          f"(skipped where the table is used):", file=out)
+    for i, j, problems in invalid:
+        at = f"{path}:{lines[(i, j)]}: " if (i, j) in lines else ""
+        entry = doc["sections"][i]["entries"][j]
+        print(f"  {at}{table.describe_entry(entry, i, j)}: {'; '.join(problems)}", file=out)
+    return fail(f"{path} holds {len(invalid)} invalid entr{'y' if len(invalid) == 1 else 'ies'}")
 
 
 def export(source: str, dest: str, out) -> int:
@@ -391,8 +439,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
               file=out)
     measured, saved = len(batch.measured()), batch.saved()
     if saved < measured:
-        status = fail(f"{measured - saved} of {measured} measured entries could not be recorded "
-                      f"in {target} (see the warning above); they were not saved")
+        status = unsaved(tuner, batch.measured(), target, out)
     elif failures and not rows:
         status = 1
     if args.model and wants_decode_check(args, m_values):

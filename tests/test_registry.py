@@ -182,3 +182,65 @@ def test_fuse_stages_is_one_compiled_call_that_follows_its_inputs():
     for v in (1.0, 3.0, -0.5, 2.0, 7.0):
         assert lean(mx.array([v, 2 * v])).tolist() == [3 * v + 1, 6 * v + 1]
     assert calls in (["quantize", "apply"], ["quantize", "apply"] * 2), calls
+
+
+@pytest.fixture
+def tma_like(monkeypatch):
+    """A fake candidate that needs a capability (as the CUDA TMA kernels need
+    ``cuda_tma``), with the capability report under the test's control."""
+    caps = {"fake_tma": (True, "tensor maps encodable")}
+    from mlx_w8a8 import kernels
+    monkeypatch.setattr(kernels, "capabilities", lambda backend=None: dict(caps))
+    previous = registry.set_chooser(None)
+    registry.register(Candidate(name="fake_tma_linear", backend="any", op="linear",
+                                run=lambda x, w, b: x, available=lambda: True))
+    registry.needs("fake_tma_linear", "fake_tma")
+    yield caps
+    registry.needs("fake_tma_linear")
+    registry.unregister("linear", "fake_tma_linear")
+    registry.set_chooser(previous)
+
+
+def test_a_capability_that_is_off_makes_its_candidates_unavailable(tma_like):
+    # Before: the TMA candidates' available() is the backend's alone, so
+    # available_kernels() listed them where tensor maps cannot be made (no cffi).
+    cand = registry.get("linear", "fake_tma_linear")
+    assert registry.available(cand) and "fake_tma_linear" in w8.available_kernels("linear")
+    assert "fake_tma_linear" in registry.names(registry.candidates(PROBLEM))
+    tma_like["fake_tma"] = (False, "ModuleNotFoundError: No module named 'cffi'")
+    assert not registry.available(cand) and not cand.handles(PROBLEM)
+    assert registry.unavailable_reason(cand) == (
+        "fake_tma is off (ModuleNotFoundError: No module named 'cffi')")
+    assert "fake_tma_linear" not in w8.available_kernels("linear")
+    assert "fake_tma_linear" not in registry.names(registry.candidates(PROBLEM))
+    del tma_like["fake_tma"]  # a capability no backend reports is off, not on
+    assert "not reported" in registry.unavailable_reason(cand)
+
+
+def test_the_cuda_tma_candidates_need_the_cuda_tma_capability(monkeypatch):
+    # The real CUDA TMA and warp-specialized candidates are declared (a rename in the
+    # CUDA module would silently drop the declaration: keep the names in step) ...
+    for name in ("cuda_int8_gemm_tma", "cuda_w8a8_gemm_tma"):
+        assert set(registry._NEEDS[name]) == {"cuda_sm90", "cuda_tma"}
+    from mlx_w8a8 import kernels
+    if "cuda" not in kernels.unavailable():
+        cuda = [c.name for c in registry.all_candidates() if c.backend == "cuda"]
+        assert set(registry._NEEDS) <= set(cuda)
+    # ... and cuda_tma follows the tensor-map probe, as on an H200 without cffi
+    from mlx_w8a8.kernels import cuda as cuda_module, tensormap
+    monkeypatch.setattr(cuda_module, "is_sm90", lambda: True)
+    previous = registry.set_chooser(None)
+    registry.register(Candidate(name="fake_tma_linear", backend="cuda", op="linear",
+                                run=lambda x, w, b: x, available=lambda: True))
+    registry.needs("fake_tma_linear", "cuda_sm90", "cuda_tma")
+    try:
+        monkeypatch.setattr(tensormap, "available", lambda: True)
+        assert "fake_tma_linear" in w8.available_kernels("linear")
+        monkeypatch.setattr(tensormap, "available", lambda: False)
+        assert "fake_tma_linear" not in w8.available_kernels("linear")
+        assert registry.unavailable_reason(registry.get("linear", "fake_tma_linear")).startswith(
+            "cuda_tma is off")
+    finally:
+        registry.needs("fake_tma_linear")
+        registry.unregister("linear", "fake_tma_linear")
+        registry.set_chooser(previous)

@@ -76,8 +76,8 @@ def test_merge_replaces_same_key_and_keeps_the_rest(tmp_path):
     ('{"schema": 99, "sections": []}', "schema 99"),
     ('{"sections": []}', "no 'schema'"),
     ('{"schema": 1, "sections": [{"backend": "cpu"}]}', "section 0 lacks"),
-    ('{"schema": 1, "sections": [{"backend": "cpu", "device": {}, "mlx_version": "x", '
-     '"package_version": "y", "entries": [{"op": "linear"}]}]}', "entry 0 lacks"),
+    ('{"schema": 1, "sections": [{"backend": 1, "device": {}, "mlx_version": "x", '
+     '"package_version": "y", "entries": []}]}', "backend 1, not a string"),
 ])
 def test_corrupt_table_is_reported_once_and_skipped(tmp_path, content, reason):
     path = str(tmp_path / "bad.json")
@@ -279,3 +279,134 @@ def test_pruned_within_reach_names_one_round_candidates_under_twice_the_fastest(
     assert table.pruned_within_reach(entry(a=ok(100.0), b={"status": "rejected", "rounds": 1})) == []
     assert table.pruned_within_reach(entry(b=ok(10.0, rounds=1))) == []
     assert table.pruned_within_reach(_entry()) == []
+
+
+# --- entry schema: a bad entry is skipped with a warning, never silently used or fatal ---
+
+_BAD_FIELDS = [
+    ("m_bucket", "one", "m_bucket is 'one', not an integer >= 1"),
+    ("m_bucket", 0, "m_bucket is 0"),
+    ("m_bucket", True, "m_bucket is True"),  # a bool is an int to Python, not a bucket
+    ("n", None, "n is None, not an integer >= 0"),
+    ("k", 32.0, "k is 32.0, not an integer >= 1"),
+    ("op", "matmul", "op is 'matmul'"),
+    ("dtype", "fp16", "dtype is 'fp16'"),
+    ("weight_format", "int4", "weight_format is 'int4'"),
+    ("group_size", 0, "group_size is 0"),
+    ("choice", "", "choice is ''"),
+    ("choice", 3, "choice is 3"),
+    ("has_bias", "no", "has_bias is 'no'"),
+    ("candidates", [], "candidates is []"),
+    ("candidates", {"exact": {"status": "ok", "median_ns": "fast"}},
+     "candidates['exact'].median_ns is 'fast'"),
+    ("candidates", {"exact": {"status": "ok", "median_ns": float("nan")}},
+     "candidates['exact'].median_ns is nan"),
+]
+
+
+@pytest.mark.parametrize("field, value, why", _BAD_FIELDS,
+                         ids=[f"{f}={v!r}" for f, v, _ in _BAD_FIELDS])
+def test_entry_problems_names_the_field_its_value_and_what_is_valid(field, value, why):
+    assert table.entry_problems(_entry()) == []  # the control
+    assert table.entry_problems({**_entry(), "group_size": None, "has_bias": False}) == []
+    found = table.entry_problems({**_entry(), field: value})
+    assert len(found) == 1 and found[0].startswith(why), found
+    missing = table.entry_problems({k: v for k, v in _entry().items() if k != "n"})
+    assert missing == ["lacks ['n']"]
+    assert table.entry_problems(["not", "an", "entry"]) == ["not an object (list)"]
+
+
+def _bad_table(tmp_path):
+    """A table of this machine with a valid entry between two invalid ones (written as
+    a user's editor would: by hand, not through write_entries)."""
+    key = table.device_key()
+    entries = [{**_entry(n=64), "m_bucket": "one"}, _entry(n=128), {**_entry(n=256), "n": None}]
+    path = str(tmp_path / "hand.json")
+    with open(path, "w") as f:
+        json.dump({"schema": 1, "sections": [dict(key, entries=entries)]}, f, indent=1)
+    return path, key
+
+
+def test_invalid_entries_are_skipped_with_one_warning_at_the_entry_line(tmp_path):
+    # Before: the table passed, and the tuner's chooser failed on the first lookup
+    # (``log2('one')``) and fell back silently for every shape of the table.
+    path, key = _bad_table(tmp_path)
+    with pytest.warns(table.TuningTableWarning) as caught:
+        doc = table.load(path)
+    assert len(caught) == 1
+    w = caught[0]
+    text = str(w.message)
+    assert path in text and "section 0 entry 0 (linear M='one' N=64 K=32)" in text
+    assert "m_bucket is 'one'" in text and "1 more invalid entry" in text
+    # it points at the user's table, at the line where the bad entry opens
+    lines = open(path).read().splitlines()
+    assert w.filename == path and lines[w.lineno - 1].strip() == "{"
+    assert '"op": "linear"' in lines[w.lineno] and '"m_bucket": "one"' in "".join(lines[w.lineno:w.lineno + 3])
+    assert [e["n"] for e in table.matching_entries(doc, key, path)] == [128]
+    # read() (the writers' view) keeps them; matching_entries never hands them out
+    raw = table.read(path)
+    assert len(raw["sections"][0]["entries"]) == 3
+    assert [e["n"] for e in table.matching_entries(raw, key, path)] == [128]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per file
+        table.load(path)
+
+
+def test_writing_into_a_table_with_invalid_entries_keeps_them_untouched(tmp_path):
+    path, key = _bad_table(tmp_path)
+    before = table.read(path)["sections"][0]["entries"]
+    table.write_entries(path, key, [_entry(n=512), _entry(n=128, choice="exact")])
+    after = table.read(path)["sections"][0]["entries"]
+    assert [e["n"] for e in after if not table.entry_problems(e)] == [128, 512]
+    assert [e for e in after if table.entry_problems(e)] == [before[0], before[2]]
+    assert {e["n"]: e["choice"] for e in after if e["n"] == 128} == {128: "exact"}
+
+
+def test_table_warnings_point_at_the_table_not_at_this_package(tmp_path):
+    # Python prints the source line a warning points at: this package's own
+    # ``warnings.warn(...)`` line means nothing to a user; the table's path does.
+    path = str(tmp_path / "broken.json")
+    with open(path, "w") as f:
+        f.write("{not json")
+    with pytest.warns(table.TuningTableWarning) as caught:
+        table.load(path)
+    (w,) = caught
+    assert w.filename == path and w.lineno == 0
+    import warnings
+    shown = warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
+    assert shown.startswith(f"{path}:0: TuningTableWarning:") and "warnings.warn" not in shown
+
+
+# --- writers that do not share a lock (different cache directories) ---------------------
+
+
+def test_a_write_does_not_drop_what_another_writer_replaced_the_file_with(tmp_path, monkeypatch):
+    # Writer A reads the table, writer B (another cache directory, so another lock)
+    # replaces it with its entry, then A replaces it: before, A's version lacked B's
+    # entry. Now A sees the file changed since its read and merges again.
+    path = str(tmp_path / "shared.json")
+    key = table.device_key()
+    table.write_entries(path, key, [_entry(n=1)])
+    real_read = table.read
+    interleaved = []
+
+    def read_then_b_writes(p):
+        doc = real_read(p)
+        if not interleaved:
+            interleaved.append(1)
+            with monkeypatch.context() as m:
+                m.setenv(table.ENV_CACHE_DIR, str(tmp_path / "b-cache"))
+                table.write_entries(path, key, [_entry(n=2)])
+        return doc
+
+    monkeypatch.setenv(table.ENV_CACHE_DIR, str(tmp_path / "a-cache"))
+    monkeypatch.setattr(table, "read", read_then_b_writes)
+    table.write_entries(path, key, [_entry(n=3)])
+    assert interleaved
+    monkeypatch.setattr(table, "read", real_read)
+    ns = sorted(e["n"] for e in table.matching_entries(table.read(path), key, path))
+    assert ns == [1, 2, 3]
+    mine, theirs = _entry(n=3), dict(_entry(n=2), choice="exact")
+    assert table.account(path, key, [mine, theirs, _entry(n=4)]) == {
+        "saved": [mine], "superseded": [theirs], "lost": [_entry(n=4)]}

@@ -360,7 +360,7 @@ def test_nothing_recorded_exits_nonzero_with_one_prefix(tmp_path, capsys, monkey
         code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
     err = capsys.readouterr().err
     assert code == 1 and bad.read_text() == "{"
-    assert "1 of 1 measured entries could not be recorded" in err
+    assert "1 of 1 measured entries are not in" in err
     code, _ = run(["--shapes", "1x2"])
     err = capsys.readouterr().err
     assert code == 2 and err.strip().startswith("[mlx_w8a8.tune] shape must be MxNxK")
@@ -634,3 +634,103 @@ def test_an_unwritable_cache_folder_names_the_ways_around_it(tmp_path, capsys, m
     err = capsys.readouterr().err
     assert code == 1 and "name a writable table with --table PATH (or MLX_W8A8_TUNING_TABLE" in err
     assert not measured
+
+
+def test_show_reports_invalid_entries_and_exits_nonzero(tmp_path):
+    # Before: ``--show`` printed ``None`` for wrong-typed fields and exited 0.
+    key = table.device_key()
+    good = {"op": "linear", "m_bucket": 1, "n": 64, "k": 32, "dtype": "float32",
+            "weight_format": "per_channel", "group_size": 32, "choice": "exact", "candidates": {}}
+    path = str(tmp_path / "hand.json")
+    with open(path, "w") as f:
+        json.dump({"schema": 1, "sections": [dict(key, entries=[
+            {**good, "m_bucket": "one"}, good, {**good, "n": None}])]}, f, indent=1)
+    code, text = run(["--show", path])
+    assert code == 1
+    assert "2 invalid entries" in text
+    lines = table.entry_lines(open(path).read())
+    assert f"{path}:{lines[(0, 0)]}: section 0 entry 0 (linear M='one' N=64 K=32): m_bucket is 'one'" in text
+    assert f"{path}:{lines[(0, 2)]}: section 0 entry 2 (linear M=1 N=None K=32): n is None" in text
+    assert "None" not in text.split("invalid entries")[0]  # no row of Nones in the table
+    with open(path, "w") as f:  # the control: the valid entry alone shows, exit 0
+        json.dump({"schema": 1, "sections": [dict(key, entries=[good])]}, f, indent=1)
+    code, text = run(["--show", path])
+    assert code == 0 and "invalid entr" not in text
+
+
+def _after_each_record(monkeypatch, then):
+    """Run ``then(tuner, entry)`` after each entry the tuner records (what another
+    process writing the same table would do meanwhile)."""
+    real = Tuner.record
+
+    def record(self, claim, entry):
+        real(self, claim, entry)
+        then(self, entry)
+
+    monkeypatch.setattr(Tuner, "record", record)
+
+
+def test_entries_another_writer_dropped_are_written_again(tmp_path, capsys, monkeypatch):
+    # Before: "could not be recorded ... (see the warning above)", exit 1, and no
+    # warning was printed (nothing failed here: another writer, with another cache
+    # directory and so another lock, replaced the table without the entry).
+    path = str(tmp_path / "t.json")
+
+    def other_writer_drops_it(tuner, entry):
+        with open(path, "w") as f:
+            json.dump({"schema": 1, "sections": []}, f)
+
+    _after_each_record(monkeypatch, other_writer_drops_it)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code, text = run(["--shapes", "1x32x64", "--table", path] + TINY)
+    assert code == 0, capsys.readouterr().err
+    assert not [w for w in seen if issubclass(w.category, table.TuningTableWarning)]
+    assert "1 measured entry dropped from" in text and "written again" in text
+    (entry,) = table.matching_entries(table.read(path), table.device_key(), path)
+    assert (entry["n"], entry["k"]) == (32, 64)
+
+
+def test_entries_still_missing_are_said_why_not_see_the_warning_above(tmp_path, capsys, monkeypatch):
+    # Every write of this table is undone by another writer: the exit message says so.
+    path = str(tmp_path / "t.json")
+    real = table.write_entries
+
+    def written_then_dropped(p, key, entries):
+        real(p, key, entries)
+        with open(p, "w") as f:
+            json.dump({"schema": 1, "sections": []}, f)
+
+    monkeypatch.setattr(table, "write_entries", written_then_dropped)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code, _ = run(["--shapes", "1x32x64", "--table", path] + TINY)
+    err = capsys.readouterr().err
+    assert code == 1 and not [w for w in seen if issubclass(w.category, table.TuningTableWarning)]
+    assert "1 of 1 measured entries are not in" in err and "kept replacing" in err, err
+    assert "see the warning above" not in err
+
+
+def test_entries_another_tuner_measured_after_this_one_are_not_a_failure(tmp_path, capsys, monkeypatch):
+    # Four tuners with their own cache directories measure the same keys (no shared
+    # claims); the one that writes last keeps its measurement. Before: exit 1 for the
+    # others, "see the warning above", and no warning.
+    path = str(tmp_path / "t.json")
+
+    def other_tuner_writes_the_same_key(tuner, entry):
+        table.write_entries(path, tuner.key, [dict(entry, measured_at="later", choice="exact")])
+
+    _after_each_record(monkeypatch, other_tuner_writes_the_same_key)
+    code, text = run(["--shapes", "1x32x64", "--table", path] + TINY)
+    assert code == 0, capsys.readouterr().err
+    assert "1 measured entry was also measured by another tuner" in text
+
+
+def test_a_failed_write_names_its_reason_in_the_exit_message(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(table, "check_writable", lambda path: None)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.warns(table.TuningTableWarning):
+        code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
+    err = capsys.readouterr().err
+    assert code == 1 and f"1 of 1 measured entries are not in {bad}: {bad}: not valid JSON" in err

@@ -767,7 +767,9 @@ def test_entry_that_cannot_say_what_it_measured_is_stale(env, candidates):
     path = str(env / "t.json")
     table.write_entries(path, table.device_key(), [dict(_entry("spy"), candidates=candidates)])
     t = Tuner(table_path=path, use_cache=False, use_shipped=False)
-    with pytest.warns(mlx_w8a8.TuningTableWarning, match="other versions of kernel"):
+    # a candidate that is not a record breaks the entry schema: skipped as invalid
+    why = "is invalid: candidates" if candidates == {"spy": "d-spy"} else "other versions of kernel"
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match=why):
         assert t.lookup(PROBLEM) is None
     # the control: the same entry with the digest of the registered kernel is used
     table.write_entries(path, table.device_key(), [_entry("spy", digests={"spy": "d-spy"})])
@@ -928,3 +930,85 @@ def test_set_tuning_table_refuses_what_is_not_a_path():
     with pytest.raises(ValueError, match=r"set_tuning_table.*str, an os.PathLike or None.*123 \(int\)"):
         mlx_w8a8.set_tuning_table(123)
     assert tuning.get_tuner() is before
+
+
+# --- entries the machine cannot use: said once per table, never a silent fallback ----
+
+
+def _ok(ns):
+    return {"status": "ok", "median_ns": ns}
+
+
+def test_a_choice_that_is_not_a_kernel_here_is_reported_at_its_line(env):
+    # Before: the entry was passed over without a word (only ``tune`` said anything).
+    calls = _spy()
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [
+        _entry("no_such_kernel", digests={"spy": "d-spy"}),
+    ])
+    mlx_w8a8.set_tuning_table(path)
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match="chooses 'no_such_kernel', which is "
+                      "not a kernel registered for linear here") as caught:
+        mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
+    (w,) = [w for w in caught if "no_such_kernel" in str(w.message)]
+    assert path in str(w.message) and "entry (linear M=2 N=32 K=64)" in str(w.message)
+    lines = open(path).read().splitlines()
+    assert w.filename == path and '"choice": "no_such_kernel"' in "\n".join(lines[w.lineno:w.lineno + 10])
+    assert calls == []  # the entry is not used (its other candidates are not either)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per table file
+        tuning.reload()
+        mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
+
+
+def test_a_choice_that_cannot_run_here_takes_the_entry_s_fastest_runnable_candidate(env):
+    # The table chose spy_a (a TMA kernel, say) and timed spy_b and the reference too;
+    # here spy_a cannot run. Before: the lookup passed the entry over (borrowed
+    # decision, prior or fallback). Now the entry's fastest candidate that can run.
+    state = {"on": True}
+    fake("spy_a", QMM.run, available=lambda: state["on"])
+    calls = _spy("spy_b")
+    digests = {"spy_a": "d-spy_a", "spy_b": "d-spy_b", "mlx_qmm": QMM.digest}
+    e = _entry("spy_a", digests=digests, reference="mlx_qmm")
+    for name, ns in (("spy_a", 100.0), ("spy_b", 200.0), ("mlx_qmm", 400.0)):
+        e["candidates"][name].update(_ok(ns))
+    path = str(env / "t.json")
+    table.write_entries(path, table.device_key(), [e])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    assert t.decide(PROBLEM) == ("spy_a", "table")
+    state["on"] = False
+    t.reload()
+    with pytest.warns(mlx_w8a8.TuningTableWarning, match=r"chooses 'spy_a', which cannot run here"):
+        assert t.decide(PROBLEM) == ("spy_b", "table")
+    # within the margin of the reference, the reference stays (the tuner's own rule)
+    e["candidates"]["spy_b"]["median_ns"] = 399.0
+    table.write_entries(path, table.device_key(), [e])
+    t.reload()
+    assert t.decide(PROBLEM) == ("mlx_qmm", "table")
+    # through the registry, the layer's path: spy_b runs
+    e["candidates"]["spy_b"]["median_ns"] = 200.0
+    table.write_entries(path, table.device_key(), [e])
+    mlx_w8a8.set_tuning_table(path)
+    mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
+    assert calls == [(2, 64)]
+
+
+def test_wrong_typed_entries_do_not_break_the_chooser(env, caplog):
+    # Before: m_bucket "one" reached math.log2 in the lookup; the chooser failed
+    # ("unsupported operand type(s)") and every shape of the table ran the fallback.
+    calls = _spy()
+    path = str(env / "t.json")
+    key = table.device_key()
+    entries = [_entry("spy", digests={"spy": "d-spy"}),
+               _entry("exact", m_bucket="one", digests={"exact": "x"})]
+    with open(path, "w") as f:
+        import json
+        json.dump({"schema": 1, "sections": [dict(key, entries=entries)]}, f)
+    mlx_w8a8.set_tuning_table(path)
+    import logging
+    with caplog.at_level(logging.WARNING, logger="mlx_w8a8.tuning"):
+        with pytest.warns(mlx_w8a8.TuningTableWarning, match="m_bucket is 'one'"):
+            mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
+    assert calls == [(2, 64)]  # the valid entry is used
+    assert not [r for r in caplog.records if "chooser failed" in r.getMessage()]

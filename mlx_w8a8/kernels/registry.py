@@ -21,6 +21,7 @@ Run signatures, by ``Problem.op``:
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Hashable, Iterable
@@ -78,7 +79,9 @@ class Candidate:
             when a measurement is stale. An empty digest makes every entry that
             measured the candidate stale.
         available: ``available() -> bool``; whether the backend can run here now
-            (checked when a decision is made, never per call).
+            (checked when a decision is made, never per call). A candidate that also
+            needs a backend capability is declared with :func:`needs`; use
+            :func:`available` for both.
         stages: ``linear`` only, optional: ``stages(problem) -> (act_key, quantize,
             apply)`` or ``None``. Splits ``run`` into ``quantize(x) -> acts`` (the
             activation quantization) and ``apply(acts, weight, bias, out_dtype) -> y``
@@ -148,7 +151,7 @@ class Candidate:
         if self.w8a8 and inexact(problem) is not None:
             return False
         try:
-            return bool(self.available()) and bool(self.supports(problem))
+            return available(self) and bool(self.supports(problem))
         except Exception:  # a broken capability probe must not break dispatch
             return False
 
@@ -180,6 +183,82 @@ def inexact(problem: Problem) -> str | None:
                 f"codes (|w| <= 128) is exact only for K <= {LINEAR_MAX_K} "
                 f"(127 * 128 * K <= 2^31 - 1); kernel='mlx_qmm' runs any K")
     return None
+
+
+# Backend capabilities (``mlx_w8a8.kernels.capabilities()``: each backend module's
+# ``status()``) that candidates need beyond their ``available()``: a capability that is
+# off makes them unavailable everywhere (decisions, tuning races, ``available_kernels``).
+# Declared here, not in the backend modules: their source is part of the kernels'
+# digests, which key the shipped tuning tables.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "cuda_int8_gemm_ws": ("cuda_sm90",),
+    "cuda_w8a8_gemm_ws": ("cuda_sm90",),
+    "cuda_int8_gemm_tma": ("cuda_sm90", "cuda_tma"),
+    "cuda_w8a8_gemm_tma": ("cuda_sm90", "cuda_tma"),
+}
+
+
+def _probe(module: str, function: str) -> Callable[[], bool]:
+    """``module.function()`` of a backend module, looked up when called (a backend
+    that did not import has nothing on)."""
+    def on() -> bool:
+        found = sys.modules.get(f"{__package__}.{module}")
+        return found is not None and bool(getattr(found, function)())
+    return on
+
+
+# A capability's own probe, where its backend's ``status()`` reports it together with
+# the backend's presence (``cuda_tma`` is off in ``status()`` without a CUDA GPU): the
+# candidate's ``available()`` answers for the backend, the probe for the capability
+# alone, the same probes the candidates' ``supports()`` use. Capabilities without one
+# are read from ``capabilities()``.
+_PROBES: dict[str, Callable[[], bool]] = {
+    "cuda_sm90": _probe("cuda", "is_sm90"),
+    "cuda_tma": _probe("tensormap", "available"),
+}
+
+
+def needs(name: str, *capabilities: str) -> None:
+    """Declare that candidate ``name`` (of any op) runs only where every one of
+    ``capabilities`` is on (no arguments: it needs none)."""
+    with _lock:
+        if capabilities:
+            _NEEDS[name] = tuple(capabilities)
+        else:
+            _NEEDS.pop(name, None)
+    invalidate()
+
+
+def unavailable_reason(candidate: "Candidate") -> str | None:
+    """Why ``candidate`` cannot run here (``None``: it can): its backend says no
+    (``Candidate.available()``), or a capability it needs is off (with the reason its
+    backend's ``status()`` gives)."""
+    try:
+        if not candidate.available():
+            return f"backend {candidate.backend!r} not available here"
+    except Exception as error:  # a broken probe means not available
+        return f"its availability probe failed ({type(error).__name__}: {error})"
+    wanted = _NEEDS.get(candidate.name)
+    if not wanted:
+        return None
+    from . import capabilities  # the kernels package owns the capability reports
+
+    try:
+        off = [cap for cap in wanted
+               if not (_PROBES[cap]() if cap in _PROBES else capabilities().get(cap, (False,))[0])]
+        if not off:
+            return None
+        reports = capabilities()
+    except Exception as error:
+        return f"its capabilities cannot be read ({type(error).__name__}: {error})"
+    cap = off[0]
+    return f"{cap} is off ({reports.get(cap, (False, 'not reported by any backend'))[1]})"
+
+
+def available(candidate: "Candidate") -> bool:
+    """Whether ``candidate`` can run on this machine now: ``Candidate.available()`` and
+    every capability it needs on (:func:`needs`). Checked when a decision is made."""
+    return unavailable_reason(candidate) is None
 
 
 _lock = threading.Lock()

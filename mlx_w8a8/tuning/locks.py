@@ -12,9 +12,12 @@ Three kinds, all ``filelock`` locks under ``<cache dir>/locks/``:
   says who holds it.
 
 A table shipped in a read-only package or shared on a network folder thus gets no
-``.lock`` or ``.claims`` files next to it; the price is that two users with different
-cache directories writing one shared table do not exclude each other (the table's
-``os.replace`` keeps it whole either way; an entry may be lost to the other's write).
+``.lock`` or ``.claims`` files next to it; the price is that two writers with different
+cache directories (two users, or ``MLX_W8A8_CACHE_DIR`` per process) writing one table
+do not exclude each other: the table's ``os.replace`` keeps it whole either way, a
+writer that finds the file replaced since it read it merges again
+(:func:`.table.write_entries`), and ``tune`` writes again what another writer dropped
+(:meth:`.tuner.Tuner.ensure_recorded`); they may measure the same keys twice.
 If the cache directory cannot be written, the lock files go to the system temporary
 directory.
 """

@@ -22,14 +22,24 @@ Layers, first hit wins: the table the user names (``MLX_W8A8_TUNING_TABLE`` or t
 Writes take a file lock (in the user cache directory, :mod:`.locks`; nothing is written
 beside the table but the table), re-read the file, merge the new entries in (replacing
 only entries with the same key) and replace the file atomically (temporary file +
-``os.replace``), so concurrent tuners never lose each other's entries. A new table gets
+``os.replace``), so concurrent tuners sharing a cache directory never lose each other's
+entries; writers with different cache directories do not share the lock, and a writer
+that finds the file replaced since it read it merges again (:func:`account` tells a
+writer afterwards what the file holds of its entries). A new table gets
 the permissions the umask gives (``0644`` under ``022``), an existing one keeps its
 own. A corrupt or unreadable table is reported once per process (one
 ``TuningTableWarning``) and skipped; it is never overwritten.
+
+Entries are checked against one schema (:data:`ENTRY_SCHEMA`, :func:`entry_problems`):
+an entry with a missing field, a field of the wrong type or out of range is skipped
+where the table is read for use (:func:`load`, :func:`matching_entries`), reported once
+per file, and kept as it is when the file is written again. Table warnings name the
+file and the entry and point at the entry's line in the file, not at this package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -42,6 +52,7 @@ from typing import Any, Iterable
 import mlx.core as mx
 
 from .. import cachedir
+from ..kernels.registry import OPS, WEIGHT_FORMATS
 from . import locks
 from .timing import PRUNE_RATIO
 
@@ -52,6 +63,7 @@ ENV_TABLE = "MLX_W8A8_TUNING_TABLE"
 ENV_CACHE_DIR = cachedir.ENV_CACHE_DIR
 CACHE_FILE = "tuning.json"
 ENTRY_FIELDS = ("op", "m_bucket", "n", "k", "dtype", "weight_format", "group_size", "choice")
+DTYPES = ("float16", "bfloat16", "float32", "int8")
 SECTION_FIELDS = ("backend", "device", "mlx_version", "package_version", "entries")
 
 
@@ -61,6 +73,134 @@ class TableError(Exception):
 
 class TuningTableWarning(UserWarning):
     """A tuning table was skipped (corrupt) or holds entries this machine cannot use."""
+
+
+# --- the entry schema -------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and value == value and value not in (float("inf"), float("-inf")))
+
+
+# field -> (what it must be, check). The key fields (ENTRY_FIELDS) are required; the
+# others are optional, checked where present (``None`` allowed where the tuner writes it).
+ENTRY_SCHEMA: dict[str, tuple[str, Any]] = {
+    "op": (f"one of {list(OPS)}", lambda v: v in OPS),
+    "m_bucket": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "n": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
+    "k": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "dtype": (f"one of {list(DTYPES)}", lambda v: v in DTYPES),
+    "weight_format": (f"one of {list(WEIGHT_FORMATS)}", lambda v: v in WEIGHT_FORMATS),
+    "group_size": ("null or an integer >= 1", lambda v: v is None or (_is_int(v) and v >= 1)),
+    "choice": ("a non-empty string", lambda v: isinstance(v, str) and v != ""),
+    "has_bias": ("true or false", lambda v: isinstance(v, bool)),
+    "m": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "candidates": ("an object of candidate name -> object", lambda v: isinstance(v, dict) and all(
+        isinstance(name, str) and isinstance(c, dict) for name, c in v.items())),
+}
+# Per measured candidate (``entry["candidates"][name]``), where present.
+CANDIDATE_SCHEMA: dict[str, tuple[str, Any]] = {
+    "status": ("a string", lambda v: isinstance(v, str)),
+    "digest": ("a string", lambda v: isinstance(v, str)),
+    "median_ns": ("null or a finite number >= 0", lambda v: v is None or (_is_number(v) and v >= 0)),
+    "rounds": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+}
+
+
+def entry_problems(entry: Any) -> list[str]:
+    """What is wrong with ``entry`` as a table entry (empty: nothing), one phrase per
+    field: missing key fields, fields of the wrong type or out of range."""
+    if not isinstance(entry, dict):
+        return [f"not an object ({type(entry).__name__})"]
+    missing = [f for f in ENTRY_FIELDS if f not in entry]
+    found = [f"lacks {missing}"] if missing else []
+    for field, (want, ok) in ENTRY_SCHEMA.items():
+        if field in entry and not ok(entry[field]):
+            found.append(f"{field} is {entry[field]!r}, not {want}")
+    candidates = entry.get("candidates")
+    if isinstance(candidates, dict):
+        for name, info in candidates.items():
+            if not isinstance(info, dict):
+                continue  # reported by the "candidates" check
+            for field, (want, ok) in CANDIDATE_SCHEMA.items():
+                if field in info and not ok(info[field]):
+                    found.append(f"candidates[{name!r}].{field} is {info[field]!r}, not {want}")
+    return found
+
+
+def invalid_entries(doc: dict) -> list[tuple[int, int, list[str]]]:
+    """``(section index, entry index, problems)`` of every invalid entry of ``doc``
+    (a table that passed :func:`validate`)."""
+    return [(i, j, problems)
+            for i, section in enumerate(doc["sections"])
+            for j, entry in enumerate(section["entries"])
+            for problems in [entry_problems(entry)] if problems]
+
+
+def _locate(text: str) -> tuple[Any, dict[tuple[int, int], int]]:
+    """``(doc, {(section index, entry index): line})``: the JSON ``text`` of a table
+    parsed with the pure-Python scanner (slower than ``json.loads``: for reports only),
+    recording the 1-based line where each entry's object opens; ``(None, {})`` if it is
+    not such a table."""
+    import json.scanner
+
+    starts: dict[int, int] = {}
+    decoder = json.JSONDecoder()
+    parse_object = decoder.parse_object
+
+    def located(s_and_end, *args, **kwargs):
+        obj, end = parse_object(s_and_end, *args, **kwargs)
+        starts[id(obj)] = s_and_end[1] - 1  # the scanner passes the index after "{"
+        return obj, end
+
+    decoder.parse_object = located
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    try:
+        doc = decoder.decode(text)
+        found = {}
+        for i, section in enumerate(doc["sections"]):
+            for j, entry in enumerate(section["entries"]):
+                if id(entry) in starts:
+                    found[(i, j)] = text.count("\n", 0, starts[id(entry)]) + 1
+        return doc, found
+    except Exception:
+        return None, {}
+
+
+def entry_lines(text: str) -> dict[tuple[int, int], int]:
+    """``{(section index, entry index): line}`` (1-based) where each entry's object
+    opens in the JSON ``text`` of a table; ``{}`` if it is not such a table."""
+    return _locate(text)[1]
+
+
+def entry_line(path: str, entry: Any) -> int:
+    """The 1-based line where the first entry equal to ``entry`` opens in the table file
+    at ``path``; 0 where it cannot be found (the file changed, or cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc, lines = _locate(f.read())
+    except OSError:
+        return 0
+    for (i, j), line in sorted(lines.items()):
+        if doc["sections"][i]["entries"][j] == entry:
+            return line
+    return 0
+
+
+def describe_entry(entry: Any, i: int | None = None, j: int | None = None) -> str:
+    """``section i entry j (op M=.. N=.. K=..)`` (``entry (...)`` without indices): how
+    reports name an entry."""
+    where = f"section {i} entry {j}" if i is not None else "entry"
+    if isinstance(entry, dict):
+        shape = " ".join(f"{label}={entry[f]!r}" for label, f in
+                         (("M", "m_bucket"), ("N", "n"), ("K", "k")) if f in entry)
+        return f"{where} ({entry.get('op', '?')} {shape})"
+    return where
 
 
 # --- identity -------------------------------------------------------------------------
@@ -202,15 +342,20 @@ _reported: set[tuple[str, str]] = set()
 _report_lock = threading.Lock()
 
 
-def report_once(path: str, kind: str, message: str) -> None:
+def report_once(path: str, kind: str, message: str, line: int = 0) -> None:
     """Warn (one ``TuningTableWarning``) once per (path, kind); the log gets it at
-    debug level only, so a user with logging configured does not read it twice."""
+    debug level only, so a user with logging configured does not read it twice.
+
+    The warning points at the table, not at this package: Python shows it as
+    ``path:line: TuningTableWarning: ...`` (with the table's line ``line`` under it;
+    ``line`` 0 shows no source line)."""
     with _report_lock:
         if (path, kind) in _reported:
             return
         _reported.add((path, kind))
     log.debug("%s", message)
-    warnings.warn(message, TuningTableWarning, stacklevel=3)
+    warnings.warn_explicit(message, TuningTableWarning, filename=str(path), lineno=int(line),
+                           module="mlx_w8a8.tuning.table")
 
 
 def reset_reports() -> None:
@@ -227,7 +372,9 @@ def empty() -> dict:
 
 
 def validate(doc: Any, path: str = "<table>") -> dict:
-    """Check that ``doc`` is a tuning table this package can read.
+    """Check that ``doc`` is a tuning table this package can read: its schema and the
+    form of its sections. Entries are checked one by one (:func:`entry_problems`): an
+    invalid entry does not make the table invalid.
 
     Raises:
         TableError: naming the path and what is wrong.
@@ -246,9 +393,9 @@ def validate(doc: Any, path: str = "<table>") -> dict:
             raise TableError(f"{path}: section {i} lacks one of {list(SECTION_FIELDS)}")
         if not isinstance(section["device"], dict) or not isinstance(section["entries"], list):
             raise TableError(f"{path}: section {i} has a malformed 'device' or 'entries'")
-        for j, entry in enumerate(section["entries"]):
-            if not isinstance(entry, dict) or any(f not in entry for f in ENTRY_FIELDS):
-                raise TableError(f"{path}: section {i} entry {j} lacks one of {list(ENTRY_FIELDS)}")
+        for f in ("backend", "mlx_version", "package_version"):
+            if not isinstance(section[f], str):
+                raise TableError(f"{path}: section {i} has {f} {section[f]!r}, not a string")
     return doc
 
 
@@ -273,7 +420,9 @@ def read(path: str) -> dict | None:
 
 
 def load(path: str, missing_ok: bool = True) -> dict | None:
-    """Like :func:`read`, but a bad table is reported once and gives ``None``.
+    """Like :func:`read`, but a bad table is reported once and gives ``None``, and
+    invalid entries (:func:`entry_problems`) are left out of the returned table and
+    reported once per file (one ``TuningTableWarning`` naming the first, at its line).
 
     Args:
         path: the table file.
@@ -289,6 +438,8 @@ def load(path: str, missing_ok: bool = True) -> dict | None:
                 f"[mlx_w8a8.tuning] tuning table {path} does not exist: nothing is read from "
                 f"it (tuning creates it; check the path in {ENV_TABLE} or set_tuning_table)",
             )
+        if doc is not None:
+            doc = _without_invalid(doc, path)
         return doc
     except TableError as error:
         report_once(
@@ -299,10 +450,32 @@ def load(path: str, missing_ok: bool = True) -> dict | None:
         return None
 
 
+def _without_invalid(doc: dict, path: str) -> dict:
+    """``doc`` without its invalid entries, which are reported once per ``path``."""
+    bad = invalid_entries(doc)
+    if not bad:
+        return doc
+    i, j, problems = bad[0]
+    line = entry_line(path, doc["sections"][i]["entries"][j])
+    more = f" ({len(bad) - 1} more invalid entr{'y' if len(bad) == 2 else 'ies'})" if len(bad) > 1 else ""
+    report_once(
+        path, "invalid",
+        f"[mlx_w8a8.tuning] tuning table {path}: {describe_entry(doc['sections'][i]['entries'][j], i, j)} "
+        f"is invalid: {'; '.join(problems)}{more}. Invalid entries are skipped (`python -m "
+        f"mlx_w8a8.tune --show {path}` lists them)",
+        line,
+    )
+    drop = {(i, j) for i, j, _ in bad}
+    sections = [dict(section, entries=[e for j, e in enumerate(section["entries"])
+                                       if (i, j) not in drop])
+                for i, section in enumerate(doc["sections"])]
+    return {**doc, "sections": sections}
+
+
 def matching_entries(
     doc: dict, key: dict, path: str = "<table>", report_other_devices: bool = True
 ) -> list[dict]:
-    """The entries of ``doc`` measured under ``key`` (this machine and versions).
+    """The valid entries of ``doc`` measured under ``key`` (this machine and versions).
 
     When the table holds sections but none for ``key``, reports once why (another
     device, or another MLX/package version): those entries are kept but unused.
@@ -314,7 +487,7 @@ def matching_entries(
     others = []
     for section in doc["sections"]:
         if section_key(section) == want:
-            found.extend(section["entries"])
+            found.extend(e for e in section["entries"] if not entry_problems(e))
         elif section["entries"]:
             others.append(section)
     if not found and others:
@@ -349,7 +522,7 @@ def matching_entries(
 def merge(doc: dict, key: dict, entries: Iterable[dict]) -> dict:
     """``doc`` with ``entries`` put into the section of ``key`` (same keys replaced).
 
-    Entries of other sections and other keys are left as they are.
+    Entries of other sections and other keys are left as they are (invalid ones too).
     """
     want = section_key(key)
     sections = list(doc["sections"])
@@ -361,10 +534,13 @@ def merge(doc: dict, key: dict, entries: Iterable[dict]) -> dict:
     else:
         target = dict(key, entries=[])
         sections.append(target)
-    by_key = {entry_key(e): e for e in target["entries"]}
+    # Invalid entries have no key to merge on: they stay, after the valid ones, for
+    # their owner to fix (a table is never rewritten blindly).
+    invalid = [e for e in target["entries"] if entry_problems(e)]
+    by_key = {entry_key(e): e for e in target["entries"] if not entry_problems(e)}
     for e in entries:
         by_key[entry_key(e)] = e
-    target["entries"] = [by_key[k] for k in sorted(by_key, key=_sortable)]
+    target["entries"] = [by_key[k] for k in sorted(by_key, key=_sortable)] + invalid
     return {**doc, "schema": SCHEMA, "sections": sections}
 
 
@@ -410,12 +586,83 @@ def write_entries(path: str, key: dict, entries: Iterable[dict]) -> dict:
     try:
         os.makedirs(folder, exist_ok=True)
         with lock_for(path):
-            current = read(path)
-            doc = merge(current if current is not None else empty(), key, entries)
-            _atomic_write(path, doc)
+            return _merge_and_replace(path, lambda current: merge(current, key, entries))
     except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
-    return doc
+
+
+# How many times a write re-reads a table that another writer replaced between this
+# writer's read and its replace (see _merge_and_replace).
+WRITE_ATTEMPTS = 5
+
+
+def _file_id(path: str) -> tuple | None:
+    """What tells one version of the file at ``path`` from the next (``None``: none)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _merge_and_replace(path: str, change) -> dict:
+    """Read the table at ``path``, apply ``change(doc) -> doc`` and replace the file
+    atomically (a temporary file in the same folder, flushed, then ``os.replace``; an
+    existing file keeps its permission bits, a new one gets what the umask gives).
+
+    The table lock lives in the writer's cache directory, so writers with different
+    cache directories do not exclude each other. A writer that finds the file replaced
+    since it read it (another writer's ``os.replace``) reads and merges again rather
+    than replacing it with a version that lacks the other writer's entries. The check
+    comes after the temporary file is written and flushed, right before the
+    ``os.replace``: the window left is microseconds, against the whole
+    read-merge-write-flush otherwise. Callers that must know check the file afterwards
+    (:func:`account`)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for attempt in range(WRITE_ATTEMPTS):
+        before = _file_id(path)
+        current = read(path)
+        doc = change(current if current is not None else empty())
+        text = json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
+        mode = (os.stat(path).st_mode & 0o7777 if before is not None
+                else 0o666 & ~cachedir._umask())
+        fd, tmp = tempfile.mkstemp(prefix=".w8a8-", suffix=".tmp", dir=folder)
+        try:
+            os.chmod(tmp, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            # Still the version read (or the last attempt: the last merge, as before).
+            if _file_id(path) == before or attempt == WRITE_ATTEMPTS - 1:
+                os.replace(tmp, path)
+                return doc
+            os.unlink(tmp)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    raise AssertionError("unreachable")
+
+
+def account(path: str, key: dict, entries: Iterable[dict]) -> dict[str, list[dict]]:
+    """Where ``entries`` (written under ``key``) stand in the table at ``path`` now:
+    ``"saved"`` (the table holds them), ``"superseded"`` (it holds another measurement
+    of the same key: another tuner measured it too and wrote after this one, which
+    tuners with different cache directories do, not sharing claims) and ``"lost"`` (it
+    holds none: the write failed, or another writer replaced the file without them)."""
+    try:
+        doc = read(path)
+    except TableError:
+        doc = None
+    stored = {}
+    if doc is not None:
+        stored = {entry_key(e): e for e in matching_entries(doc, key, path, False)}
+    out: dict[str, list[dict]] = {"saved": [], "superseded": [], "lost": []}
+    for e in entries:
+        there = stored.get(entry_key(e))
+        out["lost" if there is None else "saved" if there == e else "superseded"].append(e)
+    return out
 
 
 def check_writable(path: str) -> None:
@@ -441,18 +688,17 @@ def write_doc(path: str, doc: dict) -> None:
     """Merge every section of ``doc`` into the table at ``path`` (see write_entries)."""
     validate(doc, "<export>")
     folder = os.path.dirname(os.path.abspath(path))
+
+    def change(current: dict) -> dict:
+        for section in doc["sections"]:
+            key = {f: section[f] for f in SECTION_FIELDS if f != "entries"}
+            current = merge(current, key, section["entries"])
+        return current
+
     try:
         os.makedirs(folder, exist_ok=True)
         with lock_for(path):
-            current = read(path) or empty()
-            for section in doc["sections"]:
-                key = {f: section[f] for f in SECTION_FIELDS if f != "entries"}
-                current = merge(current, key, section["entries"])
-            _atomic_write(path, current)
+            _merge_and_replace(path, change)
     except _lock_errors() as error:
         raise TableError(f"{path}: cannot write ({error})") from error
 
-
-def _atomic_write(path: str, doc: dict) -> None:
-    cachedir.write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=False,
-                                                allow_nan=False) + "\n")

@@ -143,15 +143,19 @@ class TuneConfig:
 
 @attrs.frozen
 class Hit:
-    """A usable table entry: ``entry`` from layer ``layer`` (file ``path``)."""
+    """A usable table entry: ``entry`` from layer ``layer`` (file ``path``).
+
+    ``pick``: the candidate to run instead of the entry's choice where that cannot run
+    here (the entry's fastest measured candidate that can), else ``None``."""
 
     entry: dict
     layer: str
     path: str | None
+    pick: str | None = None
 
     @property
     def choice(self) -> str:
-        return self.entry["choice"]
+        return self.pick if self.pick is not None else self.entry["choice"]
 
 
 @attrs.frozen
@@ -240,6 +244,9 @@ class Tuner:
         self._claimed: set[str] = set()
         self._abandoned: set[str] = set()
         self._attempted: set[str] = set()  # keys online tuning already tried
+        # (section key, entry key) -> why the entry could not be written (TableError
+        # text), for callers that account for what reached the table (``tune``).
+        self.record_errors: dict[tuple, str] = {}
 
     # --- layers ---------------------------------------------------------------------------
     @property
@@ -288,13 +295,64 @@ class Tuner:
                     by_problem: dict[tuple, dict[int, dict]] = {}
                     quiet = layer == "shipped"  # tables for other devices are expected there
                     entries = table.matching_entries(doc, key, path, not quiet)
+                    self._report_choices(path, entries)
                     for entry in entries:
                         by_problem.setdefault(_entry_problem_key(entry), {})[entry["m_bucket"]] = entry
                     index.append((layer, path, by_problem))
                 self._index[device] = index
             return self._index[device]
 
+    @staticmethod
+    def _report_choices(path: str, entries: list[dict]) -> None:
+        """Warn once per table file (at the entry's line) about entries whose choice is
+        not a registered kernel (they are not used) or cannot run here (their fastest
+        measured candidate that can run is used instead, :meth:`_runnable_best`)."""
+        bad = []
+        for entry in entries:
+            candidate = registry.find(entry["op"], entry["choice"])
+            if candidate is None:
+                bad.append((entry, f"is not a kernel registered for {entry['op']} here (a "
+                                   f"misspelt name, or a kernel of another mlx_w8a8): the "
+                                   f"entry is not used"))
+                continue
+            why = registry.unavailable_reason(candidate)
+            if why is not None:
+                bad.append((entry, f"cannot run here ({why}): the fastest candidate the "
+                                   f"entry measured that can run is used instead, if any"))
+        if not bad:
+            return
+        entry, why = bad[0]
+        more = f" ({len(bad) - 1} more such entr{'y' if len(bad) == 2 else 'ies'})" if len(bad) > 1 else ""
+        table.report_once(
+            path, "choice",
+            f"[mlx_w8a8.tuning] tuning table {path}: {table.describe_entry(entry)} chooses "
+            f"{entry['choice']!r}, which {why}{more}",
+            table.entry_line(path, entry),
+        )
+
     # --- lookup ---------------------------------------------------------------------------
+    @staticmethod
+    def _runnable_best(problem: Problem, entry: dict) -> str | None:
+        """The candidate ``entry`` timed (``status`` ok, a median) that can run
+        ``problem`` here and would have been chosen among those
+        (:func:`.timing.select_fastest` against the entry's reference when that can run,
+        else the fastest); ``None`` when it timed none that can."""
+        medians = {}
+        for name, info in (entry.get("candidates") or {}).items():
+            if info.get("status") != "ok" or info.get("median_ns") is None:
+                continue
+            candidate = registry.find(problem.op, name)
+            if candidate is not None and candidate.handles(problem):
+                medians[name] = float(info["median_ns"])
+        if not medians:
+            return None
+        reference = entry.get("reference")
+        if reference in medians:
+            bps = entry.get("min_improvement_bps", MIN_IMPROVEMENT_BPS)
+            return timing.select_fastest(medians, reference,
+                                         bps if isinstance(bps, (int, float)) else MIN_IMPROVEMENT_BPS)
+        return min(medians, key=medians.get)
+
     def _digests(self, op: str) -> dict[str, str]:
         """``{name: digest}`` of the candidates registered for ``op``, made once per
         registry generation (registering a candidate bumps it): every entry looked at
@@ -355,28 +413,36 @@ class Tuner:
         return mem
 
     def _best(self, problem: Problem, found: list[tuple[str, str | None, dict]]) -> Hit | None:
-        """Among ``(layer, path, entry)`` pick the entry whose choice can run ``problem``
-        here and whose M bucket is nearest (equally far: the larger; at most
-        :data:`MAX_BUCKET_OCTAVES` away); then matching ``has_bias``; then the layer
-        order (memory > user > cache > shipped)."""
+        """Among ``(layer, path, entry)`` pick the entry that can run ``problem`` here
+        and whose M bucket is nearest (equally far: the larger; at most
+        :data:`MAX_BUCKET_OCTAVES` away); then one whose own choice runs; then matching
+        ``has_bias``; then the layer order (memory > user > cache > shipped). An entry
+        whose choice cannot run here runs its fastest measured candidate that can
+        (:meth:`_runnable_best`, the hit's ``pick``); one with none is passed over."""
         target = math.log2(shapes.bucket(problem.m))
         best, best_rank = None, None
         for order, (layer, path, entry) in enumerate(found):
             if abs(math.log2(entry["m_bucket"]) - target) > MAX_BUCKET_OCTAVES:
                 continue  # measured too far from this M to say anything about it
             choice = registry.find(problem.op, entry["choice"])
-            if choice is None or not choice.handles(problem):
-                continue
+            if choice is None:
+                continue  # reported when the table was read (_report_choices)
+            pick = None
+            if not choice.handles(problem):
+                pick = self._runnable_best(problem, entry)
+                if pick is None:
+                    continue
             if not self._fresh(entry, path):
                 continue
             rank = (
                 abs(math.log2(entry["m_bucket"]) - target),
                 -entry["m_bucket"],  # equally far: the larger bucket (shapes.nearest_bucket)
+                pick is not None,
                 bool(entry.get("has_bias", problem.has_bias)) != problem.has_bias,
                 order,
             )
             if best_rank is None or rank < best_rank:
-                best, best_rank = Hit(entry, layer, path), rank
+                best, best_rank = Hit(entry, layer, path, pick), rank
         return best
 
     def lookup(self, problem: Problem) -> Hit | None:
@@ -536,9 +602,12 @@ class Tuner:
                 registry.invalidate()
                 self._cache.clear()
             path = self.writable_path()
+            where = (table.section_key(self.key), table.entry_key(entry))
             try:
                 table.write_entries(path, self.key, [entry])
+                self.record_errors.pop(where, None)
             except table.TableError as error:
+                self.record_errors[where] = str(error)
                 table.report_once(
                     path, "write",
                     f"[mlx_w8a8.tuning] could not record into {error}; the measurement is "
@@ -548,6 +617,38 @@ class Tuner:
                 self._index = {}
         finally:
             self._release(claim)
+
+    def ensure_recorded(self, entries: Sequence[dict], attempts: int = 3) -> dict[str, list[dict]]:
+        """Write again those of ``entries`` (this tuner's measurements) that the
+        writable table lost: another process replaced the file without them (writers
+        with different cache directories do not share the table's lock). Entries whose
+        write failed (:attr:`record_errors`) are not retried; entries another tuner
+        measured too and wrote later are left to it.
+
+        Returns:
+            :func:`.table.account` of ``entries`` after the last attempt, plus
+            ``"rewritten"``: the entries that were lost and written again.
+        """
+        path = self.writable_path()
+        section = table.section_key(self.key)
+        rewritten: dict[tuple, dict] = {}
+        for _ in range(attempts):
+            found = table.account(path, self.key, entries)
+            retry = [e for e in found["lost"]
+                     if (section, table.entry_key(e)) not in self.record_errors]
+            if not retry:
+                break
+            try:
+                table.write_entries(path, self.key, retry)
+            except table.TableError as error:
+                for e in retry:
+                    self.record_errors[(section, table.entry_key(e))] = str(error)
+                break
+            rewritten.update((table.entry_key(e), e) for e in retry)
+        found = table.account(path, self.key, entries)
+        lost = {table.entry_key(e) for e in found["lost"]}
+        found["rewritten"] = [e for k, e in rewritten.items() if k not in lost]
+        return found
 
     def abandon(self, claim: Claim, reason: str) -> None:
         """Give up on ``claim``: release it and keep the fallback for this process."""
