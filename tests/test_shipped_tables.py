@@ -38,7 +38,7 @@ def as_h200(monkeypatch):
     yield Tuner(use_cache=False, use_shipped=True)
     for c in saved:
         registry.register(c)
-    tuning._tuner = None
+    tuning.use_tuner(None)
     tuning.install()
 
 
@@ -83,7 +83,7 @@ def test_every_entry_that_overrode_its_race_says_why(as_h200):
 @pytest.mark.parametrize("n, k", LLAMA_3_8B)
 def test_decode_runs_quantized_matmul_and_prefill_a_w8a8_gemm(as_h200, n, k):
     problem = lambda m: Problem("linear", m, n, k, "bfloat16", "per_channel", 64)  # noqa: E731
-    tuning._tuner = as_h200
+    tuning.use_tuner(as_h200)
     decode = registry.decide(problem(1))
     if decode[0].name != "mlx_qmm":  # only where the model's decode check kept it
         entry = as_h200.lookup(problem(1)).entry

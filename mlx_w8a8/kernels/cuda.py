@@ -402,22 +402,24 @@ def _digest(*entries) -> str:
     return sources.closure_digest(entries, _DIGEST_MODULES, (".cu",), _kernel_texts)
 
 
-# name, op, run, supports, stages, bind_stages: one row per kernel; its digest, variant
-# and sibling form are derived from the row's functions.
+# name, op, run, supports, stages, bind_stages, capabilities it needs (status()): one
+# row per kernel; its digest, variant and sibling form are derived from the row's
+# functions.
+_SM90, _TMA = ("cuda_sm90",), ("cuda_sm90", "cuda_tma")
 _CANDIDATES = (
-    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None),
-    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None, None),
-    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None),
-    ("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma, None, None),
+    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None, ()),
+    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None, None, ()),
+    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None, _SM90),
+    ("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma, None, None, _TMA),
     ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_stages,
-     _w8a8_gemm_bind),
+     _w8a8_gemm_bind, ()),
     ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
-     _w8a8_ws_bind),
+     _w8a8_ws_bind, _SM90),
     ("cuda_w8a8_gemm_tma", "linear", _w8a8_tma_run, _supports_gemm_tma, _w8a8_tma_stages,
-     _w8a8_tma_bind),
+     _w8a8_tma_bind, _TMA),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
-     _w8a8_grouped_stages, _w8a8_grouped_bind),
-    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind),
+     _w8a8_grouped_stages, _w8a8_grouped_bind, ()),
+    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind, ()),
 )
 
 # Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
@@ -426,7 +428,8 @@ _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
                 "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
                 "cuda_int8_gemv": _gemv_bind_group}
 
-for _name, _op, _run, _supports, _stages, _bind in _CANDIDATES:
+for _name, _op, _run, _supports, _stages, _bind, _needs in _CANDIDATES:
+    registry.needs(_name, *_needs)
     registry.register(
         registry.Candidate(name=_name, backend="cuda", op=_op, run=_run, supports=_supports,
                            digest=_digest(_run, _stages, _bind, _GROUP_BINDS.get(_name)),

@@ -188,14 +188,8 @@ def inexact(problem: Problem) -> str | None:
 # Backend capabilities (``mlx_w8a8.kernels.capabilities()``: each backend module's
 # ``status()``) that candidates need beyond their ``available()``: a capability that is
 # off makes them unavailable everywhere (decisions, tuning races, ``available_kernels``).
-# Declared here, not in the backend modules: their source is part of the kernels'
-# digests, which key the shipped tuning tables.
-_NEEDS: dict[str, tuple[str, ...]] = {
-    "cuda_int8_gemm_ws": ("cuda_sm90",),
-    "cuda_w8a8_gemm_ws": ("cuda_sm90",),
-    "cuda_int8_gemm_tma": ("cuda_sm90", "cuda_tma"),
-    "cuda_w8a8_gemm_tma": ("cuda_sm90", "cuda_tma"),
-}
+# Each backend declares its candidates' needs with :func:`needs` where it registers them.
+_NEEDS: dict[str, tuple[str, ...]] = {}
 
 
 def _probe(module: str, function: str) -> Callable[[], bool]:
