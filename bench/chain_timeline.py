@@ -29,7 +29,7 @@ bound once), each as a chain of independent launches (what the tuner and the ben
 time) and as a chain where launch i's activation depends on launch i - 1's output
 (``mx.depends``, as a model's successive layers depend), and for square weights (K = N)
 as a chain where launch i's output is launch i + 1's input (``feed``: a data dependency,
-which MLX's CUDA graph turns into an edge; ``mx.depends`` adds none, eleventh set):
+which MLX's CUDA graph turns into an edge; ``mx.depends`` adds none):
 ``kernel`` is then the summed kernel time per launch, and ``busy`` above 1 means
 launches overlapped on the GPU.
 

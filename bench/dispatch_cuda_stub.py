@@ -17,7 +17,7 @@ not MLX's C++ custom-kernel node nor any GPU work. Arms, per case:
   checks, decision and bound launches kept per weight after the first call);
 - ``qmm``: graph build of ``mx.quantized_matmul`` on the same weight (CPU), for scale.
 
-Since the twentieth set the bound launches replay through ``mx.compile``
+The bound launches replay through ``mx.compile``
 (``LaunchSpec.bound``, ``registry.fuse_stages``): the stub makes a kernel call free, so
 the ``bound``, ``layer_bound`` and ``op`` arms now charge the replay's cost without the
 launch-building cost it saves (3.4-4.3 us per launch on an H200's host); compare those

@@ -18,7 +18,7 @@ Arms, per M on a square weight (K = N), chains of ``--chain`` launches:
 - ``add``: ``x + 1`` on the same ``[M, K]`` bf16 (one of MLX's own elementwise kernels);
 - ``w8a8c``: ``w8a8``'s bound call (``registry.bound_call``) inside ``mx.compile``, one
   compiled function per weight: a call replays the traced primitives instead of building
-  each launch anew. Since ``registry.fuse_stages`` (twentieth set, commit fab117e) the
+  each launch anew. Since ``registry.fuse_stages`` (commit fab117e) the
   ``w8a8`` arm is itself one compiled call, so the two differ by ``layer_run``'s lookup.
 
 ``bf16`` and ``w8a8`` run fed (launch i's output is launch i + 1's input, an edge in the

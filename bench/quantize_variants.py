@@ -4,7 +4,7 @@ The shipped ``rowsum`` body runs one block per row with as few threads as keep t
 in registers (64 for a 4096-wide bfloat16 row), so at M = 2048 every block of the grid
 is resident at once: all rows are read, then all are written, and the kernel measured
 2.2x the copy floor where MLX's own ``astype(int8)`` of the same x measured 1.5x
-(docs/cuda_runs.md, eleventh set). This script times, with CUPTI and without MLX's CUDA
+(docs/history.md, the activation quantize). This script times, with CUPTI and without MLX's CUDA
 graphs (run it with ``MLX_USE_CUDA_GRAPHS=0``), against ``astype(int8)`` and the copy
 floor (3 M K bytes at the device's copy bandwidth, torch):
 
@@ -21,9 +21,8 @@ floor (3 M K bytes at the device's copy bandwidth, torch):
 
 Every other variant's codes, scales and row sums are compared bit for bit with the shipped
 launch before it is timed (a mismatch is printed and the variant skipped). Variants
-tried and dropped are in git history and docs/cuda_runs.md (the eleventh set's
-register-streaming persistent grid; the fourteenth set's bulk-copy-fed ring, branch
-``quantize-stream``).
+tried and dropped are in git history and docs/history.md (a register-streaming
+persistent grid; a bulk-copy-fed ring, branch ``quantize-stream``).
 
 Usage: ``MLX_USE_CUDA_GRAPHS=0 python bench/quantize_variants.py [--m 2048,8192]
 [--k 4096,14336] [--base DIR,...] [--warp-threads 64,256] [--no-shapes] [--chain 40]``. Needs a CUDA GPU and torch with CUPTI.

@@ -10,7 +10,7 @@ call summed), and the quantize kernel's. The wall clock of a model or of the tun
 chains adds MLX's per-launch host cost to these; where a model waits for its GPU (a
 prefill evaluated as one CUDA graph), these are what it waits for.
 
-The eighth set's run D used this script's version on a branch, ``splitk-clusters``
+An earlier version of this script ran on a branch, ``splitk-clusters``
 (commit 830cd38; it did not land and is not in this repository), which also timed the
 split-K cluster tiles there, with
 ``MLX_USE_CUDA_GRAPHS=0``: MLX's graph cache leaves a cluster kernel's cluster size on its

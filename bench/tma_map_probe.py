@@ -1,6 +1,6 @@
 """Which TMA linear launches disagree with the cp.async tile on the same activation array:
 a grid over M, K, the tile, the quantize body and a host read of the array before the
-GEMM; each TMA launch is made twice (``kept=``: on the thirty-first set's branch, which
+GEMM; each TMA launch is made twice (``kept=``: on a branch that
 kept a weight's map across launches, the second read the map the first made; main makes
 every map in the launch that uses it, writing it over the same bytes of the activation
 array and of the weight's map array each time). Prints one line per case (``ok`` / ``DIFF`` with

@@ -184,7 +184,7 @@ def test_rowsum_array_layout(rng, warp, m, k):
     TMA GEMM runs, it reads the array after numpy has (MLX may move the buffer then) and
     an allocation came between: its product equals the cp.async tile's bit for bit, and
     it wrote one 128-byte map into the map area and nothing else into the array (a map
-    kept from before the read failed exactly here: the thirty-first set)."""
+    kept from before the read failed exactly here: docs/history.md)."""
     x = activation(rng, m, k, "bfloat16")
     xa = launch.quantize_rowsum(x, warp)
     assert xa.dtype == mx.int8 and tuple(xa.shape) == launch.rowsum_shape(m, k)
@@ -753,7 +753,7 @@ def test_tma_linear_after_the_host_read_its_operands(rng, bn):
     arrays: the activation array and the weight's codes read by numpy first, then
     arrays allocated (they may take the freed buffers), each product equal to the
     cp.async tile's bit for bit. A map kept across launches failed exactly here (the
-    thirty-first set: docs/cuda_runs.md)."""
+    maps kept across launches failed that way: docs/history.md)."""
     tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
     cp = launch.WS_CONFIGS[f"ws{bn}p4"]
     for m, k in ((1, 4096), (33, 1088), (7, 18944)):

@@ -1302,7 +1302,7 @@ def test_tma_tile_takes_ping_pong_for_the_wide_tile_up_to_its_k_bound():
     the ping-pong 128 x 128 one (measured faster at K = 4096, slower at 14336:
     docs/cuda.md); where a 128 x 128 grid has at most one tile per block (SMS), its
     consumers are cooperative (tma128: a ping-pong block's second warpgroup would have
-    no tile; nineteenth set, run D); every other choice is the fill rule's at any K."""
+    no tile; NVIDIA H200, 2026-12-01); every other choice is the fill rule's at any K."""
     bound = launch.PINGPONG_MAX_K
     pp, coop = launch.TMA_CONFIGS["tma128pp"], launch.TMA_CONFIGS["tma128"]
     assert pp.pingpong and pp.bn == 128 and not coop.pingpong and coop.bn == 128
@@ -1686,8 +1686,8 @@ def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):
     """Every object a layer keeps for an input shape is one more for Python's cyclic
     collector to promote and, at its next full collection, scan: at new prompt lengths
     (a server's) those collections took 245-301 ms per ten 32-layer Llama-3-8B prefills
-    on an NVIDIA H200's host (twenty-fifth set), about half of such a prefill's host time
-    (twenty-sixth set, run C). q/k/v (one sibling launch) and o meet a new input shape,
+    on an NVIDIA H200's host (2026-12-02), about half of such a prefill's host time.
+    q/k/v (one sibling launch) and o meet a new input shape,
     on the warp-specialized GEMM as at prefill; the collector-tracked objects still alive
     afterwards (the launch recorder's own records aside) do not grow with the layers: a
     layer keeps no plan at a shape met once (nn.Linear._keep), only the shape's key,

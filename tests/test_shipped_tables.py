@@ -101,12 +101,10 @@ def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):
     # (Candidate.bind_group); where it found the group no faster the entry says
     # mx.quantized_matmul and the members run alone; where the per-shape race was won by
     # a kernel without a multi-weight form (cuda_w8a8_gemm) the prefill check may have
-    # judged the group instead (verdict "prefill"). The shipped table (thirty-second
-    # set, run B, the TMA GEMM without its scratch output; the check on all 32 layers)
-    # kept both groups at M = 64 ... 2048 (1.04-1.06x, p25 1.02-1.05x) and left M = 16
-    # to the members (1.04x, p25 1.00x over 20 rounds); the thirtieth set's had kept
-    # every size (1.04-1.08x), the twenty-eighth set's had left M = 128 to the members
-    # (1.01x, p25 0.95x), the twentieth to twenty-seventh sets' kept every size.
+    # judged the group instead (verdict "prefill"). The shipped table (the check on all
+    # 32 layers) kept both groups at M = 64 ... 2048 (1.04-1.06x, p25 1.02-1.05x) and
+    # left M = 16 to the members (1.04x, p25 1.00x over 20 rounds); earlier tables
+    # differed at M = 16 and 128, so verdicts this close move between measurements.
     verdicts = []
     for m in (16, 64, 128, 512, 2048):
         problem = Problem("linear", m, n, 4096, "bfloat16", "per_channel", 64)

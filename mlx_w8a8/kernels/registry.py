@@ -370,7 +370,7 @@ def set_chooser(chooser: Chooser | None) -> Chooser | None:
 # all but the first layer per problem take the decision from here instead of filtering
 # every candidate and asking the chooser again (measured on an NVIDIA H200's host: 29
 # decisions per 4-layer prefill at a new length cost 3 of its 12 ms of graph build,
-# twenty-fourth set, run D).
+# 2026-12-02).
 _decided: dict = {}
 _MAX_DECIDED = 4096
 
@@ -484,7 +484,7 @@ def fuse_stages(quantize: Callable, apply: Callable, activations: bool = False) 
     but MLX's compiled-function call has a fixed cost (argument trees, cache lookup,
     output tree) of the order of the launch it saves; one call for both launches saves
     about 5 us of Python per linear on an NVIDIA H200 (``bench/host_split.py`` arms
-    ``w8a8`` / ``w8a8c``, twentieth set). Each output array costs too (about 0.4 us each
+    ``w8a8`` / ``w8a8c``, 2026-12-01). Each output array costs too (about 0.4 us each
     on a 2-core CPU), so the activations come back only when asked for. Only for bound
     stages made of MLX custom kernels: ``mx.compile`` would fuse (and so round
     differently) a stage made of MLX's own elementwise ops.

@@ -7,7 +7,7 @@ bf16's GPU time per call) hides behind the launches next to it and wins races it
 in a model, where the layers' launches depend on each other. Measured there: the
 M = 128 entries chose ``mx.quantized_matmul`` for Llama-3-8B's q/k/v/o, and its kernels
 took 1216 us of GPU time in a 4-layer prefill of 128 tokens whose bf16 GEMMs took 986
-(``bench/results/h200_2026-12-01_s9_d_timeline.log``).
+(2026-12-01, ``bench/gpu_timeline.py``).
 
 So :func:`check_prefill` prefills the model at each ``T`` in paired, alternating rounds:
 

@@ -21,9 +21,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CUDA, per-channel weights, measured on an NVIDIA H200 (MLX 0.32.4, bf16): the shipped
     # table mlx_w8a8/tables/nvidia-h200.json (tune --model llama-3-8b at M = 1, 8, 16, 64,
     # 128, 512, 2048 in dependent chains, with the sibling groups' summed shapes q+k+v
-    # 6144 x 4096 and gate+up 28672 x 4096; M >= 16 from the twentieth set's run D,
-    # bench/results/h200_2026-12-01_s20_d_*, M = 2048 again in the twenty-third set's
-    # run E, ..._s23_e_*, M = 1 and 8 from the twentieth set's run F, ..._s20_f_*);
+    # 6144 x 4096 and gate+up 28672 x 4096; measured 2026-12-01, the tune logs are listed
+    # in bench/results/README.md);
     # tests/test_prior.py checks that these rules pick the table's kernel family (W8A8 or
     # mx.quantized_matmul) on every entry at M >= 16. Within the family the rules name a
     # GEMM (the cp.async GEMM below M = 128, the TMA GEMM from 128 on); where another
@@ -45,8 +44,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
     # an NVIDIA H200 (MLX 0.32.4): tune --op int8_matmul / quantize_activation on the
     # Llama-3-8B and Qwen2.5-7B projection shapes (tune --shapes mlp attn) at M = 1, 16,
-    # 128, 2048 (eighteenth set, run B: bench/results/h200_2026-12-01_s18_b_raw.json) and
-    # the GEMM at M = 512 and 8192 (run C: ..._s18_c_raw.json); chains of independent
+    # 128, 2048 and the GEMM at M = 512 and 8192 (2026-12-01, the two raw tables that
+    # tests/test_prior.py reads from bench/results/); chains of independent
     # launches; tests/test_prior.py checks the rules against both files. Without these
     # rules the ops ran the exact MLX-ops kernel wherever no table decided: 5-28x slower
     # than any of the CUDA GEMMs, 6-12x slower than the CUDA quantize.

@@ -7,7 +7,7 @@ about how the members alone would have run *in the model*: there they may take o
 kernels, and MLX runs independent graph nodes (the three projections of x) concurrently.
 Measured on an NVIDIA H200 (4 Llama-3-8B layers, paired): the group launches made
 prefill 1.08x faster at T = 512 and 0.92x as fast at T = 128
-(``bench/results/h200_2026-11-30_s4_e_*``).
+(2026-11-30, ``bench --model ... --unlinked``).
 
 So :func:`check_siblings` times the model's prefill of ``T`` tokens, for each ``T``, in
 paired alternating rounds: ``together`` (the groups as decided) and ``alone`` (every

@@ -10,7 +10,7 @@ is a dependent one as a model's successive layers are: MLX's CUDA graph runs lau
 with no data edge between them side by side, and a chain of independent small launches
 measured several times faster per launch than the same launches fed one from the other
 (on an NVIDIA H200: ``mx.quantized_matmul`` at M = 16 on 4096 x 4096, 16.5 against
-61.7 us per launch; docs/cuda.md, thirteenth set). Rounds run every candidate once, in alternating order (A B, then B A, ...), so
+61.7 us per launch; docs/tuning.md). Rounds run every candidate once, in alternating order (A B, then B A, ...), so
 drift of the machine (clocks, thermal state, other load) hits all candidates alike;
 at least 30 rounds are the default, and each candidate's median is its score. Launches
 rotate through several input tuples so that a small activation does not sit in cache
@@ -269,7 +269,7 @@ def select_fastest(
     re-measured H200 table moved 12 choices between two GEMMs 0.5-7% apart, and on it
     the 32-layer prefill at T = 512 ran 4-7% below the table it replaced (15-17% at new
     lengths) in both process orders, where on the replaced table's choices the same
-    code matched it in the one pair run (docs/cuda_runs.md, twenty-sixth set).
+    code matched it in the one pair run (NVIDIA H200, 2026-12-02).
 
     Args:
         medians: ``{name: median seconds or ns}``; non-finite values are ignored.
