@@ -189,8 +189,7 @@ def tma_like(monkeypatch):
     """A fake candidate that needs a capability (as the CUDA TMA kernels need
     ``cuda_tma``), with the capability report under the test's control."""
     caps = {"fake_tma": (True, "tensor maps encodable")}
-    from mlx_w8a8 import kernels
-    monkeypatch.setattr(kernels, "capabilities", lambda backend=None: dict(caps))
+    monkeypatch.setattr(registry, "_capabilities", lambda: dict(caps))
     previous = registry.set_chooser(None)
     registry.register(Candidate(name="fake_tma_linear", backend="any", op="linear",
                                 run=lambda x, w, b: x, available=lambda: True))

@@ -77,5 +77,6 @@ def _report_on_lookup(problem) -> None:
 
 for _backend in BACKENDS:
     _load(_backend)
+registry.set_capabilities(capabilities)
 if UNAVAILABLE:  # no cost on the hot path when every backend loaded
     registry.set_lookup_hook(_report_on_lookup)

@@ -235,8 +235,7 @@ def unavailable_reason(candidate: "Candidate") -> str | None:
     wanted = _NEEDS.get(candidate.name)
     if not wanted:
         return None
-    from . import capabilities  # the kernels package owns the capability reports
-
+    capabilities = _capabilities  # installed by the kernels package (set_capabilities)
     try:
         off = [cap for cap in wanted
                if not (_PROBES[cap]() if cap in _PROBES else capabilities().get(cap, (False,))[0])]
@@ -434,6 +433,25 @@ def _decide(problem: Problem, kernel: str | None) -> tuple[tuple[Candidate, str]
 # Called with the problem on every ``decide`` when set (``kernels`` logs unavailable
 # backends at debug level through it); ``None`` costs nothing.
 _lookup_hook: Callable[[Problem], None] | None = None
+
+
+def _no_capabilities() -> dict[str, tuple[bool, str]]:
+    return {}
+
+
+# The backends' capability reports (``mlx_w8a8.kernels.capabilities``), installed by the
+# kernels package when it has loaded its backends: the package imports this module, so
+# this module does not import it.
+_capabilities: Callable[[], dict[str, tuple[bool, str]]] = _no_capabilities
+
+
+def set_capabilities(report: Callable[[], dict[str, tuple[bool, str]]]) -> None:
+    """Install the function that reports every backend's capabilities (``{name: (on,
+    why)}``), which :func:`unavailable_reason` reads for the capabilities candidates
+    need (:func:`needs`)."""
+    global _capabilities
+    _capabilities = report
+    invalidate()
 
 
 def set_lookup_hook(hook: Callable[[Problem], None] | None) -> None:
