@@ -52,14 +52,17 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
   merged into a ``BatchKVCache``, one ``[B, 1]`` forward per step), or where
   ``mlx_lm.generate`` does not import the same steps by :func:`batch_generate_steps`;
   ``--decode`` N steps timed after the first; tokens/s = B N / time, and the seconds
-  per step. None by default on a CPU.
+  per step. By default B = 16 on a GPU, no batched rows on a CPU.
 - **SQNR** of each variant's prefill logits against the bfloat16 model's, in dB
   (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
 
-Output: a readable table on stdout, and with ``--json FILE`` JSON lines (a ``setup``
-record, one ``round`` record per timed round, one ``summary`` record per measurement, and
-a ``decisions`` record with ``repr`` of every mlx_w8a8 layer: the kernel it ran per M and
-why) in FILE (``--json`` alone: on stdout, the table then on stderr).
+Output: a readable table on stdout, headed by the weights' format, each variant's
+parameter bytes and any note (e.g. 4-bit layers this version does not convert), and
+with ``--json FILE`` JSON lines (a ``setup`` record: ``weights``, ``bytes``, ``notes``,
+``batch``, ...; one ``round`` record per timed round; one ``summary`` record per
+measurement, ``measure`` ``"decode-batch"`` with ``batch``, ``steps`` and ``step_s`` for
+a batched row; and a ``decisions`` record with ``repr`` of every mlx_w8a8 layer: the
+kernel it ran per M and why) in FILE (``--json`` alone: on stdout, the table then on stderr).
 
 With ``--tp N``, under a distributed launch of N ranks, the W8A8 model is split over
 the ranks and timed against one device instead: :mod:`mlx_w8a8.tpbench` (it reuses
@@ -114,11 +117,12 @@ def add_arguments(p) -> None:
     """The model benchmark's options, on ``python -m mlx_w8a8.bench``'s parser."""
     g = p.add_argument_group(
         "model benchmark (--model)",
-        "bf16 vs mlx-lm 8-bit vs mlx_w8a8 on a whole mlx-lm model; defaults on a GPU: "
+        "bf16 vs mlx-lm N-bit vs mlx_w8a8 on a whole mlx-lm model; defaults on a GPU: "
         f"--tokens {GPU_DEFAULTS['tokens']} --decode {GPU_DEFAULTS['decode']} --prompt "
-        f"{GPU_DEFAULTS['prompt']} --rounds {GPU_DEFAULTS['rounds']}; on a CPU: --tokens "
+        f"{GPU_DEFAULTS['prompt']} --rounds {GPU_DEFAULTS['rounds']} --batch "
+        f"{GPU_DEFAULTS['batch']}; on a CPU: --tokens "
         f"{CPU_DEFAULTS['tokens']} --decode {CPU_DEFAULTS['decode']} --prompt "
-        f"{CPU_DEFAULTS['prompt']} --rounds {CPU_DEFAULTS['rounds']}",
+        f"{CPU_DEFAULTS['prompt']} --rounds {CPU_DEFAULTS['rounds']} (no batched rows)",
     )
     g.add_argument("--model", "--preset", dest="model", metavar="PATH|PRESET",
                    help="benchmark a model: llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b, an mlx-lm "
@@ -388,21 +392,28 @@ def _dequantized(model: nn.Module, config: dict, dtype: mx.Dtype) -> nn.Module:
     return other
 
 
-def _load_converted(model: nn.Module, kernel: str | None, skip) -> None:
-    """Convert ``model``'s quantized linear layers as ``mlx_w8a8.load`` converts a stock
-    mlx-lm checkpoint's (the ones ``mlx_w8a8.quantize`` converts; never its float ones,
-    nor the layers the model keeps as they are), in place."""
+def _load_converted(model: nn.Module, config: dict, kernel: str | None, skip) -> None:
+    """Convert ``model``'s quantized linear layers as ``mlx_w8a8.load`` converts them, in
+    place: a checkpoint written by ``mlx_w8a8.save`` (``config`` lists its W8A8 layers),
+    those layers; a stock mlx-lm checkpoint, its quantized linear layers that
+    ``mlx_w8a8.quantize`` converts (never its float ones, nor the layers the model keeps
+    as they are)."""
     import mlx_w8a8
-    from .convert import kept_by_model
+    from .convert import CONFIG_KEY, kept_by_model
 
+    listed = (config.get(CONFIG_KEY) or {}).get("layers")
     kept = kept_by_model(model)
+
+    def predicate(path, m):
+        if listed is not None:
+            return path in listed
+        return isinstance(m, nn.QuantizedLinear) and path not in kept
+
     with warnings.catch_warnings():
         # layers of other bit widths are left as they are: the benchmark's notes say so
         warnings.filterwarnings("ignore", message=r"\[mlx_w8a8\.quantize\] the model holds",
                                 category=UserWarning)
-        mlx_w8a8.quantize(model, kernel=kernel, skip=skip,
-                          class_predicate=lambda p, m: isinstance(m, nn.QuantizedLinear)
-                          and p not in kept)
+        mlx_w8a8.quantize(model, kernel=kernel, skip=skip, class_predicate=predicate)
 
 
 def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | None = None,
@@ -456,7 +467,7 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
         mlx_w8a8.quantize(w8, kernel=kernel, skip=skip)
     else:
         w8 = _same_layers(baseline, config)
-        _load_converted(w8, kernel, skip)
+        _load_converted(w8, config, kernel, skip)
         if fmt.per_channel:
             from . import requantize
 

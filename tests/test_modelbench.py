@@ -596,3 +596,27 @@ def test_batched_rows_by_default_on_a_gpu_only(monkeypatch):
     assert modelbench.batch_sizes(args, decode=0) == []  # no decode steps, no batched rows
     args.batch = "0"
     assert modelbench.batch_sizes(args, decode=64) == []
+
+
+def test_a_mlx_w8a8_checkpoint_converts_the_layers_it_lists(tmp_path):
+    # A mixed checkpoint written by mlx_w8a8.save keeps its W8A16 layers W8A16 when
+    # mlx_w8a8.load reads it; the bench's mlx_w8a8 variant of it must too.
+    pytest.importorskip("mlx_lm.utils")
+    import warnings
+
+    from mlx_w8a8 import models
+
+    model, config, _ = models.build(dict(TINY128), dtype=mx.bfloat16, seed=6)
+    mlx_w8a8.quantize(model, skip=["lm_head", "down_proj"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no tokenizer beside a test checkpoint
+        mlx_w8a8.save(model, tmp_path / "mixed", config=config)
+    variants, _, _ = modelbench.make_variants(None, weights=str(tmp_path / "mixed"))
+    w8 = variants["mlx_w8a8"]
+    loaded, _ = mlx_w8a8.load(tmp_path / "mixed")
+    for path, layer in _linears(loaded).items():
+        assert type(_linears(w8)[path]) is type(layer), path
+    assert isinstance(w8.lm_head, nn.QuantizedLinear)
+    assert isinstance(w8.model.layers[1].mlp.down_proj, nn.QuantizedLinear)
+    assert isinstance(w8.model.layers[1].mlp.up_proj, mlx_w8a8.Linear)
+    assert w8.model.layers[1].mlp.up_proj.format == "per_channel"
