@@ -448,10 +448,13 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
         spec = fmt.path
     base, config, label = models.build(spec, layers=layers, dtype=dtype, seed=seed)
     quantized = models.is_quantized(config)
-    if quantized != (fmt.source == "checkpoint"):
+    if quantized and fmt.source != "checkpoint":
         raise ValueError(
             f"[mlx_w8a8.bench] {label} is a quantized checkpoint; --weights {fmt.name} starts "
-            f"from float weights (a float folder, a config.json or a preset)" if quantized else
+            f"from float weights (a float folder, a config.json or a preset)"
+        )
+    if not quantized and fmt.source == "checkpoint":
+        raise ValueError(
             f"[mlx_w8a8.bench] --weights {fmt.path!r}: {label} holds no quantized checkpoint"
         )
     mx.eval(base.parameters())

@@ -574,7 +574,8 @@ def test_weights_and_batch_are_refused_with_tp(tiny, capsys):
         assert f"{flags[0]} is measured on one device" in capsys.readouterr().err
 
 
-def test_help_lists_weights_and_batch(capsys):
+def test_help_lists_weights_and_batch(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at hyphens on narrow terminals
     with pytest.raises(SystemExit) as done:
         bench.main(["--help"])
     assert done.value.code == 0
