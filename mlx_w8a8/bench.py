@@ -38,9 +38,10 @@ Those shapes take minutes per shape on a small CPU; pass ``--shapes`` there.
 whole mlx-lm model (prefill, decode and batched decode tokens/s, ratios with spread,
 logits SQNR, parameter bytes), the quantized variants built from the checkpoint format
 ``--weights`` names (an mlx-lm 8-bit or 4-bit checkpoint of the same weights, or a
-checkpoint folder); see :mod:`mlx_w8a8.modelbench`. With ``--tp N``, under a distributed launch of N ranks, the
-W8A8 model split over them against one device (per-rank times, the ``all_sum`` share,
-an optional ``--check``); see :mod:`mlx_w8a8.tpbench`.
+checkpoint folder); see :mod:`mlx_w8a8.modelbench`. With ``--tp N``, under a
+distributed launch of N ranks, the W8A8 model split over them against one device
+(per-rank times, the ``all_sum`` share, an optional ``--check``); see
+:mod:`mlx_w8a8.tpbench`.
 """
 
 from __future__ import annotations
