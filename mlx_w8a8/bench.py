@@ -34,11 +34,14 @@ shape list of the Cider int8 GEMM benchmark (M x K x N: 16..2048 x 4096 x 4096, 
 arms' outputs differ in type and shape, so no link makes them one dependent chain alike).
 Those shapes take minutes per shape on a small CPU; pass ``--shapes`` there.
 
-**Model benchmark** (``--model PATH|PRESET``): bf16 vs mlx-lm 8-bit vs mlx_w8a8 on a
-whole mlx-lm model (prefill and decode tokens/s, ratios with spread, logits SQNR); see
-:mod:`mlx_w8a8.modelbench`. With ``--tp N``, under a distributed launch of N ranks, the
-W8A8 model split over them against one device (per-rank times, the ``all_sum`` share,
-an optional ``--check``); see :mod:`mlx_w8a8.tpbench`.
+**Model benchmark** (``--model PATH|PRESET``): bf16 vs mlx-lm N-bit vs mlx_w8a8 on a
+whole mlx-lm model (prefill, decode and batched decode tokens/s, ratios with spread,
+logits SQNR, parameter bytes), the quantized variants built from the checkpoint format
+``--weights`` names (an mlx-lm 8-bit or 4-bit checkpoint of the same weights, or a
+checkpoint folder); see :mod:`mlx_w8a8.modelbench`. With ``--tp N``, under a
+distributed launch of N ranks, the W8A8 model split over them against one device
+(per-rank times, the ``all_sum`` share, an optional ``--check``); see
+:mod:`mlx_w8a8.tpbench`.
 """
 
 from __future__ import annotations
@@ -359,7 +362,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
     if args.tp is not None and not args.model:
         print(render.error_line(PROG, f"--tp {args.tp} splits a model: give --model"), file=sys.stderr)
         return 2
-    if args.model:
+    if args.model or args.weights is not None:  # --weights FOLDER names the model too
         return _model_main(args, out)
     if args.pairs < MIN_PAIRS:
         print(render.error_line(PROG, f"at least {MIN_PAIRS} pairs are required, got {args.pairs}"),
@@ -385,7 +388,9 @@ def _model_main(args, out) -> int:
             print(render.error_line(PROG, "--check checks a --tp run; give --tp N"), file=sys.stderr)
             return 2
         return _run_with_output(args, out, lambda stream, out: modelbench.run(args, stream, out, emit))
-    for flag, given in (("--new-lengths", args.new_lengths), ("--warm-up", args.warm_up)):
+    for flag, given in (("--new-lengths", args.new_lengths), ("--warm-up", args.warm_up),
+                        ("--weights", args.weights is not None),
+                        ("--batch", args.batch is not None)):
         if given:
             print(render.error_line(PROG, f"{flag} is measured on one device; run it "
                                     "without --tp"), file=sys.stderr)

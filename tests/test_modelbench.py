@@ -165,7 +165,8 @@ sys.exit(code)
 
 def test_runs_where_mlx_lm_package_does_not_import(tiny, tmp_path):
     # mlx-lm's package imports transformers and huggingface_hub; its model files do not.
-    # Without them the benchmark still builds the model and decodes with the replica loop.
+    # Without them the benchmark still builds the model and decodes with the replica
+    # loops (one sequence, and a batch).
     pytest.importorskip("mlx_lm")
     import os
     import subprocess
@@ -175,13 +176,16 @@ def test_runs_where_mlx_lm_package_does_not_import(tiny, tmp_path):
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     path = tmp_path / "out.jsonl"
     r = subprocess.run([sys.executable, "-c", BLOCKED, "--model", tiny, "--tokens", "2",
-                        "--decode", "2", "--prompt", "3", "--rounds", "2", "--json", str(path)],
+                        "--decode", "2", "--prompt", "3", "--rounds", "2", "--batch", "2",
+                        "--json", str(path)],
                        cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [json.loads(l) for l in path.read_text().splitlines()]
     assert lines[0]["mlx_lm"] == "models-only"
     assert lines[0]["decode_loop"] == "mlx_w8a8.modelbench.generate_steps"
-    assert [l["measure"] for l in lines if l["kind"] == "summary"] == ["prefill", "decode"]
+    assert lines[0]["batch_decode_loop"] == "mlx_w8a8.modelbench.batch_generate_steps"
+    assert [l["measure"] for l in lines if l["kind"] == "summary"] == [
+        "prefill", "decode", "decode-batch"]
 
 
 def test_unshared_arm_measures_the_sharing_and_changes_no_result(tiny, tmp_path):
@@ -326,3 +330,294 @@ def test_layers_and_kernel_are_checked_before_the_model_is_built(tiny, tmp_path,
         assert code == 2
         assert capsys.readouterr().err.startswith(f"[mlx_w8a8.bench] {want}")
     assert built == []
+
+
+# --- --weights, --batch, parameter bytes ------------------------------------------------
+
+# TINY with K = 128 and 256 everywhere, so every group size (32, 64, 128) divides every
+# layer's K and each format quantizes every linear layer and the embedding.
+TINY128 = dict(TINY, hidden_size=128, intermediate_size=256)
+
+
+@pytest.fixture
+def tiny128(tmp_path):
+    path = tmp_path / "tiny128.json"
+    path.write_text(json.dumps(dict(TINY128, model_type="llama")))
+    return str(path)
+
+
+def _linear_shapes(cfg):
+    """``{path: (N, K)}`` of the linear layers of a Llama of ``cfg``, from its config."""
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    out = {"lm_head": (v, h)}
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}"
+        out.update({f"{p}.self_attn.q_proj": (q, h), f"{p}.self_attn.k_proj": (kv, h),
+                    f"{p}.self_attn.v_proj": (kv, h), f"{p}.self_attn.o_proj": (h, q),
+                    f"{p}.mlp.gate_proj": (i, h), f"{p}.mlp.up_proj": (i, h),
+                    f"{p}.mlp.down_proj": (h, i)})
+    return out
+
+
+def oracle_bytes(cfg, linears, embedding) -> int:
+    """Parameter bytes of a Llama of ``cfg`` counted from its shapes in int64: float
+    layers in bfloat16 (2 bytes a weight); ``(bits, group_size)`` layers as MLX's affine
+    format stores them (``bits`` per weight, a bfloat16 scale and bias per group).
+    ``linears`` / ``embedding``: ``None`` (float) or ``(bits, group_size)``."""
+    def layer(n, k, fmt):
+        if fmt is None:
+            return np.int64(n) * k * 2
+        bits, g = fmt
+        return np.int64(n) * k * bits // 8 + 2 * (np.int64(n) * (k // g)) * 2
+
+    h = cfg["hidden_size"]
+    total = sum(layer(n, k, linears) for n, k in _linear_shapes(cfg).values())
+    total += layer(cfg["vocab_size"], h, embedding)
+    total += np.int64(h) * (2 * cfg["num_hidden_layers"] + 1) * 2  # the RMS norms
+    return int(total)
+
+
+def _linears(model):
+    shapes = _linear_shapes(TINY128)
+    found = {p: m for p, m in model.named_modules() if p in shapes}
+    assert set(found) == set(shapes)
+    return found
+
+
+@pytest.mark.parametrize("fmt", modelbench.WEIGHT_FORMATS)
+def test_each_weights_format_builds_the_variants_it_says(tiny128, fmt):
+    pytest.importorskip("mlx_lm")
+    w = modelbench.parse_weights(fmt)
+    variants, _, _ = modelbench.make_variants(tiny128, seed=4, weights=fmt)
+    names = modelbench.variant_names(w.bits)
+    assert tuple(variants) == names and names[1] == f"mlx-lm-{w.bits}bit"
+    base, lm, w8 = (variants[n] for n in names)
+    bits, g = (8, 64) if fmt == "bf16" else (int(fmt[0]), int(fmt.split("-gs")[1].split("-")[0]))
+    assert (w.bits, w.group_size) == (bits, g)
+    # the mlx-lm baseline: nn.quantize of the bf16 weights with the format's bits and
+    # group size, the embedding included
+    float_layers = _linears(base)
+    for path, layer in _linears(lm).items():
+        assert isinstance(layer, nn.QuantizedLinear) and (layer.bits, layer.group_size) == (bits, g)
+        wq, scales, _ = mx.quantize(float_layers[path].weight, group_size=g, bits=bits)
+        assert mx.array_equal(layer.weight, wq) and mx.array_equal(layer.scales, scales), path
+    emb = lm.model.embed_tokens
+    assert isinstance(emb, nn.QuantizedEmbedding) and (emb.bits, emb.group_size) == (bits, g)
+    # mlx_w8a8: what each format says
+    said = modelbench.notes(variants, w)
+    converted = {p: m for p, m in _linears(w8).items() if isinstance(m, mlx_w8a8.Linear)}
+    if fmt == "bf16":
+        assert len(converted) == len(_linear_shapes(TINY128))
+        assert {(m.format, m.group_size) for m in converted.values()} == {("per_channel", 64)}
+        assert isinstance(w8.model.embed_tokens, nn.Embedding)
+        want_w8 = oracle_bytes(TINY128, (8, 64), None)
+    elif bits == 8:
+        want = "per_channel" if fmt.endswith("per-channel") else "grouped"
+        assert len(converted) == len(_linear_shapes(TINY128)) and said == []
+        assert {(m.format, m.group_size, m.bits) for m in converted.values()} == {(want, g, 8)}
+        if want == "grouped":  # the checkpoint's own codes, scales and biases: no copy made
+            lm_layers = _linears(lm)
+            for path, m in converted.items():
+                for key in ("weight", "scales", "biases"):
+                    assert mx.array_equal(m[key], lm_layers[path][key]), (path, key)
+        want_w8 = oracle_bytes(TINY128, (8, g), (8, g))
+    elif converted:  # a version whose quantize converts 4-bit layers
+        assert said == [] and {m.bits for m in converted.values()} == {4}
+        want_w8 = oracle_bytes(TINY128, (4, g), (4, g))
+    else:  # 4-bit layers stay mlx-lm's: the model itself, and the output says so
+        assert said == ["4-bit layers not converted by this version: the mlx_w8a8 row runs "
+                        "the mlx-lm 4-bit model as it is, not W4A8"]
+        lm_layers = _linears(lm)
+        for path, m in _linears(w8).items():
+            assert isinstance(m, nn.QuantizedLinear) and (m.bits, m.group_size) == (4, g)
+            assert mx.array_equal(m.weight, lm_layers[path].weight)
+        want_w8 = oracle_bytes(TINY128, (4, g), (4, g))
+    assert modelbench.nbytes(base) == oracle_bytes(TINY128, None, None)
+    assert modelbench.nbytes(lm) == oracle_bytes(TINY128, (bits, g), (bits, g))
+    assert modelbench.nbytes(w8) == want_w8
+
+
+def _checkpoint(folder, bits, group_size):
+    """An mlx-lm quantized checkpoint of TINY128 written by mlx-lm's own functions;
+    returns the model as quantized before saving."""
+    from mlx_lm.utils import quantize_model, save_config, save_model
+    from mlx_w8a8 import models
+
+    model, config, _ = models.build(dict(TINY128), dtype=mx.bfloat16, seed=9)
+    model, config = quantize_model(model, config, group_size, bits)
+    mx.eval(model.parameters())
+    save_model(folder, model)
+    save_config(config, folder / "config.json")
+    return model
+
+
+def test_a_checkpoint_folder_is_the_model_and_its_weights(tmp_path):
+    pytest.importorskip("mlx_lm.utils")
+    folder = tmp_path / "ckpt-8bit-gs32"
+    saved = _checkpoint(folder, 8, 32)
+    w = modelbench.parse_weights(str(folder))
+    assert (w.source, w.bits, w.group_size, w.per_channel) == ("checkpoint", 8, 32, False)
+    variants, _, _ = modelbench.make_variants(None, weights=w)
+    base, lm, w8 = (variants[n] for n in modelbench.variant_names(8))
+    saved_layers, lm_layers = _linears(saved), _linears(lm)
+    for path, layer in _linears(base).items():
+        q = saved_layers[path]
+        # mlx-lm's model is the checkpoint as stored; bf16 is it dequantized
+        assert mx.array_equal(lm_layers[path].weight, q.weight)
+        assert isinstance(layer, nn.Linear) and layer.weight.dtype == mx.bfloat16
+        deq = mx.dequantize(q.weight, q.scales, q.biases, group_size=32, bits=8)
+        assert mx.array_equal(layer.weight, deq.astype(mx.bfloat16)), path
+    converted = _linears(w8)
+    assert all(isinstance(m, mlx_w8a8.Linear) and m.format == "grouped" and m.group_size == 32
+               for m in converted.values())
+    assert modelbench.nbytes(w8) == modelbench.nbytes(lm) == oracle_bytes(TINY128, (8, 32), (8, 32))
+    assert modelbench.nbytes(base) == oracle_bytes(TINY128, None, None)
+
+
+def test_weights_folder_composes_with_model(tmp_path, tiny128, capsys):
+    pytest.importorskip("mlx_lm.utils")
+    folder = tmp_path / "ckpt-4bit-gs64"
+    _checkpoint(folder, 4, 64)
+    common = ["--tokens", "2", "--decode", "0", "--rounds", "2"]
+    # --weights FOLDER alone, and --model FOLDER alone: the same run
+    for flags in (["--weights", str(folder)], ["--model", str(folder)],
+                  ["--model", str(folder), "--weights", str(folder)]):
+        code, text, lines = run(flags + common, tmp_path)
+        assert code == 0, (flags, text, capsys.readouterr().err)
+        setup = lines[0]
+        assert setup["weights"]["source"] == "checkpoint" and setup["weights"]["bits"] == 4
+        assert setup["variants"] == ["bf16", "mlx-lm-4bit", "mlx_w8a8"]
+        assert "mlx-lm-4bit tok/s" in text and f"the mlx-lm checkpoint {folder}" in text
+    # another model with the folder's weights, and a float-only format of the folder
+    for flags, want in ((["--model", tiny128, "--weights", str(folder)],
+                         f"--weights {str(folder)!r} is a checkpoint folder"),
+                        (["--model", str(folder), "--weights", "8bit-gs64"],
+                         "--weights 8bit-gs64: ckpt-4bit-gs64 is a quantized checkpoint")):
+        code, _, _ = run(flags + common, tmp_path)
+        assert code == 2
+        assert capsys.readouterr().err.startswith(f"[mlx_w8a8.bench] {want}")
+
+
+def test_batch_rows_are_timed_per_b_with_ratios_and_bytes_in_the_header(tiny, tmp_path):
+    pytest.importorskip("mlx_lm")
+    code, text, lines = run(["--model", tiny, "--tokens", "2", "--decode", "2", "--prompt", "3",
+                             "--rounds", "2", "--batch", "3,2", "--weights", "8bit-gs32"], tmp_path)
+    assert code == 0, text
+    setup = lines[0]
+    assert setup["batch"] == [2, 3] and setup["weights"]["format"] == "8bit-gs32"
+    assert setup["batch_decode_loop"] in ("mlx_lm.generate.BatchGenerator",
+                                          "mlx_w8a8.modelbench.batch_generate_steps")
+    # no int8 copy: mlx_w8a8 loaded from the 8-bit checkpoint holds what it holds
+    assert setup["bytes"]["mlx_w8a8"] == setup["bytes"]["mlx-lm-8bit"] < setup["bytes"]["bf16"]
+    assert setup["quantization"]["mlx_w8a8"]["formats"] == {"grouped": 15}
+    batched = [l for l in lines if l["kind"] == "summary" and l["measure"] == "decode-batch"]
+    assert [(s["batch"], s["steps"], s["tokens"]) for s in batched] == [(2, 2, 4), (3, 2, 6)]
+    for s in batched:
+        assert set(s["ratio"]) == {"mlx_w8a8/mlx-lm-8bit", "mlx_w8a8/bf16", "mlx-lm-8bit/bf16"}
+        for r in s["ratio"].values():
+            assert len(r["rounds"]) == 2 and all(math.isfinite(x) and x > 0 for x in r["rounds"])
+        assert all(s["step_s"][n] > 0 for n in modelbench.VARIANTS)
+    rounds = [l for l in lines if l["kind"] == "round" and l["measure"] == "decode-batch"]
+    assert [r["batch"] for r in rounds] == [2, 2, 3, 3]
+    assert "decode B=2 N=2 (prompt 3)" in text and "decode B=3 N=2 (prompt 3)" in text
+    assert "parameters: bf16 " in text and "mlx-lm-8bit " in text
+
+
+def test_batched_decode_generates_what_single_decodes_generate(tiny128):
+    # B sequences decoded together (mlx-lm's BatchGenerator, and the replica used where
+    # mlx_lm.generate does not import) give each sequence the tokens it gets alone
+    # (greedy, float32), for every variant
+    generate = pytest.importorskip("mlx_lm.generate")
+    from mlx_w8a8.tuning import model_timing
+
+    variants, _, _ = modelbench.make_variants(tiny128, seed=2, weights="8bit-gs64",
+                                              dtype=mx.float32)
+    prompts = mx.random.randint(0, 256, (3, 5), key=mx.random.key(11)).astype(mx.int32)
+    for name, model in variants.items():
+        alone = [[t for t, _ in generate.generate_step(p, model, max_tokens=6)] for p in prompts]
+        assert len({tuple(a) for a in alone}) > 1  # the sequences differ: a real batch
+        for loop in (model_timing.batch_generator_steps, modelbench.batch_generate_steps):
+            steps = list(loop(prompts, model, max_tokens=6))
+            assert len(steps) == 6 and all(len(s) == 3 for s in steps)
+            assert [list(seq) for seq in zip(*steps)] == alone, (name, loop.__name__)
+    assert modelbench.batch_decode(variants["mlx_w8a8"], prompts, 2) > 0
+
+
+def test_weights_and_batch_are_checked_before_the_model_is_built(tiny, tmp_path, capsys,
+                                                                  monkeypatch):
+    built = []
+    monkeypatch.setattr(modelbench, "make_variants", lambda *a, **k: built.append(a) or 1 / 0)
+    for flags, want in (
+        (["--weights", "8bit-gs48"], "--weights takes one of bf16, 8bit-gs32"),
+        (["--weights", str(tmp_path)], f"--weights {str(tmp_path)!r}: "),
+        (["--weights", tiny], f"--weights {tiny!r}: its config.json has no 'quantization'"),
+        (["--batch", "4,x"], "--batch takes positive batch sizes"),
+        (["--batch", "-2"], "--batch takes positive batch sizes"),
+        (["--batch", "2", "--decode", "0"], "--batch 2 times decode steps: --decode must be >= 1"),
+    ):
+        code, _, _ = run(["--model", tiny, *flags], tmp_path)
+        assert code == 2, flags
+        assert capsys.readouterr().err.startswith(f"[mlx_w8a8.bench] {want}"), flags
+    # a format without a model to quantize
+    assert bench.main(["--weights", "8bit-gs64"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err.startswith(
+        "[mlx_w8a8.bench] --weights 8bit-gs64 quantizes a model's float weights: give --model")
+    assert built == []
+
+
+def test_weights_and_batch_are_refused_with_tp(tiny, capsys):
+    for flags in (["--weights", "8bit-gs64"], ["--batch", "4"]):
+        code = bench.main(["--model", tiny, "--tp", "2", *flags], out=io.StringIO())
+        assert code == 2
+        assert f"{flags[0]} is measured on one device" in capsys.readouterr().err
+
+
+def test_help_lists_weights_and_batch(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at hyphens on narrow terminals
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for word in ("--weights FORMAT|FOLDER", "8bit-gs32/64/128-per-channel", "4bit-gs32/64/128",
+                 "--batch B1,B2,...", "BatchGenerator"):
+        assert word in text, word
+
+
+def test_batched_rows_by_default_on_a_gpu_only(monkeypatch):
+    # the CPU's default run stays short; a GPU's has the B = 16 row of a server's load
+    from mlx_w8a8.tuning import table
+
+    args = bench.build_parser().parse_args(["--model", "x"])
+    monkeypatch.setattr(table, "backend", lambda: "cpu")
+    assert modelbench.batch_sizes(args, decode=4) == []
+    monkeypatch.setattr(table, "backend", lambda: "cuda")
+    assert modelbench.batch_sizes(args, decode=64) == [16]
+    assert modelbench.batch_sizes(args, decode=0) == []  # no decode steps, no batched rows
+    args.batch = "0"
+    assert modelbench.batch_sizes(args, decode=64) == []
+
+
+def test_a_mlx_w8a8_checkpoint_converts_the_layers_it_lists(tmp_path):
+    # A mixed checkpoint written by mlx_w8a8.save keeps its W8A16 layers W8A16 when
+    # mlx_w8a8.load reads it; the bench's mlx_w8a8 variant of it must too.
+    pytest.importorskip("mlx_lm.utils")
+    import warnings
+
+    from mlx_w8a8 import models
+
+    model, config, _ = models.build(dict(TINY128), dtype=mx.bfloat16, seed=6)
+    mlx_w8a8.quantize(model, skip=["lm_head", "down_proj"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no tokenizer beside a test checkpoint
+        mlx_w8a8.save(model, tmp_path / "mixed", config=config)
+    variants, _, _ = modelbench.make_variants(None, weights=str(tmp_path / "mixed"))
+    w8 = variants["mlx_w8a8"]
+    loaded, _ = mlx_w8a8.load(tmp_path / "mixed")
+    for path, layer in _linears(loaded).items():
+        assert type(_linears(w8)[path]) is type(layer), path
+    assert isinstance(w8.lm_head, nn.QuantizedLinear)
+    assert isinstance(w8.model.layers[1].mlp.down_proj, nn.QuantizedLinear)
+    assert isinstance(w8.model.layers[1].mlp.up_proj, mlx_w8a8.Linear)
+    assert w8.model.layers[1].mlp.up_proj.format == "per_channel"

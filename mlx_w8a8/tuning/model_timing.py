@@ -8,6 +8,8 @@ them) time with, so both measure the same loops:
 - :func:`prefill`: one forward into a fresh KV cache, wall time around ``mx.eval``;
 - :func:`decode`: decode steps of mlx-lm's ``generate_step`` (or its replica
   :func:`generate_steps` where ``mlx_lm.generate`` does not import);
+- :func:`batch_decode`: decode steps of B sequences at once, as mlx-lm's server runs
+  them (its ``BatchGenerator``, or the replica :func:`batch_generate_steps`);
 - :func:`alternate`: rounds over several variants, the order reversed every other
   round, so drift (clocks, caches, thermal) falls on every variant alike.
 
@@ -131,6 +133,116 @@ def decode(model: nn.Module, prompt: mx.array, steps: int, loop=None) -> float:
         gen.close()
         mx.synchronize()
     raise RuntimeError(f"[mlx_w8a8.bench] the decode loop stopped before {steps} steps")
+
+
+def batch_generator_steps(prompts: mx.array, model: nn.Module, max_tokens: int):
+    """Greedy decoding of the ``B`` prompts ``prompts`` ``[B, P]`` together by
+    ``mlx_lm.generate.BatchGenerator``, the continuous batching of mlx-lm's server: every
+    prompt's cache is made by ``make_prompt_cache`` and merged into a ``BatchKVCache``,
+    the prompts are prefilled as one batch, then each step decodes one token of every
+    sequence in one forward of ``[B, 1]``. The prefill and completion batch sizes are
+    ``B``, so all ``B`` sequences decode from the first step on. Yields the ``B``
+    tokens of each step (a list, in prompt order); no stop tokens."""
+    from mlx_lm.generate import BatchGenerator
+
+    b = int(prompts.shape[0])
+    gen = BatchGenerator(model, max_tokens=max_tokens, completion_batch_size=b,
+                         prefill_batch_size=b)
+    try:
+        uids = gen.insert(prompts.tolist(), [max_tokens] * b)
+        order = {uid: i for i, uid in enumerate(uids)}
+        while True:
+            responses = gen.next_generated()
+            if not responses:
+                return
+            tokens = [0] * b
+            for r in responses:
+                tokens[order[r.uid]] = r.token
+            yield tokens
+            if any(r.finish_reason is not None for r in responses):
+                return
+    finally:
+        mx.synchronize(gen.stream)  # the step launched ahead ends before the next timing
+        gen.close()
+
+
+def batch_generate_steps(prompts: mx.array, model: nn.Module, max_tokens: int):
+    """:func:`batch_generator_steps` where ``mlx_lm.generate`` cannot be imported: the
+    ``B`` prompts ``[B, P]`` (equal lengths, so no padding or mask) prefilled as one
+    batch into one KV cache per layer, but their last tokens, in chunks of 2048; then
+    one ``[B, 1]`` forward per step, greedy, each next step launched with
+    ``async_eval`` before the current tokens are read (as ``GenerationBatch._step``
+    does). Yields the ``B`` tokens of each step (a list)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    stream = mx.new_stream(mx.default_device())
+
+    def step(y):
+        with mx.stream(stream):
+            logits = model(y[:, None], cache=cache)[:, -1, :]
+            logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            return mx.argmax(logprobs, axis=-1)
+
+    with mx.stream(stream):
+        rest = prompts
+        while rest.shape[1] > 1:
+            n = min(2048, rest.shape[1] - 1)
+            model(rest[:, :n], cache=cache)
+            mx.eval([c.state for c in cache])
+            rest = rest[:, n:]
+            mx.clear_cache()
+        y = step(rest[:, 0])
+    mx.async_eval(y)
+    try:
+        for n in range(max_tokens):
+            if n + 1 < max_tokens:
+                next_y = step(y)
+                mx.async_eval(next_y)
+            yield y.tolist()
+            if n % 256 == 0:
+                mx.clear_cache()
+            if n + 1 < max_tokens:
+                y = next_y
+    finally:
+        mx.synchronize(stream)  # the step launched ahead ends before the next timing
+
+
+def batch_decode_loop():
+    """``(name, steps)``: mlx-lm's ``BatchGenerator`` where ``mlx_lm.generate`` imports,
+    else the replica :func:`batch_generate_steps`."""
+    if models.mlx_lm_mode() == "full":
+        try:
+            from mlx_lm.generate import BatchGenerator  # noqa: F401
+
+            return "mlx_lm.generate.BatchGenerator", batch_generator_steps
+        except ImportError:
+            pass
+    # The name the benchmark's records give the replica: mlx_w8a8.modelbench re-exports it.
+    return "mlx_w8a8.modelbench.batch_generate_steps", batch_generate_steps
+
+
+def batch_decode(model: nn.Module, prompts: mx.array, steps: int, loop=None) -> float:
+    """Seconds of ``steps`` batched decode steps of the ``B`` sequences ``prompts``
+    ``[B, P]`` (timed from the first generated tokens to the ``steps``-th next ones,
+    every step decoding one token of each sequence), run by ``loop`` (default:
+    :func:`batch_decode_loop`). Per step: seconds / ``steps``; tokens/s:
+    ``B * steps`` / seconds."""
+    loop = loop or batch_decode_loop()[1]
+    # one step more than timed: the step that finishes the sequences (mlx-lm extracts
+    # their caches there) stays out of the timed ones
+    gen = loop(prompts, model, max_tokens=steps + 2)
+    start = None
+    try:
+        for i, _ in enumerate(gen):
+            if i == 0:
+                start = time.perf_counter()
+            elif i == steps:
+                return time.perf_counter() - start
+    finally:
+        gen.close()
+        mx.synchronize()
+    raise RuntimeError(f"[mlx_w8a8.bench] the batched decode loop stopped before {steps} steps")
 
 
 def alternate(names, rounds: int, measure, on_round=None) -> dict[str, list[float]]:
