@@ -12,6 +12,8 @@ so a failure is the bug's doing.
 
 from __future__ import annotations
 
+import subprocess
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -232,6 +234,96 @@ def test_small_input_is_bound_in_constant_space():
     np.testing.assert_array_equal(np.array(got), 3.0)
     with pytest.raises(harness.EmulationError, match="no matching function for call to 'first'"):
         run(k, [mx.full((4,), 3.0)], (4,), mx.float32, (4, 1, 1), (4, 1, 1))
+
+
+# Casts between named address spaces. Metal refuses each of them, explicit or implicit,
+# even in a branch never taken; clang's C++ accepts the explicit ones, so the harness's
+# address-space pass must refuse them. `inp` is `constant` below 8 elements.
+CAST_PROBES = [
+    # constant -> device, explicit, in a branch never taken (issue 51's simd_gemm defect).
+    ("constant_to_device", 4, "if (inp[0] > 1e30f) { out[1] = ((const device float*)inp)[0]; }"),
+    # threadgroup -> device, explicit.
+    ("threadgroup_to_device", 8, "threadgroup float buf[4];\nbuf[0] = inp[0];\n"
+     "threadgroup_barrier(mem_flags::mem_threadgroup);\nout[1] = ((device float*)buf)[0];"),
+    # device -> thread, explicit (Metal's thread space is not a generic space).
+    ("device_to_thread", 8, "out[1] = ((const thread float*)inp)[0];"),
+    # constant -> device, implicit.
+    ("constant_to_device_implicit", 4, "const device float* p = inp; out[1] = p[0];"),
+    # threadgroup -> device, implicit.
+    ("threadgroup_to_device_implicit", 8, "threadgroup float buf[4];\nbuf[0] = inp[0];\n"
+     "threadgroup_barrier(mem_flags::mem_threadgroup);\ndevice float* p = buf; out[1] = p[0];"),
+]
+
+
+def cast_probe(body: str, size: int):
+    k = kernel(f"{body}\nout[0] = inp[0];", header="")
+    return run(k, [mx.full((size,), 2.0)], (2,), mx.float32, (1, 1, 1), (1, 1, 1))
+
+
+@pytest.mark.parametrize("name, size, body", CAST_PROBES, ids=[p[0] for p in CAST_PROBES])
+def test_cast_between_address_spaces_fails_to_compile(name, size, body):
+    with pytest.raises(harness.EmulationError, match="cast between address spaces|cannot initialize"):
+        cast_probe(body, size)
+
+
+def test_same_space_vector_cast_and_small_input_overloads_compile():
+    """What Metal accepts: a `device` 8-bit pointer cast to `device char4*` (same space,
+    other type), and w8a8_load4 on a 4-element (`constant`) and an 8-element (`device`)
+    input, which resolves to the scalar and the vector load."""
+    header = sources.read("metal", "common.h")
+    body = """const char4 v = w8a8_load4(inp);
+out[0] = float(v.x + v.y + v.z + v.w);
+const device int8_t* d = (const device int8_t*)out;  // same space: a plain cast
+out[1] = float(d == nullptr);
+"""
+    for size in (4, 8):
+        x = mx.arange(1, size + 1, dtype=mx.int8)
+        got = run(kernel(body, header=header), [x], (2,), mx.float32, (1, 1, 1), (1, 1, 1))
+        np.testing.assert_array_equal(np.array(got), [10.0, 0.0])
+
+
+def test_address_space_pass_reads_locations_in_order():
+    """clang prints a location's file only when it changes: the pass must follow them."""
+    dump = "\n".join([
+        "FunctionDecl <kernel.metal:1:1, line:9:1> f",
+        "  CStyleCastExpr <line:3:5, col:9> 'device float *' <AddressSpaceConversion>",
+        "  ParmVarDecl </x/metal_emu.h:756:16, kernel.metal:4:2> p",
+        "  CStyleCastExpr <col:5, col:9> 'void *' <AddressSpaceConversion>",
+        "FunctionDecl </x/metal_emu.h:20:1, line:30:1> g",
+        "  CStyleCastExpr <line:25:5, col:9> 'void *' <AddressSpaceConversion>",
+    ])
+    assert harness.address_space_casts(dump) == [(3, "device float *"), (4, "void *")]
+
+
+@pytest.mark.parametrize("name, size, body", CAST_PROBES[:3] + [
+    ("device_vector_cast_ok", 8, "out[1] = float(((const device char4*)inp)[0].x);")],
+    ids=[p[0] for p in CAST_PROBES[:3]] + ["device_vector_cast_ok"])
+def test_address_space_pass_agrees_with_opencl_cpp(tmp_path, name, size, body):
+    """The same probes through clang's C++ for OpenCL (`-cl-std=clc++2021`), whose
+    address-space rules are Metal's: it refuses exactly what the harness refuses."""
+    cxx = harness.compiler()
+    mapped = (body.replace("threadgroup_barrier(mem_flags::mem_threadgroup);", "")
+              .replace("threadgroup float buf[4];", "__local float buf[4];"))
+    space = "__constant" if size < 8 else "__global"
+    src = tmp_path / "probe.clcpp"
+    src.write_text(f"""#define device __global
+#define constant __constant
+#define thread __private
+typedef char char4 __attribute__((ext_vector_type(4)));
+__kernel void probe(const {space} float* inp, __global float* out) {{
+{mapped}
+out[0] = inp[0];
+}}
+""")
+    opencl = subprocess.run([cxx, "-x", "clcpp", "-cl-std=clc++2021", "-fsyntax-only", str(src)],
+                            capture_output=True, text=True)
+    try:
+        cast_probe(body, size)
+        harness_ok = True
+    except harness.EmulationError:
+        harness_ok = False
+    assert (opencl.returncode == 0) == name.endswith("_ok"), opencl.stderr
+    assert harness_ok == name.endswith("_ok")
 
 
 def test_schedule_dependent_result_is_a_race_error():

@@ -71,7 +71,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
     const int gm = m0 + r, gk = k0 + c;
     half4 h = half4(half(0));
     if (VEC && gm < M && gk < K) {
-      const char4 v = *((const device char4*)(a + size_t(gm) * K + gk));
+      const char4 v = w8a8_load4(a + size_t(gm) * K + gk);
       h = half4(half(v.x), half(v.y), half(v.z), half(v.w));
     } else if (gm < M) {
       W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
@@ -87,7 +87,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
     const int gn = n0 + r, gk = k0 + c;
     half4 h = half4(half(0));
     if (VEC && gn < N && gk < K) {
-      const uchar4 v = *((const device uchar4*)((const device uint8_t*)b + size_t(gn) * K + gk));
+      const auto v = w8a8_load4(b + size_t(gn) * K + gk);  // char4 or uchar4, as TB
       h = half4(half(W8A8_WEIGHT(FLIP, v.x)), half(W8A8_WEIGHT(FLIP, v.y)),
                 half(W8A8_WEIGHT(FLIP, v.z)), half(W8A8_WEIGHT(FLIP, v.w)));
     } else if (gn < N) {
