@@ -432,6 +432,36 @@ out[thread_index_in_simdgroup] = float(ct_c[0]) + inp[0];
             compile_probe(src, MPP)
 
 
+@pytest.mark.parametrize("types, ok", [
+    ("uint8_t, metal::uint2b_format, int32_t", True),   # unsigned codes x packed 2-bit (public M5 code)
+    ("uint8_t, metal::uint4b_format, int32_t", True),
+    ("int8_t, metal::int4b_format, int32_t", True),
+    ("int8_t, metal::int2b_format, int32_t", True),
+    ("half, metal::uint4b_format, float", True),
+    ("int8_t, metal::uint2b_format, int32_t", False),  # signedness must match
+    ("uint8_t, metal::int4b_format, int32_t", False),
+    ("int8_t, metal::int4b_format, float", False),     # integer x packed integer only to int32
+])
+def test_matmul2d_type_table_packed_right_operands(types, ok):
+    """The packed sub-byte rows of Apple's table are accepted by the type check; the
+    emulator does not run them (no cooperative-tensor element semantics for packed types)."""
+    src = f"static_assert(mpp::tensor_ops::detail::type_ok<{types}>(), \"not in the table\");\nout[0] = inp[0];"
+    if ok:
+        compile_probe(src, MPP)
+    else:
+        with pytest.raises(harness.EmulationError, match="not in the table"):
+            compile_probe(src, MPP)
+
+
+def test_packed_right_operand_is_not_run():
+    src = NAX_OP + """auto ct_a = op.get_left_input_cooperative_tensor<uint8_t, metal::uint2b_format, int32_t>();
+auto ct_b = op.get_right_input_cooperative_tensor<uint8_t, metal::uint2b_format, int32_t>();
+out[0] = inp[0];
+"""
+    with pytest.raises(harness.EmulationError, match="packed sub-byte right operands are not emulated"):
+        compile_probe(src, MPP)
+
+
 def test_fresh_cooperative_tensor_is_poison_not_zero():
     """multiply_accumulate into a destination that was never written adds garbage."""
     src = NAX_OP + """auto ct_a = op.get_left_input_cooperative_tensor<int8_t, int8_t, int32_t>();
@@ -608,3 +638,25 @@ def test_half_conversions_round_to_nearest_even(rng):
     got = np.array(run(k, [mx.array(xin)], (n,), mx.float16, (n, 1, 1), (256, 1, 1)))
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(got.view(np.uint16), xin.astype(np.float16).view(np.uint16))
+
+
+def test_dump_writes_the_generated_source_for_apples_compiler(tmp_path, monkeypatch, capsys):
+    """With MLX_W8A8_METAL_DUMP set, every source the executor runs lands in the folder
+    under MLX's kernel name (its input spaces encoded: `c` for a constant input), and
+    metal_compile.py turns each into the xcrun command that compiles it with MLX's
+    utils.h prepended (dry run: no compiler here)."""
+    from metal_emu import metal_compile
+
+    monkeypatch.setenv(harness.DUMP_ENV, str(tmp_path))
+    k = kernel("out[thread_position_in_grid.x] = inp[0];")
+    for size in (4, 8):
+        run(k, [mx.zeros((size,))], (1,), mx.float32, (1, 1, 1), (1, 1, 1))
+    names = sorted(p.name for p in tmp_path.glob("*.metal"))
+    assert set(names) == {"custom_kernel_probe_floatc_float.metal", "custom_kernel_probe_float_float.metal"}
+    assert "const constant float* inp" in (tmp_path / "custom_kernel_probe_floatc_float.metal").read_text()
+    assert metal_compile.compile_all(tmp_path, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert out.count("would run: xcrun -sdk macosx metal -std=metal4.0 -fno-fast-math") == 2
+    assert "2 kernel sources, 0 failed to compile (dry run)" in out
+    full = (tmp_path / "custom_kernel_probe_float_float.with_preamble.metal").read_text()
+    assert full.startswith(metal_compile.PREAMBLE) and "[[kernel]] void custom_kernel_probe_float_float" in full
