@@ -641,7 +641,7 @@ def test_half_conversions_round_to_nearest_even(rng):
 
 
 def test_dump_writes_the_generated_source_for_apples_compiler(tmp_path, monkeypatch, capsys):
-    """With MLX_W8A8_METAL_DUMP set, every source the executor runs lands in the folder
+    """With METAL_EMU_DUMP set, every source the executor runs lands in the folder
     under MLX's kernel name (its input spaces encoded: `c` for a constant input), and
     metal_compile.py turns each into the xcrun command that compiles it with MLX's
     utils.h prepended (dry run: no compiler here)."""

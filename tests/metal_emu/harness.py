@@ -536,8 +536,9 @@ def _ctype(dtype) -> str:
 
 # Set to a folder, every source the executor runs is also written there (one file per
 # kernel instantiation, named by MLX's kernel name) for Apple's compiler to check:
-# tests/metal_emu/metal_compile.py.
-DUMP_ENV = "MLX_W8A8_METAL_DUMP"
+# tests/metal_emu/metal_compile.py. Not an MLX_W8A8_* name: the test suite's conftest
+# removes those from every test's environment.
+DUMP_ENV = "METAL_EMU_DUMP"
 
 
 def dump_source(folder: str, name: str, source: str) -> Path:
