@@ -18,8 +18,10 @@ How one dispatch runs:
    ``custom_kernel.cpp`` does (inputs in order, each followed by its ``_shape`` /
    ``_strides`` / ``_ndim`` buffers when the source names them, then the outputs).
    Any other attribute makes clang fail (``-Werror=unknown-attributes``).
-3. ``build`` compiles it once with clang (``-std=c++20``, address spaces on, no fast
-   math) into a shared library cached by content hash; ``cffi`` loads it.
+3. ``build`` first runs the address-space pass (``check_address_spaces``: clang's AST
+   of the translation unit; any cast between address spaces written in the kernel's
+   source refuses it, as Metal does), then compiles it once with clang (address spaces
+   on, no fast math) into a shared library cached by content hash; ``cffi`` loads it.
 4. ``run_source`` copies the inputs into guarded host buffers (poisoned guard bytes on
    both sides, so an out-of-bounds read sees garbage and an out-of-bounds write is
    reported), fills outputs with ``init_value`` or a poison byte and runs the grid twice,
