@@ -223,8 +223,12 @@ def environment() -> list[str]:
     return lines
 
 
-def run_checks(seed: int = 0, out=print) -> int:
-    """Check every available candidate; returns the number of failures."""
+def run_checks(seed: int = 0, out=print, verdicts: dict | None = None) -> int:
+    """Check every available candidate; returns the number of failures.
+
+    Args:
+        verdicts: if given, filled with ``{op: {name: {"backend", "ok", "shapes", "errors"}}}``.
+    """
     rng = np.random.default_rng(seed)
     failures = checked = 0
     for op, cases in (("quantize_activation", quantize_cases(rng)), ("int8_matmul", int8_cases(rng)),
@@ -248,18 +252,133 @@ def run_checks(seed: int = 0, out=print) -> int:
             for e in errors:
                 out(f"        {e}")
             failures += bool(errors)
+            if verdicts is not None:
+                verdicts.setdefault(op, {})[name] = {"backend": backend_of[name], "ok": not errors,
+                                                     "shapes": len(results[name]), "errors": errors}
     out(f"{checked} candidates checked, {failures} failed")
     return failures
+
+
+# ---------------------------------------------------------------------------------------
+# The report an M-series (or any) owner sends back.
+# ---------------------------------------------------------------------------------------
+# (M, N, K) of a Llama-3-8B-sized linear layer: decode, small batch, prefill.
+REPORT_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (512, 4096, 4096), (512, 14336, 4096)]
+REPORT_GROUP_SIZE = 64
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``"1x4096x4096,128x4096x4096"`` -> ``[(1, 4096, 4096), (128, 4096, 4096)]``.
+
+    Raises:
+        ValueError: a shape that is not three positive integers with K a multiple of 64.
+    """
+    shapes = []
+    for part in text.split(","):
+        try:
+            m, n, k = (int(v) for v in part.strip().lower().split("x"))
+        except ValueError:
+            raise ValueError(f"[mlx_w8a8.check] --report-shapes: {part!r} is not MxNxK") from None
+        if min(m, n, k) < 1 or k % REPORT_GROUP_SIZE:
+            raise ValueError(f"[mlx_w8a8.check] --report-shapes: {part!r} needs positive sizes and K a multiple "
+                             f"of {REPORT_GROUP_SIZE}")
+        shapes.append((m, n, k))
+    return shapes
+
+
+def time_shape(m: int, n: int, k: int, dtype: str = "bfloat16", pairs: int = 10, seed: int = 0) -> dict:
+    """Paired median time of every ``linear`` candidate available here for a
+    per-channel W8A8 layer of ``(m, n, k)`` against ``mlx_qmm`` (``mx.quantized_matmul``)."""
+    from .tuning import timing
+
+    rng = np.random.default_rng(seed)
+    w = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.02),
+                                   group_size=REPORT_GROUP_SIZE, per_channel=True)
+    xs = [(mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(getattr(mx, dtype)),) for _ in range(2)]
+    mx.eval(w.codes(), *[x for (x,) in xs])
+    problem = registry.Problem("linear", m, n, k, dtype, "per_channel", REPORT_GROUP_SIZE)
+    cands = registry.candidates(problem)
+    arms = [(c.name, (lambda x, c=c: c.run(x, w, None))) for c in cands]
+    result = timing.paired_measure(arms, xs, pairs=pairs)
+    row = {"m": m, "n": n, "k": k, "dtype": dtype, "weight_format": "per_channel",
+           "group_size": REPORT_GROUP_SIZE, "has_bias": False, "reference": cands[0].name,
+           "pairs": result.rounds, "chain": result.chain, "candidates": {}}
+    for c in cands:
+        t = result.timings[c.name]
+        entry = {"backend": c.backend, "digest": c.digest, "status": t.status}
+        if t.ok:
+            entry.update(median_ns=round(t.median_ns, 1), p25_ns=round(t.p25_ns, 1), p75_ns=round(t.p75_ns, 1))
+            if c.name != cands[0].name:
+                ratios = result.ratios(cands[0].name, c.name)
+                entry["ratio_to_reference"] = round(float(sorted(ratios)[len(ratios) // 2]), 4) if ratios else None
+        elif t.detail:
+            entry["detail"] = t.detail[:300]
+        row["candidates"][c.name] = entry
+    return row
+
+
+def build_report(seed: int = 0, shapes: list[tuple[int, int, int]] | None = None, pairs: int = 10,
+                 out=print) -> dict:
+    """The report :mod:`mlx_w8a8.tuning.report` reads: this machine, each candidate's
+    exactness (the self-check) and times at model shapes."""
+    import datetime
+    import os
+    import platform
+
+    from .tuning import report, table
+
+    verdicts: dict = {}
+    run_checks(seed, out, verdicts)
+    timings = []
+    for m, n, k in shapes if shapes is not None else REPORT_SHAPES:
+        out(f"  timing linear M={m} N={n} K={k} bfloat16 per_channel ...")
+        timings.append(time_shape(m, n, k, pairs=pairs, seed=seed))
+    try:
+        uname = os.uname().release
+    except AttributeError:  # pragma: no cover - not POSIX
+        uname = ""
+    return {
+        "report_schema": report.REPORT_SCHEMA,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "section_key": table.device_key(),
+        "environment": {
+            "macos": platform.mac_ver()[0], "darwin": uname, "platform": platform.platform(),
+            "python": platform.python_version(), "mlx": mx.__version__, "default_device": str(mx.default_device()),
+            "lines": environment(),
+            "capabilities": {cap: {"on": bool(on), "why": why} for cap, (on, why) in kernels.capabilities().items()},
+        },
+        "exactness": verdicts,
+        "timings": timings,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlx_w8a8.check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="also time every linear candidate against mlx_qmm at model shapes and write a JSON "
+                             "report (turn it into a table with python -m mlx_w8a8.tune --from-report FILE)")
+    parser.add_argument("--report-shapes", metavar="MxNxK,...",
+                        help="shapes the report times (default: " + ",".join("x".join(map(str, s)) for s in REPORT_SHAPES) + ")")
+    parser.add_argument("--report-pairs", type=int, default=10, help="paired rounds per shape (default 10)")
     args = parser.parse_args(argv)
     print("mlx_w8a8 self-check")
     for line in environment():
         print(f"  {line}")
-    return 1 if run_checks(args.seed) else 0
+    if not args.report:
+        return 1 if run_checks(args.seed) else 0
+    try:
+        shapes = parse_shapes(args.report_shapes) if args.report_shapes else None
+    except ValueError as error:
+        parser.error(str(error))
+    doc = build_report(args.seed, shapes, args.report_pairs)
+    import json
+
+    from .cachedir import write_text_atomic
+
+    write_text_atomic(args.report, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"report written to {args.report}")
+    return 1 if any(not v["ok"] for per_op in doc["exactness"].values() for v in per_op.values()) else 0
 
 
 if __name__ == "__main__":

@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", metavar="PATH",
                    help="write this machine's entries of the table to PATH (for shipping)")
     p.add_argument("--show", metavar="PATH", help="print the table at PATH and exit")
+    p.add_argument("--from-report", metavar="FILE", help="write the entries of a python -m mlx_w8a8.check "
+                   "--report FILE into --table (default: the user cache table) and exit")
     p.add_argument("--atol", type=float, default=gate.ATOL, help="gate absolute tolerance")
     p.add_argument("--rtol", type=float, default=gate.RTOL, help="gate relative tolerance")
     p.add_argument("--gate-reference-dtype", default="float32",
@@ -348,6 +350,15 @@ def main(argv: list[str] | None = None, out=None) -> int:
                         format="%(message)s")
     if args.show and not (args.shapes or args.model):
         return show(args.show, out)
+    if args.from_report:
+        from .tuning import report
+        try:
+            written = report.table_from_report(args.from_report, args.table or table.cache_table_path(),
+                                               args.min_improvement)
+        except (ValueError, table.TableError) as error:
+            return fail(str(error))
+        print(f"{written} entries from {args.from_report} written to {args.table or table.cache_table_path()}", file=out)
+        return 0
     if not (args.shapes or args.model or args.export):
         build_parser().print_usage(sys.stderr)
         return fail("give --model, --shapes, --export or --show", 2)

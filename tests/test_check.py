@@ -109,3 +109,50 @@ def test_check_runs_every_metal_candidate_in_the_emulator():
     metal_names = {c.name for c in registry.all_candidates() if c.backend == "metal"}
     for name in metal_names:
         assert f" {name} " in text, f"{name} was not checked:\n{text}"
+
+
+def test_report_on_this_cpu_becomes_table_entries(tmp_path):
+    """``--report`` works on the CPU with the candidates this machine has; the report
+    turns into table entries (only exact candidates chosen) through ``tune --from-report``."""
+    import json
+
+    from mlx_w8a8 import tune
+    from mlx_w8a8.tuning import report, table
+
+    path = tmp_path / "report.json"
+    assert check.main(["--report", str(path), "--report-shapes", "1x64x128,40x96x128", "--report-pairs", "3"]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["report_schema"] == report.REPORT_SCHEMA and doc["section_key"] == table.device_key()
+    assert doc["environment"]["mlx"] == mx.__version__ and "nax" in doc["environment"]["capabilities"]
+    here = {c.name for c in registry.candidates(registry.Problem("linear", 40, 96, 128, "bfloat16", "per_channel", 64))}
+    assert set(doc["exactness"]["linear"]) >= here and all(v["ok"] for v in doc["exactness"]["linear"].values())
+    assert [(r["m"], r["n"], r["k"]) for r in doc["timings"]] == [(1, 64, 128), (40, 96, 128)]
+    for row in doc["timings"]:
+        assert set(row["candidates"]) == here and row["reference"] == "mlx_qmm"
+        assert all(c["median_ns"] > 0 for c in row["candidates"].values())
+
+    target = tmp_path / "table.json"
+    assert tune.main(["--from-report", str(path), "--table", str(target)]) == 0
+    entries = table.read(str(target))["sections"][0]["entries"]
+    assert sorted(e["m_bucket"] for e in entries) == [1, 64] and all(e["choice"] in here for e in entries)
+
+
+def test_report_entries_never_choose_an_inexact_candidate():
+    from mlx_w8a8.tuning import report
+
+    doc = {"report_schema": 1, "section_key": {"backend": "metal", "device": {"architecture": "applegpu_g17s"},
+                                               "mlx_version": "0", "package_version": "0"},
+           "exactness": {"linear": {"mlx_qmm": {"ok": True}, "fast_but_wrong": {"ok": False},
+                                    "fast_and_exact": {"ok": True}}},
+           "timings": [{"m": 128, "n": 64, "k": 64, "dtype": "bfloat16", "weight_format": "per_channel",
+                        "group_size": 64, "reference": "mlx_qmm",
+                        "candidates": {"mlx_qmm": {"status": "ok", "median_ns": 100.0, "digest": "a"},
+                                       "fast_but_wrong": {"status": "ok", "median_ns": 10.0, "digest": "b"},
+                                       "fast_and_exact": {"status": "ok", "median_ns": 50.0, "digest": "c"}}}]}
+    key, (entry,) = report.entries_from_report(doc)
+    assert key["backend"] == "metal" and entry["choice"] == "fast_and_exact" and entry["speedup"] == 2.0
+    assert entry["candidates"]["fast_but_wrong"]["status"] == "inexact"
+    doc["exactness"]["linear"]["fast_and_exact"]["ok"] = False
+    assert report.entries_from_report(doc)[1][0]["choice"] == "mlx_qmm"
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.tuning.report\].*report_schema"):
+        report.entries_from_report({"report_schema": 7})

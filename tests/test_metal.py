@@ -247,7 +247,7 @@ def test_grouped_linear(emulated, rng, nax, body, dtype, m, n, k, group_size):
 
 # M covers every register-array length (MAXM 1, 4, 8, 16) with a guard (3, 7 < MAXM);
 # K = 96 is not a multiple of the 128 values one step of 32 lanes covers; N = 37 leaves
-# a SIMD-group with 1 of its 4 features live.
+# a SIMD-group with 1 of its R (4, or 2 at M = 16) features live.
 @pytest.mark.parametrize("m,per_channel,group_size,k,dtype", [
     (1, True, 32, 96, "float32"),
     (7, True, 32, 96, "bfloat16"),
@@ -289,6 +289,72 @@ def test_gemv_exact_past_2_24(emulated):
     sw = np.array(wq.channel_scales)
     want = (c.astype(np.float32) * sa) * sw[None, :]
     np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+def test_gemv_accumulators_fit_in_64_registers():
+    """Each lane holds 2 x R x MAXM accumulators (float and int32): at most 64 registers
+    for every M the GEMV takes (4 features x 16 rows x 2 was 128, which spills)."""
+    seen = {}
+
+    def record(kernel, *, template, output_shapes, output_dtypes, **_):
+        seen.update(template)
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+    w = QuantizedWeight.from_float(mx.zeros((8, 64)), group_size=32, per_channel=True)
+    previous = metal.set_executor(record)
+    try:
+        for m in range(1, metal.GEMV_MAX_M + 1):
+            metal.int8_gemv(mx.ones((m, 64)), w, None)
+            assert 2 * seen["R"] * seen["MAXM"] <= 64, (m, seen)
+    finally:
+        metal.set_executor(previous)
+    assert seen["MAXM"] == 16 and seen["R"] == metal.GEMV_ROWS_16
+
+
+def refusing_executor(limit, attempts):
+    """Stand-in for MLX on a GPU whose pipelines allow ``limit`` threads per group: a
+    larger threadgroup raises MLX's error; otherwise the int8 GEMM's exact product."""
+    def run(kernel, *, inputs, threadgroup, output_shapes, output_dtypes, **_):
+        attempts.append(threadgroup[0])
+        if threadgroup[0] > limit:
+            raise ValueError(f"Thread group size ({threadgroup[0]}) is greater than  the maximum allowed "
+                             f"threads per threadgroup ({limit}).")
+        a, b = (np.array(x).astype(np.int64) for x in inputs[:2])
+        return [mx.array((a @ b.T).astype(np.int32))]
+    return run
+
+
+def test_nax_tile_refused_by_the_pipeline_is_retried_smaller(rng, monkeypatch):
+    """A 512-thread tile MLX refuses (its pipeline's maxTotalThreadsPerThreadgroup is
+    lower) runs as the 64 x 64 tile instead, and later calls go there directly."""
+    monkeypatch.setattr(metal, "_refused", set())
+    monkeypatch.setattr(metal, "_launched", set())
+    attempts = []
+    previous = metal.set_executor(refusing_executor(448, attempts))
+    try:
+        for _ in range(2):
+            a, b = oracle.random_int8(rng, (40, 64)), oracle.random_int8(rng, (24, 64))
+            c = metal.nax_int8_matmul(mx.array(a), mx.array(b), tile="128x128")
+            np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+    finally:
+        metal.set_executor(previous)
+    assert attempts == [512, 128, 128]  # refused once, then straight to the smaller tile
+
+
+def test_nax_tile_other_errors_are_not_retried(monkeypatch):
+    monkeypatch.setattr(metal, "_refused", set())
+    monkeypatch.setattr(metal, "_launched", set())
+
+    def broken(kernel, **_):
+        raise RuntimeError("Unable to build metal library from source")
+
+    previous = metal.set_executor(broken)
+    try:
+        with pytest.raises(RuntimeError, match="Unable to build"):
+            metal.nax_int8_matmul(mx.zeros((8, 32), dtype=mx.int8), mx.zeros((8, 32), dtype=mx.int8), tile="128x128")
+    finally:
+        metal.set_executor(previous)
+    assert metal._refused == set()
 
 
 def test_gemv_refuses_more_than_16_rows(emulated, rng):
@@ -370,7 +436,7 @@ def test_probe_is_cached_per_key(tmp_path):
 
     def probe():
         runs.append(1)
-        return False, "MLX_METAL_NO_NAX build"
+        return False, "MLX_METAL_NO_NAX build", True
 
     assert metal.cached_probe("mlx 1.0", probe, path) == (False, "MLX_METAL_NO_NAX build")
     on, why = metal.cached_probe("mlx 1.0", probe, path)
@@ -381,14 +447,86 @@ def test_probe_is_cached_per_key(tmp_path):
     assert metal.cached_probe("mlx 1.0", probe, path)[0] is False and len(runs) == 3  # corrupt: re-probe
 
 
-def test_nax_probe_kernel_runs_in_the_emulator():
-    """The one-line matmul2d probe compiles against the emulated Metal 4 headers and
-    every lane reads the 16-long dot product of ones."""
+def test_transient_probe_failure_is_not_cached(tmp_path):
+    """A failure the probe does not call definitive (a GPU timeout, memory pressure) is
+    reported but not remembered: the next call probes again and can succeed."""
+    path = str(tmp_path / "nax_probe.json")
+    answers = [(False, "RuntimeError: command buffer timed out", False), (True, "exact", True)]
+    assert metal.cached_probe("k", lambda: answers.pop(0), path)[0] is False
+    assert metal.cached_probe("k", lambda: answers.pop(0), path) == (True, "exact")
+    assert metal.cached_probe("k", lambda: pytest.fail("probed again"), path) == (True, "exact (cached)")
+
+
+@pytest.fixture
+def nax_machine(monkeypatch, tmp_path):
+    """An M5-class Mac on the CPU: OS, GPU and probe stubbed, the probe cache in tmp."""
+    runs = []
+    state = {"metal": (True, "Metal GPU is MLX's default device"), "probe": (True, "exact", True)}
+    monkeypatch.setattr(metal, "metal_status", lambda: state["metal"])
+    monkeypatch.setattr(metal, "_device_arch", lambda: "applegpu_g17s")
+    monkeypatch.setattr(metal, "_os_versions", lambda: ("26.2", "25.2.0"))
+    monkeypatch.setattr(metal, "_probe_cache_path", lambda: str(tmp_path / "nax_probe.json"))
+    monkeypatch.setattr(metal, "run_nax_probe", lambda: runs.append(1) or state["probe"])
+    monkeypatch.setattr(metal, "_nax_memo", {})
+    return state, runs
+
+
+def test_cpu_default_device_at_first_call_does_not_disable_nax(nax_machine):
+    """The first NAX query of a process made while the CPU is MLX's default device says
+    no, and a later query on the GPU probes and says yes."""
+    state, runs = nax_machine
+    state["metal"] = (False, "MLX's default device is Device(cpu, 0), not the Metal GPU")
+    assert metal._native_nax()[0] is False and runs == []
+    state["metal"] = (True, "Metal GPU is MLX's default device")
+    on, why = metal._native_nax()
+    assert on and runs == [1] and "exact" in why
+    assert metal._native_nax()[0] and runs == [1]  # decided once per process
+
+
+def test_transient_probe_failure_is_retried_in_the_process(nax_machine):
+    state, runs = nax_machine
+    state["probe"] = (False, "RuntimeError: command buffer timed out", False)
+    assert metal._native_nax()[0] is False
+    state["probe"] = (True, "exact", True)
+    assert metal._native_nax()[0] is True and runs == [1, 1]
+
+
+def test_probe_key_holds_kernel_digest_and_versions():
+    import mlx_w8a8
+
+    key = metal.nax_probe_key("applegpu_g17s", "26.2", "25.2.0")
+    digest = registry.get("int8_matmul", "metal_nax_int8_gemm").digest
+    for part in (digest, mlx_w8a8.__version__, mx.__version__, "applegpu_g17s", "26.2", "25.2.0"):
+        assert part in key
+
+
+def test_nax_probe_runs_every_tile_in_the_emulator():
+    """The probe runs the real nax_gemm for each tile on a ragged problem (emulated
+    here) and passes only when every tile is exact."""
     previous = metal.set_executor(harness.executor)
     try:
-        assert metal.run_nax_probe() == (True, "ok")
+        ok, why, definitive = metal.run_nax_probe()
+        ran = set(harness.executor.sources)
     finally:
         metal.set_executor(previous)
+    assert ok and definitive, why
+    for tile in metal.NAX_TILES:
+        bm, bn, _, _ = metal.NAX_TILES[tile]
+        assert any(name.startswith(f"custom_kernel_w8a8_nax_gemm__{bm}_{bn}_") for name in ran), tile
+
+
+def test_nax_probe_refuses_wrong_results_definitively():
+    """A kernel that runs but computes the wrong numbers (here: every output 0) turns NAX
+    off, and that answer is cached (a layout-blind all-ones check would pass ones x ones)."""
+    def zeros(kernel, *, output_shapes, output_dtypes, **_):
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+    previous = metal.set_executor(zeros)
+    try:
+        ok, why, definitive = metal.run_nax_probe()
+    finally:
+        metal.set_executor(previous)
+    assert not ok and definitive and "differ from exact integer math" in why
 
 
 def test_probe_failure_is_a_reason_not_an_error():
@@ -397,10 +535,10 @@ def test_probe_failure_is_a_reason_not_an_error():
 
     previous = metal.set_executor(broken)
     try:
-        on, why = metal.run_nax_probe()
+        on, why, definitive = metal.run_nax_probe()
     finally:
         metal.set_executor(previous)
-    assert not on and "Unable to build metal library" in why
+    assert not on and definitive and "Unable to build metal library" in why
 
 
 def test_metal_follows_the_default_device(monkeypatch):

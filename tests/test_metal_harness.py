@@ -12,6 +12,8 @@ so a failure is the bug's doing.
 
 from __future__ import annotations
 
+import subprocess
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -234,6 +236,96 @@ def test_small_input_is_bound_in_constant_space():
         run(k, [mx.full((4,), 3.0)], (4,), mx.float32, (4, 1, 1), (4, 1, 1))
 
 
+# Casts between named address spaces. Metal refuses each of them, explicit or implicit,
+# even in a branch never taken; clang's C++ accepts the explicit ones, so the harness's
+# address-space pass must refuse them. `inp` is `constant` below 8 elements.
+CAST_PROBES = [
+    # constant -> device, explicit, in a branch never taken (issue 51's simd_gemm defect).
+    ("constant_to_device", 4, "if (inp[0] > 1e30f) { out[1] = ((const device float*)inp)[0]; }"),
+    # threadgroup -> device, explicit.
+    ("threadgroup_to_device", 8, "threadgroup float buf[4];\nbuf[0] = inp[0];\n"
+     "threadgroup_barrier(mem_flags::mem_threadgroup);\nout[1] = ((device float*)buf)[0];"),
+    # device -> thread, explicit (Metal's thread space is not a generic space).
+    ("device_to_thread", 8, "out[1] = ((const thread float*)inp)[0];"),
+    # constant -> device, implicit.
+    ("constant_to_device_implicit", 4, "const device float* p = inp; out[1] = p[0];"),
+    # threadgroup -> device, implicit.
+    ("threadgroup_to_device_implicit", 8, "threadgroup float buf[4];\nbuf[0] = inp[0];\n"
+     "threadgroup_barrier(mem_flags::mem_threadgroup);\ndevice float* p = buf; out[1] = p[0];"),
+]
+
+
+def cast_probe(body: str, size: int):
+    k = kernel(f"{body}\nout[0] = inp[0];", header="")
+    return run(k, [mx.full((size,), 2.0)], (2,), mx.float32, (1, 1, 1), (1, 1, 1))
+
+
+@pytest.mark.parametrize("name, size, body", CAST_PROBES, ids=[p[0] for p in CAST_PROBES])
+def test_cast_between_address_spaces_fails_to_compile(name, size, body):
+    with pytest.raises(harness.EmulationError, match="cast between address spaces|cannot initialize"):
+        cast_probe(body, size)
+
+
+def test_same_space_vector_cast_and_small_input_overloads_compile():
+    """What Metal accepts: a `device` 8-bit pointer cast to `device char4*` (same space,
+    other type), and w8a8_load4 on a 4-element (`constant`) and an 8-element (`device`)
+    input, which resolves to the scalar and the vector load."""
+    header = sources.read("metal", "common.h")
+    body = """const char4 v = w8a8_load4(inp);
+out[0] = float(v.x + v.y + v.z + v.w);
+const device int8_t* d = (const device int8_t*)out;  // same space: a plain cast
+out[1] = float(d == nullptr);
+"""
+    for size in (4, 8):
+        x = mx.arange(1, size + 1, dtype=mx.int8)
+        got = run(kernel(body, header=header), [x], (2,), mx.float32, (1, 1, 1), (1, 1, 1))
+        np.testing.assert_array_equal(np.array(got), [10.0, 0.0])
+
+
+def test_address_space_pass_reads_locations_in_order():
+    """clang prints a location's file only when it changes: the pass must follow them."""
+    dump = "\n".join([
+        "FunctionDecl <kernel.metal:1:1, line:9:1> f",
+        "  CStyleCastExpr <line:3:5, col:9> 'device float *' <AddressSpaceConversion>",
+        "  ParmVarDecl </x/metal_emu.h:756:16, kernel.metal:4:2> p",
+        "  CStyleCastExpr <col:5, col:9> 'void *' <AddressSpaceConversion>",
+        "FunctionDecl </x/metal_emu.h:20:1, line:30:1> g",
+        "  CStyleCastExpr <line:25:5, col:9> 'void *' <AddressSpaceConversion>",
+    ])
+    assert harness.address_space_casts(dump) == [(3, "device float *"), (4, "void *")]
+
+
+@pytest.mark.parametrize("name, size, body", CAST_PROBES[:3] + [
+    ("device_vector_cast_ok", 8, "out[1] = float(((const device char4*)inp)[0].x);")],
+    ids=[p[0] for p in CAST_PROBES[:3]] + ["device_vector_cast_ok"])
+def test_address_space_pass_agrees_with_opencl_cpp(tmp_path, name, size, body):
+    """The same probes through clang's C++ for OpenCL (`-cl-std=clc++2021`), whose
+    address-space rules are Metal's: it refuses exactly what the harness refuses."""
+    cxx = harness.compiler()
+    mapped = (body.replace("threadgroup_barrier(mem_flags::mem_threadgroup);", "")
+              .replace("threadgroup float buf[4];", "__local float buf[4];"))
+    space = "__constant" if size < 8 else "__global"
+    src = tmp_path / "probe.clcpp"
+    src.write_text(f"""#define device __global
+#define constant __constant
+#define thread __private
+typedef char char4 __attribute__((ext_vector_type(4)));
+__kernel void probe(const {space} float* inp, __global float* out) {{
+{mapped}
+out[0] = inp[0];
+}}
+""")
+    opencl = subprocess.run([cxx, "-x", "clcpp", "-cl-std=clc++2021", "-fsyntax-only", str(src)],
+                            capture_output=True, text=True)
+    try:
+        cast_probe(body, size)
+        harness_ok = True
+    except harness.EmulationError:
+        harness_ok = False
+    assert (opencl.returncode == 0) == name.endswith("_ok"), opencl.stderr
+    assert harness_ok == name.endswith("_ok")
+
+
 def test_schedule_dependent_result_is_a_race_error():
     """Every thread of a group writes the same element: the survivor depends on the
     order threads run in, which the two scheduler passes expose."""
@@ -338,6 +430,36 @@ out[thread_index_in_simdgroup] = float(ct_c[0]) + inp[0];
     else:
         with pytest.raises(harness.EmulationError, match="not in Apple's matmul2d type table"):
             compile_probe(src, MPP)
+
+
+@pytest.mark.parametrize("types, ok", [
+    ("uint8_t, metal::uint2b_format, int32_t", True),   # unsigned codes x packed 2-bit (public M5 code)
+    ("uint8_t, metal::uint4b_format, int32_t", True),
+    ("int8_t, metal::int4b_format, int32_t", True),
+    ("int8_t, metal::int2b_format, int32_t", True),
+    ("half, metal::uint4b_format, float", True),
+    ("int8_t, metal::uint2b_format, int32_t", False),  # signedness must match
+    ("uint8_t, metal::int4b_format, int32_t", False),
+    ("int8_t, metal::int4b_format, float", False),     # integer x packed integer only to int32
+])
+def test_matmul2d_type_table_packed_right_operands(types, ok):
+    """The packed sub-byte rows of Apple's table are accepted by the type check; the
+    emulator does not run them (no cooperative-tensor element semantics for packed types)."""
+    src = f"static_assert(mpp::tensor_ops::detail::type_ok<{types}>(), \"not in the table\");\nout[0] = inp[0];"
+    if ok:
+        compile_probe(src, MPP)
+    else:
+        with pytest.raises(harness.EmulationError, match="not in the table"):
+            compile_probe(src, MPP)
+
+
+def test_packed_right_operand_is_not_run():
+    src = NAX_OP + """auto ct_a = op.get_left_input_cooperative_tensor<uint8_t, metal::uint2b_format, int32_t>();
+auto ct_b = op.get_right_input_cooperative_tensor<uint8_t, metal::uint2b_format, int32_t>();
+out[0] = inp[0];
+"""
+    with pytest.raises(harness.EmulationError, match="packed sub-byte right operands are not emulated"):
+        compile_probe(src, MPP)
 
 
 def test_fresh_cooperative_tensor_is_poison_not_zero():
@@ -516,3 +638,25 @@ def test_half_conversions_round_to_nearest_even(rng):
     got = np.array(run(k, [mx.array(xin)], (n,), mx.float16, (n, 1, 1), (256, 1, 1)))
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(got.view(np.uint16), xin.astype(np.float16).view(np.uint16))
+
+
+def test_dump_writes_the_generated_source_for_apples_compiler(tmp_path, monkeypatch, capsys):
+    """With METAL_EMU_DUMP set, every source the executor runs lands in the folder
+    under MLX's kernel name (its input spaces encoded: `c` for a constant input), and
+    metal_compile.py turns each into the xcrun command that compiles it with MLX's
+    utils.h prepended (dry run: no compiler here)."""
+    from metal_emu import metal_compile
+
+    monkeypatch.setenv(harness.DUMP_ENV, str(tmp_path))
+    k = kernel("out[thread_position_in_grid.x] = inp[0];")
+    for size in (4, 8):
+        run(k, [mx.zeros((size,))], (1,), mx.float32, (1, 1, 1), (1, 1, 1))
+    names = sorted(p.name for p in tmp_path.glob("*.metal"))
+    assert set(names) == {"custom_kernel_probe_floatc_float.metal", "custom_kernel_probe_float_float.metal"}
+    assert "const constant float* inp" in (tmp_path / "custom_kernel_probe_floatc_float.metal").read_text()
+    assert metal_compile.compile_all(tmp_path, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert out.count("would run: xcrun -sdk macosx metal -std=metal4.0 -fno-fast-math") == 2
+    assert "2 kernel sources, 0 failed to compile (dry run)" in out
+    full = (tmp_path / "custom_kernel_probe_float_float.with_preamble.metal").read_text()
+    assert full.startswith(metal_compile.PREAMBLE) and "[[kernel]] void custom_kernel_probe_float_float" in full

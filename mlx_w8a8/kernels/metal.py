@@ -7,11 +7,11 @@ module never needs Metal):
   optional per-group row sums, one threadgroup per row.
 - ``metal_nax_int8_gemm`` (``int8_matmul``, M5-class GPUs): ``matmul2d`` int8 x int8 ->
   int32 on the neural accelerators, the right operand read transposed (``[N, K]`` rows,
-  contiguous). ``_32x128``, ``_64x64`` and ``_128x128`` suffixes name one threadgroup
+  contiguous). ``_32x128``, ``_64x64``, ``_64x128`` and ``_128x128`` suffixes name one threadgroup
   tile each, so the tuner can pick per shape; the plain name picks a tile from the shape.
 - ``metal_simd_int8_gemm`` (``int8_matmul``, every Apple GPU): int8 widened to half in
   ``simdgroup_matrix``, float accumulation flushed to int32 every 1024 values of K.
-- ``metal_nax_w8a8_gemm`` (and the same three tile suffixes) / ``metal_simd_w8a8_gemm``
+- ``metal_nax_w8a8_gemm`` (and the same four tile suffixes) / ``metal_simd_w8a8_gemm``
   (``linear``, per-channel weights): quantize + the same GEMMs with the dequant (+ bias)
   epilogue fused.
 - ``metal_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row
@@ -31,9 +31,11 @@ Capabilities (:func:`status` reports each with its reason):
 - NAX (:func:`nax_status`): macOS >= 26.2 (read from the Darwin release when
   ``platform.mac_ver()`` reports the 16.x compatibility version, cpython #135675), GPU
   generation >= 17 (>= 18 for a ``p`` part) from ``mx.device_info()["architecture"]``
-  (MLX's ``is_nax_available`` rule), and this MLX build compiles and runs a one-line
-  ``matmul2d`` kernel (a build for an older deployment target leaves NAX out). The probe
-  runs once per MLX version and its answer is cached on disk.
+  (MLX's ``is_nax_available`` rule), and the real ``nax_gemm`` kernel is exact for every
+  tile on a random ragged problem here (:func:`run_nax_probe`). The probe's answer is
+  cached on disk per MLX and package version, kernel digest, OS and GPU; a failure that
+  may be transient is not cached, and no decision is kept while the CPU is the default
+  device.
 
 :func:`override` replaces either capability for tests. How a kernel is launched is one
 function, :func:`set_executor`: by default it calls the ``mx.fast.metal_kernel`` object;
@@ -56,7 +58,8 @@ from .. import cachedir
 from . import registry, sources
 
 GEMV_MAX_M = 16
-GEMV_ROWS = 4  # output features per SIMD-group in gemv.metal (each activation load feeds 4)
+GEMV_ROWS = 4  # output features per SIMD-group in gemv.metal (each activation load feeds 4) ...
+GEMV_ROWS_16 = 2  # ... and 2 when MAXM = 16: 2 x 16 x 2 accumulators per lane, not 128
 MAX_K = 1 << 17  # |a|, |b| <= 128: K * 2^14 <= 2^31 keeps int32 exact
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 QUANT_THREADS = 256
@@ -64,7 +67,13 @@ GEMV_THREADS = 256
 GEMM_THREADS = 128
 SIMD_TILE = 32  # simd_gemm.metal: 32 x 32 per threadgroup
 # NAX threadgroup tiles: name -> (BM, BN, WM, WN); every SIMD-group computes 32 x 32.
-NAX_TILES = {"32x128": (32, 128, 1, 4), "64x64": (64, 64, 2, 2), "128x128": (128, 128, 4, 4)}
+NAX_TILES = {"32x128": (32, 128, 1, 4), "64x64": (64, 64, 2, 2), "64x128": (64, 128, 2, 4),
+             "128x128": (128, 128, 4, 4)}
+# A tile whose pipeline refuses its threadgroup size (MLX checks it against the
+# pipeline's maxTotalThreadsPerThreadgroup, which register use can lower below 1024, and
+# metal_kernel cannot declare it) is retried with this one (128 threads).
+NAX_RETRY_TILE = "64x64"
+TOO_MANY_THREADS = "maximum allowed threads per threadgroup"
 NAX_MIN_MACOS = (26, 2)
 
 # ---------------------------------------------------------------------------------------
@@ -166,48 +175,54 @@ def nax_decision(mac_ver: str, darwin_release: str, architecture: str, probe: Pr
         return False, f"{reason}; matmul2d probe raised {type(error).__name__}: {error}"
     if not ok:
         return False, f"{reason}; but this MLX build cannot run matmul2d: {why}"
-    return True, f"{reason}; matmul2d int8 probe passed"
+    return True, f"{reason}; nax_gemm probe: {why}"
 
 
-_PROBE_SOURCE = """
-constexpr auto desc = mpp::tensor_ops::matmul2d_descriptor(
-    16, 32, 16, false, true, true, mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);
-mpp::tensor_ops::matmul2d<desc, metal::execution_simdgroup> op;
-auto ct_a = op.get_left_input_cooperative_tensor<int8_t, int8_t, int32_t>();
-auto ct_b = op.get_right_input_cooperative_tensor<int8_t, int8_t, int32_t>();
-auto ct_c = op.get_destination_cooperative_tensor<
-    metal::remove_addrspace_t<decltype(ct_a)>, metal::remove_addrspace_t<decltype(ct_b)>, int32_t>();
-for (short i = 0; i < 8; ++i) { ct_a[i] = ones[0]; }
-for (short i = 0; i < 16; ++i) { ct_b[i] = ones[0]; ct_c[i] = 0; }
-op.run(ct_a, ct_b, ct_c);
-out[thread_index_in_simdgroup] = ct_c[0];
-"""
+# The probe's problem: ragged in M, N and K for every tile (M and N not multiples of any
+# tile, K not a multiple of the 32-wide K step), so both the unguarded and the guarded
+# loads, the K tail and the edge stores all run. Left operands span the whole int8 range.
+PROBE_SHAPE = (45, 150, 300)
 
 
-def run_nax_probe() -> tuple[bool, str]:
-    """Compile and run a one-line ``matmul2d`` int8 kernel through the executor;
-    every lane must read 16 (a 16-long dot product of ones)."""
-    kernel = mx.fast.metal_kernel(
-        name="w8a8_nax_probe", input_names=["ones"], output_names=["out"], source=_PROBE_SOURCE,
-        header="#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>\n")
-    try:
-        (out,) = _executor(kernel, inputs=[mx.ones((8,), dtype=mx.int8)], output_shapes=[(32,)],
-                           output_dtypes=[mx.int32], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-                           template=None, init_value=None)
-        got = [int(v) for v in out.tolist()]
-    except Exception as error:
-        return False, f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300] if str(error).strip() else ''}"
-    if got != [16] * 32:
-        return False, f"matmul2d gave {got[:4]}..., expected 16 in every lane"
-    return True, "ok"
+def run_nax_probe() -> tuple[bool, str, bool]:
+    """Run the real ``nax_gemm`` kernel for every tile of ``NAX_TILES`` on a random
+    ragged problem and compare each result with exact integer math on the host.
+
+    Returns:
+        ``(ok, reason, definitive)``: ``definitive`` is False for a failure that may not
+        repeat (an error other than a failed compile or a wrong result: a timeout, memory
+        pressure), which is not cached.
+    """
+    import numpy as np
+
+    m, n, k = PROBE_SHAPE
+    rng = np.random.default_rng()
+    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+    want = a.astype(np.int64) @ b.astype(np.int64).T
+    for tile in NAX_TILES:
+        try:
+            got = nax_int8_matmul(mx.array(a), mx.array(b), tile=tile)
+            mx.eval(got)
+            got = np.array(got).astype(np.int64)
+        except Exception as error:
+            text = str(error).strip()
+            first = text.splitlines()[0][:300] if text else ""
+            compile_error = any(word in text for word in ("Unable to build metal library", "error:", "Unable to load"))
+            return False, f"tile {tile}: {type(error).__name__}: {first}", compile_error
+        if got.shape != want.shape or not np.array_equal(got, want):
+            bad = int(np.sum(got != want)) if got.shape == want.shape else got.size
+            return False, f"tile {tile}: {bad} of {want.size} outputs differ from exact integer math", True
+    return True, f"nax_gemm exact on {m}x{n}x{k} for tiles {', '.join(NAX_TILES)}", True
 
 
 def _probe_cache_path() -> str:
     return os.path.join(cachedir.cache_dir(), "nax_probe.json")
 
 
-def cached_probe(key: str, probe: Probe, path: str | None = None) -> tuple[bool, str]:
-    """``probe()`` once per ``key`` (MLX version, OS and GPU), remembered in a JSON file.
+def cached_probe(key: str, probe: Callable[[], "tuple[bool, str, bool]"], path: str | None = None) -> tuple[bool, str]:
+    """``probe()`` once per ``key``, remembered in a JSON file; a failure ``probe``
+    calls not definitive (its third value) is returned but not remembered.
 
     A corrupt or unwritable cache file only costs a fresh probe."""
     path = path or _probe_cache_path()
@@ -218,7 +233,9 @@ def cached_probe(key: str, probe: Probe, path: str | None = None) -> tuple[bool,
         return bool(ok), f"{why} (cached)"
     except Exception:
         known = None
-    ok, why = probe()
+    ok, why, definitive = probe()
+    if not ok and not definitive:
+        return False, f"{why} (not cached: may be transient)"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         data = known if isinstance(known, dict) else {}
@@ -229,18 +246,57 @@ def cached_probe(key: str, probe: Probe, path: str | None = None) -> tuple[bool,
     return ok, why
 
 
-@functools.lru_cache(maxsize=1)
+def nax_probe_key(arch: str, mac_ver: str, darwin: str) -> str:
+    """The probe cache's key: what the answer depends on. MLX and package versions, OS,
+    GPU, and the digest of the kernel the probe runs (its sources and launch code), so
+    an edited kernel or a new release probes again."""
+    from .. import __version__
+
+    digest = registry.get("int8_matmul", "metal_nax_int8_gemm").digest
+    return f"mlx {mx.__version__} | mlx_w8a8 {__version__} | kernel {digest} | macOS {mac_ver} | darwin {darwin} | {arch}"
+
+
+def _device_arch() -> str:
+    return str(mx.device_info().get("architecture", ""))
+
+
+def _os_versions() -> tuple[str, str]:
+    return platform.mac_ver()[0], os.uname().release
+
+
+# Decisions per probe key, for this process; only taken while Metal is the default
+# device, so a first call on a CPU default device decides nothing for later calls.
+_nax_memo: dict[str, tuple[bool, str]] = {}
+
+
 def _native_nax() -> tuple[bool, str]:
     ok, why = metal_status()
     if not ok:
         return False, why
     try:
-        arch = str(mx.device_info().get("architecture", ""))
+        arch = _device_arch()
     except Exception as error:
         return False, f"mx.device_info() failed ({type(error).__name__}: {error})"
-    mac_ver, darwin = platform.mac_ver()[0], os.uname().release
-    key = f"mlx {mx.__version__} | macOS {mac_ver} | darwin {darwin} | {arch}"
-    return nax_decision(mac_ver, darwin, arch, lambda: cached_probe(key, run_nax_probe))
+    mac_ver, darwin = _os_versions()
+    key = nax_probe_key(arch, mac_ver, darwin)
+    if key in _nax_memo:
+        return _nax_memo[key]
+    transient = []
+
+    def probe() -> tuple[bool, str]:
+        try:
+            ok, why = cached_probe(key, run_nax_probe)
+        except Exception:
+            transient.append("raised")
+            raise
+        if why.endswith("(not cached: may be transient)"):
+            transient.append(why)
+        return ok, why
+
+    decision = nax_decision(mac_ver, darwin, arch, probe)
+    if not transient:
+        _nax_memo[key] = decision
+    return decision
 
 
 def nax_status() -> tuple[bool, str]:
@@ -396,37 +452,62 @@ def nax_swizzle(tiles_m: int) -> int:
 _GEMM_INPUTS = ("a", "b", "sa", "sw", "ws", "wo", "rs", "bias")
 
 
+# Pipelines (template arguments and input bindings) whose threadgroup size MLX refused,
+# and those already seen to launch: a tile is checked once per pipeline and process.
+_refused: set = set()
+_launched: set = set()
+
+
 def _gemm(nax: bool, a, b, *, flip, mode, gs, out_dtype, sa=None, sw=None, ws=None, wo=None,
           rs=None, bias=None, tile: str | None = None, vec: bool = False):
     m, n = a.shape[0], b.shape[0]
     f32 = _dummy(mx.float32)
     kdtype, bf16 = _out_type(out_dtype)
-    common = [("TB", b.dtype), ("FLIP", flip), ("MODE", mode), ("GS", gs), ("TO", kdtype),
+    # GS matters only to grouped weights (MODE 2): one instantiation for the others.
+    common = [("TB", b.dtype), ("FLIP", flip), ("MODE", mode), ("GS", gs if mode == 2 else 32), ("TO", kdtype),
               ("OUT_BF16", bf16), ("HAS_BIAS", bias is not None)]
+    inputs = [a, b, f32 if sa is None else sa, f32 if sw is None else sw,
+              f32 if ws is None else ws, f32 if wo is None else wo,
+              _dummy(mx.int32) if rs is None else rs, f32 if bias is None else bias]
     if nax:
-        bm, bn, wm, wn = NAX_TILES[tile or nax_tile_for(m, n)]
+        tile = tile or nax_tile_for(m, n)
+        bm, bn, wm, wn = NAX_TILES[tile]
         tiles_m, tiles_n = -(-m // bm), -(-n // bn)
         swz = nax_swizzle(tiles_m)
         threads = wm * wn * 32
         kernel = _kernel("nax_gemm.metal", "nax_gemm", _GEMM_INPUTS, ("out",))
-        template = [("BM", bm), ("BN", bn), ("WM", wm), ("WN", wn), ("SWZ", swz)] + common
+        template = [("BM", bm), ("BN", bn), ("WM", wm), ("WN", wn)] + common
         grid = ((tiles_n << swz) * threads, -(-tiles_m // (1 << swz)), 1)
     else:
         threads = GEMM_THREADS
         kernel = _kernel("simd_gemm.metal", "simd_gemm", _GEMM_INPUTS, ("out",))
         template = common + [("VEC", vec)]
         grid = (-(-n // SIMD_TILE) * threads, -(-m // SIMD_TILE), 1)
-    (out,) = _executor(
-        kernel,
-        inputs=[a, b, f32 if sa is None else sa, f32 if sw is None else sw,
-                f32 if ws is None else ws, f32 if wo is None else wo,
-                _dummy(mx.int32) if rs is None else rs, f32 if bias is None else bias],
-        template=template,
-        grid=grid,
-        threadgroup=(threads, 1, 1),
-        output_shapes=[(m, n)],
-        output_dtypes=[kdtype],
-    )
+    pipeline = (tuple(template), tuple((str(x.dtype), x.size < 8) for x in inputs))
+    if nax and tile != NAX_RETRY_TILE and pipeline in _refused:
+        return _gemm(nax, a, b, flip=flip, mode=mode, gs=gs, out_dtype=out_dtype, sa=sa, sw=sw, ws=ws, wo=wo,
+                     rs=rs, bias=bias, tile=NAX_RETRY_TILE, vec=vec)
+    retry = nax and tile != NAX_RETRY_TILE
+    try:
+        (out,) = _executor(kernel, inputs=inputs, template=template, grid=grid, threadgroup=(threads, 1, 1),
+                           output_shapes=[(m, n)], output_dtypes=[kdtype])
+        if retry and pipeline not in _launched:
+            # MLX checks the threadgroup size when it encodes the kernel (at evaluation),
+            # so the first launch of a pipeline is evaluated here to see it. Any other
+            # error of that evaluation (e.g. evaluating inside a function transformation)
+            # is left to the caller's own evaluation, as without this check.
+            try:
+                mx.eval(out)
+                _launched.add(pipeline)
+            except Exception as error:
+                if TOO_MANY_THREADS in str(error):
+                    raise
+    except Exception as error:
+        if not (retry and TOO_MANY_THREADS in str(error)):
+            raise
+        _refused.add(pipeline)
+        return _gemm(nax, a, b, flip=flip, mode=mode, gs=gs, out_dtype=out_dtype, sa=sa, sw=sw, ws=ws, wo=wo,
+                     rs=rs, bias=bias, tile=NAX_RETRY_TILE, vec=vec)
     return out.view(mx.bfloat16) if bf16 else out
 
 
@@ -470,9 +551,23 @@ def simd_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
 def grouped_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     """Grouped (general affine 8-bit) W8A8 linear; NAX kernel where NAX is present."""
     q, sa, rs = quantize(x, weight.group_size)
+    ws, wo = group_major(weight)
     return _gemm(nax_available(), q, weight.codes(), flip=True, mode=2, gs=weight.group_size,
-                 out_dtype=x.dtype, sa=sa, ws=weight.scales.astype(mx.float32),
-                 wo=weight.group_offsets, rs=rs, bias=_bias32(bias), vec=True)
+                 out_dtype=x.dtype, sa=sa, ws=ws, wo=wo, rs=rs, bias=_bias32(bias), vec=True)
+
+
+def group_major(weight) -> tuple[mx.array, mx.array]:
+    """The grouped GEMMs' scales and offsets ``[G, N]`` float32 (made once per weight):
+    the epilogue's lanes read neighbouring columns of one group, adjacent in this layout
+    (MLX stores them ``[N, G]``, a stride of G per column)."""
+    return (weight.derived("metal_scales_gn", lambda: mx.contiguous(weight.scales.astype(mx.float32).T)),
+            weight.derived("metal_offsets_gn", lambda: mx.contiguous(weight.group_offsets.T)))
+
+
+def gemv_rows(m: int) -> int:
+    """Output features per SIMD-group of the GEMV for ``m`` rows: 4, or 2 at MAXM = 16,
+    so a lane's 2 x R x MAXM accumulators stay at 64 registers or fewer."""
+    return GEMV_ROWS_16 if gemv_max_m(m) > 8 else GEMV_ROWS
 
 
 def gemv_max_m(m: int) -> int:
@@ -493,7 +588,8 @@ def int8_gemv(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     q, sa, rs = quantize(x, weight.group_size if grouped else None)
     f32 = _dummy(mx.float32)
     kdtype, bf16 = _out_type(x.dtype)
-    per_group = GEMV_THREADS // 32 * GEMV_ROWS
+    rows = gemv_rows(m)
+    per_group = GEMV_THREADS // 32 * rows
     (out,) = _executor(
         _kernel("gemv.metal", "gemv", ("xq", "sa", "w", "sw", "ws", "wo", "rs", "bias"), ("out",)),
         inputs=[q, sa, weight.codes(),
@@ -503,7 +599,7 @@ def int8_gemv(x: mx.array, weight, bias: mx.array | None) -> mx.array:
                 rs if grouped else _dummy(mx.int32),
                 f32 if bias is None else _bias32(bias)],
         template=[("MODE", 2 if grouped else 1), ("GS", weight.group_size), ("MAXM", gemv_max_m(m)),
-                  ("R", GEMV_ROWS), ("NT", GEMV_THREADS), ("TO", kdtype), ("OUT_BF16", bf16),
+                  ("R", rows), ("NT", GEMV_THREADS), ("TO", kdtype), ("OUT_BF16", bf16),
                   ("HAS_BIAS", bias is not None)],
         grid=(-(-n // per_group) * GEMV_THREADS, 1, 1),
         threadgroup=(GEMV_THREADS, 1, 1),
@@ -581,9 +677,9 @@ _CANDIDATES = [  # name, op, run, (functions digested), supports, kernel files, 
      _Q + _NAX, nax_available),
     ("metal_simd_w8a8_gemm", "linear", simd_w8a8_linear, _GEMM + (_linear_per_channel,), _supports_per_channel,
      _Q + _SIMD, metal_available),
-    ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _NAXF, _supports_grouped, _Q + _NAX + _SIMD,
+    ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _NAXF + (group_major,), _supports_grouped, _Q + _NAX + _SIMD,
      metal_available),
-    ("metal_int8_gemv", "linear", int8_gemv, _LAUNCH + (gemv_max_m,), _supports_gemv, _Q + _GV, metal_available),
+    ("metal_int8_gemv", "linear", int8_gemv, _LAUNCH + (gemv_max_m, gemv_rows), _supports_gemv, _Q + _GV, metal_available),
 ]
 for _tile in NAX_TILES:
     _CANDIDATES += [
@@ -592,7 +688,8 @@ for _tile in NAX_TILES:
         (f"metal_nax_w8a8_gemm_{_tile}", "linear", functools.partial(nax_w8a8_linear, tile=_tile),
          _NAXF + (nax_w8a8_linear, _linear_per_channel), _supports_per_channel, _Q + _NAX, nax_available),
     ]
-_PARAMS = f"{QUANT_THREADS}/{GEMV_THREADS}/{GEMV_ROWS}/{GEMM_THREADS}/{SIMD_TILE}/{NAX_TILES}/{MAX_K}"
+_PARAMS = (f"{QUANT_THREADS}/{GEMV_THREADS}/{GEMV_ROWS}/{GEMV_ROWS_16}/{GEMM_THREADS}/{SIMD_TILE}/{NAX_TILES}/"
+           f"{NAX_RETRY_TILE}/{MAX_K}")
 for _name, _op, _run, _fns, _supports, _files, _avail in _CANDIDATES:
     _functions = _fns if isinstance(_run, functools.partial) else (_run, *_fns)
     registry.register(registry.Candidate(

@@ -18,8 +18,10 @@ How one dispatch runs:
    ``custom_kernel.cpp`` does (inputs in order, each followed by its ``_shape`` /
    ``_strides`` / ``_ndim`` buffers when the source names them, then the outputs).
    Any other attribute makes clang fail (``-Werror=unknown-attributes``).
-3. ``build`` compiles it once with clang (``-std=c++20``, address spaces on, no fast
-   math) into a shared library cached by content hash; ``cffi`` loads it.
+3. ``build`` first runs the address-space pass (``check_address_spaces``: clang's AST
+   of the translation unit; any cast between address spaces written in the kernel's
+   source refuses it, as Metal does), then compiles it once with clang (address spaces
+   on, no fast math) into a shared library cached by content hash; ``cffi`` loads it.
 4. ``run_source`` copies the inputs into guarded host buffers (poisoned guard bytes on
    both sides, so an out-of-bounds read sees garbage and an out-of-bounds write is
    reported), fills outputs with ``init_value`` or a poison byte and runs the grid twice,
@@ -219,7 +221,7 @@ def translate(source: str) -> str:
     def make_static(m):
         decl = m.group(2)
         tg_arrays.append(re.search(r"(\w+)\s*\[", decl).group(1))
-        return m.group(1) + "static " + decl + f" emu_register_tg((void*)&{tg_arrays[-1]}, sizeof({tg_arrays[-1]}));"
+        return m.group(1) + "static " + decl + f" emu_register_tg_of(&{tg_arrays[-1]}, sizeof({tg_arrays[-1]}));"
 
     body = _TG_ARRAY.sub(make_static, body)
     args = []
@@ -236,6 +238,7 @@ def translate(source: str) -> str:
         else:
             args.append(f"t.{attr}")
     launcher = f"""
+#line 1 "emu_launcher.cpp"
 static void emu_body(const emu::ThreadIds& t, void** bufs) {{
   {call_name}({", ".join(args)});
 }}
@@ -263,6 +266,9 @@ static inline int emu_register_tg(void* p, unsigned long n) {
   std::memset(p, %d, n);
   return 0;
 }
+// The address-space cast lives here, outside kernel.metal, so the address-space pass
+// (which refuses every cast between address spaces in kernel.metal) does not see it.
+template <class T> static inline int emu_register_tg_of(T* p, unsigned long n) { return emu_register_tg((void*)p, n); }
 static void emu_reset_tg() { for (int i = 0; i < emu_ntg; ++i) std::memset(emu_tgs[i].p, %d, emu_tgs[i].n); }
 #line 1 "kernel.metal"
 """ % (POISON, POISON)
@@ -355,9 +361,87 @@ def _load(path: str):
     return _ffi.dlopen(path)
 
 
+# --------------------------------------------------------------------------------------
+# 3b. Address spaces as Metal checks them.
+# --------------------------------------------------------------------------------------
+# Metal refuses every conversion between address spaces (device, constant, threadgroup,
+# thread), explicit casts included. Clang's C++ with `address_space(N)` attributes refuses
+# the implicit ones (a threadgroup pointer where a device one is expected) but accepts a
+# C-style cast between any two, as a reinterpret_cast. C++ for OpenCL refuses those casts
+# too, but it is C++17-based in clang 14 (matmul2d's descriptor is a class-type template
+# parameter, C++20) and cannot include the emulator's runtime; so this pass asks clang for
+# the AST of the very translation unit the emulator builds and refuses every cast whose
+# kind is AddressSpaceConversion written in the kernel's own source (kernel.metal: MLX's
+# header, the kernel header, the body), where MLX's instantiation has been applied.
+_LOC = re.compile(r"(?:\bline:(\d+):\d+|\bcol:\d+|([^\s<>,:()']+):(\d+):\d+)")
+
+
+def address_space_casts(dump: str, file: str = "kernel.metal") -> list[tuple[int, str]]:
+    """``(line, type)`` of every AddressSpaceConversion cast located in ``file``.
+
+    Args:
+        dump: clang's text AST dump (``-Xclang -ast-dump``). It prints a location's file
+            only when it differs from the last location printed and its line only when
+            that differs, so the locations are followed in order to know each node's.
+    """
+    found = []
+    cur_file, cur_line = None, 0
+    for text in dump.splitlines():
+        first = None
+        for m in _LOC.finditer(text):
+            if m.group(2) is not None:
+                cur_file, cur_line = m.group(2), int(m.group(3))
+            elif m.group(1) is not None:
+                cur_line = int(m.group(1))
+            if first is None:
+                first = (cur_file, cur_line)
+        if "<AddressSpaceConversion>" in text and first is not None and first[0] == file:
+            kind = re.search(r"'([^']*)' <AddressSpaceConversion>", text)
+            found.append((first[1], kind.group(1) if kind else "?"))
+    return found
+
+
+def check_address_spaces(tu: str) -> None:
+    """Refuse ``tu`` (a translated source) if its kernel code casts between address
+    spaces; checked once per content (a stamp file in the cache).
+
+    Raises:
+        EmulationError: naming the line of kernel.metal and the cast's target type.
+    """
+    cxx = compiler()
+    if cxx is None:
+        raise EmulationError("no clang++ found; the Metal emulation needs clang (apt-get install clang)")
+    flags = [standard(tu), "-fsyntax-only", "-fno-color-diagnostics", "-Wno-unused-value"]
+    key = hashlib.sha256("\0".join([tu, HEADER.read_text(), PREAMBLE.read_text(), " ".join(flags), cxx,
+                                     "address spaces"]).encode()).hexdigest()[:24]
+    stamp = cache_dir() / f"as_{key}.ok"
+    if stamp.exists():
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "tu.cpp"
+        src.write_text(tu)
+        proc = subprocess.run([cxx, *flags, "-Xclang", "-ast-dump", "-I", str(HERE), "-I", str(INCLUDE), str(src)],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmulationError(f"clang rejected the kernel:\n{proc.stderr[-6000:]}")
+    casts = address_space_casts(proc.stdout)
+    if casts:
+        lines = tu.split('#line 1 "kernel.metal"\n', 1)[-1].splitlines()
+        line, kind = casts[0]
+        code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        raise EmulationError(
+            f"kernel.metal line {line}: cast between address spaces (to '{kind}'): {code!r}. Metal rejects "
+            f"every cast between the device, constant, threadgroup and thread address spaces, even in a "
+            f"branch never taken at run time ({len(casts)} such cast(s) in this source)")
+    stamp.write_text("ok\n")
+
+
 def build(source: str):
-    """The loaded emulation library for a generated Metal source (compiled once)."""
-    return _load(str(compile_cpp(translate(source))))
+    """The loaded emulation library for a generated Metal source (compiled once), after
+    the address-space pass (:func:`check_address_spaces`)."""
+    tu = translate(source)
+    check_address_spaces(tu)
+    return _load(str(compile_cpp(tu)))
 
 
 # --------------------------------------------------------------------------------------
@@ -452,6 +536,24 @@ def _ctype(dtype) -> str:
             mx.uint16: "uint16_t", mx.int64: "int64_t", mx.uint64: "uint64_t", mx.bool_: "bool"}[dtype]
 
 
+# Set to a folder, every source the executor runs is also written there (one file per
+# kernel instantiation, named by MLX's kernel name) for Apple's compiler to check:
+# tests/metal_emu/metal_compile.py. Not an MLX_W8A8_* name: the test suite's conftest
+# removes those from every test's environment.
+DUMP_ENV = "METAL_EMU_DUMP"
+
+
+def dump_source(folder: str, name: str, source: str) -> Path:
+    """Write ``source`` to ``folder/name.metal`` (atomically; the same name always holds
+    the same source, MLX's kernel names encode template arguments and input spaces)."""
+    path = Path(folder) / f"{name}.metal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(source)
+    os.replace(tmp, path)
+    return path
+
+
 def executor(kernel, *, inputs, output_shapes, output_dtypes, grid, threadgroup,
              template=None, init_value=None, **_ignored):
     """Drop-in for calling ``kernel(...)``: captures the source, runs it emulated.
@@ -463,7 +565,11 @@ def executor(kernel, *, inputs, output_shapes, output_dtypes, grid, threadgroup,
     if template:
         call["template"] = template
     source = capture_source(kernel, inputs, **call)
-    executor.sources[parse_signature(source)[0]] = source
+    name = parse_signature(source)[0]
+    executor.sources[name] = source
+    dump = os.environ.get(DUMP_ENV)
+    if dump:
+        dump_source(dump, name, source)
     return run_source(source, inputs, output_shapes, output_dtypes, grid, threadgroup, init_value)
 
 

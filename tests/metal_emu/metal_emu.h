@@ -599,6 +599,13 @@ inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_ma
   simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, 8, 8>(TD(0)));
 }
 
+// Packed sub-byte element formats of Metal 4 (right operands of matmul2d): tags only,
+// so the type table can name them; no arithmetic or storage is emulated.
+struct int4b_format {};
+struct uint4b_format {};
+struct int2b_format {};
+struct uint2b_format {};
+
 struct execution_simdgroup {};
 struct execution_simdgroups {};
 template <class T> struct remove_addrspace { typedef T type; };
@@ -611,9 +618,14 @@ template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type
 //
 // Emulated: descriptor (16, 32, 16), transpose_right false or true (transpose_left
 // fails), execution_simdgroup, modes multiply and multiply_accumulate, and the element
-// type combinations of Apple's MPPTensorOpsMatMul2d.h table that have a host type here
-// (half, float, int8_t, uint8_t, int32_t; bfloat and the 4/2-bit and fp8 formats have
-// none): any other combination, e.g. int8_t x uint8_t, fails to compile. Integer
+// type combinations of the table in Apple's MPPTensorOpsMatMul2d.h (26.x SDK, read from
+// a public copy of the header) that have a host type here: half, float, int8_t, uint8_t,
+// int32_t. Integer rows: int8_t x int8_t, uint8_t x uint8_t, int8_t x int4b/int2b_format
+// and uint8_t x uint4b/uint2b_format, all -> int32_t (signedness matches; int8_t x
+// uint8_t is not in that table). The packed formats are accepted by the type check
+// (detail::type_ok) but a cooperative tensor of one fails to compile: their element
+// semantics are not emulated. bfloat and the fp4/fp8 formats have no host type. Any
+// other combination fails to compile. Integer
 // products are exact with int32 wrap-around; float ones are summed in float32.
 // Per-lane layout, as MLX's steel/gemm/nax.h uses it: a 16x16 fragment gives lane l the
 // elements (fm + 8 i, fn + j), i < 2, j < 4, at index 4 i + j, with qid = l / 4,
@@ -645,8 +657,16 @@ struct matmul2d_descriptor {
 namespace detail {
 template <class A, class B> constexpr bool same = std::is_same_v<A, B>;
 // Apple's table (MPPTensorOpsMatMul2d.h), restricted to types with a host spelling.
+template <class T> constexpr bool packed_signed = same<T, metal::int4b_format> || same<T, metal::int2b_format>;
+template <class T> constexpr bool packed_unsigned = same<T, metal::uint4b_format> || same<T, metal::uint2b_format>;
+template <class T> constexpr bool packed = packed_signed<T> || packed_unsigned<T>;
 template <class L, class R, class D> constexpr bool type_ok() {
   using metal::half;
+  if constexpr (packed<R>) {  // packed right operands: integer rows to int32, half rows to half / float
+    if constexpr (same<L, int8_t>) return packed_signed<R> && same<D, int32_t>;
+    else if constexpr (same<L, uint8_t>) return packed_unsigned<R> && same<D, int32_t>;
+    else return same<L, half> && (same<D, half> || same<D, float>);
+  }
   constexpr bool i8 = same<L, int8_t> && same<R, int8_t>;
   constexpr bool u8 = same<L, uint8_t> && same<R, uint8_t>;
   if (i8 || u8) return same<D, int32_t>;
@@ -698,6 +718,7 @@ template <matmul2d_descriptor D, class Scope> struct matmul2d {
   }
   template <class TA, class TB, class TC> cooperative_tensor<TB, 16> get_right_input_cooperative_tensor() {
     static_assert(detail::type_ok<TA, TB, TC>(), "matmul2d: element types not in Apple's matmul2d type table");
+    static_assert(!detail::packed<TB>, "matmul2d: packed sub-byte right operands are not emulated");
     return {};
   }
   template <class CTA, class CTB, class TC> cooperative_tensor<TC, 16> get_destination_cooperative_tensor() {

@@ -33,8 +33,6 @@ const int K4 = K / 4;
 const int G = MODE == 2 ? K / GS : 1;
 const uint lane = thread_index_in_simdgroup;
 const int n0 = (int(threadgroup_position_in_grid.x) * int(NT / 32) + int(simdgroup_index_in_threadgroup)) * R;
-const device char4* x4 = (const device char4*)(xq);
-const device uchar4* w4 = (const device uchar4*)(w);
 
 float acc_f[R][MAXM];
 int acc_i[R][MAXM];
@@ -54,7 +52,7 @@ if (n0 < N) {
     float s_g[R];
     W8A8_GEMV_UNROLL for (int r = 0; r < R; ++r) {
       const bool live = n0 + r < N;
-      const uchar4 v = live ? uchar4(w4[size_t(n0 + r) * K4 + s]) : uchar4(uchar(0x80));
+      const uchar4 v = live ? w8a8_load4(w + size_t(n0 + r) * K + 4 * s) : uchar4(uchar(0x80));
       wf[r][0] = float(W8A8_WEIGHT(true, v.x));
       wf[r][1] = float(W8A8_WEIGHT(true, v.y));
       wf[r][2] = float(W8A8_WEIGHT(true, v.z));
@@ -63,7 +61,7 @@ if (n0 < N) {
     }
     W8A8_GEMV_UNROLL for (int m = 0; m < MAXM; ++m) {
       if (m < M) {
-        const char4 xv = x4[size_t(m) * K4 + s];
+        const char4 xv = w8a8_load4(xq + size_t(m) * K + 4 * s);
         const float x0 = float(xv.x), x1 = float(xv.y), x2 = float(xv.z), x3 = float(xv.w);
         W8A8_GEMV_UNROLL for (int r = 0; r < R; ++r) {
           if (MODE == 2) {

@@ -18,23 +18,27 @@
 // 32 x 32 block (2 x 2 fragments). K runs in blocks of BK = 256 (one mem_none barrier
 // each: it keeps the SIMD-groups of a group near each other in K, so the rows they
 // share stay in cache; it orders no memory, none is shared) and, inside a block, in
-// steps of SK = 32 (2 fragments of K). A SIMD-group whose 32 x 32 block lies inside
-// M x N takes the unguarded path for every full K step; the last partial step and the
-// edge blocks take the guarded path (elements outside M, N or K read as 0).
-// Threadgroups are swizzled: 2^SWZ consecutive threadgroups in x walk down M, so
-// threadgroups running together share B columns.
+// steps of SK = 32 (2 fragments of K). Each operand has its own guard: a SIMD-group
+// whose 32 rows of A lie inside M loads A unguarded for every full K step, and one whose
+// 32 rows of B lie inside N loads B unguarded, so a ragged M edge block still reads B
+// without checks (and a ragged N edge block A); the last partial K step and the rows
+// past M or N take the guarded path (elements outside M, N or K read as 0).
+// Threadgroups are swizzled: 2^swz consecutive threadgroups in x walk down M, so
+// threadgroups running together share B columns; swz (0..2) follows from the number of
+// M tiles, here and in the launch code (metal.nax_swizzle), not a template parameter,
+// so it does not multiply the kernel's instantiations.
 //
 // MODE 0: out = C as int32. MODE 1: out = float(C) * sa[m] * sw[n] (+ bias[n]).
-// MODE 2: out = sa[m] * sum_g (ws[n,g] * C_g + wo[n,g] * rs[m,g]) (+ bias[n]); each
+// MODE 2: out = sa[m] * sum_g (ws[g,n] * C_g + wo[g,n] * rs[m,g]) (+ bias[n]); each
 //         group's exact int32 sums are folded into float32 every GS / SK steps.
 // The epilogue loads its per-row and per-column values once per lane (4 rows, 8
 // columns), not once per element.
 //
-// Template parameters: BM, BN, WM, WN, SWZ, TB (int8_t / uint8_t), FLIP, MODE, GS,
+// Template parameters: BM, BN, WM, WN, TB (int8_t / uint8_t), FLIP, MODE, GS (32 unless MODE 2),
 // TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS.
-// Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [N, G] f32,
-// wo [N, G] f32, rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
-// Grid: ((ceil(N / BN) << SWZ) * WM * WN * 32, ceil(ceil(M / BM) / 2^SWZ), 1),
+// Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [G, N] f32,
+// wo [G, N] f32 (group-major: a group's scales of neighbouring columns are adjacent), rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
+// Grid: ((ceil(N / BN) << swz) * WM * WN * 32, ceil(ceil(M / BM) / 2^swz), 1),
 // threadgroup (WM * WN * 32, 1, 1).
 #include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>
 
@@ -65,9 +69,10 @@ const uint sg = simdgroup_index_in_threadgroup;
 // Swizzled tile of this threadgroup; a threadgroup past the last M tile does nothing
 // (the whole group returns, so no barrier is left waiting).
 const int tiles_m = (M + BM - 1) / BM;
+const uint swz = tiles_m >= 8 ? 2u : (tiles_m >= 2 ? 1u : 0u);  // = metal.nax_swizzle(tiles_m)
 const uint tgx = threadgroup_position_in_grid.x;
-const int tile_n = int(tgx >> SWZ);
-const int tile_m = int((threadgroup_position_in_grid.y << SWZ) + (tgx & ((1u << SWZ) - 1u)));
+const int tile_n = int(tgx >> swz);
+const int tile_m = int((threadgroup_position_in_grid.y << swz) + (tgx & ((1u << swz) - 1u)));
 if (tile_m >= tiles_m) {
   return;
 }
@@ -75,7 +80,8 @@ const int m_sg = tile_m * BM + int(sg / WN) * SM;
 const int n_sg = tile_n * BN + int(sg % WN) * SN;
 const short2 lc = w8a8_nax_lane_coord(lane);
 const int fr = lc.y, fc = lc.x;
-const bool inside = m_sg + SM <= M && n_sg + SN <= N;  // uniform across the SIMD-group
+const bool a_inside = m_sg + SM <= M;  // uniform across the SIMD-group
+const bool b_inside = n_sg + SN <= N;
 
 constexpr auto desc = mpp::tensor_ops::matmul2d_descriptor(
     16, 32, 16, false, true, true,
@@ -103,7 +109,8 @@ for (int kb = 0; kb < K; kb += BK) {
   for (int k0 = kb; k0 < kb_end; k0 += SK) {
     int8_t fa[TM][TK][8];
     int8_t fb[TN][TK][8];
-    if (inside && k0 + SK <= K) {
+    const bool full_k = k0 + SK <= K;
+    if (a_inside && full_k) {
       // Aligned path: no bounds checks; 4 consecutive bytes per row per fragment.
       W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {
         W8A8_UNROLL for (int i = 0; i < 2; ++i) {
@@ -115,18 +122,8 @@ for (int kb = 0; kb < K; kb += BK) {
           }
         }
       }
-      W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
-        W8A8_UNROLL for (int i = 0; i < 2; ++i) {
-          const size_t row = size_t(n_sg + 16 * nn + fr + 8 * i) * K + k0 + fc;
-          W8A8_UNROLL for (int kk = 0; kk < TK; ++kk) {
-            W8A8_UNROLL for (int j = 0; j < 4; ++j) {
-              fb[nn][kk][4 * i + j] = int8_t(W8A8_WEIGHT(FLIP, b[row + 16 * kk + j]));
-            }
-          }
-        }
-      }
     } else {
-      // Guarded path: the edge blocks of M and N and the last partial K step.
+      // Guarded path: rows past M and the last partial K step.
       W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {
         W8A8_UNROLL for (int i = 0; i < 2; ++i) {
           const int m = m_sg + 16 * mm + fr + 8 * i;
@@ -138,6 +135,20 @@ for (int kb = 0; kb < K; kb += BK) {
           }
         }
       }
+    }
+    if (b_inside && full_k) {
+      W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
+        W8A8_UNROLL for (int i = 0; i < 2; ++i) {
+          const size_t row = size_t(n_sg + 16 * nn + fr + 8 * i) * K + k0 + fc;
+          W8A8_UNROLL for (int kk = 0; kk < TK; ++kk) {
+            W8A8_UNROLL for (int j = 0; j < 4; ++j) {
+              fb[nn][kk][4 * i + j] = int8_t(W8A8_WEIGHT(FLIP, b[row + 16 * kk + j]));
+            }
+          }
+        }
+      }
+    } else {
+      // Guarded path: rows past N and the last partial K step.
       W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
         W8A8_UNROLL for (int i = 0; i < 2; ++i) {
           const int n = n_sg + 16 * nn + fr + 8 * i;
@@ -150,7 +161,7 @@ for (int kb = 0; kb < K; kb += BK) {
         }
       }
     }
-    // SIMD-group collectives: reached by all 32 lanes (the branch above is uniform).
+    // SIMD-group collectives: reached by all 32 lanes (the branches above are uniform).
     W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {
       W8A8_UNROLL for (int nn = 0; nn < TN; nn += 2) {
         W8A8_UNROLL for (int kk = 0; kk < TK; ++kk) {
@@ -177,8 +188,8 @@ for (int kb = 0; kb < K; kb += BK) {
       W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
         W8A8_UNROLL for (int j = 0; j < 4; ++j) {
           const int n = n_sg + 16 * nn + fc + j;
-          s_n[nn][j] = n < N ? ws[size_t(n) * G + g] : 0.0f;
-          o_n[nn][j] = n < N ? wo[size_t(n) * G + g] : 0.0f;
+          s_n[nn][j] = n < N ? ws[size_t(g) * N + n] : 0.0f;
+          o_n[nn][j] = n < N ? wo[size_t(g) * N + n] : 0.0f;
         }
       }
       W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {

@@ -12,14 +12,14 @@
 // FLIP: the stored affine codes, B = code ^ 0x80).
 // MODE 0: out = C as int32.
 // MODE 1: out = float(C) * sa[m] * sw[n] (+ bias[n])          (per-channel W8A8)
-// MODE 2: out = sa[m] * sum_g (ws[n,g] * C_g + wo[n,g] * rs[m,g]) (+ bias[n])  (grouped)
+// MODE 2: out = sa[m] * sum_g (ws[g,n] * C_g + wo[g,n] * rs[m,g]) (+ bias[n])  (grouped)
 //         with C_g the exact int32 dot product over group g (GS values of K).
 //
 // Template parameters: TB (int8_t / uint8_t), FLIP, MODE, GS (MODE 2), TO (output
 // element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
 // b start 4-byte aligned and K % 4 == 0: stage with 4-byte loads).
-// Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [N, G] f32,
-// wo [N, G] f32, rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
+// Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [G, N] f32,
+// wo [G, N] f32 (group-major), rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
 // Output: out [M, N] TO. Tile BM x BN = 32 x 32, 4 SIMD-groups (2 x 2) of 16 x 16 each.
 // Grid: (ceil(N / 32) * 128, ceil(M / 32), 1), threadgroup (128, 1, 1).
 
@@ -71,7 +71,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
     const int gm = m0 + r, gk = k0 + c;
     half4 h = half4(half(0));
     if (VEC && gm < M && gk < K) {
-      const char4 v = *((const device char4*)(a + size_t(gm) * K + gk));
+      const char4 v = w8a8_load4(a + size_t(gm) * K + gk);
       h = half4(half(v.x), half(v.y), half(v.z), half(v.w));
     } else if (gm < M) {
       W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
@@ -87,7 +87,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
     const int gn = n0 + r, gk = k0 + c;
     half4 h = half4(half(0));
     if (VEC && gn < N && gk < K) {
-      const uchar4 v = *((const device uchar4*)((const device uint8_t*)b + size_t(gn) * K + gk));
+      const auto v = w8a8_load4(b + size_t(gn) * K + gk);  // char4 or uchar4, as TB
       h = half4(half(W8A8_WEIGHT(FLIP, v.x)), half(W8A8_WEIGHT(FLIP, v.y)),
                 half(W8A8_WEIGHT(FLIP, v.z)), half(W8A8_WEIGHT(FLIP, v.w)));
     } else if (gn < N) {
@@ -138,7 +138,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
       if (MODE == 2) {
         const int m = m0 + sm + idx / 16, n = n0 + sn + idx % 16;
         if (m < M && n < N) {
-          acc_f[e] += ws[size_t(n) * G + g] * v + wo[size_t(n) * G + g] * float(rs[size_t(m) * G + g]);
+          acc_f[e] += ws[size_t(g) * N + n] * v + wo[size_t(g) * N + n] * float(rs[size_t(m) * G + g]);
         }
       } else {
         acc_i[e] += int(v);
