@@ -213,32 +213,38 @@ def test_candidate_digests_are_the_same_in_every_process():
     assert len(outs) == 1
 
 
-def test_cuda_digests_follow_a_launch_helper_edit(tmp_path):
-    """On the package itself: a copy whose ``cuda_launch._grid`` (reached by every GEMM
-    launch, listed by no one) gains a statement gives new GEMM digests; a comment added
-    to it leaves them as they were."""
+@pytest.mark.parametrize("backend, file, helper, reached", [
+    ("cuda", "cuda_launch.py", "def _grid(",
+     {"cuda_w8a8_gemm", "cuda_w8a8_gemm_tma", "cuda_int8_gemm"}),
+    ("metal", "metal.py", "def _gemm(",
+     {"metal_nax_w8a8_gemm", "metal_simd_int8_gemm", "metal_nax_int8_gemm_64x64"}),
+])
+def test_digests_follow_a_launch_helper_edit(tmp_path, backend, file, helper, reached):
+    """On the package itself: a copy whose launch helper (reached by every GEMM launch
+    of the backend, listed by no one) gains a statement gives new GEMM digests; a
+    comment added to it leaves them as they were."""
+    import os
     import shutil
     import subprocess
     import sys
     from pathlib import Path
 
     src = Path(sources.__file__).resolve().parents[1]
-    code = ("from mlx_w8a8.kernels import registry, cuda\n"
-            "print({c.name: c.digest for c in registry.all_candidates() if c.backend == 'cuda'})")
+    code = (f"from mlx_w8a8.kernels import registry, {backend}\n"
+            f"print({{c.name: c.digest for c in registry.all_candidates() "
+            f"if c.backend == {backend!r}}})")
 
     def digests(edit):
         dst = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
         shutil.copytree(src, dst / "mlx_w8a8", ignore=shutil.ignore_patterns("__pycache__"))
-        launch = dst / "mlx_w8a8" / "kernels" / "cuda_launch.py"
-        text = launch.read_text()
-        marker = "def _grid("
-        assert marker in text
-        head, tail = text.split(marker, 1)
+        path = dst / "mlx_w8a8" / "kernels" / file
+        text = path.read_text()
+        assert helper in text
+        head, tail = text.split(helper, 1)
         body_start = tail.index(":\n") + 2
-        launch.write_text(head + marker + tail[:body_start] + edit + tail[body_start:])
+        path.write_text(head + helper + tail[:body_start] + edit + tail[body_start:])
         run = subprocess.run([sys.executable, "-c", code], cwd=dst, capture_output=True,
-                             text=True, timeout=120, env={**__import__("os").environ,
-                                                          "PYTHONPATH": str(dst)})
+                             text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(dst)})
         assert run.returncode == 0, run.stderr
         return eval(run.stdout)
 
@@ -247,4 +253,4 @@ def test_cuda_digests_follow_a_launch_helper_edit(tmp_path):
     commented = digests("    # a remark\n")
     assert commented == base
     changed = {n for n in base if edited[n] != base[n]}
-    assert {"cuda_w8a8_gemm", "cuda_w8a8_gemm_tma", "cuda_int8_gemm"} <= changed, changed
+    assert reached <= changed, changed

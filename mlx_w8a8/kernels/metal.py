@@ -661,40 +661,37 @@ def pick(problem: registry.Problem) -> registry.Candidate | None:
     return None
 
 
-_NAX = ("nax_gemm.metal",)
-_SIMD = ("simd_gemm.metal",)
-_Q = ("quantize.metal",)
-_GV = ("gemv.metal",)
-# Python each candidate executes besides its run function (hashed into its digest).
-_LAUNCH = (_kernel, _dummy, _as_kernel_input, _out_type, _bias32, quantize)
-_GEMM = _LAUNCH + (_gemm,)
-_NAXF = _GEMM + (nax_tile_for, nax_swizzle)
-_CANDIDATES = [  # name, op, run, (functions digested), supports, kernel files, available
-    ("metal_quantize", "quantize_activation", quantize, _LAUNCH, _supports_quantize, _Q, metal_available),
-    ("metal_nax_int8_gemm", "int8_matmul", nax_int8_matmul, _NAXF, _supports_int8, _NAX, nax_available),
-    ("metal_simd_int8_gemm", "int8_matmul", simd_int8_matmul, _GEMM, _supports_int8, _SIMD, metal_available),
-    ("metal_nax_w8a8_gemm", "linear", nax_w8a8_linear, _NAXF + (_linear_per_channel,), _supports_per_channel,
-     _Q + _NAX, nax_available),
-    ("metal_simd_w8a8_gemm", "linear", simd_w8a8_linear, _GEMM + (_linear_per_channel,), _supports_per_channel,
-     _Q + _SIMD, metal_available),
-    ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _NAXF + (group_major,), _supports_grouped, _Q + _NAX + _SIMD,
-     metal_available),
-    ("metal_int8_gemv", "linear", int8_gemv, _LAUNCH + (gemv_max_m, gemv_rows), _supports_gemv, _Q + _GV, metal_available),
+_CANDIDATES = [  # name, op, run, supports, available
+    ("metal_quantize", "quantize_activation", quantize, _supports_quantize, metal_available),
+    ("metal_nax_int8_gemm", "int8_matmul", nax_int8_matmul, _supports_int8, nax_available),
+    ("metal_simd_int8_gemm", "int8_matmul", simd_int8_matmul, _supports_int8, metal_available),
+    ("metal_nax_w8a8_gemm", "linear", nax_w8a8_linear, _supports_per_channel, nax_available),
+    ("metal_simd_w8a8_gemm", "linear", simd_w8a8_linear, _supports_per_channel, metal_available),
+    ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _supports_grouped, metal_available),
+    ("metal_int8_gemv", "linear", int8_gemv, _supports_gemv, metal_available),
 ]
 for _tile in NAX_TILES:
     _CANDIDATES += [
         (f"metal_nax_int8_gemm_{_tile}", "int8_matmul", functools.partial(nax_int8_matmul, tile=_tile),
-         _NAXF + (nax_int8_matmul,), _supports_int8, _NAX, nax_available),
+         _supports_int8, nax_available),
         (f"metal_nax_w8a8_gemm_{_tile}", "linear", functools.partial(nax_w8a8_linear, tile=_tile),
-         _NAXF + (nax_w8a8_linear, _linear_per_channel), _supports_per_channel, _Q + _NAX, nax_available),
+         _supports_per_channel, nax_available),
     ]
-_PARAMS = (f"{QUANT_THREADS}/{GEMV_THREADS}/{GEMV_ROWS}/{GEMV_ROWS_16}/{GEMM_THREADS}/{SIMD_TILE}/{NAX_TILES}/"
-           f"{NAX_RETRY_TILE}/{MAX_K}")
-for _name, _op, _run, _fns, _supports, _files, _avail in _CANDIDATES:
-    _functions = _fns if isinstance(_run, functools.partial) else (_run, *_fns)
+
+
+def _digest(run) -> str:
+    """A candidate's digest (``sources.closure_digest``): the code of this module its run
+    function reaches, the kernel files (``.metal``, ``.h``) named in that code, and a
+    partial's keywords (the NAX tile)."""
+    partial = isinstance(run, functools.partial)
+    func = run.func if partial else run
+    keywords = repr(sorted(run.keywords.items())) if partial else ""
+    return sources.closure_digest((func,), (__name__,), (".metal", ".h"),
+                                  lambda f: [sources.read("metal", f)], params=keywords)
+
+
+for _name, _op, _run, _supports, _avail in _CANDIDATES:
     registry.register(registry.Candidate(
-        name=_name, backend="metal", op=_op, run=_run, supports=_supports,
-        digest=sources.code_digest(*_functions, texts=tuple(sources.read("metal", f) for f in ("common.h", *_files)),
-                                   params=f"{_name} {_PARAMS}"),
+        name=_name, backend="metal", op=_op, run=_run, supports=_supports, digest=_digest(_run),
         available=_avail,
     ))

@@ -109,15 +109,16 @@ def closure(entries: Iterable[Callable], modules: Iterable[str]) -> dict[str, st
 
 def closure_digest(entries: Iterable[Callable], modules: Iterable[str],
                    extensions: tuple[str, ...] = (),
-                   load: Callable[[str], Iterable[str]] | None = None) -> str:
+                   load: Callable[[str], Iterable[str]] | None = None, params: str = "") -> str:
     """A candidate's digest, derived from what it runs, never listed by hand: the
     :func:`closure` of ``entries`` within ``modules`` and the kernel files it compiles.
 
     The files are found, not listed: every string literal of the reached code that is a
     file name ending in one of ``extensions`` (e.g. ``(".cu",)``) names one, and
     ``load(file)`` gives the texts it compiles (the header with what it requires or
-    includes, and its bodies), so editing a shared header, a launcher or a constant a launcher reads changes the
-    digest, and a comment does not.
+    includes, and its bodies), so editing a shared header, a launcher or a constant a
+    launcher reads changes the digest, and a comment does not. ``params``: what tells
+    apart candidates that run the same code (a ``functools.partial``'s keywords).
     """
     reached = closure(entries, modules)
     parts = [f"{k}\n{v}" for k, v in reached.items()]
@@ -128,7 +129,7 @@ def closure_digest(entries: Iterable[Callable], modules: Iterable[str],
         for f in files:
             parts.append(f)
             parts.extend(load(f))
-    return digest(*parts)
+    return digest(*parts, params) if params else digest(*parts)
 
 
 _MISSING = object()
