@@ -16,7 +16,6 @@ Exit status 2 for a model that cannot run W8A8 (its error on stderr).
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 PROG = "python -m mlx_w8a8.generate"
@@ -36,11 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     # One generation compiles what it runs anyway: no warm-up unless asked for.
     options = options._replace(warm_up_tokens=options.warm_up_tokens or 0)
     try:
-        # by name: the package's ``mlx_lm.generate`` attribute is a function
-        module = importlib.import_module("mlx_lm.generate")
-    except ImportError as error:
-        print(f"error: [{PROG}] needs mlx-lm (pip install 'mlx-w8a8[lm]'): {error}",
-              file=sys.stderr)
+        module = serving.mlx_lm_module(PROG, "mlx_lm.generate")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     try:
         serving.run_main(module, PROG, rest, options, _log)

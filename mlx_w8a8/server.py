@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import importlib
 import sys
 
 PROG = "python -m mlx_w8a8.server"
@@ -64,12 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     if wants_help:
         serving.print_help(PROG)
     try:
-        # by name: mlx_lm's package attributes may shadow its modules (mlx_lm.generate
-        # is a function)
-        module = importlib.import_module("mlx_lm.server")
-    except ImportError as error:
-        print(f"error: [{PROG}] needs mlx-lm (pip install 'mlx-w8a8[lm]'): {error}",
-              file=sys.stderr)
+        module = serving.mlx_lm_module(PROG, "mlx_lm.server")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     base = getattr(module, "ModelProvider", None)
     if base is None or not hasattr(base, "load_default"):

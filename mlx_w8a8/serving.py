@@ -84,6 +84,21 @@ def mlx_lm_version() -> str:
     return __version__
 
 
+def mlx_lm_module(prog: str, name: str):
+    """mlx-lm's module ``name`` (e.g. ``"mlx_lm.server"``), imported by name: mlx-lm's
+    package attributes may shadow its modules (``mlx_lm.generate`` is a function).
+
+    Raises:
+        ValueError: naming ``prog`` and how to install mlx-lm, where it is missing.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ValueError(f"[{prog}] needs mlx-lm (pip install 'mlx-w8a8[lm]'): {error}") from None
+
+
 def default_warm_up_tokens(prefill_step_size: int, prompt_concurrency: int,
                            decode_concurrency: int, device: mx.Device | None = None) -> int:
     """The rows per linear warmed up when ``--warm-up-tokens`` is not given.

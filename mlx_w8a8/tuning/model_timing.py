@@ -121,7 +121,12 @@ def decode(model: nn.Module, prompt: mx.array, steps: int, loop=None) -> float:
     generated token to the ``steps``-th next one), run by ``loop`` (default:
     :func:`decode_loop`)."""
     loop = loop or decode_loop()[1]
-    gen = loop(prompt, model, max_tokens=steps + 1)
+    return _time_steps(loop(prompt, model, max_tokens=steps + 1), steps, "decode loop")
+
+
+def _time_steps(gen, steps: int, what: str) -> float:
+    """Seconds from ``gen``'s first item to its ``steps``-th next one; ``gen`` is closed
+    and the device synchronized however it ends."""
     start = None
     try:
         for i, _ in enumerate(gen):
@@ -132,7 +137,7 @@ def decode(model: nn.Module, prompt: mx.array, steps: int, loop=None) -> float:
     finally:
         gen.close()
         mx.synchronize()
-    raise RuntimeError(f"[mlx_w8a8.bench] the decode loop stopped before {steps} steps")
+    raise RuntimeError(f"[mlx_w8a8.bench] the {what} stopped before {steps} steps")
 
 
 def batch_generator_steps(prompts: mx.array, model: nn.Module, max_tokens: int):
@@ -231,18 +236,7 @@ def batch_decode(model: nn.Module, prompts: mx.array, steps: int, loop=None) -> 
     loop = loop or batch_decode_loop()[1]
     # one step more than timed: the step that finishes the sequences (mlx-lm extracts
     # their caches there) stays out of the timed ones
-    gen = loop(prompts, model, max_tokens=steps + 2)
-    start = None
-    try:
-        for i, _ in enumerate(gen):
-            if i == 0:
-                start = time.perf_counter()
-            elif i == steps:
-                return time.perf_counter() - start
-    finally:
-        gen.close()
-        mx.synchronize()
-    raise RuntimeError(f"[mlx_w8a8.bench] the batched decode loop stopped before {steps} steps")
+    return _time_steps(loop(prompts, model, max_tokens=steps + 2), steps, "batched decode loop")
 
 
 def alternate(names, rounds: int, measure, on_round=None) -> dict[str, list[float]]:
