@@ -61,6 +61,22 @@ def test_tunes_writes_then_reuses_the_table(tmp_path):
     assert code == 0 and "measured" in text
 
 
+def test_tunes_the_4bit_format_against_its_own_references(tmp_path):
+    # --format grouped4 (MLX's 4-bit weights): the race is between the 4-bit reference
+    # (mx.quantized_matmul at 4 bits) and the exact W4A8 kernel, gated against
+    # exact_w4a8, and the entry is recorded (and read back) under that format.
+    path = str(tmp_path / "t.json")
+    code, text = run(["--shapes", "2x32x64", "--format", "grouped4", "--table", path] + TINY)
+    assert code == 0, text
+    (entry,) = entries_of(path)
+    assert entry["weight_format"] == "grouped4" and entry["group_size"] == 32
+    assert entry["reference"] == "mlx_qmm4" and entry["gate"]["exact"] == "exact_w4a8"
+    assert set(entry["candidates"]) == {"mlx_qmm4", "exact_w4a8"}
+    assert entry["choice"] in ("mlx_qmm4", "exact_w4a8")
+    code, text = run(["--shapes", "2x32x64", "--format", "grouped4", "--table", path] + TINY)
+    assert code == 0 and "cached" in text and "measured" not in text
+
+
 def test_capabilities_that_are_off_are_named_before_measuring(tmp_path, monkeypatch):
     # A Hopper GPU without cffi: the TMA kernels are left out of every race, and the
     # run says so (with the reason) before it measures; capabilities that are on, and
