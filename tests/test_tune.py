@@ -751,3 +751,18 @@ def test_a_failed_write_names_its_reason_in_the_exit_message(tmp_path, capsys, m
         code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
     err = capsys.readouterr().err
     assert code == 1 and f"1 of 1 measured entries are not in {bad}: {bad}: not valid JSON" in err
+
+
+def test_model_checks_of_the_4bit_format_run_4bit_layers(tmp_path):
+    """tune --model --format grouped4: the shapes are 4-bit problems, and the model the
+    checks time holds MLX's 4-bit layers (converted as stored), so the prefill check
+    races the 4-bit kernels (an 8-bit model there would race mlx_qmm and exact)."""
+    pytest.importorskip("mlx_lm")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "16", "--format", "grouped4",
+                      "--prefill-check", "on", "--check-layers", "1",
+                      "--table", str(tmp_path / "t.json")] + TINY)
+    assert code == 0, text
+    assert "64x64 grouped4 g32: o_proj, q_proj" in text
+    assert {e["weight_format"] for e in entries_of(str(tmp_path / "t.json"))} == {"grouped4"}
+    raced = [line for line in text.splitlines() if "T=16" in line and "->" in line]
+    assert raced and all("mlx_qmm4" in line and "exact_w4a8" in line for line in raced), text
