@@ -81,7 +81,7 @@ def check_group_size(op: str, group_size, k: int) -> int:
         )
     if k % group_size != 0:
         raise ValueError(
-            f"[{op}] group_size {group_size} does not divide K = {k}; the affine 8-bit "
+            f"[{op}] group_size {group_size} does not divide K = {k}; the affine "
             f"format needs K to be a multiple of the group size"
         )
     return int(group_size)
@@ -237,8 +237,17 @@ class QuantizedWeight:
 
         With it the grouped W8A8 product is
         ``sum_g s_g * (x_q . (q - 128))_g + b'_g * sum_{k in g} x_q`` (``docs/numerics.md``,
-        grouped W8A8 linear).
+        grouped W8A8 linear). 8-bit weights only: 4-bit codes are not offset by 128
+        (their W4A8 product uses ``biases`` as they are).
+
+        Raises:
+            ValueError: for a 4-bit weight.
         """
+        if self.bits != 8:
+            raise ValueError(
+                "[mlx_w8a8.QuantizedWeight.group_offsets] b + 128 s is the offset of 8-bit "
+                f"codes; this weight holds {self.bits}-bit codes (use biases)"
+            )
         return self.biases.astype(mx.float32) + 128.0 * self.scales.astype(mx.float32)
 
     def dequantize(self) -> mx.array:

@@ -47,6 +47,8 @@ def test_the_4bit_layout_is_validated():
         QuantizedWeight(q, s, b, 64, per_channel=True, bits=4)
     with pytest.raises(ValueError, match=r"QuantizedWeight.int8\] .* 4-bit codes"):
         QuantizedWeight(q, s, b, 64, bits=4).int8()
+    with pytest.raises(ValueError, match=r"QuantizedWeight.group_offsets\] .* 4-bit codes"):
+        QuantizedWeight(q, s, b, 64, bits=4).group_offsets
     with pytest.raises(ValueError, match=r"quantize_weight\] bits=4 is group-wise affine only"):
         QuantizedWeight.from_float(mx.zeros((8, 256)), 64, per_channel=True, bits=4)
 
