@@ -655,7 +655,9 @@ def _parser():
         description="Convert a float mlx-lm model folder to a W8A8 checkpoint (stock mlx-lm "
         "loads it as 8-bit), optionally SmoothQuant-smoothed and mixed W8A8/W8A16.",
     )
-    p.add_argument("--model", required=True, help="float (or 8-bit) mlx-lm model folder")
+    p.add_argument("--model", required=True,
+                   help="float, 8-bit or 4-bit mlx-lm model folder (4-bit layers are kept "
+                   "as stored and run W4A8)")
     p.add_argument("--out", required=True,
                    help="output folder: new or empty; never the model folder, a folder "
                    "inside it or one holding it")
