@@ -7,6 +7,12 @@ are stored in MLX's affine 8-bit layout under the parameter names of
 entry, so stock mlx-lm loads the folder as an ordinary 8-bit model. The ``"mlx_w8a8"``
 entry lists the W8A8 layers so :func:`load` brings them back as :class:`Linear`.
 
+MLX's 4-bit affine layers (mlx-lm's default, format ``"grouped4"``) convert as they
+are stored: the :class:`Linear` holds the same arrays, and :func:`save` writes them in
+mlx-lm's own 4-bit format (a per-layer ``{"bits": 4}`` entry, or the top-level entry
+when every converted layer is 4-bit), so stock mlx-lm loads the folder as the same
+4-bit model.
+
 Mixed models keep some layers off W8A8 (``quantize(skip=...)``): on W8A16 (an 8-bit
 ``nn.QuantizedLinear``) or float. Every layer that differs from the top-level entry is
 written per layer, in mlx-lm's convention (``quantization[path]`` is the layer's
@@ -37,7 +43,7 @@ from .cachedir import umask
 from .kernels import registry
 from .nn import Linear
 from .summary import summary
-from .weight import GROUP_SIZES
+from .weight import BITS, GROUP_SIZES, GROUPED4
 
 CONFIG_KEY = "mlx_w8a8"
 WEIGHTS_FILE = "model.safetensors"
@@ -133,10 +139,18 @@ def _convertible(layer: nn.Module, group_size: int) -> bool:
     if registered is not None:
         return registered[0](layer, group_size)
     if isinstance(layer, nn.QuantizedLinear):
-        return layer.bits == 8 and getattr(layer, "mode", "affine") == "affine"
+        return converts_quantized(layer)
     if isinstance(layer, nn.Linear):
         return layer.weight.shape[-1] % group_size == 0
     return False
+
+
+def converts_quantized(layer: nn.Module) -> bool:
+    """Whether the ``nn.QuantizedLinear`` ``layer`` converts to :class:`Linear` as
+    stored: MLX's affine layout with 8-bit or 4-bit codes and a group size of
+    ``GROUP_SIZES``."""
+    return (layer.bits in BITS and getattr(layer, "mode", "affine") == "affine"
+            and layer.group_size in GROUP_SIZES)
 
 
 def kept_by_model(model: nn.Module) -> set[str]:
@@ -186,7 +200,8 @@ def quantize(
     """Replace linear layers of ``model`` by :class:`mlx_w8a8.Linear`, in place.
 
     Like ``nn.quantize``: every ``nn.Linear`` whose K is divisible by ``group_size`` and
-    every 8-bit affine ``nn.QuantizedLinear`` is converted unless ``class_predicate``
+    every 8-bit or 4-bit affine ``nn.QuantizedLinear`` (the 4-bit ones keep their arrays
+    as they are: W4A8, format ``"grouped4"``) is converted unless ``class_predicate``
     says otherwise (without one, the layers the model's own ``quant_predicate`` leaves
     unquantized, and in a mixture-of-experts model the routers and the layers its
     ``quant_predicate`` gives their own settings, stay as they are: see
@@ -255,12 +270,13 @@ def quantize(
     model.update_modules(leaves)
     left = sorted(
         {f"{m.bits}-bit {getattr(m, 'mode', 'affine')}" for _, m in model.named_modules()
-         if isinstance(m, nn.QuantizedLinear) and not (m.bits == 8 and getattr(m, "mode", "affine") == "affine")}
+         if isinstance(m, nn.QuantizedLinear) and not converts_quantized(m)}
     )
     if left:
         warnings.warn(
             f"[mlx_w8a8.quantize] the model holds {', '.join(left)} QuantizedLinear layers; "
-            f"only float and 8-bit affine layers convert to W8A8, those were left as they are",
+            f"only float and 8-bit or 4-bit affine layers (group size one of {GROUP_SIZES}) "
+            f"convert, those were left as they are",
             stacklevel=2,
         )
     experts = _experts_note(model)
@@ -280,12 +296,15 @@ def quantize(
 
 def w8a8_layers(model: nn.Module) -> dict[str, dict]:
     """``{path: {"group_size": g, "format": "per_channel" | "grouped"}}`` of the
-    model's :class:`Linear` layers."""
-    return {
-        path: {"group_size": m.group_size, "format": m.quantized_weight.format}
-        for path, m in model.named_modules()
-        if isinstance(m, Linear)
-    }
+    model's :class:`Linear` layers; a 4-bit layer's entry is ``{"group_size": g,
+    "format": "grouped4", "bits": 4}``."""
+    out = {}
+    for path, m in model.named_modules():
+        if isinstance(m, Linear):
+            out[path] = {"group_size": m.group_size, "format": m.quantized_weight.format}
+            if m.bits != 8:
+                out[path]["bits"] = m.bits
+    return out
 
 
 def _layer_entries(model: nn.Module, default: dict) -> dict:
@@ -424,19 +443,23 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 def _no_w8a8_advice(model: nn.Module) -> str:
     """How to get W8A8 layers into a model that has none."""
     low = sorted({m.bits for _, m in model.named_modules()
-                  if isinstance(m, nn.QuantizedLinear) and m.bits != 8})
+                  if isinstance(m, nn.QuantizedLinear) and not converts_quantized(m)})
     if low:
         return (f"its linear layers are {'/'.join(map(str, low))}-bit, which this version "
-                f"does not convert to W8A8 (they would stay as they are); quantize the float "
-                f"or 8-bit form of the model instead")
+                f"does not convert (they would stay as they are); quantize the float, "
+                f"8-bit or 4-bit affine form of the model instead")
     return "convert it with mlx_w8a8.quantize(model) first"
 
 
 def _checkpoint_config(model: nn.Module, layers: dict, config: dict | None) -> dict:
     """``config`` with the quantization entries of ``model`` (mlx-lm's and this package's)."""
     cfg = dict(config or {})
-    sizes = sorted({entry["group_size"] for entry in layers.values()})
-    default = {"group_size": sizes[0], "bits": 8, "mode": "affine"}
+    # Every converted layer 4-bit (a 4-bit model as stored): the top-level entry says
+    # 4 bits, as mlx-lm's own 4-bit checkpoints do; else 8 bits, 4-bit layers per layer.
+    bits = 4 if all(entry.get("bits") == 4 for entry in layers.values()) else 8
+    sizes = sorted({entry["group_size"] for entry in layers.values()
+                    if entry.get("bits", 8) == bits})
+    default = {"group_size": sizes[0], "bits": bits, "mode": "affine"}
     quantization = {  # per-layer entries of an earlier quantization are rewritten
         k: v for k, v in (cfg.get("quantization") or {}).items() if not isinstance(v, (dict, bool))
     }
@@ -585,7 +608,7 @@ def _load(path: str | Path, model: nn.Module | None, strict: bool):
         quantize(model, class_predicate=predicate)
         if not w8a8_layers(model):
             warnings.warn(
-                f"[mlx_w8a8.load] {folder} holds no 8-bit or W8A8 linear layers, so none "
+                f"[mlx_w8a8.load] {folder} holds no 8-bit, 4-bit or W8A8 linear layers, so none "
                 f"were converted and the model runs as stored; quantize a float model "
                 f"with mlx_w8a8.quantize(model) (or python -m mlx_w8a8.convert)",
                 stacklevel=3,
@@ -596,6 +619,10 @@ def _load(path: str | Path, model: nn.Module | None, strict: bool):
             f"[mlx_w8a8.load] {folder / CONFIG_FILE} has no {CONFIG_KEY!r} entry; with "
             f"model= given the checkpoint must have been written by mlx_w8a8.save"
         )
+    four = {p: {"group_size": e["group_size"], "bits": 4, "mode": "affine"}
+            for p, e in listed.items() if e.get("format") == GROUPED4}
+    if four:  # 4-bit layers as stored: nn.QuantizedLinear first, converted below
+        nn.quantize(model, class_predicate=lambda p, m: four.get(p, False))
     for group_size in sorted({entry["group_size"] for entry in listed.values()}):
         quantize(
             model,
@@ -628,7 +655,9 @@ def _parser():
         description="Convert a float mlx-lm model folder to a W8A8 checkpoint (stock mlx-lm "
         "loads it as 8-bit), optionally SmoothQuant-smoothed and mixed W8A8/W8A16.",
     )
-    p.add_argument("--model", required=True, help="float (or 8-bit) mlx-lm model folder")
+    p.add_argument("--model", required=True,
+                   help="float, 8-bit or 4-bit mlx-lm model folder (4-bit layers are kept "
+                   "as stored and run W4A8)")
     p.add_argument("--out", required=True,
                    help="output folder: new or empty; never the model folder, a folder "
                    "inside it or one holding it")
@@ -717,9 +746,10 @@ def check_convert_arguments(
 
 
 def check_source_quantization(model_path: Path) -> None:
-    """Refuse a checkpoint whose linear layers are all quantized to fewer than 8 bits
-    (mlx-lm's 4-bit default): this version converts float and 8-bit affine layers only,
-    so nothing would be converted.
+    """Refuse a checkpoint whose linear layers are all quantized in a layout this
+    version does not convert (a bit width other than 8 and 4, or a mode other than
+    ``affine``): nothing would be converted. 8-bit and 4-bit affine checkpoints
+    convert (the 4-bit layers as stored, W4A8).
 
     Raises:
         ValueError: saying which layers would stay and how to get a W8A8 model.
@@ -728,17 +758,22 @@ def check_source_quantization(model_path: Path) -> None:
         quant = json.loads((model_path / CONFIG_FILE).read_text()).get("quantization")
     except (OSError, json.JSONDecodeError, AttributeError):
         return  # load_model reports an unreadable configuration
-    if not isinstance(quant, dict) or quant.get("bits") in (None, 8):
+
+    def converts(entry: dict) -> bool:
+        return entry.get("bits") in BITS and entry.get("mode", "affine") == "affine"
+
+    if not isinstance(quant, dict) or quant.get("bits") is None or converts(quant):
         return
-    if any(isinstance(v, dict) and v.get("bits") == 8 for v in quant.values()):
-        return  # some 8-bit layers: those convert, quantize warns about the others
-    bits = quant.get("bits")
+    if any(isinstance(v, dict) and converts(v) for v in quant.values()):
+        return  # some layers convert, quantize warns about the others
+    bits, mode = quant.get("bits"), quant.get("mode", "affine")
     raise ValueError(
-        f"[mlx_w8a8.convert] {model_path} is a {bits}-bit checkpoint: this version does not "
-        f"convert {bits}-bit layers to W8A8, so every quantized linear layer would stay "
-        f"{bits}-bit and nothing would be converted; to get a W8A8 model, convert the float "
-        f"(or 8-bit) form of the model (e.g. the original Hugging Face folder, or "
-        f"mlx_lm.convert without -q)"
+        f"[mlx_w8a8.convert] {model_path} is a {bits}-bit {mode} checkpoint: this version "
+        f"converts {' and '.join(f'{b}-bit' for b in sorted(BITS, reverse=True))} affine "
+        f"layers only, so every quantized linear layer would stay {bits}-bit {mode} and "
+        f"nothing would be converted; convert the float form of the model (e.g. the "
+        f"original Hugging Face folder, or mlx_lm.convert without -q), or an 8-bit or "
+        f"4-bit affine one"
     )
 
 

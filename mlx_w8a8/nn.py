@@ -32,7 +32,7 @@ from . import met
 from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
-from .weight import FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
+from .weight import BITS, FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
 
 # Plans kept per layer (one per distinct input shape and dtype); beyond that the
 # cache starts over (a model fed ever-new shapes re-decides, it does not grow).
@@ -288,14 +288,17 @@ def clear_shared_activations() -> None:
 
 
 class Linear(nn.Module):
-    """Applies ``y = x @ W.T + b`` with ``W`` an 8-bit weight, activations quantized to
-    int8 per token where the chosen kernel is a W8A8 one.
+    """Applies ``y = x @ W.T + b`` with ``W`` an 8-bit (or 4-bit) weight, activations
+    quantized to int8 per token where the chosen kernel is a W8A8 (W4A8) one.
 
     Its parameters are those of an 8-bit ``nn.QuantizedLinear`` (``weight`` ``[N, K //
     4]`` uint32, ``scales``, ``biases`` ``[N, K // group_size]``, optional ``bias``
     ``[N]``), so a model saved with it loads in stock mlx-lm as an 8-bit model and an
-    mlx-lm 8-bit checkpoint loads into it. ``format`` (``"per_channel"`` or
-    ``"grouped"``) is a static attribute like ``bits`` and ``group_size``.
+    mlx-lm 8-bit checkpoint loads into it; a layer converted from a 4-bit
+    ``nn.QuantizedLinear`` holds that layer's arrays as they are (``weight`` ``[N, K //
+    8]``, ``bits == 4``) and saves as the same 4-bit layer. ``format``
+    (``"per_channel"``, ``"grouped"`` or ``"grouped4"``) is a static attribute like
+    ``bits`` and ``group_size``.
 
     Which kernel runs is decided on the first call per input shape and dtype (a
     tuning-table entry, a nearby measured shape, the built-in prior, else
@@ -310,6 +313,10 @@ class Linear(nn.Module):
         group_size: 32, 64 or 128, dividing ``input_dims``. Default: ``64``.
         per_channel: initialise a symmetric per-channel int8 weight (the format int8
             GEMM runs on directly) rather than group-wise affine. Default: ``True``.
+            8 bits only.
+        bits: 8 (default) or 4: a 4-bit layer holds group-wise affine 4-bit codes, as
+            ``mx.quantize(w, group_size, bits=4)`` writes them (``per_channel`` is not
+            used).
     """
 
     # Layers of classes that set this may be linked as siblings (mlx_w8a8.siblings.member:
@@ -323,8 +330,11 @@ class Linear(nn.Module):
         bias: bool = True,
         group_size: int = 64,
         per_channel: bool = True,
+        bits: int = 8,
     ):
         super().__init__()
+        if isinstance(bits, bool) or bits not in BITS:
+            raise ValueError(f"[mlx_w8a8.Linear] bits must be one of {BITS}, got {bits!r}")
         for label, value in (("input_dims", input_dims), ("output_dims", output_dims)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(
@@ -334,7 +344,10 @@ class Linear(nn.Module):
         scale = math.sqrt(1.0 / input_dims)
         w = mx.random.uniform(low=-scale, high=scale, shape=(output_dims, input_dims))
         self._init_state()
-        self._set_weight(QuantizedWeight.from_float(w, group_size, per_channel))
+        if bits == 4:
+            self._set_weight(QuantizedWeight.from_float(w, group_size, False, bits=4))
+        else:
+            self._set_weight(QuantizedWeight.from_float(w, group_size, per_channel))
         if bias:
             self.bias = mx.zeros((output_dims,))
         self.freeze()
@@ -354,7 +367,7 @@ class Linear(nn.Module):
 
     def _set_weight(self, qw: QuantizedWeight) -> None:
         self.weight, self.scales, self.biases = qw.q, qw.scales, qw.biases
-        self.group_size, self.bits, self.mode = qw.group_size, 8, "affine"
+        self.group_size, self.bits, self.mode = qw.group_size, qw.bits, "affine"
         self.format = qw.format
         object.__setattr__(self, "_qw", qw)
         object.__setattr__(self, "_checked", qw.q)
@@ -434,6 +447,10 @@ class Linear(nn.Module):
         return qw if qw.format == fmt else None
 
     def _rebuild(self, w, s, b) -> QuantizedWeight:
+        if self.bits == 4:  # one format: nothing to detect
+            qw = QuantizedWeight(w, s, b, self.group_size, bits=4)
+            object.__setattr__(self, "_qw", qw)
+            return qw
         per_channel = self.format == "per_channel"
         qw = QuantizedWeight(w, s, b, self.group_size, per_channel=per_channel)
         if per_channel and self._checked is not w:
@@ -455,7 +472,7 @@ class Linear(nn.Module):
 
     @property
     def input_dims(self) -> int:
-        return self["weight"].shape[1] * 4
+        return self["weight"].shape[1] * (32 // self.bits)
 
     @property
     def output_dims(self) -> int:
@@ -607,6 +624,8 @@ class Linear(nn.Module):
             f"input_dims={self.input_dims}, output_dims={self.output_dims}, "
             f"bias={'bias' in self}, group_size={self.group_size}, format={self.format}"
         )
+        if self.bits != 8:
+            text += f", bits={self.bits}"
         if self._kernel is not None:
             text += f", kernel={self._kernel!r}"
         if self._siblings is not None and not self._siblings.enabled:
@@ -620,13 +639,14 @@ class Linear(nn.Module):
     def from_linear(
         cls, layer: nn.Module, group_size: int = 64, per_channel: bool = True
     ) -> "Linear":
-        """Convert an ``nn.Linear`` or an 8-bit affine ``nn.QuantizedLinear``.
+        """Convert an ``nn.Linear`` or an 8-bit or 4-bit affine ``nn.QuantizedLinear``.
 
         Args:
             layer: the layer. An ``nn.Linear`` is quantized (``per_channel`` picks
                 symmetric per-channel int8 or group-wise affine); an 8-bit
                 ``nn.QuantizedLinear`` keeps its weights exactly (its own group size;
-                its format is detected here, once).
+                its format is detected here, once); a 4-bit one keeps its arrays
+                themselves (the same ``mx.array`` objects, format ``"grouped4"``).
             group_size: for ``nn.Linear`` only: 32, 64 or 128, dividing K.
             per_channel: for ``nn.Linear`` only.
 
@@ -635,17 +655,18 @@ class Linear(nn.Module):
         """
         op = "mlx_w8a8.Linear.from_linear"
         if isinstance(layer, nn.QuantizedLinear):
-            if layer.bits != 8 or getattr(layer, "mode", "affine") != "affine":
+            if layer.bits not in BITS or getattr(layer, "mode", "affine") != "affine":
                 raise ValueError(
-                    f"[{op}] only 8-bit affine QuantizedLinear layers convert, got "
-                    f"bits={layer.bits}, mode={getattr(layer, 'mode', 'affine')!r}"
+                    f"[{op}] only 8-bit and 4-bit affine QuantizedLinear layers convert, "
+                    f"got bits={layer.bits}, mode={getattr(layer, 'mode', 'affine')!r}"
                 )
-            qw = QuantizedWeight(layer.weight, layer.scales, layer.biases, layer.group_size)
+            qw = QuantizedWeight(layer.weight, layer.scales, layer.biases, layer.group_size,
+                                 bits=layer.bits)
         elif isinstance(layer, nn.Linear):
             qw = QuantizedWeight.from_float(layer.weight, group_size, per_channel)
         else:
             raise ValueError(
-                f"[{op}] layer must be an nn.Linear or an 8-bit nn.QuantizedLinear, "
+                f"[{op}] layer must be an nn.Linear or an 8-bit or 4-bit nn.QuantizedLinear, "
                 f"got {type(layer).__name__}"
             )
         return cls.from_weight(qw, layer.get("bias") if "bias" in layer else None)

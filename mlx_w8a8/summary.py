@@ -39,7 +39,8 @@ def decisions(
 def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | None = None) -> str:
     """One line: how many W8A8 layers, and per token count which kernels run how often
     with the source of each decision, e.g. ``"mlx_w8a8: 224 layers (224 per_channel);
-    M=1: cuda_int8_gemv x196 (table), mlx_qmm x28 (fallback); M=512: ..."``, ending with
+    M=1: cuda_int8_gemv x196 (table), mlx_qmm x28 (fallback); M=512: ..."`` (a 4-bit
+    model's layers read ``"224 grouped4 (4-bit)"``), ending with
     how many mixture-of-experts expert layers were not converted where there are any."""
     layers = [layer for _, layer in model.named_modules() if isinstance(layer, Linear)]
     experts = len(expert_layers(model))
@@ -47,10 +48,11 @@ def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | 
     left = f"; {experts} mixture-of-experts expert layers not converted" if experts else ""
     if not layers:
         return "mlx_w8a8: no mlx_w8a8.Linear layers" + left
-    formats = Counter(layer.format for layer in layers)
+    formats = Counter((layer.format, layer.bits) for layer in layers)
     parts = [
         f"mlx_w8a8: {len(layers)} layers ("
-        + ", ".join(f"{n} {fmt}" for fmt, n in sorted(formats.items())) + ")"
+        + ", ".join(f"{n} {fmt}" + (f" ({bits}-bit)" if bits != 8 else "")
+                    for (fmt, bits), n in sorted(formats.items())) + ")"
     ]
     for rows in m:
         counts = Counter(decisions(model, rows, dtype).values())

@@ -41,6 +41,7 @@ from .tuning import decode_check as decode_check_mod
 from .tuning import gate, linears, render, shapes, table, timing
 from .tuning.batch import Batch
 from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
+from .weight import GROUPED4
 
 PROG = "mlx_w8a8.tune"
 PREFILL_ROUNDS = decode_check_mod.PREFILL_ROUNDS  # the sibling and prefill checks' ROUNDS
@@ -78,9 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--m", default=None, help=_m_help())
     p.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="activation dtype")
     p.add_argument("--format", dest="weight_format", default="per_channel",
-                   choices=("per_channel", "grouped"),
-                   help="weight format (with --model: of the layers mlx_w8a8.quantize converts "
-                   "from float)")
+                   choices=("per_channel", "grouped", "grouped4"),
+                   help="weight format: per_channel or grouped (8-bit), grouped4 (MLX's 4-bit "
+                   "affine, as mlx-lm 4-bit models hold it); with --model: of the layers "
+                   "mlx_w8a8.quantize converts from float")
     p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128),
                    help="weights per scale of the measured weights (with --model: of the "
                    "layers mlx_w8a8.quantize converts from float; default: 64)")
@@ -517,6 +519,12 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
             args.check_layers, why = auto_check_layers(whole, args.dtype)
         model, config, label = models.build(args.model, layers=args.check_layers,
                                             dtype=getattr(mx, args.dtype))
+        if args.weight_format == GROUPED4:  # float layers to MLX's 4-bit ones first
+            import mlx.nn as nn
+
+            nn.quantize(model, group_size=args.group_size, bits=4,
+                        class_predicate=lambda _, m: type(m) is nn.Linear
+                        and m.weight.shape[-1] % args.group_size == 0)
         quantize(model, group_size=args.group_size,
                  per_channel=args.weight_format == "per_channel")
         mx.eval(model.parameters())

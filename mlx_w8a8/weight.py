@@ -1,9 +1,16 @@
-"""The one weight format: MLX's affine 8-bit layout.
+"""The weight storage: MLX's affine layouts, 8-bit and 4-bit.
 
 ``w[n, k] = scales[n, g] * q[n, k] + biases[n, g]`` with ``g = k // group_size`` and
 ``q`` in ``[0, 255]`` packed four to a uint32 (element order: ``q.view(mx.uint8)`` is
 ``[N, K]``). This is what ``mx.quantize(w, bits=8)`` writes and what every mlx-lm 8-bit
 checkpoint holds, so a checkpoint written by this package loads in stock mlx-lm.
+
+The 4-bit layout (``bits=4``, what ``mx.quantize(w, bits=4)`` writes and most mlx-lm
+checkpoints hold) is the same formula with ``q`` in ``[0, 15]`` packed eight to a
+uint32, code ``j`` of a word in bits ``4j .. 4j + 3`` (so byte ``i`` of a row holds
+element ``2i`` in its low nibble and ``2i + 1`` in its high one). Its W8A8 math is the
+per-group one of ``docs/numerics.md`` (format ``"grouped4"``); the arrays are kept as
+stored.
 
 Symmetric per-channel int8 (``w = s_n * w_i8``, ``w_i8`` in ``[-127, 127]``) is the
 special case ``q = w_i8 + 128``, every group of row ``n`` with ``scale = s_n`` and
@@ -22,6 +29,10 @@ import mlx.core as mx
 from .met import Met
 
 GROUP_SIZES = (32, 64, 128)
+# The code widths of MLX's affine layouts this package runs.
+BITS = (4, 8)
+# Weight formats by the math that applies (``QuantizedWeight.format``).
+PER_CHANNEL, GROUPED, GROUPED4 = "per_channel", "grouped", "grouped4"
 # The float dtypes of activations, scales and biases: the one table of the package
 # (kernels and tuning import these names; do not copy them).
 FLOAT_DTYPES_BY_NAME = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
@@ -70,7 +81,7 @@ def check_group_size(op: str, group_size, k: int) -> int:
         )
     if k % group_size != 0:
         raise ValueError(
-            f"[{op}] group_size {group_size} does not divide K = {k}; the affine 8-bit "
+            f"[{op}] group_size {group_size} does not divide K = {k}; the affine "
             f"format needs K to be a multiple of the group size"
         )
     return int(group_size)
@@ -78,19 +89,24 @@ def check_group_size(op: str, group_size, k: int) -> int:
 
 @attrs.frozen(slots=False, eq=False)
 class QuantizedWeight:
-    """A ``[N, K]`` weight in MLX's affine 8-bit layout.
+    """A ``[N, K]`` weight in MLX's affine 8-bit (or 4-bit) layout.
 
     Args:
-        q: ``[N, K // 4]`` uint32, four 8-bit codes per word (element order).
+        q: ``[N, K * bits // 32]`` uint32: four 8-bit codes per word (element order),
+            or eight 4-bit codes per word (code ``j`` in bits ``4j .. 4j + 3``).
         scales: ``[N, K // group_size]`` float16/bfloat16/float32.
         biases: ``[N, K // group_size]``, same dtype as ``scales``.
         group_size: 32, 64 or 128.
         per_channel: whether the weight is symmetric per-channel int8 (one scale per
             row, ``bias == -128 * scale``). ``None`` (the default) detects it, which
-            evaluates ``scales`` and ``biases`` once; pass it when it is known.
+            evaluates ``scales`` and ``biases`` once; pass it when it is known. Always
+            ``False`` for 4-bit weights.
+        bits: keyword only: 8 (the default) or 4, the width of the codes in ``q``.
+            The arrays are kept as given (a 4-bit weight is not widened).
 
     Raises:
-        ValueError: on a wrong dtype, a shape that does not match, or a bad group size.
+        ValueError: on a wrong dtype, a shape that does not match, a bad group size,
+            or ``bits`` not 4 or 8 or not the width ``q`` holds.
     """
 
     q: mx.array
@@ -98,6 +114,7 @@ class QuantizedWeight:
     biases: mx.array
     group_size: int
     per_channel: bool = attrs.field(default=None)
+    bits: int = attrs.field(default=8, kw_only=True)
     # ops.w8a8_linear's launches bound to these arrays, per candidate, problem and bias
     # (not part of the value: not compared, not copied by attrs.evolve).
     _bound: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
@@ -111,12 +128,15 @@ class QuantizedWeight:
 
     def __attrs_post_init__(self):
         op = "mlx_w8a8.QuantizedWeight"
+        if isinstance(self.bits, bool) or self.bits not in BITS:
+            raise ValueError(f"[{op}] bits must be one of {BITS}, got {self.bits!r}")
+        per_word = 32 // self.bits
         if not isinstance(self.q, mx.array) or self.q.dtype != mx.uint32 or self.q.ndim != 2:
             raise ValueError(
-                f"[{op}] q must be a [N, K // 4] uint32 array (MLX's packed 8-bit codes), "
-                f"got {describe(self.q)}"
+                f"[{op}] q must be a [N, K // {per_word}] uint32 array (MLX's packed "
+                f"{self.bits}-bit codes), got {describe(self.q)}"
             )
-        n, k = self.q.shape[0], self.q.shape[1] * 4
+        n, k = self.q.shape[0], self.q.shape[1] * per_word
         check_group_size(op, self.group_size, k)
         want = (n, k // self.group_size)
         for label, arr in (("scales", self.scales), ("biases", self.biases)):
@@ -126,12 +146,14 @@ class QuantizedWeight:
                     f"got {describe(arr)}"
                 )
             bits = _packed_bits(self.q, self.scales, self.biases, self.group_size)
-            if bits is not None and bits != 8:
+            if bits is not None and bits != self.bits:
+                fix = (f"pass bits={bits}" if bits in BITS else
+                       f"quantize the float weight with bits=8 or bits=4 ({BITS})")
                 raise ValueError(
                     f"[{op}] q holds {bits}-bit codes (q {list(self.q.shape)} packs "
                     f"{arr.shape[1] * self.group_size} values per row for {label} "
-                    f"{list(arr.shape)} with group_size {self.group_size}); QuantizedWeight "
-                    f"is MLX's 8-bit layout: quantize the float weight with bits=8"
+                    f"{list(arr.shape)} with group_size {self.group_size}), not "
+                    f"bits={self.bits}: {fix}"
                 )
             if tuple(arr.shape) != want:
                 raise ValueError(
@@ -139,7 +161,14 @@ class QuantizedWeight:
                     f"for q of shape {list(self.q.shape)} and group_size "
                     f"{self.group_size}, got {list(arr.shape)}"
                 )
-        if self.per_channel is None:
+        if self.bits == 4:
+            if self.per_channel:
+                raise ValueError(
+                    f"[{op}] per_channel=True needs 8-bit codes (q = w_i8 + 128); a 4-bit "
+                    f"weight is group-wise affine: pass per_channel=None or False"
+                )
+            object.__setattr__(self, "per_channel", False)
+        elif self.per_channel is None:
             object.__setattr__(self, "per_channel", _is_per_channel(self.scales, self.biases))
 
     # Shapes -------------------------------------------------------------------------
@@ -151,7 +180,7 @@ class QuantizedWeight:
     @property
     def k(self) -> int:
         """Input features K."""
-        return self.q.shape[1] * 4
+        return self.q.shape[1] * (32 // self.bits)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -159,16 +188,32 @@ class QuantizedWeight:
 
     @property
     def format(self) -> str:
-        """``"per_channel"`` or ``"grouped"``: which W8A8 math applies."""
-        return "per_channel" if self.per_channel else "grouped"
+        """Which W8A8 math applies: ``"per_channel"`` or ``"grouped"`` (8-bit codes),
+        ``"grouped4"`` (4-bit codes)."""
+        if self.bits == 4:
+            return GROUPED4
+        return PER_CHANNEL if self.per_channel else GROUPED
 
     # Views for kernels ----------------------------------------------------------------
     def codes(self) -> mx.array:
-        """``[N, K]`` uint8 codes ``q`` (a view; no copy)."""
-        return self.q.view(mx.uint8)
+        """``[N, K]`` uint8 codes ``q``: a view of the 8-bit words (no copy); for a
+        4-bit weight the unpacked nibbles (a new array, made per call: the weight keeps
+        only the packed words)."""
+        if self.bits == 8:
+            return self.q.view(mx.uint8)
+        return unpack4(self.q)
 
     def int8(self) -> mx.array:
-        """``[N, K]`` int8 ``q - 128`` (``q ^ 0x80``), what the int8 kernels multiply."""
+        """``[N, K]`` int8 ``q - 128`` (``q ^ 0x80``), what the int8 kernels multiply.
+
+        Raises:
+            ValueError: for a 4-bit weight (its codes are not offset by 128).
+        """
+        if self.bits != 8:
+            raise ValueError(
+                "[mlx_w8a8.QuantizedWeight.int8] the int8 view q - 128 is of 8-bit codes; "
+                f"this weight holds {self.bits}-bit codes (use codes())"
+            )
         return (self.codes() ^ 0x80).view(mx.int8)
 
     def derived(self, key, make):
@@ -192,18 +237,27 @@ class QuantizedWeight:
 
         With it the grouped W8A8 product is
         ``sum_g s_g * (x_q . (q - 128))_g + b'_g * sum_{k in g} x_q`` (``docs/numerics.md``,
-        grouped W8A8 linear).
+        grouped W8A8 linear). 8-bit weights only: 4-bit codes are not offset by 128
+        (their W4A8 product uses ``biases`` as they are).
+
+        Raises:
+            ValueError: for a 4-bit weight.
         """
+        if self.bits != 8:
+            raise ValueError(
+                "[mlx_w8a8.QuantizedWeight.group_offsets] b + 128 s is the offset of 8-bit "
+                f"codes; this weight holds {self.bits}-bit codes (use biases)"
+            )
         return self.biases.astype(mx.float32) + 128.0 * self.scales.astype(mx.float32)
 
     def dequantize(self) -> mx.array:
         """``[N, K]`` float weight, as ``mx.dequantize`` gives it (scales' dtype)."""
-        return mx.dequantize(self.q, self.scales, self.biases, self.group_size, 8)
+        return mx.dequantize(self.q, self.scales, self.biases, self.group_size, self.bits)
 
     # Constructors -----------------------------------------------------------------------
     @classmethod
     def from_float(
-        cls, w: mx.array, group_size: int = 64, per_channel: bool = True
+        cls, w: mx.array, group_size: int = 64, per_channel: bool = True, bits: int = 8
     ) -> "QuantizedWeight":
         """Quantize a float weight.
 
@@ -213,6 +267,9 @@ class QuantizedWeight:
             per_channel: ``True`` for symmetric per-channel int8 (``s_n = max|w_n| /
                 127``, the format int8 GEMM runs on directly); ``False`` for group-wise
                 affine exactly as ``mx.quantize(w, group_size, bits=8)``.
+            bits: 8 (the default) or 4. ``bits=4`` is group-wise affine exactly as
+                ``mx.quantize(w, group_size, bits=4)`` (``per_channel`` must be
+                ``False``): MLX's arrays as they are.
 
         Returns:
             The weight. Group-wise: ``mx.quantize``'s arrays, except that a group whose
@@ -231,6 +288,16 @@ class QuantizedWeight:
         if w.ndim != 2:
             raise ValueError(f"[{op}] w must be 2-D [N, K], got shape {list(w.shape)}")
         check_group_size(op, group_size, w.shape[1])
+        if isinstance(bits, bool) or bits not in BITS:
+            raise ValueError(f"[{op}] bits must be one of {BITS}, got {bits!r}")
+        if bits == 4:
+            if per_channel:
+                raise ValueError(
+                    f"[{op}] bits=4 is group-wise affine only: pass per_channel=False "
+                    f"(got per_channel={per_channel!r})"
+                )
+            q, scales, biases = mx.quantize(w, group_size=group_size, bits=4)
+            return cls(q, scales, biases, group_size, per_channel=False, bits=4)
         if not per_channel:
             q, scales, biases = mx.quantize(w, group_size=group_size, bits=8)
             return cls(q, zero_code_scales(q, scales, group_size), biases, group_size)
@@ -341,6 +408,15 @@ def zero_code_scales(q: mx.array, scales: mx.array, group_size: int) -> mx.array
     n = q.shape[0]
     codes = q.view(mx.uint8).reshape(n, -1, group_size)
     return mx.where(mx.max(codes, axis=-1) == 0, mx.zeros_like(scales), scales)
+
+
+def unpack4(q: mx.array) -> mx.array:
+    """``[N, K]`` uint8 codes of ``[N, K // 8]`` uint32 words of 4-bit codes (MLX's
+    order: code ``j`` of a word in bits ``4j .. 4j + 3``; on the little-endian bytes,
+    element ``2i`` is the low nibble of byte ``i`` and ``2i + 1`` its high nibble)."""
+    b = q.view(mx.uint8)
+    n = b.shape[0]
+    return mx.stack([b & 0xF, b >> 4], axis=-1).reshape(n, -1)
 
 
 def _packed_bits(q: mx.array, scales: mx.array, biases: mx.array, group_size: int) -> int | None:

@@ -101,6 +101,40 @@ def linear(x: np.ndarray, weight, bias: np.ndarray | None):
     return y, F32_SUM_RTOL * magnitude + 1e-30
 
 
+def codes4(weight) -> np.ndarray:
+    """``[N, K]`` int64 codes of a 4-bit ``QuantizedWeight``, from its uint32 words as
+    MLX documents them (code ``j`` of a word in bits ``4j .. 4j + 3``), independent of
+    the package's unpacking (which reads bytes)."""
+    words = np.array(weight.q).astype(np.int64)
+    return np.stack([(words >> (4 * j)) & 0xF for j in range(8)], axis=-1).reshape(
+        weight.n, weight.k)
+
+
+def linear4(x: np.ndarray, weight, bias: np.ndarray | None):
+    """W4A8 linear in float64 (exact int64 group sums) plus the float32 rounding
+    allowance, as :func:`linear` for 8-bit weights (``docs/numerics.md``, W4A8):
+    ``y_mn = t_m sum_g (s_ng P_mng + b_ng R_mg)``."""
+    q, scale = quantize_rows(x)
+    c = codes4(weight)
+    s = to_numpy(weight.scales).astype(np.float64)
+    b = to_numpy(weight.biases).astype(np.float64)
+    gs = weight.group_size
+    m, k = q.shape
+    groups = k // gs
+    qg = q.astype(np.int64).reshape(m, groups, gs)
+    p = np.einsum("mgk,ngk->mng", qg, c.reshape(weight.n, groups, gs))  # int64, exact
+    r = qg.sum(-1)  # [M, G] int64
+    sc = scale.astype(np.float64)
+    w_deq = np.repeat(s, gs, axis=1) * c + np.repeat(b, gs, axis=1)
+    with np.errstate(invalid="ignore"):
+        y = sc * (np.einsum("mng,ng->mn", p.astype(np.float64), s) + r.astype(np.float64) @ b.T)
+        magnitude = np.abs(sc) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
+    if bias is not None:
+        y = y + bias.astype(np.float64)[None, :]
+        magnitude = magnitude + np.abs(bias.astype(np.float64))[None, :]
+    return y, F32_SUM_RTOL * magnitude + 1e-30
+
+
 def assert_close(got: mx.array, want: np.ndarray, bound: np.ndarray, dtype: str):
     """``|got - want| <= bound + half an ulp of dtype`` (of its subnormals below the
     normal range), NaN where ``want`` is NaN, and an infinity of ``want``'s sign only

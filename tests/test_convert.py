@@ -205,14 +205,14 @@ def test_save_refuses_a_folder_with_other_weight_files(tmp_path):
 
 
 def test_loading_a_float_folder_says_nothing_was_converted(tmp_path):
-    # load() converts 8-bit layers only; a float folder loads as it is, with a warning
+    # load() converts 8-bit and 4-bit layers only; a float folder loads as it is, with a warning
     # rather than silently (the user likely meant quantize or convert).
     from mlx_lm.utils import save_model, save_config
 
     model, config = _tiny_llama()
     save_model(tmp_path, model)
     save_config(config, tmp_path / "config.json")
-    with pytest.warns(UserWarning, match=r"load\] .* holds no 8-bit or W8A8 linear layers"):
+    with pytest.warns(UserWarning, match=r"load\] .* holds no 8-bit, 4-bit or W8A8 linear layers"):
         ours, _ = w8.load(tmp_path)
     assert isinstance(ours.lm_head, nn.Linear) and not isinstance(ours.lm_head, w8.Linear)
 
@@ -544,25 +544,89 @@ def test_convert_checks_every_argument_before_loading(tmp_path, monkeypatch, cap
     assert loads == [] and not (tmp_path / "out").exists()
 
 
-@needs_mlx_lm
-def test_convert_of_a_4bit_folder_says_what_is_true(tmp_path, capsys):
+def _quantized_folder(tmp_path, name, **kwargs):
+    """A tiny Llama quantized by mlx-lm (``quantize_model`` with ``kwargs``), saved as
+    mlx-lm saves it: ``(model, config, folder)``."""
     from mlx_lm.utils import quantize_model, save_config, save_model
+
+    model, config = _tiny_llama()
+    model, config = quantize_model(model, config, **kwargs)
+    folder = tmp_path / name
+    save_model(folder, model)
+    save_config(config, folder / "config.json")
+    return model, config, folder
+
+
+@needs_mlx_lm
+def test_convert_of_a_4bit_folder_keeps_the_4bit_model(tmp_path, capsys, rng):
+    # mlx-lm's default 4-bit checkpoint converts: every layer keeps its 4-bit arrays
+    # (W4A8, nothing requantized), and the output is the same 4-bit model to stock
+    # mlx-lm (lm_head is skipped by default and stays a 4-bit QuantizedLinear).
+    from mlx_lm.utils import load_model
 
     from mlx_w8a8.convert import main
 
+    model, config, q4 = _quantized_folder(tmp_path, "q4", group_size=64, bits=4)
+    out = tmp_path / "out"
+    assert main(["--model", str(q4), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "'w8a8': 14" in said and "'w8a16': 1" in said, said
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["quantization"]["bits"] == 4 and cfg["quantization"]["group_size"] == 64
+    layers = cfg["mlx_w8a8"]["layers"]
+    assert len(layers) == 14 and all(
+        e == {"group_size": 64, "format": "grouped4", "bits": 4} for e in layers.values())
+    tokens = mx.array(rng.integers(0, 256, (2, 9)))
+    want = np.array(model(tokens).astype(mx.float32))
+    stock, _ = load_model(out)  # stock mlx-lm: the same 4-bit model
+    gate_proj = stock.model.layers[0].mlp.gate_proj
+    assert type(gate_proj) is nn.QuantizedLinear and gate_proj.bits == 4
+    np.testing.assert_array_equal(np.array(stock(tokens).astype(mx.float32)), want)
+    ours, _ = w8.load(out)
+    layer = ours.model.layers[0].mlp.gate_proj
+    assert isinstance(layer, w8.Linear) and layer.bits == 4 and layer.format == "grouped4"
+    _use(ours, "mlx_qmm4")  # the W4A16 product of the stored arrays, as mlx-lm runs it
+    np.testing.assert_array_equal(np.array(ours(tokens).astype(mx.float32)), want)
+    _use(ours, "exact_w4a8")
+    got = np.array(ours(tokens).astype(mx.float32)).astype(np.float64)
+    assert oracle.sqnr_db(want.astype(np.float64), got) > 25
+
+
+@needs_mlx_lm
+def test_save_load_of_a_4bit_model_with_a_model_given(tmp_path, rng):
+    # load(path, model) builds the 4-bit layers itself (no mlx-lm load_model): the
+    # parameters read back are the saved ones, bit for bit.
     model, config = _tiny_llama()
-    model, config = quantize_model(model, config, group_size=64, bits=4)
-    q4 = tmp_path / "q4"
-    save_model(q4, model)
-    save_config(config, q4 / "config.json")
+    nn.quantize(model, group_size=32, bits=4, class_predicate=lambda p, m: isinstance(m, nn.Linear))
+    w8.quantize(model, class_predicate=lambda p, m: p != "lm_head")
+    w8.save(model, tmp_path / "out", config)
+    fresh, _ = _tiny_llama()
+    loaded, _ = w8.load(tmp_path / "out", fresh)
+    layer = loaded.model.layers[1].self_attn.v_proj
+    assert isinstance(layer, w8.Linear) and layer.bits == 4 and layer.group_size == 32
+    assert type(loaded.lm_head) is nn.QuantizedLinear and loaded.lm_head.bits == 4
+    want, got = dict(tree_flatten(model.parameters())), dict(tree_flatten(loaded.parameters()))
+    assert want.keys() == got.keys()
+    for key in want:
+        assert got[key].dtype == want[key].dtype, key
+        np.testing.assert_array_equal(oracle.to_numpy(got[key]), oracle.to_numpy(want[key]),
+                                      err_msg=key)
+
+
+@needs_mlx_lm
+def test_convert_of_a_folder_nothing_converts_says_what_is_true(tmp_path, capsys):
+    # A 3-bit checkpoint: no layer converts, and the command line says so at once.
+    from mlx_w8a8.convert import main
+
+    model, config, q3 = _quantized_folder(tmp_path, "q3", group_size=64, bits=3)
     with pytest.raises(SystemExit) as exit_:
-        main(["--model", str(q4), "--out", str(tmp_path / "out")])
+        main(["--model", str(q3), "--out", str(tmp_path / "out")])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "is a 4-bit checkpoint" in err and "does not convert 4-bit layers" in err
-    assert "convert the float (or 8-bit) form" in err and "quantize(model) first" not in err
+    assert "is a 3-bit affine checkpoint" in err and "converts 8-bit and 4-bit affine" in err
+    assert "convert the float form" in err and "quantize(model) first" not in err
     # save() of such a model says the same, not "quantize it first"
-    with pytest.raises(ValueError, match=r"4-bit, which this version does not convert"):
+    with pytest.raises(ValueError, match=r"3-bit, which this version does not convert"):
         w8.save(model, tmp_path / "out", config)
 
 

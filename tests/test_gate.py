@@ -3,6 +3,7 @@
 import logging
 import math
 
+import attrs
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -300,6 +301,79 @@ def test_planted_grouped_bug_passes_stage_1_but_not_the_gate():
     wide = bound.host() * gate.gamma(2 * GROUPED_BIG.k + 4) / gate.gamma(2 * groups + 4)
     ulp = 2.0 ** (np.frexp(np.abs(np.array(exact)))[1] - 8)
     assert (err > bound.host() + ulp).any() and (err <= wide + ulp).all()
+
+
+W4_BIG = Problem("linear", 1, 512, 14336, "bfloat16", "grouped4", 64)
+
+
+def planted_w4a8(drop_group=False, swap_nibbles=False):
+    """The exact W4A8 linear with one bug planted.
+
+    Args:
+        drop_group: leave out the last group of K (codes and bias term): a group loop
+            that stops one short.
+        swap_nibbles: read each byte's high nibble as the even element (MLX puts the
+            even element in the low nibble).
+    """
+    from mlx_w8a8.kernels import reference
+
+    def run(x, w, b):
+        if swap_nibbles:
+            swapped = ((w.q & 0x0F0F0F0F) << 4) | ((w.q >> 4) & 0x0F0F0F0F)
+            w = attrs.evolve(w, q=swapped)
+        q, scale, sums = reference.quantize_rows(x, w.group_size)
+        if drop_group:
+            m, k = q.shape
+            q = (q.astype(mx.int32) * (mx.arange(k) < k - w.group_size)).astype(mx.int8)
+            sums = q.astype(mx.int32).reshape(m, -1, w.group_size).sum(-1)
+        return reference.w4a8_apply((q, scale, sums), w, b, x.dtype)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def w4_big():
+    """The 4-bit reference (mx.quantized_matmul at 4 bits) and the gate's inputs."""
+    qmm4 = registry.get("linear", "mlx_qmm4")
+    ins = gate.gate_operands(W4_BIG)
+    assert ins[0][1].format == "grouped4" and ins[0][1].bits == 4
+    return qmm4, ins
+
+
+def test_planted_4bit_dropped_group_passes_stage_1_but_not_the_gate(w4_big):
+    # One group of 224 left out: within the user-facing rule on the seed's ramp pattern
+    # (the gate's first input), so stage 1 alone would pass it there; the exact W4A8
+    # truth (exact_w4a8, the format's exact candidate) rejects it on that same input.
+    qmm4, ins = w4_big
+    run = planted_w4a8(drop_group=True)
+    x, w, b = ins[0]
+    truth = qmm4.run(x.astype(mx.float32), w, b).astype(x.dtype)
+    assert gate.compare(truth, run(x, w, b))[0], "stage 1 alone rejects it on the pattern"
+    res = gate.run_gate(W4_BIG, qmm4, [_cand("drop_group", run, w8a8=True)], ins,
+                        reference_dtype="float32")
+    assert res["drop_group"].status == "rejected" and res["drop_group"].stage == 2
+    assert res["drop_group"].detail.startswith("input 0 (pattern)"), res["drop_group"]
+    assert "float32 epilogue bound" in res["drop_group"].detail, res["drop_group"]
+
+
+def test_planted_4bit_wrong_nibble_order_is_rejected(w4_big):
+    qmm4, ins = w4_big
+    run = planted_w4a8(swap_nibbles=True)
+    res = gate.run_gate(W4_BIG, qmm4, [_cand("swapped", run, w8a8=True)], ins,
+                        reference_dtype="float32")
+    assert res["swapped"].status == "rejected", res["swapped"]
+
+
+def test_the_exact_w4a8_kernel_and_a_correct_rewrite_pass_the_4bit_gate(w4_big):
+    # The control: the planted kernel without a bug, and exact_w4a8 itself, pass both
+    # stages with SQNR to spare; the stage-2 truth is exact_w4a8, not the 8-bit exact.
+    qmm4, ins = w4_big
+    exact4 = registry.get("linear", "exact_w4a8")
+    res = gate.run_gate(W4_BIG, qmm4, [exact4, _cand("clean4", planted_w4a8(), w8a8=True)], ins,
+                        reference_dtype="float32")
+    for name in ("exact_w4a8", "clean4"):
+        assert res[name].passed, res[name]
+        assert res[name].sqnr_db > gate.MIN_SQNR_DB + 5
 
 
 def test_the_exact_kernel_and_a_correct_rewrite_pass_both_stages(big):

@@ -70,9 +70,13 @@ def test_converted_and_8bit_layers_keep_their_own_format():
     got = keyed(linears.model_shapes(q8)[0])
     assert set(got) == {(n, k, "grouped", 32, b) for n, k, _, _, b in before}
     q4 = models.clone(model, LLAMA)
-    nn.quantize(q4, group_size=64, bits=4)  # not convertible: reported, not tuned
-    found, skipped = linears.model_shapes(q4)
-    assert found == [] and len(skipped) == 15 and "4-bit affine" in skipped[0][1]
+    nn.quantize(q4, group_size=64, bits=4)  # MLX's 4-bit layers convert as stored: grouped4
+    got = keyed(linears.model_shapes(q4)[0])
+    assert set(got) == {(n, k, "grouped4", 64, b) for n, k, _, _, b in before}
+    q3 = models.clone(model, LLAMA)
+    nn.quantize(q3, group_size=64, bits=3)  # not convertible: reported, not tuned
+    found, skipped = linears.model_shapes(q3)
+    assert found == [] and len(skipped) == 15 and "3-bit affine" in skipped[0][1]
 
 
 def test_tp_and_group_size_divisibility():

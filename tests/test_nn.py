@@ -71,8 +71,10 @@ def test_bad_construction():
         w8.Linear(96, 8)
     with pytest.raises(ValueError, match=r"Linear.*input_dims must be a positive int, got 0"):
         w8.Linear(0, 8)
-    with pytest.raises(ValueError, match=r"from_linear.*only 8-bit affine.*bits=4"):
-        w8.Linear.from_linear(nn.QuantizedLinear(64, 8, group_size=64, bits=4))
+    with pytest.raises(ValueError, match=r"from_linear.*only 8-bit and 4-bit affine.*bits=2"):
+        w8.Linear.from_linear(nn.QuantizedLinear(64, 8, group_size=64, bits=2))
+    with pytest.raises(ValueError, match=r"Linear.*bits must be one of \(4, 8\), got 2"):
+        w8.Linear(64, 8, bits=2)
     with pytest.raises(ValueError, match=r"from_linear.*nn.Linear or an 8-bit.*Embedding"):
         w8.Linear.from_linear(nn.Embedding(10, 64))
 

@@ -106,3 +106,27 @@ def test_qmm_is_not_chosen_where_mlx_cuda_kernel_is_wrong(monkeypatch):
     layer.kernel = "mlx_qmm"
     with pytest.raises(ValueError, match="kernel 'mlx_qmm' cannot run linear for M=4"):
         layer.decision(4, mx.bfloat16)
+
+
+def _affine4_case(rng, n=48, k=512, gs=64):
+    # 4-bit weights around 1 (large biases b, large activation group sums R): a TF32
+    # R @ b.T would be off by ~2^-12 of the bias term.
+    w = mx.array((1.0 + 0.05 * rng.standard_normal((n, k))).astype(np.float32))
+    qw = w8.QuantizedWeight.from_float(w, group_size=gs, per_channel=False, bits=4)
+    x = rng.standard_normal((5, k)).astype(np.float32) + 0.5
+    return mx.array(x), x, qw
+
+
+def test_exact_w4a8_is_exact_under_tf32(rng, tf32_matmul):
+    x, xn, qw = _affine4_case(rng)
+    want, bound = oracle.linear4(xn, qw, None)
+    oracle.assert_close(w8.w8a8_linear(x, qw, kernel="exact_w4a8"), want, bound, "float32")
+
+
+def test_a_plain_float32_bias_matmul_in_w4a8_is_not(rng, tf32_matmul, monkeypatch):
+    # The mutant: sum_g R_mg b_ng as one float32 matmul; under TF32 it leaves the bound.
+    monkeypatch.setattr(reference, "_offset_sum", lambda r, b: mx.matmul(r.astype(mx.float32), b.T))
+    x, xn, qw = _affine4_case(rng)
+    want, bound = oracle.linear4(xn, qw, None)
+    with pytest.raises(AssertionError, match="max excess"):
+        oracle.assert_close(w8.w8a8_linear(x, qw, kernel="exact_w4a8"), want, bound, "float32")

@@ -85,6 +85,23 @@ def test_link_groups_by_name_and_compatibility():
         other.self_attn.q_proj.siblings = "q"
 
 
+def test_4bit_members_link_only_with_4bit_members():
+    # q/k/v in MLX's 4-bit format form a group; one 8-bit member of the same K, group
+    # size and bias (its codes packed another way) makes none, and gate/up still link.
+    block = Block()
+    nn.quantize(block, group_size=32, bits=4)
+    w8.quantize(block)
+    attn = block.self_attn
+    assert attn.q_proj.bits == 4 and len(attn.q_proj.siblings) == 3
+    mixed = Block()
+    nn.quantize(mixed, group_size=32, bits=4, class_predicate=lambda p, m: p != "self_attn.v_proj")
+    w8.quantize(mixed, group_size=32, per_channel=False)
+    v = mixed.self_attn.v_proj
+    assert v.bits == 8 and v.format == "grouped" and mixed.self_attn.q_proj.bits == 4
+    assert not siblings.compatible([mixed.self_attn.q_proj, v])
+    assert mixed.self_attn.q_proj.siblings is None and mixed.mlp.gate_proj.siblings is not None
+
+
 class LooksLikeLinear(nn.Module):
     """Every attribute link and compatible read, but not a mlx_w8a8.Linear."""
 

@@ -1,5 +1,7 @@
 """summary/decisions: what a converted model runs, and quantize(kernel=, verbose=)."""
 
+import warnings
+
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
@@ -50,10 +52,25 @@ def test_unknown_kernel_is_refused_before_anything_converts():
 
 def test_other_bit_widths_are_reported_not_silently_skipped():
     model = Tiny()
-    nn.quantize(model, group_size=32, bits=4, class_predicate=lambda p, m: p == "q")
-    with pytest.warns(UserWarning, match=r"4-bit affine QuantizedLinear layers.*left as they are"):
+    nn.quantize(model, group_size=32, bits=3, class_predicate=lambda p, m: p == "q")
+    with pytest.warns(UserWarning, match=r"3-bit affine QuantizedLinear layers.*left as they are"):
         w8.quantize(model, group_size=32)
     assert isinstance(model.q, nn.QuantizedLinear) and isinstance(model.o, w8.Linear)
+
+
+def test_a_4bit_layer_converts_and_the_summary_says_4_bit(capsys):
+    # MLX's 4-bit layers convert as stored (W4A8); the summary names their width, and
+    # the decisions name the 4-bit kernels (the W4A16 reference by default).
+    model = Tiny()
+    nn.quantize(model, group_size=32, bits=4, class_predicate=lambda p, m: p == "q")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "left as they are" warning
+        w8.quantize(model, group_size=32, verbose=True)
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("mlx_w8a8: 2 layers (1 grouped4 (4-bit), 1 per_channel)"), said
+    assert isinstance(model.q, w8.Linear) and model.q.bits == 4
+    assert w8.decisions(model, 1, mx.float32)["q"][0] in ("mlx_qmm4", "exact_w4a8")
+    assert "format=grouped4, bits=4" in repr(model.q)
     assert w8.summary(nn.Sequential(nn.ReLU())) == "mlx_w8a8: no mlx_w8a8.Linear layers"
 
 

@@ -61,6 +61,23 @@ def test_tunes_writes_then_reuses_the_table(tmp_path):
     assert code == 0 and "measured" in text
 
 
+def test_tunes_the_4bit_format_against_its_own_references(tmp_path):
+    # --format grouped4 (MLX's 4-bit weights): the race is between the 4-bit reference
+    # (mx.quantized_matmul at 4 bits) and the exact W4A8 kernel, gated against
+    # exact_w4a8, and the entry is recorded (and read back) under that format.
+    path = str(tmp_path / "t.json")
+    code, text = run(["--shapes", "2x32x64", "--format", "grouped4", "--table", path] + TINY)
+    assert code == 0, text
+    (entry,) = entries_of(path)
+    assert entry["weight_format"] == "grouped4" and entry["group_size"] == 32
+    assert entry["reference"] == "mlx_qmm4" and entry["gate"]["exact"] == "exact_w4a8"
+    # (other tests may leave fake candidates registered: only these two are asserted)
+    raced = set(entry["candidates"])
+    assert {"mlx_qmm4", "exact_w4a8"} <= raced and not raced & {"mlx_qmm", "exact"}, raced
+    code, text = run(["--shapes", "2x32x64", "--format", "grouped4", "--table", path] + TINY)
+    assert code == 0 and "cached" in text and "measured" not in text
+
+
 def test_capabilities_that_are_off_are_named_before_measuring(tmp_path, monkeypatch):
     # A Hopper GPU without cffi: the TMA kernels are left out of every race, and the
     # run says so (with the reason) before it measures; capabilities that are on, and
@@ -734,3 +751,18 @@ def test_a_failed_write_names_its_reason_in_the_exit_message(tmp_path, capsys, m
         code, _ = run(["--shapes", "1x32x64", "--table", str(bad)] + TINY)
     err = capsys.readouterr().err
     assert code == 1 and f"1 of 1 measured entries are not in {bad}: {bad}: not valid JSON" in err
+
+
+def test_model_checks_of_the_4bit_format_run_4bit_layers(tmp_path):
+    """tune --model --format grouped4: the shapes are 4-bit problems, and the model the
+    checks time holds MLX's 4-bit layers (converted as stored), so the prefill check
+    races the 4-bit kernels (an 8-bit model there would race mlx_qmm and exact)."""
+    pytest.importorskip("mlx_lm")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "16", "--format", "grouped4",
+                      "--prefill-check", "on", "--check-layers", "1",
+                      "--table", str(tmp_path / "t.json")] + TINY)
+    assert code == 0, text
+    assert "64x64 grouped4 g32: o_proj, q_proj" in text
+    assert {e["weight_format"] for e in entries_of(str(tmp_path / "t.json"))} == {"grouped4"}
+    raced = [line for line in text.splitlines() if "T=16" in line and "->" in line]
+    assert raced and all("mlx_qmm4" in line and "exact_w4a8" in line for line in raced), text

@@ -5,6 +5,10 @@
   integer of magnitude <= 2^24, hence exact; chunks are summed in int32.
 - ``mlx_qmm``: ``mx.quantized_matmul`` on the stored affine weights (W8A16). The tuner's
   reference and the fallback when nothing has been measured.
+- ``exact_w4a8`` and ``mlx_qmm4``: the same two for MLX's 4-bit weights (format
+  ``"grouped4"``): the exact W4A8 math, and ``mx.quantized_matmul`` with ``bits=4``.
+  ``exact`` and ``mlx_qmm`` take 8-bit weights only; the 4-bit code lives in functions
+  of its own so that their digests (which the shipped tuning tables record) stay put.
 
 The module is named for what it is to the other backends: the reference implementation
 of ``docs/numerics.md``. The candidate is named ``exact`` so that a tuning table entry
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from ..weight import GROUPED4
 from . import registry, sources
 
 # |a * b| <= 128 * 128 = 2^14, so a chunk of 2^10 products sums to at most 2^24, and every
@@ -178,14 +183,92 @@ _EXACT_RUNS = (
     ("int8_matmul", int8_matmul, (int8_matmul,)),
     ("quantize_activation", quantize_rows, (quantize_rows,)),
 )
+
+
+def takes_8bit(problem) -> bool:
+    """Whether ``problem`` is not on 4-bit codes (``exact``'s and ``mlx_qmm``'s code
+    reads 8-bit codes; ``exact_w4a8`` and ``mlx_qmm4`` take the 4-bit format)."""
+    return problem.weight_format != GROUPED4
+
+
 for _op, _run, _functions in _EXACT_RUNS:
     registry.register(
         registry.Candidate(
             name=registry.EXACT, backend="any", op=_op, run=_run,
             digest=sources.code_digest(*_functions, params=_EXACT_PARAMS),
             stages=w8a8_stages if _op == "linear" else None,
+            supports=takes_8bit,
         )
     )
+
+
+# The exact W4A8 linear ----------------------------------------------------------------
+# |a q| <= 127 * 15, so one group's products sum to at most 127 * 15 * 128 = 243840 <
+# 2^24 in magnitude: each group's float32 matmul is exact whatever order the BLAS adds
+# in (and in TF32: |a| needs 8 bits, q 4).
+assert 127 * 15 * 128 < 1 << 24
+
+
+def _w4a8_code_sum(q: mx.array, weight) -> mx.array:
+    """``sum_g s_ng * P_mng`` in float32 (``[M, N]``), ``P`` the exact per-group dot
+    products of int8 activation codes ``q`` ``[M, K]`` with the weight's unsigned 4-bit
+    codes, unpacked from the stored words for this call only."""
+    m, k = q.shape
+    n, gs = weight.n, weight.group_size
+    groups = k // gs
+    xq = q.astype(mx.float32).reshape(m, groups, gs).transpose(1, 0, 2)  # [G, M, gs]
+    wq = weight.codes().astype(mx.float32).reshape(n, groups, gs).transpose(1, 2, 0)  # [G, gs, N]
+    s = weight.scales.astype(mx.float32).T.reshape(groups, 1, n)  # [G, 1, N]
+    block = max(1, _GROUPED_SCRATCH // max(1, m * n))
+    acc = mx.zeros((m, n), dtype=mx.float32)
+    for g0 in range(0, groups, block):
+        p = mx.matmul(xq[g0 : g0 + block], wq[g0 : g0 + block])  # exact: |P| < 2^24
+        acc = acc + (p * s[g0 : g0 + block]).sum(axis=0)
+    return acc
+
+
+def w4a8_apply(acts, weight, bias: mx.array | None, out_dtype: mx.Dtype) -> mx.array:
+    """The exact W4A8 product on activations quantized by :func:`quantize_rows` with
+    the weight's group size: ``y = t_m (sum_g s_ng P_mng + sum_g b_ng R_mg) (+ bias)``,
+    ``R`` the groups' activation code sums (``docs/numerics.md``, W4A8 linear)."""
+    q, scale, row_sums = acts
+    partial = _w4a8_code_sum(q, weight) + _offset_sum(row_sums, weight.biases)
+    y = partial * scale
+    if bias is not None:
+        y = y + bias.astype(mx.float32)
+    return y.astype(out_dtype)
+
+
+def w4a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Exact W4A8 linear: ``x`` ``[M, K]`` float, ``weight`` a 4-bit
+    :class:`mlx_w8a8.weight.QuantizedWeight`, ``bias`` ``[N]`` or ``None``; ``[M, N]``
+    in ``x.dtype``."""
+    return w4a8_apply(quantize_rows(x, weight.group_size), weight, bias, x.dtype)
+
+
+def w4a8_stages(problem):
+    """``(act_key, quantize, apply)`` of the exact W4A8 kernel: the activations are
+    those of the grouped exact kernel (same key)."""
+    group = problem.group_size
+    return ("exact", group), (lambda x: quantize_rows(x, group)), w4a8_apply
+
+
+def takes_4bit(problem) -> bool:
+    """Whether ``problem`` is on MLX's 4-bit codes (format ``"grouped4"``)."""
+    return problem.weight_format == GROUPED4
+
+
+registry.register(
+    registry.Candidate(
+        name=registry.EXACT_W4A8, backend="any", op="linear", run=w4a8_linear,
+        digest=sources.code_digest(
+            w4a8_linear, w4a8_apply, quantize_rows, _w4a8_code_sum, _offset_sum, _split11,
+            params=_EXACT_PARAMS,
+        ),
+        stages=w4a8_stages,
+        supports=takes_4bit,
+    )
+)
 
 
 def _on_cuda() -> bool:
@@ -211,6 +294,47 @@ def qmm_supports(problem) -> bool:
     return not (problem.m > 1 and problem.k <= (problem.group_size or 0) and _on_cuda())
 
 
+def qmm8_supports(problem) -> bool:
+    """``mlx_qmm``: 8-bit codes where ``mx.quantized_matmul`` is right
+    (:func:`qmm_supports`)."""
+    return takes_8bit(problem) and qmm_supports(problem)
+
+
+def qmm4_supports(problem) -> bool:
+    """``mlx_qmm4``: 4-bit codes, with :func:`qmm_supports`' guard (MLX's CUDA kernel
+    was measured wrong at 8 bits where a row is one group; not measured at 4 bits, so
+    the exact kernel runs there too)."""
+    return takes_4bit(problem) and qmm_supports(problem)
+
+
+def qmm4_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """W4A16: ``mx.quantized_matmul`` with ``bits=4`` on the stored 4-bit weights."""
+    y = mx.quantized_matmul(
+        x, weight.q, weight.scales, weight.biases, transpose=True,
+        group_size=weight.group_size, bits=4,
+    )
+    if bias is not None:
+        y = y + bias
+    return y if y.dtype == x.dtype else y.astype(x.dtype)
+
+
+def qmm4_bind(layer, problem):
+    """``x -> y`` for a 4-bit ``mlx_w8a8.Linear``: one ``mx.quantized_matmul`` with
+    ``bits=4`` on ``[..., K]``, as ``nn.QuantizedLinear`` runs it (:func:`qmm_bind`'s
+    contract; same math as :func:`qmm4_linear`)."""
+    group = layer.group_size
+    dtype = getattr(mx, problem.dtype)
+    kept = {layer["scales"].dtype} | ({layer["bias"].dtype} if problem.has_bias else set())
+
+    def run(x):
+        y = mx.quantized_matmul(x, layer["weight"], layer["scales"], layer["biases"],
+                                True, group, 4)
+        if problem.has_bias:
+            y = y + layer["bias"]
+        return y if kept == {dtype} else y.astype(dtype)
+    return run
+
+
 registry.register(
     registry.Candidate(
         name="mlx_qmm",
@@ -218,8 +342,23 @@ registry.register(
         op="linear",
         run=qmm_linear,
         bind=qmm_bind,
-        supports=qmm_supports,
+        supports=qmm8_supports,
         digest=sources.code_digest(qmm_linear, qmm_bind, params=f"mx.quantized_matmul {mx.__version__}"),
+        w8a8=False,
+    )
+)
+
+
+registry.register(
+    registry.Candidate(
+        name=registry.QMM4,
+        backend="any",
+        op="linear",
+        run=qmm4_linear,
+        bind=qmm4_bind,
+        supports=qmm4_supports,
+        digest=sources.code_digest(qmm4_linear, qmm4_bind,
+                                   params=f"mx.quantized_matmul bits=4 {mx.__version__}"),
         w8a8=False,
     )
 )

@@ -29,10 +29,10 @@ from typing import Any, Callable, Hashable, Iterable
 import attrs
 import mlx.core as mx
 
-from ..weight import LINEAR_MAX_K, MAX_K
+from ..weight import GROUPED4, LINEAR_MAX_K, MAX_K
 
 OPS = ("linear", "int8_matmul", "quantize_activation")
-WEIGHT_FORMATS = ("per_channel", "grouped", "int8")
+WEIGHT_FORMATS = ("per_channel", "grouped", GROUPED4, "int8")
 
 
 @attrs.frozen
@@ -47,7 +47,8 @@ class Problem:
         dtype: dtype name of the activation (``"float16"``, ``"bfloat16"``,
             ``"float32"``; ``"int8"`` for ``int8_matmul``).
         weight_format: ``"per_channel"`` (symmetric int8 per output channel),
-            ``"grouped"`` (general affine 8-bit) or ``"int8"`` (raw int8 operands).
+            ``"grouped"`` (general affine 8-bit), ``"grouped4"`` (MLX's affine 4-bit)
+            or ``"int8"`` (raw int8 operands).
         group_size: the weight's group size, or ``None`` where it has none.
         has_bias: whether a bias vector is added in the epilogue.
     """
@@ -167,6 +168,9 @@ def inexact(problem: Problem) -> str | None:
       exact for ``K <= 132104`` (``weight.LINEAR_MAX_K``).
     - ``linear``, grouped: one int32 sum per group (``|P| <= 127 * 128 * group_size``),
       promoted to float32: no bound on K.
+    - ``linear``, grouped4: one sum per group of activation codes times unsigned 4-bit
+      codes (``|P| <= 127 * 15 * group_size <= 243840``), promoted to float32: no
+      bound on K.
     - ``quantize_activation``: no integer sums over K.
 
     Kernels with tighter sums check their own bound in ``supports`` (the CUDA GEMMs on
@@ -258,8 +262,28 @@ _lock = threading.Lock()
 _candidates: dict[tuple[str, str], Candidate] = {}
 # The exact W8A8 math in MLX ops (registered for every op by ``kernels.reference``).
 EXACT = "exact"
+# The exact W4A8 math and ``mx.quantized_matmul`` at 4 bits, for ``linear`` on the
+# ``"grouped4"`` format (``kernels.reference``): ``exact`` and ``mlx_qmm`` run 8-bit
+# codes only (their code is what the shipped tuning tables' digests name).
+EXACT_W4A8 = "exact_w4a8"
+QMM4 = "mlx_qmm4"
 # Per op, the candidate used when nothing else decides (no tuning-table hit).
 _FALLBACK = {"linear": "mlx_qmm", "int8_matmul": EXACT, "quantize_activation": EXACT}
+# ... and per (op, weight format) where the format has its own.
+_FALLBACK_BY_FORMAT = {("linear", GROUPED4): QMM4}
+_EXACT_BY_FORMAT = {("linear", GROUPED4): EXACT_W4A8}
+
+
+def fallback_name(problem: Problem) -> str:
+    """The name of ``problem``'s reference and fallback candidate (``mlx_qmm`` for an
+    8-bit ``linear``, ``mlx_qmm4`` for a 4-bit one, ``exact`` for the other ops)."""
+    return _FALLBACK_BY_FORMAT.get((problem.op, problem.weight_format), _FALLBACK[problem.op])
+
+
+def exact_name(problem: Problem) -> str:
+    """The name of the candidate computing ``problem``'s exact W8A8 (or W4A8) math of
+    ``docs/numerics.md``: ``exact``, or ``exact_w4a8`` for the ``"grouped4"`` format."""
+    return _EXACT_BY_FORMAT.get((problem.op, problem.weight_format), EXACT)
 
 
 # Bumped whenever a decision made earlier may no longer hold: a candidate registered or
@@ -332,7 +356,7 @@ def all_candidates() -> list[Candidate]:
 def candidates(problem: Problem) -> list[Candidate]:
     """The candidates that can run ``problem`` here, the fallback first."""
     found = [c for c in all_candidates() if c.handles(problem)]
-    fallback = _FALLBACK[problem.op]
+    fallback = fallback_name(problem)
     return sorted(found, key=lambda c: c.name != fallback)
 
 
@@ -340,8 +364,8 @@ def fallback(problem: Problem) -> Candidate:
     """The candidate used when nothing has been measured: the tuner's reference. Where
     that candidate cannot run ``problem`` here (``mx.quantized_matmul`` where MLX's own
     kernel is known wrong, see ``reference.qmm_supports``), the exact kernel."""
-    candidate = get(problem.op, _FALLBACK[problem.op])
-    return candidate if candidate.handles(problem) else get(problem.op, EXACT)
+    candidate = get(problem.op, fallback_name(problem))
+    return candidate if candidate.handles(problem) else get(problem.op, exact_name(problem))
 
 
 # The tuner's hook. ``choose`` asks the installed chooser; with none installed (or

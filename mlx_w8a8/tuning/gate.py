@@ -29,7 +29,9 @@ output with every term made positive; ``c = q - 128`` the weight codes, ``s`` th
 scale and ``b' = b + 128 s`` the offset of ``k``'s group). Per-channel: ``n = 4``
 (int32 to float32, two scale products, the bias add). Grouped with ``G`` groups:
 ``n = 2G + 4`` (one product per group term, at most ``2G - 1`` additions in any order,
-the row scale, the bias). Two such kernels differ by at most ``2 gamma(n) T``; in
+the row scale, the bias). For MLX's 4-bit weights (``"grouped4"``, references
+``mlx_qmm4`` and ``exact_w4a8``) the same bound holds with ``c = q`` in ``[0, 15]`` and
+``b`` the stored bias in place of ``b'``. Two such kernels differ by at most ``2 gamma(n) T``; in
 float16/bfloat16 each output is then rounded once more, adding at most one unit in the
 last place of the output dtype. ``T`` itself is computed in float32 with non-negative
 terms (whose inputs MLX may round to TF32), so it is scaled by
@@ -72,7 +74,7 @@ import numpy as np
 
 from ..kernels import registry
 from ..kernels.registry import Candidate, Problem
-from ..weight import FLOAT_DTYPES_BY_NAME, QuantizedWeight
+from ..weight import FLOAT_DTYPES_BY_NAME, GROUPED4, QuantizedWeight
 
 log = logging.getLogger("mlx_w8a8.tuning")
 
@@ -172,9 +174,12 @@ def make_weight(problem: Problem, seed: int = 0) -> QuantizedWeight:
     key = mx.random.key(seed)
     w = mx.random.normal((problem.n, problem.k), key=key) * (1.0 / math.sqrt(problem.k))
     w = w.astype(dtype_of(problem))
-    weight = QuantizedWeight.from_float(
-        w, group_size=gs, per_channel=problem.weight_format == "per_channel"
-    )
+    if problem.weight_format == GROUPED4:
+        weight = QuantizedWeight.from_float(w, group_size=gs, per_channel=False, bits=4)
+    else:
+        weight = QuantizedWeight.from_float(
+            w, group_size=gs, per_channel=problem.weight_format == "per_channel"
+        )
     mx.eval(weight.q, weight.scales, weight.biases)
     return weight
 
@@ -459,9 +464,13 @@ def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None) -> B
     q, scale, _ = quantize_rows(x)
     n, k, gs = weight.n, weight.k, weight.group_size
     groups = k // gs
-    codes = mx.abs(weight.int8().astype(mx.float32)).reshape(n, groups, gs)
+    if weight.bits == 4:  # c = q in [0, 15], offset b (docs/numerics.md, W4A8 linear)
+        codes = weight.codes().astype(mx.float32).reshape(n, groups, gs)
+        off = mx.abs(weight.biases.astype(mx.float32))[..., None]
+    else:
+        codes = mx.abs(weight.int8().astype(mx.float32)).reshape(n, groups, gs)
+        off = mx.abs(weight.group_offsets)[..., None]
     s = mx.abs(weight.scales.astype(mx.float32))[..., None]
-    off = mx.abs(weight.group_offsets)[..., None]
     w_abs = (codes * s + off).reshape(n, k)
     t = mx.matmul(mx.abs(q.astype(mx.float32)), w_abs.T) * mx.abs(scale)
     if bias is not None:
@@ -584,8 +593,8 @@ def run_gate(
 
     Args:
         problem: the work (its op picks exact or tolerance comparison).
-        reference: the candidate of stage 1 (``mlx_qmm`` for ``linear``, ``exact`` for
-            the exact ops).
+        reference: the candidate of stage 1 (``mlx_qmm`` for ``linear``, ``mlx_qmm4``
+            for a 4-bit ``linear``, ``exact`` for the exact ops).
         challengers: the others; the reference may be among them (it passes).
         inputs: argument tuples for ``run`` (see :func:`gate_operands`); every one is
             gated.
@@ -596,7 +605,8 @@ def run_gate(
             truth is not limited by the reference's own low-precision accumulation
             (``linear`` only; e.g. ``mx.quantized_matmul`` on MLX's CPU in bfloat16).
         exact: ``linear`` only: the W8A8 truth of stage 2 (default: the registered
-            ``exact`` candidate). Stage 2 runs for challengers with ``w8a8=True``.
+            exact candidate of the format, ``exact`` or ``exact_w4a8``:
+            ``registry.exact_name``). Stage 2 runs for challengers with ``w8a8=True``.
         min_sqnr_db: stage 2's SQNR floor against the stage-1 reference.
 
     Returns:
@@ -628,7 +638,8 @@ def run_gate(
 
     staged = problem.op == "linear" and any(c.w8a8 for c in challengers)
     if staged:
-        exact = exact if exact is not None else registry.get(problem.op, registry.EXACT)
+        exact = exact if exact is not None else registry.get(
+            problem.op, registry.exact_name(problem))
 
     def reject(name, stage, worst, index, why, against):
         detail = f"input {index} ({input_name(problem, index)}): {why}"

@@ -1,7 +1,7 @@
 """The distinct linear problems of a model: what ``tune --model`` and ``tune_model``
 measure.
 
-Walks a model's ``nn.Linear``, 8-bit affine ``nn.QuantizedLinear`` and
+Walks a model's ``nn.Linear``, 8-bit and 4-bit affine ``nn.QuantizedLinear`` and
 ``mlx_w8a8.Linear`` layers and groups them by what a tuning-table entry is keyed on:
 (N, K, weight format, group size, bias, activation dtype). ``nn.Linear`` layers are
 described as :func:`mlx_w8a8.quantize` would convert them (``weight_format``,
@@ -16,12 +16,12 @@ import mlx.nn as nn
 from .. import siblings
 from ..kernels import registry
 from ..kernels.registry import Problem
-from ..weight import GROUP_SIZES, QuantizedWeight
+from ..weight import GROUP_SIZES, GROUPED4, QuantizedWeight
 from . import shapes
 
 OP = "mlx_w8a8.tune_model"
 DTYPES = ("bfloat16", "float16", "float32")
-FORMATS = ("per_channel", "grouped")
+FORMATS = ("per_channel", "grouped", GROUPED4)
 
 
 @attrs.frozen
@@ -31,7 +31,7 @@ class LinearShape:
     Args:
         n, k: output and input features (per rank under tensor parallelism).
         dtype: the activation dtype name.
-        weight_format: ``"per_channel"`` or ``"grouped"``.
+        weight_format: ``"per_channel"``, ``"grouped"`` or ``"grouped4"``.
         group_size: the weight's group size.
         has_bias: whether the layers add a bias.
         paths: the layers' paths in the model (e.g. ``model.layers.0.mlp.up_proj``).
@@ -63,10 +63,13 @@ def w8a8_linears(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def _quantized_format(layer: nn.Module) -> str:
-    """The weight format of an 8-bit layer, from its parameters (one host read)."""
+    """The weight format of an 8-bit or 4-bit layer, from its parameters (one host read
+    for 8 bits)."""
     fmt = getattr(layer, "weight_format", None)
     if fmt in FORMATS:
         return fmt
+    if layer.bits == 4:
+        return GROUPED4
     return QuantizedWeight(layer.weight, layer.scales, layer.biases, layer.group_size).format
 
 
@@ -84,10 +87,11 @@ def describe(
     has_bias = "bias" in layer
     if isinstance(layer, (Linear, nn.QuantizedLinear)):
         if isinstance(layer, nn.QuantizedLinear) and (
-            layer.bits != 8 or getattr(layer, "mode", "affine") != "affine"
+            layer.bits not in (4, 8) or getattr(layer, "mode", "affine") != "affine"
+            or layer.group_size not in GROUP_SIZES
         ):
             return f"{layer.bits}-bit {getattr(layer, 'mode', 'affine')} QuantizedLinear (not converted)"
-        n, k = layer.weight.shape[0], layer.weight.shape[1] * 4  # 8-bit codes, 4 per uint32
+        n, k = layer.weight.shape[0], layer.weight.shape[1] * 32 // layer.bits  # codes per uint32
         return n, k, _quantized_format(layer), int(layer.group_size), has_bias
     if isinstance(layer, nn.Linear):
         n, k = layer.weight.shape

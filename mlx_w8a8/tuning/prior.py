@@ -3,8 +3,8 @@
 Used only when no tuning-table entry (any layer) and no borrowed decision from a nearby
 measured shape exists. Each rule comes from a recorded measurement, cited beside it;
 where nothing was measured the prior says nothing and the op's fallback runs:
-``mx.quantized_matmul`` (``mlx_qmm``) for a linear, as in stock MLX, and the exact
-MLX-ops kernel for ``int8_matmul`` and ``quantize_activation``.
+``mx.quantized_matmul`` (``mlx_qmm``, ``mlx_qmm4`` for 4-bit weights) for a linear, as in
+stock MLX, and the exact MLX-ops kernel for ``int8_matmul`` and ``quantize_activation``.
 
 A rule is ``(m_min, m_max, min_weight, names)``: for ``m_min <= M <= m_max`` (``None`` =
 no upper bound) and weights of at least ``min_weight`` elements (``N * K``) the first of
@@ -13,7 +13,8 @@ no upper bound) and weights of at least ``min_weight`` elements (``N * K``) the 
 
 from __future__ import annotations
 
-from ..kernels.registry import EXACT, Candidate, Problem
+from ..kernels.registry import EXACT, EXACT_W4A8, QMM4, Candidate, Problem
+from ..weight import GROUPED4
 
 Rule = tuple[int, "int | None", int, tuple[str, ...]]
 
@@ -84,6 +85,16 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cpu", "linear", "grouped"): [
         (1, 1, 0, ("mlx_qmm",)),
         (16, None, 0, (EXACT,)),
+    ],
+    # CPU, MLX's 4-bit weights (mlx-lm 4-bit checkpoints, gs64, bf16): tune --format
+    # grouped4 on 2048 x 2048 and 8192 x 2048 (bench/results/tune_cpu_grouped4_2026-12-04.*,
+    # checked by tests/test_prior.py): the exact W4A8 kernel 6.2-18.1x faster than
+    # mx.quantized_matmul at 4 bits at M = 16 and 128; at M = 1 mx.quantized_matmul (the
+    # exact kernel took 1.66x and 1.83x its time). M = 2-15 was not measured and keeps
+    # the fallback.
+    ("cpu", "linear", GROUPED4): [
+        (1, 1, 0, (QMM4,)),
+        (16, None, 0, (EXACT_W4A8,)),
     ],
 }
 

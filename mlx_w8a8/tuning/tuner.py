@@ -486,7 +486,7 @@ class Tuner:
     def borrow(self, problem: Problem, max_ratio: float = BORROW_MAX_RATIO) -> Hit | None:
         """A decision borrowed from the nearest measured shape, for an (N, K) that no
         table holds: same op, dtype and weight format (and group size for grouped
-        weights), N and K each within ``max_ratio`` of this one's, nearest in FLOPs
+        and 4-bit weights), N and K each within ``max_ratio`` of this one's, nearest in FLOPs
         (``log(N K)``), then in shape; within that shape, :meth:`lookup`'s rule. An op
         without N (``quantize_activation``, N = 0) borrows by K alone."""
         # The sizes compared: N and K, or K alone where the op has no N.
@@ -500,7 +500,7 @@ class Tuner:
                 op, n, k, dtype, fmt, group = key
                 if (op, dtype, fmt) != (problem.op, problem.dtype, problem.weight_format):
                     continue
-                if fmt == "grouped" and group != problem.group_size:
+                if fmt != "per_channel" and group != problem.group_size:  # grouped, grouped4
                     continue
                 have = dims(n, k)
                 if len(have) != len(want) or 0 in have or any(
@@ -776,7 +776,7 @@ class Tuner:
             "gate": {
                 "atol": cfg.atol, "rtol": cfg.rtol, "worst_error": _finite(worst),
                 "reference_dtype": cfg.reference_dtype or "native",
-                "exact": registry.EXACT, "min_sqnr_db": gate.MIN_SQNR_DB,
+                "exact": registry.exact_name(problem), "min_sqnr_db": gate.MIN_SQNR_DB,
             },
             "min_improvement_bps": cfg.min_improvement_bps,
             "previous_choice": previous,
