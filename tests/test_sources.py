@@ -35,8 +35,11 @@ def test_exact_digests_cover_only_what_each_op_runs():
     # grouped GEMM path changes, and the three ops' digests differ.
     digests = {op: registry.get(op, registry.EXACT).digest for op in registry.OPS}
     assert len(set(digests.values())) == 3
-    assert digests["quantize_activation"] == sources.code_digest(
-        reference.quantize_rows, params=reference._EXACT_PARAMS)
+    mods = (reference.__name__,)
+    assert digests["quantize_activation"] == sources.closure_digest((reference.quantize_rows,), mods)
+    reached = sources.closure((reference.quantize_rows,), mods)
+    assert not any("grouped" in name or "int8_matmul" in name for name in reached), sorted(reached)
+    assert any("_grouped_sum" in name for name in sources.closure((reference.w8a8_linear,), mods))
 
 
 def _load(tmp_path, monkeypatch, name: str, text: str):

@@ -176,13 +176,17 @@ def qmm_bind(layer, problem):
     return run
 
 
-_EXACT_PARAMS = f"EXACT_CHUNK={EXACT_CHUNK} GROUPED_SCRATCH={_GROUPED_SCRATCH}"
 _EXACT_RUNS = (
-    ("linear", w8a8_linear, (w8a8_linear, w8a8_apply, quantize_rows, int8_matmul, _grouped_sum,
-                             _offset_sum, _split11)),
-    ("int8_matmul", int8_matmul, (int8_matmul,)),
-    ("quantize_activation", quantize_rows, (quantize_rows,)),
+    ("linear", w8a8_linear),
+    ("int8_matmul", int8_matmul),
+    ("quantize_activation", quantize_rows),
 )
+
+
+def _digest(*entries, params: str = "") -> str:
+    """A candidate's digest: the code of this module its functions reach (constants
+    such as ``EXACT_CHUNK`` included), ``sources.closure_digest``."""
+    return sources.closure_digest(entries, (__name__,), params=params)
 
 
 def takes_8bit(problem) -> bool:
@@ -191,12 +195,13 @@ def takes_8bit(problem) -> bool:
     return problem.weight_format != GROUPED4
 
 
-for _op, _run, _functions in _EXACT_RUNS:
+for _op, _run in _EXACT_RUNS:
+    _stages = w8a8_stages if _op == "linear" else None
     registry.register(
         registry.Candidate(
             name=registry.EXACT, backend="any", op=_op, run=_run,
-            digest=sources.code_digest(*_functions, params=_EXACT_PARAMS),
-            stages=w8a8_stages if _op == "linear" else None,
+            digest=_digest(_run, _stages),
+            stages=_stages,
             supports=takes_8bit,
         )
     )
@@ -261,10 +266,7 @@ def takes_4bit(problem) -> bool:
 registry.register(
     registry.Candidate(
         name=registry.EXACT_W4A8, backend="any", op="linear", run=w4a8_linear,
-        digest=sources.code_digest(
-            w4a8_linear, w4a8_apply, quantize_rows, _w4a8_code_sum, _offset_sum, _split11,
-            params=_EXACT_PARAMS,
-        ),
+        digest=_digest(w4a8_linear, w4a8_stages),
         stages=w4a8_stages,
         supports=takes_4bit,
     )
@@ -343,7 +345,7 @@ registry.register(
         run=qmm_linear,
         bind=qmm_bind,
         supports=qmm8_supports,
-        digest=sources.code_digest(qmm_linear, qmm_bind, params=f"mx.quantized_matmul {mx.__version__}"),
+        digest=_digest(qmm_linear, qmm_bind, params=f"mx.quantized_matmul {mx.__version__}"),
         w8a8=False,
     )
 )
@@ -357,8 +359,7 @@ registry.register(
         run=qmm4_linear,
         bind=qmm4_bind,
         supports=qmm4_supports,
-        digest=sources.code_digest(qmm4_linear, qmm4_bind,
-                                   params=f"mx.quantized_matmul bits=4 {mx.__version__}"),
+        digest=_digest(qmm4_linear, qmm4_bind, params=f"mx.quantized_matmul bits=4 {mx.__version__}"),
         w8a8=False,
     )
 )
