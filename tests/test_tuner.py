@@ -19,7 +19,9 @@ from mlx_w8a8.tuning.tuner import TuneConfig, Tuner
 PROBLEM = Problem("linear", 2, 32, 64, "float32", "per_channel", 32)
 FAST = TuneConfig(pairs=5, warmup=1, chain=1, rotate=2)
 QMM = registry.get("linear", "mlx_qmm")
-FAKES = ("fast", "slow", "marginal", "drift", "crash", "flaky", "spy", "spy_a", "spy_b", "spy_c")
+# Every fake this module registers (fake() adds to it), removed after each test: a fake
+# left registered joins other modules' races (a leaked one once failed test_w4a8).
+FAKES = {"fast", "slow", "marginal", "drift", "crash", "flaky", "spy", "spy_a", "spy_b", "spy_c"}
 
 
 def sleeper(seconds, offset=0.0):
@@ -33,6 +35,7 @@ def sleeper(seconds, offset=0.0):
 def fake(name, run, **kw):
     # The fakes wrap mlx_qmm (W8A16): only the gate's stage 1 applies to them.
     kw.setdefault("w8a8", False)
+    FAKES.add(name)
     return registry.register(Candidate(name=name, backend="any", op="linear", run=run,
                                        digest=f"d-{name}", **kw))
 
@@ -50,7 +53,7 @@ def env(tmp_path, monkeypatch):
     active._tuner = None
     tuning.install()
     yield tmp_path
-    for name in FAKES:
+    for name in sorted(FAKES):
         registry.unregister("linear", name)
     registry.register(QMM)
     active._tuner = None
