@@ -26,8 +26,11 @@ from . import plans as _plans
 from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
-from .plans import clear_shared_activations, share_activations  # noqa: F401 (public here)
+from .plans import clear_shared_activations, share_activations
 from .weight import BITS, FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
+
+# The sharing switches are public here (mlx_w8a8.nn.share_activations); plans owns them.
+__all__ = ["Linear", "share_activations", "clear_shared_activations"]
 
 _PARAMETERS = frozenset(("weight", "scales", "biases", "bias"))
 

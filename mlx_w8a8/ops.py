@@ -192,7 +192,7 @@ def w8a8_linear(
     Returns:
         ``[..., N]`` in ``x.dtype``.
     """
-    key = plan = None  # key of the kept call: a call like an earlier one was checked, decided, bound
+    key = plan = None  # key of the kept call: an earlier one like it was checked and decided
     if stream is None:
         try:
             key = (x.shape, x.dtype, id(bias), kernel, mx.default_device().type)
