@@ -1,290 +1,38 @@
 """``mlx_w8a8.Linear``: a W8A8 drop-in for ``nn.Linear`` and 8-bit ``nn.QuantizedLinear``.
 
-The hot path is built like MLX's own layers: decide once, run many times. The first
-call with a given input shape and dtype resolves the kernel (a forced ``layer.kernel``,
-a tuning-table entry, a decision borrowed from a nearby measured shape, the built-in
-prior, or ``mx.quantized_matmul``) into a ready closure that later calls reuse; the
-weight format is a static attribute fixed at construction or conversion. Anything that
-can change a decision (a table reload, ``set_tuning_table``, a recorded measurement, a
-kernel registered, a new ``layer.kernel``) clears the layer's plans
-(``registry.invalidate``), so the next call re-decides.
+The hot path is built like MLX's own layers: decide once, run many times. A call at a
+new input shape and dtype resolves the kernel (a forced ``layer.kernel``, a tuning-table
+entry, a decision borrowed from a nearby measured shape, the built-in prior, or
+``mx.quantized_matmul``) into a ready callable that the layer keeps from the shape's
+second call on (:mod:`mlx_w8a8.plans`, the one plan path of layers, sibling groups and
+``w8a8_linear``); the weight format is a static attribute fixed at construction or
+conversion. Anything that can change a decision (a table reload, ``set_tuning_table``, a
+recorded measurement, a kernel registered, a new ``layer.kernel``) clears the layer's
+plans (``registry.invalidate``), so the next call re-decides.
 
-Layers that receive the same input array (q/k/v projections, gate/up) quantize it once:
-the two-stage candidates (``Candidate.stages``) share the int8 activations through a
-small per-thread memo keyed by the input's identity. Candidates with ``bind_stages``
-(the CUDA ones) prepare their launches once per decision and weight and run both as one
-compiled call, so a call only replays them; such a layer stops offering its activations
-to the memo after an offer nobody took (``_Stages``). Linked siblings
-(:mod:`mlx_w8a8.siblings`) go further where the kernel allows: one launch computes all
-of their outputs.
+Layers that receive the same input array (q/k/v projections, gate/up) quantize it once
+(:class:`mlx_w8a8.plans.Stages`); linked siblings (:mod:`mlx_w8a8.siblings`) go further
+where the kernel allows: one launch computes all of their outputs.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import met
+from . import plans as _plans
 from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
+from .plans import clear_shared_activations, share_activations
 from .weight import BITS, FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
 
-# Plans kept per layer (one per distinct input shape and dtype); beyond that the
-# cache starts over (a model fed ever-new shapes re-decides, it does not grow).
-_MAX_PLANS = 64
-# A plan is kept from the second call at its input shape on; the first call's plan runs
-# once and is dropped (Linear._keep, mlx_w8a8.met: why, and the bound on the keys kept).
-# Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
-_SHARED_SLOTS = 4
-# Offers of activations nobody took after which a fused layer stops offering (_Stages).
-# Hazard: the switch traces the output-only call (mx.compile, per input shape), so it
-# must come early: at one, on the layer's second call at a shape. A later switch lands
-# inside a benchmark's steady-state rounds (at 4, round 3 of a 6-round model bench ran
-# 0.4-1.8 ms slow on 4 layers of an NVIDIA H200: 17 traced calls).
-_UNTAKEN_OFFERS = 1
-_shared = threading.local()
+# The sharing switches are public here (mlx_w8a8.nn.share_activations); plans owns them.
+__all__ = ["Linear", "share_activations", "clear_shared_activations"]
+
 _PARAMETERS = frozenset(("weight", "scales", "biases", "bias"))
-
-
-def share_activations(enabled: bool = True) -> None:
-    """Turn the sharing of quantized activations between layers fed the same input on
-    (the default) or off (to measure what it saves). Applies to later calls."""
-    global _SHARE
-    _SHARE = bool(enabled)
-    clear_shared_activations()
-
-
-_SHARE = True
-
-
-class _Stages:
-    """A bound two-stage call, ``apply(quantize(x2))``, sharing the quantized activations
-    with other layers fed the same ``x`` through the per-thread memo.
-
-    A call first takes activations another layer left in the memo for this ``x`` and
-    ``key``; otherwise it quantizes and offers its own. With ``fused`` (stages made of
-    MLX custom kernels: ``Candidate.bind_stages`` / ``bind_group``) both launches are
-    one compiled call (``registry.fuse_stages``), and returning the activations from it
-    costs Python per call (about 2 us on an NVIDIA H200's host); so once its offer
-    was taken by no other layer (``_UNTAKEN_OFFERS``: an ``o_proj``, a ``down_proj``),
-    this layer stops offering and runs the call that returns the output alone, still
-    taking what others offer. A layer whose offers are taken (the first of q/k/v fed
-    one ``x``) keeps offering. The plan's first call runs the stages directly (no
-    trace: a shape met once, such as a server's prompt length, costs its launches
-    alone); its second call traces the compiled call it keeps (with activations, or
-    output-only for a layer that stopped offering), so a plan settles on its second
-    call (each ``mx.compile`` traces once per input shape). A layer keeps a plan from its
-    second call at a shape (:meth:`Linear._keep`), so the layer settles on its third.
-
-    The memo holds a reference to ``x`` so its identity cannot be reused while the
-    entry lives; entries are replaced first-in first-out.
-    """
-
-    __slots__ = ("key", "quantize", "apply", "fused", "_both", "_lean", "last", "untaken",
-                 "fresh")
-
-    def __init__(self, key, quantize, apply, fused: bool):
-        self.key, self.quantize, self.apply, self.fused = key, quantize, apply, fused
-        # The compiled calls are made when first used: a plan met once (a new prompt
-        # length) may use one or neither, and each costs Python to make.
-        self._both = self._lean = None
-        self.last = None  # the "taken" mark of this layer's last offer
-        self.untaken = 0
-        # The plan's first call runs the stages themselves, whose bound launches are made
-        # directly on their first call (cuda_launch.LaunchSpec.bound): a shape met once
-        # traces nothing. The compiled calls trace on the second.
-        self.fresh = True
-
-    def both(self, x2):
-        """The fused call returning ``(y, acts)``."""
-        if self._both is None:
-            self._both = registry.fuse_stages(self.quantize, self.apply, activations=True)
-        return self._both(x2)
-
-    def lean(self, x2):
-        """The fused call returning ``y`` alone."""
-        if self._lean is None:
-            self._lean = registry.fuse_stages(self.quantize, self.apply)
-        return self._lean(x2)
-
-    def __call__(self, x: mx.array, x2: mx.array | None = None):
-        """``y`` for ``x`` (the memo's key) run as ``x2`` (``x`` reshaped, or ``x``)."""
-        if x2 is None:
-            x2 = x
-        if not _SHARE:
-            return self.lean(x2) if self.fused else self.apply(self.quantize(x2))
-        slots = getattr(_shared, "slots", None)
-        if slots is None:
-            slots = _shared.slots = []
-        key = self.key
-        for slot in slots:
-            if slot[0] is x and slot[1] == key:
-                slot[3][0] = True
-                return self.apply(slot[2])
-        if self.last is not None:  # was the last offer taken?
-            self.untaken = 0 if self.last[0] else self.untaken + 1
-            self.last = None
-        if self.fused and self.untaken >= _UNTAKEN_OFFERS:
-            return self.lean(x2)
-        if not self.fused or self.fresh:
-            self.fresh = False
-            acts = self.quantize(x2)
-            y = self.apply(acts)
-        else:
-            y, acts = self.both(x2)
-        # The layer keeps only the slot's "taken" mark: holding the slot itself would keep
-        # x and its activations alive after the memo dropped them, in every layer.
-        self.last = [False]
-        slots.append((x, key, acts, self.last))
-        if len(slots) > _SHARED_SLOTS:
-            del slots[0]
-        return y
-
-
-class _GroupPlan:
-    """A sibling member's plan when the group runs as one launch (``candidate.bind_group``
-    on the summed ``problem``): the first member called on an ``x`` launches for all
-    and leaves the others' outputs in the sibling memo; a member finding its output
-    there only takes it. The launch is bound once per input shape for the group
-    (``Siblings.bound``) and again when a member's weight or bias is replaced.
-
-    The layer keeps the bound method ``run`` per input shape, from its second call at
-    the shape (:meth:`Linear._keep`; a plan serving one call, ``kept=False``, binds the
-    group launch for that call only): it calls as fast as a closure (a slotted object's
-    ``__call__`` measured twice the call overhead), and it and this object are two
-    objects for Python's cyclic collector to promote and later scan at every new prompt
-    length, where a closure's function, cells and closure tuple were about a dozen.
-    """
-
-    __slots__ = ("layer", "candidate", "problem", "lead", "out_shape", "group", "i", "key",
-                 "fmt", "alone", "kept")
-
-    def __init__(self, layer, candidate, problem: Problem, lead, out_shape, kept: bool = True):
-        self.layer, self.candidate, self.problem = layer, candidate, problem
-        self.lead, self.out_shape, self.kept = lead, out_shape, kept
-        self.group = group = layer._siblings
-        self.i = group.index(layer)
-        self.key = (lead, problem.dtype)
-        self.fmt = layer.format
-        self.alone = None  # the layer's own plan, made on first use (launch_together(False))
-
-    def run(self, x):
-        group = self.group
-        if not _siblings.together():
-            if self.alone is None:
-                self.alone = self.layer._alone_plan(
-                    self.problem.m, x.dtype, self.lead, self.out_shape)[2]
-            return self.alone(x)
-        y = group.take(x, self.i)
-        if y is not None:
-            return y
-        state = group.bound.get(self.key)
-        if state is None or not group.holds(state[0]):
-            # first launch, a member gone, or a member's arrays replaced (also without
-            # __setitem__, as mx.compile(inputs=...) does): check and bind
-            state = self._bind()
-            if state is None:  # a member gone or its format changed: re-decided alone
-                return self.layer(x)
-        ys = state[1](x)
-        group.put(x, ys, self.i)
-        return ys[self.i]
-
-    def _bind(self):
-        group = self.group
-        members = group.members()
-        if members is None:
-            group.reset()
-            return None
-        pairs = []
-        for layer in members:
-            w = layer._weight(self.fmt)
-            if w is None:
-                group.reset()
-                return None
-            pairs.append((w, layer.get("bias")))
-        act_key, quantize, apply = self.candidate.bind_group(self.problem, pairs, self.lead)
-        run = apply if quantize is None else _Stages(act_key, quantize, apply, True)
-        state = (_siblings.arrays(members), run)
-        if self.kept:  # a plan that serves one call binds for that call alone
-            group.bound[self.key] = state
-        return state
-
-
-class _BoundPlan:
-    """A layer's plan through a candidate's ``bind_stages`` (the kernels take ``x``
-    ``[..., K]`` as it comes: no reshape) or, for one without, :func:`_stages_as_bound`
-    on ``x`` reshaped to ``[M, K]``. Its launches are prepared for the current weight and
-    bias on the first call and again only when those arrays are replaced (e.g. by
-    ``mx.compile(..., inputs=model.state)``, which swaps them without going through
-    ``__setitem__``); each call otherwise only launches. The layer keeps the bound method
-    :meth:`run`, as :class:`_GroupPlan`'s (a closure's cells were a dozen objects for the
-    cyclic collector per plan).
-    """
-
-    __slots__ = ("layer", "problem", "fmt", "fused", "bind_stages", "flat", "out_shape",
-                 "held", "apply", "stages")
-
-    def __init__(self, layer, candidate, problem: Problem, lead, out_shape):
-        self.layer, self.problem, self.out_shape = layer, problem, out_shape
-        self.fmt = layer.format  # the format decided for: another one re-decides
-        self.fused = candidate.bind_stages is not None
-        if self.fused:
-            self.flat = False
-            self.bind_stages = functools.partial(_bind_with_lead, candidate.bind_stages, lead)
-        else:
-            self.flat = len(lead) != 1
-            self.bind_stages = _stages_as_bound(candidate, problem)
-        self.held = (None,) * 4  # _siblings.arrays((layer,)) as bound
-        self.apply = self.stages = None
-
-    def run(self, x):
-        layer, held = self.layer, self.held
-        # The arrays themselves are compared (cheap); the weight is rebuilt, its format
-        # checked and the launches bound only when one was replaced. The comparison is
-        # written out rather than through arrays(): building that list on every call cost
-        # the layer's Python ~10% (bench/layer_host_stub.py).
-        if (layer["weight"] is not held[0] or layer["scales"] is not held[1]
-                or layer["biases"] is not held[2] or layer.get("bias") is not held[3]):
-            qw = layer._weight(self.fmt)
-            if qw is None:  # new weights changed the format: re-decide
-                return layer(x)
-            act_key, quantize, self.apply = self.bind_stages(self.problem, qw, layer.get("bias"))
-            self.stages = (None if quantize is None else
-                           _Stages(act_key, quantize, self.apply, self.fused))
-            self.held = _siblings.arrays((layer,))
-        if self.flat:
-            problem = self.problem
-            x2 = x.reshape(problem.m, problem.k)
-            y = self.apply(x2) if self.stages is None else self.stages(x, x2)
-            return y.reshape(self.out_shape)
-        return self.apply(x) if self.stages is None else self.stages(x, x)
-
-
-def _bind_with_lead(bind_stages, lead, problem, weight, bias):
-    """``candidate.bind_stages`` for inputs ``[*lead, K]``."""
-    return bind_stages(problem, weight, bias, lead)
-
-
-def _stages_as_bound(candidate, problem):
-    """``bind_stages`` for a candidate without one: its ``stages`` (or ``run``) with the
-    weight, bias and output dtype fixed at bind time; nothing else is prepared."""
-    stages = candidate.stages(problem) if candidate.stages else None
-    if stages is None:  # one stage: run(x, w, b) does it all
-        run = candidate.run
-        return lambda p, w, b: (None, None, lambda x2: run(x2, w, b))
-    act_key, quantize, apply = stages
-    dtype = getattr(mx, problem.dtype)
-    return lambda p, w, b: (act_key, quantize, lambda acts: apply(acts, w, b, dtype))
-
-
-def clear_shared_activations() -> None:
-    """Drop this thread's memoised activations (they are otherwise held until replaced)."""
-    _shared.slots = []
 
 
 class Linear(nn.Module):
@@ -356,14 +104,13 @@ class Linear(nn.Module):
     def _init_state(self) -> None:
         # Plain object attributes (not parameters): nn.Module stores dicts as children.
         object.__setattr__(self, "_kernel", None)
-        object.__setattr__(self, "_plans", {})
-        object.__setattr__(self, "_decisions", {})
-        object.__setattr__(self, "_met", met.Met())  # input keys met before (_keep)
-        # A plan a sibling made for this layer's next call at a new shape: {key: (plan,
-        # decision)}, at most one entry, taken by that call (Linear._plan).
-        object.__setattr__(self, "_handed", {})
+        # The layer's plans (plans.PlanCache: watched, so a table reload etc. clears it).
+        # _plans and _decisions are its dicts, held here for __call__'s one lookup.
+        cache = _plans.PlanCache()
+        object.__setattr__(self, "_cache", cache)
+        object.__setattr__(self, "_plans", cache.plans)
+        object.__setattr__(self, "_decisions", cache.decisions)
         object.__setattr__(self, "_siblings", None)
-        registry.watch(self)  # a table reload etc. clears this layer's plans
 
     def _set_weight(self, qw: QuantizedWeight) -> None:
         self.weight, self.scales, self.biases = qw.q, qw.scales, qw.biases
@@ -374,17 +121,9 @@ class Linear(nn.Module):
         self._forget()
 
     def _forget(self) -> None:
-        self._drop_plans()
-        if self._siblings is not None:  # the group's launches bound this layer's state
-            self._siblings.reset()
-
-    def _drop_plans(self) -> None:
-        """Drop the plans, decisions and handed plans (they re-decide); the shapes met
-        stay met, so a re-decided plan is kept at once. Also what ``Siblings.reset``
-        does to each member."""
-        self._plans.clear()
-        self._decisions.clear()
-        self._handed.clear()
+        """Drop the layer's plans; its group (whose launches bound this layer's state)
+        resets (:meth:`mlx_w8a8.plans.PlanCache._forget`)."""
+        self._cache._forget()
 
     def __setitem__(self, key, value) -> None:
         # Parameters are replaced through here (attribute assignment, update(),
@@ -426,6 +165,7 @@ class Linear(nn.Module):
             )
         self._forget()
         object.__setattr__(self, "_siblings", group)
+        self._cache.group = group
 
     @property
     def quantized_weight(self) -> QuantizedWeight:
@@ -542,16 +282,18 @@ class Linear(nn.Module):
                 f"takes input_dims = {k}"
             )
         key = (x.shape, x.dtype)
-        handed = self._handed.pop(key, None)
+        cache = self._cache
+        handed = cache.take(key)
         if handed is not None:  # a sibling planned this call (below)
-            return self._keep(key, *handed)
+            return handed
+        stamp = registry.generation  # read first: an invalidation while planning keeps nothing
         lead = tuple(x.shape[:-1])
         m = math.prod(lead)
         out_shape = (*lead, n)
         if m == 0:
             dtype = x.dtype
             plan = lambda x: mx.zeros(out_shape, dtype=dtype)  # noqa: E731
-            return self._keep(key, plan, (0, "none", "empty"))
+            return cache.keep(key, plan, (0, "none", "empty"), stamp)
         found = self._group_decision(m, x.dtype)
         if found is not None:
             candidate, source, members, group_problem = found
@@ -561,50 +303,22 @@ class Linear(nn.Module):
             # one, in a model) checks and decides nothing (a new prompt length's host
             # time, docs/cuda.md "Prompts of new lengths").
             for member in members:
-                if member is not self and key not in member._plans:
-                    member._hand(key, member._group_plan(
-                        candidate, group_problem, lead, (*lead, member.output_dims),
-                        key in member._met), decision)
-            plan = self._group_plan(candidate, group_problem, lead, out_shape,
-                                    key in self._met)
-            return self._keep(key, plan, decision)
+                other = member._cache
+                if member is not self and key not in other.plans:
+                    other.hand(key, _plans.GroupPlan(
+                        member, candidate, group_problem, lead, (*lead, member.output_dims),
+                        other.met(key)).run, decision, stamp)
+            plan = _plans.GroupPlan(self, candidate, group_problem, lead, out_shape,
+                                    cache.met(key)).run
+            return cache.keep(key, plan, decision, stamp)
         candidate, source, plan = self._alone_plan(m, x.dtype, lead, out_shape)
-        return self._keep(key, plan, (m, candidate.name, source))
+        return cache.keep(key, plan, (m, candidate.name, source), stamp)
 
     def _alone_plan(self, m: int, dtype: mx.Dtype, lead, out_shape):
         """``(candidate, source, plan)`` of this layer by itself (no siblings)."""
         problem = self.problem(m, dtype)
         candidate, source = registry.decide(problem, self._kernel)
-        if candidate.bind is not None:
-            return candidate, source, candidate.bind(self, problem)
-        return candidate, source, self._bound_plan(candidate, problem, lead, out_shape)
-
-    def _bound_plan(self, candidate, problem: Problem, lead, out_shape):
-        """The plan of a candidate through its bound launches (:meth:`_BoundPlan.run`)."""
-        return _BoundPlan(self, candidate, problem, lead, out_shape).run
-
-    def _group_plan(self, candidate, problem: Problem, lead, out_shape, kept: bool = True):
-        """This member's plan when the group runs as one launch (:meth:`_GroupPlan.run`);
-        ``kept``: the layer will keep it (its launch is then shared with the group)."""
-        return _GroupPlan(self, candidate, problem, lead, out_shape, kept).run
-
-    def _hand(self, key, plan, decision) -> None:
-        """Leave ``plan`` for this layer's next call, at input ``key`` (a sibling's)."""
-        self._handed.clear()
-        self._handed[key] = (plan, decision)
-
-    def _keep(self, key, plan, decision):
-        """``plan``, kept for input ``key`` if this layer met the key before (the
-        second call at a shape keeps the plan it makes); the first call's plan serves
-        that call only, and the key is remembered (:class:`mlx_w8a8.met.Met`)."""
-        if self._met.again(key):
-            if len(self._plans) >= _MAX_PLANS:
-                self._forget()
-            self._plans[key] = plan
-        if len(self._decisions) >= met.LIMIT:
-            self._decisions.clear()
-        self._decisions[key] = decision
-        return plan
+        return candidate, source, _plans.layer_plan(self, candidate, problem, lead, out_shape)
 
     def __call__(self, x: mx.array) -> mx.array:
         """Args:

@@ -5,16 +5,13 @@ that :func:`mlx_w8a8.kernels.registry.choose` picks (a forced ``kernel=``, a tun
 table's choice, the built-in prior, or the fallback). Nothing here reads array data back
 to the host.
 
-Decide once, run many times, as ``mlx_w8a8.Linear`` does: the decision per problem,
-forced kernel and device is kept until the registry's decisions go stale
-(``registry.generation``: a table loaded, a candidate registered, a measurement
-recorded), and :func:`w8a8_linear` keeps, on the weight, the launches bound to its arrays
-and the bias (``Candidate.bind_stages``) and, per activation shape and dtype, bias, forced
-kernel and device type, the whole checked and decided call, so a repeated call with no
-``stream=`` looks up one entry and launches. As a layer does (``nn.Linear._keep``), it
-keeps them from the second call with a key on: the first runs the candidate's ``run``
-(direct launches, nothing traced or bound) and only remembers the key, so activation
-shapes met once leave nothing for Python's cyclic collector.
+Decide once, run many times, as ``mlx_w8a8.Linear`` does, through the same plan path
+(:mod:`mlx_w8a8.plans`): :func:`w8a8_linear` keeps, in a ``PlanCache`` on the weight, the
+checked, decided and bound call per activation shape and dtype, bias, forced kernel and
+device type, from the second call with a key on (the first runs the candidate's ``run``:
+direct launches, nothing traced or bound, and only the key is remembered); a repeated call
+with no ``stream=`` looks up one entry and launches. A registry invalidation (a table
+loaded, a candidate registered, a measurement recorded) clears those caches.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import math
 
 import mlx.core as mx
 
+from . import plans
 from .kernels import registry
 from .kernels.registry import Problem
 from .weight import FLOAT_DTYPES, MAX_K, QuantizedWeight, describe, dtype_name, check_group_size
@@ -45,32 +43,6 @@ def quantize_weight(w: mx.array, group_size: int = 64, per_channel: bool = True)
         ``[N, K // group_size]`` in ``w``'s dtype.
     """
     return QuantizedWeight.from_float(w, group_size=group_size, per_channel=per_channel)
-
-
-# At most this many bound launches per weight are kept; past it they are dropped and
-# re-made on use (a process calling with ever new shapes stays bounded). Decisions are
-# kept by registry.decide (per problem, forced kernel and device type, until
-# registry.generation moves; a forced kernel that cannot run raises each time).
-_MAX_KEPT = 64
-
-
-def _bound_run(candidate: registry.Candidate, problem: Problem, weight: QuantizedWeight,
-               bias: mx.array | None):
-    """``f(x2) -> y`` for ``[M, K]`` ``x2``: ``candidate``'s launches bound to ``weight``
-    and ``bias`` (made on first use and kept on the weight, which holds the candidate and
-    the bias so that their ids stay theirs), or its ``run`` where it has no bound form."""
-    if candidate.bind_stages is None:
-        return lambda x2: candidate.run(x2, weight, bias)
-    kept = weight._bound
-    key = (id(candidate), problem, id(bias))
-    hit = kept.get(key)
-    if hit is not None:
-        return hit[2]
-    f = registry.bound_call(candidate, problem, weight, bias)
-    if len(kept) >= _MAX_KEPT:
-        kept.clear()
-    kept[key] = (candidate, bias, f)
-    return f
 
 
 def _on(stream):
@@ -220,15 +192,15 @@ def w8a8_linear(
     Returns:
         ``[..., N]`` in ``x.dtype``.
     """
-    key = None  # of the kept call: a call like an earlier one was checked, decided and bound
+    key = plan = None  # key of the kept call: an earlier one like it was checked and decided
     if stream is None:
         try:
             key = (x.shape, x.dtype, id(bias), kernel, mx.default_device().type)
-            hit = weight._calls.get(key)
-        except (AttributeError, TypeError):  # not an array, not a QuantizedWeight
-            key = hit = None
-        if hit is not None and hit[0] == registry.generation:
-            return hit[1](x)
+            plan = weight._plans.plans.get(key)
+        except (AttributeError, TypeError):  # not an array or a QuantizedWeight; no plans yet
+            pass
+        if plan is not None:
+            return plan(x)
     op = "mlx_w8a8.w8a8_linear"
     _check_float_activation(op, x)
     if not isinstance(weight, QuantizedWeight):
@@ -254,21 +226,13 @@ def w8a8_linear(
     if problem.m == 0:
         return mx.zeros((*lead, weight.n), dtype=x.dtype)
     with _on(stream):
-        generation = registry.generation  # read first: a bump while deciding re-decides
+        stamp = registry.generation  # read first: an invalidation while deciding keeps nothing
         candidate = registry.choose(problem, kernel)
-        # A key met for the first time runs the candidate's own run (direct launches,
-        # nothing traced or bound) and keeps nothing but the key (mlx_w8a8.met).
-        keep = key is not None and weight._met.again(key)
-        if keep or key is None:
-            f = _bound_run(candidate, problem, weight, bias)
-        else:
-            f = lambda x2: candidate.run(x2, weight, bias)  # noqa: E731
-        if x.ndim != 2:  # [..., K]: flattened to [M, K] and back
-            m, k, shape = problem.m, weight.k, (*lead, weight.n)
-            f = (lambda run: lambda x_: run(x_.reshape(m, k)).reshape(shape))(f)
-        if keep:
-            calls = weight._calls
-            if len(calls) >= _MAX_KEPT:
-                calls.clear()
-            calls[key] = (generation, f, bias)  # holds the bias, so that its id stays its own
-        return f(x)
+        if key is None:  # on a given stream: a call of its own, nothing kept
+            return plans.weight_plan(candidate, problem, weight, bias, lead, False)(x)
+        cache = weight._plans
+        if cache is None:
+            cache = plans.PlanCache()
+            object.__setattr__(weight, "_plans", cache)  # the weight is frozen; its plans are not
+        plan = plans.weight_plan(candidate, problem, weight, bias, lead, cache.met(key))
+        return cache.keep(key, plan, stamp=stamp)(x)

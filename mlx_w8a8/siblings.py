@@ -128,7 +128,7 @@ class Siblings:
         for ref in self._refs:
             layer = ref()
             if layer is not None:
-                layer._drop_plans()
+                layer._cache.drop()
 
     def _unused_launch(self) -> None:
         self.unused += 1

@@ -27,7 +27,8 @@ import mlx.nn as nn
 
 from . import siblings
 from .kernels import registry
-from .nn import Linear, clear_shared_activations
+from .nn import Linear
+from .plans import clear_shared_activations
 from .weight import FLOAT_DTYPES
 
 _OP = "mlx_w8a8.warm_up"

@@ -26,7 +26,6 @@ import numbers
 import attrs
 import mlx.core as mx
 
-from .met import Met
 
 GROUP_SIZES = (32, 64, 128)
 # The code widths of MLX's affine layouts this package runs.
@@ -115,14 +114,10 @@ class QuantizedWeight:
     group_size: int
     per_channel: bool = attrs.field(default=None)
     bits: int = attrs.field(default=8, kw_only=True)
-    # ops.w8a8_linear's launches bound to these arrays, per candidate, problem and bias
-    # (not part of the value: not compared, not copied by attrs.evolve).
-    _bound: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
-    # ops.w8a8_linear's whole call per (x shape, x dtype, bias, forced kernel, device
-    # type): the checked, decided and bound path a repeated call takes at once.
-    _calls: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
-    # ... and the keys of those calls met before (the second call with a key keeps it).
-    _met: Met = attrs.field(factory=Met, init=False, repr=False, eq=False)
+    # ops.w8a8_linear's plans for this weight (a mlx_w8a8.plans.PlanCache, made on the
+    # first call: plans imports the registry, which imports this module); not part of
+    # the value: not compared, not copied by attrs.evolve.
+    _plans: object = attrs.field(default=None, init=False, repr=False, eq=False)
     # Arrays a backend derives from these once and keeps with them (derived()).
     _derived: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 

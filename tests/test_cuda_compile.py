@@ -1057,7 +1057,7 @@ _LAYER_CASES = [
 def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, fmt, shape):
     """A Linear whose decision is a CUDA candidate builds its launch arguments on its
     first two calls at a shape only: over 5 calls each launch spec is built twice (the
-    first call's plan runs once and is dropped, the second's is kept: nn.Linear._keep),
+    first call's plan runs once and is dropped, the second's is kept: plans.PlanCache.keep),
     and every call makes the launches of run(x, w, b). Replacing the arrays (as mx.compile(inputs=state) does,
     without __setitem__) binds again to the new arrays; a bias set through the module
     re-decides."""
@@ -1690,7 +1690,7 @@ def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):
     q/k/v (one sibling launch) and o meet a new input shape,
     on the warp-specialized GEMM as at prefill; the collector-tracked objects still alive
     afterwards (the launch recorder's own records aside) do not grow with the layers: a
-    layer keeps no plan at a shape met once (nn.Linear._keep), only the shape's key,
+    layer keeps no plan at a shape met once (plans.PlanCache.keep), only the shape's key,
     which the collector stops tracking. What is left is per shape (under 64 objects
     here): the launch frames and decisions every layer of that shape shares. Plans kept
     from the first call left 34 per layer call (as bound methods of slotted objects) and

@@ -140,6 +140,7 @@ def test_works_under_mx_compile(rng):
 # --- the hot path: decide once, run many -------------------------------------------------
 
 import mlx_w8a8.nn as w8nn  # noqa: E402
+import mlx_w8a8.plans as w8plans  # noqa: E402
 from mlx_w8a8 import tuning  # noqa: E402
 from mlx_w8a8.kernels import registry  # noqa: E402
 from mlx_w8a8.kernels.registry import Candidate  # noqa: E402
@@ -192,15 +193,15 @@ def test_a_plan_is_kept_from_the_second_call_at_a_shape(tables, monkeypatch):
 
 def test_shapes_met_once_are_remembered_up_to_a_bound(tables, monkeypatch):
     # A server meets ever-new prompt lengths: the keys of shapes met once (and their
-    # decisions) start over at met.LIMIT instead of growing; a shape met again after
+    # decisions) start over at plans.LIMIT instead of growing; a shape met again after
     # that keeps its plan one call later.
-    from mlx_w8a8 import met
+    from mlx_w8a8 import plans
 
-    monkeypatch.setattr(met, "LIMIT", 3)
+    monkeypatch.setattr(plans, "LIMIT", 3)
     layer = w8.Linear(64, 32, group_size=32)
     for m in range(1, 8):
         mx.eval(layer(mx.ones((m, 64))))
-        assert len(layer._met) <= 3 and len(layer._decisions) <= 3
+        assert len(layer._cache._met) <= 3 and len(layer._decisions) <= 3
     assert layer._plans == {}
     mx.eval(layer(mx.ones((7, 64))))  # met just before: kept
     assert list(layer._plans) == [((7, 64), mx.float32)]
@@ -363,7 +364,7 @@ def test_arrays_replaced_without_setitem_are_used(kernel):
 def test_a_fused_plan_traces_nothing_after_the_model_benchs_warm_up():
     """A fused plan's compiled calls trace on their first call per input shape: the one
     returning the activations on the plan's first call, the output-only one when the
-    layer stops offering (nn._Stages). Both must come within modelbench.WARMUP calls, or
+    layer stops offering (plans.Stages). Both must come within modelbench.WARMUP calls, or
     the bench's steady-state rounds time a trace (with 4 untaken offers the fifth call
     traced: round 3 of every 6-round model bench on an NVIDIA H200 ran 0.4-1.8 ms slow)."""
     import mlx_w8a8.nn as w8nn
@@ -383,9 +384,9 @@ def test_a_fused_plan_traces_nothing_after_the_model_benchs_warm_up():
 
     w8nn.clear_shared_activations()
     traced = []
-    alone = w8nn._Stages(("fake-alone",), *stages(traced), True)  # an o_proj
-    first = w8nn._Stages(("fake-pair",), *stages(traced), True)  # q of q/k/v
-    taker = w8nn._Stages(("fake-pair",), *stages([]), True)  # k: takes q's
+    alone = w8plans.Stages(("fake-alone",), *stages(traced), True)  # an o_proj
+    first = w8plans.Stages(("fake-pair",), *stages(traced), True)  # q of q/k/v
+    taker = w8plans.Stages(("fake-pair",), *stages([]), True)  # k: takes q's
     after = []
     for i in range(modelbench.WARMUP + 6):
         x, y = mx.array([float(i), 1.0, 2.0]), mx.array([float(i), 3.0, 4.0])
@@ -397,7 +398,7 @@ def test_a_fused_plan_traces_nothing_after_the_model_benchs_warm_up():
 
 
 def test_a_fused_plans_first_call_runs_its_stages_directly():
-    """The first call of a fused plan (nn._Stages) runs quantize and apply themselves on
+    """The first call of a fused plan (plans.Stages) runs quantize and apply themselves on
     the caller's array: a shape met once (a server's prompt length) traces no compiled
     call. Later calls go through the compiled calls, whose traces see stand-ins."""
     import mlx_w8a8.nn as w8nn
@@ -414,8 +415,8 @@ def test_a_fused_plans_first_call_runs_its_stages_directly():
     for offers_taken in (False, True):
         w8nn.clear_shared_activations()
         seen.clear()
-        layer = w8nn._Stages(("fake-direct",), quantize, apply, True)
-        taker = w8nn._Stages(("fake-direct",), quantize, apply, True)
+        layer = w8plans.Stages(("fake-direct",), quantize, apply, True)
+        taker = w8plans.Stages(("fake-direct",), quantize, apply, True)
         xs = [mx.array([float(i), 2.0]) for i in range(3)]
         for i, x in enumerate(xs):
             assert layer(x).tolist() == [2 * i + 1, 5.0]
@@ -426,7 +427,7 @@ def test_a_fused_plans_first_call_runs_its_stages_directly():
 
 
 def test_fused_stages_stop_offering_activations_nobody_takes():
-    """nn._Stages with fused (one compiled call): a layer offers its activations to the
+    """plans.Stages with fused (one compiled call): a layer offers its activations to the
     memo until _UNTAKEN_OFFERS offers in a row were taken by no other layer, then runs
     the call that returns the output alone (no memo entry for its x); a layer whose
     offers another layer takes keeps offering; outputs are right on every path; a
@@ -443,18 +444,18 @@ def test_fused_stages_stop_offering_activations_nobody_takes():
         return acts[0] + 1
 
     def offered(x):
-        return any(slot[0] is x for slot in w8nn._shared.slots)
+        return any(slot[0] is x for slot in w8plans._shared.slots)
 
     w8nn.clear_shared_activations()
-    alone = w8nn._Stages(("fake",), quantize, apply, True)
-    limit = w8nn._UNTAKEN_OFFERS
+    alone = w8plans.Stages(("fake",), quantize, apply, True)
+    limit = w8plans._UNTAKEN_OFFERS
     for i in range(limit + 4):
         x = mx.array([float(i), 1.0])
         assert alone(x).tolist() == [2 * i + 1, 3.0]
         assert offered(x) == (i < limit), i
     w8nn.clear_shared_activations()
-    first = w8nn._Stages(("fake",), quantize, apply, True)
-    taker = w8nn._Stages(("fake",), quantize, apply, True)
+    first = w8plans.Stages(("fake",), quantize, apply, True)
+    taker = w8plans.Stages(("fake",), quantize, apply, True)
     for i in range(limit + 4):
         x = mx.array([float(i), 1.0])
         assert first(x).tolist() == [2 * i + 1, 3.0]

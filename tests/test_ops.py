@@ -411,7 +411,7 @@ def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
             np.testing.assert_array_equal(np.array(got), np.array(w8.w8a8_linear(x, w, b, kernel="exact")))
 
         check(w1, None)
-        assert binds == [] and not w1._calls and not w1._bound  # met once: nothing kept
+        assert binds == [] and not w1._plans.plans  # met once: nothing kept
         check(w1, None), check(w1, None)
         assert len(binds) == 1
         for w, b in ((w2, None), (w1, b1), (w1, b2)):
@@ -420,28 +420,28 @@ def test_w8a8_linear_binds_once_per_weight_and_bias(rng):
         b1_again = mx.array(np.array(b1))
         check(w1, b1_again), check(w1, b1_again)
         assert len(binds) == 5
-        for _ in range(2):  # [..., K]: another key, then M = 4 again on the kept launches
+        for _ in range(3):  # [..., K]: another key, kept (and bound) from its second call
             y = w8.w8a8_linear(x.reshape(2, 2, 64), w1, kernel="bound_fake")
             assert y.shape == (2, 2, 16)
-        assert len(binds) == 5
+        assert len(binds) == 6
     finally:
         registry.unregister("linear", "bound_fake")
 
 
 def test_w8a8_linear_remembers_shapes_met_once_up_to_a_bound(rng, monkeypatch):
     # Ever-new activation shapes (a server's prompt lengths) keep no call and no bound
-    # launches; their keys start over at met.LIMIT instead of growing.
-    from mlx_w8a8 import met
+    # launches; their keys start over at plans.LIMIT instead of growing.
+    from mlx_w8a8 import plans
 
-    monkeypatch.setattr(met, "LIMIT", 3)
+    monkeypatch.setattr(plans, "LIMIT", 3)
     w = w8.quantize_weight(mx.array(rng.standard_normal((16, 64)).astype(np.float32)))
     for m in range(1, 8):
         x = mx.array(rng.standard_normal((m, 64)).astype(np.float32))
         np.testing.assert_array_equal(np.array(w8.w8a8_linear(x, w, kernel="exact")),
                                       np.array(registry_run("exact", x, w)))
-        assert len(w._met) <= 3 and not w._calls and not w._bound
+        assert len(w._plans._met) <= 3 and not w._plans.plans
     w8.w8a8_linear(x, w, kernel="exact")  # M = 7 met just before: kept now
-    assert len(w._calls) == 1
+    assert len(w._plans.plans) == 1
 
 
 def registry_run(name, x, w):

@@ -56,6 +56,25 @@ def test_forcing_a_kernel_and_errors(fake):
         w8.w8a8_linear(mx.ones((9, 64)), qw, kernel="fake_linear")
 
 
+def test_a_decision_made_across_an_invalidation_is_not_kept(fake):
+    # A measurement recorded while decide() asks the chooser (registry.invalidate from
+    # another thread): the answer serves that call only; the next decide() asks again.
+    cand, _, _ = fake
+    asked = []
+
+    def chooser(problem, found):
+        asked.append(problem)
+        if len(asked) == 1:
+            registry.invalidate()
+        return cand, "table"
+
+    registry.set_chooser(chooser)
+    assert registry.decide(PROBLEM) == (cand, "table")
+    assert registry.decide(PROBLEM) == (cand, "table")
+    assert registry.decide(PROBLEM) == (cand, "table")
+    assert asked == [PROBLEM, PROBLEM]
+
+
 def test_chooser_hook_and_its_failure(fake):
     cand, calls, _ = fake
     qw = w8.quantize_weight(mx.zeros((32, 64)))

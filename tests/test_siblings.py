@@ -177,14 +177,14 @@ def test_the_first_member_at_a_new_shape_plans_the_others(fused, monkeypatch):
     assert len(fused) == 2
     members = (attn.q_proj, attn.k_proj, attn.v_proj)
     for layer in members:  # shapes met once: no plan kept, none left waiting
-        assert layer._plans == {} and layer._handed == {}
+        assert layer._plans == {} and layer._cache.handed == {}
     for layer in (attn.k_proj, attn.v_proj):
         assert "M=7: fused (test+siblings)" in repr(layer)
     x = mx.random.normal((1, 7, 64))  # met again: every member keeps its plan
     attn(x)
     assert decided[2:] == [(id(attn.q_proj), 7)] and len(fused) == 3
     for layer in members:
-        assert list(layer._plans) == [((1, 7, 64), mx.float32)] and layer._handed == {}
+        assert list(layer._plans) == [((1, 7, 64), mx.float32)] and layer._cache.handed == {}
 
 
 def test_a_reset_drops_the_plans_handed_to_members(fused):
@@ -196,10 +196,10 @@ def test_a_reset_drops_the_plans_handed_to_members(fused):
     attn = block.self_attn
     x = mx.random.normal((1, 5, 64))
     attn.q_proj(x)
-    assert list(attn.k_proj._handed) == [((1, 5, 64), mx.float32)]
+    assert list(attn.k_proj._cache.handed) == [((1, 5, 64), mx.float32)]
     attn.k_proj.kernel = "exact"  # _forget: the group resets every member
     for layer in (attn.q_proj, attn.k_proj, attn.v_proj):
-        assert layer._handed == {} and layer._plans == {}
+        assert layer._cache.handed == {} and layer._plans == {}
     launches = len(fused)
     y = attn.k_proj(x)
     assert len(fused) == launches  # no group launch for the forced member
@@ -377,7 +377,7 @@ def test_launch_together_off_runs_each_member_alone_without_replanning(fused, mo
                 np.testing.assert_array_equal(np.array(y), np.array(_alone(layer, x)))
         assert len(fused) == 1  # no group launch while off
         # The shape's second meeting plans the group again (the first call's plans were
-        # not kept: nn.Linear._keep); each member then decided its own shape once, and
+        # not kept: plans.PlanCache.keep); each member then decided its own shape once, and
         # the second loop reused every plan.
         assert sorted(a[0].n for a in decided) == [16, 16, 32, 64], decided
     finally:

@@ -286,10 +286,12 @@ def exact_name(problem: Problem) -> str:
     return _EXACT_BY_FORMAT.get((problem.op, problem.weight_format), EXACT)
 
 
-# Bumped whenever a decision made earlier may no longer hold: a candidate registered or
-# removed, a chooser installed, tables reloaded or re-pointed, a measurement recorded.
-# Objects that cache decisions (``mlx_w8a8.Linear``) register with :func:`watch` and are
-# told to forget them, so their hot path needs no check per call.
+# Invalidation is pushed: whenever a decision made earlier may no longer hold (a
+# candidate registered or removed, a chooser installed, tables reloaded or re-pointed, a
+# measurement recorded), :func:`invalidate` clears the decisions kept here and tells every
+# watcher (the plan caches of ``mlx_w8a8.plans``) to forget its own, so no hot path checks
+# anything per call. ``generation`` counts invalidations: a cache reads it before deciding
+# and does not keep what it decided if it moved meanwhile.
 generation = 0
 # By id: the holders (nn.Module is a dict) are not hashable; an entry goes with its holder.
 _watchers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
@@ -306,6 +308,7 @@ def invalidate() -> None:
     global generation
     with _lock:
         generation += 1
+        _decided.clear()
         holders = list(_watchers.values())
     for holder in holders:
         holder._forget()
@@ -387,8 +390,8 @@ def set_chooser(chooser: Chooser | None) -> Chooser | None:
     return previous
 
 
-# (problem, forced kernel, device type) -> (generation, (candidate, source)): what
-# :func:`decide` returned, until :func:`invalidate` moves the generation. Every layer
+# (problem, forced kernel, device type) -> (candidate, source): what :func:`decide`
+# returned, until :func:`invalidate` clears it. Every layer
 # of a model meets a new prompt length with the same few problems (one per shape), so
 # all but the first layer per problem take the decision from here instead of filtering
 # every candidate and asking the chooser again (measured on an NVIDIA H200's host: 29
@@ -416,14 +419,16 @@ def decide(problem: Problem, kernel: str | None = None) -> tuple[Candidate, str]
         _lookup_hook(problem)
     key = (problem, kernel, mx.default_device().type)
     hit = _decided.get(key)
-    if hit is not None and hit[0] == generation:
-        return hit[1]
-    stamp = generation  # read first: a bump while deciding re-decides on the next call
+    if hit is not None:
+        return hit
+    stamp = generation  # read first: an invalidation while deciding keeps nothing
     decision, keep = _decide(problem, kernel)
     if keep:
-        if len(_decided) >= _MAX_DECIDED:
-            _decided.clear()
-        _decided[key] = (stamp, decision)
+        with _lock:  # invalidate() clears under this lock: a stale decision is never kept
+            if generation == stamp:
+                if len(_decided) >= _MAX_DECIDED:
+                    _decided.clear()
+                _decided[key] = decision
     return decision
 
 
