@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     if args.new_shapes:
         return new_shapes(args, bf16, w8, hidden, inter, kv)
     # A model feeds every forward a new x: rotating through more inputs than the
-    # activation memo holds (nn._SHARED_SLOTS) keeps a call from reusing the quantized x
+    # activation memo holds (plans._SHARED_SLOTS) keeps a call from reusing the quantized x
     # of an earlier call, which one fixed x let the unlinked arm do.
     xs = [mx.zeros((1, args.tokens, hidden), dtype=mx.bfloat16) for _ in range(8)]
     mx.eval(bf16.parameters(), w8.parameters(), *xs)

@@ -463,7 +463,7 @@ def test_fused_stages_stop_offering_activations_nobody_takes():
         assert taker(x).tolist() == [2 * i + 1, 3.0]
     assert taker.last is None  # it took every time, never offered
     # Once the memo drops an offer, the layer holds neither x nor its activations (every
-    # layer of a model keeps its _Stages between forwards).
+    # layer of a model keeps its plans.Stages between forwards).
     w8nn.clear_shared_activations()
     x = mx.array([1.0, 2.0])
     seen = weakref.ref(x)

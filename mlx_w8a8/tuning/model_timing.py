@@ -26,9 +26,9 @@ import mlx.nn as nn
 from .. import models
 
 # Untimed calls per variant before the rounds: an mlx_w8a8 layer settles at an input
-# shape on its third call there (nn.Linear._keep: the first call's plan launches
+# shape on its third call there (plans.PlanCache.keep: the first call's plan launches
 # directly and is dropped; the second call's plan is kept and launches directly, as
-# nn._Stages does on a plan's first call; the third traces the compiled call the plan
+# plans.Stages does on a plan's first call; the third traces the compiled call the plan
 # keeps, output-only for a layer whose offer nobody took).
 WARMUP = 3
 
