@@ -27,7 +27,8 @@ from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
 from .plans import clear_shared_activations, share_activations
-from .weight import BITS, FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name
+from .weight import (BITS, FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name,
+                     zero_code_scales)
 
 # The sharing switches are public here (mlx_w8a8.nn.share_activations); plans owns them.
 __all__ = ["Linear", "share_activations", "clear_shared_activations"]
@@ -376,6 +377,11 @@ class Linear(nn.Module):
                 )
             qw = QuantizedWeight(layer.weight, layer.scales, layer.biases, layer.group_size,
                                  bits=layer.bits)
+            if qw.format == "grouped":
+                # An all-zero group holds w = b whatever its scale (MLX stores -1e-7):
+                # scale 0 lets the W8A8 fold b + 128 s give b exactly (zero_code_scales).
+                qw = QuantizedWeight(qw.q, zero_code_scales(qw.q, qw.scales, qw.group_size),
+                                     qw.biases, qw.group_size, per_channel=False)
         elif isinstance(layer, nn.Linear):
             qw = QuantizedWeight.from_float(layer.weight, group_size, per_channel)
         else:

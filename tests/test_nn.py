@@ -486,3 +486,28 @@ def test_linear_past_the_per_channel_k_bound_runs_qmm_and_refuses_a_forced_w8a8_
     layer.kernel = "exact"
     with pytest.raises(ValueError, match=r"'exact'.*K = 133152.*K <= 132104"):
         layer(x)
+
+
+def test_a_converted_8bit_layer_gives_all_zero_groups_exactly(rng):
+    # An mlx-lm 8-bit checkpoint stores an all-zero group as codes 0 with scale -1e-7:
+    # converted as it was stored, the exact W8A8 kernel's fold s P + (b + 128 s) R left
+    # about 1e-11 where mx.quantized_matmul gives 0. The conversion gives such groups
+    # scale 0, which changes no weight (every code is 0, so w = b).
+    k, gs = 1024, 64
+    w = rng.standard_normal((4, k)).astype(np.float32)
+    w[1] = 0.0
+    w[3, : k // 2] = 0.0
+    stock = nn.QuantizedLinear(k, 4, bias=False, group_size=gs, bits=8)
+    stock.weight, stock.scales, stock.biases = mx.quantize(mx.array(w), group_size=gs, bits=8)
+    assert float(mx.min(stock.scales[1])) < 0  # MLX's stored scale of an all-zero group
+    layer = w8.Linear.from_linear(stock)
+    assert layer.format == "grouped"
+    np.testing.assert_array_equal(np.array(layer.quantized_weight.dequantize()),
+                                  np.array(mx.dequantize(stock.weight, stock.scales,
+                                                         stock.biases, gs, 8)))
+    layer.kernel = "exact"
+    x = mx.array(rng.standard_normal((5, k)).astype(np.float32))
+    y = np.array(layer(x))
+    np.testing.assert_array_equal(y[:, 1], np.zeros(5))
+    want, bound = oracle.linear(oracle.to_numpy(x), layer.quantized_weight, None)
+    oracle.assert_close(layer(x), want, bound, "float32")
