@@ -104,6 +104,16 @@ def _group_outputs(body: str, t: str) -> tuple[tuple[str, str], ...]:
     return tuple((f"y{g}", t) for g in range(_group_members(body)))
 
 
+def _grouped_tma_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
+    # codes, scales, the group sums with A's map area (launch.grouped_sums_shape), the
+    # weight codes, its terms (launch.grouped_terms), bias, its map array (weight_maps)
+    ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 1), ("w", "uint32", 2),
+           ("wt", "float32", 1))
+    if body.endswith("bias"):
+        ins += (("bias", "float32", 1),)
+    return ins + (("wmap", "uint8", 1),)
+
+
 def kernel_builds() -> list[KernelBuild]:
     """Every (body, template) combination the launchers can produce, one per tile config
     / group size / row bucket, with representative dtypes."""
@@ -176,6 +186,14 @@ def kernel_builds() -> list[KernelBuild]:
                 ins += (("bias", "float32", 1),)
             out.append(KernelBuild("gemm.cu", body, ins, (("y", "bfloat16"),),
                                    (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
+    # The group-wise TMA GEMM: every tile with every group size (GS and the tile are its
+    # template arguments), output types and bias spread across them.
+    for i, cfg in enumerate(launch.GROUPED_TMA_CONFIGS.values()):
+        for j, gs in enumerate(launch.GROUPED_TMA_GROUP_SIZES):
+            t = launch.FLOAT_DTYPES[(i + j) % 3]
+            body = "tma_grouped_bias" if (i + j) % 2 else "tma_grouped"
+            out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -233,7 +251,8 @@ def block_threads(build: KernelBuild) -> int:
         return launch.GEMV_THREADS
     tpl = set(build.template)
     found = {cfg.threads for cfg in (*launch.ALL_GEMM_CONFIGS.values(), *launch.WS_CONFIGS.values(),
-                                     *launch.TMA_CONFIGS.values())
+                                     *launch.TMA_CONFIGS.values(),
+                                     *launch.GROUPED_TMA_CONFIGS.values())
              if cfg.file == build.file and set(cfg.template()) <= tpl}
     assert len(found) == 1, (_label(build), found)
     return found.pop()
@@ -397,7 +416,8 @@ def tma_here(monkeypatch):
 def clear_frames():
     """Empty cuda_launch's cached launch frames (each holds its TMA prototypes)."""
     for frame in (launch._quantize_frame, launch._gemm_per_channel_frame,
-                  launch._gemm_ws_group_frame, launch._gemm_grouped_frame):
+                  launch._gemm_ws_group_frame, launch._gemm_grouped_frame,
+                  launch._gemm_grouped_tma_frame):
         frame.cache_clear()
 
 
@@ -969,7 +989,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     rec = record_launches(monkeypatch)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
-             "cuda_int8_gemv"]
+             "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1014,7 +1034,9 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemm_channel_u8", "w8a8_gemm_channel_u8_bias", "w8a8_gemm_channel_bias",
                  "w8a8_gemm_wgmma_channel_u8", "w8a8_gemm_ws_channel_u8_bias",
                  "w8a8_gemm_ws_tma_channel_u8", "w8a8_gemm_ws_tma_channel_u8_bias",
-                 "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias", "w8a8_gemv_fused_channel",
+                 "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias",
+                 "w8a8_gemm_grouped_ws_tma_grouped", "w8a8_gemm_grouped_ws_tma_grouped_bias",
+                 "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
         assert body in bodies, (body, sorted(bodies))
 
@@ -1048,6 +1070,7 @@ _LAYER_CASES = [
     ("cuda_w8a8_gemm_ws", "per_channel", (128, 256)),
     ("cuda_w8a8_gemm_tma", "per_channel", (2, 64, 256)),
     ("cuda_w8a8_gemm_grouped", "grouped", (2, 64, 256)),
+    ("cuda_w8a8_gemm_grouped_tma", "grouped", (2, 64, 256)),
     ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
     ("cuda_int8_gemv", "grouped", (16, 8192)),
 ]
@@ -1070,7 +1093,7 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
     rec = cuda_here
     built = []
     for spec in ("quantize_spec", "gemm_per_channel_spec", "gemm_grouped_spec",
-                 "gemv_fused_spec", "gemv_quantized_spec"):
+                 "gemm_grouped_tma_spec", "gemv_fused_spec", "gemv_quantized_spec"):
         real = getattr(launch, spec)
         monkeypatch.setattr(launch, spec,
                             lambda *a, _real=real, _name=spec, **kw: built.append(_name) or _real(*a, **kw))
@@ -1105,9 +1128,14 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         # the launches are run()'s on [M, K].
         assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
-            # (the activation array is [R, K] whatever the lead: launch.rowsum_shape)
+            # (the activation array is [R, K] whatever the lead: launch.rowsum_shape; the
+            # group-wise TMA GEMM's group sums are flat: launch.grouped_sums_shape)
+            sums_map = name == "cuda_w8a8_gemm_grouped_tma"
             assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
-                       if out != "xa"), plan["output_shapes"]
+                       if out != "xa" and not (sums_map and out == "row_sums")), plan["output_shapes"]
+            assert all(tuple(s) == launch.grouped_sums_shape(math.prod(lead), k, 64)
+                       for s, out in zip(plan["output_shapes"], plan["outputs"])
+                       if sums_map and out == "row_sums")
             assert all(tuple(s) == launch.rowsum_shape(math.prod(lead), k)
                        for s, out in zip(plan["output_shapes"], plan["outputs"]) if out == "xa")
             plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
@@ -1528,6 +1556,202 @@ def test_tma_candidates_need_the_driver(monkeypatch):
     assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)
 
 
+# The group-wise TMA GEMM (gemm_grouped_ws.cu) ----------------------------------------------
+H200_SHARED_MEMORY = 227 * 1024  # the most dynamic shared memory a block can opt into
+
+
+def test_grouped_tma_tiles_fit_shared_memory_and_registers():
+    """Every group-wise TMA tile at every group size fits an H200's 227 KiB of shared
+    memory, and the kernel's layout (1024-byte aligned ring of A/B tiles, the terms' ring,
+    8 x 2560 bytes of epilogue staging, 2 mbarriers per stage, two 128-byte maps after
+    them aligned to 128) lies inside what the launch asks for; a stage's A/B part keeps
+    the 1024-byte swizzle atoms aligned and its terms slab the bulk copy's 16 bytes. The
+    128-wide tile has the producer warpgroup (its consumers need 3 x 64 accumulator
+    registers: setmaxnreg gives them 232), the narrower ones one producer warp."""
+    for cfg in launch.GROUPED_TMA_CONFIGS.values():
+        assert cfg.threads == 256 + 32 * cfg.producers
+        assert (cfg.producers == 4) == (cfg.bn == 128), cfg
+        for gs in launch.GROUPED_TMA_GROUP_SIZES:
+            stage = (cfg.bm + cfg.bn) * 128
+            terms = (128 // gs) * cfg.bn * 8
+            assert stage % 1024 == 0 and terms % 16 == 0
+            # the kernel's own layout, from the worst base alignment (1023 bytes lost)
+            bars_end = 1023 + cfg.stages * (stage + terms) + 8 * 2560 + 16 * cfg.stages
+            used = bars_end + 127 + 2 * tensormap.MAP_BYTES
+            assert used <= cfg.shared_memory(gs) <= H200_SHARED_MEMORY, (cfg, gs, used)
+        # one stage more would not fit at group size 32 (the ring is as deep as it can be)
+        deeper = cfg._replace(stages=cfg.stages + 1)
+        assert deeper.shared_memory(32) > H200_SHARED_MEMORY, cfg
+
+
+@pytest.mark.parametrize("m,n,k,gs,dtype,has_bias", [
+    (1, 96, 256, 64, "bfloat16", False),        # decode: one 128-row tile, A's box 1 row
+    (77, 1000, 512, 32, "float16", True),       # odd M, N not a multiple of any tile
+    (300, 4096, 1024, 128, "float32", False),   # 3 x 128 tiles of 128 x 32
+    (2048, 4096, 4096, 64, "bfloat16", True),   # prefill: 128 x 128 tiles, 16 x 32 of them
+])
+def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
+    """The candidate's launches, recorded: the quantize's ``sums`` body (the existing
+    kernel, template T and GS) writing codes [M, K], scales [M, 1] and the group sums in
+    a grouped_sums_shape array (256 bytes of map area after the M x G sums), then the
+    group-wise GEMM reading exactly those three arrays, the weight's codes, its terms
+    (grouped_terms: the tile's [G, BN, 2] pairs per tile column), the float32 bias and
+    the weight's map array (A's prototype [128, K], then B's [N, K] in BN-row boxes);
+    the grid is min(tiles, 132) blocks of 256 + 32 PW threads; the shared memory is the
+    tile's at this group size; the template and the variant key name the tile; the
+    bound form makes the same launches."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = cuda_here
+    cand = registry.get("linear", "cuda_w8a8_gemm_grouped_tma")
+    p = Problem("linear", m, n, k, dtype, "grouped", gs, has_bias)
+    assert cand.supports(p)
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    qw = QuantizedWeight.from_float(w, gs, per_channel=False)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if has_bias else None
+    x = mx.zeros((m, k), dtype=getattr(mx, dtype))
+    cfg = launch.grouped_tma_tile_for(m, n)
+    groups = k // gs
+    start = len(rec.launches)
+    y = cand.run(x, qw, bias)
+    quant, gemm = rec.launches[start:]
+    assert y.shape == (m, n) and y.dtype == x.dtype
+    assert quant["name"] == "w8a8_quantize_sums"
+    assert quant["template"] == [("T", x.dtype), ("GS", gs)]
+    assert quant["output_shapes"] == [(m, k), (m, 1), (m * groups + 64,)]
+    assert quant["output_dtypes"] == [mx.int8, mx.float32, mx.int32]
+    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_grouped" + ("_bias" if has_bias else "")
+    names = ["xq", "xs", "xr", "w", "wt"] + (["bias"] if has_bias else []) + ["wmap"]
+    assert gemm["inputs"] == names and gemm["outputs"] == ["y"]
+    arrays = dict(zip(names, gemm["arrays"]))
+    tiles_n = -(-n // cfg.bn)
+    want = {"xq": ((m, k), mx.int8), "xs": ((m, 1), mx.float32),
+            "xr": ((m * groups + 64,), mx.int32), "w": ((n, k // 4), mx.uint32),
+            "wt": ((tiles_n * groups * cfg.bn * 2,), mx.float32),
+            "bias": ((n,), mx.float32), "wmap": ((launch.WEIGHT_MAPS_BYTES,), mx.uint8)}
+    for name, a in arrays.items():
+        assert (a.shape, a.dtype) == want[name], (name, a.shape, a.dtype)
+    assert arrays["w"] is qw.q
+    assert arrays["wt"] is launch.grouped_terms(qw, cfg.bn)
+    assert arrays["wmap"] is launch.weight_maps(qw, cfg.bn)
+    assert read_prototypes(arrays["wmap"]) == [(128, k, 128), (n, k, cfg.bn), (0, 0, 0), (0, 0, 0)]
+    if has_bias:
+        assert np.array_equal(np.array(arrays["bias"]), np.array(bias.astype(mx.float32)))
+    tiles = -(-m // 128) * tiles_n
+    assert gemm["threadgroup"] == (cfg.threads, 1, 1)
+    assert gemm["grid"] == (min(tiles, launch.SMS) * cfg.threads, 1, 1)
+    assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
+    assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
+                                ("STAGES", cfg.stages), ("PW", cfg.producers)]
+    assert gemm["output_shapes"] == [(m, n)] and gemm["output_dtypes"] == [x.dtype]
+    assert cand.variant(p) == (dtype, has_bias, gs, cfg)
+    # The bound form: the quantize's outputs are the GEMM's activations, as they are.
+    key, quantize, apply = cand.bind_stages(p, qw, bias)
+    assert key == ("cuda_per_token", "sums_map", gs) == cand.stages(p)[0]
+    acts = quantize(x)
+    start = len(rec.launches)
+    apply(acts)
+    (bound,) = rec.launches[start:]
+    assert all(a is b for a, b in zip(bound["arrays"][:3], acts))
+    assert not _same_launches([bound], [gemm])
+
+
+def test_grouped_tma_tile_follows_the_output():
+    """The tile is the widest whose output fills the SMs (tiles_filling): 128 x 128 on a
+    prefill of Llama-3-8B's projections, narrower where M x N has few tiles."""
+    pick = launch.grouped_tma_tile_for
+    assert pick(2048, 4096).bn == 128 and pick(2048, 14336).bn == 128
+    assert pick(128, 4096).bn == 32  # 128 tiles of 128 x 32; 64 of 128 x 64
+    assert pick(256, 4096).bn == 64  # 128 tiles of 128 x 64
+    assert pick(1, 96).bn == 32
+
+
+def test_grouped_terms_are_where_the_kernel_reads_them(rng):
+    """A model of the kernel's index math on grouped_terms' array: the producer's bulk
+    copy for tile column tn and k-tile kt starts at float ((tn G + kt kGroups) BN 2),
+    16-byte aligned, and holds kGroups BN pairs; the consumer reads group j's pair for
+    tile column c at 2 (j BN + c) floats into it (c = 8 i + 2 (lane % 4) + {0, 1}); that
+    pair must be the float32 scale and offset (b + 128 s) of weight row tn BN + c and
+    group kt kGroups + j, and zeros past N (the last tile column's rows past N feed
+    columns never stored, and must not be read out of bounds). Scales stored in float16,
+    bfloat16 and float32; N = 200 (not a multiple of any tile)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    n, k = 200, 512
+    for (gs, sdtype), bn in zip(((32, mx.float16), (64, mx.bfloat16), (128, mx.float32)),
+                                (32, 64, 128)):
+        w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(sdtype)
+        qw = QuantizedWeight.from_float(w, gs, per_channel=False)
+        assert qw.scales.dtype == sdtype
+        terms = np.array(launch.grouped_terms(qw, bn))
+        s = np.array(qw.scales.astype(mx.float32))
+        o = np.array(qw.biases.astype(mx.float32)) + 128.0 * s  # float32, as group_offsets
+        groups, per_tile = k // gs, 128 // gs
+        tiles_n = -(-n // bn)
+        assert terms.dtype == np.float32 and terms.shape == (tiles_n * groups * bn * 2,)
+        for tn in range(tiles_n):
+            for kt in range(k // 128):
+                base = (tn * groups + kt * per_tile) * bn * 2
+                assert (4 * base) % 16 == 0 and (per_tile * bn * 8) % 16 == 0
+                slab = terms[base: base + per_tile * bn * 2]
+                for j in range(per_tile):
+                    for c in range(bn):
+                        row, g = tn * bn + c, kt * per_tile + j
+                        pair = slab[2 * (j * bn + c): 2 * (j * bn + c) + 2]
+                        want = (s[row, g], o[row, g]) if row < n else (0.0, 0.0)
+                        assert tuple(pair) == want, (gs, bn, tn, kt, j, c)
+        assert launch.grouped_terms(qw, bn) is launch.grouped_terms(qw, bn)  # kept
+
+
+def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
+    """supports() declines a per-channel weight, K not a multiple of 128 (a k-tile would
+    hold part of a group), no Hopper GPU, no tensor maps; the launcher raises a
+    ValueError naming the op for those, and for group sums without the map area (the
+    [M, G] array of quantize(): the kernel would write A's map past its end)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    import attrs
+
+    ok = Problem("linear", 64, 256, 512, "bfloat16", "grouped", 64, False)
+    assert cuda._supports_grouped_tma(ok)
+    assert not cuda._supports_grouped_tma(attrs.evolve(ok, weight_format="per_channel"))
+    assert not cuda._supports_grouped_tma(attrs.evolve(ok, k=576))  # 9 groups of 64: 4.5 k-tiles
+    assert cuda._supports_grouped_tma(attrs.evolve(ok, k=640, group_size=128))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tensormap, "available", lambda: False)
+        assert not cuda._supports_grouped_tma(ok)
+        mp.setattr(tensormap, "available", lambda: True)
+        mp.setattr(cuda, "is_sm90", lambda: False)
+        assert not cuda._supports_grouped_tma(ok)
+    op = r"\[mlx_w8a8.cuda_w8a8_gemm_grouped_tma\]"
+    w = mx.array(rng.standard_normal((64, 576)).astype(np.float32))
+    x = mx.zeros((4, 576), dtype=mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " K must be .* a multiple of 128"):
+        launch.gemm_grouped_tma_spec(4, 576, QuantizedWeight.from_float(w, 64, per_channel=False),
+                                     None, mx.bfloat16)
+    per_channel = QuantizedWeight.from_float(w[:, :512], 64, per_channel=True)
+    with pytest.raises(ValueError, match=op + " needs a grouped weight"):
+        launch.gemm_grouped_tma_spec(4, 512, per_channel, None, mx.bfloat16)
+    grouped = QuantizedWeight.from_float(w[:, :512], 64, per_channel=False)
+    xq, xs, xr = launch.quantize(x[:, :512], 64)
+    assert xr.shape == (4, 8)
+    with pytest.raises(ValueError, match=op + r" the group sums must be an int32 array of shape \(96,\)"):
+        launch.gemm_grouped_tma(xq, xs, xr, grouped, None, mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " the tile must be a GroupedTmaConfig"):
+        launch.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, launch.TMA_CONFIGS["tma64"])
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_quantize\] group_size"):
+        launch.quantize_groups(x, 48)
+
+
 # What each candidate compiles (registry.Candidate.variant) ------------------------------
 _VARIANT_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
                    (256, 66336)]  # Llama-3-8B's projections; K > U8_MAX_K (flipped codes)
@@ -1679,7 +1903,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 9 and count > 5000, (sorted(names), count)
+    assert len(names) == 10 and count > 5000, (sorted(names), count)
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

@@ -831,8 +831,8 @@ def _gemm_grouped_frame(m: int, n: int, has_bias: bool, scales_dtype: mx.Dtype,
 # the tuner races it where it is offered (cuda.py: Hopper, tensor maps).
 class GroupedTmaConfig(NamedTuple):
     """Tile of the group-wise TMA GEMM (``gemm_grouped_ws.cu``): 128 x ``bn`` (``bn``
-    128, 64 or 32: a consumer thread holds two int32 accumulator sets and one float32
-    set of ``bn / 2`` values each), a ``stages``-deep ring whose stages hold A's and B's
+    128, 64 or 32: a consumer thread holds an int32 and a float32 accumulator set of
+    ``bn / 2`` values each), a ``stages``-deep ring whose stages hold A's and B's
     tiles for 128 bytes of K and the tile's ``(scale, offset)`` pairs of the groups in
     them, 8 consumer warps and ``producers`` producer warps (4: the producer warpgroup
     hands its registers to the consumers, needed at ``bn = 128``; or 1); at most one

@@ -16,60 +16,55 @@
 //   P_mng = U_mng - 128 R_mg           (int32, exact: the signed-code sum of gemm.cu)
 //   f_mn  = sum_g ( s_ng P_mng + o_ng R_mg )     (float32, groups in K order)
 //   y_mn  = t_m f_mn (+ bias_n)                  (float32, then the output type)
-// the float32 expression of gemm.cu's grouped kernel, term for term. P (not U with the
-// stored bias b_ng) is what is scaled: s U and b R nearly cancel for the usual b ~ -128 s,
-// and their float32 roundings would then be relative to terms ~128x larger than the
-// result; P and o keep the terms at the product's own magnitude (the 2G + 4 bound of
-// docs/numerics.md is stated for these terms).
+// the terms of gemm.cu's grouped kernel, summed as f = fma(o, R, fma(s, P, f)) group by
+// group (within the 2G + 4 roundings of docs/numerics.md: each of the 2G terms is
+// rounded at most once by its FMA and then by the later FMAs of the chain). P (not U
+// with the stored bias b_ng) is what is scaled: s U and b R nearly cancel for the usual
+// b ~ -128 s, and their roundings would then be relative to terms ~128x larger than
+// the result; P and o keep the terms at the product's own magnitude.
 //
 // Tile K. A stage holds kBK = 128 bytes of K (the 128-byte swizzle row of wgmma.cuh;
 // one TMA box of the per-channel kernel), so a k-tile holds kBK / GS = 4, 2 or 1 whole
 // groups (GS = 32, 64, 128) and each group is GS / 32 consecutive k32 wgmma steps: a
-// group never straddles two stages, so its promotion reads one stage's terms. The
-// launcher requires K % 128 == 0 (every k-tile whole: no tail group, no zero-filled
-// K) and K % GS == 0 follows.
+// group never straddles two stages, so its promotion reads one stage's terms, and a
+// stage is released once its groups are promoted. The launcher requires K % 128 == 0
+// (every k-tile whole: no tail group, no zero-filled K); K % GS == 0 follows.
 //
 // Block: 256 + 32 PW threads (PW = 4: the producer warpgroup gives its registers to the
 // consumers, setmaxnreg 40 / 232, warps 9-11 exit; PW = 1: no reallocation, ptxas's cap
 // of 168 under launch_bounds(384, 1)). Tiles are 128 x BN, BN = 128, 64 or 32: a
-// consumer thread holds two int32 accumulator sets and one float32 set of BN / 2 values
-// each (3 BN / 2 registers: 192 at BN = 128, hence PW = 4 there).
+// consumer thread holds an int32 accumulator set and a float32 one of BN / 2 values
+// each (128 registers at BN = 128, hence PW = 4 there).
 //  * Producer (lane 0 of warp 8): per k-tile it waits for the ring stage to be free
 //    (empty[s]), arms full[s] with the stage's bytes (A's box rows + BN) * 128 + the
 //    terms' kGroups * BN * 8, and issues three loads completing on full[s]: A's box and
 //    B's box (tma_load_2d, as gemm_ws.cu) and the tile's terms of the k-tile's groups
 //    (one 1-D bulk copy: the launcher's terms array is laid out [tiles_n][G][BN][2] of
 //    float32 (s, o) pairs, so a k-tile's groups for one tile column are contiguous).
+//    It never waits for the MMAs: it runs up to STAGES k-tiles ahead, across tiles.
 //  * Consumers: warpgroup wg computes rows [64 wg, 64 wg + 64) of every tile of the
-//    block (cooperative, as gemm_ws.cu without PP). For each group gi of a tile (in K
-//    order) it issues the group's GS / 32 wgmmas into set gi % 2 (the first with
-//    scale-d 0: the set is overwritten, no zeroing), commits them as one wgmma group,
-//    loads its two rows' R_mg from global memory, then waits for all but that group
-//    (wgmma.wait_group 1): group gi - 1 is complete, and its set is promoted
-//    (f += s P + o R) while group gi runs on the tensor cores. After a tile's last
-//    group: wait_group 0 and its promotion. The set of group gi is a compile-time index:
-//    kGroups even, it is j % 2 for group j of the k-tile; kGroups == 1 (GS = 128), the
-//    k-tile loop runs in pairs of parities (0, 1) as template constants, after one
-//    k-tile of parity 1 when the count is odd, so a tile's last group always holds
-//    set 1 (a runtime choice of set there spilled).
-//  * Promotion order and registers: the wgmma of group gi writes set gi % 2 while the
-//    promotion reads set (gi - 1) % 2: disjoint registers. Every promotion follows the
-//    wait_group that completed its set's wgmmas, and an empty asm after the wait
-//    "modifies" each register of the set (pin), so the compiler cannot hoist the reads
-//    above the wait. The set read at gi - 1 is next written by group gi + 1, whose
-//    wgmma_fence comes after the promotion (wgmma.fence orders the registers' earlier
-//    accesses before the next wgmma).
-//  * Stage release: stage s holds k-tile kt's A, B and terms; the terms are read by
-//    the promotions of kt's groups, the last of which runs after the first group of
-//    kt + 1 is issued (or at the tile's end). So each warp releases kt's stage (one
-//    arrive on empty[s], count 8) right after promoting kt's last group: its wgmmas on
-//    the stage are complete (wait_group), and __syncwarp orders its lanes' shared-memory
+//    block (cooperative, as gemm_ws.cu without PP). For each group of a tile, in K
+//    order: wgmma.fence, the group's GS / 32 wgmmas into the int32 set (the first with
+//    scale-d 0: the set is overwritten, no zeroing), one commit, wgmma.wait_group 0, an
+//    empty asm that "modifies" each register of the set (so the compiler cannot move a
+//    read above the wait), then the promotion f += s P + o R. The next group's
+//    wgmma.fence orders the promotion's reads of the set before its wgmmas overwrite it.
+//    DeepGEMM's promotion order: the tensor cores idle during a warpgroup's promotion
+//    while the other warpgroup's MMAs may run. Overlapping a warpgroup's own promotion
+//    with its next group's MMAs (two int32 sets, wait_group 1) made ptxas serialize
+//    every wgmma (C7514: non-wgmma instructions reading accumulator registers inside a
+//    wgmma pipeline stage), so it is not done.
+//  * Stage release: stage s holds k-tile kt's A, B and terms. After promoting kt's last
+//    group, each consumer warp arrives once on empty[s] (count 8): its wgmmas on the
+//    stage are complete (wait_group 0), and __syncwarp orders its lanes' shared-memory
 //    reads of the terms before lane 0's arrive (a release at CTA scope).
 //  * Terms and R: s and o reach a consumer from shared memory (the stage's slab, one
 //    16-byte load per 2 columns: (s_n, o_n, s_n+1, o_n+1); the 8 lanes of a quad row
 //    read the same 16 bytes, a broadcast), R from global memory (2 loads per group, rows
-//    clamped to M - 1: rows past M are computed, never stored), loaded when the group is
-//    issued and used one group later, so their latency hides behind the group's MMAs.
+//    clamped to M - 1: rows past M are computed, never stored), loaded one group ahead
+//    so their latency hides behind the previous group's MMAs and promotion. The group
+//    loop is not unrolled (it indexes addresses only): unrolled, ptxas hoisted several
+//    groups' terms loads and the 128 x 128 body spilled.
 //  * Epilogue: ws_epilogue (gemm_ws.cu) on the float32 accumulators' bits with
 //    GroupedEpilogue: y = t_m f (+ bias_n), rows past M and columns past N never stored.
 //
@@ -93,11 +88,6 @@
 
 namespace w8a8 {
 
-template <int V>
-struct IntC {
-  static constexpr int value = V;
-};
-
 // 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
 // memory to shared memory at `dst`, completing its bytes on the mbarrier `bar`.
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
@@ -113,10 +103,9 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
 #endif
 }
 
-// 16 bytes of shared memory at `addr` (16-byte aligned). A volatile load: ptxas keeps
-// these in program order with the arithmetic between them instead of hoisting every
-// column pair's terms of a promotion ahead of it (2 BN registers more than the three
-// accumulator sets: the BN = 128 and 64 bodies spilled).
+// 16 bytes of shared memory at `addr` (16-byte aligned). A volatile load, kept in
+// program order: the promotion's BN / 8 loads are not all hoisted ahead of its
+// arithmetic (BN / 2 more live registers next to the accumulators).
 __device__ __forceinline__ float4 lds_f4(uint32_t addr) {
   float4 v;
   asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
@@ -163,13 +152,12 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const int8_t* b, int N, const float* terms,
                                                 const float* bias, T* out, const uint8_t* wmap) {
   static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
-  static_assert(BN == 128 || BN == 64 || BN == 32, "two int32 sets and one float32 set");
+  static_assert(BN == 128 || BN == 64 || BN == 32, "an int32 and a float32 set of BN / 2");
   static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kGroups = kBK / GS;  // whole groups per k-tile
   constexpr int kSteps = GS / 32;    // k32 wgmma steps per group
-  static_assert(kGroups % 2 == 0 || kGroups == 1, "set parity (see the top of the file)");
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
   constexpr int kTermBytes = kGroups * BN * 8;  // the k-tile's (s, o) pairs for BN columns
   constexpr bool kRealloc = PW == 4;
@@ -243,115 +231,70 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   const int wg = warp >> 2;
   if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
-  const int gq = lane >> 2, tq = lane & 3;
-  int d[2][BN / 2];
+  const int tq = lane & 3;
+  int d[BN / 2];
   float f[BN / 2];
   int it = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
     const int row_base = tm * BM + wg * 64 + (warp & 3) * 16;
-    const int32_t* r_lo = sums + static_cast<size_t>(min(row_base + gq, M - 1)) * groups;
-    const int32_t* r_hi = sums + static_cast<size_t>(min(row_base + gq + 8, M - 1)) * groups;
+    const int32_t* r_lo = sums + static_cast<size_t>(min(row_base + (lane >> 2), M - 1)) * groups;
+    const int32_t* r_hi = sums + static_cast<size_t>(min(row_base + (lane >> 2) + 8, M - 1)) * groups;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) f[i] = 0.f;
-    // The group awaiting promotion: its rows' R and its terms in shared memory.
-    int prev_lo = 0, prev_hi = 0;
-    const float* prev_terms = nullptr;
-
-    // f += s P + o R for the finished group in `acc`, as f = fma(o, R, fma(s, P, f)).
-    // P = U - 128 R is exact in int32 and |P| <= 127 * 128 * 128 = 2^21, so float(P) is
-    // the float32 of (U - 128 R + 0x4B400000) read as a float, minus 1.5 * 2^23 (exact):
-    // an integer add and a float add instead of I2F, a quarter-rate conversion on sm_90
-    // (64 per thread and group at BN = 128).
-    auto promote = [&](const int (&acc)[BN / 2]) {
-      constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
-      const float rlo = static_cast<float>(prev_lo), rhi = static_cast<float>(prev_hi);
-      const int clo = 0x4B400000 - 128 * prev_lo, chi = 0x4B400000 - 128 * prev_hi;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const float4 t = lds_f4(smem_addr(prev_terms + 2 * (8 * j + 2 * tq)));
-        const float p0 = __fsub_rn(__int_as_float(acc[4 * j] + clo), kRound);
-        const float p1 = __fsub_rn(__int_as_float(acc[4 * j + 1] + clo), kRound);
-        const float p2 = __fsub_rn(__int_as_float(acc[4 * j + 2] + chi), kRound);
-        const float p3 = __fsub_rn(__int_as_float(acc[4 * j + 3] + chi), kRound);
-        f[4 * j] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * j]));
-        f[4 * j + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * j + 1]));
-        f[4 * j + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * j + 2]));
-        f[4 * j + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * j + 3]));
-      }
-    };
-    // The registers of `acc` are read only after the wait_group that completed them.
-    auto pin = [](int (&acc)[BN / 2]) {
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(acc[i])::"memory");
-    };
-    auto release = [&](int pos) {  // k-tile at ring position pos: read and promoted
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty0 + 8 * (pos % STAGES));
-    };
-
-    // One k-tile (ring position `it`, K offset kt); P: its parity where kGroups == 1.
-    auto ktile = [&](auto parity, int kt) {
-      constexpr int P = decltype(parity)::value;  // used where kGroups == 1
-      (void)P;
+    // R of the group being computed, loaded one group ahead (its latency hides behind the
+    // previous group's MMAs and promotion).
+    int cur_lo = r_lo[0], cur_hi = r_hi[0];
+#pragma unroll 1
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
       mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
       const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
       const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
-      const float* ts = reinterpret_cast<const float*>(term_smem + s * kTermBytes);
-#pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
+      const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
+#pragma unroll 1
+      for (int j = 0; j < kGroups; ++j) {  // j indexes addresses only: no register arrays
         const int grp = kt * kGroups + j;
-        // Set of this group (compile-time) and of the one before it.
-        auto issue_and_promote = [&](auto set_c) {
-          constexpr int S = decltype(set_c)::value;
-          wgmma_fence();
+        wgmma_fence();  // the promotion below read d: order it before the next writes
 #pragma unroll
-          for (int ks = 0; ks < kSteps; ++ks)
-            wgmma_k32<true, BN>(d[S], wgmma_desc(sa + (j * kSteps + ks) * 32),
-                                wgmma_desc(sb + (j * kSteps + ks) * 32), ks != 0);
-          wgmma_commit();
-          const int cur_lo = r_lo[grp], cur_hi = r_hi[grp];
-          wgmma_wait<1>();  // every group but this one is complete
-          if (kt != 0 || j != 0) {  // the tile's previous group
-            pin(d[S ^ 1]);
-            promote(d[S ^ 1]);
-            if (j == 0) release(it - 1);  // k-tile kt - 1's last group: its stage is done
-          }
-          prev_lo = cur_lo;
-          prev_hi = cur_hi;
-          prev_terms = ts + j * BN * 2;
-        };
-        if constexpr (kGroups == 1) {
-          issue_and_promote(IntC<P>{});
-        } else {
-          if (j % 2 == 0) issue_and_promote(IntC<0>{});
-          else issue_and_promote(IntC<1>{});
+        for (int ks = 0; ks < kSteps; ++ks)
+          wgmma_k32<true, BN>(d, wgmma_desc(sa + (j * kSteps + ks) * 32),
+                              wgmma_desc(sb + (j * kSteps + ks) * 32), ks != 0);
+        wgmma_commit();
+        const int nxt = min(grp + 1, groups - 1);
+        const int next_lo = r_lo[nxt], next_hi = r_hi[nxt];
+        wgmma_wait<0>();
+        // Pin: the compiler may not move reads of d above the wait.
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[i])::"memory");
+        // f += s P + o R as f = fma(o, R, fma(s, P, f)). P = U - 128 R is exact in int32
+        // and |P| <= 127 * 128 * 128 = 2^21, so float(P) is (U - 128 R + 0x4B400000) read
+        // as a float minus 1.5 * 2^23, exactly: an integer and a float add instead of an
+        // I2F (a quarter-rate conversion on sm_90, BN / 2 per thread and group).
+        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
+        const float rlo = static_cast<float>(cur_lo), rhi = static_cast<float>(cur_hi);
+        const int clo = 0x4B400000 - 128 * cur_lo, chi = 0x4B400000 - 128 * cur_hi;
+#pragma unroll
+        for (int c = 0; c < BN / 8; ++c) {
+          const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+          const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+          const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+          const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+          const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+          f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
+          f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
+          f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
+          f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
         }
+        cur_lo = next_lo;
+        cur_hi = next_hi;
       }
-      ++it;
-    };
-    if constexpr (kGroups == 1) {
-      // Parities chosen so that the last k-tile has parity 1: an odd count starts with
-      // one k-tile of parity 1, then pairs (0, 1).
-      int kt = 0;
-      if (ktiles & 1) ktile(IntC<1>{}, kt++);
-#pragma unroll 1
-      for (; kt < ktiles; kt += 2) {
-        ktile(IntC<0>{}, kt);
-        ktile(IntC<1>{}, kt + 1);
-      }
-    } else {
-#pragma unroll 1
-      for (int kt = 0; kt < ktiles; ++kt) ktile(IntC<0>{}, kt);
+      // k-tile kt is read (its wgmmas complete, its terms loaded by every lane): release
+      // its stage, one arrive per warp.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * s);
     }
-    // The tile's last group used set 1 (kGroups even: group kGroups - 1 of its k-tile;
-    // kGroups == 1: the last k-tile's parity is 1).
-    wgmma_wait<0>();
-    pin(d[1]);
-    promote(d[1]);
-    release(it - 1);
 
     int bits[BN / 2];
 #pragma unroll
