@@ -1752,6 +1752,69 @@ def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
         launch.quantize_groups(x, 48)
 
 
+def _fma32(a, b, c):
+    """float32 fma(a, b, c): the product of two float32 values is exact in float64, the
+    sum rounded there and then to float32 (a double rounding: at most one float32 unit
+    in the last place from the true fma, far inside the bounds checked here)."""
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
+
+
+def test_grouped_tma_promotion_arithmetic_model(rng):
+    """A float32 model of gemm_grouped_ws.cu's promotion, on the CPU. (1) float(P) is
+    formed as the float32 whose bits are P + 0x4B400000, minus 1.5 * 2^23: exact for
+    every P with |P| <= 127 * 128 * 128 (an int8 code times a signed weight code, over
+    a group of 128), checked for each such P. (2) f = fma(o, R, fma(s, P, f)) over the
+    G groups in K order, then y = t f, in float32, lies within gamma(2G + 4) T of the
+    float64 value (docs/numerics.md: the gate's bound for grouped weights), on weights
+    quantized by mx.quantize with all-zero groups (scale -1e-7: s P and o R then nearly
+    cancel) and activations with all-zero groups, at every group size."""
+    import mlx.core as mx
+
+    import oracle
+
+    lim = 127 * 128 * 128
+    p = np.arange(-lim, lim + 1, dtype=np.int64)
+    as_float = (p + 0x4B400000).astype(np.uint32).view(np.float32) - np.float32(12582912.0)
+    assert np.array_equal(as_float.astype(np.int64), p)
+
+    m, n, k = 6, 24, 1024
+    for gs in launch.GROUPED_TMA_GROUP_SIZES:
+        groups = k // gs
+        w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+        w += rng.uniform(-0.05, 0.05, (n, 1)).astype(np.float32)
+        w[::4, :gs] = 0.0
+        wq, scales, biases = mx.quantize(mx.array(w).astype(mx.bfloat16), gs, 8)
+        codes = np.array(wq).view(np.uint8).reshape(n, k).astype(np.int64)
+        s = np.array(scales.astype(mx.float32))
+        o = (np.array(biases.astype(mx.float32)) + np.float32(128.0) * s).astype(np.float32)
+        x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+        x[:, gs:2 * gs] = 0.0
+        q, t = oracle.quantize_rows(x)
+        qg = q.astype(np.int64).reshape(m, groups, gs)
+        u = np.einsum("mgk,ngk->mng", qg, codes.reshape(n, groups, gs))  # the wgmma's U
+        r = qg.sum(-1)  # [M, G]
+        pm = u - 128 * r[:, None, :]
+        assert np.abs(pm).max() <= lim
+        f = np.zeros((m, n), dtype=np.float32)
+        for g in range(groups):
+            pf = (pm[:, :, g] + 0x4B400000).astype(np.uint32).view(np.float32) - np.float32(12582912.0)
+            f = _fma32(np.broadcast_to(s[:, g], (m, n)), pf, f)
+            f = _fma32(np.broadcast_to(o[:, g], (m, n)), np.broadcast_to(r[:, g:g + 1].astype(np.float32), (m, n)), f)
+        y = (t.astype(np.float32) * f).astype(np.float32)
+        c = codes - 128
+        exact = t.astype(np.float64) * (
+            np.einsum("mng,ng->mn", pm.astype(np.float64), s.astype(np.float64))
+            + r.astype(np.float64) @ o.astype(np.float64).T)
+        mag = np.abs(t.astype(np.float64)) * (
+            np.abs(q.astype(np.float64)) @ (np.abs(np.repeat(s, gs, axis=1).astype(np.float64) * c)
+                                            + np.abs(np.repeat(o, gs, axis=1).astype(np.float64))).T)
+        u32 = 2.0 ** -24
+        rounds = 2 * groups + 4
+        gamma = rounds * u32 / (1 - rounds * u32)
+        err = np.abs(y.astype(np.float64) - exact)
+        assert np.all(err <= gamma * mag + 1e-30), (gs, float((err - gamma * mag).max()))
+
+
 # What each candidate compiles (registry.Candidate.variant) ------------------------------
 _VARIANT_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
                    (256, 66336)]  # Llama-3-8B's projections; K > U8_MAX_K (flipped codes)
