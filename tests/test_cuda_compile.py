@@ -1742,6 +1742,8 @@ def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
     with pytest.raises(ValueError, match=op + " needs a grouped weight"):
         launch.gemm_grouped_tma_spec(4, 512, per_channel, None, mx.bfloat16)
     grouped = QuantizedWeight.from_float(w[:, :512], 64, per_channel=False)
+    with pytest.raises(ValueError, match=op + " M must be at least 1, got 0"):
+        launch.gemm_grouped_tma_spec(0, 512, grouped, None, mx.bfloat16)
     xq, xs, xr = launch.quantize(x[:, :512], 64)
     assert xr.shape == (4, 8)
     with pytest.raises(ValueError, match=op + r" the group sums must be an int32 array of shape \(96,\)"):

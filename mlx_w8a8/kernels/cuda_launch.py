@@ -948,15 +948,17 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     ``[*lead, N]`` with ``lead``, as :func:`quantize_spec`.
 
     Raises:
-        ValueError: for a per-channel weight, a group size other than 32, 64 or 128, K
-            not a multiple of 128 (or not the weight's, or not below 2^17), or a tile not
-            of ``GROUPED_TMA_CONFIGS``' kind.
+        ValueError: for M < 1, a per-channel weight, a group size other than 32, 64 or
+            128, K not a multiple of 128 (or not the weight's, or not below 2^17), or a
+            tile not of ``GROUPED_TMA_CONFIGS``' kind.
     """
     op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
     if weight.per_channel or weight.group_size not in GROUPED_TMA_GROUP_SIZES:
         raise ValueError(f"{op} needs a grouped weight with group size in "
                          f"{GROUPED_TMA_GROUP_SIZES}, got per_channel={weight.per_channel}, "
                          f"group_size={weight.group_size}")
+    if m < 1:
+        raise ValueError(f"{op} M must be at least 1, got {m}")
     if k != weight.k or k % GROUPED_TMA_K_MULTIPLE or not 0 < k < MAX_K:
         raise ValueError(f"{op} K must be the weight's ({weight.k}), a multiple of "
                          f"{GROUPED_TMA_K_MULTIPLE} and below {MAX_K}, got {k}")
