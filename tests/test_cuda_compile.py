@@ -1263,6 +1263,42 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
 
 
 # Kernel files: requirements and text ------------------------------------------------------
+def test_grouped_tma_digest_is_its_own(monkeypatch):
+    """The group-wise TMA candidate's digest follows its own kernel file and the
+    gemm_ws.cu header it requires; a code edit in gemm_grouped_ws.cu leaves every other
+    CUDA candidate's digest as it was (the shipped H200 table is keyed by those)."""
+    real = sources.read
+    edits: dict[str, tuple[str, str]] = {}
+
+    def edited(backend, filename):
+        text = real(backend, filename)
+        old, new = edits.get(filename, ("", ""))
+        return text.replace(old, new, 1) if old else text
+
+    def digests():
+        launch.load.cache_clear()
+        launch.requires.cache_clear()
+        try:
+            return {row[0]: cuda._digest(row[2], row[4], row[5], cuda._GROUP_BINDS.get(row[0]))
+                    for row in cuda._CANDIDATES}
+        finally:
+            launch.load.cache_clear()
+            launch.requires.cache_clear()
+
+    monkeypatch.setattr(sources, "read", edited)
+    base = digests()
+    name = "cuda_w8a8_gemm_grouped_tma"
+    assert len(set(base.values())) == len(base)  # (the autouse fake maps enter them all)
+    edits["gemm_grouped_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
+    after = digests()
+    assert after[name] != base[name]
+    assert {k: v for k, v in after.items() if k != name} == {
+        k: v for k, v in base.items() if k != name}
+    edits.clear()
+    edits["gemm_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
+    assert digests()[name] != base[name]
+
+
 def test_requires_puts_each_shared_file_once_before_its_users():
     """gemm_ws.cu and gemm_wgmma.cu both need common.cuh, once through wgmma.cuh and once
     directly: the loader must put it first and once (twice would redefine everything)."""
