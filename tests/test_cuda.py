@@ -21,6 +21,10 @@ Edge shapes and why:
   and its outputs must equal the cp.async producer's bit for bit (same tile, same sums,
   same epilogue): the tile loads' zero fill past M, N and the K tail replaces the
   cp.async copies' predication.
+- The group-wise TMA GEMM (``gemm_grouped_ws.cu``, written before any GPU ran it): K a
+  multiple of 128 only (128: one k-tile; 1152: the ring wraps), every tile at every
+  group size, all-zero weight and activation groups, the extreme codes of the
+  promotion's integer-to-float step, and its sibling launches against each member's own.
 """
 
 from __future__ import annotations
@@ -990,3 +994,33 @@ def test_grouped_tma_bound_launches_take_any_leading_shape(rng, lead):
     assert mx.array_equal(staged(quant(x), weight, bias, x.dtype), want, equal_nan=True).item()
     for _ in range(2):
         assert mx.array_equal(apply(quantize(x3)), y, equal_nan=True).item()
+
+
+@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("ns,lead,dtype,with_bias,group_size", [
+    ((392, 40, 264), (300,), "bfloat16", True, 64),  # tails in N per member, 3 members
+    ((2176, 1024), (2, 550), "bfloat16", False, 128),  # more tiles than blocks, 3-D x
+    ((258, 264), (33,), "float16", True, 32),  # rows of 516 bytes: scalar stores in member 0
+    ((264, 264, 264), (1, 1, 1), "float32", False, 64),  # one row
+])
+def test_w8a8_grouped_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias, group_size):
+    """One launch of the multi-weight bodies (tma_grouped_group2/3) for weights fed the
+    same x: each member's output equals its own launch on the same tile bit for bit, and
+    the float64 oracle."""
+    cfg = grouped_tma_tile(config)
+    k = 1024
+    m = int(np.prod(lead))
+    weights = [make_weight(rng, n, k, group_size, False, "bfloat16") for n in ns]
+    biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(MX_DTYPES[dtype])
+              if with_bias else None for n in ns]
+    x = activation(rng, m, k, dtype)
+    xq, xs, xr = launch.quantize_groups(x.reshape(*lead, k), group_size)
+    outs = launch.gemm_grouped_tma_group_spec(m, k, list(zip(weights, biases)), x.dtype, cfg,
+                                              lead).launch(xq, xs, xr)
+    assert len(outs) == len(ns)
+    for y, w, b, n in zip(outs, weights, biases, ns):
+        assert y.shape == (*lead, n)
+        alone = launch.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
+        assert mx.array_equal(y, alone, equal_nan=True).item(), n
+        want, bound = oracle.linear(host(x), w, None if b is None else host(b))
+        oracle.assert_close(y.reshape(m, n), want, bound, dtype)

@@ -114,6 +114,16 @@ def _grouped_tma_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
     return ins + (("wmap", "uint8", 1),)
 
 
+def _grouped_tma_group_inputs(body: str, members: int) -> tuple[tuple[str, str, int], ...]:
+    # as _grouped_tma_inputs per member (codes, terms, bias), then each member's map array
+    ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 1))
+    for g in range(members):
+        ins += ((f"w{g}", "uint32", 2), (f"wt{g}", "float32", 1))
+        if body.endswith("bias"):
+            ins += ((f"bias{g}", "float32", 1),)
+    return ins + tuple((f"wmap{g}", "uint8", 1) for g in range(members))
+
+
 def kernel_builds() -> list[KernelBuild]:
     """Every (body, template) combination the launchers can produce, one per tile config
     / group size / row bucket, with representative dtypes."""
@@ -193,6 +203,15 @@ def kernel_builds() -> list[KernelBuild]:
             t = launch.FLOAT_DTYPES[(i + j) % 3]
             body = "tma_grouped_bias" if (i + j) % 2 else "tma_grouped"
             out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
+        # Sibling launches: every multi-weight body on the 128 x 128 tile (the tile a
+        # summed N of q/k/v or gate/up takes at prefill), group3 on the others.
+        group = (("bfloat16", "tma_grouped_group3", 64), ("float16", "tma_grouped_group3_bias", 128),
+                 ("bfloat16", "tma_grouped_group2", 32), ("float32", "tma_grouped_group2_bias", 64))
+        for t, body, gs in group if cfg.bn == 128 else group[:1]:
+            members = int(body.removeprefix("tma_grouped_group")[0])
+            out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(body, members),
+                                   tuple((f"y{g}", t) for g in range(members)),
                                    (("T", t), ("GS", gs)) + tuple(cfg.template())))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
@@ -1599,11 +1618,12 @@ H200_SHARED_MEMORY = 227 * 1024  # the most dynamic shared memory a block can op
 def test_grouped_tma_tiles_fit_shared_memory_and_registers():
     """Every group-wise TMA tile at every group size fits an H200's 227 KiB of shared
     memory, and the kernel's layout (1024-byte aligned ring of A/B tiles, the terms' ring,
-    8 x 2560 bytes of epilogue staging, 2 mbarriers per stage, two 128-byte maps after
-    them aligned to 128) lies inside what the launch asks for; a stage's A/B part keeps
+    8 x 2560 bytes of epilogue staging, 2 mbarriers per stage, up to four 128-byte maps
+    after them aligned to 128) lies inside what the launch asks for; a stage's A/B part keeps
     the 1024-byte swizzle atoms aligned and its terms slab the bulk copy's 16 bytes. The
     128-wide tile has the producer warpgroup (its consumers need 3 x 64 accumulator
-    registers: setmaxnreg gives them 232), the narrower ones one producer warp."""
+    registers: setmaxnreg gives them 232), the narrower ones one producer warp. (Maps:
+    A's and one per member of a sibling launch.)"""
     for cfg in launch.GROUPED_TMA_CONFIGS.values():
         assert cfg.threads == 256 + 32 * cfg.producers
         assert (cfg.producers == 4) == (cfg.bn == 128), cfg
@@ -1613,7 +1633,7 @@ def test_grouped_tma_tiles_fit_shared_memory_and_registers():
             assert stage % 1024 == 0 and terms % 16 == 0
             # the kernel's own layout, from the worst base alignment (1023 bytes lost)
             bars_end = 1023 + cfg.stages * (stage + terms) + 8 * 2560 + 16 * cfg.stages
-            used = bars_end + 127 + 2 * tensormap.MAP_BYTES
+            used = bars_end + 127 + (1 + launch.MAX_SIBLINGS) * tensormap.MAP_BYTES
             assert used <= cfg.shared_memory(gs) <= H200_SHARED_MEMORY, (cfg, gs, used)
         # one stage more would not fit at group size 32 (the ring is as deep as it can be)
         deeper = cfg._replace(stages=cfg.stages + 1)
@@ -1743,6 +1763,80 @@ def test_grouped_terms_are_where_the_kernel_reads_them(rng):
                         want = (s[row, g], o[row, g]) if row < n else (0.0, 0.0)
                         assert tuple(pair) == want, (gs, bn, tn, kt, j, c)
         assert launch.grouped_terms(qw, bn) is launch.grouped_terms(qw, bn)  # kept
+
+
+def test_grouped_tma_siblings_launch_once(cuda_here):
+    """q/k/v Linears of a grouped (mlx-lm 8-bit style) checkpoint linked as siblings on
+    the group-wise TMA candidate: the first member called makes the quantize launch and
+    one tma_grouped_group3 launch taking xq, xs, xr, each member's codes, terms and bias,
+    then each member's map array (A's prototype [128, K], the member's [N_g, K] in
+    BN-row boxes); the grid covers the members' tiles one after another; the outputs are
+    the members' shapes; the other members launch nothing. A sibling launch refuses
+    members of another group size, a bias on some members only, or one member."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(256, n, bias=True)
+                                                     for n in (384, 64, 96))
+
+    attn = Attention()
+    w8.quantize(attn, per_channel=False, group_size=64)
+    assert attn.q_proj.quantized_weight.format == "grouped"
+    cand = registry.get("linear", "cuda_w8a8_gemm_grouped_tma")
+    previous = registry.set_chooser(lambda problem, found: (cand, "test") if cand in found else None)
+    try:
+        siblings.clear()
+        x = mx.zeros((3, 100, 256), dtype=mx.bfloat16)
+        start = len(rec.launches)
+        outs = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
+        assert [y.shape for y in outs] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
+        plans = rec.launches[start:]
+        assert [p["name"] for p in plans] == ["w8a8_quantize_sums",
+                                              "w8a8_gemm_grouped_ws_tma_grouped_group3_bias"]
+        assert plans[0]["output_shapes"][2] == launch.grouped_sums_shape(300, 256, 64)
+        group = plans[1]
+        names = ["xq", "xs", "xr"] + [f"{a}{g}" for g in range(3) for a in ("w", "wt", "bias")]
+        assert group["inputs"] == names + ["wmap0", "wmap1", "wmap2"]
+        assert group["outputs"] == ["y0", "y1", "y2"]
+        assert group["output_shapes"] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
+        cfg = launch.grouped_tma_tile_for(300, 544)
+        assert cfg.bn == 32  # 3 x 17 tiles of 128 x 32: no wider tile fills the SMs
+        assert group["template"][:2] == [("T", mx.bfloat16), ("GS", 64)]
+        blocks = group["grid"][0] // group["threadgroup"][0]
+        assert blocks == 3 * (12 + 2 + 3) and group["threadgroup"][0] == cfg.threads
+        assert group["shared_memory"] == cfg.shared_memory(64)
+        arrays = dict(zip(group["inputs"], group["arrays"]))
+        for g, (proj, n) in enumerate(zip((attn.q_proj, attn.k_proj, attn.v_proj), (384, 64, 96))):
+            qw = proj.quantized_weight
+            assert arrays[f"w{g}"] is qw.q
+            assert arrays[f"wt{g}"] is launch.grouped_terms(qw, 32)
+            assert arrays[f"wt{g}"].shape == (-(-n // 32) * 4 * 32 * 2,)
+            assert arrays[f"bias{g}"].dtype == mx.float32 and arrays[f"bias{g}"].shape == (n,)
+            assert arrays[f"wmap{g}"] is launch.weight_maps(qw, 32)
+            assert read_prototypes(arrays[f"wmap{g}"]) == [(128, 256, 128), (n, 256, 32),
+                                                           (0, 0, 0), (0, 0, 0)]
+        assert attn.v_proj.decision(300, mx.bfloat16)[1] == "test+siblings"
+    finally:
+        registry.set_chooser(previous)
+    op = r"\[mlx_w8a8.cuda_w8a8_gemm_grouped_tma\]"
+    qw = attn.q_proj.quantized_weight
+    other = w8.quantize_weight(mx.zeros((64, 256)), group_size=32, per_channel=False)
+    with pytest.raises(ValueError, match=op + " sibling weights must be grouped"):
+        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (other, None)], mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " sibling weights must all have a bias or none"):
+        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (qw, mx.zeros((384,)))],
+                                           mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " a sibling launch takes 2 to 3 weights"):
+        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None)], mx.bfloat16)
 
 
 def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
@@ -1936,15 +2030,18 @@ def _variant_cases(rng):
                     yield ((cand.name, n, k, fmt, dtype, has_bias, 1),
                            (cand.name, 1, cand.variant(problem)), alone(cand, problem, w, bias))
     # sibling launches: q/k/v and gate/up of Llama-3-8B (q/k/v also with a bias)
-    for ns, has_bias, m_list in (((4096, 1024, 1024), False, ms), ((14336, 14336), False, ms),
-                                 ((4096, 1024, 1024), True, few)):
-        members = [(weight(n, 4096, "per_channel", 64),
+    for ns, has_bias, m_list, fmt in (((4096, 1024, 1024), False, ms, "per_channel"),
+                                      ((14336, 14336), False, ms, "per_channel"),
+                                      ((4096, 1024, 1024), True, few, "per_channel"),
+                                      ((4096, 1024, 1024), False, few, "grouped"),
+                                      ((14336, 14336), True, few, "grouped")):
+        members = [(weight(n, 4096, fmt, 64),
                     mx.zeros((n,), dtype=mx.bfloat16) if has_bias else None) for n in ns]
         for m in m_list:
-            problem = Problem("linear", m, sum(ns), 4096, "bfloat16", "per_channel", 64, has_bias)
+            problem = Problem("linear", m, sum(ns), 4096, "bfloat16", fmt, 64, has_bias)
             for cand in linear:
                 if cand.bind_group is not None and cand.supports(problem):
-                    yield ((cand.name, ns, has_bias),
+                    yield ((cand.name, ns, has_bias, fmt),
                            (cand.name, len(ns), cand.variant(problem)), group(cand, problem, members))
     # the int8 GEMMs and the quantize kernel
     for cand in registry.all_candidates():

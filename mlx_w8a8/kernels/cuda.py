@@ -30,7 +30,8 @@ device is the GPU; importing this module never needs CUDA):
   quantize's per-group sums + the TMA GEMM's mainloop (``gemm_grouped_ws.cu``) promoting
   each group's exact int32 sum into float32 accumulators after its wgmmas. Compiled
   for sm_90a in CI; not yet run on a GPU, and in no tuning table or prior: offered to
-  the tuner, which races it. No sibling launch (one weight per launch).
+  the tuner, which races it. Sibling layers fed the same ``x`` (``bind_group``) run as
+  one launch of its multi-weight bodies.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
   over the stored codes; one launch (each block quantizes x into shared memory) when
   ``M x K`` fits, else quantize + GEMV. Sibling layers (``bind_group``) run as one
@@ -84,6 +85,7 @@ from .cuda_launch import (
     WS_CONFIGS,
     bind_gemm_grouped,
     bind_gemm_grouped_tma,
+    bind_gemm_grouped_tma_group,
     bind_gemm_per_channel,
     bind_gemm_ws_group,
     bind_gemv_fused,
@@ -285,6 +287,13 @@ def _w8a8_grouped_tma_bind(p: registry.Problem, weight, bias, lead=None):
             bind_gemm_grouped_tma(p.m, p.k, weight, bias, dtype, lead=lead))
 
 
+def _w8a8_grouped_tma_bind_group(p: registry.Problem, members, lead=None):
+    # p: the siblings' summed problem; the quantize is _w8a8_grouped_tma_bind's.
+    dtype = getattr(mx, p.dtype)
+    return (_sums_map_key(p), bind_quantize_groups(p.m, p.k, dtype, p.group_size, lead=lead),
+            bind_gemm_grouped_tma_group(p.m, p.k, members, dtype, lead=lead))
+
+
 def _gemv_bind(p: registry.Problem, weight, bias, lead=None):
     dtype = getattr(mx, p.dtype)
     if gemv_fuses(p.m, p.k):  # one launch, as _gemv_run
@@ -480,9 +489,11 @@ _CANDIDATES = (
 )
 
 # Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
-# bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemv.cu fused_*_group2/3).
+# bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemm_grouped_ws.cu
+# tma_grouped_group2/3; gemv.cu fused_*_group2/3).
 _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
                 "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
+                "cuda_w8a8_gemm_grouped_tma": _w8a8_grouped_tma_bind_group,
                 "cuda_int8_gemv": _gemv_bind_group}
 
 for _name, _op, _run, _supports, _stages, _bind, _needs in _CANDIDATES:

@@ -852,12 +852,13 @@ class GroupedTmaConfig(NamedTuple):
     def shared_memory(self, group_size: int) -> int:
         """Dynamic shared memory for ``group_size``: the ring (A and B tiles plus
         ``128 / group_size`` groups' float32 pairs for ``bn`` columns per stage), 8
-        per-warp epilogue staging buffers (2560 bytes), the full/empty mbarriers, two
-        tensor maps with 128 bytes to align them, and 1024 bytes to round the ring's base
-        up to the 128-byte swizzle's 1024-byte atom."""
+        per-warp epilogue staging buffers (2560 bytes), the full/empty mbarriers, room to
+        stage 1 + MAX_SIBLINGS tensor maps with 128 bytes to align them, and 1024 bytes
+        to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
         terms = (128 // group_size) * self.bn * 8
+        maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
         return (self.stages * ((self.bm + self.bn) * 128 + terms) + 8 * 2560
-                + 16 * self.stages + 3 * tensormap.MAP_BYTES + 1024)
+                + 16 * self.stages + maps + 1024)
 
     def template(self) -> list[tuple[str, int]]:
         return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers)]
@@ -952,6 +953,18 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
             128, K not a multiple of 128 (or not the weight's, or not below 2^17), or a
             tile not of ``GROUPED_TMA_CONFIGS``' kind.
     """
+    cfg = _grouped_tma_checked(m, k, weight, config or grouped_tma_tile_for(m, weight.n))
+    frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
+                                    out_dtype, cfg, _lead(m, lead))
+    tail = (weight.q, grouped_terms(weight, cfg.bn))
+    if bias is not None:
+        tail += (_as_f32(bias),)
+    return _framed(frame, tail + (weight_maps(weight, cfg.bn),))
+
+
+def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
+    """``cfg``, once ``weight`` on ``M x K`` activations is a launch of the group-wise TMA
+    GEMM on it (:func:`gemm_grouped_tma_spec`'s Raises)."""
     op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
     if weight.per_channel or weight.group_size not in GROUPED_TMA_GROUP_SIZES:
         raise ValueError(f"{op} needs a grouped weight with group size in "
@@ -962,16 +975,10 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     if k != weight.k or k % GROUPED_TMA_K_MULTIPLE or not 0 < k < MAX_K:
         raise ValueError(f"{op} K must be the weight's ({weight.k}), a multiple of "
                          f"{GROUPED_TMA_K_MULTIPLE} and below {MAX_K}, got {k}")
-    cfg = config or grouped_tma_tile_for(m, weight.n)
     if not isinstance(cfg, GroupedTmaConfig):
         raise ValueError(f"{op} the tile must be a GroupedTmaConfig (GROUPED_TMA_CONFIGS), "
                          f"got {cfg}")
-    frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
-                                    out_dtype, cfg, _lead(m, lead))
-    tail = (weight.q, grouped_terms(weight, cfg.bn))
-    if bias is not None:
-        tail += (_as_f32(bias),)
-    return _framed(frame, tail + (weight_maps(weight, cfg.bn),))
+    return cfg
 
 
 @functools.lru_cache(maxsize=_FRAMES)
@@ -1028,6 +1035,75 @@ def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
                                  tuple(xq.shape[:-1])).launch(xq, xs, xr)[0]
 
 
+def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
+                                config: GroupedTmaConfig | None = None,
+                                lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One group-wise TMA launch computing several grouped linears of the same
+    quantized activations (``xq, xs, xr`` of :func:`quantize_groups`): sibling
+    projections (q/k/v, gate/up).
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (grouped ``QuantizedWeight`` ``[N_g, K]``
+            of one group size; bias ``[N_g]`` or ``None``, all or none of them set).
+        config: the tile; ``None``: :func:`grouped_tma_tile_for` on the summed N.
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
+        each equal bit for bit to the member's own :func:`gemm_grouped_tma_spec` launch
+        (a group's float32 sum does not depend on the tile).
+
+    Raises:
+        ValueError: for fewer than 2 or more than ``MAX_SIBLINGS`` members, a bias on
+            some members only, members of another K or group size, or as
+            :func:`gemm_grouped_tma_spec`.
+    """
+    op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
+    members = list(members)
+    if not 2 <= len(members) <= MAX_SIBLINGS:
+        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
+                         f"got {len(members)}")
+    has_bias = {b is not None for _, b in members}
+    if len(has_bias) != 1:
+        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
+                         f"{[b is not None for _, b in members]}")
+    first = members[0][0]
+    for w, _ in members:
+        if w.per_channel or w.k != k or w.group_size != first.group_size:
+            raise ValueError(f"{op} sibling weights must be grouped with K = {k} and one "
+                             f"group size, got per_channel={w.per_channel}, K={w.k}, "
+                             f"group_size={w.group_size} (first: {first.group_size})")
+    ns = tuple(w.n for w, _ in members)
+    cfg = config or grouped_tma_tile_for(m, sum(ns))
+    for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
+        _grouped_tma_checked(m, k, w, cfg)
+    frame = _gemm_grouped_tma_group_frame(m, k, ns, True in has_bias, first.group_size,
+                                          out_dtype, cfg, _lead(m, lead))
+    tail = []
+    for w, b in members:
+        tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [_as_f32(b)])
+    tail += [weight_maps(w, cfg.bn) for w, _ in members]
+    return _framed(frame, tuple(tail))
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _gemm_grouped_tma_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
+                                  group_size: int, out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
+                                  lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_tma_group_spec` for any members of ``ns`` rows (no tail: the
+    members' codes, terms and float32 biases, then their map arrays)."""
+    names = ["xq", "xs", "xr"]
+    for g in range(len(ns)):
+        names += [f"w{g}", f"wt{g}"] + ([f"bias{g}"] if has_bias else [])
+    names += [f"wmap{g}" for g in range(len(ns))]
+    body = f"tma_grouped_group{len(ns)}" + ("_bias" if has_bias else "")
+    outs = tuple(f"y{g}" for g in range(len(ns)))
+    blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
+    kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory(group_size))
+    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    return LaunchSpec(kern, (), template, [(*lead, n) for n in ns], [out_dtype] * len(ns),
+                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
 def bind_quantize_groups(m: int, k: int, dtype: mx.Dtype, group_size: int,
                          lead: tuple[int, ...] | None = None):
     """``f(x) -> (q, scale, xr)``: :func:`quantize_groups` for ``[M, K]`` (or
@@ -1042,6 +1118,15 @@ def bind_gemm_grouped_tma(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     """``f(acts) -> y``: :func:`gemm_grouped_tma` on ``acts = (xq, xs, xr)`` from
     :func:`bind_quantize_groups`."""
     return _bind_acts3(gemm_grouped_tma_spec(m, k, weight, bias, out_dtype, config, lead))
+
+
+def bind_gemm_grouped_tma_group(m: int, k: int, members, out_dtype: mx.Dtype,
+                                config: GroupedTmaConfig | None = None,
+                                lead: tuple[int, ...] | None = None):
+    """``f(acts) -> [y_0, y_1, ...]``: :func:`gemm_grouped_tma_group_spec`'s launch on
+    ``acts = (xq, xs, xr)`` (:func:`bind_quantize_groups`), one output per member."""
+    run = gemm_grouped_tma_group_spec(m, k, members, out_dtype, config, lead).bound()
+    return lambda acts: run(*acts)
 
 
 def gemv_fuses(m: int, k: int) -> bool:

@@ -76,10 +76,17 @@
 //
 // Maps (tma.cuh): A's map goes into the row sums' array (xr, the quantize's per-group
 // sums followed by a 256-byte map area: cuda_launch.grouped_sums_shape), at the first
-// 128-byte aligned address after the M * G sums; B's into the weight's map array
+// 128-byte aligned address after the M * G sums; each weight's into its map array
 // (cuda_launch.weight_maps, whose first 128 bytes are A's prototype). Every launch on
 // one xr writes the same bytes there (one address, one M, one K), every launch on one
 // weight the same bytes into its map array.
+//
+// Sibling launches (bodies tma_grouped_group2/3): 2 or 3 weights fed the same x (q/k/v,
+// gate/up) in one persistent grid, the launch's tile columns the members' one after
+// another (GroupedMembers, as gemm_ws.cu's Members): the producer loads the tile
+// member's B box and terms, the consumers store into its output. A member's outputs
+// equal its own launch's bit for bit: a group's float32 chain does not depend on the
+// tile.
 //
 // Invariants the launcher guarantees (cuda.py _supports_grouped_tma, cuda_launch
 // gemm_grouped_tma_spec): K % 128 == 0, 0 < K < 2^17, GS in {32, 64, 128}; blocks of
@@ -143,17 +150,67 @@ struct GroupedEpilogue {
   }
 };
 
+// The weights one launch multiplies the activation by, as gemm_ws.cu's Members: NM
+// members (1, or 2-3 sibling projections fed the same x: q/k/v, gate/up), member g
+// b[g] [n[g], K] uint8 codes with its terms (cuda_launch.grouped_terms: [ceil(n[g] / BN)]
+// [G][BN][2] f32 (s, o), zero past n[g]), bias [n[g]] f32 or null, output out[g]
+// [..., n[g]] and map array wmap[g] (cuda_launch.weight_maps, uint8 [512]). The launch's
+// tile columns are the members' one after another (a tile never straddles two members).
+// Members are selected with unrolled compile-time indices, never a runtime index into
+// the arrays (that would put them in local memory).
+template <typename T, int NM>
+struct GroupedMembers {
+  const int8_t* b[NM];
+  const float* terms[NM];
+  const float* bias[NM];
+  T* out[NM];
+  int n[NM];
+  const uint8_t* wmap[NM];
+};
+
+// One tile column's member: its pointers, N, the tile column within the member and the
+// member's index g (its B map is map_b[g]).
+template <typename T>
+struct GroupedMember {
+  const int8_t* b;
+  const float* terms;
+  const float* bias;
+  T* out;
+  int n, tn, g;
+};
+
+template <int BN, typename T, int NM>
+__device__ __forceinline__ int grouped_member_tiles(const GroupedMembers<T, NM>& ms) {
+  int t = 0;
+#pragma unroll
+  for (int g = 0; g < NM; ++g) t += (ms.n[g] + BN - 1) / BN;
+  return t;
+}
+
+template <int BN, typename T, int NM>
+__device__ __forceinline__ GroupedMember<T> grouped_member_of(const GroupedMembers<T, NM>& ms,
+                                                              int tn) {
+  GroupedMember<T> m{ms.b[0], ms.terms[0], ms.bias[0], ms.out[0], ms.n[0], tn, 0};
+  int first = 0;  // the first tile column of member g
+#pragma unroll
+  for (int g = 1; g < NM; ++g) {
+    first += (ms.n[g - 1] + BN - 1) / BN;
+    if (tn >= first)
+      m = GroupedMember<T>{ms.b[g], ms.terms[g], ms.bias[g], ms.out[g], ms.n[g], tn - first, g};
+  }
+  return m;
+}
+
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
-// b [N, K] uint8 codes, terms [ceil(N / BN)][G][BN][2] f32 (s, o; zero past N),
-// bias [N] f32 or null, out [M, N] T, wmap: the weight's map array (uint8 [512]).
-template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS>
+// ms: the weights (GroupedMembers), out [M, n[g]] T per member.
+template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
-                                                const int8_t* b, int N, const float* terms,
-                                                const float* bias, T* out, const uint8_t* wmap) {
+                                                const GroupedMembers<T, NM>& ms) {
   static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
   static_assert(BN == 128 || BN == 64 || BN == 32, "an int32 and a float32 set of BN / 2");
   static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
+  static_assert(NM >= 1 && NM <= kMaxMembers, "1 to kMaxMembers members");
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kGroups = kBK / GS;  // whole groups per k-tile
@@ -172,7 +229,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = grouped_member_tiles<BN>(ms);
   const int tiles = tiles_m * tiles_n;
   const int ktiles = K / kBK;
   const int groups = K / GS;
@@ -191,16 +248,24 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       setmaxnreg_dec<kProducerRegs>();
       if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
     }
-    // This launch's maps, staged in shared memory after the barriers and published to
-    // global memory (warp-collective: every lane of warp 8).
+    // This launch's maps, staged in shared memory after the barriers (one stage per map)
+    // and published to global memory (warp-collective: every lane of warp 8). A's
+    // prototype is the first member's (every member's is the same: [128, K]).
     unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES));
     void* map_a = reinterpret_cast<void*>(tma_aligned(sums + static_cast<size_t>(M) * groups));
-    tma_make_map(map_a, wmap, a, M, tma_box_rows_a(M), stage);
-    void* map_b = reinterpret_cast<void*>(tma_aligned(wmap + 2 * kTmaMapBytes));
-    tma_make_map(map_b, wmap + kTmaMapBytes, b, 0, 0, stage + kTmaMapBytes);
+    tma_make_map(map_a, ms.wmap[0], a, M, tma_box_rows_a(M), stage);
+    const void* map_b[NM];
+#pragma unroll
+    for (int g = 0; g < NM; ++g) {
+      void* dst = reinterpret_cast<void*>(tma_aligned(ms.wmap[g] + 2 * kTmaMapBytes));
+      tma_make_map(dst, ms.wmap[g] + kTmaMapBytes, ms.b[g], 0, 0,
+                   stage + (1 + g) * kTmaMapBytes);
+      map_b[g] = dst;
+    }
     if (lane != 0) return;
     tma_acquire(map_a);
-    tma_acquire(map_b);
+#pragma unroll
+    for (int g = 0; g < NM; ++g) tma_acquire(map_b[g]);
     // A's box has tma_box_rows_a(M) rows: below BM the stage rows past M keep stale bytes
     // that only reach accumulator rows >= M (gemm_ws.cu).
     const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK + kTermBytes;
@@ -208,15 +273,20 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
       tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      const GroupedMember<T> mb = grouped_member_of<BN>(ms, tn);
+      const void* mb_map = map_b[0];
+#pragma unroll
+      for (int g = 1; g < NM; ++g)
+        if (mb.g == g) mb_map = map_b[g];
       // The tile column's terms: [G][BN][2] floats; k-tile kt's groups start at kt kGroups.
-      const float* tile_terms = terms + static_cast<size_t>(tn) * groups * BN * 2;
+      const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
         mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
         tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
-        tma_load_2d(sa + BM * kBK, map_b, kt * kBK, tn * BN, full0 + 8 * s);
+        tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
         bulk_load(smem_addr(term_smem + s * kTermBytes),
                   tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
                   full0 + 8 * s);
@@ -238,6 +308,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    const GroupedMember<T> mb = grouped_member_of<BN>(ms, tn);
     const int row_base = tm * BM + wg * 64 + (warp & 3) * 16;
     const int32_t* r_lo = sums + static_cast<size_t>(min(row_base + (lane >> 2), M - 1)) * groups;
     const int32_t* r_hi = sums + static_cast<size_t>(min(row_base + (lane >> 2) + 8, M - 1)) * groups;
@@ -299,8 +370,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     int bits[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) bits[i] = __float_as_int(f[i]);
-    const GroupedEpilogue<HAS_BIAS> epi{row_scale, bias};
-    ws_epilogue<BN>(bits, epi, out, row_base, tn * BN, M, N, lane, stage_buf);
+    const GroupedEpilogue<HAS_BIAS> epi{row_scale, mb.bias};
+    ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
   }
 }
 
@@ -311,12 +382,49 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
 // xr int32 [M * K / GS + 64] (the quantize's group sums, then A's map area:
 // cuda_launch.grouped_sums_shape), w [N, K/4] uint32 codes, wt f32 terms
 // (cuda_launch.grouped_terms), wmap uint8 [512] (cuda_launch.weight_maps) -> y [..., N].
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    reinterpret_cast<const int8_t*>(w), w_shape[0], wt, nullptr, y, wmap);
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
+                               {w_shape[0]}, {wmap}});
 
 // @@ body tma_grouped_bias
 // As tma_grouped, plus bias [N] f32.
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    reinterpret_cast<const int8_t*>(w), w_shape[0], wt, bias, y, wmap);
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_grouped_group2
+// tma_grouped for two weights fed the same activation (e.g. gate/up): w0, wt0, w1, wt1,
+// wmap0, wmap1 -> y0 [..., N0], y1 [..., N1].
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_grouped_group2_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_grouped_group3
+// Three weights fed the same activation (e.g. q/k/v).
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
+
+// @@ body tma_grouped_group3_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
