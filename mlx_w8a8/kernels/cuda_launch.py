@@ -897,17 +897,16 @@ def grouped_terms(weight, bn: int) -> mx.array:
     ``o = b + 128 s``: :attr:`QuantizedWeight.group_offsets`), zeros for ``n >= N``. One
     k-tile's groups for one tile column are then contiguous: the kernel copies them into
     shared memory with one bulk copy per stage. Made once per weight and tile width and
-    kept with the weight (:meth:`QuantizedWeight.derived`)."""
-    def make():  # made on the host whole, as weight_maps
-        s = np.array(weight.scales.astype(mx.float32))
-        o = np.array(weight.group_offsets)
-        n, g = s.shape
+    kept with the weight (:meth:`QuantizedWeight.derived`), in MLX ops like
+    :attr:`QuantizedWeight.group_offsets` (lazy: nothing is read on the host, also under
+    ``mx.compile``; :meth:`LaunchSpec.bound` evaluates it where it can)."""
+    def make():
+        t = mx.stack([weight.scales.astype(mx.float32), weight.group_offsets], axis=-1)
+        n, g = weight.n, weight.k // weight.group_size
         tiles_n = -(-n // bn)
-        t = np.zeros((tiles_n * bn, g, 2), dtype=np.float32)
-        t[:n, :, 0] = s
-        t[:n, :, 1] = o
-        t = np.ascontiguousarray(t.reshape(tiles_n, bn, g, 2).transpose(0, 2, 1, 3))
-        return mx.array(t.reshape(-1))
+        if tiles_n * bn > n:
+            t = mx.concatenate([t, mx.zeros((tiles_n * bn - n, g, 2), dtype=mx.float32)])
+        return t.reshape(tiles_n, bn, g, 2).transpose(0, 2, 1, 3).reshape(-1)
     return weight.derived(("cuda_grouped_terms", bn), make)
 
 
