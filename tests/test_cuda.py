@@ -21,6 +21,10 @@ Edge shapes and why:
   and its outputs must equal the cp.async producer's bit for bit (same tile, same sums,
   same epilogue): the tile loads' zero fill past M, N and the K tail replaces the
   cp.async copies' predication.
+- The group-wise TMA GEMM (``gemm_grouped_ws.cu``, written before any GPU ran it): K a
+  multiple of 128 only (128: one k-tile; 1152: the ring wraps), every tile at every
+  group size, all-zero weight and activation groups, the extreme codes of the
+  promotion's integer-to-float step, and its sibling launches against each member's own.
 """
 
 from __future__ import annotations
@@ -820,3 +824,203 @@ def test_tma_producer_matches_cp_async_bit_for_bit(rng, bn, m, n, k):
     got = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, tma, row_sums=xr)
     want = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cp, row_sums=xr)
     assert mx.array_equal(got, want, equal_nan=True).item()
+
+
+# The group-wise TMA GEMM (gemm_grouped_ws.cu) ----------------------------------------------
+# Written before any GPU ran it: compiled for sm_90a by tests/test_cuda_compile.py, which
+# also checks its launch plans; these cases hold it to the oracle on an H200.
+def grouped_tma_tile(name: str) -> launch.GroupedTmaConfig:
+    """``GROUPED_TMA_CONFIGS[name]``, skipped (reason shown) where the candidate cannot
+    run: no Hopper GPU, or no driver to encode tensor maps."""
+    if not launch.is_sm90():
+        pytest.skip("the group-wise TMA GEMM needs a Hopper GPU (sm_90a)")
+    if tensormap.unavailable():
+        pytest.skip(f"tensor maps cannot be encoded here: {tensormap.unavailable()}")
+    return launch.GROUPED_TMA_CONFIGS[name]
+
+
+def grouped_tma_run(cfg: launch.GroupedTmaConfig | None = None):
+    def run(x, weight, bias):
+        xq, xs, xr = launch.quantize_groups(x, weight.group_size)
+        return launch.gemm_grouped_tma(xq, xs, xr, weight, bias, x.dtype, cfg)
+    return run
+
+
+# K: 128 (one k-tile), 1152 (9 k-tiles: the ring of 5-9 stages wraps once), 4096 (32).
+GROUPED_TMA_SHAPES = [(1, 264, 4096), (33, 257, 1152), (129, 264, 128), (1000, 384, 1024)]
+GROUPED_TMA_CASES = [(m, n, k, gs, st, dt)
+                     for i, (m, n, k) in enumerate(GROUPED_TMA_SHAPES)
+                     for j, (gs, st) in enumerate(((32, "float16"), (64, "bfloat16"),
+                                                   (128, "float32")))
+                     for dt in (("bfloat16", "float16", "float32")[(i + j) % 3],)]
+
+
+@pytest.mark.parametrize("m,n,k,group_size,scale_dtype,dtype", GROUPED_TMA_CASES)
+def test_w8a8_gemm_grouped_tma(rng, m, n, k, group_size, scale_dtype, dtype):
+    """The registered candidate (its own tile choice) against the float64 oracle: M = 1,
+    odd M, N odd or not a multiple of any tile, every group size with scales stored in
+    float16, bfloat16 and float32, every output dtype, bias on odd M; the activation's
+    special rows (zero, NaN, Inf, ties, tiny scale) included (activation())."""
+    grouped_tma_tile("gtma128")
+    cand = registry.get("linear", "cuda_w8a8_gemm_grouped_tma")
+    assert cand.supports(Problem("linear", m, n, k, dtype, "grouped", group_size, m % 2 == 1))
+    check_linear(rng, cand.run, m, n, k, dtype, group_size, False, m % 2 == 1, scale_dtype)
+
+
+@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("group_size", launch.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("m,n,k,dtype,with_bias", [
+    (300, 392, 1152, "bfloat16", True),  # tails in M and N, 9 k-tiles
+    (129, 264, 4096, "float32", False),  # a partial last tile stored as 16-byte vectors
+    (33, 258, 128, "float16", True),  # rows of 516 bytes: the scalar store path; 1 k-tile
+    (1, 264, 1024, "bfloat16", False),  # one row: A's box of 1 row
+    (77, 40, 512, "float16", False),  # N < every tile: B's box mostly past N
+    (1100, 2176, 1024, "bfloat16", True),  # more tiles than blocks (persistent loop)
+])
+def test_w8a8_grouped_tma_every_tile(rng, config, group_size, m, n, k, dtype, with_bias):
+    """Each tile forced, at each group size (4, 2 or 1 groups per k-tile)."""
+    cfg = grouped_tma_tile(config)
+    check_linear(rng, grouped_tma_run(cfg), m, n, k, dtype, group_size, False, with_bias,
+                 "bfloat16")
+
+
+@pytest.mark.parametrize("group_size", launch.GROUPED_TMA_GROUP_SIZES)
+def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
+    """Groups whose weight codes are all zero, stored as mx.quantize stores them (scale
+    -1e-7, the bias alone: an mlx-lm checkpoint's arrays, not re-quantized) and as
+    quantize_weight does (scale 0), and activation groups that are all zero (R = 0, U =
+    0): every tile, against the oracle."""
+    m, n, k = 130, 264, 1024
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+    w[::3, :group_size] = 0.0  # first group of every third row
+    w[5, 2 * group_size:4 * group_size] = 0.0
+    wq, scales, biases = mx.quantize(mx.array(w).astype(mx.bfloat16), group_size, 8)
+    from_mlx = QuantizedWeight(wq, scales, biases, group_size, per_channel=False)
+    ours = QuantizedWeight.from_float(mx.array(w).astype(mx.bfloat16), group_size,
+                                      per_channel=False)
+    x = np.array(host(activation(rng, m, k, "bfloat16")))
+    x[:, group_size:2 * group_size] = 0.0
+    x[9, :] = 0.0
+    x = mx.array(x).astype(mx.bfloat16)
+    for name in sorted(launch.GROUPED_TMA_CONFIGS):
+        run = grouped_tma_run(grouped_tma_tile(name))
+        for weight in (from_mlx, ours):
+            want, bound = oracle.linear(host(x), weight, None)
+            oracle.assert_close(run(x, weight, None), want, bound, "bfloat16")
+
+
+@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
+def test_w8a8_grouped_tma_extreme_codes(config):
+    """Activation codes +-127 and weight codes 255 and 0 at group size 128: |U| reaches
+    127 * 255 * 128 and |P| = |U - 128 R| 127 * 128 * 128 < 2^21, the range of the
+    promotion's integer-to-float step (P + 0x4B400000 read as a float); float32 output
+    against the oracle."""
+    cfg = grouped_tma_tile(config)
+    m, n, k, gs = 130, 264, 1024, 128
+    x = np.ones((m, k), dtype=np.float32)
+    x[1::2] = -1.0
+    x[7, ::3] = 0.0
+    codes = np.full((n, k), 255, dtype=np.uint8)
+    codes[1::2] = 0
+    codes[5, ::2] = 128
+    scales = mx.array(np.linspace(0.5, 2.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    biases = mx.array(np.linspace(-200.0, 3.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    weight = QuantizedWeight(mx.array(codes.view(np.uint32)), scales, biases, gs,
+                             per_channel=False)
+    assert np.array_equal(oracle.codes(weight), codes)
+    want, bound = oracle.linear(x, weight, None)
+    oracle.assert_close(grouped_tma_run(cfg)(mx.array(x), weight, None), want, bound, "float32")
+
+
+def test_grouped_tma_sums_are_the_quantize_sums(rng):
+    """quantize_groups is quantize's ``sums`` launch with room after the sums: the same
+    codes, scales and sums bit for bit; after a GEMM has written A's map into the room,
+    the sums are unchanged (the map lies past them) and a second GEMM on the same
+    arrays (its map the same bytes) gives the same bits."""
+    grouped_tma_tile("gtma32")
+    m, k, gs = 77, 1024, 64
+    x = activation(rng, m, k, "bfloat16")
+    q0, s0, r0 = launch.quantize(x, gs)
+    q1, s1, r1 = launch.quantize_groups(x, gs)
+    assert tuple(r1.shape) == launch.grouped_sums_shape(m, k, gs)
+    np.testing.assert_array_equal(np.array(q1), np.array(q0))
+    np.testing.assert_array_equal(np.array(s1), np.array(s0))
+    np.testing.assert_array_equal(np.array(r1[: m * (k // gs)]).reshape(m, -1), np.array(r0))
+    weight = make_weight(rng, 264, k, gs, False, "bfloat16")
+    y1 = launch.gemm_grouped_tma(q1, s1, r1, weight, None, mx.bfloat16)
+    mx.eval(y1)
+    np.testing.assert_array_equal(np.array(r1[: m * (k // gs)]).reshape(m, -1), np.array(r0))
+    y2 = launch.gemm_grouped_tma(q1, s1, r1, weight, None, mx.bfloat16)
+    assert mx.array_equal(y1, y2, equal_nan=True).item()
+
+
+def test_grouped_tma_after_the_host_read_its_operands(rng):
+    """As test_tma_linear_after_the_host_read_its_operands: the group sums (A's map's
+    home) and the weight's codes read by numpy first (MLX may move their buffers), then
+    fresh arrays allocated; the maps each launch makes name the moved arrays, so the
+    output still matches the oracle."""
+    cfg = grouped_tma_tile("gtma64")
+    for m, k, gs in ((1, 4096, 32), (33, 1152, 64), (7, 14336, 128)):
+        x = activation(rng, m, k, "bfloat16")
+        xq, xs, xr = launch.quantize_groups(x, gs)
+        weight = make_weight(rng, 200, k, gs, False, "bfloat16")
+        np.array(xr), np.array(weight.q)
+        fresh = make_weight(rng, 200, k, gs, False, "bfloat16")
+        mx.eval(fresh.q, fresh.scales)  # allocated now: may take the freed buffers
+        got = launch.gemm_grouped_tma(xq, xs, xr, weight, None, mx.bfloat16, cfg)
+        want, bound = oracle.linear(host(x), weight, None)
+        oracle.assert_close(got, want, bound, "bfloat16")
+
+
+@pytest.mark.parametrize("lead", [(2, 3), (1, 1), (3, 1, 5), (2, 77)])
+def test_grouped_tma_bound_launches_take_any_leading_shape(rng, lead):
+    """The bound form on x [..., K] equals the same launches on [M, K] bit for bit, on its
+    first (direct), second (traced) and later (replayed) calls; and run(x) equals
+    apply(quantize(x))."""
+    grouped_tma_tile("gtma128")
+    cand = registry.get("linear", "cuda_w8a8_gemm_grouped_tma")
+    m, n, k = int(np.prod(lead)), 264, 1024
+    weight = make_weight(rng, n, k, 64, False, "bfloat16")
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
+    problem = Problem("linear", m, n, k, "bfloat16", "grouped", 64, True)
+    x = activation(rng, m, k, "bfloat16")
+    _, quantize, apply = cand.bind_stages(problem, weight, bias, lead)
+    x3 = x.reshape(*lead, k)
+    y = apply(quantize(x3))
+    assert y.shape == (*lead, n)
+    want = cand.run(x, weight, bias)
+    assert mx.array_equal(y.reshape(m, n), want, equal_nan=True).item()
+    key, quant, staged = cand.stages(problem)
+    assert mx.array_equal(staged(quant(x), weight, bias, x.dtype), want, equal_nan=True).item()
+    for _ in range(2):
+        assert mx.array_equal(apply(quantize(x3)), y, equal_nan=True).item()
+
+
+@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("ns,lead,dtype,with_bias,group_size", [
+    ((392, 40, 264), (300,), "bfloat16", True, 64),  # tails in N per member, 3 members
+    ((2176, 1024), (2, 550), "bfloat16", False, 128),  # more tiles than blocks, 3-D x
+    ((258, 264), (33,), "float16", True, 32),  # rows of 516 bytes: scalar stores in member 0
+    ((264, 264, 264), (1, 1, 1), "float32", False, 64),  # one row
+])
+def test_w8a8_grouped_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias, group_size):
+    """One launch of the multi-weight bodies (tma_grouped_group2/3) for weights fed the
+    same x: each member's output equals its own launch on the same tile bit for bit, and
+    the float64 oracle."""
+    cfg = grouped_tma_tile(config)
+    k = 1024
+    m = int(np.prod(lead))
+    weights = [make_weight(rng, n, k, group_size, False, "bfloat16") for n in ns]
+    biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(MX_DTYPES[dtype])
+              if with_bias else None for n in ns]
+    x = activation(rng, m, k, dtype)
+    xq, xs, xr = launch.quantize_groups(x.reshape(*lead, k), group_size)
+    outs = launch.gemm_grouped_tma_group_spec(m, k, list(zip(weights, biases)), x.dtype, cfg,
+                                              lead).launch(xq, xs, xr)
+    assert len(outs) == len(ns)
+    for y, w, b, n in zip(outs, weights, biases, ns):
+        assert y.shape == (*lead, n)
+        alone = launch.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
+        assert mx.array_equal(y, alone, equal_nan=True).item(), n
+        want, bound = oracle.linear(host(x), w, None if b is None else host(b))
+        oracle.assert_close(y.reshape(m, n), want, bound, dtype)

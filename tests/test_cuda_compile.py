@@ -104,6 +104,26 @@ def _group_outputs(body: str, t: str) -> tuple[tuple[str, str], ...]:
     return tuple((f"y{g}", t) for g in range(_group_members(body)))
 
 
+def _grouped_tma_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
+    # codes, scales, the group sums with A's map area (launch.grouped_sums_shape), the
+    # weight codes, its terms (launch.grouped_terms), bias, its map array (weight_maps)
+    ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 1), ("w", "uint32", 2),
+           ("wt", "float32", 1))
+    if body.endswith("bias"):
+        ins += (("bias", "float32", 1),)
+    return ins + (("wmap", "uint8", 1),)
+
+
+def _grouped_tma_group_inputs(body: str, members: int) -> tuple[tuple[str, str, int], ...]:
+    # as _grouped_tma_inputs per member (codes, terms, bias), then each member's map array
+    ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 1))
+    for g in range(members):
+        ins += ((f"w{g}", "uint32", 2), (f"wt{g}", "float32", 1))
+        if body.endswith("bias"):
+            ins += ((f"bias{g}", "float32", 1),)
+    return ins + tuple((f"wmap{g}", "uint8", 1) for g in range(members))
+
+
 def kernel_builds() -> list[KernelBuild]:
     """Every (body, template) combination the launchers can produce, one per tile config
     / group size / row bucket, with representative dtypes."""
@@ -176,6 +196,23 @@ def kernel_builds() -> list[KernelBuild]:
                 ins += (("bias", "float32", 1),)
             out.append(KernelBuild("gemm.cu", body, ins, (("y", "bfloat16"),),
                                    (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
+    # The group-wise TMA GEMM: every tile with every group size (GS and the tile are its
+    # template arguments), output types and bias spread across them.
+    for i, cfg in enumerate(launch.GROUPED_TMA_CONFIGS.values()):
+        for j, gs in enumerate(launch.GROUPED_TMA_GROUP_SIZES):
+            t = launch.FLOAT_DTYPES[(i + j) % 3]
+            body = "tma_grouped_bias" if (i + j) % 2 else "tma_grouped"
+            out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
+        # Sibling launches: every multi-weight body on the 128 x 128 tile (the tile a
+        # summed N of q/k/v or gate/up takes at prefill), group3 on the others.
+        group = (("bfloat16", "tma_grouped_group3", 64), ("float16", "tma_grouped_group3_bias", 128),
+                 ("bfloat16", "tma_grouped_group2", 32), ("float32", "tma_grouped_group2_bias", 64))
+        for t, body, gs in group if cfg.bn == 128 else group[:1]:
+            members = int(body.removeprefix("tma_grouped_group")[0])
+            out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(body, members),
+                                   tuple((f"y{g}", t) for g in range(members)),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -233,7 +270,8 @@ def block_threads(build: KernelBuild) -> int:
         return launch.GEMV_THREADS
     tpl = set(build.template)
     found = {cfg.threads for cfg in (*launch.ALL_GEMM_CONFIGS.values(), *launch.WS_CONFIGS.values(),
-                                     *launch.TMA_CONFIGS.values())
+                                     *launch.TMA_CONFIGS.values(),
+                                     *launch.GROUPED_TMA_CONFIGS.values())
              if cfg.file == build.file and set(cfg.template()) <= tpl}
     assert len(found) == 1, (_label(build), found)
     return found.pop()
@@ -397,7 +435,8 @@ def tma_here(monkeypatch):
 def clear_frames():
     """Empty cuda_launch's cached launch frames (each holds its TMA prototypes)."""
     for frame in (launch._quantize_frame, launch._gemm_per_channel_frame,
-                  launch._gemm_ws_group_frame, launch._gemm_grouped_frame):
+                  launch._gemm_ws_group_frame, launch._gemm_grouped_frame,
+                  launch._gemm_grouped_tma_frame):
         frame.cache_clear()
 
 
@@ -969,7 +1008,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     rec = record_launches(monkeypatch)
     monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
-             "cuda_int8_gemv"]
+             "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1014,7 +1053,9 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemm_channel_u8", "w8a8_gemm_channel_u8_bias", "w8a8_gemm_channel_bias",
                  "w8a8_gemm_wgmma_channel_u8", "w8a8_gemm_ws_channel_u8_bias",
                  "w8a8_gemm_ws_tma_channel_u8", "w8a8_gemm_ws_tma_channel_u8_bias",
-                 "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias", "w8a8_gemv_fused_channel",
+                 "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias",
+                 "w8a8_gemm_grouped_ws_tma_grouped", "w8a8_gemm_grouped_ws_tma_grouped_bias",
+                 "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
         assert body in bodies, (body, sorted(bodies))
 
@@ -1048,6 +1089,7 @@ _LAYER_CASES = [
     ("cuda_w8a8_gemm_ws", "per_channel", (128, 256)),
     ("cuda_w8a8_gemm_tma", "per_channel", (2, 64, 256)),
     ("cuda_w8a8_gemm_grouped", "grouped", (2, 64, 256)),
+    ("cuda_w8a8_gemm_grouped_tma", "grouped", (2, 64, 256)),
     ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
     ("cuda_int8_gemv", "grouped", (16, 8192)),
 ]
@@ -1070,7 +1112,7 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
     rec = cuda_here
     built = []
     for spec in ("quantize_spec", "gemm_per_channel_spec", "gemm_grouped_spec",
-                 "gemv_fused_spec", "gemv_quantized_spec"):
+                 "gemm_grouped_tma_spec", "gemv_fused_spec", "gemv_quantized_spec"):
         real = getattr(launch, spec)
         monkeypatch.setattr(launch, spec,
                             lambda *a, _real=real, _name=spec, **kw: built.append(_name) or _real(*a, **kw))
@@ -1105,9 +1147,14 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         # the launches are run()'s on [M, K].
         assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
-            # (the activation array is [R, K] whatever the lead: launch.rowsum_shape)
+            # (the activation array is [R, K] whatever the lead: launch.rowsum_shape; the
+            # group-wise TMA GEMM's group sums are flat: launch.grouped_sums_shape)
+            sums_map = name == "cuda_w8a8_gemm_grouped_tma"
             assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
-                       if out != "xa"), plan["output_shapes"]
+                       if out != "xa" and not (sums_map and out == "row_sums")), plan["output_shapes"]
+            assert all(tuple(s) == launch.grouped_sums_shape(math.prod(lead), k, 64)
+                       for s, out in zip(plan["output_shapes"], plan["outputs"])
+                       if sums_map and out == "row_sums")
             assert all(tuple(s) == launch.rowsum_shape(math.prod(lead), k)
                        for s, out in zip(plan["output_shapes"], plan["outputs"]) if out == "xa")
             plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
@@ -1235,6 +1282,42 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
 
 
 # Kernel files: requirements and text ------------------------------------------------------
+def test_grouped_tma_digest_is_its_own(monkeypatch):
+    """The group-wise TMA candidate's digest follows its own kernel file and the
+    gemm_ws.cu header it requires; a code edit in gemm_grouped_ws.cu leaves every other
+    CUDA candidate's digest as it was (the shipped H200 table is keyed by those)."""
+    real = sources.read
+    edits: dict[str, tuple[str, str]] = {}
+
+    def edited(backend, filename):
+        text = real(backend, filename)
+        old, new = edits.get(filename, ("", ""))
+        return text.replace(old, new, 1) if old else text
+
+    def digests():
+        launch.load.cache_clear()
+        launch.requires.cache_clear()
+        try:
+            return {row[0]: cuda._digest(row[2], row[4], row[5], cuda._GROUP_BINDS.get(row[0]))
+                    for row in cuda._CANDIDATES}
+        finally:
+            launch.load.cache_clear()
+            launch.requires.cache_clear()
+
+    monkeypatch.setattr(sources, "read", edited)
+    base = digests()
+    name = "cuda_w8a8_gemm_grouped_tma"
+    assert len(set(base.values())) == len(base)  # (the autouse fake maps enter them all)
+    edits["gemm_grouped_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
+    after = digests()
+    assert after[name] != base[name]
+    assert {k: v for k, v in after.items() if k != name} == {
+        k: v for k, v in base.items() if k != name}
+    edits.clear()
+    edits["gemm_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
+    assert digests()[name] != base[name]
+
+
 def test_requires_puts_each_shared_file_once_before_its_users():
     """gemm_ws.cu and gemm_wgmma.cu both need common.cuh, once through wgmma.cuh and once
     directly: the loader must put it first and once (twice would redefine everything)."""
@@ -1528,6 +1611,342 @@ def test_tma_candidates_need_the_driver(monkeypatch):
     assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)
 
 
+# The group-wise TMA GEMM (gemm_grouped_ws.cu) ----------------------------------------------
+H200_SHARED_MEMORY = 227 * 1024  # the most dynamic shared memory a block can opt into
+
+
+def test_grouped_tma_tiles_fit_shared_memory_and_registers():
+    """Every group-wise TMA tile at every group size fits an H200's 227 KiB of shared
+    memory, and the kernel's layout (1024-byte aligned ring of A/B tiles, the terms' ring,
+    8 x 2560 bytes of epilogue staging, 2 mbarriers per stage, up to four 128-byte maps
+    after them aligned to 128) lies inside what the launch asks for; a stage's A/B part keeps
+    the 1024-byte swizzle atoms aligned and its terms slab the bulk copy's 16 bytes. The
+    128-wide tile has the producer warpgroup (its consumers need 3 x 64 accumulator
+    registers: setmaxnreg gives them 232), the narrower ones one producer warp. (Maps:
+    A's and one per member of a sibling launch.)"""
+    for cfg in launch.GROUPED_TMA_CONFIGS.values():
+        assert cfg.threads == 256 + 32 * cfg.producers
+        assert (cfg.producers == 4) == (cfg.bn == 128), cfg
+        for gs in launch.GROUPED_TMA_GROUP_SIZES:
+            stage = (cfg.bm + cfg.bn) * 128
+            terms = (128 // gs) * cfg.bn * 8
+            assert stage % 1024 == 0 and terms % 16 == 0
+            # the kernel's own layout, from the worst base alignment (1023 bytes lost)
+            bars_end = 1023 + cfg.stages * (stage + terms) + 8 * 2560 + 16 * cfg.stages
+            used = bars_end + 127 + (1 + launch.MAX_SIBLINGS) * tensormap.MAP_BYTES
+            assert used <= cfg.shared_memory(gs) <= H200_SHARED_MEMORY, (cfg, gs, used)
+        # one stage more would not fit at group size 32 (the ring is as deep as it can be)
+        deeper = cfg._replace(stages=cfg.stages + 1)
+        assert deeper.shared_memory(32) > H200_SHARED_MEMORY, cfg
+
+
+@pytest.mark.parametrize("m,n,k,gs,dtype,has_bias", [
+    (1, 96, 256, 64, "bfloat16", False),        # decode: one 128-row tile, A's box 1 row
+    (77, 1000, 512, 32, "float16", True),       # odd M, N not a multiple of any tile
+    (300, 4096, 1024, 128, "float32", False),   # 3 x 128 tiles of 128 x 32
+    (2048, 4096, 4096, 64, "bfloat16", True),   # prefill: 128 x 128 tiles, 16 x 32 of them
+])
+def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
+    """The candidate's launches, recorded: the quantize's ``sums`` body (the existing
+    kernel, template T and GS) writing codes [M, K], scales [M, 1] and the group sums in
+    a grouped_sums_shape array (256 bytes of map area after the M x G sums), then the
+    group-wise GEMM reading exactly those three arrays, the weight's codes, its terms
+    (grouped_terms: the tile's [G, BN, 2] pairs per tile column), the float32 bias and
+    the weight's map array (A's prototype [128, K], then B's [N, K] in BN-row boxes);
+    the grid is min(tiles, 132) blocks of 256 + 32 PW threads; the shared memory is the
+    tile's at this group size; the template and the variant key name the tile; the
+    bound form makes the same launches."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = cuda_here
+    cand = registry.get("linear", "cuda_w8a8_gemm_grouped_tma")
+    p = Problem("linear", m, n, k, dtype, "grouped", gs, has_bias)
+    assert cand.supports(p)
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    qw = QuantizedWeight.from_float(w, gs, per_channel=False)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if has_bias else None
+    x = mx.zeros((m, k), dtype=getattr(mx, dtype))
+    cfg = launch.grouped_tma_tile_for(m, n)
+    groups = k // gs
+    start = len(rec.launches)
+    y = cand.run(x, qw, bias)
+    quant, gemm = rec.launches[start:]
+    assert y.shape == (m, n) and y.dtype == x.dtype
+    assert quant["name"] == "w8a8_quantize_sums"
+    assert quant["template"] == [("T", x.dtype), ("GS", gs)]
+    assert quant["output_shapes"] == [(m, k), (m, 1), (m * groups + 64,)]
+    assert quant["output_dtypes"] == [mx.int8, mx.float32, mx.int32]
+    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_grouped" + ("_bias" if has_bias else "")
+    names = ["xq", "xs", "xr", "w", "wt"] + (["bias"] if has_bias else []) + ["wmap"]
+    assert gemm["inputs"] == names and gemm["outputs"] == ["y"]
+    arrays = dict(zip(names, gemm["arrays"]))
+    tiles_n = -(-n // cfg.bn)
+    want = {"xq": ((m, k), mx.int8), "xs": ((m, 1), mx.float32),
+            "xr": ((m * groups + 64,), mx.int32), "w": ((n, k // 4), mx.uint32),
+            "wt": ((tiles_n * groups * cfg.bn * 2,), mx.float32),
+            "bias": ((n,), mx.float32), "wmap": ((launch.WEIGHT_MAPS_BYTES,), mx.uint8)}
+    for name, a in arrays.items():
+        assert (a.shape, a.dtype) == want[name], (name, a.shape, a.dtype)
+    assert arrays["w"] is qw.q
+    assert arrays["wt"] is launch.grouped_terms(qw, cfg.bn)
+    assert arrays["wmap"] is launch.weight_maps(qw, cfg.bn)
+    assert read_prototypes(arrays["wmap"]) == [(128, k, 128), (n, k, cfg.bn), (0, 0, 0), (0, 0, 0)]
+    if has_bias:
+        assert np.array_equal(np.array(arrays["bias"]), np.array(bias.astype(mx.float32)))
+    tiles = -(-m // 128) * tiles_n
+    assert gemm["threadgroup"] == (cfg.threads, 1, 1)
+    assert gemm["grid"] == (min(tiles, launch.SMS) * cfg.threads, 1, 1)
+    assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
+    assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
+                                ("STAGES", cfg.stages), ("PW", cfg.producers)]
+    assert gemm["output_shapes"] == [(m, n)] and gemm["output_dtypes"] == [x.dtype]
+    assert cand.variant(p) == (dtype, has_bias, gs, cfg)
+    # The bound form: the quantize's outputs are the GEMM's activations, as they are.
+    key, quantize, apply = cand.bind_stages(p, qw, bias)
+    assert key == ("cuda_per_token", "sums_map", gs) == cand.stages(p)[0]
+    acts = quantize(x)
+    start = len(rec.launches)
+    apply(acts)
+    (bound,) = rec.launches[start:]
+    assert all(a is b for a, b in zip(bound["arrays"][:3], acts))
+    assert not _same_launches([bound], [gemm])
+
+
+def test_grouped_tma_tile_follows_the_output():
+    """The tile is the widest whose output fills the SMs (tiles_filling): 128 x 128 on a
+    prefill of Llama-3-8B's projections, narrower where M x N has few tiles."""
+    pick = launch.grouped_tma_tile_for
+    assert pick(2048, 4096).bn == 128 and pick(2048, 14336).bn == 128
+    assert pick(128, 4096).bn == 32  # 128 tiles of 128 x 32; 64 of 128 x 64
+    assert pick(256, 4096).bn == 64  # 128 tiles of 128 x 64
+    assert pick(1, 96).bn == 32
+
+
+def test_grouped_terms_are_where_the_kernel_reads_them(rng):
+    """A model of the kernel's index math on grouped_terms' array: the producer's bulk
+    copy for tile column tn and k-tile kt starts at float ((tn G + kt kGroups) BN 2),
+    16-byte aligned, and holds kGroups BN pairs; the consumer reads group j's pair for
+    tile column c at 2 (j BN + c) floats into it (c = 8 i + 2 (lane % 4) + {0, 1}); that
+    pair must be the float32 scale and offset (b + 128 s) of weight row tn BN + c and
+    group kt kGroups + j, and zeros past N (the last tile column's rows past N feed
+    columns never stored, and must not be read out of bounds). Scales stored in float16,
+    bfloat16 and float32; N = 200 (not a multiple of any tile)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    n, k = 200, 512
+    for (gs, sdtype), bn in zip(((32, mx.float16), (64, mx.bfloat16), (128, mx.float32)),
+                                (32, 64, 128)):
+        w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(sdtype)
+        qw = QuantizedWeight.from_float(w, gs, per_channel=False)
+        assert qw.scales.dtype == sdtype
+        terms = np.array(launch.grouped_terms(qw, bn))
+        s = np.array(qw.scales.astype(mx.float32))
+        o = np.array(qw.biases.astype(mx.float32)) + 128.0 * s  # float32, as group_offsets
+        groups, per_tile = k // gs, 128 // gs
+        tiles_n = -(-n // bn)
+        assert terms.dtype == np.float32 and terms.shape == (tiles_n * groups * bn * 2,)
+        for tn in range(tiles_n):
+            for kt in range(k // 128):
+                base = (tn * groups + kt * per_tile) * bn * 2
+                assert (4 * base) % 16 == 0 and (per_tile * bn * 8) % 16 == 0
+                slab = terms[base: base + per_tile * bn * 2]
+                for j in range(per_tile):
+                    for c in range(bn):
+                        row, g = tn * bn + c, kt * per_tile + j
+                        pair = slab[2 * (j * bn + c): 2 * (j * bn + c) + 2]
+                        want = (s[row, g], o[row, g]) if row < n else (0.0, 0.0)
+                        assert tuple(pair) == want, (gs, bn, tn, kt, j, c)
+        assert launch.grouped_terms(qw, bn) is launch.grouped_terms(qw, bn)  # kept
+
+
+def test_grouped_tma_siblings_launch_once(cuda_here):
+    """q/k/v Linears of a grouped (mlx-lm 8-bit style) checkpoint linked as siblings on
+    the group-wise TMA candidate: the first member called makes the quantize launch and
+    one tma_grouped_group3 launch taking xq, xs, xr, each member's codes, terms and bias,
+    then each member's map array (A's prototype [128, K], the member's [N_g, K] in
+    BN-row boxes); the grid covers the members' tiles one after another; the outputs are
+    the members' shapes; the other members launch nothing. A sibling launch refuses
+    members of another group size, a bias on some members only, or one member."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(256, n, bias=True)
+                                                     for n in (384, 64, 96))
+
+    attn = Attention()
+    w8.quantize(attn, per_channel=False, group_size=64)
+    assert attn.q_proj.quantized_weight.format == "grouped"
+    cand = registry.get("linear", "cuda_w8a8_gemm_grouped_tma")
+    previous = registry.set_chooser(lambda problem, found: (cand, "test") if cand in found else None)
+    try:
+        siblings.clear()
+        x = mx.zeros((3, 100, 256), dtype=mx.bfloat16)
+        start = len(rec.launches)
+        outs = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
+        assert [y.shape for y in outs] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
+        plans = rec.launches[start:]
+        assert [p["name"] for p in plans] == ["w8a8_quantize_sums",
+                                              "w8a8_gemm_grouped_ws_tma_grouped_group3_bias"]
+        assert plans[0]["output_shapes"][2] == launch.grouped_sums_shape(300, 256, 64)
+        group = plans[1]
+        names = ["xq", "xs", "xr"] + [f"{a}{g}" for g in range(3) for a in ("w", "wt", "bias")]
+        assert group["inputs"] == names + ["wmap0", "wmap1", "wmap2"]
+        assert group["outputs"] == ["y0", "y1", "y2"]
+        assert group["output_shapes"] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
+        cfg = launch.grouped_tma_tile_for(300, 544)
+        assert cfg.bn == 32  # 3 x 17 tiles of 128 x 32: no wider tile fills the SMs
+        assert group["template"][:2] == [("T", mx.bfloat16), ("GS", 64)]
+        blocks = group["grid"][0] // group["threadgroup"][0]
+        assert blocks == 3 * (12 + 2 + 3) and group["threadgroup"][0] == cfg.threads
+        assert group["shared_memory"] == cfg.shared_memory(64)
+        arrays = dict(zip(group["inputs"], group["arrays"]))
+        for g, (proj, n) in enumerate(zip((attn.q_proj, attn.k_proj, attn.v_proj), (384, 64, 96))):
+            qw = proj.quantized_weight
+            assert arrays[f"w{g}"] is qw.q
+            assert arrays[f"wt{g}"] is launch.grouped_terms(qw, 32)
+            assert arrays[f"wt{g}"].shape == (-(-n // 32) * 4 * 32 * 2,)
+            assert arrays[f"bias{g}"].dtype == mx.float32 and arrays[f"bias{g}"].shape == (n,)
+            assert arrays[f"wmap{g}"] is launch.weight_maps(qw, 32)
+            assert read_prototypes(arrays[f"wmap{g}"]) == [(128, 256, 128), (n, 256, 32),
+                                                           (0, 0, 0), (0, 0, 0)]
+        assert attn.v_proj.decision(300, mx.bfloat16)[1] == "test+siblings"
+    finally:
+        registry.set_chooser(previous)
+    op = r"\[mlx_w8a8.cuda_w8a8_gemm_grouped_tma\]"
+    qw = attn.q_proj.quantized_weight
+    other = w8.quantize_weight(mx.zeros((64, 256)), group_size=32, per_channel=False)
+    with pytest.raises(ValueError, match=op + " sibling weights must be grouped"):
+        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (other, None)], mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " sibling weights must all have a bias or none"):
+        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (qw, mx.zeros((384,)))],
+                                           mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " a sibling launch takes 2 to 3 weights"):
+        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None)], mx.bfloat16)
+
+
+def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
+    """supports() declines a per-channel weight, K not a multiple of 128 (a k-tile would
+    hold part of a group), no Hopper GPU, no tensor maps; the launcher raises a
+    ValueError naming the op for those, and for group sums without the map area (the
+    [M, G] array of quantize(): the kernel would write A's map past its end)."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    import attrs
+
+    ok = Problem("linear", 64, 256, 512, "bfloat16", "grouped", 64, False)
+    assert cuda._supports_grouped_tma(ok)
+    assert not cuda._supports_grouped_tma(attrs.evolve(ok, weight_format="per_channel"))
+    assert not cuda._supports_grouped_tma(attrs.evolve(ok, k=576))  # 9 groups of 64: 4.5 k-tiles
+    assert cuda._supports_grouped_tma(attrs.evolve(ok, k=640, group_size=128))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tensormap, "available", lambda: False)
+        assert not cuda._supports_grouped_tma(ok)
+        mp.setattr(tensormap, "available", lambda: True)
+        mp.setattr(cuda, "is_sm90", lambda: False)
+        assert not cuda._supports_grouped_tma(ok)
+    op = r"\[mlx_w8a8.cuda_w8a8_gemm_grouped_tma\]"
+    w = mx.array(rng.standard_normal((64, 576)).astype(np.float32))
+    x = mx.zeros((4, 576), dtype=mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " K must be .* a multiple of 128"):
+        launch.gemm_grouped_tma_spec(4, 576, QuantizedWeight.from_float(w, 64, per_channel=False),
+                                     None, mx.bfloat16)
+    per_channel = QuantizedWeight.from_float(w[:, :512], 64, per_channel=True)
+    with pytest.raises(ValueError, match=op + " needs a grouped weight"):
+        launch.gemm_grouped_tma_spec(4, 512, per_channel, None, mx.bfloat16)
+    grouped = QuantizedWeight.from_float(w[:, :512], 64, per_channel=False)
+    with pytest.raises(ValueError, match=op + " M must be at least 1, got 0"):
+        launch.gemm_grouped_tma_spec(0, 512, grouped, None, mx.bfloat16)
+    xq, xs, xr = launch.quantize(x[:, :512], 64)
+    assert xr.shape == (4, 8)
+    with pytest.raises(ValueError, match=op + r" the group sums must be an int32 array of shape \(96,\)"):
+        launch.gemm_grouped_tma(xq, xs, xr, grouped, None, mx.bfloat16)
+    with pytest.raises(ValueError, match=op + " the tile must be a GroupedTmaConfig"):
+        launch.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, launch.TMA_CONFIGS["tma64"])
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_quantize\] group_size"):
+        launch.quantize_groups(x, 48)
+
+
+def _fma32(a, b, c):
+    """float32 fma(a, b, c): the product of two float32 values is exact in float64, the
+    sum rounded there and then to float32 (a double rounding: at most one float32 unit
+    in the last place from the true fma, far inside the bounds checked here)."""
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
+
+
+def test_grouped_tma_promotion_arithmetic_model(rng):
+    """A float32 model of gemm_grouped_ws.cu's promotion, on the CPU. (1) float(P) is
+    formed as the float32 whose bits are P + 0x4B400000, minus 1.5 * 2^23: exact for
+    every P with |P| <= 127 * 128 * 128 (an int8 code times a signed weight code, over
+    a group of 128), checked for each such P. (2) f = fma(o, R, fma(s, P, f)) over the
+    G groups in K order, then y = t f, in float32, lies within gamma(2G + 4) T of the
+    float64 value (docs/numerics.md: the gate's bound for grouped weights), on weights
+    quantized by mx.quantize with all-zero groups (scale -1e-7: s P and o R then nearly
+    cancel) and activations with all-zero groups, at every group size."""
+    import mlx.core as mx
+
+    import oracle
+
+    lim = 127 * 128 * 128
+    p = np.arange(-lim, lim + 1, dtype=np.int64)
+    as_float = (p + 0x4B400000).astype(np.uint32).view(np.float32) - np.float32(12582912.0)
+    assert np.array_equal(as_float.astype(np.int64), p)
+
+    m, n, k = 6, 24, 1024
+    for gs in launch.GROUPED_TMA_GROUP_SIZES:
+        groups = k // gs
+        w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+        w += rng.uniform(-0.05, 0.05, (n, 1)).astype(np.float32)
+        w[::4, :gs] = 0.0
+        wq, scales, biases = mx.quantize(mx.array(w).astype(mx.bfloat16), gs, 8)
+        codes = np.array(wq).view(np.uint8).reshape(n, k).astype(np.int64)
+        s = np.array(scales.astype(mx.float32))
+        o = (np.array(biases.astype(mx.float32)) + np.float32(128.0) * s).astype(np.float32)
+        x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+        x[:, gs:2 * gs] = 0.0
+        q, t = oracle.quantize_rows(x)
+        qg = q.astype(np.int64).reshape(m, groups, gs)
+        u = np.einsum("mgk,ngk->mng", qg, codes.reshape(n, groups, gs))  # the wgmma's U
+        r = qg.sum(-1)  # [M, G]
+        pm = u - 128 * r[:, None, :]
+        assert np.abs(pm).max() <= lim
+        f = np.zeros((m, n), dtype=np.float32)
+        for g in range(groups):
+            pf = (pm[:, :, g] + 0x4B400000).astype(np.uint32).view(np.float32) - np.float32(12582912.0)
+            f = _fma32(np.broadcast_to(s[:, g], (m, n)), pf, f)
+            f = _fma32(np.broadcast_to(o[:, g], (m, n)), np.broadcast_to(r[:, g:g + 1].astype(np.float32), (m, n)), f)
+        y = (t.astype(np.float32) * f).astype(np.float32)
+        c = codes - 128
+        exact = t.astype(np.float64) * (
+            np.einsum("mng,ng->mn", pm.astype(np.float64), s.astype(np.float64))
+            + r.astype(np.float64) @ o.astype(np.float64).T)
+        mag = np.abs(t.astype(np.float64)) * (
+            np.abs(q.astype(np.float64)) @ (np.abs(np.repeat(s, gs, axis=1).astype(np.float64) * c)
+                                            + np.abs(np.repeat(o, gs, axis=1).astype(np.float64))).T)
+        u32 = 2.0 ** -24
+        rounds = 2 * groups + 4
+        gamma = rounds * u32 / (1 - rounds * u32)
+        err = np.abs(y.astype(np.float64) - exact)
+        assert np.all(err <= gamma * mag + 1e-30), (gs, float((err - gamma * mag).max()))
+
+
 # What each candidate compiles (registry.Candidate.variant) ------------------------------
 _VARIANT_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
                    (256, 66336)]  # Llama-3-8B's projections; K > U8_MAX_K (flipped codes)
@@ -1611,15 +2030,18 @@ def _variant_cases(rng):
                     yield ((cand.name, n, k, fmt, dtype, has_bias, 1),
                            (cand.name, 1, cand.variant(problem)), alone(cand, problem, w, bias))
     # sibling launches: q/k/v and gate/up of Llama-3-8B (q/k/v also with a bias)
-    for ns, has_bias, m_list in (((4096, 1024, 1024), False, ms), ((14336, 14336), False, ms),
-                                 ((4096, 1024, 1024), True, few)):
-        members = [(weight(n, 4096, "per_channel", 64),
+    for ns, has_bias, m_list, fmt in (((4096, 1024, 1024), False, ms, "per_channel"),
+                                      ((14336, 14336), False, ms, "per_channel"),
+                                      ((4096, 1024, 1024), True, few, "per_channel"),
+                                      ((4096, 1024, 1024), False, few, "grouped"),
+                                      ((14336, 14336), True, few, "grouped")):
+        members = [(weight(n, 4096, fmt, 64),
                     mx.zeros((n,), dtype=mx.bfloat16) if has_bias else None) for n in ns]
         for m in m_list:
-            problem = Problem("linear", m, sum(ns), 4096, "bfloat16", "per_channel", 64, has_bias)
+            problem = Problem("linear", m, sum(ns), 4096, "bfloat16", fmt, 64, has_bias)
             for cand in linear:
                 if cand.bind_group is not None and cand.supports(problem):
-                    yield ((cand.name, ns, has_bias),
+                    yield ((cand.name, ns, has_bias, fmt),
                            (cand.name, len(ns), cand.variant(problem)), group(cand, problem, members))
     # the int8 GEMMs and the quantize kernel
     for cand in registry.all_candidates():
@@ -1679,7 +2101,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 9 and count > 5000, (sorted(names), count)
+    assert len(names) == 10 and count > 5000, (sorted(names), count)
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

@@ -25,6 +25,13 @@ device is the GPU; importing this module never needs CUDA):
   sibling launches included.
 - ``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row sums
   + GEMM folding each group's int32 partial sums into float32.
+- ``cuda_w8a8_gemm_grouped_tma`` (``linear``, grouped affine weights, group size 32, 64
+  or 128, ``K % 128 == 0``; Hopper with tensor maps, as ``cuda_w8a8_gemm_tma``): the
+  quantize's per-group sums + the TMA GEMM's mainloop (``gemm_grouped_ws.cu``) promoting
+  each group's exact int32 sum into float32 accumulators after its wgmmas. Compiled
+  for sm_90a in CI; not yet run on a GPU, and in no tuning table or prior: offered to
+  the tuner, which races it. Sibling layers fed the same ``x`` (``bind_group``) run as
+  one launch of its multi-weight bodies.
 - ``cuda_int8_gemv`` (``linear``, M <= 16, either format): a memory-bound dp4a kernel
   over the stored codes; one launch (each block quantizes x into shared memory) when
   ``M x K`` fits, else quantize + GEMV. Sibling layers (``bind_group``) run as one
@@ -34,8 +41,9 @@ Every linear candidate whose activation quantization is a launch of its own offe
 ``stages`` (``registry.Candidate``) so layers fed the same ``x`` quantize it once; the
 activation formats (``act_key``) are ``("cuda_per_token", "rowsum")`` (one int8 array
 holding the codes, scales and row sums ``R_m``: ``cuda_launch.rowsum_shape``),
-``("cuda_per_token", "plain")`` (codes, scales) and ``("cuda_per_token", "sums",
-group_size)``.
+``("cuda_per_token", "plain")`` (codes, scales), ``("cuda_per_token", "sums",
+group_size)`` and ``("cuda_per_token", "sums_map", group_size)`` (the same codes, scales
+and sums, the sums followed by room for a tensor map: ``cuda_launch.grouped_sums_shape``).
 
 Each linear candidate also offers ``bind_stages`` (``registry.Candidate``): the same
 launches with everything but the activations computed once per layer, shape and weight
@@ -59,30 +67,38 @@ from . import cuda_launch as launch
 from . import registry, sources, tensormap
 from .cuda_launch import (
     FLOAT_DTYPES,
+    GROUPED_TMA_GROUP_SIZES,
+    GROUPED_TMA_K_MULTIPLE,
     GEMM_K_MULTIPLE,
     GEMV_MAX_M,
     MAX_K,
     QUANT_K_MULTIPLE,
     U8_MAX_K,
     bind_gemm_grouped,
+    bind_gemm_grouped_tma,
+    bind_gemm_grouped_tma_group,
     bind_gemm_per_channel,
     bind_gemm_ws_group,
     bind_gemv_fused,
     bind_gemv_fused_group,
     bind_gemv_quantized,
     bind_quantize,
+    bind_quantize_groups,
     cuda_available,
     gemm_grouped,
+    gemm_grouped_tma,
     gemm_per_channel,
     gemm_rowsum,
     gemv,
     gemv_fuses,
     gemv_quantized,
+    grouped_tma_tile_for,
     int8_gemm,
     int8_gemm_tma,
     int8_gemm_ws,
     is_sm90,
     quantize,
+    quantize_groups,
     quantize_rowsum,
     rowsum_rows_m,
     tma_tile_for,
@@ -127,6 +143,11 @@ def _apply_grouped(acts, weight, bias, out_dtype):
     return gemm_grouped(xq, xs, xr, weight, bias, out_dtype)
 
 
+def _apply_grouped_tma(acts, weight, bias, out_dtype):
+    xq, xs, xr = acts
+    return gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype)
+
+
 def _apply_gemv(acts, weight, bias, out_dtype):
     xq, xs, _ = acts
     return gemv_quantized(xq, xs, weight, bias, out_dtype)
@@ -157,6 +178,19 @@ def _w8a8_grouped_stages(p: registry.Problem):
     return ("cuda_per_token", "sums", gs), quantize_groups, _apply_grouped
 
 
+def _sums_map_key(p: registry.Problem):
+    return ("cuda_per_token", "sums_map", p.group_size)
+
+
+def _w8a8_grouped_tma_stages(p: registry.Problem):
+    gs = p.group_size
+
+    def quantize_for_tma(x):
+        return quantize_groups(x, gs)
+
+    return _sums_map_key(p), quantize_for_tma, _apply_grouped_tma
+
+
 def _gemv_stages(p: registry.Problem):
     if gemv_fuses(p.m, p.k):
         return None  # one launch: x is quantized inside the GEMV
@@ -184,6 +218,10 @@ def _w8a8_tma_run(x, weight, bias):
 def _w8a8_grouped_run(x, weight, bias):
     xq, xs, xr = quantize(x, weight.group_size)
     return gemm_grouped(xq, xs, xr, weight, bias, x.dtype)
+
+
+def _w8a8_grouped_tma_run(x, weight, bias):
+    return _apply_grouped_tma(quantize_groups(x, weight.group_size), weight, bias, x.dtype)
 
 
 def _gemv_run(x, weight, bias):
@@ -232,6 +270,19 @@ def _w8a8_grouped_bind(p: registry.Problem, weight, bias, lead=None):
     gs = p.group_size  # as _w8a8_grouped_stages
     return (("cuda_per_token", "sums", gs), bind_quantize(p.m, p.k, dtype, gs, lead=lead),
             bind_gemm_grouped(p.m, weight, bias, dtype, lead=lead))
+
+
+def _w8a8_grouped_tma_bind(p: registry.Problem, weight, bias, lead=None):
+    dtype = getattr(mx, p.dtype)
+    return (_sums_map_key(p), bind_quantize_groups(p.m, p.k, dtype, p.group_size, lead=lead),
+            bind_gemm_grouped_tma(p.m, p.k, weight, bias, dtype, lead=lead))
+
+
+def _w8a8_grouped_tma_bind_group(p: registry.Problem, members, lead=None):
+    # p: the siblings' summed problem; the quantize is _w8a8_grouped_tma_bind's.
+    dtype = getattr(mx, p.dtype)
+    return (_sums_map_key(p), bind_quantize_groups(p.m, p.k, dtype, p.group_size, lead=lead),
+            bind_gemm_grouped_tma_group(p.m, p.k, members, dtype, lead=lead))
 
 
 def _gemv_bind(p: registry.Problem, weight, bias, lead=None):
@@ -296,6 +347,12 @@ def _w8a8_grouped_variant(p: registry.Problem):
     return p.dtype, p.has_bias, p.group_size, launch.grouped_tile_for(p.m, p.n)
 
 
+def _w8a8_grouped_tma_variant(p: registry.Problem):
+    # GS and the tile are template arguments; the scales' dtype is not (the kernel reads
+    # float32 terms, cuda_launch.grouped_terms).
+    return p.dtype, p.has_bias, p.group_size, grouped_tma_tile_for(p.m, p.n)
+
+
 def _gemv_variant(p: registry.Problem):
     bucket = launch.gemv_bucket(p.m)
     grouped = p.weight_format == "grouped"
@@ -313,6 +370,7 @@ _VARIANTS = {
     "cuda_w8a8_gemm_ws": _w8a8_ws_variant,
     "cuda_w8a8_gemm_tma": _w8a8_tma_variant,
     "cuda_w8a8_gemm_grouped": _w8a8_grouped_variant,
+    "cuda_w8a8_gemm_grouped_tma": _w8a8_grouped_tma_variant,
     "cuda_int8_gemv": _gemv_variant,
 }
 
@@ -371,6 +429,12 @@ def _supports_grouped(p: registry.Problem) -> bool:
     return p.weight_format == "grouped" and p.n >= 1 and _float_k_ok(p)
 
 
+def _supports_grouped_tma(p: registry.Problem) -> bool:
+    # is_sm90 before tensormap.available: the driver is probed only on a Hopper GPU.
+    return (_supports_grouped(p) and p.group_size in GROUPED_TMA_GROUP_SIZES
+            and p.k % GROUPED_TMA_K_MULTIPLE == 0 and is_sm90() and tensormap.available())
+
+
 def _supports_gemv(p: registry.Problem) -> bool:
     return (p.weight_format in ("per_channel", "grouped") and 1 <= p.m <= GEMV_MAX_M
             and p.n >= 1 and _float_k_ok(p))
@@ -410,13 +474,17 @@ _CANDIDATES = (
      _w8a8_tma_bind, _TMA),
     ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
      _w8a8_grouped_stages, _w8a8_grouped_bind, ()),
+    ("cuda_w8a8_gemm_grouped_tma", "linear", _w8a8_grouped_tma_run, _supports_grouped_tma,
+     _w8a8_grouped_tma_stages, _w8a8_grouped_tma_bind, _TMA),
     ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind, ()),
 )
 
 # Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
-# bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemv.cu fused_*_group2/3).
+# bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemm_grouped_ws.cu
+# tma_grouped_group2/3; gemv.cu fused_*_group2/3).
 _GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
                 "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
+                "cuda_w8a8_gemm_grouped_tma": _w8a8_grouped_tma_bind_group,
                 "cuda_int8_gemv": _gemv_bind_group}
 
 for _name, _op, _run, _supports, _stages, _bind, _needs in _CANDIDATES:

@@ -824,6 +824,310 @@ def _gemm_grouped_frame(m: int, n: int, has_bias: bool, scales_dtype: mx.Dtype,
                       (tiles(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
+# The group-wise Hopper GEMM (gemm_grouped_ws.cu) ----------------------------------------
+# The per-channel TMA GEMM's mainloop (TMA producer, two consumer warpgroups on wgmma, a
+# persistent grid) with each weight group's int32 sum promoted into float32 accumulators.
+# Compiled for sm_90a in CI; not yet run on a GPU, and not in any tuning table or prior:
+# the tuner races it where it is offered (cuda.py: Hopper, tensor maps).
+class GroupedTmaConfig(NamedTuple):
+    """Tile of the group-wise TMA GEMM (``gemm_grouped_ws.cu``): 128 x ``bn`` (``bn``
+    128, 64 or 32: a consumer thread holds an int32 and a float32 accumulator set of
+    ``bn / 2`` values each), a ``stages``-deep ring whose stages hold A's and B's
+    tiles for 128 bytes of K and the tile's ``(scale, offset)`` pairs of the groups in
+    them, 8 consumer warps and ``producers`` producer warps (4: the producer warpgroup
+    hands its registers to the consumers, needed at ``bn = 128``; or 1); at most one
+    block per SM."""
+
+    bn: int
+    stages: int
+    producers: int
+
+    file = "gemm_grouped_ws.cu"
+    bm = 128
+
+    @property
+    def threads(self) -> int:
+        return 256 + 32 * self.producers
+
+    def shared_memory(self, group_size: int) -> int:
+        """Dynamic shared memory for ``group_size``: the ring (A and B tiles plus
+        ``128 / group_size`` groups' float32 pairs for ``bn`` columns per stage), 8
+        per-warp epilogue staging buffers (2560 bytes), the full/empty mbarriers, room to
+        stage 1 + MAX_SIBLINGS tensor maps with 128 bytes to align them, and 1024 bytes
+        to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
+        terms = (128 // group_size) * self.bn * 8
+        maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
+        return (self.stages * ((self.bm + self.bn) * 128 + terms) + 8 * 2560
+                + 16 * self.stages + maps + 1024)
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers)]
+
+
+# As many ring stages as fit an H200's 227 KiB at group size 32 (the largest stages).
+GROUPED_TMA_CONFIGS = {
+    "gtma128": GroupedTmaConfig(128, 5, 4),
+    "gtma64": GroupedTmaConfig(64, 7, 1),
+    "gtma32": GroupedTmaConfig(32, 9, 1),
+}
+# Every k-tile of 128 bytes of K holds whole groups (gemm_grouped_ws.cu "Tile K").
+GROUPED_TMA_K_MULTIPLE = 128
+GROUPED_TMA_GROUP_SIZES = (32, 64, 128)
+# The group sums' array ends with room for A's tensor map (128 bytes + up to 127 to align).
+GROUPED_SUMS_MAP_AREA = 256
+
+
+def grouped_tma_tile_for(m: int, n: int) -> GroupedTmaConfig:
+    """The group-wise TMA GEMM's tile for an ``M x N`` output (:func:`tiles_filling`
+    over ``GROUPED_TMA_CONFIGS``)."""
+    return tiles_filling(m, n, GROUPED_TMA_CONFIGS.values())
+
+
+def grouped_sums_shape(m: int, k: int, group_size: int) -> tuple[int]:
+    """The group-wise TMA GEMM's row-sums array for ``m`` rows of ``k`` codes: ``[m * (k /
+    group_size) + 64]`` int32, the per-group code sums ``R_mg`` (row-major ``[m, G]``)
+    followed by 256 bytes where the GEMM writes its tensor map of the codes."""
+    return (m * (k // group_size) + GROUPED_SUMS_MAP_AREA // 4,)
+
+
+def grouped_terms(weight, bn: int) -> mx.array:
+    """The group-wise TMA GEMM's per-group terms of ``weight`` on tiles ``bn`` wide:
+    float32 ``[ceil(N / bn), G, bn, 2]`` (flat), element ``[t, g, c]`` the pair
+    ``(s, o)`` of row ``n = t bn + c`` and group ``g`` (``s`` the stored scale in float32,
+    ``o = b + 128 s``: :attr:`QuantizedWeight.group_offsets`), zeros for ``n >= N``. One
+    k-tile's groups for one tile column are then contiguous: the kernel copies them into
+    shared memory with one bulk copy per stage. Made once per weight and tile width and
+    kept with the weight (:meth:`QuantizedWeight.derived`), in MLX ops like
+    :attr:`QuantizedWeight.group_offsets` (lazy: nothing is read on the host, also under
+    ``mx.compile``; :meth:`LaunchSpec.bound` evaluates it where it can)."""
+    def make():
+        t = mx.stack([weight.scales.astype(mx.float32), weight.group_offsets], axis=-1)
+        n, g = weight.n, weight.k // weight.group_size
+        tiles_n = -(-n // bn)
+        if tiles_n * bn > n:
+            t = mx.concatenate([t, mx.zeros((tiles_n * bn - n, g, 2), dtype=mx.float32)])
+        return t.reshape(tiles_n, bn, g, 2).transpose(0, 2, 1, 3).reshape(-1)
+    return weight.derived(("cuda_grouped_terms", bn), make)
+
+
+def quantize_groups_spec(m: int, k: int, dtype: mx.Dtype, group_size: int,
+                         lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The launch of :func:`quantize_groups`: the ``sums`` quantize of :func:`quantize`
+    (the same kernel, the same bits) with its row sums in a :func:`grouped_sums_shape`
+    array."""
+    if group_size not in GROUPED_TMA_GROUP_SIZES or k % group_size:
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] group_size must be one of "
+                         f"{GROUPED_TMA_GROUP_SIZES} and divide K = {k}, got {group_size}")
+    spec = quantize_spec(m, k, dtype, group_size, lead=lead)
+    shapes = list(spec.output_shapes)
+    shapes[2] = grouped_sums_shape(m, k, group_size)
+    return spec._replace(output_shapes=shapes)
+
+
+def quantize_groups(x: mx.array, group_size: int):
+    """Per-token int8 quantization for the group-wise TMA GEMM.
+
+    Args:
+        x: ``[..., K]`` float16/bfloat16/float32, ``K`` a multiple of ``group_size``.
+        group_size: 32, 64 or 128.
+
+    Returns:
+        ``(q, scale, xr)``: ``[..., K]`` int8, ``[..., 1]`` float32 and the group sums
+        ``[M * K / group_size + 64]`` int32 (:func:`grouped_sums_shape`; its first
+        ``M * K / group_size`` values are :func:`quantize`'s row sums, row-major).
+    """
+    k = x.shape[-1]
+    m = x.size // k
+    return tuple(quantize_groups_spec(m, k, x.dtype, group_size, tuple(x.shape[:-1])).launch(x))
+
+
+def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
+                          config: GroupedTmaConfig | None = None,
+                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The launch of :func:`gemm_grouped_tma` (activations ``xq, xs, xr``); outputs
+    ``[*lead, N]`` with ``lead``, as :func:`quantize_spec`.
+
+    Raises:
+        ValueError: for M < 1, a per-channel weight, a group size other than 32, 64 or
+            128, K not a multiple of 128 (or not the weight's, or not below 2^17), or a
+            tile not of ``GROUPED_TMA_CONFIGS``' kind.
+    """
+    cfg = _grouped_tma_checked(m, k, weight, config or grouped_tma_tile_for(m, weight.n))
+    frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
+                                    out_dtype, cfg, _lead(m, lead))
+    tail = (weight.q, grouped_terms(weight, cfg.bn))
+    if bias is not None:
+        tail += (_as_f32(bias),)
+    return _framed(frame, tail + (weight_maps(weight, cfg.bn),))
+
+
+def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
+    """``cfg``, once ``weight`` on ``M x K`` activations is a launch of the group-wise TMA
+    GEMM on it (:func:`gemm_grouped_tma_spec`'s Raises)."""
+    op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
+    if weight.per_channel or weight.group_size not in GROUPED_TMA_GROUP_SIZES:
+        raise ValueError(f"{op} needs a grouped weight with group size in "
+                         f"{GROUPED_TMA_GROUP_SIZES}, got per_channel={weight.per_channel}, "
+                         f"group_size={weight.group_size}")
+    if m < 1:
+        raise ValueError(f"{op} M must be at least 1, got {m}")
+    if k != weight.k or k % GROUPED_TMA_K_MULTIPLE or not 0 < k < MAX_K:
+        raise ValueError(f"{op} K must be the weight's ({weight.k}), a multiple of "
+                         f"{GROUPED_TMA_K_MULTIPLE} and below {MAX_K}, got {k}")
+    if not isinstance(cfg, GroupedTmaConfig):
+        raise ValueError(f"{op} the tile must be a GroupedTmaConfig (GROUPED_TMA_CONFIGS), "
+                         f"got {cfg}")
+    return cfg
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _gemm_grouped_tma_frame(m: int, k: int, n: int, has_bias: bool, group_size: int,
+                            out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
+                            lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_tma_spec` for any weight of this shape and group size on tile
+    ``cfg`` (no tail: its inputs are the weight's codes, :func:`grouped_terms`, the
+    float32 bias and :func:`weight_maps`)."""
+    names = ("xq", "xs", "xr", "w", "wt")
+    body = "tma_grouped"
+    if has_bias:
+        names += ("bias",)
+        body += "_bias"
+    names += ("wmap",)  # A's map goes into xr's map area, the weight's into wmap
+    blocks = min(tiles(m, n, cfg), SMS)
+    kern = (cfg.file, body, names, ("y",), cfg.shared_memory(group_size))
+    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    return LaunchSpec(kern, (), template, [(*lead, n)], [out_dtype],
+                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
+                     config: GroupedTmaConfig | None = None) -> mx.array:
+    """Group-wise W8A8 GEMM on Hopper (``gemm_grouped_ws.cu``).
+
+    Args:
+        xq: ``[..., K]`` int8 codes, ``xs`` ``[..., 1]`` float32 scales and ``xr`` the
+            group sums in a :func:`grouped_sums_shape` array: :func:`quantize_groups`.
+        weight: a grouped ``QuantizedWeight`` ``[N, K]`` (group size 32, 64 or 128,
+            ``K % 128 == 0``).
+        bias: ``[N]`` or ``None``.
+        out_dtype: the output's dtype.
+        config: the tile; ``None``: :func:`grouped_tma_tile_for`.
+
+    Returns:
+        ``[..., N]`` of ``out_dtype``.
+
+    The kernel writes its tensor map of ``xq`` into ``xr``'s last 256 bytes; nothing
+    else of ``xr`` changes, and every launch reading the same arrays writes the same bytes.
+
+    Raises:
+        ValueError: where ``xr`` is not such an array (a ``[M, G]`` array from
+            :func:`quantize` has no room for the map), or as :func:`gemm_grouped_tma_spec`.
+    """
+    k = xq.shape[-1]
+    m = xq.size // k
+    want = grouped_sums_shape(m, k, weight.group_size)
+    if xr.dtype != mx.int32 or tuple(xr.shape) != want:
+        raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm_grouped_tma] the group sums must be an "
+                         f"int32 array of shape {want} (quantize_groups), got {xr.dtype} "
+                         f"{tuple(xr.shape)}")
+    return gemm_grouped_tma_spec(m, k, weight, bias, out_dtype, config,
+                                 tuple(xq.shape[:-1])).launch(xq, xs, xr)[0]
+
+
+def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
+                                config: GroupedTmaConfig | None = None,
+                                lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One group-wise TMA launch computing several grouped linears of the same
+    quantized activations (``xq, xs, xr`` of :func:`quantize_groups`): sibling
+    projections (q/k/v, gate/up).
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (grouped ``QuantizedWeight`` ``[N_g, K]``
+            of one group size; bias ``[N_g]`` or ``None``, all or none of them set).
+        config: the tile; ``None``: :func:`grouped_tma_tile_for` on the summed N.
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
+        each equal bit for bit to the member's own :func:`gemm_grouped_tma_spec` launch
+        (a group's float32 sum does not depend on the tile).
+
+    Raises:
+        ValueError: for fewer than 2 or more than ``MAX_SIBLINGS`` members, a bias on
+            some members only, members of another K or group size, or as
+            :func:`gemm_grouped_tma_spec`.
+    """
+    op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
+    members = list(members)
+    if not 2 <= len(members) <= MAX_SIBLINGS:
+        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
+                         f"got {len(members)}")
+    has_bias = {b is not None for _, b in members}
+    if len(has_bias) != 1:
+        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
+                         f"{[b is not None for _, b in members]}")
+    first = members[0][0]
+    for w, _ in members:
+        if w.per_channel or w.k != k or w.group_size != first.group_size:
+            raise ValueError(f"{op} sibling weights must be grouped with K = {k} and one "
+                             f"group size, got per_channel={w.per_channel}, K={w.k}, "
+                             f"group_size={w.group_size} (first: {first.group_size})")
+    ns = tuple(w.n for w, _ in members)
+    cfg = config or grouped_tma_tile_for(m, sum(ns))
+    for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
+        _grouped_tma_checked(m, k, w, cfg)
+    frame = _gemm_grouped_tma_group_frame(m, k, ns, True in has_bias, first.group_size,
+                                          out_dtype, cfg, _lead(m, lead))
+    tail = []
+    for w, b in members:
+        tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [_as_f32(b)])
+    tail += [weight_maps(w, cfg.bn) for w, _ in members]
+    return _framed(frame, tuple(tail))
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _gemm_grouped_tma_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
+                                  group_size: int, out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
+                                  lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_tma_group_spec` for any members of ``ns`` rows (no tail: the
+    members' codes, terms and float32 biases, then their map arrays)."""
+    names = ["xq", "xs", "xr"]
+    for g in range(len(ns)):
+        names += [f"w{g}", f"wt{g}"] + ([f"bias{g}"] if has_bias else [])
+    names += [f"wmap{g}" for g in range(len(ns))]
+    body = f"tma_grouped_group{len(ns)}" + ("_bias" if has_bias else "")
+    outs = tuple(f"y{g}" for g in range(len(ns)))
+    blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
+    kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory(group_size))
+    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    return LaunchSpec(kern, (), template, [(*lead, n) for n in ns], [out_dtype] * len(ns),
+                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def bind_quantize_groups(m: int, k: int, dtype: mx.Dtype, group_size: int,
+                         lead: tuple[int, ...] | None = None):
+    """``f(x) -> (q, scale, xr)``: :func:`quantize_groups` for ``[M, K]`` (or
+    ``[*lead, K]``) ``dtype`` ``x``."""
+    run = quantize_groups_spec(m, k, dtype, group_size, lead).bound()
+    return lambda x: tuple(run(x))
+
+
+def bind_gemm_grouped_tma(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
+                          config: GroupedTmaConfig | None = None,
+                          lead: tuple[int, ...] | None = None):
+    """``f(acts) -> y``: :func:`gemm_grouped_tma` on ``acts = (xq, xs, xr)`` from
+    :func:`bind_quantize_groups`."""
+    return _bind_acts3(gemm_grouped_tma_spec(m, k, weight, bias, out_dtype, config, lead))
+
+
+def bind_gemm_grouped_tma_group(m: int, k: int, members, out_dtype: mx.Dtype,
+                                config: GroupedTmaConfig | None = None,
+                                lead: tuple[int, ...] | None = None):
+    """``f(acts) -> [y_0, y_1, ...]``: :func:`gemm_grouped_tma_group_spec`'s launch on
+    ``acts = (xq, xs, xr)`` (:func:`bind_quantize_groups`), one output per member."""
+    run = gemm_grouped_tma_group_spec(m, k, members, out_dtype, config, lead).bound()
+    return lambda acts: run(*acts)
+
+
 def gemv_fuses(m: int, k: int) -> bool:
     """Whether the one-launch GEMV (x quantized into shared memory) takes ``M x K``."""
     return gemv_bucket(m) * k <= GEMV_FUSED_MAX_SMEM

@@ -1,0 +1,430 @@
+// Group-wise W8A8 GEMM on Hopper: the per-channel TMA GEMM's mainloop (gemm_ws.cu: a TMA
+// producer, two consumer warpgroups issuing wgmma, a persistent grid) with each weight
+// group's exact int32 dot product promoted into float32 accumulators (sm_90a only).
+//
+// File layout: as gemm.cu. It reuses gemm_ws.cu's header (mbarriers, store8, the per-warp
+// staged epilogue ws_epilogue, the launch-bounds redefinition of __global__), the tensor
+// maps of tma.cuh and the wgmma of wgmma.cuh, all put before this header by the launcher:
+// @@ requires gemm_ws.cu
+//
+// The math (docs/numerics.md, grouped W8A8 linear): with int8 activation codes a_mk
+// (row scale t_m), the stored unsigned weight codes q_nk in [0, 255], the group's scale
+// s_ng and offset o_ng = b_ng + 128 s_ng (float32) and the quantize's group code sums
+// R_mg = sum_{k in g} a_mk:
+//   U_mng = sum_{k in g} a_mk q_nk     (int32 from s8 x u8 wgmma, exact: |U| <= 127 * 255
+//                                       * 128 < 2^22)
+//   P_mng = U_mng - 128 R_mg           (int32, exact: the signed-code sum of gemm.cu)
+//   f_mn  = sum_g ( s_ng P_mng + o_ng R_mg )     (float32, groups in K order)
+//   y_mn  = t_m f_mn (+ bias_n)                  (float32, then the output type)
+// the terms of gemm.cu's grouped kernel, summed as f = fma(o, R, fma(s, P, f)) group by
+// group (within the 2G + 4 roundings of docs/numerics.md: each of the 2G terms is
+// rounded at most once by its FMA and then by the later FMAs of the chain). P (not U
+// with the stored bias b_ng) is what is scaled: s U and b R nearly cancel for the usual
+// b ~ -128 s, and their roundings would then be relative to terms ~128x larger than
+// the result; P and o keep the terms at the product's own magnitude.
+//
+// Tile K. A stage holds kBK = 128 bytes of K (the 128-byte swizzle row of wgmma.cuh;
+// one TMA box of the per-channel kernel), so a k-tile holds kBK / GS = 4, 2 or 1 whole
+// groups (GS = 32, 64, 128) and each group is GS / 32 consecutive k32 wgmma steps: a
+// group never straddles two stages, so its promotion reads one stage's terms, and a
+// stage is released once its groups are promoted. The launcher requires K % 128 == 0
+// (every k-tile whole: no tail group, no zero-filled K); K % GS == 0 follows.
+//
+// Block: 256 + 32 PW threads (PW = 4: the producer warpgroup gives its registers to the
+// consumers, setmaxnreg 40 / 232, warps 9-11 exit; PW = 1: no reallocation, ptxas's cap
+// of 168 under launch_bounds(384, 1)). Tiles are 128 x BN, BN = 128, 64 or 32: a
+// consumer thread holds an int32 accumulator set and a float32 one of BN / 2 values
+// each (128 registers at BN = 128, hence PW = 4 there).
+//  * Producer (lane 0 of warp 8): per k-tile it waits for the ring stage to be free
+//    (empty[s]), arms full[s] with the stage's bytes (A's box rows + BN) * 128 + the
+//    terms' kGroups * BN * 8, and issues three loads completing on full[s]: A's box and
+//    B's box (tma_load_2d, as gemm_ws.cu) and the tile's terms of the k-tile's groups
+//    (one 1-D bulk copy: the launcher's terms array is laid out [tiles_n][G][BN][2] of
+//    float32 (s, o) pairs, so a k-tile's groups for one tile column are contiguous).
+//    It never waits for the MMAs: it runs up to STAGES k-tiles ahead, across tiles.
+//  * Consumers: warpgroup wg computes rows [64 wg, 64 wg + 64) of every tile of the
+//    block (cooperative, as gemm_ws.cu without PP). For each group of a tile, in K
+//    order: wgmma.fence, the group's GS / 32 wgmmas into the int32 set (the first with
+//    scale-d 0: the set is overwritten, no zeroing), one commit, wgmma.wait_group 0, an
+//    empty asm that "modifies" each register of the set (so the compiler cannot move a
+//    read above the wait), then the promotion f += s P + o R. The next group's
+//    wgmma.fence orders the promotion's reads of the set before its wgmmas overwrite it.
+//    DeepGEMM's promotion order: the tensor cores idle during a warpgroup's promotion
+//    while the other warpgroup's MMAs may run. Overlapping a warpgroup's own promotion
+//    with its next group's MMAs (two int32 sets, wait_group 1) made ptxas serialize
+//    every wgmma (C7514: non-wgmma instructions reading accumulator registers inside a
+//    wgmma pipeline stage), so it is not done.
+//  * Stage release: stage s holds k-tile kt's A, B and terms. After promoting kt's last
+//    group, each consumer warp arrives once on empty[s] (count 8): its wgmmas on the
+//    stage are complete (wait_group 0), and __syncwarp orders its lanes' shared-memory
+//    reads of the terms before lane 0's arrive (a release at CTA scope).
+//  * Terms and R: s and o reach a consumer from shared memory (the stage's slab, one
+//    16-byte load per 2 columns: (s_n, o_n, s_n+1, o_n+1); the 8 lanes of a quad row
+//    read the same 16 bytes, a broadcast), R from global memory (2 loads per group, rows
+//    clamped to M - 1: rows past M are computed, never stored), loaded one group ahead
+//    so their latency hides behind the previous group's MMAs and promotion. The group
+//    loop is not unrolled (it indexes addresses only): unrolled, ptxas hoisted several
+//    groups' terms loads and the 128 x 128 body spilled.
+//  * Epilogue: ws_epilogue (gemm_ws.cu) on the float32 accumulators' bits with
+//    GroupedEpilogue: y = t_m f (+ bias_n), rows past M and columns past N never stored.
+//
+// Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
+// the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile
+// r * STAGES + s; empty[s] count 8 (the consumer warps). TMA and bulk copies write shared
+// memory through the async proxy and complete on full[s]: no proxy fence before wgmma
+// or the terms' loads. The consumers never use a block-wide barrier after the start.
+//
+// Maps (tma.cuh): A's map goes into the row sums' array (xr, the quantize's per-group
+// sums followed by a 256-byte map area: cuda_launch.grouped_sums_shape), at the first
+// 128-byte aligned address after the M * G sums; each weight's into its map array
+// (cuda_launch.weight_maps, whose first 128 bytes are A's prototype). Every launch on
+// one xr writes the same bytes there (one address, one M, one K), every launch on one
+// weight the same bytes into its map array.
+//
+// Sibling launches (bodies tma_grouped_group2/3): 2 or 3 weights fed the same x (q/k/v,
+// gate/up) in one persistent grid, the launch's tile columns the members' one after
+// another (GroupedMembers, as gemm_ws.cu's Members): the producer loads the tile
+// member's B box and terms, the consumers store into its output. A member's outputs
+// equal its own launch's bit for bit: a group's float32 chain does not depend on the
+// tile.
+//
+// Invariants the launcher guarantees (cuda.py _supports_grouped_tma, cuda_launch
+// gemm_grouped_tma_spec): K % 128 == 0, 0 < K < 2^17, GS in {32, 64, 128}; blocks of
+// exactly 256 + 32 PW threads, at most one per SM; dynamic shared memory
+// GroupedTmaConfig.shared_memory(GS).
+
+namespace w8a8 {
+
+// 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
+// memory to shared memory at `dst`, completing its bytes on the mbarrier `bar`.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+      "[%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// 16 bytes of shared memory at `addr` (16-byte aligned). A volatile load, kept in
+// program order: the promotion's BN / 8 loads are not all hoisted ahead of its
+// arithmetic (BN / 2 more live registers next to the accumulators).
+__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+// The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
+// Rows past M get scale 0 and columns past N bias 0 (never stored).
+template <bool HAS_BIAS>
+struct GroupedEpilogue {
+  using Value = float;
+  struct Row {
+    float scale;
+  };
+  struct Col {
+    float bias;
+  };
+  const float* row_scale;
+  const float* bias;
+
+  __device__ __forceinline__ Row row(int m, int M) const { return Row{m < M ? row_scale[m] : 0.f}; }
+  __device__ __forceinline__ Col col(int n, int N) const {
+    Col c{0.f};
+    if constexpr (HAS_BIAS) {
+      if (n < N) c.bias = bias[n];
+    }
+    return c;
+  }
+  __device__ __forceinline__ float operator()(int acc, Row r, Col c) const {
+    float y = __int_as_float(acc) * r.scale;
+    if constexpr (HAS_BIAS) y += c.bias;
+    return y;
+  }
+};
+
+// The weights one launch multiplies the activation by, as gemm_ws.cu's Members: NM
+// members (1, or 2-3 sibling projections fed the same x: q/k/v, gate/up), member g
+// b[g] [n[g], K] uint8 codes with its terms (cuda_launch.grouped_terms: [ceil(n[g] / BN)]
+// [G][BN][2] f32 (s, o), zero past n[g]), bias [n[g]] f32 or null, output out[g]
+// [..., n[g]] and map array wmap[g] (cuda_launch.weight_maps, uint8 [512]). The launch's
+// tile columns are the members' one after another (a tile never straddles two members).
+// Members are selected with unrolled compile-time indices, never a runtime index into
+// the arrays (that would put them in local memory).
+template <typename T, int NM>
+struct GroupedMembers {
+  const int8_t* b[NM];
+  const float* terms[NM];
+  const float* bias[NM];
+  T* out[NM];
+  int n[NM];
+  const uint8_t* wmap[NM];
+};
+
+// One tile column's member: its pointers, N, the tile column within the member and the
+// member's index g (its B map is map_b[g]).
+template <typename T>
+struct GroupedMember {
+  const int8_t* b;
+  const float* terms;
+  const float* bias;
+  T* out;
+  int n, tn, g;
+};
+
+template <int BN, typename T, int NM>
+__device__ __forceinline__ int grouped_member_tiles(const GroupedMembers<T, NM>& ms) {
+  int t = 0;
+#pragma unroll
+  for (int g = 0; g < NM; ++g) t += (ms.n[g] + BN - 1) / BN;
+  return t;
+}
+
+template <int BN, typename T, int NM>
+__device__ __forceinline__ GroupedMember<T> grouped_member_of(const GroupedMembers<T, NM>& ms,
+                                                              int tn) {
+  GroupedMember<T> m{ms.b[0], ms.terms[0], ms.bias[0], ms.out[0], ms.n[0], tn, 0};
+  int first = 0;  // the first tile column of member g
+#pragma unroll
+  for (int g = 1; g < NM; ++g) {
+    first += (ms.n[g - 1] + BN - 1) / BN;
+    if (tn >= first)
+      m = GroupedMember<T>{ms.b[g], ms.terms[g], ms.bias[g], ms.out[g], ms.n[g], tn - first, g};
+  }
+  return m;
+}
+
+// a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
+// ms: the weights (GroupedMembers), out [M, n[g]] T per member.
+template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM>
+__device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
+                                                const float* row_scale, const int32_t* sums,
+                                                const GroupedMembers<T, NM>& ms) {
+  static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
+  static_assert(BN == 128 || BN == 64 || BN == 32, "an int32 and a float32 set of BN / 2");
+  static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
+  static_assert(NM >= 1 && NM <= kMaxMembers, "1 to kMaxMembers members");
+  constexpr int BM = 128;
+  static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
+  constexpr int kGroups = kBK / GS;  // whole groups per k-tile
+  constexpr int kSteps = GS / 32;    // k32 wgmma steps per group
+  constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
+  constexpr int kTermBytes = kGroups * BN * 8;  // the k-tile's (s, o) pairs for BN columns
+  constexpr bool kRealloc = PW == 4;
+  constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
+  extern __shared__ __align__(128) unsigned char w8a8_smem[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* term_smem = smem + STAGES * kStageBytes;
+  unsigned char* epi_smem = term_smem + STAGES * kTermBytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(epi_smem + 8 * kWsEpiWarpBytes);
+  const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = grouped_member_tiles<BN>(ms);
+  const int tiles = tiles_m * tiles_n;
+  const int ktiles = K / kBK;
+  const int groups = K / GS;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, 8);  // the consumer warps
+    }
+  }
+  __syncthreads();
+
+  if (warp >= kWsProducerWarp) {
+    if constexpr (kRealloc) {
+      setmaxnreg_dec<kProducerRegs>();
+      if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
+    }
+    // This launch's maps, staged in shared memory after the barriers (one stage per map)
+    // and published to global memory (warp-collective: every lane of warp 8). A's
+    // prototype is the first member's (every member's is the same: [128, K]).
+    unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES));
+    void* map_a = reinterpret_cast<void*>(tma_aligned(sums + static_cast<size_t>(M) * groups));
+    tma_make_map(map_a, ms.wmap[0], a, M, tma_box_rows_a(M), stage);
+    const void* map_b[NM];
+#pragma unroll
+    for (int g = 0; g < NM; ++g) {
+      void* dst = reinterpret_cast<void*>(tma_aligned(ms.wmap[g] + 2 * kTmaMapBytes));
+      tma_make_map(dst, ms.wmap[g] + kTmaMapBytes, ms.b[g], 0, 0,
+                   stage + (1 + g) * kTmaMapBytes);
+      map_b[g] = dst;
+    }
+    if (lane != 0) return;
+    tma_acquire(map_a);
+#pragma unroll
+    for (int g = 0; g < NM; ++g) tma_acquire(map_b[g]);
+    // A's box has tma_box_rows_a(M) rows: below BM the stage rows past M keep stale bytes
+    // that only reach accumulator rows >= M (gemm_ws.cu).
+    const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK + kTermBytes;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int tm, tn;
+      tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      const GroupedMember<T> mb = grouped_member_of<BN>(ms, tn);
+      const void* mb_map = map_b[0];
+#pragma unroll
+      for (int g = 1; g < NM; ++g)
+        if (mb.g == g) mb_map = map_b[g];
+      // The tile column's terms: [G][BN][2] floats; k-tile kt's groups start at kt kGroups.
+      const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+        const uint32_t sa = smem_addr(smem + s * kStageBytes);
+        mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
+        tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
+        tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
+        bulk_load(smem_addr(term_smem + s * kTermBytes),
+                  tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
+                  full0 + 8 * s);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup wg, rows [64 wg, 64 wg + 64) of each tile; this thread's rows
+  // are 16 (warp % 4) + lane / 4 and 8 below, its columns 8 j + 2 (lane % 4) + {0, 1}
+  // (wgmma_k32's accumulator layout).
+  const int wg = warp >> 2;
+  if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
+  unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
+  const int tq = lane & 3;
+  int d[BN / 2];
+  float f[BN / 2];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    const GroupedMember<T> mb = grouped_member_of<BN>(ms, tn);
+    const int row_base = tm * BM + wg * 64 + (warp & 3) * 16;
+    const int32_t* r_lo = sums + static_cast<size_t>(min(row_base + (lane >> 2), M - 1)) * groups;
+    const int32_t* r_hi = sums + static_cast<size_t>(min(row_base + (lane >> 2) + 8, M - 1)) * groups;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) f[i] = 0.f;
+    // R of the group being computed, loaded one group ahead (its latency hides behind the
+    // previous group's MMAs and promotion).
+    int cur_lo = r_lo[0], cur_hi = r_hi[0];
+#pragma unroll 1
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+      const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+      const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+      const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
+#pragma unroll 1
+      for (int j = 0; j < kGroups; ++j) {  // j indexes addresses only: no register arrays
+        const int grp = kt * kGroups + j;
+        wgmma_fence();  // the promotion below read d: order it before the next writes
+#pragma unroll
+        for (int ks = 0; ks < kSteps; ++ks)
+          wgmma_k32<true, BN>(d, wgmma_desc(sa + (j * kSteps + ks) * 32),
+                              wgmma_desc(sb + (j * kSteps + ks) * 32), ks != 0);
+        wgmma_commit();
+        const int nxt = min(grp + 1, groups - 1);
+        const int next_lo = r_lo[nxt], next_hi = r_hi[nxt];
+        wgmma_wait<0>();
+        // Pin: the compiler may not move reads of d above the wait.
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[i])::"memory");
+        // f += s P + o R as f = fma(o, R, fma(s, P, f)). P = U - 128 R is exact in int32
+        // and |P| <= 127 * 128 * 128 = 2^21, so float(P) is (U - 128 R + 0x4B400000) read
+        // as a float minus 1.5 * 2^23, exactly: an integer and a float add instead of an
+        // I2F (a quarter-rate conversion on sm_90, BN / 2 per thread and group).
+        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
+        const float rlo = static_cast<float>(cur_lo), rhi = static_cast<float>(cur_hi);
+        const int clo = 0x4B400000 - 128 * cur_lo, chi = 0x4B400000 - 128 * cur_hi;
+#pragma unroll
+        for (int c = 0; c < BN / 8; ++c) {
+          const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+          const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+          const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+          const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+          const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+          f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
+          f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
+          f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
+          f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
+        }
+        cur_lo = next_lo;
+        cur_hi = next_hi;
+      }
+      // k-tile kt is read (its wgmmas complete, its terms loaded by every lane): release
+      // its stage, one arrive per warp.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    }
+
+    int bits[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) bits[i] = __float_as_int(f[i]);
+    const GroupedEpilogue<HAS_BIAS> epi{row_scale, mb.bias};
+    ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
+  }
+}
+
+}  // namespace w8a8
+
+// @@ body tma_grouped
+// Grouped W8A8 with the TMA producer: xq [..., K] int8 codes, xs [..., 1] f32 scales,
+// xr int32 [M * K / GS + 64] (the quantize's group sums, then A's map area:
+// cuda_launch.grouped_sums_shape), w [N, K/4] uint32 codes, wt f32 terms
+// (cuda_launch.grouped_terms), wmap uint8 [512] (cuda_launch.weight_maps) -> y [..., N].
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_grouped_bias
+// As tma_grouped, plus bias [N] f32.
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_grouped_group2
+// tma_grouped for two weights fed the same activation (e.g. gate/up): w0, wt0, w1, wt1,
+// wmap0, wmap1 -> y0 [..., N0], y1 [..., N1].
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_grouped_group2_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_grouped_group3
+// Three weights fed the same activation (e.g. q/k/v).
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
+
+// @@ body tma_grouped_group3_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
