@@ -317,6 +317,7 @@ def check_decode(
     all_seconds: dict = {}
     recorded = 0
     checked: list[int] = []  # the batch sizes > 1 whose step was timed
+    dtypes: dict[int, mx.Dtype | None] = {}  # id(layer) -> its dtype at M = 1 (B = 1 fills it)
     for m in (1, *sorted(set(batches))):
         if m == 1:
             run, label, prefix = decode, "decode check", ""
@@ -331,7 +332,7 @@ def check_decode(
 
             label, prefix = f"decode check B = {m}", f"B = {m} "
         results_m, seconds_m, recorded_m = _check_at(
-            m, run, layers, tuner, rounds, extra_rounds, min_improvement_bps, record,
+            m, run, layers, dtypes, tuner, rounds, extra_rounds, min_improvement_bps, record,
             progress, label, {"steps": steps, "rounds": rounds,
                               "min_improvement_bps": min_improvement_bps,
                               **({"batch": m} if m > 1 else {})})
@@ -355,13 +356,16 @@ def _decided_at_own_bucket(tuner: Tuner, problem: Problem, name: str) -> bool:
             and hit.entry["m_bucket"] == shapes.bucket(problem.m))
 
 
-def _check_at(m: int, run: Callable[[], float], layers, tuner: Tuner, rounds: int,
+def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tuner, rounds: int,
               extra_rounds: int, min_improvement_bps: float, record: bool,
               progress: Callable[[str], None] | None, label: str,
               details: dict) -> tuple[list, dict, int]:
     """The check at ``m`` rows per linear: ``run()`` times the model's decode with
     ``m`` rows per step (B = 1: one sequence; B = ``m``: ``m`` sequences, one token
     each). Returns ``(results of each pass, {variant: seconds}, entries written)``.
+    ``dtypes`` maps ``id(layer)`` to the dtype of its M = 1 calls: filled at ``m`` = 1,
+    read at ``m`` > 1 (a verdict recorded at M = 1 clears the layers' decisions, and
+    with them what they have seen).
 
     At ``m`` = 1 every group whose decision is not the reference is judged; at ``m`` > 1
     only those decided by an entry of the ``m`` bucket itself, and a bucket without one
@@ -381,7 +385,9 @@ def _check_at(m: int, run: Callable[[], float], layers, tuner: Tuner, rounds: in
         for path, layer in layers:
             # The decode path's dtype: the layers that met M = 1 are the ones a decode
             # step (any batch size) runs.
-            dtype = _dtype_at(layer, 1)
+            if m == 1:
+                dtypes[id(layer)] = _dtype_at(layer, 1)
+            dtype = dtypes.get(id(layer))
             if layer.kernel is not None or dtype is None:
                 continue  # forced by the user, or not on the decode path
             found = layer._group_decision(m, dtype)
