@@ -85,10 +85,11 @@ BATCHES = (2, 4, 8, 16, 32, 64)
 
 @attrs.frozen
 class GroupResult:
-    """One layer group (same M = 1 problem) in the check.
+    """One layer group (same problem at the check's M) in the check.
 
     Args:
-        problem: the group's problem at M = 1.
+        problem: the group's problem at M = 1, or at M = B for the batched decode of B
+            sequences.
         layers: module paths of the group's layers.
         tuned: the kernel the tables chose for it.
         reference: the reference kernel.
@@ -116,7 +117,7 @@ class DecodeCheck:
 
     Args:
         groups: one :class:`GroupResult` per group whose tuned kernel was not the
-            reference (empty: nothing to check).
+            reference (empty: nothing to check), B = 1's first, then each batch size's.
         steps, rounds: decode steps per sample and paired rounds.
         seconds: ``{variant: [seconds per round]}`` (a second pass's variants end in
             `` (pass 2)``).
