@@ -6,7 +6,9 @@ Three modes.
 **Qualification** (the default; after the paired qualification bench): a *baseline*
 and a *candidate* — two kernel names (``--baseline mlx_qmm --candidate exact``) or
 two tuning tables (``--baseline-table A.json --candidate-table B.json``: each case runs
-the kernel that table chooses) — on a fixed case list. Each arm runs its kernel as an
+the kernel that table chooses) — on a fixed case list, with weights in ``--format``
+(8-bit per-channel or group-wise, or MLX's 4-bit ``grouped4``, whose default arms are
+``mlx_qmm4`` and the exact W4A8 kernel ``exact_w4a8``). Each arm runs its kernel as an
 ``mlx_w8a8.Linear`` does (``registry.layer_run``: the launches bound once per weight, as
 the tuner times them), so the host cost per call is a layer's. For each case, both arms are
 checked against an independent oracle (numpy float64 from the raw stored codes) before
@@ -75,13 +77,25 @@ CIDER_SHAPES = [
 ]
 
 
+def stored_codes(weight) -> np.ndarray:
+    """``[N, K]`` float64 codes of ``weight`` unpacked with numpy from its stored words:
+    four 8-bit codes per uint32 in element order, or (``bits=4``) eight 4-bit codes, code
+    ``j`` of a word in bits ``4j .. 4j + 3``."""
+    words = np.array(weight.q)
+    if weight.bits == 8:
+        return words.view(np.uint8).reshape(weight.n, weight.k).astype(np.float64)
+    shifts = np.arange(0, 32, 4, dtype=np.uint32)
+    codes = (words.astype(np.uint32)[:, :, None] >> shifts) & np.uint32(0xF)
+    return codes.reshape(weight.n, weight.k).astype(np.float64)
+
+
 def oracle(x: mx.array, weight, bias) -> np.ndarray:
     """``x @ W.T (+ bias)`` in float64 from the stored codes, scales and biases.
 
-    Independent of every kernel: the codes are unpacked with numpy and dequantized
-    in float64 (``w = scale * q + bias_g``).
+    Independent of every kernel: the codes (8-bit, or MLX's 4-bit) are unpacked with
+    numpy (:func:`stored_codes`) and dequantized in float64 (``w = scale * q + bias_g``).
     """
-    codes = np.array(weight.q).view(np.uint8).reshape(weight.n, weight.k).astype(np.float64)
+    codes = stored_codes(weight)
     g = weight.group_size
     s = np.repeat(np.array(weight.scales.astype(mx.float32)).astype(np.float64), g, axis=1)
     b = np.repeat(np.array(weight.biases.astype(mx.float32)).astype(np.float64), g, axis=1)
@@ -319,8 +333,10 @@ def cider(args, stream, out) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mlx_w8a8.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--baseline", help="baseline kernel name (default: mlx_qmm)")
-    p.add_argument("--candidate", help=f"candidate kernel name (default: {EXACT})")
+    p.add_argument("--baseline", help="baseline kernel name (default: the format's reference, "
+                   "mlx_qmm; mlx_qmm4 for --format grouped4)")
+    p.add_argument("--candidate", help=f"candidate kernel name (default: the format's exact "
+                   f"kernel, {EXACT}; {registry.EXACT_W4A8} for --format grouped4)")
     p.add_argument("--baseline-table", help="baseline: the kernel this tuning table chooses")
     p.add_argument("--candidate-table", help="candidate: the kernel this tuning table chooses")
     p.add_argument("--cases", nargs="+", metavar="MxNxK", help="override the qualification cases")
@@ -329,9 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--w8a8-kernel", help=f"W8A8 kernel for --cider (default: a device kernel, else {EXACT})")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="activation dtype (--model: the model's dtype; default: bfloat16)")
-    p.add_argument("--format", default="per_channel", choices=("per_channel", "grouped"),
-                   help="weight format of the qualification cases: symmetric per-channel int8 "
-                   "or group-wise affine (default: per_channel)")
+    p.add_argument("--format", default="per_channel", choices=("per_channel", "grouped", "grouped4"),
+                   help="weight format of the qualification cases: symmetric per-channel int8, "
+                   "group-wise affine 8-bit, or MLX's affine 4-bit (grouped4: the default arms "
+                   "are then mlx_qmm4 and exact_w4a8, the W4A8 math) (default: per_channel)")
     p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128),
                    help="weights per scale of the cases' weights (default: 64)")
     p.add_argument("--pairs", type=int, default=MIN_PAIRS, help="timed pairs per case (>= 30)")
@@ -371,10 +388,13 @@ def main(argv: list[str] | None = None, out=None) -> int:
     if args.baseline and args.baseline_table or args.candidate and args.candidate_table:
         print(render.error_line(PROG, "give a kernel or a table for each arm, not both"), file=sys.stderr)
         return 2
+    # The format's reference and exact kernels (registry.fallback_name / exact_name).
+    fmt = Problem("linear", 1, args.group_size, args.group_size, args.dtype, args.format,
+                  args.group_size)
     if not args.baseline and not args.baseline_table:
-        args.baseline = "mlx_qmm"
+        args.baseline = registry.fallback_name(fmt)
     if not args.candidate and not args.candidate_table:
-        args.candidate = EXACT
+        args.candidate = registry.exact_name(fmt)
     return _run_with_output(
         args, out, lambda stream, out: cider(args, stream, out) if args.cider
         else qualify(args, stream, out))

@@ -12,9 +12,11 @@ What each candidate is checked against:
 - ``int8_matmul``: exact int64 ``a @ b.T`` (bit-exact).
 - ``quantize_activation``: the per-token contract of ``docs/numerics.md`` (codes, scales
   and row sums bit-exact).
-- ``linear``: the W8A8 math in float64 (activations quantized per token, exact integer
-  products) within the float32 epilogue bound plus half an ulp of the output dtype;
-  ``mlx_qmm`` (W8A16, no activation quantization) against ``x @ dequantized(w).T``.
+- ``linear``: on 8-bit weights (per-channel and group-wise) the W8A8 math, on MLX's
+  4-bit weights (``grouped4``) the W4A8 math, in float64 (activations quantized per
+  token, exact integer products) within the float32 epilogue bound plus half an ulp of
+  the output dtype; the candidates that take float activations (``mlx_qmm``, and
+  ``mlx_qmm4`` at 4 bits: W8A16 / W4A16) against ``x @ dequantized(w).T``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from . import kernels
 from .kernels import registry
 from .weight import QuantizedWeight
 
-W8A16 = ("mlx_qmm",)  # linear candidates that multiply the float activations as they are
 HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 F32_RTOL = 1e-5  # float32 epilogue bound, relative to sum |x| |w| (docs/numerics.md)
 
@@ -38,12 +39,17 @@ F32_RTOL = 1e-5  # float32 epilogue bound, relative to sum |x| |w| (docs/numeric
 # past or short of power-of-two tiles, K not a multiple of 32 where the op allows it.
 INT8_SHAPES = [(1, 40, 64), (33, 70, 100), (5, 3, 7)]
 QUANT_SHAPES = [(5, 96, None), (3, 128, 32), (1, 300, None)]
-LINEAR_CASES = [  # (M, N, K, dtype, per_channel, group_size, bias)
-    (1, 40, 96, "float32", True, 32, True),
-    (33, 70, 128, "bfloat16", True, 64, False),
-    (6, 24, 256, "float16", False, 128, True),
-    (17, 40, 192, "float32", False, 64, False),
+LINEAR_CASES = [  # (M, N, K, dtype, weight format, group_size, bias)
+    (1, 40, 96, "float32", "per_channel", 32, True),
+    (33, 70, 128, "bfloat16", "per_channel", 64, False),
+    (6, 24, 256, "float16", "grouped", 128, True),
+    (17, 40, 192, "float32", "grouped", 64, False),
+    # MLX's 4-bit format: decode (M = 1), an odd M and N past a tile, every group size
+    (1, 40, 96, "float32", "grouped4", 32, True),
+    (33, 70, 256, "bfloat16", "grouped4", 128, False),
+    (6, 24, 192, "float16", "grouped4", 64, True),
 ]
+FORMATS = ("per_channel", "grouped", "grouped4")  # the linear weight formats checked
 
 
 # ---------------------------------------------------------------------------------------
@@ -64,6 +70,48 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def host(a: mx.array) -> np.ndarray:
     return np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
+
+
+def weight_of(rng: np.random.Generator, n: int, k: int, weight_format: str,
+              group_size: int, scale: float = 1.0) -> QuantizedWeight:
+    """A random ``[n, k]`` weight (normal, standard deviation ``scale``) stored in
+    ``weight_format`` (``per_channel`` or ``grouped``: 8-bit affine; ``grouped4``: MLX's
+    4-bit affine, ``bits=4``).
+
+    Raises:
+        ValueError: for a format not in :data:`FORMATS`.
+    """
+    if weight_format not in FORMATS:
+        raise ValueError(f"[mlx_w8a8.check] weight format must be one of {FORMATS}, "
+                         f"got {weight_format!r}")
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32) * np.float32(scale))
+    if weight_format == "grouped4":
+        return QuantizedWeight.from_float(w, group_size=group_size, per_channel=False, bits=4)
+    return QuantizedWeight.from_float(w, group_size=group_size,
+                                      per_channel=weight_format == "per_channel")
+
+
+def linear_w4a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, bound)`` of the W4A8 math in float64 for float32 activation values ``x``
+    and a 4-bit weight ``w``: ``y_mn = t_m sum_g (s_ng sum_k a_mk q_nk + b_ng sum_k a_mk)``
+    (unsigned codes ``q`` in [0, 15], exact int64 sums per group)."""
+    q, scale = quantize_rows(x)
+    codes = np.array(w.codes()).astype(np.int64)
+    s = host(w.scales).astype(np.float64)
+    b = host(w.biases).astype(np.float64)
+    gs = w.group_size
+    groups = x.shape[1] // gs
+    qg = q.astype(np.int64).reshape(q.shape[0], groups, gs)
+    wg = codes.reshape(codes.shape[0], groups, gs)
+    per_group = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)
+    sums = qg.sum(-1).astype(np.float64)
+    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ b.T)
+    w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
+    magnitude = np.abs(scale.astype(np.float64)) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
+    if bias is not None:
+        y = y + bias[None, :]
+        magnitude = magnitude + np.abs(bias)[None, :]
+    return y, F32_RTOL * magnitude
 
 
 def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +136,9 @@ def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np
 
 
 def linear_w8a16(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, bound)`` of ``x @ dequantized(w).T`` in float64 (``mlx_qmm``'s math)."""
-    w_deq = host(mx.dequantize(w.q, w.scales, w.biases, w.group_size, 8)).astype(np.float64)
+    """``(y, bound)`` of ``x @ dequantized(w).T`` in float64 (``mlx_qmm``'s math; at 4
+    bits ``mlx_qmm4``'s, W4A16)."""
+    w_deq = host(mx.dequantize(w.q, w.scales, w.biases, w.group_size, w.bits)).astype(np.float64)
     y = x.astype(np.float64) @ w_deq.T
     magnitude = np.abs(x.astype(np.float64)) @ np.abs(w_deq).T
     if bias is not None:
@@ -166,23 +215,23 @@ def quantize_cases(rng: np.random.Generator) -> list[Case]:
 
 def linear_cases(rng: np.random.Generator) -> list[Case]:
     cases = []
-    for m, n, k, dtype, per_channel, gs, with_bias in LINEAR_CASES:
+    for m, n, k, dtype, fmt, gs, with_bias in LINEAR_CASES:
         xm = mx.array(activations(rng, m, k)).astype(getattr(mx, dtype))
         x = host(xm)
-        w = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32)),
-                                       group_size=gs, per_channel=per_channel)
+        w = weight_of(rng, n, k, fmt, gs)
         bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
-        w8a8 = linear_w8a8(x, w, bias)
-        w8a16 = linear_w8a16(x, w, bias)
+        # the integer-activation math: W4A8 on 4-bit codes, W8A8 on 8-bit ones
+        exact = (linear_w4a8 if fmt == "grouped4" else linear_w8a8)(x, w, bias)
+        floats = linear_w8a16(x, w, bias)
 
-        def call(c, xm=xm, w=w, bias=bias, dtype=dtype, w8a8=w8a8, w8a16=w8a16):
+        def call(c, xm=xm, w=w, bias=bias, dtype=dtype, exact=exact, floats=floats):
             y = c.run(xm, w, None if bias is None else mx.array(bias))
             if y.dtype != xm.dtype:
                 return f"output dtype {y.dtype}, expected {xm.dtype}"
-            want, bound = w8a16 if c.name in W8A16 else w8a8
+            # w8a8=False: the candidate multiplies the float activations as they are
+            want, bound = exact if c.w8a8 else floats
             return within(host(y).astype(np.float64), want, bound, dtype)
 
-        fmt = "per_channel" if per_channel else "grouped"
         cases.append((registry.Problem("linear", m, n, k, dtype, fmt, gs, with_bias), call))
     return cases
 
@@ -286,21 +335,24 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return shapes
 
 
-def time_shape(m: int, n: int, k: int, dtype: str = "bfloat16", pairs: int = 10, seed: int = 0) -> dict:
-    """Paired median time of every ``linear`` candidate available here for a
-    per-channel W8A8 layer of ``(m, n, k)`` against ``mlx_qmm`` (``mx.quantized_matmul``)."""
+def time_shape(m: int, n: int, k: int, dtype: str = "bfloat16", pairs: int = 10, seed: int = 0,
+               weight_format: str = "per_channel") -> dict:
+    """Paired median time of every ``linear`` candidate available here for a layer of
+    ``(m, n, k)`` with weights in ``weight_format`` (``per_channel``: W8A8 per-channel;
+    ``grouped4``: MLX's 4-bit format) against the format's reference
+    (``registry.fallback_name``: ``mlx_qmm``, or ``mlx_qmm4`` at 4 bits, both
+    ``mx.quantized_matmul``)."""
     from .tuning import timing
 
     rng = np.random.default_rng(seed)
-    w = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.02),
-                                   group_size=REPORT_GROUP_SIZE, per_channel=True)
+    w = weight_of(rng, n, k, weight_format, REPORT_GROUP_SIZE, scale=0.02)
     xs = [(mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(getattr(mx, dtype)),) for _ in range(2)]
-    mx.eval(w.codes(), *[x for (x,) in xs])
-    problem = registry.Problem("linear", m, n, k, dtype, "per_channel", REPORT_GROUP_SIZE)
-    cands = registry.candidates(problem)
+    mx.eval(w.q, w.scales, w.biases, *[x for (x,) in xs])
+    problem = registry.Problem("linear", m, n, k, dtype, weight_format, REPORT_GROUP_SIZE)
+    cands = registry.candidates(problem)  # the fallback first
     arms = [(c.name, (lambda x, c=c: c.run(x, w, None))) for c in cands]
     result = timing.paired_measure(arms, xs, pairs=pairs)
-    row = {"m": m, "n": n, "k": k, "dtype": dtype, "weight_format": "per_channel",
+    row = {"m": m, "n": n, "k": k, "dtype": dtype, "weight_format": weight_format,
            "group_size": REPORT_GROUP_SIZE, "has_bias": False, "reference": cands[0].name,
            "pairs": result.rounds, "chain": result.chain, "candidates": {}}
     for c in cands:
@@ -318,9 +370,10 @@ def time_shape(m: int, n: int, k: int, dtype: str = "bfloat16", pairs: int = 10,
 
 
 def build_report(seed: int = 0, shapes: list[tuple[int, int, int]] | None = None, pairs: int = 10,
-                 out=print) -> dict:
+                 out=print, formats: tuple[str, ...] = ("per_channel",)) -> dict:
     """The report :mod:`mlx_w8a8.tuning.report` reads: this machine, each candidate's
-    exactness (the self-check) and times at model shapes."""
+    exactness (the self-check) and times at model shapes, one row per shape and weight
+    format in ``formats`` (``per_channel``, ``grouped4``)."""
     import datetime
     import os
     import platform
@@ -330,9 +383,10 @@ def build_report(seed: int = 0, shapes: list[tuple[int, int, int]] | None = None
     verdicts: dict = {}
     run_checks(seed, out, verdicts)
     timings = []
-    for m, n, k in shapes if shapes is not None else REPORT_SHAPES:
-        out(f"  timing linear M={m} N={n} K={k} bfloat16 per_channel ...")
-        timings.append(time_shape(m, n, k, pairs=pairs, seed=seed))
+    for fmt in formats:
+        for m, n, k in shapes if shapes is not None else REPORT_SHAPES:
+            out(f"  timing linear M={m} N={n} K={k} bfloat16 {fmt} ...")
+            timings.append(time_shape(m, n, k, pairs=pairs, seed=seed, weight_format=fmt))
     try:
         uname = os.uname().release
     except AttributeError:  # pragma: no cover - not POSIX
@@ -361,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-shapes", metavar="MxNxK,...",
                         help="shapes the report times (default: " + ",".join("x".join(map(str, s)) for s in REPORT_SHAPES) + ")")
     parser.add_argument("--report-pairs", type=int, default=10, help="paired rounds per shape (default 10)")
+    parser.add_argument("--report-format", default="per_channel",
+                        choices=("per_channel", "grouped4", "both"),
+                        help="weight format the report times: per_channel (8-bit W8A8, the default), "
+                             "grouped4 (MLX's 4-bit affine format: the W4A8 kernels against mlx_qmm4) "
+                             "or both")
     args = parser.parse_args(argv)
     print("mlx_w8a8 self-check")
     for line in environment():
@@ -371,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes = parse_shapes(args.report_shapes) if args.report_shapes else None
     except ValueError as error:
         parser.error(str(error))
-    doc = build_report(args.seed, shapes, args.report_pairs)
+    formats = ("per_channel", "grouped4") if args.report_format == "both" else (args.report_format,)
+    doc = build_report(args.seed, shapes, args.report_pairs, formats=formats)
     import json
 
     from .cachedir import write_text_atomic

@@ -120,8 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-check", default="auto", choices=("auto", "on", "off"),
                    help="with --model and M = 1: run the model's own decode loop (its first "
                    "--check-layers blocks) and keep a tuned M = 1 kernel only where it makes "
-                   "decode faster than mx.quantized_matmul; per-shape timing adds host and "
-                   "device time, a decode step overlaps them (docs/tuning.md). auto: on a GPU "
+                   "decode faster than mx.quantized_matmul; then, for each measured M = 2 .. 64 "
+                   "whose choice is not the reference, the same in the model's batched decode "
+                   "of B = M sequences (mlx-lm's BatchGenerator, the server's batching). "
+                   "Per-shape timing adds host and device time, a decode step overlaps them "
+                   "(docs/tuning.md). auto: on a GPU "
                    "(on a CPU one bfloat16 decode step of a 7B-class block takes seconds)")
     p.add_argument("--sibling-check", default="auto", choices=("auto", "on", "off"),
                    help="with --model: prefill the model (its first --check-layers blocks) "
@@ -143,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{CHECK_MEMORY_SHARE * 100:.0f}%% of the device's memory, else the first "
                    f"{CHECK_LAYERS_FALLBACK}")
     p.add_argument("--check-rounds", type=int, default=decode_check_mod.ROUNDS, metavar="R",
-                   help="paired rounds of the decode check (default: %(default)s)")
+                   help="paired rounds of the decode check, at B = 1 and at each batch "
+                   "size it checks (default: %(default)s)")
     p.add_argument("--prefill-rounds", type=int, default=PREFILL_ROUNDS, metavar="R",
                    help="paired rounds per prefill length of the sibling and prefill checks "
                    "(default: %(default)s; more where their verdicts move between runs)")

@@ -231,3 +231,60 @@ def test_the_table_by_default_and_json_lines_only_when_asked(tmp_path, capsys):
     assert [json.loads(line)["case"] for line in path.read_text().splitlines()] == \
         [r["case"] for r in records]
     assert "median ratio" in got.out and "{" not in got.out
+
+
+# MLX's 4-bit format (grouped4): mlx_qmm4 and the W4A8 kernels against the float oracle.
+def test_oracle_unpacks_4bit_words_itself(rng):
+    """The oracle's own unpacking of 4-bit words gives MLX's codes, and its product is
+    the float product of MLX's dequantized weight (odd N, K of several groups)."""
+    p = Problem("linear", 3, 24, 192, "float32", "grouped4", 64, True)
+    x, w, b = gate.operands(p, 2, seed=int(rng.integers(1 << 30)))[1]
+    assert w.bits == 4
+    codes = bench.stored_codes(w)
+    assert codes.shape == (24, 192) and np.array_equal(codes, np.array(w.codes()))
+    assert codes.max() > 7  # high nibbles present: a swapped nibble order would show
+    want = (np.array(x, dtype=np.float64)
+            @ np.array(mx.dequantize(w.q, w.scales, w.biases, 64, 4), dtype=np.float64).T
+            + np.array(b, dtype=np.float64))
+    assert np.allclose(bench.oracle(x, w, b), want, rtol=1e-6, atol=1e-6)
+    # a known word: codes 0..7 of one word, in bits 4j .. 4j + 3
+    word = sum(j << (4 * j) for j in range(8))
+    one = type("W", (), {"q": mx.array([[word]], dtype=mx.uint32), "bits": 4, "n": 1, "k": 8})
+    assert bench.stored_codes(one).tolist() == [list(range(8))]
+
+
+def test_grouped4_qualification_runs_the_4bit_reference_against_the_exact_w4a8(tmp_path):
+    code, text, lines = run(["--format", "grouped4", "--cases", "2x32x64", "33x70x128",
+                             "--dtype", "float32", "--group-size", "32", "--warmup", "1",
+                             "--chain", "1"], tmp_path)
+    assert code == 0, text
+    heads = [l for l in lines if "baseline" in l and "pair" not in l]
+    assert [(h["baseline"]["name"], h["candidate"]["name"]) for h in heads] == [
+        ("mlx_qmm4", "exact_w4a8")] * 2
+    assert all(h["failures"] == [] for h in heads)
+    assert "linear-33x70x128-float32-grouped4" in text and "exact_w4a8" in text
+    afters = [l for l in lines if l.get("after")]
+    assert [a["verdict"] for a in afters] == ["ok", "ok"]
+
+
+def test_a_wrong_4bit_candidate_fails_the_bench(tmp_path):
+    """W4A8 with the codes read as signed nibbles (q - 8): the oracle sees it."""
+    from mlx_w8a8.kernels import reference
+    from mlx_w8a8.weight import QuantizedWeight
+
+    def signed(x, w, b):
+        shifted = QuantizedWeight(w.q, w.scales, w.biases + 8 * w.scales, w.group_size,
+                                  per_channel=False, bits=4)
+        return reference.w4a8_linear(x, shifted, b)
+
+    registry.register(Candidate(name="bench_signed4", backend="any", op="linear", run=signed,
+                                digest="signed4", supports=lambda p: p.weight_format == "grouped4"))
+    try:
+        code, text, lines = run(["--format", "grouped4", "--candidate", "bench_signed4",
+                                 "--cases", "2x32x64", "--dtype", "float32", "--group-size", "32",
+                                 "--warmup", "1", "--chain", "1"], tmp_path)
+    finally:
+        registry.unregister("linear", "bench_signed4")
+    assert code == 1, text
+    after = next(l for l in lines if l.get("after"))
+    assert after["verdict"] == "FAIL" and after["failing"] == ["candidate"]

@@ -156,3 +156,103 @@ def test_report_entries_never_choose_an_inexact_candidate():
     assert report.entries_from_report(doc)[1][0]["choice"] == "mlx_qmm"
     with pytest.raises(ValueError, match=r"\[mlx_w8a8.tuning.report\].*report_schema"):
         report.entries_from_report({"report_schema": 7})
+
+
+# MLX's 4-bit format (grouped4): the 4-bit candidates against the exact W4A8 math.
+GROUPED4_CASES = [c for c in check.LINEAR_CASES if c[4] == "grouped4"]
+
+
+def test_the_4bit_candidates_are_checked_against_the_w4a8_math():
+    verdicts = {}
+    lines = []
+    assert check.run_checks(seed=5, out=lines.append, verdicts=verdicts) == 0, "\n".join(lines)
+    assert len(GROUPED4_CASES) >= 3
+    problem = registry.Problem("linear", 1, 40, 96, "float32", "grouped4", 32, True)
+    for name in (registry.exact_name(problem), registry.fallback_name(problem)):
+        assert name in ("exact_w4a8", "mlx_qmm4")
+        v = verdicts["linear"][name]
+        assert v["ok"] and v["shapes"] == len(GROUPED4_CASES), v
+    # the 8-bit ones are not run on 4-bit codes
+    assert verdicts["linear"]["exact"]["shapes"] == len(check.LINEAR_CASES) - len(GROUPED4_CASES)
+
+
+def test_w4a8_oracle_matches_dequantized_float64_products(rng):
+    """The oracle's per-group integer form equals the float64 product of the
+    dequantized activations and weights (same math, summed another way)."""
+    import numpy as np
+
+    m, n, k, gs = 5, 24, 192, 64
+    x = check.activations(rng, m, k)
+    w = check.weight_of(rng, n, k, "grouped4", gs)
+    bias = rng.standard_normal(n).astype(np.float32)
+    y, bound = check.linear_w4a8(x, w, bias)
+    q, t = check.quantize_rows(x)
+    codes = np.array(w.codes()).astype(np.float64)
+    assert codes.min() >= 0 and codes.max() <= 15 and codes.max() > 7  # unsigned nibbles
+    s = np.repeat(check.host(w.scales).astype(np.float64), gs, axis=1)
+    b = np.repeat(check.host(w.biases).astype(np.float64), gs, axis=1)
+    want = (q.astype(np.float64) * t.astype(np.float64)) @ (s * codes + b).T + bias
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-9)
+    assert np.all(y[1] == bias)  # the all-zero row: scale 0, only the bias
+    assert np.all(bound >= 0) and bound.max() > 0
+
+
+def w4a16_claiming_w4a8(x, weight, bias):
+    """``mx.quantized_matmul`` on 4-bit codes with the float activations: the W4A16
+    product, off the W4A8 math by the activation rounding."""
+    return reference.qmm4_linear(x, weight, bias)
+
+
+def w4a8_signed_codes(x, weight, bias):
+    """The W4A8 math with the 4-bit codes read as signed (q - 8) and no offset fix."""
+    from mlx_w8a8.weight import QuantizedWeight
+
+    shifted = QuantizedWeight(weight.q, weight.scales, weight.biases + 8 * weight.scales,
+                              weight.group_size, per_channel=False, bits=4)
+    return reference.w4a8_linear(x, shifted, bias)
+
+
+def w4a8_dropped_group(x, weight, bias):
+    """W4A8 on all but the last group of K."""
+    k = x.shape[1] - weight.group_size
+    keep = x * (mx.arange(x.shape[1]) < k).astype(x.dtype)
+    return reference.w4a8_linear(keep, weight, bias)
+
+
+@pytest.mark.parametrize("run", [w4a16_claiming_w4a8, w4a8_signed_codes, w4a8_dropped_group])
+def test_a_wrong_4bit_candidate_fails_the_check(run):
+    registry.register(registry.Candidate(name="planted_4bit", backend="any", op="linear", run=run,
+                                         supports=lambda p: p.weight_format == "grouped4"))
+    lines = []
+    verdicts = {}
+    try:
+        failures = check.run_checks(out=lines.append, verdicts=verdicts)
+    finally:
+        registry.unregister("linear", "planted_4bit")
+    assert failures == 1, "\n".join(lines)
+    assert not verdicts["linear"]["planted_4bit"]["ok"]
+    assert verdicts["linear"]["planted_4bit"]["shapes"] == len(GROUPED4_CASES)
+    assert all(v["ok"] for name, v in verdicts["linear"].items() if name != "planted_4bit")
+
+
+def test_report_times_the_4bit_format_and_becomes_table_entries(tmp_path):
+    import json
+
+    from mlx_w8a8 import tune
+    from mlx_w8a8.tuning import table
+
+    path = tmp_path / "report.json"
+    assert check.main(["--report", str(path), "--report-shapes", "3x64x128", "--report-pairs", "3",
+                       "--report-format", "both"]) == 0
+    doc = json.loads(path.read_text())
+    rows = doc["timings"]
+    assert [(r["weight_format"], r["reference"]) for r in rows] == [
+        ("per_channel", "mlx_qmm"), ("grouped4", "mlx_qmm4")]
+    four = registry.Problem("linear", 3, 64, 128, "bfloat16", "grouped4", check.REPORT_GROUP_SIZE)
+    assert set(rows[1]["candidates"]) == {c.name for c in registry.candidates(four)} >= {
+        "mlx_qmm4", "exact_w4a8"}
+    assert all(c["median_ns"] > 0 for c in rows[1]["candidates"].values())
+    target = tmp_path / "table.json"
+    assert tune.main(["--from-report", str(path), "--table", str(target)]) == 0
+    entries = table.read(str(target))["sections"][0]["entries"]
+    assert sorted(e["weight_format"] for e in entries) == ["grouped4", "per_channel"]

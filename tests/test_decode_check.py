@@ -289,3 +289,144 @@ def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monke
     entry = check_env.lookup(problem).entry
     assert entry["decode_check"]["rounds"] == rounds and entry["decode_check"]["kept"] is kept
     assert (f"{rounds} rounds" in result.describe()) is (rounds != 6)
+
+
+# Batched decode (issue 49): mlx-lm's server decodes B sequences at once, so its linears
+# run at M = B; the measured M = 2 .. 64 entries are judged in the model's batched decode.
+def batch_sizes_timed(monkeypatch):
+    """Record the batch size of every batched decode the check runs (the real loop)."""
+    from mlx_w8a8.tuning import model_timing
+
+    seen = []
+    real = model_timing.batch_decode
+
+    def spy(model, prompts, steps, loop=None):
+        seen.append(int(prompts.shape[0]))
+        return real(model, prompts, steps, loop)
+
+    monkeypatch.setattr(model_timing, "batch_decode", spy)
+    return seen
+
+
+def choose_at(tuner, layer, m, name):
+    """:func:`choose_at_m1` at M = ``m`` (an entry of the ``m`` bucket choosing ``name``)."""
+    problem = layer.problem(m, mx.float32)
+    tiny_lm.record_choice(tuner, problem, name)
+    return problem
+
+
+def test_a_kernel_that_slows_the_batched_step_is_replaced_by_the_reference(check_env, monkeypatch):
+    model = tiny_lm.converted()
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
+    gate = model.model.layers[0].mlp.gate_proj
+    # M = 1 measured and on the reference: only the M = 4 bucket has a tuned choice, so
+    # B = 2 (snapping to M = 1 or 4) and B = 8 .. 64 (snapping to 4) are skipped untimed.
+    m1 = choose_at(check_env, gate, 1, "mlx_qmm")
+    problem = choose_at(check_env, gate, 4, "host_heavy")
+    seen = batch_sizes_timed(monkeypatch)
+    result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3, extra_rounds=0)
+    assert set(seen) == {4} and result.batches == (4,)
+    assert sorted((g.problem.n, g.problem.k) for g in result.groups) == [
+        (128, 128), (128, 256), (256, 128)]
+    for g in result.groups:
+        assert g.problem.m == 4 and g.tuned == "host_heavy" and not g.kept and g.ratio < 1.0
+    assert all(name.startswith("B = 4 ") for name in result.seconds)
+    assert "B = 4 (batched decode, M = 4): 256x128" in result.describe()
+    hit = check_env.lookup(problem)
+    assert hit.choice == "mlx_qmm" and hit.entry["m_bucket"] == 4
+    check = hit.entry["decode_check"]
+    assert check["tuned"] == "host_heavy" and not check["kept"] and check["batch"] == 4
+    assert "decode_check" not in check_env.lookup(m1).entry  # B = 1 had nothing to judge
+    assert gate.decision(4, mx.float32) == ("mlx_qmm", "table")
+
+
+@pytest.mark.parametrize("group_seconds,kept", [
+    ([0.90, 0.92, 0.91, 0.93, 0.90, 0.92], True),   # faster in every round
+    ([1.10, 1.08, 1.12, 1.09, 1.10, 1.11], False),  # slower in every round
+    ([0.70, 0.70, 0.70, 1.30, 1.30, 1.30], False),  # median 1.1x, slower half the time
+])
+def test_batched_verdicts_follow_the_b1_rule(check_env, monkeypatch, group_seconds, kept):
+    """Controlled timings: B = 1 and B = 8 both judged, by the same rule, each entry at
+    its own bucket; the B = 1 verdict carries no batch size (as before batched checks)."""
+    from mlx_w8a8.tuning import model_timing
+
+    model = tiny_lm.converted()
+    registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
+                                digest="d-fast", w8a8=False))
+    down = model.model.layers[0].mlp.down_proj
+    p1 = choose_at(check_env, down, 1, "fast")
+    p8 = choose_at(check_env, down, 8, "fast")
+    calls = []
+
+    def alternate(names, rounds, measure, on_round=None):
+        calls.append(len(names))
+        return {n: [1.0] * 6 if n == "reference" else list(group_seconds) for n in names}
+
+    monkeypatch.setattr(model_timing, "alternate", alternate)
+    seen = batch_sizes_timed(monkeypatch)
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6, extra_rounds=0)
+    # B = 2 and 4 snap to the M = 1 or 8 entries, B = 16 .. 64 to the M = 8 one: skipped
+    assert set(seen) == {8} and result.batches == (8,)
+    assert {g.problem.m for g in result.groups} == {1, 8} and len(calls) == 2
+    for g in result.groups:
+        assert g.kept is kept
+    for p, batch in ((p1, None), (p8, 8)):
+        entry = check_env.lookup(p).entry
+        assert entry["decode_check"]["kept"] is kept
+        assert entry["decode_check"].get("batch") == batch
+        assert entry["choice"] == ("fast" if kept else "mlx_qmm")
+    assert any(name.startswith("B = 8 ") for name in result.seconds)
+    assert "reference" in result.seconds  # B = 1's variants keep their names
+
+
+def test_batched_check_can_be_left_out(check_env, monkeypatch):
+    model = tiny_lm.converted()
+    registry.register(Candidate(name="host_heavy", backend="any", op="linear",
+                                run=tiny_lm.sleeping_qmm(SLEEP), digest="d-host_heavy", w8a8=False))
+    gate = model.model.layers[0].mlp.gate_proj
+    choose_at(check_env, gate, 1, "mlx_qmm")
+    problem = choose_at(check_env, gate, 4, "host_heavy")
+    seen = batch_sizes_timed(monkeypatch)
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=2, batches=())
+    assert seen == [] and result.groups == () and result.batches == ()
+    assert check_env.lookup(problem).choice == "host_heavy"
+
+
+@pytest.mark.parametrize("batches", [(1,), (3,), (0,), (True,), (2.0,)])
+def test_bad_batch_sizes(check_env, batches):
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.check_decode\] batches must be powers of two"):
+        tuning.check_decode(tiny_lm.converted(), check_env, batches=batches)
+
+
+@pytest.mark.parametrize("flag,called", [("on", True), ("off", False)])
+def test_tune_decode_check_flags_cover_the_batched_check(tmp_path, monkeypatch, flag, called):
+    """``tune --decode-check`` runs the batched check too, every batch size with
+    ``--check-rounds`` rounds."""
+    import io
+    import json
+
+    from mlx_w8a8 import tune
+    from mlx_w8a8.tuning import decode_check
+
+    runs = []
+
+    def check_at(m, run, layers, dtypes, tuner, rounds, *args, **kw):
+        runs.append((m, rounds))
+        return [], {}, 0
+
+    monkeypatch.setattr(decode_check, "_check_at", check_at)
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}))
+    out = io.StringIO()
+    code = tune.main(["--model", str(folder), "--m", "1", "--decode-check", flag,
+                      "--check-rounds", "4", "--sibling-check", "off", "--prefill-check", "off",
+                      "--table", str(tmp_path / "t.json"), "--pairs", "3", "--warmup", "1",
+                      "--dtype", "float32", "--group-size", "32", "--no-progress"], out=out)
+    assert code == 0, out.getvalue()
+    want = [(m, 4) for m in (1, 2, 4, 8, 16, 32, 64)] if called else []
+    assert runs == want

@@ -45,6 +45,18 @@ def test_entries_show_the_decode_check_and_a_borrowed_decision():
     assert lines[4].rstrip().endswith("plain")
 
 
+def test_entries_show_the_batched_decode_check_with_its_batch_size():
+    e = {"op": "linear", "m_bucket": 8, "m": 8, "n": 64, "k": 32, "dtype": "bfloat16",
+         "weight_format": "per_channel", "choice": "mlx_qmm", "speedup": 1.0,
+         "candidates": {"mlx_qmm": {"status": "ok", "median_ns": 2000.0, "gate_error": 0.0}},
+         "decode_check": {"tuned": "gemv", "kept": False, "ratio": 0.91, "batch": 8}}
+    kept = dict(e, choice="gemv", decode_check={"tuned": "gemv", "kept": True, "ratio": 1.12,
+                                                "batch": 8})
+    lines = render.entries([("", e), ("", kept)]).splitlines()
+    assert lines[2].endswith("decode check (batched, B = 8): gemv replaced (0.91x)")
+    assert lines[3].endswith("decode check (batched, B = 8): gemv kept (1.12x)")
+
+
 def test_entries_show_the_sibling_check():
     e = {"op": "linear", "m_bucket": 128, "m": 128, "n": 6144, "k": 4096, "dtype": "bfloat16",
          "weight_format": "per_channel", "choice": "mlx_qmm", "speedup": 1.0,

@@ -301,6 +301,10 @@ _BAD_FIELDS = [
      "candidates['exact'].median_ns is 'fast'"),
     ("candidates", {"exact": {"status": "ok", "median_ns": float("nan")}},
      "candidates['exact'].median_ns is nan"),
+    # the decode check's verdict: a batched one names its batch size B >= 2
+    ("decode_check", {"tuned": "gemv", "kept": True, "batch": 1}, "decode_check is {"),
+    ("decode_check", {"tuned": "gemv", "kept": True, "batch": "8"}, "decode_check is {"),
+    ("decode_check", "kept", "decode_check is 'kept'"),
 ]
 
 
@@ -314,6 +318,13 @@ def test_entry_problems_names_the_field_its_value_and_what_is_valid(field, value
     missing = table.entry_problems({k: v for k, v in _entry().items() if k != "n"})
     assert missing == ["lacks ['n']"]
     assert table.entry_problems(["not", "an", "entry"]) == ["not an object (list)"]
+
+
+def test_decode_check_verdicts_old_and_batched_are_valid():
+    """Tables written before batched decode checks (no ``batch``) stay valid."""
+    b1 = {"tuned": "gemv", "reference": "mlx_qmm", "ratio": 0.9, "kept": False, "rounds": 20}
+    assert table.entry_problems({**_entry(), "decode_check": b1}) == []
+    assert table.entry_problems({**_entry(), "decode_check": dict(b1, batch=32)}) == []
 
 
 def _bad_table(tmp_path):

@@ -37,13 +37,22 @@ are run for that group and the reference, and the rule is applied to all of them
 entry records what the check saw (``decode_check``). Groups are judged one at a time
 against the same reference, not in combination: a deliberate simplification (a second
 variant per pair of groups would grow as the square of the groups).
+
+Batched decode (mlx-lm's server decodes up to 32 sequences at once by default) runs its
+linears at M = B rows per step, so for each batch size B in ``batches`` (2 .. 64) the
+same rounds and rule judge the M = B decisions in the model's own batched decode of B
+sequences, one token each per step (:func:`mlx_w8a8.tuning.model_timing.batch_decode`:
+mlx-lm's ``BatchGenerator``, or its replica). Only decisions made by an entry of the
+M = B bucket itself are judged there (a decision snapped from another bucket is that
+bucket's to judge), and a B with none is not timed. Its verdicts go into the M = B
+entries' ``decode_check``, with ``batch`` = B.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import attrs
 import mlx.core as mx
@@ -69,14 +78,18 @@ ROUNDS = 20
 # The sibling and prefill checks' paired rounds per prefill length (their ROUNDS, and
 # tune's --prefill-rounds default).
 PREFILL_ROUNDS = 10
+# Batch sizes of the batched decode check: mlx-lm's server decodes up to 32 sequences at
+# once by default, and tune --model measures M = 2 .. 64 on a GPU.
+BATCHES = (2, 4, 8, 16, 32, 64)
 
 
 @attrs.frozen
 class GroupResult:
-    """One layer group (same M = 1 problem) in the check.
+    """One layer group (same problem at the check's M) in the check.
 
     Args:
-        problem: the group's problem at M = 1.
+        problem: the group's problem at M = 1, or at M = B for the batched decode of B
+            sequences.
         layers: module paths of the group's layers.
         tuned: the kernel the tables chose for it.
         reference: the reference kernel.
@@ -104,11 +117,13 @@ class DecodeCheck:
 
     Args:
         groups: one :class:`GroupResult` per group whose tuned kernel was not the
-            reference (empty: nothing to check).
+            reference (empty: nothing to check), B = 1's first, then each batch size's.
         steps, rounds: decode steps per sample and paired rounds.
         seconds: ``{variant: [seconds per round]}`` (a second pass's variants end in
             `` (pass 2)``).
         recorded: entries written to the tuner's writable table.
+        batches: the batch sizes B > 1 whose batched decode was timed (their groups'
+            ``problem.m`` is B; ``seconds``' variants for them start with ``"B = <B> "``).
     """
 
     groups: tuple[GroupResult, ...]
@@ -116,18 +131,21 @@ class DecodeCheck:
     rounds: int
     seconds: dict
     recorded: int
+    batches: tuple[int, ...] = ()
 
     def describe(self) -> str:
         """One line per group: its shape, kernels, ratio and verdict."""
         if not self.groups:
-            return "decode check: every M = 1 decision is the reference; nothing to check"
+            return ("decode check: every M = 1 decision, and every decision of a measured "
+                    "M = 2 .. 64 bucket, is the reference; nothing to check")
         lines = [f"decode check ({self.steps} steps x {self.rounds} paired rounds; "
                  f"> 1.00x: the tuned kernel decoded faster than the reference):"]
         for g in self.groups:
             p = g.problem
             verdict = "kept" if g.kept else f"replaced by {g.reference}"
+            batch = "" if p.m == 1 else f"B = {p.m} (batched decode, M = {p.m}): "
             lines.append(
-                f"  {p.n}x{p.k} ({len(g.layers)} layer(s), e.g. {g.layers[0]}): "
+                f"  {batch}{p.n}x{p.k} ({len(g.layers)} layer(s), e.g. {g.layers[0]}): "
                 f"{g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x{more_rounds(g.rounds, self.rounds)})"
                 f" -> {verdict}"
             )
@@ -235,8 +253,11 @@ def check_decode(
     min_improvement_bps: float = MIN_IMPROVEMENT_BPS,
     record: bool = True,
     progress: Callable[[str], None] | None = None,
+    batches: Sequence[int] = BATCHES,
 ) -> DecodeCheck:
-    """Keep a tuned M = 1 kernel only where it makes the model's decode faster.
+    """Keep a tuned M = 1 kernel only where it makes the model's decode faster, and a
+    tuned M = B kernel (B in ``batches``) only where it makes the model's batched decode
+    of B sequences faster.
 
     Args:
         model: an mlx-lm model converted with :func:`mlx_w8a8.quantize` (its
@@ -253,6 +274,11 @@ def check_decode(
             make decode (basis points) to stay.
         record: write the verdicts into ``tuner``'s writable table.
         progress: called with a short message after each round.
+        batches: batch sizes B (powers of two >= 2, M buckets) whose batched decode
+            (:func:`mlx_w8a8.tuning.model_timing.batch_decode`: B sequences, one token
+            each per step, so every linear sees M = B rows) judges the M = B entries
+            the same way; a B whose linears' decisions are all the reference or come
+            from another M bucket's entry is skipped untimed. Empty: B = 1 only.
 
     Returns:
         A :class:`DecodeCheck`.
@@ -269,6 +295,12 @@ def check_decode(
             f"[{OP}] need steps >= 1, prompt >= 1, rounds >= 2 and extra_rounds >= 0; got "
             f"steps={steps}, prompt={prompt}, rounds={rounds}, extra_rounds={extra_rounds}"
         )
+    batches = tuple(batches)
+    bad = [b for b in batches
+           if isinstance(b, bool) or not isinstance(b, int) or b < 2 or b & (b - 1)]
+    if bad:
+        raise ValueError(f"[{OP}] batches must be powers of two >= 2 (M buckets), got "
+                         f"{list(batches)}")
     check_margin(OP, min_improvement_bps)
     layers = linears.w8a8_linears(model)
     if not layers:
@@ -282,32 +314,96 @@ def check_decode(
     def decode() -> float:
         return model_timing.decode(model, tokens, steps, loop)
 
-    passes: list = []  # each pass's GroupResults
+    passes: list = []  # each pass's GroupResults, B = 1 first, then by batch size
+    all_seconds: dict = {}
+    recorded = 0
+    checked: list[int] = []  # the batch sizes > 1 whose step was timed
+    dtypes: dict[int, mx.Dtype | None] = {}  # id(layer) -> its dtype at M = 1 (B = 1 fills it)
+    for m in (1, *sorted(set(batches))):
+        if m == 1:
+            run, label, prefix = decode, "decode check", ""
+        else:
+            # B distinct prompts of equal length: the server's batch, one token each per step
+            prompts = mx.array([[(7 * i + 3 + 11 * b) % min(vocab, 256) for i in range(prompt)]
+                                for b in range(m)], dtype=mx.uint32)
+            bloop = model_timing.batch_decode_loop()[1]
+
+            def run(prompts=prompts, bloop=bloop) -> float:
+                return model_timing.batch_decode(model, prompts, steps, bloop)
+
+            label, prefix = f"decode check B = {m}", f"B = {m} "
+        results_m, seconds_m, recorded_m = _check_at(
+            m, run, layers, dtypes, tuner, rounds, extra_rounds, min_improvement_bps, record,
+            progress, label, {"steps": steps, "rounds": rounds,
+                              "min_improvement_bps": min_improvement_bps,
+                              **({"batch": m} if m > 1 else {})})
+        if m > 1 and results_m:
+            checked.append(m)
+        passes.extend(results_m)
+        all_seconds.update({prefix + name: secs for name, secs in seconds_m.items()})
+        recorded += recorded_m
+    return DecodeCheck(tuple(g for results in passes for g in results), steps, rounds,
+                       all_seconds, recorded, tuple(checked))
+
+
+def _decided_at_own_bucket(tuner: Tuner, problem: Problem, name: str) -> bool:
+    """Whether ``name`` is ``problem``'s decision by an entry measured at its own M
+    bucket (looked up, or borrowed from a near shape), not one snapped from another M:
+    a decision of another bucket is that bucket's check's to judge."""
+    hit = tuner.lookup(problem)
+    if hit is None:
+        hit = tuner.borrow(problem)
+    return (hit is not None and hit.choice == name
+            and hit.entry["m_bucket"] == shapes.bucket(problem.m))
+
+
+def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tuner, rounds: int,
+              extra_rounds: int, min_improvement_bps: float, record: bool,
+              progress: Callable[[str], None] | None, label: str,
+              details: dict) -> tuple[list, dict, int]:
+    """The check at ``m`` rows per linear: ``run()`` times the model's decode with
+    ``m`` rows per step (B = 1: one sequence; B = ``m``: ``m`` sequences, one token
+    each). Returns ``(results of each pass, {variant: seconds}, entries written)``.
+    ``dtypes`` maps ``id(layer)`` to the dtype of its M = 1 calls: filled at ``m`` = 1,
+    read at ``m`` > 1 (a verdict recorded at M = 1 clears the layers' decisions, and
+    with them what they have seen).
+
+    At ``m`` = 1 every group whose decision is not the reference is judged; at ``m`` > 1
+    only those decided by an entry of the ``m`` bucket itself, and a bucket without one
+    is not timed at all."""
+    from . import model_timing
+
+    passes: list = []
     all_seconds: dict = {}
     recorded = 0
     for _ in range(2):
-        decode()  # every layer meets M = 1 and decides
+        if m == 1:
+            run()  # every layer meets M = 1 and decides
         groups: dict[Problem, list[tuple[str, Any]]] = {}
         tuned: dict[Problem, str] = {}
         reference: dict[Problem, str] = {}
         alone: dict[int, str] = {}  # sibling-launch members: the kernel each runs by itself
         for path, layer in layers:
-            dtype = _dtype_at(layer, 1)
+            # The decode path's dtype: the layers that met M = 1 are the ones a decode
+            # step (any batch size) runs.
+            if m == 1:
+                dtypes[id(layer)] = _dtype_at(layer, 1)
+            dtype = dtypes.get(id(layer))
             if layer.kernel is not None or dtype is None:
                 continue  # forced by the user, or not on the decode path
-            found = layer._group_decision(1, dtype)
+            found = layer._group_decision(m, dtype)
             if found is not None:
                 # One launch with its siblings, decided by their summed problem's entry:
                 # that entry is what is judged and rewritten, and the members' own
                 # decisions are what runs if it is.
                 candidate, _, _, problem = found
                 name = candidate.name
-                alone[id(layer)] = registry.decide(layer.problem(1, dtype))[0].name
+                alone[id(layer)] = registry.decide(layer.problem(m, dtype))[0].name
             else:
-                problem = layer.problem(1, dtype)
-                name, _ = layer.decision(1, dtype)
+                problem = layer.problem(m, dtype)
+                name, _ = layer.decision(m, dtype)
             fallback = registry.fallback(problem).name
-            if name != fallback:
+            if name != fallback and (m == 1 or _decided_at_own_bucket(tuner, problem, name)):
                 groups.setdefault(problem, []).append((path, layer))
                 tuned[problem], reference[problem] = name, fallback
         if not groups:
@@ -330,7 +426,7 @@ def check_decode(
 
         def measure(name: str) -> float:
             arrange(name)
-            return decode()
+            return run()
 
         try:
             for name in names:  # untimed: plans built, kernels compiled
@@ -338,11 +434,11 @@ def check_decode(
 
             def on_round(r, order, secs):
                 if progress is not None:
-                    progress(f"decode check round {r + 1}/{rounds}")
+                    progress(f"{label} round {r + 1}/{rounds}")
 
             seconds = model_timing.alternate(names, rounds, measure, on_round)
             extend_unsettled(seconds, "reference", names[1:], extra_rounds, measure,
-                             min_improvement_bps, progress, "decode check")
+                             min_improvement_bps, progress, label)
         finally:
             for p in problems:
                 for _, layer in groups[p]:
@@ -357,7 +453,6 @@ def check_decode(
                 p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
                 kept, len(seconds[f"group {i}"]),
             ))
-        details = {"steps": steps, "rounds": rounds, "min_improvement_bps": min_improvement_bps}
         if record:
             recorded += record_verdicts(tuner, results, "decode_check", details, OP)
         suffix = "" if not passes else f" (pass {len(passes) + 1})"
@@ -369,8 +464,7 @@ def check_decode(
                     if alone.get(id(layer), g.reference) != g.reference]
         if not (record and unjudged):
             break
-    return DecodeCheck(tuple(g for results in passes for g in results), steps, rounds,
-                       all_seconds, recorded)
+    return passes, all_seconds, recorded
 
 
 def record_verdicts(tuner: Tuner, results, key: str, details: dict, op: str = OP) -> int:

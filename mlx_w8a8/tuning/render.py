@@ -94,8 +94,10 @@ def entries(rows: list[tuple[str, dict]]) -> str:
         check = e.get("decode_check")
         if isinstance(check, dict) and "tuned" in check:
             verdict = "kept" if check.get("kept") else "replaced"
+            # batch: the batched decode of B sequences judged this M = B entry
+            where = f" (batched, B = {check['batch']})" if check.get("batch") else ""
             note = (f"{note}; " if note else "") + (
-                f"decode check: {check['tuned']} {verdict} ({check.get('ratio', 0):.2f}x)")
+                f"decode check{where}: {check['tuned']} {verdict} ({check.get('ratio', 0):.2f}x)")
         check = e.get("sibling_check")
         if isinstance(check, dict) and "tuned" in check:
             verdict = "kept" if check.get("kept") else "members alone"

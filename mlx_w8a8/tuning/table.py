@@ -102,6 +102,11 @@ ENTRY_SCHEMA: dict[str, tuple[str, Any]] = {
     "m": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
     "candidates": ("an object of candidate name -> object", lambda v: isinstance(v, dict) and all(
         isinstance(name, str) and isinstance(c, dict) for name, c in v.items())),
+    # The decode check's verdict; "batch" (absent: B = 1) names the batched decode of B
+    # sequences that judged an M = B entry.
+    "decode_check": ("an object whose batch, where present, is an integer >= 2",
+                     lambda v: isinstance(v, dict) and (
+                         "batch" not in v or (_is_int(v["batch"]) and v["batch"] >= 2))),
 }
 # Per measured candidate (``entry["candidates"][name]``), where present.
 CANDIDATE_SCHEMA: dict[str, tuple[str, Any]] = {
