@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from kernel_recorder import fake_tensor_maps, record_launches
-from mlx_w8a8.kernels import cuda, sources, tensormap
+from mlx_w8a8.kernels import cuda, registry, sources, tensormap
 from mlx_w8a8.kernels import cuda_launch as launch
 
 NVCC = shutil.which("nvcc")
@@ -1298,8 +1298,8 @@ def test_grouped_tma_digest_is_its_own(monkeypatch):
         launch.load.cache_clear()
         launch.requires.cache_clear()
         try:
-            return {row[0]: cuda._digest(row[2], row[4], row[5], cuda._GROUP_BINDS.get(row[0]))
-                    for row in cuda._CANDIDATES}
+            return {c.name: cuda._digest(c.run, c.stages, c.bind_stages, c.bind_group)
+                    for c in registry.all_candidates() if c.backend == "cuda"}
         finally:
             launch.load.cache_clear()
             launch.requires.cache_clear()

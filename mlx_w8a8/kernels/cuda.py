@@ -361,18 +361,6 @@ def _gemv_variant(p: registry.Problem):
     return p.dtype, p.has_bias, grouped, p.group_size if grouped else None, bucket, smem
 
 
-_VARIANTS = {
-    "cuda_quantize": _quantize_variant,
-    "cuda_int8_gemm": _int8_gemm_variant,
-    "cuda_int8_gemm_ws": _int8_ws_variant,
-    "cuda_int8_gemm_tma": _int8_tma_variant,
-    "cuda_w8a8_gemm": _w8a8_gemm_variant,
-    "cuda_w8a8_gemm_ws": _w8a8_ws_variant,
-    "cuda_w8a8_gemm_tma": _w8a8_tma_variant,
-    "cuda_w8a8_gemm_grouped": _w8a8_grouped_variant,
-    "cuda_w8a8_gemm_grouped_tma": _w8a8_grouped_tma_variant,
-    "cuda_int8_gemv": _gemv_variant,
-}
 
 
 # Capability checks (cheap; no device memory touched) ------------------------------------
@@ -457,41 +445,40 @@ def _digest(*entries) -> str:
     return sources.closure_digest(entries, _DIGEST_MODULES, (".cu",), _kernel_texts)
 
 
-# name, op, run, supports, stages, bind_stages, capabilities it needs (status()): one
-# row per kernel; its digest, variant and sibling form are derived from the row's
-# functions.
 _SM90, _TMA = ("cuda_sm90",), ("cuda_sm90", "cuda_tma")
-_CANDIDATES = (
-    ("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize, None, None, ()),
-    ("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, None, None, ()),
-    ("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, None, None, _SM90),
-    ("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma, None, None, _TMA),
-    ("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_stages,
-     _w8a8_gemm_bind, ()),
-    ("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_stages,
-     _w8a8_ws_bind, _SM90),
-    ("cuda_w8a8_gemm_tma", "linear", _w8a8_tma_run, _supports_gemm_tma, _w8a8_tma_stages,
-     _w8a8_tma_bind, _TMA),
-    ("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
-     _w8a8_grouped_stages, _w8a8_grouped_bind, ()),
-    ("cuda_w8a8_gemm_grouped_tma", "linear", _w8a8_grouped_tma_run, _supports_grouped_tma,
-     _w8a8_grouped_tma_stages, _w8a8_grouped_tma_bind, _TMA),
-    ("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_stages, _gemv_bind, ()),
-)
 
-# Sibling launches (registry.Candidate.bind_group): the candidates with multi-weight
-# bodies (gemm_ws.cu group2/group3 and their tma_ forms; gemm_grouped_ws.cu
-# tma_grouped_group2/3; gemv.cu fused_*_group2/3).
-_GROUP_BINDS = {"cuda_w8a8_gemm_ws": _w8a8_ws_bind_group,
-                "cuda_w8a8_gemm_tma": _w8a8_tma_bind_group,
-                "cuda_w8a8_gemm_grouped_tma": _w8a8_grouped_tma_bind_group,
-                "cuda_int8_gemv": _gemv_bind_group}
 
-for _name, _op, _run, _supports, _stages, _bind, _needs in _CANDIDATES:
-    registry.needs(_name, *_needs)
+def _define(name: str, op: str, run, supports, variant, *, stages=None, bind=None, group=None,
+            needs: tuple[str, ...] = ()) -> None:
+    """Register one CUDA kernel: everything it is, in one call. Its digest is derived
+    from ``run``, ``stages``, ``bind`` and ``group`` (:func:`_digest`); ``needs``: the
+    capabilities (``status()``) it runs only with; ``group``: its sibling launch
+    (``registry.Candidate.bind_group``: q/k/v, gate/up as one launch)."""
+    registry.needs(name, *needs)
     registry.register(
-        registry.Candidate(name=_name, backend="cuda", op=_op, run=_run, supports=_supports,
-                           digest=_digest(_run, _stages, _bind, _GROUP_BINDS.get(_name)),
-                           available=cuda_available, stages=_stages, bind_stages=_bind,
-                           bind_group=_GROUP_BINDS.get(_name), variant=_VARIANTS[_name])
+        registry.Candidate(name=name, backend="cuda", op=op, run=run, supports=supports,
+                           digest=_digest(run, stages, bind, group), available=cuda_available,
+                           stages=stages, bind_stages=bind, bind_group=group, variant=variant)
     )
+
+
+_define("cuda_quantize", "quantize_activation", _quantize_run, _supports_quantize,
+        _quantize_variant)
+_define("cuda_int8_gemm", "int8_matmul", int8_gemm, _supports_int8, _int8_gemm_variant)
+_define("cuda_int8_gemm_ws", "int8_matmul", int8_gemm_ws, _supports_int8_ws, _int8_ws_variant,
+        needs=_SM90)
+_define("cuda_int8_gemm_tma", "int8_matmul", int8_gemm_tma, _supports_int8_tma,
+        _int8_tma_variant, needs=_TMA)
+_define("cuda_w8a8_gemm", "linear", _w8a8_gemm_run, _supports_gemm, _w8a8_gemm_variant,
+        stages=_w8a8_gemm_stages, bind=_w8a8_gemm_bind)
+_define("cuda_w8a8_gemm_ws", "linear", _w8a8_ws_run, _supports_gemm_ws, _w8a8_ws_variant,
+        stages=_w8a8_ws_stages, bind=_w8a8_ws_bind, group=_w8a8_ws_bind_group, needs=_SM90)
+_define("cuda_w8a8_gemm_tma", "linear", _w8a8_tma_run, _supports_gemm_tma, _w8a8_tma_variant,
+        stages=_w8a8_tma_stages, bind=_w8a8_tma_bind, group=_w8a8_tma_bind_group, needs=_TMA)
+_define("cuda_w8a8_gemm_grouped", "linear", _w8a8_grouped_run, _supports_grouped,
+        _w8a8_grouped_variant, stages=_w8a8_grouped_stages, bind=_w8a8_grouped_bind)
+_define("cuda_w8a8_gemm_grouped_tma", "linear", _w8a8_grouped_tma_run, _supports_grouped_tma,
+        _w8a8_grouped_tma_variant, stages=_w8a8_grouped_tma_stages,
+        bind=_w8a8_grouped_tma_bind, group=_w8a8_grouped_tma_bind_group, needs=_TMA)
+_define("cuda_int8_gemv", "linear", _gemv_run, _supports_gemv, _gemv_variant,
+        stages=_gemv_stages, bind=_gemv_bind, group=_gemv_bind_group)
