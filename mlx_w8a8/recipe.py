@@ -99,6 +99,19 @@ def builtin_file(folder: str | Path) -> Path:
     return path
 
 
+def calibration_tokens(calibration: str | Path, model_folder: str | Path) -> mx.array:
+    """``[T]`` token ids of a calibration text file, or of :func:`builtin_text` when
+    ``calibration`` is :data:`BUILTIN` (tokenized with the model folder's tokenizer)."""
+    import tempfile
+
+    from .tokens import text_tokens
+
+    if str(calibration) != BUILTIN:
+        return text_tokens(calibration, model_folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        return text_tokens(builtin_file(tmp), model_folder)
+
+
 def capture(
     model: nn.Module,
     batches: list[mx.array],
