@@ -668,7 +668,9 @@ def _parser():
                    help="SmoothQuant migration strength in [0, 1] (needs --calibration)")
     p.add_argument("--calibration", metavar="FILE",
                    help="local text file for calibration (tokenized with the model's "
-                   "tokenizer when the folder has one, else as bytes)")
+                   "tokenizer when the folder has one, else as bytes), or 'builtin' for "
+                   "text of the Python installation; without --smooth and --sqnr-floor "
+                   "the recommended recipe (mlx_w8a8.recipe) is applied")
     p.add_argument("--skip", nargs="*", metavar="PATTERN", default=None,
                    help="layers kept off W8A8 (path, suffix such as lm_head or down_proj, "
                    "or glob); default: lm_head; give --skip alone to skip nothing")
@@ -739,8 +741,11 @@ def check_convert_arguments(
             f"[{op}] model must be an mlx-lm model folder (a config.json and weights), got "
             f"{str(model_path)!r}: it has no config.json"
         )
-    if calibration is not None and not Path(calibration).is_file():
-        raise ValueError(f"[{op}] calibration must be a text file, got {str(calibration)!r}: no such file")
+    from .recipe import BUILTIN
+
+    if calibration is not None and str(calibration) != BUILTIN and not Path(calibration).is_file():
+        raise ValueError(f"[{op}] calibration must be a text file or {BUILTIN!r}, got "
+                         f"{str(calibration)!r}: no such file")
     check_source_quantization(model_path)
     check_convert_output(model_path, Path(out), force)
 
@@ -833,7 +838,10 @@ def convert(
         out: output folder (weights, ``config.json``, the source's tokenizer and other
             non-weight files, and ``sensitivity.json`` when a report was made).
         smooth_alpha: SmoothQuant strength, or ``None`` for no smoothing.
-        calibration: text file; needed by ``smooth_alpha`` and ``sqnr_floor``.
+        calibration: text file (or ``"builtin"``); needed by ``smooth_alpha`` and
+            ``sqnr_floor``. Given without either, the recipe of :mod:`mlx_w8a8.recipe`
+            (strength per site, W8A16 below its floor) is applied and ``recipe.json``
+            written.
         skip: layer patterns kept on ``keep`` (see :func:`matches`).
         sqnr_floor: keep layers whose W8A8 SQNR is below this (dB) on ``keep`` too.
         keep: ``"w8a16"`` or ``"float"``.
@@ -855,9 +863,10 @@ def convert(
     from mlx_lm.utils import load_model
 
     from .calibrate import calibrate
+    from .recipe import BUILTIN, calibration_tokens, recipe
     from .sensitivity import policy, sensitivity
     from .smooth import smooth
-    from .tokens import batches, text_tokens
+    from .tokens import batches
 
     check_convert_arguments(model_path, out, smooth_alpha, calibration, sqnr_floor, keep,
                             group_size, seq_len, samples, batch_size, force)
@@ -865,7 +874,7 @@ def convert(
     model, config = load_model(model_path)
     data = None
     if calibration is not None:
-        tokens = text_tokens(calibration, model_path)
+        tokens = calibration_tokens(calibration, model_path)
         data = batches(tokens, seq_len, batch_size, limit=samples)
         log(f"calibration: {sum(b.shape[0] for b in data)} x {seq_len} tokens from {calibration}")
     if smooth_alpha is not None:
@@ -873,7 +882,11 @@ def convert(
         applied = smooth(model, stats, smooth_alpha)
         log(f"smoothed {len(applied)} sites with alpha = {smooth_alpha}")
     table = {pattern: keep for pattern in skip}
-    report = None
+    report = chosen = None
+    if calibration is not None and smooth_alpha is None and sqnr_floor is None:
+        chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True)
+        log(chosen.summary())
+        table.update(chosen.keep)
     if sqnr_floor is not None:
         report = sensitivity(model, data, group_size, per_channel, progress=True)
         log(report.table())
@@ -897,6 +910,8 @@ def convert(
     save(model, out, config, source=model_path)
     if report is not None:  # after the checkpoint, which save swaps in as a new folder
         report.save(out / "sensitivity.json")
+    if chosen is not None:
+        chosen.save(out / "recipe.json")
     log(f"wrote {out}: linear layers {kinds}")
     return out
 

@@ -131,3 +131,59 @@ def test_refuses_other_models_and_quantized_layers(rng):
     w8.quantize(model)
     with pytest.raises(ValueError, match=r"is a Linear; smooth the float model before quantizing"):
         smooth(model, stats)
+
+
+def _tiny_gemma3(rng):
+    """A 2-block Gemma-3 text model (one sliding, one global layer) whose norms hold
+    random ``w`` (they scale by ``1 + w``), and GQA with 2 query heads per KV head."""
+    from mlx_lm.models import gemma3_text
+
+    args = gemma3_text.ModelArgs(
+        model_type="gemma3_text", hidden_size=128, num_hidden_layers=2, intermediate_size=256,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
+        sliding_window=8, sliding_window_pattern=2, query_pre_attn_scalar=32,
+    )
+    m = gemma3_text.Model(args)
+    for block in m.model.layers:
+        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                     "post_feedforward_layernorm"):
+            norm = getattr(block, name)
+            norm.weight = mx.array(rng.uniform(-0.5, 1.5, norm.weight.shape).astype(np.float32))
+    mx.eval(m.parameters())
+    return m
+
+
+def test_gemma3_smoothing_folds_into_one_plus_w_norms(rng):
+    model = _tiny_gemma3(rng)
+    calib, t = _tokens(rng, (2, 16)), _tokens(rng, (2, 16))
+    ref = np.array(model(t)).astype(np.float64)
+    before = calibrate(model, [calib])
+    sites = groups(model)
+    # The MLP's input comes from pre_feedforward_layernorm (post_attention_layernorm
+    # normalizes the attention output before the residual add).
+    assert {g.prev for g in sites if g.pair == "mlp_in"} == {
+        f"model.layers.{i}.pre_feedforward_layernorm" for i in range(2)}
+    applied = smooth(model, before, 0.7)
+    assert len(applied) == 4 * 2
+    got = np.array(model(t)).astype(np.float64)
+    assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max()
+    after = calibrate(model, [calib])
+    for g in sites:
+        if g.pair in ("attn_in", "mlp_in"):
+            s = np.array(applied[g.prev]).astype(np.float64)
+            np.testing.assert_allclose(np.array(after[g.linears[0]].absmax),
+                                       np.array(before[g.linears[0]].absmax) / s, rtol=1e-4, atol=1e-6)
+
+
+def test_per_site_alpha_leaves_unlisted_sites_alone(rng):
+    model, _ = tiny_lm.model("llama", rng=rng)
+    stats = calibrate(model, [_tokens(rng)])
+    before = {p: np.array(v) for p, v in tree_flatten(model.parameters())}
+    first, second = [g.prev for g in groups(model)][:2]
+    applied = smooth(model, stats, {first: 0.8, second: None})
+    assert list(applied) == [first]
+    after = {p: np.array(v) for p, v in tree_flatten(model.parameters())}
+    changed = {p for p in before if not np.array_equal(before[p], after[p])}
+    assert changed == {f"{first}.weight"} | {f"{p}.weight" for p in groups(model)[0].linears}
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
+        smooth(model, stats, {first: 2})

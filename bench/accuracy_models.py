@@ -1,0 +1,105 @@
+"""Perplexity of a pretrained model (``python -m mlx_w8a8.fetch``) as float, mlx-lm 8-bit
+(W8A16), W8A8 per-channel, W8A8 group-wise and W8A8 with the recipe, on local texts.
+
+Every variant is built once from the float folder, cast to ``--dtype``, and measured on
+every text with :func:`mlx_w8a8.eval.perplexity` (the same windows for each variant).
+W8A8 layers run the ``exact`` kernel. The recipe is calibrated on ``--calibration``
+(a file or ``builtin``), never on an evaluation text. Results are appended as JSON lines
+as soon as each is measured.
+
+    python bench/accuracy_models.py --model smollm2 --texts prose.txt code.txt \\
+        --calibration builtin --json results.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+
+import mlx_w8a8 as w8
+from mlx_w8a8.eval import DTYPES, perplexity
+from mlx_w8a8.recipe import calibration_tokens, recipe
+from mlx_w8a8.tokens import batches, text_tokens
+
+VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped")
+
+
+def build(folder: Path, variant: str, dtype, calib, log) -> nn.Module:
+    from mlx_lm.utils import load_model
+
+    model = load_model(folder)[0]
+    model.set_dtype(dtype)
+    if variant == "float":
+        return model
+    if variant == "w8a16":
+        nn.quantize(model, group_size=64, bits=8,
+                    class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
+        return model
+    skip = {"lm_head": "w8a16"}  # the convert command's default
+    if variant == "recipe":
+        chosen = recipe(model, calib)
+        log(chosen.summary())
+        skip.update(chosen.keep)
+    return w8.quantize(model, per_channel=variant != "w8a8_grouped", skip=skip, kernel="exact")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="float mlx-lm folder (python -m mlx_w8a8.fetch)")
+    p.add_argument("--texts", nargs="+", required=True, help="evaluation text files")
+    p.add_argument("--calibration", default="builtin", help="calibration file or 'builtin'")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--windows", type=int, default=2, help="windows per text")
+    p.add_argument("--calib-windows", type=int, default=4)
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    p.add_argument("--bos", action="store_true",
+                   help="start every window with the model's BOS token (config.json "
+                   "bos_token_id): Gemma needs it")
+    p.add_argument("--json", help="append results as JSON lines")
+    args = p.parse_args(argv)
+    folder = Path(args.model)
+
+    def log(line):
+        print(line, flush=True)
+
+    data = {t: batches(text_tokens(t, folder), args.seq_len, args.windows, args.windows)
+            for t in args.texts}
+    calib = batches(calibration_tokens(args.calibration, folder), args.seq_len, 4,
+                    args.calib_windows)
+    if args.bos:
+        bos = json.loads((folder / "config.json").read_text())["bos_token_id"]
+
+        def with_bos(b):
+            return mx.concatenate([mx.full((b.shape[0], 1), bos, b.dtype), b[:, :-1]], axis=1)
+
+        data = {t: [with_bos(b) for b in v] for t, v in data.items()}
+        calib = [with_bos(b) for b in calib]
+    for variant in args.variants.split(","):
+        start = time.time()
+        model = build(folder, variant, DTYPES[args.dtype], calib, log)
+        built = time.time() - start
+        for text, windows in data.items():
+            t0 = time.time()
+            ppl, count = perplexity(model, windows)
+            row = {"model": folder.name, "variant": variant, "text": Path(text).name, "bos": args.bos,
+                   "perplexity": ppl, "tokens": count, "seq_len": args.seq_len,
+                   "dtype": args.dtype, "build_s": round(built, 1),
+                   "eval_s": round(time.time() - t0, 1)}
+            log(json.dumps(row))
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+        del model
+        mx.clear_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

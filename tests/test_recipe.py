@@ -1,0 +1,174 @@
+"""The recommended recipe: per-site SmoothQuant strength from sampled rows, W8A16 floor."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten, tree_unflatten
+
+import mlx_w8a8 as w8
+import oracle
+import tiny_lm
+
+pytest.importorskip("mlx_lm", reason="mlx-lm is part of the test extra")
+from mlx_w8a8 import recipe as rc  # noqa: E402
+from mlx_w8a8.calibrate import calibrate  # noqa: E402
+from mlx_w8a8.smooth import groups  # noqa: E402
+
+
+def _tokens(rng, shape=(2, 32)):
+    return mx.array(rng.integers(0, 256, shape))
+
+
+def _outlier_model(rng, factor=50.0, n=4):
+    """A tiny Llama whose norms have n channels scaled by ``factor``, compensated in the
+    consumers (the same float function, with trained-model-like outlier channels)."""
+    model, _ = tiny_lm.model("llama", rng=rng)
+    for blk in model.model.layers:
+        for norm, linears in ((blk.input_layernorm, (blk.self_attn.q_proj, blk.self_attn.k_proj,
+                                                     blk.self_attn.v_proj)),
+                              (blk.post_attention_layernorm, (blk.mlp.gate_proj, blk.mlp.up_proj))):
+            f = np.ones(norm.weight.shape[0], np.float32)
+            f[rng.choice(f.size, n, replace=False)] = factor
+            norm.weight = norm.weight * mx.array(f)
+            for layer in linears:
+                layer.weight = layer.weight / mx.array(f)[None, :]
+    mx.eval(model.parameters())
+    return model
+
+
+def test_w8a8_error_is_the_exact_kernels_error(rng):
+    # The recipe's numpy W8A8 must be the package's W8A8: compare with mlx_w8a8.Linear on
+    # the exact kernel, on rows with an outlier channel and an all-zero row.
+    x = rng.standard_normal((33, 128)).astype(np.float32)
+    x[:, 5] *= 40.0
+    x[7] = 0.0
+    w = rng.standard_normal((48, 128)).astype(np.float32)
+    layer = w8.Linear.from_linear(_linear(w))
+    layer.kernel = "exact"
+    got = np.array(layer(mx.array(x))).astype(np.float64)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    signal, noise = rc.w8a8_error(x, w)
+    np.testing.assert_allclose(signal, np.sum(ref**2), rtol=1e-9)
+    np.testing.assert_allclose(noise, np.sum((got - ref) ** 2), rtol=1e-3)
+
+
+def _linear(w):
+    import mlx.nn as nn
+
+    layer = nn.Linear(w.shape[1], w.shape[0], bias=False)
+    layer.weight = mx.array(w)
+    return layer
+
+
+def test_capture_samples_every_stride_th_row(rng):
+    model, _ = tiny_lm.model("llama", rng=rng)
+    # 25 + 75 rows: the stride (10) does not divide the first batch, so the second
+    # batch's samples start mid-stride.
+    data = [_tokens(rng, (1, 25)), _tokens(rng, (3, 25))]
+    path = "model.layers.1.mlp.down_proj"
+    seen = []
+    calibrate(model, data, layers=[path],
+              hooks=[lambda p, m, x: seen.append(np.array(x).reshape(-1, x.shape[-1])) or None])
+    every = np.concatenate(seen)
+    stats, sample = rc.capture(model, data, rows=10, layers=[path])
+    stride = every.shape[0] // 10  # 100 rows -> every 10th, from the first
+    np.testing.assert_array_equal(sample[path], every[::stride])
+    assert set(sample) == {path} and len(stats) == 15
+
+
+def test_recipe_chooses_the_best_strength_per_site_and_repairs_outliers(rng):
+    model = _outlier_model(rng)
+    weights = tree_flatten(model.parameters())
+
+    def copy():
+        m, _ = tiny_lm.model("llama")
+        m.update(tree_unflatten(weights))
+        return m
+
+    calib, t = [_tokens(rng, (4, 32))], _tokens(rng, (2, 32))
+    ref = np.array(model(t)).astype(np.float64)
+    plain = oracle.sqnr_db(ref, np.array(w8.quantize(copy(), kernel="exact")(t)).astype(np.float64))
+
+    # The oracle of the choice: every grid strength scored in float64 from the maxima.
+    before = calibrate(model, calib)
+    _, sample = rc.capture(model, calib)
+    grid = (None, 0.3, 0.5, 0.7, 0.9)
+    want = {}
+    for g in groups(model):
+        if g.pair != "attn_in" and g.pair != "mlp_in":
+            continue
+        a = np.max([np.array(before[p].absmax, np.float64) for p in g.linears], axis=0)
+        ws = [np.array(dict(weights)[f"{p}.weight"], np.float64) for p in g.linears]
+        wmax = np.max([np.abs(w).max(axis=0) for w in ws], axis=0)
+        x = sample[g.linears[0]].astype(np.float64)
+        errs = {}
+        for alpha in grid:
+            s = np.ones_like(a) if alpha is None else a**alpha / wmax ** (1 - alpha)
+            errs[alpha] = sum(oracle.sqnr_db(x @ w.T, _fake_w8a8(x / s, w * s)) for w in ws)
+        want[g.prev] = max(errs, key=errs.get)
+
+    smoothed = copy()
+    chosen = rc.recipe(smoothed, calib, grid=grid, floor_db=-1000)
+    for prev, alpha in want.items():
+        assert chosen.alphas[prev] == alpha, prev
+    assert all(chosen.alphas[p] is not None for p in want)  # 50x outliers: smoothing pays
+    assert chosen.keep == {}
+    got = np.array(smoothed(t)).astype(np.float64)
+    assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max()  # the float function kept
+    fixed = oracle.sqnr_db(ref, np.array(w8.quantize(smoothed, kernel="exact")(t)).astype(np.float64))
+    print(f"W8A8 logits SQNR: plain {plain:.1f} dB, recipe {fixed:.1f} dB")
+    assert fixed > plain + 15
+    assert "SmoothQuant strength per site (8 sites)" in chosen.summary()
+
+
+def _fake_w8a8(x, w):
+    """Per-row symmetric int8 of x and w (round half to even, clip 127), float64."""
+    def q(a):
+        s = np.abs(a).max(axis=1, keepdims=True) / 127
+        s[s == 0] = 1
+        return np.clip(np.rint(a / s), -127, 127) * s
+    return q(x) @ q(w).T
+
+
+def test_floor_keeps_exactly_the_layers_below_it(rng):
+    model = _outlier_model(rng)
+    weights = tree_flatten(model.parameters())
+    calib = [_tokens(rng, (2, 32))]
+    first = rc.recipe(model, calib, grid=(None,), floor_db=-1000)  # unsmoothed: outliers stay
+    assert set(first.alphas.values()) == {None}
+    ranked = sorted(first.layers, key=lambda p: first.layers[p]["w8a8_db"])
+    floor = (first.layers[ranked[3]]["w8a8_db"] + first.layers[ranked[4]]["w8a8_db"]) / 2
+    again, _ = tiny_lm.model("llama")
+    again.update(tree_unflatten(weights))
+    second = rc.recipe(again, calib, grid=(None,), floor_db=floor, keep="float")
+    assert second.keep == {p: "float" for p in ranked[:4]}
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.recipe\] keep must be one of"):
+        rc.recipe(again, calib, keep="int4")
+    with pytest.raises(ValueError, match=r"grid must hold alphas in \[0, 1\] or None, got \[1.5\]"):
+        rc.recipe(again, calib, grid=[1.5])
+
+
+def test_builtin_text_is_local_prose():
+    text = rc.builtin_text()
+    assert "Beautiful is better than ugly." in text  # the Zen, decoded
+    assert "Return a new deque object" in text or "deque" in text
+    assert len(text) > 20_000
+
+
+def test_convert_applies_the_recipe_by_default(tmp_path, capsys):
+    from mlx_w8a8.convert import main
+
+    rng = np.random.default_rng()
+    model, config = tiny_lm.model("llama", rng=rng)
+    src = tiny_lm.folder(tmp_path / "src", model, config)
+    out = tmp_path / "out"
+    assert main(["--model", str(src), "--out", str(out), "--calibration", "builtin",
+                 "--seq-len", "64", "--samples", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "recipe: SmoothQuant strength per site (8 sites)" in printed
+    chosen = json.loads((out / "recipe.json").read_text())
+    assert len(chosen["alphas"]) == 8 and len(chosen["layers"]) == 15
+    loaded, _ = w8.load(out)
+    assert isinstance(loaded.model.layers[0].mlp.down_proj, w8.Linear)
