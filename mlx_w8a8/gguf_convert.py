@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .gguf_tokenizer import field, write_tokenizer
+
 ARCHITECTURES = ("llama", "gemma3")
 # dtype the folder is written in: float16 keeps more mantissa than bfloat16 where the
 # activations fit float16's range; Gemma-3's residual stream (~1e5) does not.
@@ -68,12 +70,6 @@ def open_gguf(path: str | Path):
             "pip install 'mlx-w8a8[models]' (or pip install gguf)"
         ) from None
     return gguf.GGUFReader(str(path))
-
-
-def field(reader, key: str, default=None):
-    """The value of a GGUF metadata field (``default`` when absent)."""
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
 
 
 def architecture(reader) -> str:
@@ -215,7 +211,6 @@ def write_folder(gguf_path: str | Path, out: str | Path, layers: int | None = No
     """
     import mlx.core as mx
 
-    from .gguf_tokenizer import write_tokenizer
 
     reader = open_gguf(gguf_path)
     cfg = config(reader, layers)

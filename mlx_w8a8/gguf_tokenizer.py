@@ -17,6 +17,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+
+def field(reader, key: str, default=None):
+    """The value of a GGUF metadata field (``default`` when absent)."""
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
 _NORMAL, _CONTROL, _USER, _BYTE = 1, 3, 4, 6
 
 
@@ -57,8 +63,6 @@ def build(reader):
     """
     from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers,
                             pre_tokenizers, processors)
-
-    from .gguf_convert import field
 
     kind = field(reader, "tokenizer.ggml.model")
     tokens = _strings(reader, "tokenizer.ggml.tokens")
@@ -114,7 +118,6 @@ def write_tokenizer(reader, folder: str | Path) -> dict:
     Returns:
         The special tokens (see :func:`build`).
     """
-    from .gguf_convert import field
 
     tok, special = build(reader)
     folder = Path(folder)

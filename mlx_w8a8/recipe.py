@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import attrs
 import mlx.core as mx
