@@ -15,6 +15,8 @@ What each candidate is checked against:
 - ``linear``: the W8A8 math in float64 (activations quantized per token, exact integer
   products) within the float32 epilogue bound plus half an ulp of the output dtype;
   ``mlx_qmm`` (W8A16, no activation quantization) against ``x @ dequantized(w).T``.
+  MLX's 4-bit weights (format ``grouped4``) the same way: the W4A8 math (unsigned codes,
+  offsets ``b``) and, for ``mlx_qmm4``, ``x @ dequantized(w).T``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from . import kernels
 from .kernels import registry
 from .weight import QuantizedWeight
 
-W8A16 = ("mlx_qmm",)  # linear candidates that multiply the float activations as they are
+W8A16 = ("mlx_qmm", "mlx_qmm4")  # linear candidates that multiply the float activations as they are
 HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 F32_RTOL = 1e-5  # float32 epilogue bound, relative to sum |x| |w| (docs/numerics.md)
 
@@ -43,6 +45,11 @@ LINEAR_CASES = [  # (M, N, K, dtype, per_channel, group_size, bias)
     (33, 70, 128, "bfloat16", True, 64, False),
     (6, 24, 256, "float16", False, 128, True),
     (17, 40, 192, "float32", False, 64, False),
+]
+LINEAR4_CASES = [  # MLX's 4-bit weights (grouped4): (M, N, K, dtype, group_size, bias)
+    (1, 40, 128, "float32", 32, True),
+    (33, 70, 192, "bfloat16", 64, False),
+    (6, 24, 256, "float16", 128, True),
 ]
 
 
@@ -67,18 +74,20 @@ def host(a: mx.array) -> np.ndarray:
 
 
 def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, bound)`` of the W8A8 math in float64 for float32 activation values ``x``."""
+    """``(y, bound)`` of the W8A8 math in float64 for float32 activation values ``x``
+    (W4A8 for a 4-bit weight: codes used as they are, offsets ``b``)."""
     q, scale = quantize_rows(x)
     codes = np.array(w.codes()).astype(np.int64)
+    shift = 128 if w.bits == 8 else 0
     s = host(w.scales).astype(np.float64)
     b = host(w.biases).astype(np.float64)
     gs = w.group_size
     groups = x.shape[1] // gs
     qg = q.astype(np.int64).reshape(q.shape[0], groups, gs)
-    wg = (codes - 128).reshape(codes.shape[0], groups, gs)
+    wg = (codes - shift).reshape(codes.shape[0], groups, gs)
     per_group = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)
     sums = qg.sum(-1).astype(np.float64)
-    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ (b + 128.0 * s).T)
+    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ (b + shift * s).T)
     w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
     magnitude = np.abs(scale.astype(np.float64)) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
     if bias is not None:
@@ -89,7 +98,7 @@ def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np
 
 def linear_w8a16(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
     """``(y, bound)`` of ``x @ dequantized(w).T`` in float64 (``mlx_qmm``'s math)."""
-    w_deq = host(mx.dequantize(w.q, w.scales, w.biases, w.group_size, 8)).astype(np.float64)
+    w_deq = host(mx.dequantize(w.q, w.scales, w.biases, w.group_size, w.bits)).astype(np.float64)
     y = x.astype(np.float64) @ w_deq.T
     magnitude = np.abs(x.astype(np.float64)) @ np.abs(w_deq).T
     if bias is not None:
@@ -166,11 +175,14 @@ def quantize_cases(rng: np.random.Generator) -> list[Case]:
 
 def linear_cases(rng: np.random.Generator) -> list[Case]:
     cases = []
-    for m, n, k, dtype, per_channel, gs, with_bias in LINEAR_CASES:
+    specs = [(m, n, k, dtype, per_channel, gs, with_bias, 8)
+             for m, n, k, dtype, per_channel, gs, with_bias in LINEAR_CASES]
+    specs += [(m, n, k, dtype, False, gs, with_bias, 4) for m, n, k, dtype, gs, with_bias in LINEAR4_CASES]
+    for m, n, k, dtype, per_channel, gs, with_bias, bits in specs:
         xm = mx.array(activations(rng, m, k)).astype(getattr(mx, dtype))
         x = host(xm)
         w = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32)),
-                                       group_size=gs, per_channel=per_channel)
+                                       group_size=gs, per_channel=per_channel, bits=bits)
         bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
         w8a8 = linear_w8a8(x, w, bias)
         w8a16 = linear_w8a16(x, w, bias)
@@ -182,8 +194,7 @@ def linear_cases(rng: np.random.Generator) -> list[Case]:
             want, bound = w8a16 if c.name in W8A16 else w8a8
             return within(host(y).astype(np.float64), want, bound, dtype)
 
-        fmt = "per_channel" if per_channel else "grouped"
-        cases.append((registry.Problem("linear", m, n, k, dtype, fmt, gs, with_bias), call))
+        cases.append((registry.Problem("linear", m, n, k, dtype, w.format, gs, with_bias), call))
     return cases
 
 
