@@ -361,14 +361,15 @@ def test_nax_tile_other_errors_are_not_retried(monkeypatch):
 # linear on MLX's 4-bit weights (W4A8): GEMMs (NAX, simd) and the GEMV
 # ---------------------------------------------------------------------------------------
 def weight4(rng, n, k, group_size):
-    """A random 4-bit weight with edge groups: row 1's second group all zero (codes 0,
-    scale and bias 0: it must add nothing), row 0's first group constant (every code
-    one value: a wrong nibble order cannot hide in it, the others must catch it), and
-    one row's codes spread over the full 0..15 range."""
+    """A random 4-bit weight with edge groups where it has rows to spare: row 1's second
+    group all zero (codes 0, scale and bias 0: it must add nothing) and row 0's first
+    group constant (scale 0, only the bias term b R_g is left); the other groups are
+    random codes over 0..15."""
     w = rng.standard_normal((n, k)).astype(np.float32)
-    if k >= 2 * group_size:
+    if n >= 2 and k >= 2 * group_size:
         w[1, group_size:2 * group_size] = 0.0
-    w[0, :group_size] = 0.75
+    if n >= 2:
+        w[0, :group_size] = 0.75
     return QuantizedWeight.from_float(mx.array(w), group_size=group_size, per_channel=False, bits=4)
 
 
@@ -376,7 +377,7 @@ def check_linear4(run, rng, m, n, k, dtype, group_size, with_bias):
     x, xv = activation(rng, m, k, dtype)
     w = weight4(rng, n, k, group_size)
     assert w.format == "grouped4"
-    if k >= 2 * group_size:
+    if n >= 2 and k >= 2 * group_size:
         assert not np.any(oracle.codes4(w)[1, group_size:2 * group_size])  # the all-zero group
     bias = mx.array(rng.standard_normal(n).astype(np.float32)) if with_bias else None
     y = run(x, w, bias)
@@ -390,6 +391,7 @@ def check_linear4(run, rng, m, n, k, dtype, group_size, with_bias):
     (1, 40, 128, 32, "float32", True),      # decode row through the GEMM; 4 groups of 32
     (33, 70, 192, 64, "bfloat16", False),   # M and N tails; 3 groups of 64 (fold every 2 tiles / steps)
     (64, 33, 256, 128, "float16", True),    # 2 groups of 128; N tail
+    (3, 1, 32, 32, "float32", False),       # a 4-word weight, bound in `constant` space
 ])
 def test_w4a8_linear(emulated, rng, nax, body, dtype, m, n, k, group_size, with_bias):
     """W4A8 through the grouped GEMMs on the packed codes: NAX where NAX is present,
@@ -404,14 +406,17 @@ def test_w4a8_linear(emulated, rng, nax, body, dtype, m, n, k, group_size, with_
 
 # M = 1, a guarded row (3, 7 below MAXM 4, 8), M = 16 (MAXM 16, R = 2); N = 37 leaves a
 # SIMD-group with one live feature; K = 96 is not a multiple of one 32-lane step (128).
-@pytest.mark.parametrize("m,group_size,k,dtype,with_bias", [
-    (1, 32, 96, "float32", True),
-    (3, 32, 96, "bfloat16", False),
-    (7, 64, 192, "float16", True),
-    (16, 128, 256, "float32", True),
+# N = 1, K = 32: the weight is 4 words, fewer than 8 elements, so MLX binds it (and the
+# scales) in `constant` space: the helpers' constant overloads.
+@pytest.mark.parametrize("m,n,group_size,k,dtype,with_bias", [
+    (1, 37, 32, 96, "float32", True),
+    (3, 37, 32, 96, "bfloat16", False),
+    (7, 37, 64, 192, "float16", True),
+    (16, 37, 128, 256, "float32", True),
+    (2, 1, 32, 32, "float32", True),
 ])
-def test_w4a8_gemv(emulated, rng, dtype, m, group_size, k, with_bias):
-    check_linear4(metal.w4a8_gemv, rng, m, 37, k, dtype, group_size, with_bias)
+def test_w4a8_gemv(emulated, rng, dtype, m, n, group_size, k, with_bias):
+    check_linear4(metal.w4a8_gemv, rng, m, n, k, dtype, group_size, with_bias)
     assert emulated.ran("gemv")
 
 
