@@ -507,7 +507,7 @@ out[thread_index_in_simdgroup] = float(ct_c[0]) + inp[0];
     ("int8_t, metal::int2b_format, int32_t", True),
     ("half, metal::uint4b_format, float", True),
     ("int8_t, metal::uint2b_format, int32_t", False),  # signedness must match
-    ("int8_t, metal::uint4b_format, int32_t", False),  # int8 activations x MLX's unsigned 4-bit codes (nax_gemm unpacks them)
+    ("int8_t, metal::uint4b_format, int32_t", False),  # int8 x MLX's unsigned 4-bit codes: nax_gemm unpacks
     ("uint8_t, metal::int4b_format, int32_t", False),
     ("int8_t, metal::int4b_format, float", False),     # integer x packed integer only to int32
 ])

@@ -83,10 +83,18 @@ METAL_FUNC uint8_t w8a8_weight(const device uint32_t* p, int n, int k, int K) {
 METAL_FUNC uint8_t w8a8_weight(const constant uint32_t* p, int n, int k, int K) {
   return uint8_t(w8a8_nibble(p[size_t(n) * (K / 8) + k / 8], k));
 }
-METAL_FUNC char4 w8a8_weights4(const device int8_t* p, int n, int k, int K) { return w8a8_load4(p + size_t(n) * K + k); }
-METAL_FUNC char4 w8a8_weights4(const constant int8_t* p, int n, int k, int K) { return w8a8_load4(p + size_t(n) * K + k); }
-METAL_FUNC uchar4 w8a8_weights4(const device uint8_t* p, int n, int k, int K) { return w8a8_load4(p + size_t(n) * K + k); }
-METAL_FUNC uchar4 w8a8_weights4(const constant uint8_t* p, int n, int k, int K) { return w8a8_load4(p + size_t(n) * K + k); }
+METAL_FUNC char4 w8a8_weights4(const device int8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC char4 w8a8_weights4(const constant int8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC uchar4 w8a8_weights4(const device uint8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC uchar4 w8a8_weights4(const constant uint8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
 METAL_FUNC uchar4 w8a8_weights4(const device uint32_t* p, int n, int k, int K) {
   return w8a8_nibbles4(p[size_t(n) * (K / 8) + k / 8], k);
 }

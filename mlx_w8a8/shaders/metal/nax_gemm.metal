@@ -10,8 +10,9 @@
 // table pairs int8_t left operands only with the signed int4b_format (unsigned
 // uint4b_format goes with uint8_t), and a packed operand is loaded through a tensor whose
 // in-register layout the emulator does not model (tests/metal_emu/metal_emu.h), so the
-// 0..15 codes enter an int8 x int8 -> int32 matmul2d as small int8 values. B is the right operand read with transpose_right = true, so
-// both operands are read along K: every lane loads runs of 4 consecutive bytes.
+// 0..15 codes enter an int8 x int8 -> int32 matmul2d as small int8 values.
+// B is the right operand read with transpose_right = true, so both operands are read
+// along K: every lane loads runs of 4 consecutive bytes (or 4 codes of one 4-bit word).
 //
 // Fragment layout (MLX's steel/gemm/nax.h, BaseNAXFrag): a 16 x 16 fragment gives lane
 // l the 8 elements (fr + 8 i, fc + j), i < 2, j < 4, at index 4 i + j, with qid = l / 4,
@@ -40,7 +41,8 @@
 // The epilogue loads its per-row and per-column values once per lane (4 rows, 8
 // columns), not once per element.
 //
-// Template parameters: BM, BN, WM, WN, TB (int8_t / uint8_t / uint32_t: 4-bit codes, MODE 2 only), FLIP, MODE, GS (32 unless MODE 2),
+// Template parameters: BM, BN, WM, WN, TB (int8_t / uint8_t / uint32_t: 4-bit codes,
+// MODE 2 only), FLIP, MODE, GS (32 unless MODE 2),
 // TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS.
 // Inputs: a [M, K] int8, b [N, K] TB ([N, K / 8] for uint32_t), sa [M, 1] f32, sw [N] f32,
 // ws [G, N] f32, wo [G, N] f32 (group-major: a group's scales of neighbouring columns are

@@ -17,11 +17,12 @@
 // MODE 2: out = sa[m] * sum_g (ws[g,n] * C_g + wo[g,n] * rs[m,g]) (+ bias[n])  (grouped)
 //         with C_g the exact int32 dot product over group g (GS values of K).
 //
-// Template parameters: TB (int8_t / uint8_t / uint32_t: 4-bit codes, MODE 2 only), FLIP, MODE, GS (MODE 2), TO (output
-// element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
+// Template parameters: TB (int8_t / uint8_t / uint32_t: 4-bit codes, MODE 2 only), FLIP,
+// MODE, GS (MODE 2), TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
 // b start 4-byte aligned and K % 4 == 0: stage with 4-byte loads).
 // Inputs: a [M, K] int8, b [N, K] TB ([N, K / 8] for uint32_t), sa [M, 1] f32, sw [N] f32,
-// ws [G, N] f32, wo [G, N] f32 (group-major; 8-bit: b + 128 s, 4-bit: b), rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
+// ws [G, N] f32, wo [G, N] f32 (group-major; 8-bit: b + 128 s, 4-bit: b), rs [M, G] int32,
+// bias [N] f32 (unused ones: any 1-element array).
 // Output: out [M, N] TO. Tile BM x BN = 32 x 32, 4 SIMD-groups (2 x 2) of 16 x 16 each.
 // Grid: (ceil(N / 32) * 128, ceil(M / 32), 1), threadgroup (128, 1, 1).
 
