@@ -357,6 +357,99 @@ def test_nax_tile_other_errors_are_not_retried(monkeypatch):
     assert metal._refused == set()
 
 
+# ---------------------------------------------------------------------------------------
+# linear on MLX's 4-bit weights (W4A8): GEMMs (NAX, simd) and the GEMV
+# ---------------------------------------------------------------------------------------
+def weight4(rng, n, k, group_size):
+    """A random 4-bit weight with edge groups where it has rows to spare: row 1's second
+    group all zero (codes 0, scale and bias 0: it must add nothing) and row 0's first
+    group constant (scale 0, only the bias term b R_g is left); the other groups are
+    random codes over 0..15."""
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    if n >= 2 and k >= 2 * group_size:
+        w[1, group_size:2 * group_size] = 0.0
+    if n >= 2:
+        w[0, :group_size] = 0.75
+    return QuantizedWeight.from_float(mx.array(w), group_size=group_size, per_channel=False, bits=4)
+
+
+def check_linear4(run, rng, m, n, k, dtype, group_size, with_bias):
+    x, xv = activation(rng, m, k, dtype)
+    w = weight4(rng, n, k, group_size)
+    assert w.format == "grouped4"
+    if n >= 2 and k >= 2 * group_size:
+        assert not np.any(oracle.codes4(w)[1, group_size:2 * group_size])  # the all-zero group
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)) if with_bias else None
+    y = run(x, w, bias)
+    assert y.dtype == x.dtype and y.shape == (m, n)
+    want, bound = oracle.linear4(xv, w, None if bias is None else np.array(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
+@pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
+@pytest.mark.parametrize("m,n,k,group_size,dtype,with_bias", [
+    (1, 40, 128, 32, "float32", True),      # decode row through the GEMM; 4 groups of 32
+    (33, 70, 192, 64, "bfloat16", False),   # M and N tails; 3 groups of 64 (fold every 2 tiles / steps)
+    (64, 33, 256, 128, "float16", True),    # 2 groups of 128; N tail
+    (3, 1, 32, 32, "float32", False),       # a 4-word weight, bound in `constant` space
+])
+def test_w4a8_linear(emulated, rng, nax, body, dtype, m, n, k, group_size, with_bias):
+    """W4A8 through the grouped GEMMs on the packed codes: NAX where NAX is present,
+    the simdgroup-matrix kernel elsewhere; against the float64 / int64 oracle."""
+    emulated.need_nax(nax)
+    with metal.override(metal=True, nax=nax):
+        check_linear4(metal.w4a8_linear, rng, m, n, k, dtype, group_size, with_bias)
+    assert emulated.ran(body) and emulated.ran("quantize")
+    if emulated.sources is not None:
+        assert not emulated.ran("simd_gemm" if nax else "nax_gemm")
+
+
+# M = 1, a guarded row (3, 7 below MAXM 4, 8), M = 16 (MAXM 16, R = 2); N = 37 leaves a
+# SIMD-group with one live feature; K = 96 is not a multiple of one 32-lane step (128).
+# N = 1, K = 32: the weight is 4 words, fewer than 8 elements, so MLX binds it (and the
+# scales) in `constant` space: the helpers' constant overloads.
+@pytest.mark.parametrize("m,n,group_size,k,dtype,with_bias", [
+    (1, 37, 32, 96, "float32", True),
+    (3, 37, 32, 96, "bfloat16", False),
+    (7, 37, 64, 192, "float16", True),
+    (16, 37, 128, 256, "float32", True),
+    (2, 1, 32, 32, "float32", True),
+])
+def test_w4a8_gemv(emulated, rng, dtype, m, n, group_size, k, with_bias):
+    check_linear4(metal.w4a8_gemv, rng, m, n, k, dtype, group_size, with_bias)
+    assert emulated.ran("gemv")
+
+
+def test_w4a8_kernels_read_the_packed_words():
+    """No int8 copy of a 4-bit weight: the GEMM's and the GEMV's weight input is the
+    weight's own ``[N, K / 8]`` uint32 array, and the kernels take the codes unflipped."""
+    seen = []
+
+    def record(kernel, *, inputs, template, output_shapes, output_dtypes, **_):
+        seen.append((inputs, dict(template)))
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+    w = QuantizedWeight.from_float(mx.zeros((8, 64)), group_size=32, per_channel=False, bits=4)
+    previous = metal.set_executor(record)
+    try:
+        with metal.override(metal=True, nax=False):
+            metal.w4a8_linear(mx.ones((20, 64)), w, None)
+            metal.w4a8_gemv(mx.ones((2, 64)), w, None)
+    finally:
+        metal.set_executor(previous)
+    launches = [(i, t) for i, t in seen if "FLIP" in t]  # the GEMM and the GEMV, not quantize
+    assert len(launches) == 2
+    for inputs, template in launches:
+        assert inputs[2] is w.q if "R" in template else inputs[1] is w.q
+        assert template["FLIP"] is False and template["MODE"] == 2
+
+
+def test_w4a8_gemv_refuses_more_than_16_rows(emulated, rng):
+    x, _ = activation(rng, 17, 64, "float32", edge_rows=False)
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.linear\] metal_w4a8_gemv takes M in 1..16"):
+        metal.w4a8_gemv(x, weight4(rng, 8, 64, 32), None)
+
+
 def test_gemv_refuses_more_than_16_rows(emulated, rng):
     x, _ = activation(rng, 17, 64, "float32", edge_rows=False)
     with pytest.raises(ValueError, match="M in 1..16"):
@@ -373,6 +466,8 @@ def problems():
         "linear": Problem("linear", 64, 64, 64, "float16", "per_channel", 32),
         "decode": Problem("linear", 4, 64, 64, "float16", "per_channel", 32),
         "grouped": Problem("linear", 64, 64, 64, "bfloat16", "grouped", 64),
+        "grouped4": Problem("linear", 64, 64, 128, "bfloat16", "grouped4", 64),
+        "decode4": Problem("linear", 1, 64, 128, "float16", "grouped4", 128),
     }
 
 
@@ -581,7 +676,8 @@ def check_nothing_offered():
     tiles = {f"metal_nax_{op}_gemm_{t}" for op in ("int8", "w8a8") for t in metal.NAX_TILES}
     assert metal_names == {"metal_quantize", "metal_nax_int8_gemm", "metal_simd_int8_gemm",
                            "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
-                           "metal_w8a8_gemm_grouped", "metal_int8_gemv"} | tiles
+                           "metal_w8a8_gemm_grouped", "metal_int8_gemv", "metal_w4a8_gemm",
+                           "metal_w4a8_gemv"} | tiles
     for problem in problems().values():
         offered = registry.names(registry.candidates(problem))
         assert not [n for n in offered if n.startswith("metal_")], offered
@@ -594,10 +690,12 @@ def check_nothing_offered():
 @pytest.mark.parametrize("nax,want", [
     (False, {"quantize": "metal_quantize", "int8": "metal_simd_int8_gemm",
              "linear": "metal_simd_w8a8_gemm", "decode": "metal_int8_gemv",
-             "grouped": "metal_w8a8_gemm_grouped"}),
+             "grouped": "metal_w8a8_gemm_grouped", "grouped4": "metal_w4a8_gemm",
+             "decode4": "metal_w4a8_gemv"}),
     (True, {"quantize": "metal_quantize", "int8": "metal_nax_int8_gemm",
             "linear": "metal_nax_w8a8_gemm", "decode": "metal_int8_gemv",
-            "grouped": "metal_w8a8_gemm_grouped"}),
+            "grouped": "metal_w8a8_gemm_grouped", "grouped4": "metal_w4a8_gemm",
+            "decode4": "metal_w4a8_gemv"}),
 ])
 def test_override_picks_nax_or_fallback(nax, want):
     with metal.override(metal=True, nax=nax):

@@ -34,18 +34,23 @@ def emulated():
 
 
 def plant(monkeypatch, file: str, old: str, new: str):
-    """Make ``metal._kernel`` build ``file`` with ``old`` replaced by ``new`` (once)."""
+    """Make ``metal._kernel`` build ``file`` with ``old`` replaced by ``new`` (once);
+    ``file`` ``"common.h"`` plants into the helpers every kernel is built with."""
     text = sources.read("metal", file)
     assert text.count(old) == 1, f"the planted bug's anchor {old!r} must occur once in {file}"
     real = metal._kernel
+    common = sources.read("metal", "common.h")
+    if file == "common.h":
+        common = common.replace(old, new)
 
     def fake(f, body, inputs, outputs):
-        if f != file:
+        if f != file and file != "common.h":
             return real(f, body, inputs, outputs)
-        header, bodies = sources.split(text.replace(old, new), "metal")
+        planted = text.replace(old, new) if f == file else sources.read("metal", f)
+        header, bodies = sources.split(planted, "metal")
         return mx.fast.metal_kernel(
             name=f"w8a8_{body}_planted", input_names=list(inputs), output_names=list(outputs),
-            source=bodies[body], header=sources.read("metal", "common.h") + header)
+            source=bodies[body], header=common + header)
 
     monkeypatch.setattr(metal, "_kernel", fake)
 
@@ -186,6 +191,69 @@ def test_missing_flush_in_gemv_is_caught(emulated, monkeypatch):
     good = np.array(metal.int8_gemv(mx.array(x), wq, None))
     plant(monkeypatch, "gemv.metal", "constexpr int FLUSH_STEPS = 256;", "constexpr int FLUSH_STEPS = 1 << 20;")
     assert not np.array_equal(np.array(metal.int8_gemv(mx.array(x), wq, None)), good)
+
+
+def w4a8_case(rng, m=5, n=40, k=128, group_size=32):
+    """Activations and a 4-bit weight whose nibble pairs differ (random codes), with the
+    oracle's answer and bound: a swapped nibble order changes the products."""
+    from mlx_w8a8.weight import QuantizedWeight
+
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32)),
+                                   group_size=group_size, per_channel=False, bits=4)
+    want, bound = oracle.linear4(x, w, None)
+
+    def correct(y):
+        try:
+            oracle.assert_close(y, want, bound, "float32")
+        except AssertionError:
+            return False
+        return True
+    return mx.array(x), w, correct
+
+
+# The 4-bit kernels read codes through two helpers of common.h: w8a8_nibbles4 (four codes
+# of a word: the simd GEMM's staging, the GEMV) and w8a8_nibble (one code: the NAX GEMM
+# and the simd GEMM's guarded path). Each mutant takes the high nibble of a byte first.
+NIBBLES4 = "return uchar4(uchar(h & 0xFu), uchar((h >> 4) & 0xFu), uchar((h >> 8) & 0xFu), uchar((h >> 12) & 0xFu));"
+NIBBLES4_SWAPPED = "return uchar4(uchar((h >> 4) & 0xFu), uchar(h & 0xFu), uchar((h >> 12) & 0xFu), uchar((h >> 8) & 0xFu));"
+NIBBLE = "return (word >> (4 * (k & 7))) & 0xFu;"
+NIBBLE_SWAPPED = "return (word >> (4 * ((k & 7) ^ 1))) & 0xFu;"
+
+
+@pytest.mark.parametrize("kind,old,new", [
+    ("simd", NIBBLES4, NIBBLES4_SWAPPED),
+    ("nax", NIBBLE, NIBBLE_SWAPPED),
+    ("gemv", NIBBLES4, NIBBLES4_SWAPPED),
+], ids=["simd", "nax", "gemv"])
+def test_wrong_nibble_order_in_w4a8_is_caught(emulated, rng, monkeypatch, kind, old, new):
+    """MLX's order is code j of a word in bits 4j .. 4j + 3 (the low nibble of a byte
+    first); reading the high nibble first gives wrong outputs."""
+    x, w, correct = w4a8_case(rng)
+    run = metal.w4a8_gemv if kind == "gemv" else metal.w4a8_linear
+    with metal.override(metal=True, nax=kind == "nax"):
+        assert correct(run(x, w, None))
+        plant(monkeypatch, "common.h", old, new)
+        assert_caught(lambda: run(x, w, None), correct)
+
+
+@pytest.mark.parametrize("kind,file,old,new", [
+    # the last group's exact sums never folded into float32
+    ("simd", "simd_gemm.metal", "if (k_end % FLUSH == 0 || k_end >= K) {",
+     "if (k_end % FLUSH == 0 && k_end < K) {"),
+    ("nax", "nax_gemm.metal", "if (MODE == 2 && (k0 + SK) % GS == 0) {",
+     "if (MODE == 2 && (k0 + SK) % GS == 0 && k0 + SK < K) {"),
+    # the last group's offset term (bias times the activation code sum) left out
+    ("gemv", "gemv.metal", "for (int g = int(lane); g < G; g += 32) {",
+     "for (int g = int(lane); g < G - 1; g += 32) {"),
+], ids=["simd", "nax", "gemv"])
+def test_dropped_group_in_w4a8_is_caught(emulated, rng, monkeypatch, kind, file, old, new):
+    x, w, correct = w4a8_case(rng, k=96)
+    run = metal.w4a8_gemv if kind == "gemv" else metal.w4a8_linear
+    with metal.override(metal=True, nax=kind == "nax"):
+        assert correct(run(x, w, None))
+        plant(monkeypatch, file, old, new)
+        assert_caught(lambda: run(x, w, None), correct)
 
 
 def test_misaligned_vector_staging_is_caught(emulated, rng):
@@ -439,6 +507,7 @@ out[thread_index_in_simdgroup] = float(ct_c[0]) + inp[0];
     ("int8_t, metal::int2b_format, int32_t", True),
     ("half, metal::uint4b_format, float", True),
     ("int8_t, metal::uint2b_format, int32_t", False),  # signedness must match
+    ("int8_t, metal::uint4b_format, int32_t", False),  # int8 x MLX's unsigned 4-bit codes: nax_gemm unpacks
     ("uint8_t, metal::int4b_format, int32_t", False),
     ("int8_t, metal::int4b_format, float", False),     # integer x packed integer only to int32
 ])

@@ -17,8 +17,14 @@ module never needs Metal):
 - ``metal_w8a8_gemm_grouped`` (``linear``, grouped affine weights): quantize with row
   sums + GEMM folding each group's exact sums into float32; NAX kernel where NAX is
   present, the simdgroup-matrix kernel elsewhere.
-- ``metal_int8_gemv`` (``linear``, M <= 16, either format): quantize + a memory-bound
-  kernel over the stored codes.
+- ``metal_int8_gemv`` (``linear``, M <= 16, either 8-bit format): quantize + a
+  memory-bound kernel over the stored codes.
+- ``metal_w4a8_gemm`` (``linear``, MLX's 4-bit weights, format ``grouped4``): quantize
+  with row sums + the grouped GEMMs reading the packed 4-bit words in place (no int8
+  copy of the weight), each group's exact int32 sums promoted in float32 with its scale
+  and bias; NAX kernel where NAX is present (the codes unpacked to int8 in registers),
+  the simdgroup-matrix kernel elsewhere.
+- ``metal_w4a8_gemv`` (``linear``, M <= 16, ``grouped4``): the GEMV on the packed codes.
 
 On M1-M4 (no NAX) the int8 GEMMs do the same half-precision MMA work as MLX's own 8-bit
 ``qmm`` plus a quantize pass, so they are offered honestly but are not expected to win
@@ -548,12 +554,58 @@ def simd_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     return _linear_per_channel(False, x, weight, bias)
 
 
-def grouped_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
-    """Grouped (general affine 8-bit) W8A8 linear; NAX kernel where NAX is present."""
+def _linear_grouped(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Group-wise promotion, one path for 8-bit and 4-bit codes: per-group exact int32
+    sums folded into float32 with the group's scale and offset (kernels' MODE 2)."""
     q, sa, rs = quantize(x, weight.group_size)
     ws, wo = group_major(weight)
-    return _gemm(nax_available(), q, weight.codes(), flip=True, mode=2, gs=weight.group_size,
-                 out_dtype=x.dtype, sa=sa, ws=ws, wo=wo, rs=rs, bias=_bias32(bias), vec=True)
+    return _gemm(nax_available(), q, weight_operand(weight), flip=weight.bits == 8, mode=2,
+                 gs=weight.group_size, out_dtype=x.dtype, sa=sa, ws=ws, wo=wo, rs=rs,
+                 bias=_bias32(bias), vec=True)
+
+
+def grouped_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Grouped (general affine 8-bit) W8A8 linear; NAX kernel where NAX is present.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32.
+        weight: a grouped 8-bit ``QuantizedWeight`` ``[N, K]``.
+        bias: None or ``[N]``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    return _linear_grouped(x, weight, bias)
+
+
+def w4a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """W4A8 linear on MLX's 4-bit codes as stored (read packed, no int8 copy): per-token
+    int8 activations, exact int32 sums per group, promoted per group in float32 with
+    ``s_ng`` and ``b_ng`` (``docs/numerics.md``, W4A8). NAX kernel where NAX is present,
+    the simdgroup-matrix kernel elsewhere.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32.
+        weight: a 4-bit ``QuantizedWeight`` ``[N, K]`` (group size 32, 64 or 128).
+        bias: None or ``[N]``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    return _linear_grouped(x, weight, bias)
+
+
+def weight_operand(weight) -> mx.array:
+    """What the kernels read as the weight: the 8-bit codes ``[N, K]`` uint8 (a view), or
+    the 4-bit weight's packed words ``[N, K / 8]`` uint32 as stored."""
+    return weight.codes() if weight.bits == 8 else weight.q
+
+
+def group_offsets(weight) -> mx.array:
+    """``[N, G]`` float32 per-group offsets the MODE 2 kernels add times the group's
+    activation code sum: ``b + 128 s`` for 8-bit codes (read as ``q - 128``), the stored
+    biases ``b`` for 4-bit codes (read as they are)."""
+    return weight.group_offsets if weight.bits == 8 else weight.biases.astype(mx.float32)
 
 
 def group_major(weight) -> tuple[mx.array, mx.array]:
@@ -561,7 +613,7 @@ def group_major(weight) -> tuple[mx.array, mx.array]:
     the epilogue's lanes read neighbouring columns of one group, adjacent in this layout
     (MLX stores them ``[N, G]``, a stride of G per column)."""
     return (weight.derived("metal_scales_gn", lambda: mx.contiguous(weight.scales.astype(mx.float32).T)),
-            weight.derived("metal_offsets_gn", lambda: mx.contiguous(weight.group_offsets.T)))
+            weight.derived("metal_offsets_gn", lambda: mx.contiguous(group_offsets(weight).T)))
 
 
 def gemv_rows(m: int) -> int:
@@ -579,10 +631,37 @@ def gemv_max_m(m: int) -> int:
 
 
 def int8_gemv(x: mx.array, weight, bias: mx.array | None) -> mx.array:
-    """Decode W8A8 linear for ``M <= 16`` rows, per-channel or grouped weights."""
+    """Decode W8A8 linear for ``M <= 16`` rows, per-channel or grouped 8-bit weights.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32, ``1 <= M <= 16``.
+        weight: an 8-bit ``QuantizedWeight`` ``[N, K]``.
+        bias: None or ``[N]``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    return _gemv(x, weight, bias, "metal_int8_gemv")
+
+
+def w4a8_gemv(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Decode W4A8 linear for ``M <= 16`` rows on MLX's packed 4-bit codes as stored.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32, ``1 <= M <= 16``.
+        weight: a 4-bit ``QuantizedWeight`` ``[N, K]``.
+        bias: None or ``[N]``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    return _gemv(x, weight, bias, "metal_w4a8_gemv")
+
+
+def _gemv(x: mx.array, weight, bias: mx.array | None, name: str) -> mx.array:
     m = x.shape[0]
     if not 1 <= m <= GEMV_MAX_M:
-        raise ValueError(f"[mlx_w8a8.linear] metal_int8_gemv takes M in 1..{GEMV_MAX_M} rows, got M = {m}")
+        raise ValueError(f"[mlx_w8a8.linear] {name} takes M in 1..{GEMV_MAX_M} rows, got M = {m}")
     n = weight.n
     grouped = not weight.per_channel
     q, sa, rs = quantize(x, weight.group_size if grouped else None)
@@ -592,13 +671,14 @@ def int8_gemv(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     per_group = GEMV_THREADS // 32 * rows
     (out,) = _executor(
         _kernel("gemv.metal", "gemv", ("xq", "sa", "w", "sw", "ws", "wo", "rs", "bias"), ("out",)),
-        inputs=[q, sa, weight.codes(),
+        inputs=[q, sa, weight_operand(weight),
                 f32 if grouped else weight.channel_scales,
                 weight.scales.astype(mx.float32) if grouped else f32,
-                weight.group_offsets if grouped else f32,
+                group_offsets(weight) if grouped else f32,
                 rs if grouped else _dummy(mx.int32),
                 f32 if bias is None else _bias32(bias)],
-        template=[("MODE", 2 if grouped else 1), ("GS", weight.group_size), ("MAXM", gemv_max_m(m)),
+        template=[("FLIP", weight.bits == 8), ("MODE", 2 if grouped else 1), ("GS", weight.group_size),
+                  ("MAXM", gemv_max_m(m)),
                   ("R", rows), ("NT", GEMV_THREADS), ("TO", kdtype), ("OUT_BF16", bf16),
                   ("HAS_BIAS", bias is not None)],
         grid=(-(-n // per_group) * GEMV_THREADS, 1, 1),
@@ -635,9 +715,19 @@ def _supports_grouped(p: registry.Problem) -> bool:
             and p.group_size in (32, 64, 128) and p.k % p.group_size == 0)
 
 
+def _supports_grouped4(p: registry.Problem) -> bool:
+    # K is a multiple of the group size, hence of 8 (whole packed words per row).
+    return (_sizes_ok(p) and p.weight_format == "grouped4" and p.dtype in FLOAT_DTYPES
+            and p.group_size in (32, 64, 128) and p.k % p.group_size == 0)
+
+
 def _supports_gemv(p: registry.Problem) -> bool:
     return (p.m <= GEMV_MAX_M and p.weight_format in ("per_channel", "grouped")
             and (_supports_per_channel(p) or _supports_grouped(p)))
+
+
+def _supports_gemv4(p: registry.Problem) -> bool:
+    return p.m <= GEMV_MAX_M and _supports_grouped4(p)
 
 
 def pick(problem: registry.Problem) -> registry.Candidate | None:
@@ -651,8 +741,8 @@ def pick(problem: registry.Problem) -> registry.Candidate | None:
     order = {
         "quantize_activation": ["metal_quantize"],
         "int8_matmul": ["metal_nax_int8_gemm", "metal_simd_int8_gemm"],
-        "linear": ["metal_int8_gemv", "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
-                   "metal_w8a8_gemm_grouped"],
+        "linear": ["metal_int8_gemv", "metal_w4a8_gemv", "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
+                   "metal_w8a8_gemm_grouped", "metal_w4a8_gemm"],
     }[problem.op]
     for name in order:
         candidate = registry.get(problem.op, name)
@@ -669,6 +759,8 @@ _CANDIDATES = [  # name, op, run, supports, available
     ("metal_simd_w8a8_gemm", "linear", simd_w8a8_linear, _supports_per_channel, metal_available),
     ("metal_w8a8_gemm_grouped", "linear", grouped_w8a8_linear, _supports_grouped, metal_available),
     ("metal_int8_gemv", "linear", int8_gemv, _supports_gemv, metal_available),
+    ("metal_w4a8_gemm", "linear", w4a8_linear, _supports_grouped4, metal_available),
+    ("metal_w4a8_gemv", "linear", w4a8_gemv, _supports_gemv4, metal_available),
 ]
 for _tile in NAX_TILES:
     _CANDIDATES += [

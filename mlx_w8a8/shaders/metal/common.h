@@ -53,3 +53,51 @@ METAL_FUNC uchar4 w8a8_load4(const device uint8_t* p) {
 METAL_FUNC uchar4 w8a8_load4(const constant uint8_t* p) {
   return uchar4(uint8_t(p[0]), uint8_t(p[1]), uint8_t(p[2]), uint8_t(p[3]));
 }
+
+// Weight operands, overloaded on the stored element type (resolved at compile time, so
+// one kernel body serves every format; MODE 2's per-group promotion is the same for
+// 8-bit and 4-bit codes):
+// - int8_t / uint8_t: an [N, K] matrix of 8-bit values (raw int8, or stored 8-bit codes
+//   the caller flips with W8A8_WEIGHT);
+// - uint32_t: MLX's packed 4-bit codes, [N, K / 8] words, code j of a word in bits
+//   4j .. 4j + 3 (element 2i is the low nibble of byte i). K % 8 == 0. The codes are
+//   unsigned, 0..15, used as they are (no flip; FLIP is false for them).
+// w8a8_weight(p, n, k, K): element (n, k). w8a8_weights4(p, n, k, K): elements
+// (n, k .. k + 3), k % 4 == 0; for 8-bit values row n must start 4-byte aligned
+// (K % 4 == 0 and an aligned buffer): one 4-byte load. For 4-bit codes the four lie in
+// one word (k % 4 == 0), one 4-byte load whatever K.
+METAL_FUNC uchar4 w8a8_nibbles4(uint word, int k) {
+  const uint h = word >> (4 * (k & 7));
+  return uchar4(uchar(h & 0xFu), uchar((h >> 4) & 0xFu), uchar((h >> 8) & 0xFu), uchar((h >> 12) & 0xFu));
+}
+METAL_FUNC uint w8a8_nibble(uint word, int k) {
+  return (word >> (4 * (k & 7))) & 0xFu;
+}
+METAL_FUNC int8_t w8a8_weight(const device int8_t* p, int n, int k, int K) { return p[size_t(n) * K + k]; }
+METAL_FUNC int8_t w8a8_weight(const constant int8_t* p, int n, int k, int K) { return p[size_t(n) * K + k]; }
+METAL_FUNC uint8_t w8a8_weight(const device uint8_t* p, int n, int k, int K) { return p[size_t(n) * K + k]; }
+METAL_FUNC uint8_t w8a8_weight(const constant uint8_t* p, int n, int k, int K) { return p[size_t(n) * K + k]; }
+METAL_FUNC uint8_t w8a8_weight(const device uint32_t* p, int n, int k, int K) {
+  return uint8_t(w8a8_nibble(p[size_t(n) * (K / 8) + k / 8], k));
+}
+METAL_FUNC uint8_t w8a8_weight(const constant uint32_t* p, int n, int k, int K) {
+  return uint8_t(w8a8_nibble(p[size_t(n) * (K / 8) + k / 8], k));
+}
+METAL_FUNC char4 w8a8_weights4(const device int8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC char4 w8a8_weights4(const constant int8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC uchar4 w8a8_weights4(const device uint8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC uchar4 w8a8_weights4(const constant uint8_t* p, int n, int k, int K) {
+  return w8a8_load4(p + size_t(n) * K + k);
+}
+METAL_FUNC uchar4 w8a8_weights4(const device uint32_t* p, int n, int k, int K) {
+  return w8a8_nibbles4(p[size_t(n) * (K / 8) + k / 8], k);
+}
+METAL_FUNC uchar4 w8a8_weights4(const constant uint32_t* p, int n, int k, int K) {
+  return w8a8_nibbles4(p[size_t(n) * (K / 8) + k / 8], k);
+}

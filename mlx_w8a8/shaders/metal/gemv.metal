@@ -1,4 +1,4 @@
-// Decode GEMV (M = 1..16 rows) on the stored affine 8-bit weights: memory-bound.
+// Decode GEMV (M = 1..16 rows) on the stored affine 8-bit or 4-bit weights: memory-bound.
 // A SIMD-group computes R = 4 output features n; NT / 32 SIMD-groups per threadgroup.
 // Every step a lane loads 4 consecutive activation codes per row (one char4) and 4
 // consecutive weight codes per feature (one uchar4) and applies each activation load to
@@ -12,14 +12,17 @@
 // Accumulators are registers: arrays of the compile-time length MAXM (the next power of
 // two >= M), every loop over them unrolled, rows m >= M skipped by an `m < M` guard.
 //
-// Inputs: xq [M, K] int8 codes, sa [M, 1] f32 row scales, w [N, K] uint8 stored codes,
+// Inputs: xq [M, K] int8 codes, sa [M, 1] f32 row scales, w [N, K] uint8 stored codes
+// (FLIP: w ^ 0x80 is the int8 weight), or, with MODE 2, MLX's packed
+// 4-bit codes [N, K / 8] uint32 words used as they are (0..15, FLIP false: W4A8; a lane's 4
+// codes are one half-word of one word),
 // MODE 1 (per-channel): sw [N] f32;   out = float(C) * sa[m] * sw[n] (+ bias[n])
 //   C = sum_k xq * (w ^ 0x80), exact in int32 per lane and summed exactly by simd_sum.
-// MODE 2 (grouped): ws [N, G], wo [N, G] f32 (b' = b + 128 s), rs [M, G] int32;
+// MODE 2 (grouped): ws [N, G], wo [N, G] f32 (8-bit: b' = b + 128 s; 4-bit: b), rs [M, G] int32;
 //   out = sa[m] * (sum_g ws[n,g] * C_g + sum_g wo[n,g] * rs[m,g]) (+ bias[n]). A lane's
 //   4 codes never straddle a group (GS is a multiple of 4); the wo * rs terms are spread
 //   over the lanes by g.
-// Unused inputs: any 1-element array. Template parameters: MODE, GS, MAXM, R, NT, TO,
+// Unused inputs: any 1-element array. Template parameters: FLIP, MODE, GS, MAXM, R, NT, TO,
 // OUT_BF16, HAS_BIAS. Grid: (ceil(N / (R * NT / 32)) * NT, 1, 1), threadgroup (NT, 1, 1).
 
 #define W8A8_GEMV_UNROLL _Pragma("clang loop unroll(full)")
@@ -52,11 +55,11 @@ if (n0 < N) {
     float s_g[R];
     W8A8_GEMV_UNROLL for (int r = 0; r < R; ++r) {
       const bool live = n0 + r < N;
-      const uchar4 v = live ? w8a8_load4(w + size_t(n0 + r) * K + 4 * s) : uchar4(uchar(0x80));
-      wf[r][0] = float(W8A8_WEIGHT(true, v.x));
-      wf[r][1] = float(W8A8_WEIGHT(true, v.y));
-      wf[r][2] = float(W8A8_WEIGHT(true, v.z));
-      wf[r][3] = float(W8A8_WEIGHT(true, v.w));
+      const uchar4 v = live ? w8a8_weights4(w, n0 + r, 4 * s, K) : uchar4(uchar(FLIP ? 0x80 : 0));
+      wf[r][0] = float(W8A8_WEIGHT(FLIP, v.x));
+      wf[r][1] = float(W8A8_WEIGHT(FLIP, v.y));
+      wf[r][2] = float(W8A8_WEIGHT(FLIP, v.z));
+      wf[r][3] = float(W8A8_WEIGHT(FLIP, v.w));
       s_g[r] = (MODE == 2 && live) ? ws[size_t(n0 + r) * G + (4 * s) / GS] : 0.0f;
     }
     W8A8_GEMV_UNROLL for (int m = 0; m < MAXM; ++m) {

@@ -4,8 +4,15 @@
 // The int32 accumulator is exact for any K up to 2^17.
 //
 // C[m, n] = sum_k A[m, k] * B[n, k]: A [M, K] int8, B [N, K] int8 (or uint8 codes with
-// FLIP, B = code ^ 0x80). B is the right operand read with transpose_right = true, so
-// both operands are read along K: every lane loads runs of 4 consecutive bytes.
+// FLIP, B = code ^ 0x80; or, TB = uint32_t, MLX's packed 4-bit codes [N, K / 8] words,
+// B = code in 0..15, no FLIP: W4A8).
+// 4-bit codes are unpacked into the int8 right operand in registers: Apple's matmul2d
+// table pairs int8_t left operands only with the signed int4b_format (unsigned
+// uint4b_format goes with uint8_t), and a packed operand is loaded through a tensor whose
+// in-register layout the emulator does not model (tests/metal_emu/metal_emu.h), so the
+// 0..15 codes enter an int8 x int8 -> int32 matmul2d as small int8 values.
+// B is the right operand read with transpose_right = true, so both operands are read
+// along K: every lane loads runs of 4 consecutive bytes (or 4 codes of one 4-bit word).
 //
 // Fragment layout (MLX's steel/gemm/nax.h, BaseNAXFrag): a 16 x 16 fragment gives lane
 // l the 8 elements (fr + 8 i, fc + j), i < 2, j < 4, at index 4 i + j, with qid = l / 4,
@@ -34,10 +41,12 @@
 // The epilogue loads its per-row and per-column values once per lane (4 rows, 8
 // columns), not once per element.
 //
-// Template parameters: BM, BN, WM, WN, TB (int8_t / uint8_t), FLIP, MODE, GS (32 unless MODE 2),
+// Template parameters: BM, BN, WM, WN, TB (int8_t / uint8_t / uint32_t: 4-bit codes,
+// MODE 2 only), FLIP, MODE, GS (32 unless MODE 2),
 // TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS.
-// Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [G, N] f32,
-// wo [G, N] f32 (group-major: a group's scales of neighbouring columns are adjacent), rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
+// Inputs: a [M, K] int8, b [N, K] TB ([N, K / 8] for uint32_t), sa [M, 1] f32, sw [N] f32,
+// ws [G, N] f32, wo [G, N] f32 (group-major: a group's scales of neighbouring columns are
+// adjacent; 8-bit: b + 128 s, 4-bit: b), rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
 // Grid: ((ceil(N / BN) << swz) * WM * WN * 32, ceil(ceil(M / BM) / 2^swz), 1),
 // threadgroup (WM * WN * 32, 1, 1).
 #include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>
@@ -139,10 +148,10 @@ for (int kb = 0; kb < K; kb += BK) {
     if (b_inside && full_k) {
       W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
         W8A8_UNROLL for (int i = 0; i < 2; ++i) {
-          const size_t row = size_t(n_sg + 16 * nn + fr + 8 * i) * K + k0 + fc;
+          const int n = n_sg + 16 * nn + fr + 8 * i;
           W8A8_UNROLL for (int kk = 0; kk < TK; ++kk) {
             W8A8_UNROLL for (int j = 0; j < 4; ++j) {
-              fb[nn][kk][4 * i + j] = int8_t(W8A8_WEIGHT(FLIP, b[row + 16 * kk + j]));
+              fb[nn][kk][4 * i + j] = int8_t(W8A8_WEIGHT(FLIP, w8a8_weight(b, n, k0 + fc + 16 * kk + j, K)));
             }
           }
         }
@@ -155,7 +164,7 @@ for (int kb = 0; kb < K; kb += BK) {
           W8A8_UNROLL for (int kk = 0; kk < TK; ++kk) {
             W8A8_UNROLL for (int j = 0; j < 4; ++j) {
               const int k = k0 + 16 * kk + fc + j;
-              fb[nn][kk][4 * i + j] = (n < N && k < K) ? int8_t(W8A8_WEIGHT(FLIP, b[size_t(n) * K + k])) : int8_t(0);
+              fb[nn][kk][4 * i + j] = (n < N && k < K) ? int8_t(W8A8_WEIGHT(FLIP, w8a8_weight(b, n, k, K))) : int8_t(0);
             }
           }
         }

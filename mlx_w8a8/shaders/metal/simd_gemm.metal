@@ -9,17 +9,20 @@
 // every partial sum, whatever order the hardware adds in, stays exact.
 //
 // C[m, n] = sum_k A[m, k] * B[n, k]  (A [M, K] int8; B [N, K] int8, or uint8 codes with
-// FLIP: the stored affine codes, B = code ^ 0x80).
+// FLIP: the stored affine codes, B = code ^ 0x80; or, TB = uint32_t, MLX's packed 4-bit
+// codes [N, K / 8] words read in place, B = code in 0..15, no FLIP: W4A8). 4-bit
+// products are <= 127 * 15 in magnitude, so the same flush bound holds with room.
 // MODE 0: out = C as int32.
 // MODE 1: out = float(C) * sa[m] * sw[n] (+ bias[n])          (per-channel W8A8)
 // MODE 2: out = sa[m] * sum_g (ws[g,n] * C_g + wo[g,n] * rs[m,g]) (+ bias[n])  (grouped)
 //         with C_g the exact int32 dot product over group g (GS values of K).
 //
-// Template parameters: TB (int8_t / uint8_t), FLIP, MODE, GS (MODE 2), TO (output
-// element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
+// Template parameters: TB (int8_t / uint8_t / uint32_t: 4-bit codes, MODE 2 only), FLIP,
+// MODE, GS (MODE 2), TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
 // b start 4-byte aligned and K % 4 == 0: stage with 4-byte loads).
-// Inputs: a [M, K] int8, b [N, K] TB, sa [M, 1] f32, sw [N] f32, ws [G, N] f32,
-// wo [G, N] f32 (group-major), rs [M, G] int32, bias [N] f32 (unused ones: any 1-element array).
+// Inputs: a [M, K] int8, b [N, K] TB ([N, K / 8] for uint32_t), sa [M, 1] f32, sw [N] f32,
+// ws [G, N] f32, wo [G, N] f32 (group-major; 8-bit: b + 128 s, 4-bit: b), rs [M, G] int32,
+// bias [N] f32 (unused ones: any 1-element array).
 // Output: out [M, N] TO. Tile BM x BN = 32 x 32, 4 SIMD-groups (2 x 2) of 16 x 16 each.
 // Grid: (ceil(N / 32) * 128, ceil(M / 32), 1), threadgroup (128, 1, 1).
 
@@ -87,12 +90,12 @@ for (int k0 = 0; k0 < K; k0 += BK) {
     const int gn = n0 + r, gk = k0 + c;
     half4 h = half4(half(0));
     if (VEC && gn < N && gk < K) {
-      const auto v = w8a8_load4(b + size_t(gn) * K + gk);  // char4 or uchar4, as TB
+      const auto v = w8a8_weights4(b, gn, gk, K);  // char4 or uchar4, as TB
       h = half4(half(W8A8_WEIGHT(FLIP, v.x)), half(W8A8_WEIGHT(FLIP, v.y)),
                 half(W8A8_WEIGHT(FLIP, v.z)), half(W8A8_WEIGHT(FLIP, v.w)));
     } else if (gn < N) {
       W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
-        h[j] = half(gk + j < K ? W8A8_WEIGHT(FLIP, b[size_t(gn) * K + gk + j]) : 0);
+        h[j] = half(gk + j < K ? W8A8_WEIGHT(FLIP, w8a8_weight(b, gn, gk + j, K)) : 0);
       }
     }
     W8A8_SIMD_UNROLL for (int j = 0; j < 4; ++j) {
