@@ -191,7 +191,7 @@ def _predicate(config: dict, quantize: bool) -> Callable[[str, nn.Module], bool]
     if listed is not None and not quantize:
         return lambda path, m: path in listed
     if quantize:
-        return None  # every convertible layer: float and 8-bit affine
+        return None  # every convertible layer: float, 8-bit and 4-bit affine
     return lambda path, m: isinstance(m, nn.QuantizedLinear)
 
 
@@ -211,13 +211,15 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
         The number of ``mlx_w8a8.Linear`` layers.
 
     Raises:
-        ValueError: when no layer was converted (a float model without ``quantize``,
-            or a model of 4-bit layers only).
+        ValueError: when no layer was converted (a float model without ``quantize``).
     """
-    from .convert import quantize, w8a8_layers
+    from .convert import kept_by_model, quantize, w8a8_layers
 
-    quantize(model, class_predicate=_predicate(config, options.quantize),
-             group_size=options.group_size, kernel=options.kernel)
+    chosen = _predicate(config, options.quantize)
+    if chosen is not None:  # layers the model keeps as they are (an MoE's routers) stay
+        kept = kept_by_model(model)
+        chosen = lambda path, m, pick=chosen: pick(path, m) and path not in kept  # noqa: E731
+    quantize(model, class_predicate=chosen, group_size=options.group_size, kernel=options.kernel)
     layers = len(w8a8_layers(model))
     if layers == 0:
         hint = ("pass --quantize to quantize its float layers on load"
@@ -225,7 +227,7 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
                 f"none of its linear layers has a K divisible by --q-group-size "
                 f"{options.group_size}")
         raise ValueError(
-            f"[{prog}] {where} holds no 8-bit affine or W8A8 linear layer, so nothing runs "
+            f"[{prog}] {where} holds no 8-bit or 4-bit affine or W8A8 linear layer, so nothing runs "
             f"W8A8; {hint} (or convert it with python -m mlx_w8a8.convert)"
         )
     return layers

@@ -220,7 +220,7 @@ def test_server_refuses_a_float_folder_without_quantize(folders, capsys):
 
     assert w8_server.main(["--model", str(folders["float"]), "--port", str(_free_port())]) == 2
     err = capsys.readouterr().err
-    assert "holds no 8-bit affine or W8A8 linear layer" in err and "--quantize" in err
+    assert "holds no 8-bit or 4-bit affine or W8A8 linear layer" in err and "--quantize" in err
 
 
 # --- python -m mlx_w8a8.generate (in process) -------------------------------------------
