@@ -107,13 +107,16 @@ def test_qmm4_is_mx_quantized_matmul_at_4_bits(rng):
 
 
 def test_only_the_4bit_candidates_take_the_4bit_format():
-    # exact and mlx_qmm read 8-bit codes, and every CUDA and Metal kernel of this
-    # version too: none may be offered for grouped4 (registered here even where their
-    # backend is absent, so their supports() are checked directly).
+    # exact and mlx_qmm read 8-bit codes, and so does every CUDA kernel of this version:
+    # none may be offered for grouped4 (registered here even where their backend is
+    # absent, so their supports() are checked directly). The Metal W4A8 kernels read the
+    # packed 4-bit words: the GEMM at every M, the GEMV at M <= 16.
     for m in (1, 16, 512):
         p = Problem("linear", m, 4096, 4096, "bfloat16", "grouped4", 64)
         takes = {c.name for c in registry.all_candidates() if c.op == "linear" and c.supports(p)}
-        assert takes == {"exact_w4a8", "mlx_qmm4"}, takes
+        want = {"exact_w4a8", "mlx_qmm4", "metal_w4a8_gemm"} | (
+            {"metal_w4a8_gemv"} if m <= 16 else set())
+        assert takes == want, takes
         assert registry.fallback(p).name == "mlx_qmm4"
         assert registry.exact_name(p) == "exact_w4a8"
     p8 = Problem("linear", 4, 64, 64, "bfloat16", "grouped", 64)
