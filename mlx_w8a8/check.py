@@ -95,27 +95,23 @@ def linear_w4a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np
     """``(y, bound)`` of the W4A8 math in float64 for float32 activation values ``x``
     and a 4-bit weight ``w``: ``y_mn = t_m sum_g (s_ng sum_k a_mk q_nk + b_ng sum_k a_mk)``
     (unsigned codes ``q`` in [0, 15], exact int64 sums per group)."""
-    q, scale = quantize_rows(x)
-    codes = np.array(w.codes()).astype(np.int64)
-    s = host(w.scales).astype(np.float64)
-    b = host(w.biases).astype(np.float64)
-    gs = w.group_size
-    groups = x.shape[1] // gs
-    qg = q.astype(np.int64).reshape(q.shape[0], groups, gs)
-    wg = codes.reshape(codes.shape[0], groups, gs)
-    per_group = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)
-    sums = qg.sum(-1).astype(np.float64)
-    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ b.T)
-    w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
-    magnitude = np.abs(scale.astype(np.float64)) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
-    if bias is not None:
-        y = y + bias[None, :]
-        magnitude = magnitude + np.abs(bias)[None, :]
-    return y, F32_RTOL * magnitude
+    if w.bits != 4:
+        raise ValueError(f"[mlx_w8a8.check] linear_w4a8 takes a 4-bit weight, got bits={w.bits}")
+    return _grouped_math(x, w, bias, shift=0)
 
 
 def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, bound)`` of the W8A8 math in float64 for float32 activation values ``x``."""
+    """``(y, bound)`` of the W8A8 math in float64 for float32 activation values ``x``:
+    ``y_mn = t_m sum_g (s_ng sum_k a_mk (q_nk - 128) + (b_ng + 128 s_ng) sum_k a_mk)``."""
+    if w.bits != 8:
+        raise ValueError(f"[mlx_w8a8.check] linear_w8a8 takes an 8-bit weight, got bits={w.bits}")
+    return _grouped_math(x, w, bias, shift=128)
+
+
+def _grouped_math(x: np.ndarray, w: QuantizedWeight, bias, shift: int):
+    """The per-group integer math of both: codes ``q - shift`` against the per-token
+    activation codes (exact int64 sums per group), offsets ``b + shift s``; the bound is
+    the float32 epilogue's, relative to ``sum |x| |w|``."""
     q, scale = quantize_rows(x)
     codes = np.array(w.codes()).astype(np.int64)
     s = host(w.scales).astype(np.float64)
@@ -123,10 +119,10 @@ def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np
     gs = w.group_size
     groups = x.shape[1] // gs
     qg = q.astype(np.int64).reshape(q.shape[0], groups, gs)
-    wg = (codes - 128).reshape(codes.shape[0], groups, gs)
+    wg = (codes - shift).reshape(codes.shape[0], groups, gs)
     per_group = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)
     sums = qg.sum(-1).astype(np.float64)
-    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ (b + 128.0 * s).T)
+    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ (b + shift * s).T)
     w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
     magnitude = np.abs(scale.astype(np.float64)) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
     if bias is not None:
