@@ -29,17 +29,22 @@ ARCHITECTURES = ("llama", "gemma3")
 # activations fit float16's range; Gemma-3's residual stream (~1e5) does not.
 DTYPES = {"llama": "float16", "gemma3": "bfloat16"}
 
+# GGUF tensor names (per block) -> mlx-lm module paths: the projections both
+# architectures share, then each one's norms.
+_PROJECTIONS = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 _BLOCK = {
     "llama": {
         "attn_norm": "input_layernorm",
         "ffn_norm": "post_attention_layernorm",
-        "attn_q": "self_attn.q_proj",
-        "attn_k": "self_attn.k_proj",
-        "attn_v": "self_attn.v_proj",
-        "attn_output": "self_attn.o_proj",
-        "ffn_gate": "mlp.gate_proj",
-        "ffn_up": "mlp.up_proj",
-        "ffn_down": "mlp.down_proj",
+        **_PROJECTIONS,
     },
     "gemma3": {
         "attn_norm": "input_layernorm",
@@ -48,13 +53,7 @@ _BLOCK = {
         "post_ffw_norm": "post_feedforward_layernorm",
         "attn_q_norm": "self_attn.q_norm",
         "attn_k_norm": "self_attn.k_norm",
-        "attn_q": "self_attn.q_proj",
-        "attn_k": "self_attn.k_proj",
-        "attn_v": "self_attn.v_proj",
-        "attn_output": "self_attn.o_proj",
-        "ffn_gate": "mlp.gate_proj",
-        "ffn_up": "mlp.up_proj",
-        "ffn_down": "mlp.down_proj",
+        **_PROJECTIONS,
     },
 }
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
