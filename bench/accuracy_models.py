@@ -1,5 +1,6 @@
 """Perplexity of a pretrained model (``python -m mlx_w8a8.fetch``) as float, mlx-lm 8-bit
-(W8A16), W8A8 per-channel, W8A8 group-wise and W8A8 with the recipe, on local texts.
+(W8A16), W8A8 per-channel, W8A8 group-wise, W8A8 with the recipe, mlx-lm 4-bit (W4A16)
+and that 4-bit model on W4A8, on local texts.
 
 Every variant is built once from the float folder, cast to ``--dtype``, and measured on
 every text with :func:`mlx_w8a8.eval.perplexity` (the same windows for each variant).
@@ -27,7 +28,7 @@ from mlx_w8a8.eval import DTYPES, perplexity
 from mlx_w8a8.recipe import calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
-VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped")
+VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8")
 
 
 def build(folder: Path, variant: str, dtype, calib, log) -> nn.Module:
@@ -37,9 +38,11 @@ def build(folder: Path, variant: str, dtype, calib, log) -> nn.Module:
     model.set_dtype(dtype)
     if variant == "float":
         return model
-    if variant == "w8a16":
-        nn.quantize(model, group_size=64, bits=8,
+    if variant in ("w8a16", "w4a16", "w4a8"):  # mlx-lm's N-bit model (group size 64)
+        nn.quantize(model, group_size=64, bits=4 if variant.startswith("w4") else 8,
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
+        if variant == "w4a8":  # its 4-bit layers as stored, on the exact W4A8 kernel
+            w8.quantize(model, skip={"lm_head": "w8a16"}, kernel="exact_w4a8")
         return model
     skip = {"lm_head": "w8a16"}  # the convert command's default
     if variant == "recipe":
