@@ -73,11 +73,15 @@ def perplexity(
 
 
 def use_kernel(model: nn.Module, kernel: str | None) -> int:
-    """Force ``kernel`` on every :class:`mlx_w8a8.Linear` of ``model``; returns how many."""
+    """Force ``kernel`` on every :class:`mlx_w8a8.Linear` of ``model``; returns how many.
+    ``EXACT`` means each layer's exact math: ``exact_w4a8`` on MLX's 4-bit weights
+    (``registry.exact_name``)."""
+    from .kernels import registry
+
     n = 0
     for _, m in model.named_modules():
         if isinstance(m, Linear):
-            m.kernel = kernel
+            m.kernel = registry.exact_name(m.problem(1)) if kernel == EXACT else kernel
             n += 1
     return n
 

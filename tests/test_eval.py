@@ -147,3 +147,23 @@ def test_cli_checks_every_argument_before_loading_a_model(tmp_path, capsys, monk
         err = _refused(capsys, ["--model", str(folder), "--text", str(bad_text)])
         assert "--text must be a non-empty text file" in err
     assert loads == []
+
+
+def test_the_exact_kernel_means_each_layers_exact_math_4bit_included(rng):
+    # A 4-bit layer (MLX's grouped4) refuses the 8-bit exact kernel; eval's default
+    # (the exact math) must give it exact_w4a8, and the 8-bit layers exact.
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import eval as ev
+    from mlx_w8a8.nn import Linear
+
+    four, eight = nn.Linear(64, 64), nn.Linear(64, 32)
+    model = nn.Sequential(four, eight)
+    nn.quantize(model, group_size=64, bits=4, class_predicate=lambda p, m: p == "layers.0")
+    w8.quantize(model)
+    assert ev.use_kernel(model, ev.EXACT) == 2
+    layers = [m for _, m in model.named_modules() if isinstance(m, Linear)]
+    assert sorted(m.kernel for m in layers) == ["exact", "exact_w4a8"]
+    x = mx.array(rng.standard_normal((3, 64)).astype("float32"))
+    assert model(x).shape == (3, 32)  # both layers run their forced kernels
