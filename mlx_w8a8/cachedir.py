@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from typing import Callable
 
 try:  # a declared dependency; a missing one must not break ``import mlx_w8a8``
     import platformdirs
@@ -60,13 +61,23 @@ def _user() -> str:
         return os.environ.get("USERNAME", "user")
 
 
-def write_text_atomic(path: str, text: str) -> None:
+def write_text_atomic(path: str, text: str, replace_if: Callable[[], bool] | None = None) -> bool:
     """Replace ``path`` by a file holding ``text``, whole or not at all.
 
     The text goes to a temporary file of its own in the same folder (so concurrent
     writers, threads or processes, never share one), is flushed to disk and renamed
     over ``path``. An existing file keeps its permission bits; a new one gets what the
     umask gives (``mkstemp`` alone would make it 0600).
+
+    Args:
+        path: the file to replace.
+        text: its new contents.
+        replace_if: asked after the text is on disk, right before the rename; if it
+            returns ``False`` the temporary file is removed and ``path`` left as it is
+            (a writer that finds the file changed since it read it merges again).
+
+    Returns:
+        Whether ``path`` was replaced.
 
     Raises:
         OSError: if the folder cannot be written; no temporary file is left behind.
@@ -83,7 +94,11 @@ def write_text_atomic(path: str, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if replace_if is not None and not replace_if():
+            os.unlink(tmp)
+            return False
         os.replace(tmp, path)
+        return True
     except BaseException:
         try:
             os.unlink(tmp)

@@ -39,7 +39,6 @@ file and the entry and point at the entry's line in the file, not at this packag
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -623,30 +622,16 @@ def _merge_and_replace(path: str, change) -> dict:
     ``os.replace``: the window left is microseconds, against the whole
     read-merge-write-flush otherwise. Callers that must know check the file afterwards
     (:func:`account`)."""
-    folder = os.path.dirname(os.path.abspath(path))
     for attempt in range(WRITE_ATTEMPTS):
         before = _file_id(path)
         current = read(path)
         doc = change(current if current is not None else empty())
         text = json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
-        mode = (os.stat(path).st_mode & 0o7777 if before is not None
-                else 0o666 & ~cachedir._umask())
-        fd, tmp = tempfile.mkstemp(prefix=".w8a8-", suffix=".tmp", dir=folder)
-        try:
-            os.chmod(tmp, mode)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            # Still the version read (or the last attempt: the last merge, as before).
-            if _file_id(path) == before or attempt == WRITE_ATTEMPTS - 1:
-                os.replace(tmp, path)
-                return doc
-            os.unlink(tmp)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        last = attempt == WRITE_ATTEMPTS - 1
+        # Still the version read (or the last attempt: the last merge, as before).
+        if cachedir.write_text_atomic(path, text,
+                                      lambda b=before, end=last: end or _file_id(path) == b):
+            return doc
     raise AssertionError("unreachable")
 
 
