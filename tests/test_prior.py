@@ -75,47 +75,41 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
     assert grouped.decision(16) == (registry.EXACT, "prior")  # an mlx-lm 8-bit model's prefill
 
 
-def test_cpu_rules_for_grouped_weights_pick_the_measured_kernels():
-    """The CPU rule for group-wise weights summarizes a recorded tune run (prior.py cites
-    it): at every measured point it picks the measured choice."""
+def _cpu_rule_agrees_with(log: str, fmt: str) -> list[dict]:
+    """Every entry of the recorded CPU tune table ``bench/results/<log>`` (format
+    ``fmt``): the CPU prior picks its measured choice. Returns the entries."""
     import json
     import os
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "bench", "results", "tune_cpu_grouped_2026-12-04.json")
+                        "bench", "results", log)
     with open(path) as f:
         (section,) = json.load(f)["sections"]
     assert section["backend"] == "cpu"
     found = [c for c in registry.all_candidates() if c.op == "linear" and c.backend == "any"]
     for e in section["entries"]:
-        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
+        assert e["weight_format"] == fmt
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], fmt,
                           e["group_size"])
         picked = prior.choose("cpu", problem, [c for c in found if c.handles(problem)])
         assert picked is not None and picked.name == e["choice"], (e["m"], e["n"], picked)
-    assert len(section["entries"]) == 5
+    return section["entries"]
+
+
+def test_cpu_rules_for_grouped_weights_pick_the_measured_kernels():
+    """The CPU rule for group-wise weights summarizes a recorded tune run (prior.py cites
+    it): at every measured point it picks the measured choice."""
+    assert len(_cpu_rule_agrees_with("tune_cpu_grouped_2026-12-04.json", "grouped")) == 5
 
 
 def test_cpu_rules_for_4bit_weights_pick_the_measured_kernels(empty_tables):
     """The CPU rule for MLX's 4-bit weights summarizes a recorded tune run (prior.py
     cites it): at every measured point it picks the measured choice, and a 4-bit layer
     decides by it (M = 2-15, not measured, keeps the fallback)."""
-    import json
-    import os
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "bench", "results", "tune_cpu_grouped4_2026-12-04.json")
-    with open(path) as f:
-        (section,) = json.load(f)["sections"]
-    assert section["backend"] == "cpu"
-    found = [c for c in registry.all_candidates() if c.op == "linear" and c.backend == "any"]
-    for e in section["entries"]:
-        assert e["weight_format"] == "grouped4" and e["reference"] == "mlx_qmm4"
-        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped4",
-                          e["group_size"])
-        picked = prior.choose("cpu", problem, [c for c in found if c.handles(problem)])
-        assert picked is not None and picked.name == e["choice"], (e["m"], e["n"], picked)
-    assert sorted({e["choice"] for e in section["entries"]}) == ["exact_w4a8", "mlx_qmm4"]
-    assert len(section["entries"]) == 5
+    entries = _cpu_rule_agrees_with("tune_cpu_grouped4_2026-12-04.json", "grouped4")
+    assert all(e["reference"] == "mlx_qmm4" for e in entries)
+    assert sorted({e["choice"] for e in entries}) == ["exact_w4a8", "mlx_qmm4"]
+    assert len(entries) == 5
     if table.backend() == "cpu":  # the rule applies to MLX's CPU backend
         layer = mlx_w8a8.Linear(64, 32, group_size=32, bits=4)
         assert layer.decision(1) == ("mlx_qmm4", "prior")
