@@ -38,7 +38,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .calibrate import LayerStats, calibrate
+from .calibrate import LayerStats, calibrate, linear_layers
+from .weight import BITS, GROUP_SIZES
 
 # Candidate migration strengths; None leaves a site unsmoothed.
 GRID = (None, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -179,6 +180,35 @@ def w8a8_error(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return float(np.sum(y * y)), float(np.sum((yq - y) ** 2))
 
 
+def a8_error(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """``(sum y^2, sum (y_q - y)^2)`` of ``y = x w^T`` against per-token int8
+    activations with the weights as given (a stored quantized layer's dequantized
+    weights: the error W8A8 adds to that layer), in float64.
+
+    Args:
+        x: ``[R, K]`` inputs.
+        w: ``[N, K]`` weights.
+    """
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    y = x64 @ w64.T
+    yq = quantize_rows(x64) @ w64.T
+    return float(np.sum(y * y)), float(np.sum((yq - y) ** 2))
+
+
+def stored_layers(model: nn.Module) -> dict[str, nn.QuantizedLinear]:
+    """``{path: layer}`` of the ``nn.QuantizedLinear`` layers :func:`mlx_w8a8.quantize`
+    converts as stored (MLX affine, 8 or 4 bits, a group size of ``GROUP_SIZES``)."""
+    return {p: m for p, m in linear_layers(model).items()
+            if isinstance(m, nn.QuantizedLinear) and m.bits in BITS
+            and getattr(m, "mode", "affine") == "affine" and m.group_size in GROUP_SIZES}
+
+
+def _dequantized(layer: nn.QuantizedLinear) -> np.ndarray:
+    w = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=layer.group_size,
+                      bits=layer.bits)
+    return np.array(w.astype(mx.float32), dtype=np.float64)
+
+
 def w8a16_error(x: np.ndarray, w: mx.array, group_size: int = 64) -> tuple[float, float]:
     """``(sum y^2, sum (y_q - y)^2)`` with mlx-lm's 8-bit affine weights (group-wise,
     float activations), in float64."""
@@ -233,7 +263,8 @@ class Recipe:
             lines.append(f"recipe: SmoothQuant strength per site ({len(chosen)} sites): {hist}; "
                          f"median gain {np.median(gain) if gain else 0.0:+.1f} dB")
         else:
-            lines.append("recipe: the model's family has no SmoothQuant sites; not smoothed")
+            lines.append("recipe: not smoothed (no SmoothQuant site whose layers are float: "
+                         "the family has none, or its layers are stored quantized)")
         worst = sorted(self.layers.items(), key=lambda kv: kv[1]["w8a8_db"])[:3]
         lines.append("recipe: lowest W8A8 SQNR after smoothing: " + ", ".join(
             f"{p} {e['w8a8_db']:.1f} dB" for p, e in worst))
@@ -309,12 +340,17 @@ def recipe(
     if int(rows) < 1:
         raise ValueError(f"[{op}] rows must be >= 1, got {rows!r}")
     floats = quantizable(model, group_size)
+    stored = stored_layers(model)
     try:
         sites = groups(model)
     except ValueError:
         sites = []
+    # A site smooths only float layers: stored codes cannot take the column factors,
+    # and a down / o site also scales its producer's rows.
+    sites = [g for g in sites if all(p in floats for p in g.linears)
+             and (g.pair not in ("down", "o") or g.prev in floats)]
     # One sample per distinct input: consumers of a site share theirs.
-    source = {p: p for p in floats}
+    source = {p: p for p in [*floats, *stored]}
     for g in sites:
         for p in g.linears:
             source[p] = g.linears[0]
@@ -357,5 +393,12 @@ def recipe(
                      "k": int(m.weight.shape[1]), "n": int(m.weight.shape[0])}
         if layers[p]["w8a8_db"] < floor_db:
             kept[p] = keep
+    for p, m in stored.items():
+        signal, noise = a8_error(sample[source[p]], _dequantized(m))
+        layers[p] = {"w8a8_db": _db(signal, noise), "w8a16_db": math.inf,
+                     "k": int(m.weight.shape[1]) * 32 // m.bits,
+                     "n": int(m.weight.shape[0]), "bits": int(m.bits)}
+        if layers[p]["w8a8_db"] < floor_db:
+            kept[p] = "w8a16"  # quantize leaves a matched quantized layer as stored
     return Recipe(alphas, site_db, layers, kept, float(floor_db), tokens,
                   max(len(v) for v in sample.values()) if sample else 0)

@@ -172,3 +172,71 @@ def test_convert_applies_the_recipe_by_default(tmp_path, capsys):
     assert len(chosen["alphas"]) == 8 and len(chosen["layers"]) == 15
     loaded, _ = w8.load(out)
     assert isinstance(loaded.model.layers[0].mlp.down_proj, w8.Linear)
+
+
+def _four_bit(model, group_size=32):
+    import mlx.nn as nn
+
+    nn.quantize(model, group_size=group_size, bits=4,
+                class_predicate=lambda p, m: isinstance(m, nn.Linear)
+                and m.weight.shape[-1] % group_size == 0)
+    return model
+
+
+def test_a8_error_is_the_exact_w4a8_error(rng):
+    # A stored 4-bit layer's W8A8 error: per-token int8 activations against the layer's
+    # own dequantized weights (what exact_w4a8 computes), not a requantized copy.
+    import mlx.nn as nn
+
+    x = rng.standard_normal((29, 128)).astype(np.float32)
+    x[:, 3] *= 60.0
+    x[4] = 0.0
+    q = nn.QuantizedLinear.from_linear(_linear(rng.standard_normal((40, 128)).astype(np.float32)),
+                                       group_size=64, bits=4)
+    layer = w8.Linear.from_linear(q)
+    layer.kernel = "exact_w4a8"
+    got = np.array(layer(mx.array(x))).astype(np.float64)
+    ref = np.array(q(mx.array(x))).astype(np.float64)  # float activations, stored weights
+    signal, noise = rc.a8_error(x, rc._dequantized(q))
+    np.testing.assert_allclose(signal, np.sum(ref**2), rtol=1e-5)
+    np.testing.assert_allclose(noise, np.sum((got - ref) ** 2), rtol=2e-2)
+    assert noise > 0
+
+
+def test_recipe_keeps_stored_layers_below_the_floor_as_stored(rng):
+    # A 4-bit checkpoint: nothing to smooth (codes are stored), and the layers whose
+    # per-token int8 activations hurt most stay on their stored W4A16 path.
+    import mlx.nn as nn
+
+    model = _four_bit(_outlier_model(rng, factor=200.0, n=2))
+    calib = [_tokens(rng, (2, 32))]
+    first = rc.recipe(model, calib, floor_db=-1000)
+    assert first.alphas == {} and first.keep == {}
+    assert len(first.layers) == 15 and all(e["bits"] == 4 for e in first.layers.values())
+    ranked = sorted(first.layers, key=lambda p: first.layers[p]["w8a8_db"])
+    floor = (first.layers[ranked[2]]["w8a8_db"] + first.layers[ranked[3]]["w8a8_db"]) / 2
+    second = rc.recipe(model, calib, floor_db=floor)
+    assert second.keep == {p: "w8a16" for p in ranked[:3]}
+    assert "not smoothed" in second.summary()
+    w8.quantize(model, skip=second.keep)
+    for path, m in tree_flatten(model.leaf_modules(), is_leaf=lambda m: isinstance(m, nn.Module)):
+        if path in second.keep:
+            assert type(m) is nn.QuantizedLinear and m.bits == 4
+        elif path in first.layers:
+            assert isinstance(m, w8.Linear)
+
+
+def test_recipe_smooths_only_sites_of_float_layers(rng):
+    # gate/up stored 4-bit, the rest float: the mlp_in site (its consumers) and the down
+    # site (its producer, up_proj, whose rows would be scaled) must not be smoothed.
+    import mlx.nn as nn
+
+    model = _outlier_model(rng)
+    nn.quantize(model, group_size=32, bits=4,
+                class_predicate=lambda p, m: p.endswith(("gate_proj", "up_proj")))
+    chosen = rc.recipe(model, [_tokens(rng, (2, 32))], floor_db=-1000)
+    n = len(model.model.layers)
+    assert set(chosen.alphas) == {f"model.layers.{i}.{s}" for i in range(n)
+                                  for s in ("input_layernorm", "self_attn.v_proj")}
+    assert sorted(p for p, e in chosen.layers.items() if e.get("bits") == 4) == sorted(
+        f"model.layers.{i}.mlp.{s}" for i in range(n) for s in ("gate_proj", "up_proj"))
