@@ -17,8 +17,11 @@ import mlx_w8a8
 
 PACKAGE_DIR = Path(mlx_w8a8.__file__).parent
 # The command-line modules (``python -m mlx_w8a8.X``) that the public API never needs.
+# One the package imported would make ``python -m`` warn that it runs a module already
+# in ``sys.modules`` (runpy's RuntimeWarning; tests/test_cli.py checks the output too).
 COMMAND_LINES = ("mlx_w8a8.tune", "mlx_w8a8.bench", "mlx_w8a8.modelbench",
-                 "mlx_w8a8.tpbench", "mlx_w8a8.check")
+                 "mlx_w8a8.tpbench", "mlx_w8a8.check", "mlx_w8a8.convert", "mlx_w8a8.eval",
+                 "mlx_w8a8.fetch", "mlx_w8a8.generate", "mlx_w8a8.server")
 
 
 def modules(root: Path) -> dict[str, Path]:
