@@ -14,10 +14,10 @@ when every converted layer is 4-bit), so stock mlx-lm loads the folder as the sa
 4-bit model.
 
 Mixed models keep some layers off W8A8 (:func:`mlx_w8a8.quantize` ``skip=...``): on
-W8A16 (an 8-bit ``nn.QuantizedLinear``) or float. Every layer that differs from the top-level entry is
-written per layer, in mlx-lm's convention (``quantization[path]`` is the layer's
-``{"group_size", "bits", "mode"}``, or ``false`` for a float layer), so mlx-lm and
-:func:`load` build the same layers.
+W8A16 (an 8-bit ``nn.QuantizedLinear``) or float. Every layer that differs from the
+top-level entry is written per layer, in mlx-lm's convention (``quantization[path]`` is
+the layer's ``{"group_size", "bits", "mode"}``, or ``false`` for a float layer), so
+mlx-lm and :func:`load` build the same layers.
 """
 
 from __future__ import annotations

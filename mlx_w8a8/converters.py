@@ -20,8 +20,8 @@ _CONVERTERS: dict[type, tuple[Callable, Callable]] = {}
 
 def register_converter(layer_type: type, convertible: Callable[[nn.Module, int], bool],
                        convert: Callable[[nn.Module, int, bool], nn.Module]) -> None:
-    """Make :func:`mlx_w8a8.quantize` convert layers of ``layer_type`` (and its subclasses) with
-    ``convert``, where ``convertible`` accepts them.
+    """Make :func:`mlx_w8a8.quantize` convert layers of ``layer_type`` (and its
+    subclasses) with ``convert``, where ``convertible`` accepts them.
 
     A registered class is looked up before the built-in ``nn.Linear`` /
     ``nn.QuantizedLinear`` rules, so a subclass of those can be handled its own way. A

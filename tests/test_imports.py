@@ -207,3 +207,16 @@ def test_importing_the_package_does_not_import_mlx_lm(imported_by_the_package):
     build or run mlx-lm models import it."""
     assert "mlx_w8a8.nn" in imported_by_the_package
     assert not {m for m in imported_by_the_package if m == "mlx_lm" or m.startswith("mlx_lm.")}
+
+
+def test_the_command_lines_are_still_attributes_of_the_package():
+    # Loaded on first access (the package's __getattr__), not by import mlx_w8a8.
+    code = ("import sys, mlx_w8a8; assert 'mlx_w8a8.convert' not in sys.modules; "
+            "print(mlx_w8a8.convert.main.__module__, mlx_w8a8.eval.main.__module__, "
+            "hasattr(mlx_w8a8, 'no_such_name'))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(PACKAGE_DIR.parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["mlx_w8a8.convert", "mlx_w8a8.eval", "False"]
