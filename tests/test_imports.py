@@ -220,3 +220,18 @@ def test_the_command_lines_are_still_attributes_of_the_package():
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["mlx_w8a8.convert", "mlx_w8a8.eval", "False"]
+
+
+def test_no_library_module_imports_a_command_line():
+    # Imports inside functions count: a library function that imported a command line
+    # would load it (and its argument parsing) into every program that calls it.
+    from mlx_w8a8.__main__ import COMMANDS
+
+    graph = import_graph(PACKAGE_DIR)
+    command_lines = set(COMMAND_LINES)
+    assert command_lines <= set(graph)  # every name is a module of the package
+    assert {f"mlx_w8a8.{name}" for name in COMMANDS} <= command_lines  # none forgotten
+    found = [f"{m} -> {target} ({'; '.join(why)})" for m, targets in sorted(graph.items())
+             if m not in command_lines for target, why in targets.items()
+             if target in command_lines]
+    assert not found, "library modules import command lines:\n" + "\n".join(found)
