@@ -3,7 +3,7 @@
 and that 4-bit model on W4A8, on local texts.
 
 Every variant is built once from the float folder, cast to ``--dtype``, and measured on
-every text with :func:`mlx_w8a8.eval.perplexity` (the same windows for each variant).
+every text with :func:`mlx_w8a8.evaluation.perplexity` (the same windows for each variant).
 W8A8 layers run the ``exact`` kernel. The recipe is calibrated on ``--calibration``
 (a file or ``builtin``), never on an evaluation text. Results are appended as JSON lines
 as soon as each is measured.
@@ -24,7 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 import mlx_w8a8 as w8
-from mlx_w8a8.eval import DTYPES, perplexity
+from mlx_w8a8.evaluation import DTYPES, perplexity
 from mlx_w8a8.recipe import calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 

@@ -194,7 +194,7 @@ def main(argv=None) -> int:
 
     import mlx_w8a8 as w8
     from mlx_w8a8.calibrate import calibrate
-    from mlx_w8a8.eval import perplexity
+    from mlx_w8a8.evaluation import perplexity
     from mlx_w8a8.sensitivity import EXACT, policy, sensitivity
     from mlx_w8a8.smooth import smooth
 

@@ -21,22 +21,15 @@ Public API (the same on every platform; a missing GPU backend only means fewer k
 
 from ._version import __version__
 
-import warnings as _warnings
-
-# ``python -m mlx_w8a8.convert`` / ``.eval`` run modules this package imports; runpy's
-# warning about that is noise here (the command lines only call the modules' functions).
-_warnings.filterwarnings(
-    "ignore", message=r"'mlx_w8a8\.(convert|eval)' found in sys\.modules", category=RuntimeWarning
-)
-
 from .weight import QuantizedWeight
 from .ops import int8_matmul, quantize_activation, quantize_weight, w8a8_linear
 from .nn import Linear
-from .convert import load, quantize, save
+from .quantizer import quantize
+from .checkpoint import load, save
 from .calibrate import calibrate
 from .smooth import smooth
 from .sensitivity import policy, sensitivity
-from .eval import perplexity
+from .evaluation import perplexity
 from .summary import decisions, summary
 from .distributed import shard
 from .warmup import warm_up
@@ -96,3 +89,18 @@ def available_kernels(op: str = "linear") -> list[str]:
         )
     return sorted({c.name for c in _registry.all_candidates()
                    if c.op == op and _registry.available(c)})
+
+
+# The command-line modules the package once imported, loaded on first access instead
+# (PEP 562): ``mlx_w8a8.convert.main`` keeps working after ``import mlx_w8a8``, while
+# ``import mlx_w8a8`` imports no command line (``python -m`` would warn that it runs a
+# module already in ``sys.modules``).
+_ON_ACCESS = ("convert", "eval")
+
+
+def __getattr__(name: str):
+    if name in _ON_ACCESS:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")  # also binds the attribute
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,7 @@ from mlx.nn.layers import distributed as mlx_dist
 from mlx.utils import tree_unflatten
 
 from . import siblings
-from .convert import register_converter
+from .converters import register_converter
 from .kernels.registry import Problem
 from .nn import Linear
 from .weight import QuantizedWeight, check_group_size
@@ -354,7 +354,7 @@ def from_sharded(layer: nn.Module, group_size: int = 64, per_channel: bool = Tru
 
 
 # mlx_w8a8.quantize converts MLX's sharded layers through these. The registry lives in
-# mlx_w8a8.convert, which never imports this module (this module imports it).
+# mlx_w8a8.converters, which never imports this module (this module imports it).
 for _cls in _MLX_ALL_TO_SHARDED + _MLX_SHARDED_TO_ALL:
     register_converter(_cls, convertible, from_sharded)
 del _cls
@@ -434,7 +434,8 @@ def restore(model: nn.Module, config: dict) -> nn.Module:
     Raises:
         ValueError: when ``config`` has no ``"mlx_w8a8"`` entry.
     """
-    from .convert import CONFIG_KEY, quantize
+    from .checkpoint import CONFIG_KEY
+    from .quantizer import quantize
 
     listed = (config.get(CONFIG_KEY) or {}).get("layers")
     if listed is None:

@@ -90,7 +90,7 @@ def fetch(name: str, out: str | Path, layers: int | None = None) -> Path:
     Returns:
         The folder.
     """
-    from .convert import check_output_folder
+    from .checkpoint import check_output_folder
     from .gguf_convert import write_folder
 
     parts = gguf_parts(name)

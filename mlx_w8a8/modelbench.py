@@ -399,7 +399,8 @@ def _load_converted(model: nn.Module, config: dict, kernel: str | None, skip) ->
     ``mlx_w8a8.quantize`` converts (never its float ones, nor the layers the model keeps
     as they are)."""
     import mlx_w8a8
-    from .convert import CONFIG_KEY, kept_by_model
+    from .checkpoint import CONFIG_KEY
+    from .quantizer import kept_by_model
 
     listed = (config.get(CONFIG_KEY) or {}).get("layers")
     kept = kept_by_model(model)

@@ -213,7 +213,7 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
     Raises:
         ValueError: when no layer was converted (a float model without ``quantize``).
     """
-    from .convert import kept_by_model, quantize, w8a8_layers
+    from .quantizer import kept_by_model, quantize, w8a8_layers
 
     chosen = _predicate(config, options.quantize)
     if chosen is not None:  # layers the model keeps as they are (an MoE's routers) stay

@@ -514,7 +514,7 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
     import mlx.core as mx
 
     from . import models, tuning
-    from .convert import quantize
+    from .quantizer import quantize
 
     try:
         whole = models.resolve(args.model)[0]  # the model's own config, all its blocks

@@ -76,6 +76,19 @@ def test_python_m_mlx_w8a8_prints_the_version_and_the_commands():
     assert done.returncode == 2 and "invalid choice: 'bogus'" in done.stderr
 
 
+@pytest.mark.parametrize("name", ["convert", "eval"])
+def test_python_m_a_command_prints_no_runpy_warning(name):
+    # runpy warns (RuntimeWarning) when the module it runs is in sys.modules already,
+    # i.e. when ``import mlx_w8a8`` imported the command line; -W default shows it
+    # whatever PYTHONWARNINGS says.
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-W", "default", "-m", f"mlx_w8a8.{name}", "--help"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m mlx_w8a8.{name}")
+    assert "RuntimeWarning" not in done.stderr, done.stderr
+
+
 def test_a_command_runs_through_python_m_mlx_w8a8(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["check", "--help"])

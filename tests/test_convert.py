@@ -45,9 +45,9 @@ class Custom(nn.Linear):
 
 
 def test_a_registered_converter_comes_before_the_built_in_rules(monkeypatch):
-    from mlx_w8a8 import convert
+    from mlx_w8a8 import converters
 
-    monkeypatch.setattr(convert, "_CONVERTERS", dict(convert._CONVERTERS))  # undone after
+    monkeypatch.setattr(converters, "_CONVERTERS", dict(converters._CONVERTERS))  # undone after
     calls = []
 
     def to_w8a8(layer, group_size, per_channel):
@@ -56,8 +56,8 @@ def test_a_registered_converter_comes_before_the_built_in_rules(monkeypatch):
         out.kernel = "exact"
         return out
 
-    convert.register_converter(Custom, lambda layer, gs: layer.weight.shape[-1] % (2 * gs) == 0,
-                               to_w8a8)
+    converters.register_converter(Custom, lambda layer, gs: layer.weight.shape[-1] % (2 * gs) == 0,
+                                  to_w8a8)
     model = nn.Module()
     model.a = Custom(64, 16)  # accepted: converted by to_w8a8, not by the nn.Linear rule
     model.b = Custom(32, 16)  # K = 32: the nn.Linear rule converts it, convertible says no
@@ -70,9 +70,9 @@ def test_a_registered_converter_comes_before_the_built_in_rules(monkeypatch):
     assert isinstance(model.d, w8.Linear) and model.d.kernel is None
     with pytest.raises(ValueError,
                        match=r"\[mlx_w8a8.register_converter\] layer_type must be a class"):
-        convert.register_converter("Linear", to_w8a8, to_w8a8)
+        converters.register_converter("Linear", to_w8a8, to_w8a8)
     with pytest.raises(ValueError, match=r"convert must be callable, got None"):
-        convert.register_converter(Custom, to_w8a8, None)
+        converters.register_converter(Custom, to_w8a8, None)
 
 
 def test_save_and_load_with_model_instance(tmp_path, rng):
@@ -221,8 +221,22 @@ def test_loading_a_float_folder_says_nothing_was_converted(tmp_path):
 import tiny_lm  # noqa: E402
 
 
+def test_the_command_line_module_still_offers_the_library_names():
+    # User code imports these from mlx_w8a8.convert; they are the library's own objects.
+    from mlx_w8a8 import checkpoint, converters, folder_convert, quantizer
+    from mlx_w8a8.convert import (CONFIG_KEY, convert, kept_by_model, load, quantize,
+                                  register_converter, save, w8a8_layers)
+
+    assert (quantize, kept_by_model, w8a8_layers) == (
+        quantizer.quantize, quantizer.kept_by_model, quantizer.w8a8_layers)
+    assert (save, load, CONFIG_KEY) == (checkpoint.save, checkpoint.load, checkpoint.CONFIG_KEY)
+    assert register_converter is converters.register_converter
+    assert convert is folder_convert.convert
+    assert (w8.quantize, w8.save, w8.load) == (quantize, save, load)
+
+
 def test_matches_patterns():
-    from mlx_w8a8.convert import matches
+    from mlx_w8a8.quantizer import matches
 
     assert matches("lm_head", "lm_head") and matches("language_model.lm_head", "lm_head")
     assert matches("model.layers.3.mlp.down_proj", "down_proj")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tiny_lm
-from mlx_w8a8.eval import main, perplexity
+from mlx_w8a8.eval import main
+from mlx_w8a8.evaluation import perplexity
 
 
 class Fixed(nn.Module):
@@ -155,7 +156,7 @@ def test_the_exact_kernel_means_each_layers_exact_math_4bit_included(rng):
     import mlx.nn as nn
 
     import mlx_w8a8 as w8
-    from mlx_w8a8 import eval as ev
+    from mlx_w8a8 import evaluation as ev
     from mlx_w8a8.nn import Linear
 
     four, eight = nn.Linear(64, 64), nn.Linear(64, 32)
@@ -167,3 +168,14 @@ def test_the_exact_kernel_means_each_layers_exact_math_4bit_included(rng):
     assert sorted(m.kernel for m in layers) == ["exact", "exact_w4a8"]
     x = mx.array(rng.standard_normal((3, 64)).astype("float32"))
     assert model(x).shape == (3, 32)  # both layers run their forced kernels
+
+
+def test_the_command_line_module_still_offers_the_library_names():
+    # Code imports these from mlx_w8a8.eval; they are mlx_w8a8.evaluation's own objects.
+    from mlx_w8a8 import evaluation
+    from mlx_w8a8.eval import DTYPES, VARIANTS, load_variant, use_kernel
+    from mlx_w8a8.eval import perplexity as from_eval
+
+    assert (from_eval, load_variant, use_kernel) == (
+        evaluation.perplexity, evaluation.load_variant, evaluation.use_kernel)
+    assert (DTYPES, VARIANTS) == (evaluation.DTYPES, evaluation.VARIANTS)

@@ -17,8 +17,11 @@ import mlx_w8a8
 
 PACKAGE_DIR = Path(mlx_w8a8.__file__).parent
 # The command-line modules (``python -m mlx_w8a8.X``) that the public API never needs.
+# One the package imported would make ``python -m`` warn that it runs a module already
+# in ``sys.modules`` (runpy's RuntimeWarning; tests/test_cli.py checks the output too).
 COMMAND_LINES = ("mlx_w8a8.tune", "mlx_w8a8.bench", "mlx_w8a8.modelbench",
-                 "mlx_w8a8.tpbench", "mlx_w8a8.check")
+                 "mlx_w8a8.tpbench", "mlx_w8a8.check", "mlx_w8a8.convert", "mlx_w8a8.eval",
+                 "mlx_w8a8.fetch", "mlx_w8a8.generate", "mlx_w8a8.server")
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -204,3 +207,31 @@ def test_importing_the_package_does_not_import_mlx_lm(imported_by_the_package):
     build or run mlx-lm models import it."""
     assert "mlx_w8a8.nn" in imported_by_the_package
     assert not {m for m in imported_by_the_package if m == "mlx_lm" or m.startswith("mlx_lm.")}
+
+
+def test_the_command_lines_are_still_attributes_of_the_package():
+    # Loaded on first access (the package's __getattr__), not by import mlx_w8a8.
+    code = ("import sys, mlx_w8a8; assert 'mlx_w8a8.convert' not in sys.modules; "
+            "print(mlx_w8a8.convert.main.__module__, mlx_w8a8.eval.main.__module__, "
+            "hasattr(mlx_w8a8, 'no_such_name'))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(PACKAGE_DIR.parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["mlx_w8a8.convert", "mlx_w8a8.eval", "False"]
+
+
+def test_no_library_module_imports_a_command_line():
+    # Imports inside functions count: a library function that imported a command line
+    # would load it (and its argument parsing) into every program that calls it.
+    from mlx_w8a8.__main__ import COMMANDS
+
+    graph = import_graph(PACKAGE_DIR)
+    command_lines = set(COMMAND_LINES)
+    assert command_lines <= set(graph)  # every name is a module of the package
+    assert {f"mlx_w8a8.{name}" for name in COMMANDS} <= command_lines  # none forgotten
+    found = [f"{m} -> {target} ({'; '.join(why)})" for m, targets in sorted(graph.items())
+             if m not in command_lines for target, why in targets.items()
+             if target in command_lines]
+    assert not found, "library modules import command lines:\n" + "\n".join(found)
