@@ -167,8 +167,8 @@ def convert(
         smooth_alpha: SmoothQuant strength, or ``None`` for no smoothing.
         calibration: text file (or ``"builtin"``); needed by ``smooth_alpha`` and
             ``sqnr_floor``. Given without either, the recipe of :mod:`mlx_w8a8.recipe`
-            (strength per site, W8A16 below its floor) is applied and ``recipe.json``
-            written.
+            (strength per site, W8A16 below its floor; a quantized checkpoint's layers
+            below it stay as stored) is applied and ``recipe.json`` written.
         skip: layer patterns kept on ``keep`` (see :func:`mlx_w8a8.quantizer.matches`).
         sqnr_floor: keep layers whose W8A8 SQNR is below this (dB) on ``keep`` too.
         keep: ``"w8a16"`` or ``"float"``.
@@ -210,12 +210,10 @@ def convert(
         log(f"smoothed {len(applied)} sites with alpha = {smooth_alpha}")
     table = {pattern: keep for pattern in skip}
     report = chosen = None
-    # The recipe smooths and scores float layers; a quantized checkpoint (8-bit layers
-    # converted as stored) has none to smooth, so its calibration text only feeds the
-    # requantization report.
-    floats = any(isinstance(m, nn.Linear) and not isinstance(m, nn.QuantizedLinear)
-                 for _, m in tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module))
-    if calibration is not None and smooth_alpha is None and sqnr_floor is None and floats:
+    # The recipe smooths the float layers' sites and scores every layer that quantize
+    # converts; a quantized checkpoint's layers are scored against their stored weights
+    # and the ones below the floor stay as stored.
+    if calibration is not None and smooth_alpha is None and sqnr_floor is None:
         chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True)
         log(chosen.summary())
         table.update(chosen.keep)

@@ -607,6 +607,29 @@ def test_convert_of_a_4bit_folder_keeps_the_4bit_model(tmp_path, capsys, rng):
 
 
 @needs_mlx_lm
+def test_convert_of_a_4bit_folder_with_calibration_applies_the_recipe(tmp_path, capsys):
+    # --calibration on a quantized checkpoint: nothing to smooth, but every stored layer
+    # is scored (recipe.json) and a kept one stays a stored 4-bit layer.
+    from mlx_w8a8.convert import main
+
+    _, _, q4 = _quantized_folder(tmp_path, "q4", group_size=64, bits=4)
+    out = tmp_path / "out"
+    assert main(["--model", str(q4), "--out", str(out), "--calibration", "builtin",
+                 "--seq-len", "32", "--samples", "2"]) == 0
+    said = capsys.readouterr().out
+    assert "recipe: not smoothed" in said, said
+    chosen = json.loads((out / "recipe.json").read_text())
+    assert chosen["alphas"] == {} and len(chosen["layers"]) == 15
+    assert all(e["bits"] == 4 for e in chosen["layers"].values())
+    ours, _ = w8.load(out)
+    for path, m in tree_flatten(ours.leaf_modules(), is_leaf=nn.Module.is_module):
+        if path in chosen["keep"] or path == "lm_head":
+            assert type(m) is nn.QuantizedLinear and m.bits == 4, path
+        elif path in chosen["layers"]:
+            assert isinstance(m, w8.Linear) and m.format == "grouped4", path
+
+
+@needs_mlx_lm
 def test_save_load_of_a_4bit_model_with_a_model_given(tmp_path, rng):
     # load(path, model) builds the 4-bit layers itself (no mlx-lm load_model): the
     # parameters read back are the saved ones, bit for bit.
