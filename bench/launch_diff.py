@@ -129,7 +129,8 @@ def _fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
 
     from mlx_w8a8.kernels import tensormap
 
-    return np.array([rows, k, box_rows], dtype=np.uint64).tobytes().ljust(tensormap.MAP_BYTES, b"\0")
+    raw = np.array([rows, k, box_rows], dtype=np.uint64).tobytes()
+    return raw.ljust(tensormap.MAP_BYTES, b"\0")
 
 
 def _kernel_modules():
@@ -169,8 +170,9 @@ def _weight(n: int, k: int, fmt: str, gs: int | None, dtype, cache: dict):
             cache.clear()
         g = gs or (128 if k % 128 == 0 else 64 if k % 64 == 0 else 32)
         scales = mx.broadcast_to(mx.ones((1, 1), dtype=dtype), (n, k // g))
-        cache[key] = QuantizedWeight(mx.broadcast_to(mx.zeros((1, 1), dtype=mx.uint32), (n, k // 4)),
-                                     scales, -128 * scales if fmt == "per_channel" else scales,
+        codes = mx.broadcast_to(mx.zeros((1, 1), dtype=mx.uint32), (n, k // 4))
+        cache[key] = QuantizedWeight(codes, scales,
+                                     -128 * scales if fmt == "per_channel" else scales,
                                      g, per_channel=fmt == "per_channel")
     return cache[key]
 
@@ -180,8 +182,7 @@ def record(quick: bool, out: str) -> None:
     to ``out`` (JSON: ``{"records": {key: value}, "texts": {sha: text}}``)."""
     import mlx.core as mx
 
-    import mlx_w8a8.kernels  # noqa: F401  (registers the backends)
-    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels import registry  # (importing the package registers the backends)
 
     rec = Recorder()
     mx.fast.cuda_kernel = rec
@@ -247,7 +248,8 @@ def record(quick: bool, out: str) -> None:
                         for has_bias in (False, True):
                             b = mx.zeros((n,), dtype=dtype) if has_bias else None
                             for m in ms:
-                                p = registry.Problem("linear", m, n, k, dt, fmt, w.group_size, has_bias)
+                                p = registry.Problem("linear", m, n, k, dt, fmt, w.group_size,
+                                                     has_bias)
                                 if not verdict(cand, p):
                                     continue
                                 x = mx.zeros((m, k), dtype=dtype)
@@ -312,7 +314,8 @@ def _launch_diff(a, b, texts_a, texts_b) -> list[str]:
     if not (isinstance(a, list) and isinstance(b, list)):
         return [f"{_describe(a, texts_a)}  ->  {_describe(b, texts_b)}"]
     if len(a) != len(b):
-        return [f"{len(a)} launches -> {len(b)}: {_describe(a, texts_a)}  ->  {_describe(b, texts_b)}"]
+        return [f"{len(a)} launches -> {len(b)}: {_describe(a, texts_a)}  ->  "
+                f"{_describe(b, texts_b)}"]
     out = []
     for i, (la, lb) in enumerate(zip(a, b)):
         for field in sorted(set(la) | set(lb)):
