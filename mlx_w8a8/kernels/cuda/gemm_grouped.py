@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, hopper, outputs, tensor_maps, weight_format
-from .launch import _FRAMES, MAX_K, MAX_SIBLINGS, SMS, LaunchSpec, _as_f32, _framed, _lead
+from .launch import _FRAMES, MAX_K, SMS, LaunchSpec, _as_f32, _framed, _lead, sibling_bias
 from .quantize import grouped_sums_shape, quantize_groups_spec, quantize_spec
 from .tiles import (
     GROUPED_TMA_GROUP_SIZES,
@@ -199,13 +199,7 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
     """
     op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
     members = list(members)
-    if not 2 <= len(members) <= MAX_SIBLINGS:
-        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
-                         f"got {len(members)}")
-    has_bias = {b is not None for _, b in members}
-    if len(has_bias) != 1:
-        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
-                         f"{[b is not None for _, b in members]}")
+    has_bias = sibling_bias(op, members)
     first = members[0][0]
     for w, _ in members:
         if w.per_channel or w.k != k or w.group_size != first.group_size:
@@ -216,7 +210,7 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
     cfg = config or grouped_tma_tile_for(m, sum(ns))
     for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
         _grouped_tma_checked(m, k, w, cfg)
-    frame = _gemm_grouped_tma_group_frame(m, k, ns, True in has_bias, first.group_size,
+    frame = _gemm_grouped_tma_group_frame(m, k, ns, has_bias, first.group_size,
                                           out_dtype, cfg, _lead(m, lead))
     tail = []
     for w, b in members:

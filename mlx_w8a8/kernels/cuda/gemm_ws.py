@@ -15,7 +15,7 @@ import mlx.core as mx
 from .. import registry
 from .gemm import Int8Gemm, W8A8Gemm, _channel_tail, int8_gemm
 from .kernel import hopper, tensor_maps
-from .launch import _FRAMES, MAX_SIBLINGS, SMS, U8_MAX_K, LaunchSpec, _framed, _lead
+from .launch import _FRAMES, SMS, U8_MAX_K, LaunchSpec, _framed, _lead, sibling_bias
 from .tiles import WsConfig, tma_tile_for, ws_tile_for
 from .tma import weight_maps
 
@@ -37,13 +37,7 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
     """
     op = "[mlx_w8a8.cuda_w8a8_gemm_ws]"
     members = list(members)
-    if not 2 <= len(members) <= MAX_SIBLINGS:
-        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
-                         f"got {len(members)}")
-    has_bias = {b is not None for _, b in members}
-    if len(has_bias) != 1:
-        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
-                         f"{[b is not None for _, b in members]}")
+    has_bias = sibling_bias(op, members)
     if k > U8_MAX_K:
         raise ValueError(f"{op} unsigned-code GEMM needs K <= {U8_MAX_K} (exact int32 "
                          f"sums), got {k}")
@@ -53,7 +47,7 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                              f"got format={w.format}, K={w.k}")
     ns = tuple(w.n for w, _ in members)
     cfg = config or ws_tile_for(m, sum(ns))
-    frame = _gemm_ws_group_frame(m, k, ns, True in has_bias, out_dtype, cfg, _lead(m, lead))
+    frame = _gemm_ws_group_frame(m, k, ns, has_bias, out_dtype, cfg, _lead(m, lead))
     tail = tuple(a for w, b in members for a in _channel_tail(w, b))
     if cfg.tma:  # + each member's map array
         tail += tuple(weight_maps(w, cfg.bn) for w, _ in members)

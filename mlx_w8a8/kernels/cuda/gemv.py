@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, outputs, weight_format
-from .launch import MAX_SIBLINGS, LaunchSpec, _as_f32, _kernel, _lead
+from .launch import LaunchSpec, _as_f32, _kernel, _lead, sibling_bias
 from .quantize import PLAIN, quantize, quantize_spec
 
 
@@ -97,12 +97,7 @@ def gemv_fused_group_spec(m: int, k: int, members, dtype: mx.Dtype,
     """
     op = "[mlx_w8a8.cuda_int8_gemv]"
     members = list(members)
-    if not 2 <= len(members) <= MAX_SIBLINGS:
-        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
-                         f"got {len(members)}")
-    if len({b is not None for _, b in members}) != 1:
-        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
-                         f"{[b is not None for _, b in members]}")
+    sibling_bias(op, members)
     first = members[0][0]
     for w, _ in members:
         if (w.k != k or w.format != first.format or w.group_size != first.group_size

@@ -193,6 +193,24 @@ def _lead(m: int, lead: tuple[int, ...] | None) -> tuple[int, ...]:
     return lead
 
 
+def sibling_bias(op: str, members: list) -> bool:
+    """Whether the ``(weight, bias)`` pairs of one sibling launch have a bias (all of
+    them or none).
+
+    Raises:
+        ValueError: for fewer than 2 or more than ``MAX_SIBLINGS`` members, or a bias on
+            some members only (``op`` names the kernel).
+    """
+    if not 2 <= len(members) <= MAX_SIBLINGS:
+        raise ValueError(f"{op} a sibling launch takes 2 to {MAX_SIBLINGS} weights, "
+                         f"got {len(members)}")
+    has_bias = {b is not None for _, b in members}
+    if len(has_bias) != 1:
+        raise ValueError(f"{op} sibling weights must all have a bias or none, got "
+                         f"{[b is not None for _, b in members]}")
+    return True in has_bias
+
+
 class LaunchSpec(NamedTuple):
     """One kernel launch with everything fixed but its leading (activation) inputs.
 
