@@ -113,11 +113,11 @@ _PKG = {
     "launch.py": (
         "TILE = 64\n"
         "TABLE = {'a': (1, 2)}\n\n"
-        "def _grid(m):\n"
+        "def grid_blocks(m):\n"
         "    # a comment\n"
         "    return (m + TILE - 1) // TILE\n\n"
         "def spec(m):\n"
-        "    return ('body.cu', _grid(m), TABLE['a'])\n"
+        "    return ('body.cu', grid_blocks(m), TABLE['a'])\n"
     ),
     "kern.py": (
         "from . import launch\n"
@@ -159,9 +159,9 @@ def _closure_digest(tmp_path, monkeypatch, edits=None, name="v0"):
 def test_closure_follows_helpers_and_constants_transitively(tmp_path, monkeypatch):
     reached, _, loaded = _closure_digest(tmp_path, monkeypatch)
     names = {k.split(".", 1)[1] for k in reached}
-    # run -> spec (imported by name) -> _grid (a helper two calls deep) -> TILE; run ->
+    # run -> spec (imported by name) -> grid_blocks (a helper two calls deep) -> TILE; run ->
     # launch.TILE (module attribute); TABLE (a constant read by spec). Not `unrelated`.
-    assert names == {"kern.run", "launch.spec", "launch._grid", "launch.TILE", "launch.TABLE"}
+    assert names == {"kern.run", "launch.spec", "launch.grid_blocks", "launch.TILE", "launch.TABLE"}
     assert loaded == ["body.cu"]  # the kernel file named in reached code, not other.cu
 
 
@@ -224,7 +224,7 @@ _CUDA = {"cuda_quantize", "cuda_int8_gemm", "cuda_int8_gemm_ws", "cuda_int8_gemm
 @pytest.mark.parametrize("backend, file, helper, reached, unreached", [
     # the grid of the one-tile-per-block and persistent GEMMs (cuda/tiles.py), reached
     # through the per-channel and int32 launch code only
-    ("cuda", "cuda/tiles.py", "def _grid(",
+    ("cuda", "cuda/tiles.py", "def grid_blocks(",
      {"cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_int8_gemm",
       "cuda_int8_gemm_ws", "cuda_int8_gemm_tma"},
      {"cuda_quantize", "cuda_w8a8_gemm_grouped", "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"}),

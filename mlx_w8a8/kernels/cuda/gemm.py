@@ -16,17 +16,17 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, outputs, weight_format
-from .launch import _FRAMES, U8_MAX_K, LaunchSpec, _as_f32, _framed, _kernel, _lead
+from .launch import FRAME_CACHE, U8_MAX_K, LaunchSpec, _kernel, as_f32, framed, leading_shape
 from .quantize import PLAIN, ROWSUM, pack_rowsum, quantize_spec, rowsum_rows_m, rowsum_shape
-from .tiles import GemmConfig, WsConfig, _grid, tile_for
-from .tma import _tma_io, weight_maps
+from .tiles import GemmConfig, WsConfig, grid_blocks, tile_for
+from .tma import tma_io, weight_maps
 
 
-def _channel_tail(weight, bias) -> tuple:
+def channel_tail(weight, bias) -> tuple:
     """A per-channel weight's inputs, in the order its bodies take them: codes, float32
     channel scales, float32 bias."""
     tail = (weight.q, weight.channel_scales)
-    return tail if bias is None else tail + (_as_f32(bias),)
+    return tail if bias is None else tail + (as_f32(bias),)
 
 
 def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
@@ -39,18 +39,18 @@ def gemm_per_channel_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     # The tile is chosen here, not in the cached frame: it follows is_sm90().
     cfg = config or tile_for(m, weight.n)
     frame = _gemm_per_channel_frame(m, k, weight.n, bias is not None, out_dtype, cfg,
-                                    unsigned, _lead(m, lead))
-    tail = _channel_tail(weight, bias)
+                                    unsigned, leading_shape(m, lead))
+    tail = channel_tail(weight, bias)
     if isinstance(cfg, WsConfig) and cfg.tma:  # + the weight's map array
         tail += (weight_maps(weight, cfg.bn),)
-    return _framed(frame, tail)
+    return framed(frame, tail)
 
 
-@functools.lru_cache(maxsize=_FRAMES)
+@functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: mx.Dtype,
                             cfg, unsigned: bool, lead: tuple[int, ...]) -> LaunchSpec:
     """:func:`gemm_per_channel_spec` for any weight of ``n`` rows on tile ``cfg`` (no
-    tail: its inputs are all the weight's, :func:`_channel_tail`, and with a TMA tile
+    tail: its inputs are all the weight's, :func:`channel_tail`, and with a TMA tile
     its map array, :func:`weight_maps`)."""
     if unsigned:
         if k > U8_MAX_K:
@@ -72,7 +72,7 @@ def _gemm_per_channel_frame(m: int, k: int, n: int, has_bias: bool, out_dtype: m
         body = cfg.body(body)
         if cfg.tma:  # A's map goes into xa, the weight's into its map array (TmaMaps)
             names += ("wmap",)
-    grid = _grid(m, n, cfg)
+    grid = grid_blocks(m, n, cfg)
     kern = (cfg.file, body, names, ("y",), cfg.shared_memory)
     return LaunchSpec(kern, (), [("T", out_dtype)] + cfg.template(), [(*lead, n)], [out_dtype],
                       (grid * cfg.threads, 1, 1), (cfg.threads, 1, 1))
@@ -89,11 +89,11 @@ def int8_gemm(a: mx.array, b: mx.array, config: GemmConfig | WsConfig | None = N
     m, k = a.shape
     n = b.shape[0]
     cfg = config or tile_for(m, n)
-    grid = _grid(m, n, cfg)
+    grid = grid_blocks(m, n, cfg)
     ws = isinstance(cfg, WsConfig)
     inputs, names, shapes, dtypes, outs = [a, b], ("a", "b"), [(m, n)], [mx.int32], ("c",)
     if ws and cfg.tma:  # + the tensor-map prototypes and the maps' scratch output
-        proto, scratch = _tma_io(cfg, k, (n,), grid)
+        proto, scratch = tma_io(cfg, k, (n,), grid)
         inputs, names, outs = inputs + [proto], names + ("proto",), outs + ("tmap",)
         shapes, dtypes = shapes + [scratch], dtypes + [mx.uint8]
     kern = _kernel(cfg.file, cfg.body("int32") if ws else "int32", names, outs,

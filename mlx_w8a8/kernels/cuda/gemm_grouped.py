@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, hopper, outputs, tensor_maps, weight_format
-from .launch import _FRAMES, MAX_K, SMS, LaunchSpec, _as_f32, _framed, _lead, sibling_bias
+from .launch import FRAME_CACHE, MAX_K, SMS, LaunchSpec, as_f32, framed, leading_shape, sibling_bias
 from .quantize import grouped_sums_shape, quantize_groups_spec, quantize_spec
 from .tiles import (
     GROUPED_TMA_GROUP_SIZES,
@@ -37,12 +37,12 @@ def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
     """The launch of :func:`gemm_grouped` (activations ``xq, xs, xr``)."""
     frame = _gemm_grouped_frame(m, weight.n, bias is not None, weight.scales.dtype,
                                 weight.group_size, out_dtype,
-                                config or grouped_tile_for(m, weight.n), _lead(m, lead))
+                                config or grouped_tile_for(m, weight.n), leading_shape(m, lead))
     tail = (weight.q, weight.scales, weight.group_offsets)
-    return _framed(frame, tail if bias is None else tail + (_as_f32(bias),))
+    return framed(frame, tail if bias is None else tail + (as_f32(bias),))
 
 
-@functools.lru_cache(maxsize=_FRAMES)
+@functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_grouped_frame(m: int, n: int, has_bias: bool, scales_dtype: mx.Dtype,
                         group_size: int, out_dtype: mx.Dtype, cfg,
                         lead: tuple[int, ...]) -> LaunchSpec:
@@ -95,11 +95,11 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     """
     cfg = _grouped_tma_checked(m, k, weight, config or grouped_tma_tile_for(m, weight.n))
     frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
-                                    out_dtype, cfg, _lead(m, lead))
+                                    out_dtype, cfg, leading_shape(m, lead))
     tail = (weight.q, grouped_terms(weight, cfg.bn))
     if bias is not None:
-        tail += (_as_f32(bias),)
-    return _framed(frame, tail + (weight_maps(weight, cfg.bn),))
+        tail += (as_f32(bias),)
+    return framed(frame, tail + (weight_maps(weight, cfg.bn),))
 
 
 def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
@@ -121,7 +121,7 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
     return cfg
 
 
-@functools.lru_cache(maxsize=_FRAMES)
+@functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_grouped_tma_frame(m: int, k: int, n: int, has_bias: bool, group_size: int,
                             out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
                             lead: tuple[int, ...]) -> LaunchSpec:
@@ -211,15 +211,15 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
     for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
         _grouped_tma_checked(m, k, w, cfg)
     frame = _gemm_grouped_tma_group_frame(m, k, ns, has_bias, first.group_size,
-                                          out_dtype, cfg, _lead(m, lead))
+                                          out_dtype, cfg, leading_shape(m, lead))
     tail = []
     for w, b in members:
-        tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [_as_f32(b)])
+        tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [as_f32(b)])
     tail += [weight_maps(w, cfg.bn) for w, _ in members]
-    return _framed(frame, tuple(tail))
+    return framed(frame, tuple(tail))
 
 
-@functools.lru_cache(maxsize=_FRAMES)
+@functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_grouped_tma_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
                                   group_size: int, out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
                                   lead: tuple[int, ...]) -> LaunchSpec:

@@ -13,9 +13,9 @@ import functools
 import mlx.core as mx
 
 from .. import registry
-from .gemm import Int8Gemm, W8A8Gemm, _channel_tail, int8_gemm
+from .gemm import Int8Gemm, W8A8Gemm, channel_tail, int8_gemm
 from .kernel import hopper, tensor_maps
-from .launch import _FRAMES, SMS, U8_MAX_K, LaunchSpec, _framed, _lead, sibling_bias
+from .launch import FRAME_CACHE, SMS, U8_MAX_K, LaunchSpec, framed, leading_shape, sibling_bias
 from .tiles import WsConfig, tma_tile_for, ws_tile_for
 from .tma import weight_maps
 
@@ -47,18 +47,18 @@ def gemm_ws_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                              f"got format={w.format}, K={w.k}")
     ns = tuple(w.n for w, _ in members)
     cfg = config or ws_tile_for(m, sum(ns))
-    frame = _gemm_ws_group_frame(m, k, ns, has_bias, out_dtype, cfg, _lead(m, lead))
-    tail = tuple(a for w, b in members for a in _channel_tail(w, b))
+    frame = _gemm_ws_group_frame(m, k, ns, has_bias, out_dtype, cfg, leading_shape(m, lead))
+    tail = tuple(a for w, b in members for a in channel_tail(w, b))
     if cfg.tma:  # + each member's map array
         tail += tuple(weight_maps(w, cfg.bn) for w, _ in members)
-    return _framed(frame, tail)
+    return framed(frame, tail)
 
 
-@functools.lru_cache(maxsize=_FRAMES)
+@functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_ws_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
                          out_dtype: mx.Dtype, cfg, lead: tuple[int, ...]) -> LaunchSpec:
     """:func:`gemm_ws_group_spec` for any members of ``ns`` rows on tile ``cfg`` (no
-    tail: its inputs are the members', :func:`_channel_tail` each, and with a TMA tile
+    tail: its inputs are the members', :func:`channel_tail` each, and with a TMA tile
     their map arrays, :func:`weight_maps`)."""
     names = ["xa"]
     for g in range(len(ns)):

@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, outputs, weight_format
-from .launch import LaunchSpec, _as_f32, _kernel, _lead, sibling_bias
+from .launch import LaunchSpec, _kernel, as_f32, leading_shape, sibling_bias
 from .quantize import PLAIN, quantize, quantize_spec
 
 
@@ -56,7 +56,7 @@ def _gemv_weight(weight, bias, dtype):
         template = [("T", dtype)]
         body = "channel"
     if bias is not None:
-        w_inputs.append(_as_f32(bias))
+        w_inputs.append(as_f32(bias))
         w_names += ("bias",)
         body += "_bias"
     return w_inputs, w_names, template, body
@@ -66,7 +66,7 @@ def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
                     lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The one-launch GEMV (activation ``x`` ``[M, K]`` of ``dtype``, ``M <= 16``)."""
     n = weight.n
-    lead = _lead(m, lead)
+    lead = leading_shape(m, lead)
     mm = gemv_bucket(m)
     rw = gemv_rows_per_warp(mm)
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, dtype)
@@ -110,7 +110,7 @@ def gemv_fused_group_spec(m: int, k: int, members, dtype: mx.Dtype,
     if not gemv_fuses(m, k):
         raise ValueError(f"{op} the sibling launch is the fused kernel: needs "
                          f"bucket(M) * K <= {GEMV_FUSED_MAX_SMEM}, got M={m}, K={k}")
-    lead = _lead(m, lead)
+    lead = leading_shape(m, lead)
     mm = gemv_bucket(m)
     rw = gemv_rows_per_warp(mm)
     tail, names, template = [], ["x"], None
@@ -137,7 +137,7 @@ def gemv_quantized_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                         lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The two-launch GEMV's second launch (activations ``xq, xs``, ``M <= 16``)."""
     n = weight.n
-    lead = _lead(m, lead)
+    lead = leading_shape(m, lead)
     mm = gemv_bucket(m)
     rw = gemv_rows_per_warp(mm)
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)

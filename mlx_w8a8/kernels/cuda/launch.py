@@ -174,12 +174,12 @@ def header_include(stem: str, header: str) -> str:
     return f'#include "{path}"\n'
 
 
-def _as_f32(a: mx.array) -> mx.array:
+def as_f32(a: mx.array) -> mx.array:
     return a if a.dtype == mx.float32 else a.astype(mx.float32)
 
 
 # Launch specs ---------------------------------------------------------------------------
-def _lead(m: int, lead: tuple[int, ...] | None) -> tuple[int, ...]:
+def leading_shape(m: int, lead: tuple[int, ...] | None) -> tuple[int, ...]:
     """The activation's leading shape: ``lead`` (``[*lead, K]``, ``prod(lead) == m``: the
     kernels read any rank, shape.cuh) or ``(m,)``."""
     if lead is None:
@@ -296,10 +296,10 @@ class LaunchSpec(NamedTuple):
 # A frame holds its kernel's ``_kernel`` arguments, not the kernel object, which is
 # looked up on every use: whatever empties ``_kernel``'s cache (another kernel text in
 # bench/cuda_bench.py, the tests' wrapped ``mx.fast.cuda_kernel``) reaches every spec.
-_FRAMES = 4096
+FRAME_CACHE = 4096
 
 
-def _framed(frame: LaunchSpec, tail: tuple = ()) -> LaunchSpec:
+def framed(frame: LaunchSpec, tail: tuple = ()) -> LaunchSpec:
     """The spec of a cached frame: its kernel built (or found) from the arguments it
     holds, ``tail`` (the weight's arrays) before the frame's own tail."""
     return frame._replace(kernel=_kernel(*frame.kernel), tail=tail + frame.tail)

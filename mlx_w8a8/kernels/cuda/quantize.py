@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows
-from .launch import _FRAMES, QUANT_K_MULTIPLE, LaunchSpec, _as_f32, _framed, _lead
+from .launch import FRAME_CACHE, QUANT_K_MULTIPLE, LaunchSpec, as_f32, framed, leading_shape
 from .tiles import GROUPED_TMA_GROUP_SIZES
 
 ROWSUM = ("cuda_per_token", "rowsum")
@@ -81,7 +81,7 @@ def pack_rowsum(q: mx.array, scale: mx.array, row_sums: mx.array) -> mx.array:
     k = q.shape[-1]
     m = q.size // k
     r = rowsum_shape(m, k)[0]
-    parts = [q.reshape(-1), _as_f32(scale).reshape(-1).view(mx.int8),
+    parts = [q.reshape(-1), as_f32(scale).reshape(-1).view(mx.int8),
              row_sums.astype(mx.int32).reshape(-1).view(mx.int8)]
     parts.append(mx.zeros((r * k - m * (k + 8),), dtype=mx.int8))  # the map area
     return mx.concatenate(parts).reshape(r, k)
@@ -92,7 +92,7 @@ def unpack_rowsum(xa: mx.array, lead: tuple[int, ...] | None = None):
     int8, ``[*lead, 1]`` float32 and ``[*lead, 1]`` int32 (``lead``: ``(M,)`` by default)."""
     r, k = xa.shape
     m = rowsum_rows_m(r, k)
-    lead = _lead(m, lead)
+    lead = leading_shape(m, lead)
     flat = xa.reshape(-1)
     q = flat[: m * k].reshape(*lead, k)
     scale = flat[m * k: m * k + 4 * m].view(mx.float32).reshape(*lead, 1)
@@ -105,15 +105,16 @@ def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None
                   lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`quantize` for ``[M, K]`` ``dtype`` activations, or
     ``[*lead, K]`` ones (``prod(lead) == M``; outputs ``[*lead, ...]``)."""
-    return _framed(_quantize_frame(m, k, dtype, group_size, row_sum, warp, _lead(m, lead)))
+    return framed(_quantize_frame(m, k, dtype, group_size, row_sum, warp, leading_shape(m, lead)))
 
 
-@functools.lru_cache(maxsize=_FRAMES)
+@functools.lru_cache(maxsize=FRAME_CACHE)
 def _quantize_frame(m: int, k: int, dtype: mx.Dtype, group_size: int | None, row_sum: bool,
                     warp: bool, lead: tuple[int, ...]) -> LaunchSpec:
     """:func:`quantize_spec` (no weight: the whole launch is shared)."""
     if k % QUANT_K_MULTIPLE:
-        raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, got {k}")
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, "
+                         f"got {k}")
     if warp and (group_size is not None or not row_sum):
         raise ValueError("[mlx_w8a8.cuda_quantize] warp=True exists for row_sum=True, "
                          f"group_size=None only; got row_sum={row_sum}, group_size={group_size}")

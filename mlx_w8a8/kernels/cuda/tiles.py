@@ -231,7 +231,7 @@ def grouped_tile_for(m: int, n: int) -> GemmConfig:
     return GEMM_CONFIGS["grouped"] if m > 64 else GEMM_CONFIGS["grouped_small"]
 
 
-def _grid(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
+def grid_blocks(m: int, n: int, cfg: GemmConfig | WsConfig) -> int:
     """Blocks to launch: one per tile, or (persistent kernel) at most one per SM."""
     count = tiles(m, n, cfg)
     return min(count, SMS) if isinstance(cfg, WsConfig) else count

@@ -30,7 +30,7 @@ def _prototype_bytes(k: int, ns: tuple[int, ...], bn: int) -> bytes:
     return b"".join(maps)
 
 
-def _tma_io(cfg: WsConfig, k: int, ns: tuple[int, ...], blocks: int):
+def tma_io(cfg: WsConfig, k: int, ns: tuple[int, ...], blocks: int):
     """The int32 TMA body's extra input (the prototypes) and its scratch output's shape:
     one slot of 1 + G maps per block, + 128 bytes to align the first (gemm_ws.cu
     TmaMaps)."""
