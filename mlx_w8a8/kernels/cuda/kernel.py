@@ -30,6 +30,7 @@ from .. import registry, sources, tensormap
 from . import launch
 from .launch import FLOAT_DTYPES, GEMM_K_MULTIPLE, MAX_K, LaunchSpec
 
+
 class CudaKernel:
     """One CUDA kernel of one op, as the tuner and the layers meet it.
 
@@ -51,9 +52,17 @@ class CudaKernel:
         raise NotImplementedError
 
     def can_implement(self, p: registry.Problem) -> tuple[bool, str]:
-        """``(True, "")`` where this kernel runs ``p`` here, else ``(False, reason)``:
-        the first requirement that fails (dimension, dtype, weight format, bound or
-        device capability) and what is valid. Cheap; touches no device memory."""
+        """Whether this kernel runs ``p`` here, and why not. Cheap; touches no device
+        memory (``registry.Candidate.can_implement``).
+
+        Args:
+            p: the problem (op, M, N, K, dtype name, weight format, group size, bias).
+
+        Returns:
+            ``(True, "")``, or ``(False, reason)``: the first requirement that fails
+            (dimension, dtype, weight format, bound or device capability), the value
+            received and what is valid, prefixed ``[mlx_w8a8.<name>]``.
+        """
         for why in self.refusals(p):
             if why is not None:
                 return False, f"[mlx_w8a8.{self.name}] {why}"
@@ -94,8 +103,17 @@ class CudaKernel:
 
     # Derived forms (registry.Candidate) -------------------------------------------------
     def run(self, x: mx.array, weight, bias) -> mx.array:
-        """``y = linear(x, weight, bias)`` for ``x`` ``[M, K]``: :meth:`activations`'
-        and :meth:`apply`'s launches, built and made on this call."""
+        """:meth:`activations`' and :meth:`apply`'s launches, built and made on this
+        call (``registry.Candidate.run``).
+
+        Args:
+            x: ``[M, K]`` float16/bfloat16/float32.
+            weight: a ``QuantizedWeight`` ``[N, K]`` this kernel supports.
+            bias: ``[N]`` or ``None``.
+
+        Returns:
+            ``[M, N]`` in ``x.dtype``.
+        """
         p = linear_problem(x, weight, bias)
         _, quantize = self.activations(p)
         apply = self.apply(p, weight, bias)
@@ -119,8 +137,20 @@ class CudaKernel:
         return key, lambda x: _acts(quantize.launch(x)), apply
 
     def bind(self, p: registry.Problem, weight, bias, lead: tuple[int, ...] | None = None):
-        """``(act_key, quantize, apply)`` for one layer (``registry.Candidate.bind_stages``):
-        the launches of :meth:`run` with everything but the activations computed here."""
+        """The launches of :meth:`run` for one layer, everything but the activations
+        computed here (``registry.Candidate.bind_stages``).
+
+        Args:
+            p: the layer's problem.
+            weight: a ``QuantizedWeight`` ``[N, K]``; bias: ``[N]`` or ``None``.
+            lead: the activation's leading shape (``prod(lead) == M``); ``(M,)`` if
+                ``None``.
+
+        Returns:
+            ``(act_key, quantize, apply)``: ``quantize(x) -> acts`` for ``x``
+            ``[*lead, K]`` of ``p.dtype`` and ``apply(acts) -> y`` ``[*lead, N]``; where
+            :meth:`activations` has no launch, ``(None, None, apply)`` with ``apply(x)``.
+        """
         key, quantize = self.activations(p, lead)
         apply = self.apply(p, weight, bias, lead)
         if quantize is None:
@@ -128,8 +158,18 @@ class CudaKernel:
         return key, _bound_quantize(quantize), _bound_one(apply, len(quantize.output_shapes))
 
     def bind_group(self, p: registry.Problem, members, lead: tuple[int, ...] | None = None):
-        """``(act_key, quantize, apply)`` for sibling layers (``registry.Candidate.bind_group``):
-        ``apply`` returns one ``[*lead, N_g]`` array per member."""
+        """:meth:`apply_group`'s launches for sibling layers fed the same ``x``, bound as
+        :meth:`bind` binds one layer's (``registry.Candidate.bind_group``).
+
+        Args:
+            p: the members' summed problem (``N = sum N_g``).
+            members: 2 or 3 ``(weight, bias)`` pairs.
+            lead: as :meth:`bind`.
+
+        Returns:
+            ``(act_key, quantize, apply)`` as :meth:`bind`, ``apply`` returning one
+            ``[*lead, N_g]`` array per member, in order.
+        """
         members = list(members)
         key, quantize = self.activations(p, lead)
         applies = self.apply_group(p, members, lead)
@@ -137,7 +177,9 @@ class CudaKernel:
             (one,) = applies
             return None, None, one.bound()
         takes = len(quantize.output_shapes)
-        if len(applies) == len(members):  # one launch per member
+        # A one-launch group takes 2 or more members (launch.sibling_bias), so one
+        # launch per member is never mistaken for one launch with an output per member.
+        if len(applies) == len(members):
             bound = [_bound_one(a, takes) for a in applies]
             return key, _bound_quantize(quantize), lambda acts: [b(acts) for b in bound]
         (one,) = applies
