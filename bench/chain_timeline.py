@@ -16,7 +16,7 @@ per launch:
 - ``wall``: the wall clock of the chain without the profiler (median of ``--rounds``),
   over the chain length; for torch, launches plus ``torch.cuda.synchronize()``.
 
-With ``--quantize`` the arms are the activation quantization instead (``launch.quantize``
+With ``--quantize`` the arms are the activation quantization instead (``cuda_quantize.quantize``
 with row sums, ``[M, K]`` bf16 in, int8 codes + scales + row sums out) and MLX's own
 ``x.astype(mx.int8)`` on the same ``x``: the same bytes read and written (2 M K + M K)
 by a bare elementwise kernel; the kernel times of the two are the quantize kernel's
@@ -62,7 +62,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.kernels.cuda import (  # noqa: E402
+    gemm as cuda_gemm,
+    launch,
+    quantize as cuda_quantize,
+    tiles as cuda_tiles,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_bench import rotation_copies  # noqa: E402
@@ -138,9 +143,9 @@ def main(argv=None) -> int:
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
     tiles = args.tiles.split(",")
-    unknown = sorted(set(tiles) - set(launch.TMA_CONFIGS) - {"auto"})
+    unknown = sorted(set(tiles) - set(cuda_tiles.TMA_CONFIGS) - {"auto"})
     if unknown:
-        p.error(f"--tiles: unknown {unknown}; known: auto, {sorted(launch.TMA_CONFIGS)}")
+        p.error(f"--tiles: unknown {unknown}; known: auto, {sorted(cuda_tiles.TMA_CONFIGS)}")
     rng = np.random.default_rng(0)
     if args.quantize:
         return quantize_chains(ms, sorted({k for k, _ in shapes}), args.chain, args.rounds, rng)
@@ -163,11 +168,11 @@ def main(argv=None) -> int:
             mx.eval(bs, wb, as_, xs)
             arms = {}
             for t in tiles:
-                cfg = launch.tma_tile_for(m, n, k) if t == "auto" else launch.TMA_CONFIGS[t]
-                auto = cfg == launch.tma_tile_for(m, n, k)  # the tile the GEMM would pick
+                cfg = cuda_tiles.tma_tile_for(m, n, k) if t == "auto" else cuda_tiles.TMA_CONFIGS[t]
+                auto = cfg == cuda_tiles.tma_tile_for(m, n, k)  # the tile the GEMM would pick
                 label = f"i8gemm_tma[{t}]" + ("*" if auto else "")
                 arms[label] = (lambda c, cfg=cfg: mx.eval(
-                    [launch.int8_gemm(as_[i % X], bs[i % C], cfg) for i in range(c)]), False)
+                    [cuda_gemm.int8_gemm(as_[i % X], bs[i % C], cfg) for i in range(c)]), False)
             arms["bf16"] = (lambda c: mx.eval([xs[i % X] @ wb[i % C].T for i in range(c)]), False)
             arms["torch._int_mm"] = (lambda c: [torch._int_mm(tas[i % X], tbs[i % C])
                                                 for i in range(c)], True)
@@ -190,7 +195,7 @@ def quantize_chains(ms, ks, chain: int, rounds: int, rng) -> int:
             xs, X = activations(m, k, rng)
             arms = {
                 "quantize": lambda c: mx.eval(
-                    [launch.quantize_rowsum(xs[i % X]) for i in range(c)]),
+                    [cuda_quantize.quantize_rowsum(xs[i % X]) for i in range(c)]),
                 "astype(int8)": lambda c: mx.eval([xs[i % X].astype(mx.int8) for i in range(c)]),
             }
             for label, fn in arms.items():
@@ -270,9 +275,7 @@ def linear_chains(ms, shapes, chain: int, rounds: int, rng, quant_smem=()) -> in
 def smem_quantize_arm(cand, problem, qws, copies: int, size: int):
     """``op(x, i)``: ``cand``'s bound apply on weight copy ``i``, fed by the row-sum
     quantize launched with ``size`` bytes of (unused) dynamic shared memory."""
-    from mlx_w8a8.kernels import cuda_launch as launch
-
-    spec = launch.quantize_spec(problem.m, problem.k, mx.bfloat16, row_sum=True)
+    spec = cuda_quantize.quantize_spec(problem.m, problem.k, mx.bfloat16, row_sum=True)
     spec = spec._replace(kernel=launch._kernel("quantize.cu", "rowsum", ("x",),
                                                ("xa",), shared_memory=size))
     applies = []

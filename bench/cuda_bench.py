@@ -54,9 +54,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mlx.core as mx  # noqa: E402
 
-from mlx_w8a8.kernels import cuda  # noqa: E402
-from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.kernels.cuda import (  # noqa: E402
+    gemm as cuda_gemm,
+    gemm_grouped as cuda_gemm_grouped,
+    gemm_ws as cuda_gemm_ws,
+    gemv as cuda_gemv,
+    launch,
+    quantize as cuda_quantize,
+    tiles as cuda_tiles,
+)
 from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
+
+# The registered linears' unbound run paths (quantize + GEMM launches made on each call).
+W8A8, W8A8_GROUPED = cuda_gemm.W8A8Gemm(), cuda_gemm_grouped.W8A8GemmGrouped()
+W8A8_WS, W8A8_TMA, GEMV = cuda_gemm_ws.W8A8GemmWs(), cuda_gemm_ws.W8A8GemmTma(), cuda_gemv.Int8Gemv()
 
 M_LIST = (1, 16, 64, 128, 256, 512, 1024, 2048, 8192)
 KN_LIST = ((4096, 4096), (3584, 18944), (18944, 3584))
@@ -203,11 +214,11 @@ def kernel_text_from(folder: str):
 
 
 def base_quantize_spec(base_dir: str, m: int, k: int, warp: bool = False):
-    """The ``rowsum`` (``warp``: ``rowsum_warp``) launch of ``launch.quantize_spec`` built
+    """The ``rowsum`` (``warp``: ``rowsum_warp``) launch of ``cuda_quantize.quantize_spec`` built
     from the shader text in ``base_dir`` instead of the package's
     (:func:`kernel_text_from`)."""
     with kernel_text_from(base_dir):
-        return launch.quantize_spec(m, k, mx.bfloat16, row_sum=True, warp=warp)
+        return cuda_quantize.quantize_spec(m, k, mx.bfloat16, row_sum=True, warp=warp)
 
 
 def rotation_copies(nbytes: int) -> int:
@@ -233,8 +244,8 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
     # Raw int8 operands (shared by cuda_int8_gemm and torch._int_mm).
     # The unsigned-code GEMMs take the quantize's one array; codes and scales unpacked
     # from it feed the raw and flipped-code arms.
-    xa8 = [launch.quantize_rowsum(x) for x in xs]
-    a8, s8, _ = zip(*(launch.unpack_rowsum(a) for a in xa8))
+    xa8 = [cuda_quantize.quantize_rowsum(x) for x in xs]
+    a8, s8, _ = zip(*(cuda_quantize.unpack_rowsum(a) for a in xa8))
     b8 = [p.int8() for p in pcs]
     mx.eval(xa8, a8, s8, b8)
     C = len(ws)
@@ -248,45 +259,45 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
                                                  grs[i % C].biases, transpose=True,
                                                  group_size=64, bits=8)),
         Arm("bf16", lambda i: mx.matmul(xs[i % X], ws[i % C].T)),
-        Arm("w8a8", lambda i: cuda._w8a8_gemm_run(xs[i % X], pcs[i % C], None)),
-        Arm("w8a8_g", lambda i: cuda._w8a8_grouped_run(xs[i % X], grs[i % C], None)),
+        Arm("w8a8", lambda i: W8A8.run(xs[i % X], pcs[i % C], None)),
+        Arm("w8a8_g", lambda i: W8A8_GROUPED.run(xs[i % X], grs[i % C], None)),
         # The per-channel GEMM + epilogue alone (activations already quantized): on the
         # unsigned codes with the row-sum correction (the default for K <= U8_MAX_K) and
         # with the codes flipped to int8 (the K > U8_MAX_K path); and the full linear on
         # the mma.sync 128 x 256 tile (when the default is wgmma).
-        Arm("w8a8_mm", lambda i: launch.gemm_rowsum(xa8[i % X], pcs[i % C], None, mx.bfloat16)),
-        Arm("w8a8_mm[flip]", lambda i: launch.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C],
+        Arm("w8a8_mm", lambda i: cuda_gemm.gemm_rowsum(xa8[i % X], pcs[i % C], None, mx.bfloat16)),
+        Arm("w8a8_mm[flip]", lambda i: cuda_gemm.gemm_per_channel(a8[i % X], s8[i % X], pcs[i % C],
                                                                None, mx.bfloat16)),
         Arm("w8a8[large]", lambda i: _linear_on(xs[i % X], pcs[i % C],
-                                                launch.GEMM_CONFIGS["large"])),
-        Arm("i8gemm", lambda i: launch.int8_gemm(a8[i % X], b8[i % C])),
-        Arm("quant", lambda i: launch.quantize_rowsum(xs[i % X])),
-        Arm("quant_warp", lambda i: launch.quantize_rowsum(xs[i % X], warp=True)),
-        Arm("w8a8_ws", lambda i: cuda._w8a8_ws_run(xs[i % X], pcs[i % C], None)),
-        Arm("w8a8_mm_ws", lambda i: launch.gemm_rowsum(
-            xa8[i % X], pcs[i % C], None, mx.bfloat16, launch.ws_tile_for(m, n))),
-        Arm("i8gemm_ws", lambda i: launch.int8_gemm_ws(a8[i % X], b8[i % C])),
-        Arm("w8a8_tma", lambda i: cuda._w8a8_tma_run(xs[i % X], pcs[i % C], None)),
-        Arm("w8a8_mm_tma", lambda i: launch.gemm_rowsum(
-            xa8[i % X], pcs[i % C], None, mx.bfloat16, launch.tma_tile_for(m, n, k))),
-        Arm("i8gemm_tma", lambda i: launch.int8_gemm_tma(a8[i % X], b8[i % C])),
+                                                cuda_tiles.GEMM_CONFIGS["large"])),
+        Arm("i8gemm", lambda i: cuda_gemm.int8_gemm(a8[i % X], b8[i % C])),
+        Arm("quant", lambda i: cuda_quantize.quantize_rowsum(xs[i % X])),
+        Arm("quant_warp", lambda i: cuda_quantize.quantize_rowsum(xs[i % X], warp=True)),
+        Arm("w8a8_ws", lambda i: W8A8_WS.run(xs[i % X], pcs[i % C], None)),
+        Arm("w8a8_mm_ws", lambda i: cuda_gemm.gemm_rowsum(
+            xa8[i % X], pcs[i % C], None, mx.bfloat16, cuda_tiles.ws_tile_for(m, n))),
+        Arm("i8gemm_ws", lambda i: cuda_gemm_ws.int8_gemm_ws(a8[i % X], b8[i % C])),
+        Arm("w8a8_tma", lambda i: W8A8_TMA.run(xs[i % X], pcs[i % C], None)),
+        Arm("w8a8_mm_tma", lambda i: cuda_gemm.gemm_rowsum(
+            xa8[i % X], pcs[i % C], None, mx.bfloat16, cuda_tiles.tma_tile_for(m, n, k))),
+        Arm("i8gemm_tma", lambda i: cuda_gemm_ws.int8_gemm_tma(a8[i % X], b8[i % C])),
     ]
-    if m <= cuda.GEMV_MAX_M:
-        arms.append(Arm("gemv", lambda i: cuda._gemv_run(xs[i % X], pcs[i % C], None)))
-        arms.append(Arm("gemv_g", lambda i: cuda._gemv_run(xs[i % X], grs[i % C], None)))
+    if m <= cuda_gemv.GEMV_MAX_M:
+        arms.append(Arm("gemv", lambda i: GEMV.run(xs[i % X], pcs[i % C], None)))
+        arms.append(Arm("gemv_g", lambda i: GEMV.run(xs[i % X], grs[i % C], None)))
     if variants:
-        for key, cfg in list(launch.GEMM_CONFIGS.items()) + list(launch.WS_CONFIGS.items()):
+        for key, cfg in list(cuda_tiles.GEMM_CONFIGS.items()) + list(cuda_tiles.WS_CONFIGS.items()):
             if key.startswith("grouped"):
-                arms.append(Arm(f"w8a8_g[{key}]", lambda i, cfg=cfg: launch.gemm_grouped(
-                    *launch.quantize(xs[i % X], 64), grs[i % C], None, mx.bfloat16, cfg)))
+                arms.append(Arm(f"w8a8_g[{key}]", lambda i, cfg=cfg: cuda_gemm_grouped.gemm_grouped(
+                    *cuda_quantize.quantize(xs[i % X], 64), grs[i % C], None, mx.bfloat16, cfg)))
             else:
-                arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: launch.int8_gemm(
+                arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: cuda_gemm.int8_gemm(
                     a8[i % X], b8[i % C], cfg)))
-        for key, cfg in launch.TMA_CONFIGS.items():
-            arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: launch.int8_gemm(
+        for key, cfg in cuda_tiles.TMA_CONFIGS.items():
+            arms.append(Arm(f"i8gemm[{key}]", lambda i, cfg=cfg: cuda_gemm.int8_gemm(
                 a8[i % X], b8[i % C], cfg)))
-        for key, cfg in {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}.items():
-            arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: launch.gemm_rowsum(
+        for key, cfg in {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}.items():
+            arms.append(Arm(f"w8a8_mm[{key}]", lambda i, cfg=cfg: cuda_gemm.gemm_rowsum(
                 xa8[i % X], pcs[i % C], None, mx.bfloat16, cfg)))
     if quant_base:
         base = base_quantize_spec(quant_base, m, k)
@@ -327,11 +338,11 @@ def bench_shape(m, k, n, pairs, rng, variants=False, only=None, once=None, quant
 
 
 def _linear_on(x, weight, cfg):
-    """The full per-channel linear (as ``cuda._w8a8_gemm_run``) on tile ``cfg``."""
-    if x.shape[1] <= cuda.U8_MAX_K:
-        return launch.gemm_rowsum(launch.quantize_rowsum(x), weight, None, mx.bfloat16, cfg)
-    xq, xs, _ = launch.quantize(x)
-    return launch.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg)
+    """The full per-channel linear (as ``W8A8.run``) on tile ``cfg``."""
+    if x.shape[1] <= launch.U8_MAX_K:
+        return cuda_gemm.gemm_rowsum(cuda_quantize.quantize_rowsum(x), weight, None, mx.bfloat16, cfg)
+    xq, xs, _ = cuda_quantize.quantize(x)
+    return cuda_gemm.gemm_per_channel(xq, xs, weight, None, mx.bfloat16, cfg)
 
 
 def paired_ratio(row, base, cand, cand_alias=None):
@@ -439,7 +450,7 @@ def quant_table(rows) -> str:
 def smoke_wgmma(out_dir: str) -> bool:
     """Run the wgmma GEMM once on a small shape with tails and compare exactly; writes
     ``wgmma_ok`` to ``out_dir`` when it is right (so a caller can turn it off if not)."""
-    cfg = launch.GEMM_CONFIGS.get("wgmma")
+    cfg = cuda_tiles.GEMM_CONFIGS.get("wgmma")
     if cfg is None or not launch.is_sm90():
         print("wgmma smoke: not applicable")
         return False
@@ -447,7 +458,7 @@ def smoke_wgmma(out_dir: str) -> bool:
     for m, n, k in ((300, 392, 1040), (129, 264, 48), (2048, 512, 4096)):
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (n, k), dtype=np.int8)
-        got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64)
+        got = np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64)
         want = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
         bad = int(np.sum(got != want))
         print(f"wgmma smoke M={m} N={n} K={k}: {bad} wrong elements", flush=True)

@@ -53,7 +53,7 @@ ARMS = ("bf16", "w8a8", "quant", "gemm", "add", "w8a8c")
 
 def make_arms(m: int, n: int, rng) -> dict:
     """``{arm: (op(x, i), fed)}`` and the activations, for M = ``m`` on an n x n weight."""
-    from mlx_w8a8.kernels import cuda_launch as launch
+    from mlx_w8a8.kernels.cuda import quantize as cuda_quantize
     from mlx_w8a8.kernels import registry
     from mlx_w8a8.weight import QuantizedWeight
 
@@ -68,7 +68,7 @@ def make_arms(m: int, n: int, rng) -> dict:
     if cand is None or not cand.available():
         raise SystemExit("host_split: the TMA W8A8 GEMM is not available here")
     run = registry.layer_run(cand, problem)
-    spec = launch.quantize_spec(m, n, mx.bfloat16, row_sum=True)
+    spec = cuda_quantize.quantize_spec(m, n, mx.bfloat16, row_sum=True)
     applies = [cand.bind_stages(problem, q, None)[2] for q in qws]
     codes = [tuple(spec.launch(x)) for x in xs]
     compiled = [mx.compile(registry.bound_call(cand, problem, q, None)) for q in qws]

@@ -8,7 +8,7 @@ is resident at once: all rows are read, then all are written, and the kernel mea
 graphs (run it with ``MLX_USE_CUDA_GRAPHS=0``), against ``astype(int8)`` and the copy
 floor (3 M K bytes at the device's copy bandwidth, torch):
 
-- ``rowsum``: the shipped launch (``cuda_launch.quantize_spec``);
+- ``rowsum``: the shipped launch (``kernels.cuda.quantize.quantize_spec``);
 - ``base:NAME``: the same launch of another revision's kernel text (``--base DIR,...``,
   folders holding its ``quantize.cu`` / ``quantize.cuh``; the arm is named after the
   folder);
@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.kernels.cuda import quantize as cuda_quantize  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cuda_bench  # noqa: E402
@@ -54,12 +54,12 @@ def _warp_arm(spec, m: int, threads: int):
 
 def variants(m: int, k: int, bases: list[str] = (), shapes: bool = True,
              warp_threads: list[int] = (), bounds: list[str] = ()):
-    """``{name: fn(x) -> [xa]}`` (the one activation array, ``launch.rowsum_shape``) for
+    """``{name: fn(x) -> [xa]}`` (the one activation array, ``cuda_quantize.rowsum_shape``) for
     one shape: the shipped launch, one arm
     per folder of ``bases`` (named after the folder), with ``warp_threads`` one arm per
     folder and block size launching its ``rowsum_warp`` body (``w{threads}:NAME``) and,
     with ``shapes``, the thread-count and warp-per-row arms."""
-    spec = launch.quantize_spec(m, k, mx.bfloat16, row_sum=True)
+    spec = cuda_quantize.quantize_spec(m, k, mx.bfloat16, row_sum=True)
     threads = spec.threadgroup[0]
     out = {"rowsum": spec.launch}
     for base in bases:
@@ -77,7 +77,7 @@ def variants(m: int, k: int, bases: list[str] = (), shapes: bool = True,
         if t > threads and k // 8 <= 8 * t:
             wide = spec._replace(grid=(m * t, 1, 1), threadgroup=(t, 1, 1))
             out[f"rowsum_t{t}"] = wide.launch
-    out["rowsum_warp"] = launch.quantize_spec(m, k, mx.bfloat16, row_sum=True, warp=True).launch
+    out["rowsum_warp"] = cuda_quantize.quantize_spec(m, k, mx.bfloat16, row_sum=True, warp=True).launch
     return out
 
 

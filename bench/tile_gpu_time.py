@@ -16,7 +16,7 @@ split-K cluster tiles there, with
 ``MLX_USE_CUDA_GRAPHS=0``: MLX's graph cache leaves a cluster kernel's cluster size on its
 graph node for the next kernel (docs/cuda.md).
 
-With ``--int32`` the arms are the raw int8 GEMM (``launch.int8_gemm``, int32 output) on
+With ``--int32`` the arms are the raw int8 GEMM (``cuda_gemm.int8_gemm``, int32 output) on
 random int8 operands instead, each with its TOPS (2 M N K / kernel time); bf16, qmm and
 quantize are not timed then. ``--tiles`` keeps the named tiles only. ``--acc`` adds each cooperative tile with other
 accumulator-set counts (``<tile>a<count>``), ``--stages`` each tile with shallower rings
@@ -49,7 +49,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.kernels.cuda import (  # noqa: E402
+    gemm as cuda_gemm,
+    quantize as cuda_quantize,
+    tiles as cuda_tiles,
+)
 from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
-    tiles = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}
+    tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
     if args.tiles:
         unknown = sorted(set(args.tiles.split(",")) - set(tiles))
         if unknown:
@@ -124,19 +128,19 @@ def main(argv=None) -> int:
         mx.eval(w, qw.q, wq, sq, bq)
         for m in ms:
             x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
-            xa = launch.quantize_rowsum(x)  # the unsigned-code GEMMs' one activation array
+            xa = cuda_quantize.quantize_rowsum(x)  # the unsigned-code GEMMs' one activation array
             mx.eval(x, xa)
             row, differ = {}, []
             row["bf16"] = timed(lambda: x @ w.T, args.reps)[0]
             row["qmm"] = timed(lambda: mx.quantized_matmul(x, wq, sq, bq, transpose=True,
                                                            group_size=64, bits=8), args.reps)[0]
-            row["quantize"] = timed(lambda: launch.quantize_rowsum(x), args.reps)[0]
+            row["quantize"] = timed(lambda: cuda_quantize.quantize_rowsum(x), args.reps)[0]
             for name, cfg in tiles.items():
-                row[name] = timed(lambda: launch.gemm_rowsum(xa, qw, None, mx.bfloat16, cfg),
+                row[name] = timed(lambda: cuda_gemm.gemm_rowsum(xa, qw, None, mx.bfloat16, cfg),
                                   args.reps)[0]
                 if args.kernel_dir:
                     spec = changed_gemm_spec(args.kernel_dir, extra, m, k, qw, cfg)
-                    want = launch.gemm_rowsum(xa, qw, None, mx.bfloat16, cfg)
+                    want = cuda_gemm.gemm_rowsum(xa, qw, None, mx.bfloat16, cfg)
                     if not mx.array_equal(spec.launch(xa)[0], want).item():
                         differ.append(name + "+")
                     row[name + "+"] = timed(lambda: spec.launch(xa)[0], args.reps)[0]
@@ -155,7 +159,7 @@ def changed_gemm_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
     from cuda_bench import kernel_text_from
 
     with kernel_text_from(folder):
-        spec = launch.gemm_per_channel_spec(m, k, weight, None, mx.bfloat16, cfg, unsigned=True)
+        spec = cuda_gemm.gemm_per_channel_spec(m, k, weight, None, mx.bfloat16, cfg, unsigned=True)
     return spec._replace(template=spec.template + extra)
 
 
@@ -205,7 +209,7 @@ def int32_gemms(ms, shapes, tiles, reps: int) -> int:
         for m in ms:
             a = mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8))
             mx.eval(a, b)
-            row = {name: timed(lambda: launch.int8_gemm(a, b, cfg), reps)[0]
+            row = {name: timed(lambda: cuda_gemm.int8_gemm(a, b, cfg), reps)[0]
                    for name, cfg in tiles.items()}
             ops = 2.0 * m * n * k
             print(f"M={m:5d} K={k:6d} N={n:6d}  " + "  ".join(

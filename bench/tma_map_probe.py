@@ -13,7 +13,12 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from mlx_w8a8.kernels import cuda_launch as launch
+from mlx_w8a8.kernels.cuda import (
+    gemm as cuda_gemm,
+    launch,
+    quantize as cuda_quantize,
+    tiles as cuda_tiles,
+)
 from mlx_w8a8.weight import QuantizedWeight
 
 
@@ -47,15 +52,15 @@ def main(argv=None) -> int:
         w = QuantizedWeight.from_float(mx.array(rng.standard_normal((200, k)).astype(np.float32)),
                                        32, per_channel=True)
         x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
-        xa = launch.quantize_rowsum(x, warp)
+        xa = cuda_quantize.quantize_rowsum(x, warp)
         mx.eval(xa)
         if host:
             np.array(xa)
-        cfg = launch.TMA_CONFIGS[tile]
-        cp = launch.WS_CONFIGS[f"ws{cfg.bn}p4"]
-        got = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)
-        want = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cp)
-        again = launch.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)  # the launch again
+        cfg = cuda_tiles.TMA_CONFIGS[tile]
+        cp = cuda_tiles.WS_CONFIGS[f"ws{cfg.bn}p4"]
+        got = cuda_gemm.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)
+        want = cuda_gemm.gemm_rowsum(xa, w, None, mx.bfloat16, cp)
+        again = cuda_gemm.gemm_rowsum(xa, w, None, mx.bfloat16, cfg)  # the launch again
         mx.eval(got, want, again)
         same = mx.array_equal(got, want).item()
         same2 = mx.array_equal(again, want).item()

@@ -3,7 +3,7 @@
 ``$MLX_W8A8_CACHE_DIR`` or the platform's user cache folder
 (``platformdirs.user_cache_dir("mlx_w8a8")``). The tuner keeps its user table and lock
 files there (:mod:`mlx_w8a8.tuning`), the CUDA launchers the kernel headers NVRTC
-includes (:mod:`mlx_w8a8.kernels.cuda_launch`). Where it cannot be written, a folder of
+includes (:mod:`mlx_w8a8.kernels.cuda.launch`). Where it cannot be written, a folder of
 the system temporary directory stands in. :func:`write_text_atomic` is how every such
 file (and a tuning table anywhere) is written.
 """

@@ -216,7 +216,7 @@ class Stages:
         self.last = None  # the "taken" mark of this layer's last offer
         self.untaken = 0
         # The plan's first call runs the stages themselves, whose bound launches are made
-        # directly on their first call (cuda_launch.LaunchSpec.bound): a shape met once
+        # directly on their first call (cuda.launch.LaunchSpec.bound): a shape met once
         # traces nothing. The compiled calls trace on the second.
         self.fresh = True
 

@@ -30,7 +30,7 @@ import weakref
 
 import mlx.nn as nn
 
-from .kernels.cuda_launch import MAX_SIBLINGS  # importing it never needs CUDA
+from .kernels.cuda.launch import MAX_SIBLINGS  # importing it never needs CUDA
 
 # Child names of one module that models feed the same input, in call order.
 NAMES = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))

@@ -215,7 +215,7 @@ class QuantizedWeight:
         """``make()``, made on the first call with ``key`` and kept with this weight
         (not compared, not copied by ``attrs.evolve``): arrays a backend derives from
         the weight once, e.g. the CUDA TMA GEMM's map array
-        (``kernels.cuda_launch.weight_maps``)."""
+        (``kernels.cuda.tma.weight_maps``)."""
         got = self._derived.get(key)
         if got is None:
             got = self._derived[key] = make()

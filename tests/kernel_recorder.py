@@ -31,7 +31,7 @@ class Recorder:
         import mlx.core as mx
 
         # name: the kernel as this file knows it; mlx_name: what MLX is given (with the
-        # digest of its text, see cuda_launch._kernel)
+        # digest of its text, see mlx_w8a8.kernels.cuda.launch._kernel)
         mlx_name, name = name, re.sub(r"_[0-9a-f]{12}$", "", name)
         assert mlx_name != name, f"{mlx_name}: no digest of the kernel text in its name"
         self.builds.append(dict(name=name, mlx_name=mlx_name, source=source, header=header))
@@ -63,8 +63,9 @@ def fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
 def fake_tensor_maps(monkeypatch) -> None:
     """Tensor maps encodable as on a machine with the CUDA driver (:func:`fake_prototype`),
     the launchers' cache of prototypes emptied; the caller empties it again after use."""
-    from mlx_w8a8.kernels import cuda_launch, tensormap
+    from mlx_w8a8.kernels import tensormap
+    from mlx_w8a8.kernels.cuda import tma as cuda_tma
 
     monkeypatch.setattr(tensormap, "prototype", fake_prototype)
     monkeypatch.setattr(tensormap, "available", lambda: True)
-    cuda_launch._tma_prototypes.cache_clear()
+    cuda_tma._tma_prototypes.cache_clear()

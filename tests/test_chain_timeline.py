@@ -44,7 +44,7 @@ def test_quant_smem_arm_launches_the_quantize_with_that_shared_memory(monkeypatc
     import mlx.core as mx
     from kernel_recorder import fake_tensor_maps, record_launches
 
-    from mlx_w8a8.kernels import cuda_launch as launch
+    from mlx_w8a8.kernels.cuda import launch, quantize as cuda_quantize, tma as cuda_tma
     from mlx_w8a8.kernels import registry
     from mlx_w8a8.weight import QuantizedWeight
 
@@ -60,10 +60,10 @@ def test_quant_smem_arm_launches_the_quantize_with_that_shared_memory(monkeypatc
                                       64, per_channel=True) for _ in range(2)]
     try:
         op = chain_timeline.smem_quantize_arm(tma, problem, qws, 2, 17408)
-        shipped = launch.quantize_spec(16, 128, mx.bfloat16, row_sum=True)
+        shipped = cuda_quantize.quantize_spec(16, 128, mx.bfloat16, row_sum=True)
         op(mx.zeros((16, 128), dtype=mx.bfloat16), 1)
     finally:
-        for c in (launch.load, launch.requires, launch._kernel, launch._tma_prototypes):
+        for c in (launch.load, launch.requires, launch._kernel, cuda_tma._tma_prototypes):
             c.cache_clear()
     quantize, gemm = rec.launches
     assert quantize["name"].endswith("quantize_rowsum") and quantize["shared_memory"] == 17408

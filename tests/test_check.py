@@ -43,12 +43,13 @@ def test_import_failures_are_reported(monkeypatch):
 def test_cuda_capabilities_say_why_tma_is_off(monkeypatch):
     # On a Hopper GPU without a driver that encodes tensor maps, the TMA kernels are off
     # and the report says why; here (no GPU) both CUDA capabilities are off.
-    from mlx_w8a8.kernels import cuda, tensormap
+    from mlx_w8a8.kernels import tensormap
+    from mlx_w8a8.kernels.cuda import launch
 
     lines = check.environment()
     assert "capability cuda_tma: off (no CUDA GPU is MLX's default device)" in lines
-    monkeypatch.setattr(cuda, "cuda_available", lambda: True)
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
+    monkeypatch.setattr(launch, "cuda_available", lambda: True)
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
     monkeypatch.setattr(tensormap, "unavailable", lambda: "OSError: no libcuda.so.1")
     lines = check.environment()
     assert "capability cuda_sm90: on (compute capability 9.x)" in lines

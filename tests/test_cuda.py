@@ -35,7 +35,16 @@ import pytest
 import mlx.core as mx
 
 from mlx_w8a8.kernels import registry, tensormap
-from mlx_w8a8.kernels import cuda_launch as launch
+from mlx_w8a8.kernels.cuda import (
+    gemm as cuda_gemm,
+    gemm_grouped as cuda_gemm_grouped,
+    gemm_ws as cuda_gemm_ws,
+    gemv as cuda_gemv,
+    launch,
+    quantize as cuda_quantize,
+    tiles as cuda_tiles,
+    tma as cuda_tma,
+)
 from mlx_w8a8.kernels.registry import Problem
 from mlx_w8a8.weight import QuantizedWeight
 
@@ -50,10 +59,10 @@ if not launch.cuda_available():
 
 MX_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 # Every warp-specialized tile: the cp.async producer's and the TMA producer's.
-WS_TILES = {**launch.WS_CONFIGS, **launch.TMA_CONFIGS}
+WS_TILES = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
 
 
-def ws_tile(name: str) -> launch.WsConfig:
+def ws_tile(name: str) -> cuda_tiles.WsConfig:
     """``WS_TILES[name]``; a TMA tile is skipped (reason shown) where the driver cannot
     encode tensor maps."""
     cfg = WS_TILES[name]
@@ -127,7 +136,7 @@ QUANT_CASES = [(m, k, gs) for m, k in QUANT_SHAPES for gs in (None, 32, 64, 128)
 @pytest.mark.parametrize("m,k,group_size", QUANT_CASES)
 def test_quantize_bit_exact(rng, dtype, m, k, group_size):
     x = activation(rng, m, k, dtype)
-    q, scale, sums = launch.quantize(x, group_size)
+    q, scale, sums = cuda_quantize.quantize(x, group_size)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(np.array(q), want_q)
     got_s = np.array(scale)
@@ -147,7 +156,7 @@ def test_quantize_row_sum_bit_exact(rng, dtype, m, k):
     """The ``rowsum`` body: same codes and scales as ``plain`` plus the int32 sum of each
     row's codes (0 for the zero / NaN / Inf rows)."""
     x = activation(rng, m, k, dtype)
-    q, scale, rsum = launch.quantize(x, row_sum=True)
+    q, scale, rsum = cuda_quantize.quantize(x, row_sum=True)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(np.array(q), want_q)
     got_s = np.array(scale)
@@ -166,7 +175,7 @@ def test_quantize_row_sum_warp_bit_exact(rng, dtype, m, k):
     chunks of 8, lanes with unequal shares; K = 8192 and 18944: rows longer than the
     register cache (re-read in the second pass)."""
     x = activation(rng, m, k, dtype)
-    q, scale, rsum = launch.quantize(x, row_sum=True, warp=True)
+    q, scale, rsum = cuda_quantize.quantize(x, row_sum=True, warp=True)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(np.array(q), want_q)
     got_s = np.array(scale)
@@ -190,8 +199,8 @@ def test_rowsum_array_layout(rng, warp, m, k):
     it wrote one 128-byte map into the map area and nothing else into the array (a map
     kept from before the read failed exactly here: docs/history.md)."""
     x = activation(rng, m, k, "bfloat16")
-    xa = launch.quantize_rowsum(x, warp)
-    assert xa.dtype == mx.int8 and tuple(xa.shape) == launch.rowsum_shape(m, k)
+    xa = cuda_quantize.quantize_rowsum(x, warp)
+    assert xa.dtype == mx.int8 and tuple(xa.shape) == cuda_quantize.rowsum_shape(m, k)
     raw = np.array(xa).reshape(-1)
     want_q, want_s = oracle.quantize_rows(host(x))
     np.testing.assert_array_equal(raw[: m * k].reshape(m, k), want_q)
@@ -201,14 +210,14 @@ def test_rowsum_array_layout(rng, warp, m, k):
     np.testing.assert_array_equal(raw[m * k + 4 * m: m * k + 8 * m].view(np.int32),
                                   want_q.astype(np.int64).sum(-1))
     area = raw[m * k + 8 * m:]
-    assert launch.ROWSUM_MAP_AREA <= area.size < launch.ROWSUM_MAP_AREA + k
+    assert cuda_quantize.ROWSUM_MAP_AREA <= area.size < cuda_quantize.ROWSUM_MAP_AREA + k
     assert (area == 0).all()
     if k % 32 or not launch.is_sm90() or tensormap.unavailable():
         return  # no per-channel weight of this K (group size 32 at the least), or no TMA
     weight = make_weight(rng, 200, k, 32, True, "bfloat16")
     mx.eval(weight.q, weight.channel_scales)  # allocated after the host read
-    got = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, ws_tile("tma128"))
-    want = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, launch.WS_CONFIGS["ws128p4"])
+    got = cuda_gemm.gemm_rowsum(xa, weight, None, mx.bfloat16, ws_tile("tma128"))
+    want = cuda_gemm.gemm_rowsum(xa, weight, None, mx.bfloat16, cuda_tiles.WS_CONFIGS["ws128p4"])
     assert mx.array_equal(got, want, equal_nan=True).item()
     after = np.array(xa).reshape(-1)
     np.testing.assert_array_equal(after[: m * k + 8 * m], raw[: m * k + 8 * m])
@@ -221,8 +230,8 @@ def quantize_body(x: mx.array, body: str):
     """``(q, scale, sums)`` of the quantize body ``body`` (``sums``: group size 64;
     ``plain``: no sums, ``None``)."""
     if body == "sums":
-        return launch.quantize(x, 64)
-    return launch.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
+        return cuda_quantize.quantize(x, 64)
+    return cuda_quantize.quantize(x, row_sum=body != "plain", warp=body == "rowsum_warp")
 
 
 @pytest.mark.parametrize("body", ["plain", "rowsum", "rowsum_warp", "sums"])
@@ -275,25 +284,25 @@ def test_quantize_every_16bit_value(dtype, body):
 def test_int8_gemm_bit_exact(rng, m, n, k):
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
-    c = launch.int8_gemm(mx.array(a), mx.array(b))
+    c = cuda_gemm.int8_gemm(mx.array(a), mx.array(b))
     got = np.array(c)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got.astype(np.int64), oracle.int8_matmul(a, b))
 
 
-@pytest.mark.parametrize("config", sorted(launch.GEMM_CONFIGS))
+@pytest.mark.parametrize("config", sorted(cuda_tiles.GEMM_CONFIGS))
 def test_int8_gemm_every_tile_config(rng, config):
     """Each tile shape the launchers may pick, forced, on a shape with tails in M, N, K;
     all -128 operands once too (the largest products, the only -128 * -128 = 2^14)."""
-    cfg = launch.GEMM_CONFIGS[config]
+    cfg = cuda_tiles.GEMM_CONFIGS[config]
     m, n, k = 300, 392, 1040
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
     np.testing.assert_array_equal(
-        np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64), oracle.int8_matmul(a, b))
+        np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg)).astype(np.int64), oracle.int8_matmul(a, b))
     a[:] = -128
     b[:] = -128
-    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    got = np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg))
     assert np.all(got == k * 16384)
 
 
@@ -315,13 +324,13 @@ def test_int8_gemm_ws_bit_exact(rng, config, m, n, k):
     cfg = ws_tile(config)
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
-    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    got = np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg))
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got.astype(np.int64), oracle.int8_matmul(a, b))
-    if launch.tiles(m, n, cfg) > launch.SMS:  # all -128: the largest products, persistently
+    if cuda_tiles.tiles(m, n, cfg) > launch.SMS:  # all -128: the largest products, persistently
         a[:] = -128
         b[:] = -128
-        got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+        got = np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg))
         assert np.all(got == k * 16384)
 
 
@@ -340,11 +349,11 @@ def test_int8_gemm_ws_accumulator_sets(rng, tma, bn, acc, m, n, k):
     cfg = ws_tile(name)._replace(accumulators=acc)  # a TMA tile skips off Hopper
     a = oracle.random_int8(rng, (m, k))
     b = oracle.random_int8(rng, (n, k))
-    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    got = np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg))
     np.testing.assert_array_equal(got.astype(np.int64), oracle.int8_matmul(a, b))
     a[:] = -128
     b[:] = -128
-    got = np.array(launch.int8_gemm(mx.array(a), mx.array(b), cfg))
+    got = np.array(cuda_gemm.int8_gemm(mx.array(a), mx.array(b), cfg))
     assert np.all(got == k * 16384)
 
 
@@ -402,13 +411,13 @@ def test_w8a8_gemm_per_channel(rng, name, m, n, k, dtype, with_bias):
 def test_w8a8_gemm_every_tile_config(rng, config, unsigned):
     """Both weight paths (unsigned codes + row-sum correction; codes flipped to int8)
     on every tile config."""
-    if config not in launch.GEMM_CONFIGS:
+    if config not in cuda_tiles.GEMM_CONFIGS:
         pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
-    cfg = launch.GEMM_CONFIGS[config]
+    cfg = cuda_tiles.GEMM_CONFIGS[config]
 
     def run(x, weight, bias):
-        xq, xs, xr = launch.quantize(x, row_sum=unsigned)
-        return launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
+        xq, xs, xr = cuda_quantize.quantize(x, row_sum=unsigned)
+        return cuda_gemm.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
 
     check_linear(rng, run, 300, 392, 1088, "bfloat16", 64, True, True)
     check_linear(rng, run, 129, 264, 4096, "float32", 64, True, False)
@@ -428,8 +437,8 @@ def test_w8a8_gemm_ws_every_tile_config(rng, config, m, n, k, dtype, with_bias):
     cfg = ws_tile(config)
 
     def run(x, weight, bias):
-        xq, xs, xr = launch.quantize(x, row_sum=True, warp=True)
-        return launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
+        xq, xs, xr = cuda_quantize.quantize(x, row_sum=True, warp=True)
+        return cuda_gemm.gemm_per_channel(xq, xs, weight, bias, x.dtype, cfg, row_sums=xr)
 
     check_linear(rng, run, m, n, k, dtype, 64, True, with_bias)
 
@@ -441,7 +450,7 @@ def test_w8a8_gemm_unsigned_k_bound(config, k):
     +-127 and weight codes 255 (int8 +127) everywhere, so |sum_k a_k q_k| = 127 * 255 * K,
     just below 2^31 at K = 66304; at K = 66336 the registered candidate must take the
     flipped path (the unsigned sum would pass 2^31). Float32 output against the oracle."""
-    configs = {**launch.GEMM_CONFIGS, **WS_TILES}
+    configs = {**cuda_tiles.GEMM_CONFIGS, **WS_TILES}
     if config not in configs:
         pytest.skip(f"{config} turned off (MLX_W8A8_CUDA_WGMMA=0)")
     cfg = ws_tile(config) if config in WS_TILES else configs[config]
@@ -456,13 +465,13 @@ def test_w8a8_gemm_unsigned_k_bound(config, k):
     xm = mx.array(x)
     want, bound = oracle.linear(x, weight, None)
     if k <= launch.U8_MAX_K:
-        xq, xs, xr = launch.quantize(xm, row_sum=True)
-        y = launch.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
+        xq, xs, xr = cuda_quantize.quantize(xm, row_sum=True)
+        y = cuda_gemm.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
         oracle.assert_close(y, want, bound, "float32")
     else:
         with pytest.raises(ValueError):
-            xq, xs, xr = launch.quantize(xm, row_sum=True)
-            launch.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
+            xq, xs, xr = cuda_quantize.quantize(xm, row_sum=True)
+            cuda_gemm.gemm_per_channel(xq, xs, weight, None, mx.float32, cfg, row_sums=xr)
     y = registry.get("linear", "cuda_w8a8_gemm").run(xm, weight, None)
     oracle.assert_close(y, want, bound, "float32")
 
@@ -479,11 +488,11 @@ def test_w8a8_gemm_grouped(rng, m, n, k, group_size, scale_dtype):
 
 @pytest.mark.parametrize("config", ["grouped", "grouped_small"])
 def test_w8a8_grouped_every_tile_config(rng, config):
-    cfg = launch.GEMM_CONFIGS[config]
+    cfg = cuda_tiles.GEMM_CONFIGS[config]
 
     def run(x, weight, bias):
-        xq, xs, xr = launch.quantize(x, weight.group_size)
-        return launch.gemm_grouped(xq, xs, xr, weight, bias, x.dtype, cfg)
+        xq, xs, xr = cuda_quantize.quantize(x, weight.group_size)
+        return cuda_gemm_grouped.gemm_grouped(xq, xs, xr, weight, bias, x.dtype, cfg)
 
     check_linear(rng, run, 300, 392, 1088, "float16", 32, False, True, "bfloat16")
 
@@ -493,7 +502,7 @@ def test_w8a8_grouped_every_tile_config(rng, config):
 def test_int8_gemv(rng, m, per_channel, group_size):
     """The registered candidate (fused: these M x K fit in shared memory)."""
     run = registry.get("linear", "cuda_int8_gemv").run
-    assert launch.gemv_fuses(m, 1024)
+    assert cuda_gemv.gemv_fuses(m, 1024)
     check_linear(rng, run, m, 264, 1024, "bfloat16", group_size, per_channel, m % 2 == 1)
     check_linear(rng, run, m, 257, 128, "float16", group_size, per_channel, False)
 
@@ -506,9 +515,9 @@ def test_int8_gemv_both_paths(rng, m, per_channel, fused):
     grid's 132 x 8 warps take in one pass, even at RW = 4: the persistent loop wraps;
     8714 % 4 = 2: a partial last row group)."""
     def run(x, weight, bias):
-        return launch.gemv(x, weight, bias, fused=fused)
+        return cuda_gemv.gemv(x, weight, bias, fused=fused)
 
-    assert 8714 > launch.GEMV_FUSED_BLOCKS * (launch.GEMV_THREADS // 32) * 4
+    assert 8714 > cuda_gemv.GEMV_FUSED_BLOCKS * (cuda_gemv.GEMV_THREADS // 32) * 4
     check_linear(rng, run, m, 8714, 1088, "float32", 32 if not per_channel else 64,
                  per_channel, True)
 
@@ -516,7 +525,7 @@ def test_int8_gemv_both_paths(rng, m, per_channel, fused):
 def test_int8_gemv_large_k_two_launches(rng):
     """M = 16 with K = 8192 does not fit the fused kernel's shared memory: the launcher
     must take the two-launch path, and it must be right."""
-    assert not launch.gemv_fuses(16, 8192)
+    assert not cuda_gemv.gemv_fuses(16, 8192)
     run = registry.get("linear", "cuda_int8_gemv").run
     check_linear(rng, run, 16, 136, 8192, "bfloat16", 64, True, False)
 
@@ -551,7 +560,7 @@ def test_rowsum_activations_are_interchangeable(rng):
     k2, q2, a2 = registry.get("linear", "cuda_w8a8_gemm_ws").stages(problem)
     assert k1 == k2
     x = activation(rng, 300, 1088, "float16")
-    acts1, acts2 = q1(x), (launch.quantize_rowsum(x, warp=True),)
+    acts1, acts2 = q1(x), (cuda_quantize.quantize_rowsum(x, warp=True),)
     assert len(acts1) == 1  # every byte of the one array, the zero tail included
     np.testing.assert_array_equal(np.array(acts1[0]), np.array(acts2[0]))
     weight = make_weight(rng, 392, 1088, 64, True, "float16")
@@ -617,11 +626,11 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
         bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
                 if with_bias else None)
         members.append((make_weight(rng, n, k, 64, True, dtype), bias))
-    acts = launch.bind_quantize(m, k, x.dtype, row_sum=True, lead=lead)(x)
-    ys = launch.bind_gemm_ws_group(m, k, members, x.dtype, cfg, lead=lead)(acts)
+    acts = cuda_quantize.quantize_spec(m, k, x.dtype, None, True, lead=lead).launch(x)
+    ys = cuda_gemm_ws.gemm_ws_group_spec(m, k, members, x.dtype, cfg, lead).launch(*acts)
     for (weight, bias), y in zip(members, ys):
         assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
-        alone = launch.gemm_rowsum(acts[0], weight, bias, x.dtype, cfg)
+        alone = cuda_gemm.gemm_rowsum(acts[0], weight, bias, x.dtype, cfg)
         assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
         want, bound = oracle.linear(host(x.reshape(m, k)), weight,
                                     None if bias is None else host(bias))
@@ -641,18 +650,18 @@ def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, per_channel, 
     unwritten element of the uninitialised outputs fails the comparison)."""
     k = 1088
     m = int(np.prod(lead))
-    assert launch.gemv_fuses(m, k)
+    assert cuda_gemv.gemv_fuses(m, k)
     x = activation(rng, m, k, dtype).reshape(*lead, k)
     members = []
     for n in ns:
         bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
                 if with_bias else None)
         members.append((make_weight(rng, n, k, group_size, per_channel, dtype), bias))
-    ys = launch.bind_gemv_fused_group(m, k, members, x.dtype, lead)(x)
+    ys = cuda_gemv.gemv_fused_group_spec(m, k, members, x.dtype, lead).launch(x)
     x2 = x.reshape(m, k)
     for (weight, bias), y in zip(members, ys):
         assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
-        alone = launch.gemv(x2, weight, bias, fused=True)
+        alone = cuda_gemv.gemv(x2, weight, bias, fused=True)
         assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
         want, bound = oracle.linear(host(x2), weight, None if bias is None else host(bias))
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
@@ -680,7 +689,7 @@ def test_bound_launches_take_any_leading_shape(rng, name, lead):
     assert y.shape == (*lead, n)
     assert mx.array_equal(y.reshape(m, n), want, equal_nan=True).item()
     # A bound launch is made directly on its first call, traced on its second and
-    # replayed after (cuda_launch.LaunchSpec.bound): the same bits on each.
+    # replayed after (launch.LaunchSpec.bound): the same bits on each.
     for _ in range(2):
         again = apply(x3) if quantize is None else apply(quantize(x3))
         assert mx.array_equal(again, y, equal_nan=True).item()
@@ -730,21 +739,21 @@ def test_linear_siblings_run_as_one_launch_on_the_gpu(rng, kernel, lead):
 
 @pytest.mark.parametrize("bn", [256, 128, 32])
 def test_tma_activation_map_takes_each_launchs_rows(rng, bn):
-    """A's tensor-map prototype is made once per K (cuda_launch._tma_prototypes) and each
+    """A's tensor-map prototype is made once per K (cuda_tma._tma_prototypes) and each
     launch writes its own M and min(M, 128) box rows into it (tma.cuh tma_replace_rows):
     one weight, row counts below, at and across the 128-row tile, largest first, all on
     the same prototype array, each product equal to the int64 oracle. A launch that kept
     another launch's rows would read past its activations (wrong rows) or wait on bytes
     its box never brings (a hung barrier)."""
-    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
+    tma = ws_tile(next(name for name, c in cuda_tiles.TMA_CONFIGS.items() if c.bn == bn))
     n, k = 200, 320
     b = oracle.random_int8(rng, (n, k))
     protos = set()
     for m in (300, 1, 77, 128, 129, 2):
         a = oracle.random_int8(rng, (m, k))
-        got = launch.int8_gemm(mx.array(a), mx.array(b), tma)
+        got = cuda_gemm.int8_gemm(mx.array(a), mx.array(b), tma)
         np.testing.assert_array_equal(oracle.to_numpy(got), oracle.int8_matmul(a, b), err_msg=f"M={m}")
-        protos.add(id(launch._tma_prototypes(k, (n,), tma.bn)))
+        protos.add(id(cuda_tma._tma_prototypes(k, (n,), tma.bn)))
     assert len(protos) == 1
 
 
@@ -758,16 +767,16 @@ def test_tma_linear_after_the_host_read_its_operands(rng, bn):
     arrays allocated (they may take the freed buffers), each product equal to the
     cp.async tile's bit for bit. A map kept across launches failed exactly here (the
     maps kept across launches failed that way: docs/history.md)."""
-    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
-    cp = launch.WS_CONFIGS[f"ws{bn}p4"]
+    tma = ws_tile(next(name for name, c in cuda_tiles.TMA_CONFIGS.items() if c.bn == bn))
+    cp = cuda_tiles.WS_CONFIGS[f"ws{bn}p4"]
     for m, k in ((1, 4096), (33, 1088), (7, 18944)):
-        xa = launch.quantize_rowsum(activation(rng, m, k, "bfloat16"))
+        xa = cuda_quantize.quantize_rowsum(activation(rng, m, k, "bfloat16"))
         weight = make_weight(rng, 200, k, 32, True, "bfloat16")
         np.array(xa), np.array(weight.q)
         fresh = make_weight(rng, 200, k, 32, True, "bfloat16")
         mx.eval(fresh.q, fresh.channel_scales)  # allocated now: may take the freed buffers
-        got = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, tma)
-        want = launch.gemm_rowsum(xa, weight, None, mx.bfloat16, cp)
+        got = cuda_gemm.gemm_rowsum(xa, weight, None, mx.bfloat16, tma)
+        want = cuda_gemm.gemm_rowsum(xa, weight, None, mx.bfloat16, cp)
         assert mx.array_equal(got, want, equal_nan=True).item(), (m, k)
 
 
@@ -775,33 +784,33 @@ def test_tma_linear_after_the_host_read_its_operands(rng, bn):
 def test_tma_launches_that_run_at_once_write_the_same_maps(rng, bn):
     """Every per-channel TMA launch writes its maps into arrays it shares: A's into the
     activation array's map area, each weight's into the weight's map array
-    (cuda_launch.weight_maps), the same bytes from every launch on the same arrays
+    (cuda_tma.weight_maps), the same bytes from every launch on the same arrays
     (tma.cuh). Independent launches evaluated together (MLX may run them at once): two
     weights on each of four activation arrays (M across the 128-row tile: A's map
     differs between arrays, the weights' do not) and the two weights as one sibling
     launch; each product equal to the cp.async tile's bit for bit, each weight's map
     array the one kept with it."""
-    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
-    cp = launch.WS_CONFIGS[f"ws{bn}p4"]
+    tma = ws_tile(next(name for name, c in cuda_tiles.TMA_CONFIGS.items() if c.bn == bn))
+    cp = cuda_tiles.WS_CONFIGS[f"ws{bn}p4"]
     k = 1088
     weights = [make_weight(rng, n, k, 32, True, "bfloat16") for n in (200, 392)]
-    xas = [launch.quantize_rowsum(activation(rng, m, k, "bfloat16")) for m in (300, 1, 77, 129)]
+    xas = [cuda_quantize.quantize_rowsum(activation(rng, m, k, "bfloat16")) for m in (300, 1, 77, 129)]
     mx.eval(xas)
-    got = [launch.gemm_rowsum(xa, w, None, mx.bfloat16, tma) for xa in xas for w in weights]
-    group = [launch.gemm_ws_group_spec(launch.rowsum_rows_m(*xa.shape), k,
+    got = [cuda_gemm.gemm_rowsum(xa, w, None, mx.bfloat16, tma) for xa in xas for w in weights]
+    group = [cuda_gemm_ws.gemm_ws_group_spec(cuda_quantize.rowsum_rows_m(*xa.shape), k,
                                        [(w, None) for w in weights], mx.bfloat16,
                                        tma).launch(xa) for xa in xas]
     mx.eval(got, group)
-    want = [launch.gemm_rowsum(xa, w, None, mx.bfloat16, cp) for xa in xas for w in weights]
+    want = [cuda_gemm.gemm_rowsum(xa, w, None, mx.bfloat16, cp) for xa in xas for w in weights]
     for i, (g, w) in enumerate(zip(got, want)):
         assert mx.array_equal(g, w, equal_nan=True).item(), i
     for i, ys in enumerate(group):
         for j, y in enumerate(ys):
             assert mx.array_equal(y, want[2 * i + j], equal_nan=True).item(), (i, j)
     for w in weights:
-        assert launch.weight_maps(w, bn) is launch.weight_maps(w, bn)
-        arr = np.array(launch.weight_maps(w, bn))
-        assert arr.shape == (launch.WEIGHT_MAPS_BYTES,) and arr[256:].any()  # a map written
+        assert cuda_tma.weight_maps(w, bn) is cuda_tma.weight_maps(w, bn)
+        arr = np.array(cuda_tma.weight_maps(w, bn))
+        assert arr.shape == (cuda_tma.WEIGHT_MAPS_BYTES,) and arr[256:].any()  # a map written
 
 
 @pytest.mark.parametrize("bn", [256, 128, 64, 32])
@@ -812,37 +821,37 @@ def test_tma_producer_matches_cp_async_bit_for_bit(rng, bn, m, n, k):
     linear on the TMA tile equal the cp.async tile of the same width exactly (K = 96: a
     box mostly past K; N = 40 < BN: a box mostly past N; M = 1: past M). At BN = 128
     the TMA tile runs ping-pong consumers, the cp.async one cooperative ones."""
-    tma = ws_tile(next(name for name, c in launch.TMA_CONFIGS.items() if c.bn == bn))
-    cp = launch.WS_CONFIGS[f"ws{bn}p4"]
+    tma = ws_tile(next(name for name, c in cuda_tiles.TMA_CONFIGS.items() if c.bn == bn))
+    cp = cuda_tiles.WS_CONFIGS[f"ws{bn}p4"]
     a = mx.array(oracle.random_int8(rng, (m, k)))
     b = mx.array(oracle.random_int8(rng, (n, k)))
-    assert mx.array_equal(launch.int8_gemm(a, b, tma), launch.int8_gemm(a, b, cp)).item()
+    assert mx.array_equal(cuda_gemm.int8_gemm(a, b, tma), cuda_gemm.int8_gemm(a, b, cp)).item()
     x = activation(rng, m, k, "bfloat16")
     weight = make_weight(rng, n, k, 32, True, "bfloat16")
     bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
-    xq, xs, xr = launch.quantize(x, row_sum=True)
-    got = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, tma, row_sums=xr)
-    want = launch.gemm_per_channel(xq, xs, weight, bias, x.dtype, cp, row_sums=xr)
+    xq, xs, xr = cuda_quantize.quantize(x, row_sum=True)
+    got = cuda_gemm.gemm_per_channel(xq, xs, weight, bias, x.dtype, tma, row_sums=xr)
+    want = cuda_gemm.gemm_per_channel(xq, xs, weight, bias, x.dtype, cp, row_sums=xr)
     assert mx.array_equal(got, want, equal_nan=True).item()
 
 
 # The group-wise TMA GEMM (gemm_grouped_ws.cu) ----------------------------------------------
 # Written before any GPU ran it: compiled for sm_90a by tests/test_cuda_compile.py, which
 # also checks its launch plans; these cases hold it to the oracle on an H200.
-def grouped_tma_tile(name: str) -> launch.GroupedTmaConfig:
+def grouped_tma_tile(name: str) -> cuda_tiles.GroupedTmaConfig:
     """``GROUPED_TMA_CONFIGS[name]``, skipped (reason shown) where the candidate cannot
     run: no Hopper GPU, or no driver to encode tensor maps."""
     if not launch.is_sm90():
         pytest.skip("the group-wise TMA GEMM needs a Hopper GPU (sm_90a)")
     if tensormap.unavailable():
         pytest.skip(f"tensor maps cannot be encoded here: {tensormap.unavailable()}")
-    return launch.GROUPED_TMA_CONFIGS[name]
+    return cuda_tiles.GROUPED_TMA_CONFIGS[name]
 
 
-def grouped_tma_run(cfg: launch.GroupedTmaConfig | None = None):
+def grouped_tma_run(cfg: cuda_tiles.GroupedTmaConfig | None = None):
     def run(x, weight, bias):
-        xq, xs, xr = launch.quantize_groups(x, weight.group_size)
-        return launch.gemm_grouped_tma(xq, xs, xr, weight, bias, x.dtype, cfg)
+        xq, xs, xr = cuda_quantize.quantize_groups(x, weight.group_size)
+        return cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, weight, bias, x.dtype, cfg)
     return run
 
 
@@ -867,8 +876,8 @@ def test_w8a8_gemm_grouped_tma(rng, m, n, k, group_size, scale_dtype, dtype):
     check_linear(rng, cand.run, m, n, k, dtype, group_size, False, m % 2 == 1, scale_dtype)
 
 
-@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
-@pytest.mark.parametrize("group_size", launch.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 @pytest.mark.parametrize("m,n,k,dtype,with_bias", [
     (300, 392, 1152, "bfloat16", True),  # tails in M and N, 9 k-tiles
     (129, 264, 4096, "float32", False),  # a partial last tile stored as 16-byte vectors
@@ -884,7 +893,7 @@ def test_w8a8_grouped_tma_every_tile(rng, config, group_size, m, n, k, dtype, wi
                  "bfloat16")
 
 
-@pytest.mark.parametrize("group_size", launch.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
     """Groups whose weight codes are all zero, stored as mx.quantize stores them (scale
     -1e-7, the bias alone: an mlx-lm checkpoint's arrays, not re-quantized) and as
@@ -902,14 +911,14 @@ def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
     x[:, group_size:2 * group_size] = 0.0
     x[9, :] = 0.0
     x = mx.array(x).astype(mx.bfloat16)
-    for name in sorted(launch.GROUPED_TMA_CONFIGS):
+    for name in sorted(cuda_tiles.GROUPED_TMA_CONFIGS):
         run = grouped_tma_run(grouped_tma_tile(name))
         for weight in (from_mlx, ours):
             want, bound = oracle.linear(host(x), weight, None)
             oracle.assert_close(run(x, weight, None), want, bound, "bfloat16")
 
 
-@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED_TMA_CONFIGS))
 def test_w8a8_grouped_tma_extreme_codes(config):
     """Activation codes +-127 and weight codes 255 and 0 at group size 128: |U| reaches
     127 * 255 * 128 and |P| = |U - 128 R| 127 * 128 * 128 < 2^21, the range of the
@@ -940,17 +949,17 @@ def test_grouped_tma_sums_are_the_quantize_sums(rng):
     grouped_tma_tile("gtma32")
     m, k, gs = 77, 1024, 64
     x = activation(rng, m, k, "bfloat16")
-    q0, s0, r0 = launch.quantize(x, gs)
-    q1, s1, r1 = launch.quantize_groups(x, gs)
-    assert tuple(r1.shape) == launch.grouped_sums_shape(m, k, gs)
+    q0, s0, r0 = cuda_quantize.quantize(x, gs)
+    q1, s1, r1 = cuda_quantize.quantize_groups(x, gs)
+    assert tuple(r1.shape) == cuda_quantize.grouped_sums_shape(m, k, gs)
     np.testing.assert_array_equal(np.array(q1), np.array(q0))
     np.testing.assert_array_equal(np.array(s1), np.array(s0))
     np.testing.assert_array_equal(np.array(r1[: m * (k // gs)]).reshape(m, -1), np.array(r0))
     weight = make_weight(rng, 264, k, gs, False, "bfloat16")
-    y1 = launch.gemm_grouped_tma(q1, s1, r1, weight, None, mx.bfloat16)
+    y1 = cuda_gemm_grouped.gemm_grouped_tma(q1, s1, r1, weight, None, mx.bfloat16)
     mx.eval(y1)
     np.testing.assert_array_equal(np.array(r1[: m * (k // gs)]).reshape(m, -1), np.array(r0))
-    y2 = launch.gemm_grouped_tma(q1, s1, r1, weight, None, mx.bfloat16)
+    y2 = cuda_gemm_grouped.gemm_grouped_tma(q1, s1, r1, weight, None, mx.bfloat16)
     assert mx.array_equal(y1, y2, equal_nan=True).item()
 
 
@@ -962,12 +971,12 @@ def test_grouped_tma_after_the_host_read_its_operands(rng):
     cfg = grouped_tma_tile("gtma64")
     for m, k, gs in ((1, 4096, 32), (33, 1152, 64), (7, 14336, 128)):
         x = activation(rng, m, k, "bfloat16")
-        xq, xs, xr = launch.quantize_groups(x, gs)
+        xq, xs, xr = cuda_quantize.quantize_groups(x, gs)
         weight = make_weight(rng, 200, k, gs, False, "bfloat16")
         np.array(xr), np.array(weight.q)
         fresh = make_weight(rng, 200, k, gs, False, "bfloat16")
         mx.eval(fresh.q, fresh.scales)  # allocated now: may take the freed buffers
-        got = launch.gemm_grouped_tma(xq, xs, xr, weight, None, mx.bfloat16, cfg)
+        got = cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, weight, None, mx.bfloat16, cfg)
         want, bound = oracle.linear(host(x), weight, None)
         oracle.assert_close(got, want, bound, "bfloat16")
 
@@ -996,7 +1005,7 @@ def test_grouped_tma_bound_launches_take_any_leading_shape(rng, lead):
         assert mx.array_equal(apply(quantize(x3)), y, equal_nan=True).item()
 
 
-@pytest.mark.parametrize("config", sorted(launch.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED_TMA_CONFIGS))
 @pytest.mark.parametrize("ns,lead,dtype,with_bias,group_size", [
     ((392, 40, 264), (300,), "bfloat16", True, 64),  # tails in N per member, 3 members
     ((2176, 1024), (2, 550), "bfloat16", False, 128),  # more tiles than blocks, 3-D x
@@ -1014,13 +1023,13 @@ def test_w8a8_grouped_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias
     biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(MX_DTYPES[dtype])
               if with_bias else None for n in ns]
     x = activation(rng, m, k, dtype)
-    xq, xs, xr = launch.quantize_groups(x.reshape(*lead, k), group_size)
-    outs = launch.gemm_grouped_tma_group_spec(m, k, list(zip(weights, biases)), x.dtype, cfg,
+    xq, xs, xr = cuda_quantize.quantize_groups(x.reshape(*lead, k), group_size)
+    outs = cuda_gemm_grouped.gemm_grouped_tma_group_spec(m, k, list(zip(weights, biases)), x.dtype, cfg,
                                               lead).launch(xq, xs, xr)
     assert len(outs) == len(ns)
     for y, w, b, n in zip(outs, weights, biases, ns):
         assert y.shape == (*lead, n)
-        alone = launch.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
+        alone = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
         assert mx.array_equal(y, alone, equal_nan=True).item(), n
         want, bound = oracle.linear(host(x), w, None if b is None else host(b))
         oracle.assert_close(y.reshape(m, n), want, bound, dtype)

@@ -33,7 +33,17 @@ import pytest
 
 from kernel_recorder import fake_tensor_maps, record_launches
 from mlx_w8a8.kernels import cuda, registry, sources, tensormap
-from mlx_w8a8.kernels import cuda_launch as launch
+from mlx_w8a8.kernels.cuda import (
+    gemm as cuda_gemm,
+    gemm_grouped as cuda_gemm_grouped,
+    gemm_ws as cuda_gemm_ws,
+    gemv as cuda_gemv,
+    kernel as cuda_kernel,
+    launch,
+    quantize as cuda_quantize,
+    tiles as cuda_tiles,
+    tma as cuda_tma,
+)
 
 NVCC = shutil.which("nvcc")
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
@@ -79,7 +89,7 @@ class KernelBuild(NamedTuple):
 
 
 def _channel_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
-    # the unsigned-code bodies take one activation array (launch.rowsum_shape)
+    # the unsigned-code bodies take one activation array (cuda_quantize.rowsum_shape)
     ins = (("xa", "int8", 2),) if "_u8" in body else (("xq", "int8", 2), ("xs", "float32", 2))
     ins += (("w", "uint32", 2), ("ws", "float32", 1))
     if body.endswith("bias"):
@@ -105,8 +115,8 @@ def _group_outputs(body: str, t: str) -> tuple[tuple[str, str], ...]:
 
 
 def _grouped_tma_inputs(body: str) -> tuple[tuple[str, str, int], ...]:
-    # codes, scales, the group sums with A's map area (launch.grouped_sums_shape), the
-    # weight codes, its terms (launch.grouped_terms), bias, its map array (weight_maps)
+    # codes, scales, the group sums with A's map area (cuda_quantize.grouped_sums_shape), the
+    # weight codes, its terms (cuda_gemm_grouped.grouped_terms), bias, its map array (weight_maps)
     ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 1), ("w", "uint32", 2),
            ("wt", "float32", 1))
     if body.endswith("bias"):
@@ -139,8 +149,8 @@ def kernel_builds() -> list[KernelBuild]:
                                (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
                                (("T", "bfloat16"), ("GS", gs))))
     for key in ("wgmma", "large", "medium", "small"):
-        tpl = tuple(launch.ALL_GEMM_CONFIGS[key].template())
-        file = launch.ALL_GEMM_CONFIGS[key].file
+        tpl = tuple(cuda_tiles.ALL_GEMM_CONFIGS[key].template())
+        file = cuda_tiles.ALL_GEMM_CONFIGS[key].file
         out.append(KernelBuild(file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
                                (("c", "int32"),), tpl))
         for t, body in (("bfloat16", "channel"), ("float16", "channel_bias"),
@@ -149,7 +159,7 @@ def kernel_builds() -> list[KernelBuild]:
                         ("bfloat16", "channel_u8_bias")):
             out.append(KernelBuild(file, body, _channel_inputs(body), (("y", t),),
                                    (("T", t),) + tpl))
-    for cfg in launch.WS_CONFIGS.values():
+    for cfg in cuda_tiles.WS_CONFIGS.values():
         tpl = tuple(cfg.template())
         out.append(KernelBuild(cfg.file, "int32", (("a", "int8", 2), ("b", "int8", 2)),
                                (("c", "int32"),), tpl))
@@ -170,8 +180,8 @@ def kernel_builds() -> list[KernelBuild]:
             out.append(KernelBuild(cfg.file, body, _group_inputs(body), _group_outputs(body, t),
                                    (("T", t),) + tpl))
     # The TMA producer's bodies: int32 with the maps' prototypes and their scratch output;
-    # the linear bodies with each weight's map array (launch.weight_maps), no more outputs.
-    for cfg in launch.TMA_CONFIGS.values():
+    # the linear bodies with each weight's map array (cuda_tma.weight_maps), no more outputs.
+    for cfg in cuda_tiles.TMA_CONFIGS.values():
         tpl = tuple(cfg.template())
         out.append(KernelBuild(cfg.file, cfg.body("int32"),
                                (("a", "int8", 2), ("b", "int8", 2), ("proto", "uint8", 1)),
@@ -187,7 +197,7 @@ def kernel_builds() -> list[KernelBuild]:
             out.append(KernelBuild(cfg.file, cfg.body(body), _group_inputs(body) + maps,
                                    _group_outputs(body, t), (("T", t),) + tpl))
     for key in ("grouped", "grouped_small"):
-        tpl = tuple(launch.GEMM_CONFIGS[key].template())
+        tpl = tuple(cuda_tiles.GEMM_CONFIGS[key].template())
         for gs, st, body in ((32, "float16", "grouped"), (64, "bfloat16", "grouped_bias"),
                              (128, "float32", "grouped")):
             ins = (("xq", "int8", 2), ("xs", "float32", 2), ("xr", "int32", 2),
@@ -198,8 +208,8 @@ def kernel_builds() -> list[KernelBuild]:
                                    (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
     # The group-wise TMA GEMM: every tile with every group size (GS and the tile are its
     # template arguments), output types and bias spread across them.
-    for i, cfg in enumerate(launch.GROUPED_TMA_CONFIGS.values()):
-        for j, gs in enumerate(launch.GROUPED_TMA_GROUP_SIZES):
+    for i, cfg in enumerate(cuda_tiles.GROUPED_TMA_CONFIGS.values()):
+        for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
             t = launch.FLOAT_DTYPES[(i + j) % 3]
             body = "tma_grouped_bias" if (i + j) % 2 else "tma_grouped"
             out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
@@ -217,7 +227,7 @@ def kernel_builds() -> list[KernelBuild]:
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
     for i, mm in enumerate((1, 2, 4, 8, 16)):
-        rw = launch.gemv_rows_per_warp(mm)
+        rw = cuda_gemv.gemv_rows_per_warp(mm)
         for j, (body, st, gs) in enumerate(gemv_bodies):
             if (i + j) % 2 and mm not in (1, 16):
                 continue  # every body at M = 1 and 16; the middle buckets alternate
@@ -254,7 +264,7 @@ def kernel_builds() -> list[KernelBuild]:
                     (f"ws{m}", "float16", 2), (f"wo{m}", "float32", 2))
                 if bias:
                     ins += ((f"bias{m}", "float32", 1),)
-            tpl += (("MM", mm), ("RW", launch.gemv_rows_per_warp(mm)), ("SMEM_BYTES", mm * 4096))
+            tpl += (("MM", mm), ("RW", cuda_gemv.gemv_rows_per_warp(mm)), ("SMEM_BYTES", mm * 4096))
             out.append(KernelBuild("gemv.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
     return out
@@ -265,13 +275,13 @@ def block_threads(build: KernelBuild) -> int:
     (its blocks grow with K), the GEMV's fixed block, or the threads of the GEMM tile
     config whose file and template the build carries."""
     if build.file == "quantize.cu":
-        return launch.QUANT_WARP_THREADS if build.body == "rowsum_warp" else launch.QUANT_MAX_THREADS
+        return cuda_quantize.QUANT_WARP_THREADS if build.body == "rowsum_warp" else cuda_quantize.QUANT_MAX_THREADS
     if build.file == "gemv.cu":
-        return launch.GEMV_THREADS
+        return cuda_gemv.GEMV_THREADS
     tpl = set(build.template)
-    found = {cfg.threads for cfg in (*launch.ALL_GEMM_CONFIGS.values(), *launch.WS_CONFIGS.values(),
-                                     *launch.TMA_CONFIGS.values(),
-                                     *launch.GROUPED_TMA_CONFIGS.values())
+    found = {cfg.threads for cfg in (*cuda_tiles.ALL_GEMM_CONFIGS.values(), *cuda_tiles.WS_CONFIGS.values(),
+                                     *cuda_tiles.TMA_CONFIGS.values(),
+                                     *cuda_tiles.GROUPED_TMA_CONFIGS.values())
              if cfg.file == build.file and set(cfg.template()) <= tpl}
     assert len(found) == 1, (_label(build), found)
     return found.pop()
@@ -428,15 +438,15 @@ def tma_here(monkeypatch):
     """Tensor maps encodable as on a machine with the CUDA driver (fake maps)."""
     fake_tensor_maps(monkeypatch)
     yield
-    launch._tma_prototypes.cache_clear()
+    cuda_tma._tma_prototypes.cache_clear()
     clear_frames()  # they hold the fake maps too
 
 
 def clear_frames():
-    """Empty cuda_launch's cached launch frames (each holds its TMA prototypes)."""
-    for frame in (launch._quantize_frame, launch._gemm_per_channel_frame,
-                  launch._gemm_ws_group_frame, launch._gemm_grouped_frame,
-                  launch._gemm_grouped_tma_frame):
+    """Empty the CUDA launch code's cached launch frames (each holds its TMA prototypes)."""
+    for frame in (cuda_quantize._quantize_frame, cuda_gemm._gemm_per_channel_frame,
+                  cuda_gemm_ws._gemm_ws_group_frame, cuda_gemm_grouped._gemm_grouped_frame,
+                  cuda_gemm_grouped._gemm_grouped_tma_frame):
         frame.cache_clear()
 
 
@@ -494,51 +504,52 @@ def _launch_all():
 
     for m, k in ((1, 64), (7, 4096), (3, 18944), (9, 4096)):
         for gs in (None, 32, 64, 128):
-            launch.quantize(mx.zeros((m, k), dtype=mx.bfloat16), gs)
-        launch.quantize(mx.zeros((m, k), dtype=mx.float16), None, row_sum=True)
-        launch.quantize(mx.zeros((m, k), dtype=mx.float32), None, row_sum=True, warp=True)
+            cuda_quantize.quantize(mx.zeros((m, k), dtype=mx.bfloat16), gs)
+        cuda_quantize.quantize(mx.zeros((m, k), dtype=mx.float16), None, row_sum=True)
+        cuda_quantize.quantize(mx.zeros((m, k), dtype=mx.float32), None, row_sum=True, warp=True)
     a = mx.zeros((300, 256), dtype=mx.int8)
     b = mx.zeros((264, 256), dtype=mx.int8)
-    configs = (list(launch.ALL_GEMM_CONFIGS.values()) + list(launch.WS_CONFIGS.values())
-               + list(launch.TMA_CONFIGS.values()))
+    configs = (list(cuda_tiles.ALL_GEMM_CONFIGS.values()) + list(cuda_tiles.WS_CONFIGS.values())
+               + list(cuda_tiles.TMA_CONFIGS.values()))
     for cfg in configs:
-        launch.int8_gemm(a, b, cfg)
-    launch.int8_gemm_ws(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((4096, 256), dtype=mx.int8))
-    launch.int8_gemm_tma(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((100, 256), dtype=mx.int8))
+        cuda_gemm.int8_gemm(a, b, cfg)
+    cuda_gemm_ws.int8_gemm_ws(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((4096, 256), dtype=mx.int8))
+    cuda_gemm_ws.int8_gemm_tma(mx.zeros((4096, 256), dtype=mx.int8), mx.zeros((100, 256), dtype=mx.int8))
     w = mx.random.normal((264, 256))
     pc = QuantizedWeight.from_float(w, 64, per_channel=True)
     gr = QuantizedWeight.from_float(w.astype(mx.float16), 32, per_channel=False)
     bias = mx.zeros((264,), dtype=mx.bfloat16)
     for cfg in configs:
         xq, xs = mx.zeros((300, 256), dtype=mx.int8), mx.ones((300, 1))
-        ws = isinstance(cfg, launch.WsConfig)
+        ws = isinstance(cfg, cuda_tiles.WsConfig)
         if ws or cfg.wgmma or cfg.wtn >= 64:
             if not ws:
-                launch.gemm_per_channel(xq, xs, pc, bias, mx.float16, cfg)
-                launch.gemm_per_channel(xq, xs, pc, None, mx.float32, cfg)
+                cuda_gemm.gemm_per_channel(xq, xs, pc, bias, mx.float16, cfg)
+                cuda_gemm.gemm_per_channel(xq, xs, pc, None, mx.float32, cfg)
             xr1 = mx.zeros((300, 1), dtype=mx.int32)
-            launch.gemm_per_channel(xq, xs, pc, bias, mx.bfloat16, cfg, row_sums=xr1)
-            launch.gemm_per_channel(xq, xs, pc, None, mx.float16, cfg, row_sums=xr1)
+            cuda_gemm.gemm_per_channel(xq, xs, pc, bias, mx.bfloat16, cfg, row_sums=xr1)
+            cuda_gemm.gemm_per_channel(xq, xs, pc, None, mx.float16, cfg, row_sums=xr1)
         if not ws and not cfg.wgmma:
             xr = mx.zeros((300, 8), dtype=mx.int32)
-            launch.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
+            cuda_gemm_grouped.gemm_grouped(xq, xs, xr, gr, bias, mx.bfloat16, cfg)
     # Sibling launches on [..., K] activations: 2 and 3 weights, with and without bias.
     pc2 = QuantizedWeight.from_float(mx.random.normal((40, 256)), 64, per_channel=True)
-    xa3 = (mx.zeros(launch.rowsum_shape(300, 256), dtype=mx.int8),)  # the activation array
+    xa3 = (mx.zeros(cuda_quantize.rowsum_shape(300, 256), dtype=mx.int8),)  # the activation array
     for members in ([(pc, None), (pc2, None)], [(pc, bias), (pc2, bias), (pc, bias)],
                     [(pc2, None), (pc2, None), (pc, None)], [(pc, bias), (pc, bias)]):
-        ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, lead=(2, 150))(xa3)
+        ys = cuda_gemm_ws.gemm_ws_group_spec(300, 256, members, mx.bfloat16,
+                                             lead=(2, 150)).launch(*xa3)
         assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
-        for cfg in launch.TMA_CONFIGS.values():  # one output per member, no more
-            ys = launch.bind_gemm_ws_group(300, 256, members, mx.bfloat16, cfg,
-                                           lead=(2, 150))(xa3)
+        for cfg in cuda_tiles.TMA_CONFIGS.values():  # one output per member, no more
+            ys = cuda_gemm_ws.gemm_ws_group_spec(300, 256, members, mx.bfloat16, cfg,
+                                                 lead=(2, 150)).launch(*xa3)
             assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
-    launch.bind_quantize(300, 256, mx.bfloat16, row_sum=True, lead=(2, 150))(
+    cuda_quantize.quantize_spec(300, 256, mx.bfloat16, None, True, lead=(2, 150)).launch(
         mx.zeros((2, 150, 256), dtype=mx.bfloat16))
     for m in (1, 2, 3, 8, 16):
         for weight in (pc, gr):
             for fused in (True, False):
-                launch.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight,
+                cuda_gemv.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight,
                             bias if m % 2 else None, fused=fused)
     # The fused GEMV's sibling launches: both formats, 2 and 3 weights, bias or not.
     gr2 = QuantizedWeight.from_float(mx.random.normal((40, 256)).astype(mx.float16), 32,
@@ -547,7 +558,7 @@ def _launch_all():
         x = mx.zeros((*lead, 256), dtype=mx.bfloat16)
         for members in ([(pc, None), (pc2, None)], [(pc, bias), (pc2, bias), (pc, bias)],
                         [(gr, None), (gr2, None), (gr, None)], [(gr, bias), (gr2, bias)]):
-            ys = launch.bind_gemv_fused_group(m, 256, members, mx.bfloat16, lead)(x)
+            ys = cuda_gemv.gemv_fused_group_spec(m, 256, members, mx.bfloat16, lead).launch(x)
             assert [y.shape for y in ys] == [(*lead, w.n) for w, _ in members]
 
 
@@ -564,7 +575,7 @@ def test_rowsum_array_packs_and_unpacks(rng):
 
     from mlx_w8a8.weight import QuantizedWeight
 
-    area = launch.ROWSUM_MAP_AREA
+    area = cuda_quantize.ROWSUM_MAP_AREA
 
     def kernel_m(r, k):  # shape.cuh rowsum_m: 32-bit integers only
         q, rem = divmod(r, k + 8)
@@ -578,8 +589,8 @@ def test_rowsum_array_packs_and_unpacks(rng):
     for k in (8, 16, 48, 1088, 4096, 14336, 18944, 66304):
         for m in [*range(1, 600), 4095, 4096, 113_000, 2**20 + 3, 2**27 - 1,
                   ((2**31 - 1) * k - area) // (k + 8)]:  # the largest M of int32 rows
-            r, kk = launch.rowsum_shape(m, k)
-            assert kk == k and r < 2**31 and launch.rowsum_rows_m(r, k) == m, (m, k, r)
+            r, kk = cuda_quantize.rowsum_shape(m, k)
+            assert kk == k and r < 2**31 and cuda_quantize.rowsum_rows_m(r, k) == m, (m, k, r)
             assert kernel_m(r, k) == m, (m, k, r)
             assert area <= r * k - m * (k + 8) == kernel_tail(m, k) < area + k, (m, k, r)
     assert area == 2 * 128  # a 128-byte map at the first 128-byte aligned byte
@@ -591,8 +602,8 @@ def test_rowsum_array_packs_and_unpacks(rng):
     scale.reshape(-1)[:5] = [np.nan, -0.0, np.inf, -np.inf, np.float32(1e-45)]
     sums = rng.integers(-2**31, 2**31, size=(*lead, 1), dtype=np.int64).astype(np.int32)
     sums.reshape(-1)[:2] = [-2**31, 2**31 - 1]
-    xa = launch.pack_rowsum(mx.array(q), mx.array(scale), mx.array(sums))
-    assert xa.dtype == mx.int8 and tuple(xa.shape) == launch.rowsum_shape(m, k)
+    xa = cuda_quantize.pack_rowsum(mx.array(q), mx.array(scale), mx.array(sums))
+    assert xa.dtype == mx.int8 and tuple(xa.shape) == cuda_quantize.rowsum_shape(m, k)
     raw = np.array(xa).reshape(-1)
     np.testing.assert_array_equal(raw[: m * k], q.reshape(-1))
     np.testing.assert_array_equal(raw[m * k: m * k + 4 * m].view(np.uint32),
@@ -601,7 +612,7 @@ def test_rowsum_array_packs_and_unpacks(rng):
                                   sums.reshape(-1))
     assert raw.size == m * (k + 8) + 312 and not raw[m * (k + 8):].any()
     for want_lead in (None, lead):
-        gq, gs, gr = launch.unpack_rowsum(xa, want_lead)
+        gq, gs, gr = cuda_quantize.unpack_rowsum(xa, want_lead)
         shape = want_lead or (m,)
         assert gq.shape == (*shape, k) and gs.shape == (*shape, 1) and gr.shape == (*shape, 1)
         assert gq.dtype == mx.int8 and gs.dtype == mx.float32 and gr.dtype == mx.int32
@@ -612,20 +623,20 @@ def test_rowsum_array_packs_and_unpacks(rng):
     # Rows past MLX's int32 dimension: refused before anything is built. At K = 16,
     # R = M + 16 + ceil(M / 2): 1431655754 rows make 2^31 - 1 (taken), one more 2^31 + 1.
     fits = 1431655754
-    frame = launch._quantize_frame(fits, 16, mx.bfloat16, None, True, False, (fits,))
+    frame = cuda_quantize._quantize_frame(fits, 16, mx.bfloat16, None, True, False, (fits,))
     assert frame.output_shapes == [(2**31 - 1, 16)]
     with pytest.raises(ValueError, match=r"cuda_quantize.*1431655755 rows of K = 16.*2147483649"):
-        launch.quantize_spec(fits + 1, 16, mx.bfloat16, row_sum=True)
+        cuda_quantize.quantize_spec(fits + 1, 16, mx.bfloat16, row_sum=True)
     # The GEMM refuses what is not such an array for the weight's K (it can tell by the
     # shape only: codes alone of R rows pass where some M has R = rowsum_shape(M, K)[0]).
     pc = QuantizedWeight.from_float(mx.random.normal((40, k)), 32, per_channel=True)
     for bad in (mx.zeros((8, k), dtype=mx.int8),  # no M has 8 rows at K = 96 (M = 4: 7, M = 5: 9)
                 xa.astype(mx.uint8),  # another dtype
                 xa.reshape(-1),  # 1-D
-                launch.pack_rowsum(mx.zeros((m, 2 * k), dtype=mx.int8), mx.array(scale),
+                cuda_quantize.pack_rowsum(mx.zeros((m, 2 * k), dtype=mx.int8), mx.array(scale),
                                    mx.array(sums))):  # another K
         with pytest.raises(ValueError, match=r"cuda_w8a8_gemm.*rowsum_shape\(M, K=96\)"):
-            launch.gemm_rowsum(bad, pc, None, mx.bfloat16)
+            cuda_gemm.gemm_rowsum(bad, pc, None, mx.bfloat16)
 
 
 def test_quantize_row_sum_shapes(monkeypatch):
@@ -638,11 +649,11 @@ def test_quantize_row_sum_shapes(monkeypatch):
     launch._kernel.cache_clear()
     try:
         x = mx.zeros((21, 96), dtype=mx.bfloat16)
-        q, scale, sums = launch.quantize(x, row_sum=True)
+        q, scale, sums = cuda_quantize.quantize(x, row_sum=True)
         assert rec.launches[-1]["outputs"] == ["xa"]
-        assert rec.launches[-1]["output_shapes"] == [launch.rowsum_shape(21, 96)]
+        assert rec.launches[-1]["output_shapes"] == [cuda_quantize.rowsum_shape(21, 96)]
         assert (q.shape, scale.shape, sums.shape) == ((21, 96), (21, 1), (21, 1))
-        q, scale, sums = launch.quantize(x, 32, row_sum=True)
+        q, scale, sums = cuda_quantize.quantize(x, 32, row_sum=True)
         assert rec.launches[-1]["name"] == "w8a8_quantize_sums" and sums.shape == (21, 3)
     finally:
         launch._kernel.cache_clear()
@@ -673,11 +684,11 @@ def test_gemv_sibling_launch_refuses_what_it_cannot_take():
     ]
     for members, match in cases:
         with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv\] .*" + match):
-            launch.gemv_fused_group_spec(1, 256, members, mx.bfloat16)
+            cuda_gemv.gemv_fused_group_spec(1, 256, members, mx.bfloat16)
     big = weight(64, 8192)
-    assert not launch.gemv_fuses(16, 8192)
+    assert not cuda_gemv.gemv_fuses(16, 8192)
     with pytest.raises(ValueError, match="fused kernel: needs .* got M=16, K=8192"):
-        launch.gemv_fused_group_spec(16, 8192, [(big, None), (big, None)], mx.bfloat16)
+        cuda_gemv.gemv_fused_group_spec(16, 8192, [(big, None), (big, None)], mx.bfloat16)
 
 
 def test_launch_plans_are_compiled_and_consistent(monkeypatch):
@@ -695,9 +706,9 @@ def test_launch_plans_are_compiled_and_consistent(monkeypatch):
     for b in BUILDS:
         key = (b.file, b.body)
         built.setdefault(key, set()).add(tuple(k for k, _ in b.template))
-    tiles = {tuple(c.template()) for c in launch.ALL_GEMM_CONFIGS.values()}
-    tiles |= {tuple(c.template()) for c in launch.WS_CONFIGS.values()}
-    tiles |= {tuple(c.template()) for c in launch.TMA_CONFIGS.values()}
+    tiles = {tuple(c.template()) for c in cuda_tiles.ALL_GEMM_CONFIGS.values()}
+    tiles |= {tuple(c.template()) for c in cuda_tiles.WS_CONFIGS.values()}
+    tiles |= {tuple(c.template()) for c in cuda_tiles.TMA_CONFIGS.values()}
     for plan in rec.launches:
         match = [(f, body) for f, body in built if plan["name"] == f"w8a8_{f[:-3]}_{body}"]
         assert len(match) == 1, f"launch {plan['name']} matches no compiled body"
@@ -743,7 +754,7 @@ def _spec_fields(spec):
 
 
 def test_specs_of_one_shape_share_a_frame_and_take_their_own_weights(monkeypatch):
-    """Layers of one shape build each new input shape's launch once (cuda_launch's
+    """Layers of one shape build each new input shape's launch once (the launch code's
     ``_*_frame`` caches) and put in their own arrays: every spec equals the one built
     with the caches empty, for weights of one shape with and without a bias, their
     sibling launches, the grouped format, and the quantize. A frame cached without
@@ -764,20 +775,20 @@ def test_specs_of_one_shape_share_a_frame_and_take_their_own_weights(monkeypatch
     def bias(n):
         return mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
 
-    ws = launch.WS_CONFIGS["ws128p4"]
+    ws = cuda_tiles.WS_CONFIGS["ws128p4"]
     w1, w2, w3 = weight(96), weight(96), weight(32)
     g1, g2 = weight(96, False), weight(96, False)
     b1, b2 = bias(96), bias(32)
     builds = [
-        lambda: launch.gemm_per_channel_spec(m, k, w1, None, mx.bfloat16, ws, True, lead),
-        lambda: launch.gemm_per_channel_spec(m, k, w2, None, mx.bfloat16, ws, True, lead),
-        lambda: launch.gemm_per_channel_spec(m, k, w2, b1, mx.bfloat16, ws, True, lead),
-        lambda: launch.gemm_per_channel_spec(m, k, w1, None, mx.bfloat16, None, False, lead),
-        lambda: launch.gemm_ws_group_spec(m, k, [(w1, None), (w3, None)], mx.bfloat16, ws, lead),
-        lambda: launch.gemm_ws_group_spec(m, k, [(w2, b1), (w3, b2)], mx.bfloat16, ws, lead),
-        lambda: launch.gemm_grouped_spec(m, g1, None, mx.bfloat16, None, lead),
-        lambda: launch.gemm_grouped_spec(m, g2, b1, mx.bfloat16, None, lead),
-        lambda: launch.quantize_spec(m, k, mx.bfloat16, None, True, False, lead),
+        lambda: cuda_gemm.gemm_per_channel_spec(m, k, w1, None, mx.bfloat16, ws, True, lead),
+        lambda: cuda_gemm.gemm_per_channel_spec(m, k, w2, None, mx.bfloat16, ws, True, lead),
+        lambda: cuda_gemm.gemm_per_channel_spec(m, k, w2, b1, mx.bfloat16, ws, True, lead),
+        lambda: cuda_gemm.gemm_per_channel_spec(m, k, w1, None, mx.bfloat16, None, False, lead),
+        lambda: cuda_gemm_ws.gemm_ws_group_spec(m, k, [(w1, None), (w3, None)], mx.bfloat16, ws, lead),
+        lambda: cuda_gemm_ws.gemm_ws_group_spec(m, k, [(w2, b1), (w3, b2)], mx.bfloat16, ws, lead),
+        lambda: cuda_gemm_grouped.gemm_grouped_spec(m, g1, None, mx.bfloat16, None, lead),
+        lambda: cuda_gemm_grouped.gemm_grouped_spec(m, g2, b1, mx.bfloat16, None, lead),
+        lambda: cuda_quantize.quantize_spec(m, k, mx.bfloat16, None, True, False, lead),
     ]
 
     def clear():
@@ -807,16 +818,17 @@ def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
 
     from mlx_w8a8.weight import QuantizedWeight
 
-    assert cuda.U8_MAX_K * 127 * 255 < 2**31 <= (cuda.U8_MAX_K + 1) * 127 * 255
+    assert launch.U8_MAX_K * 127 * 255 < 2**31 <= (launch.U8_MAX_K + 1) * 127 * 255
     rec = record_launches(monkeypatch)
     launch._kernel.cache_clear()
     try:
         for k in (4096, 66304, 66336):
             w = QuantizedWeight.from_int8(mx.zeros((8, k), dtype=mx.int8), mx.ones((8,)), 32)
             start = len(rec.launches)
-            cuda._w8a8_gemm_run(mx.zeros((2, k), dtype=mx.bfloat16), w, None)
+            registry.get("linear", "cuda_w8a8_gemm").run(mx.zeros((2, k), dtype=mx.bfloat16),
+                                                         w, None)
             names = [plan["name"] for plan in rec.launches[start:]]
-            if k <= cuda.U8_MAX_K:
+            if k <= launch.U8_MAX_K:
                 assert names == ["w8a8_quantize_rowsum", "w8a8_gemm_channel_u8"], (k, names)
             else:
                 assert names == ["w8a8_quantize_plain", "w8a8_gemm_channel"], (k, names)
@@ -840,7 +852,7 @@ def test_stages_launch_what_run_launches(monkeypatch):
                 for p in plans]
 
     rec = record_launches(monkeypatch)
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     launch._kernel.cache_clear()
     w = mx.random.normal((264, 8192))
     quantize_launches = {}
@@ -857,7 +869,7 @@ def test_stages_launch_what_run_launches(monkeypatch):
                 x = mx.zeros((m, k), dtype=mx.bfloat16)
                 weight = QuantizedWeight.from_float(w[:, :k], 64, per_channel=fmt == "per_channel")
                 staged = cand.stages(problem)
-                if cand.name == "cuda_int8_gemv" and launch.gemv_fuses(m, k):
+                if cand.name == "cuda_int8_gemv" and cuda_gemv.gemv_fuses(m, k):
                     assert staged is None, (cand.name, m, k)
                     continue
                 key, quant, apply = staged
@@ -878,7 +890,7 @@ def test_stages_launch_what_run_launches(monkeypatch):
     for (key, m, k), outs in quantize_launches.items():
         assert len(outs) == 1, f"act_key {key} names different activation formats: {outs}"
     keys = {key for key, _, _ in quantize_launches}
-    assert cuda.ROWSUM in keys and cuda.PLAIN in keys
+    assert cuda_quantize.ROWSUM in keys and cuda_quantize.PLAIN in keys
 
 
 # Bound launches (Candidate.bind_stages) ---------------------------------------------------
@@ -1006,7 +1018,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     from mlx_w8a8.kernels import registry
 
     rec = record_launches(monkeypatch)
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)  # the ws candidates' supports()
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
@@ -1068,7 +1080,6 @@ def cuda_here(monkeypatch):
     from mlx_w8a8.kernels import registry
 
     rec = record_launches(monkeypatch)
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
     monkeypatch.setattr(launch, "is_sm90", lambda: True)
     originals = [c for c in registry.all_candidates() if c.backend == "cuda"]
     launch._kernel.cache_clear()
@@ -1113,9 +1124,12 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
     built = []
     for spec in ("quantize_spec", "gemm_per_channel_spec", "gemm_grouped_spec",
                  "gemm_grouped_tma_spec", "gemv_fused_spec", "gemv_quantized_spec"):
-        real = getattr(launch, spec)
-        monkeypatch.setattr(launch, spec,
-                            lambda *a, _real=real, _name=spec, **kw: built.append(_name) or _real(*a, **kw))
+        # in every family module that names it (the definitions import it by name)
+        for module in (cuda_quantize, cuda_gemm, cuda_gemm_ws, cuda_gemm_grouped, cuda_gemv):
+            real = getattr(module, spec, None)
+            if real is not None:
+                monkeypatch.setattr(module, spec, lambda *a, _real=real, _name=spec, **kw:
+                                    built.append(_name) or _real(*a, **kw))
     k = shape[-1]
     w = mx.array(rng.standard_normal((96, k)).astype(np.float32))
     layer = w8.Linear.from_weight(w8.quantize_weight(w, group_size=64, per_channel=fmt == "per_channel"),
@@ -1147,15 +1161,15 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         # the launches are run()'s on [M, K].
         assert any(a.shape == shape for a in got[0]["arrays"]), [a.shape for a in got[0]["arrays"]]
         for plan in got:
-            # (the activation array is [R, K] whatever the lead: launch.rowsum_shape; the
-            # group-wise TMA GEMM's group sums are flat: launch.grouped_sums_shape)
+            # (the activation array is [R, K] whatever the lead: cuda_quantize.rowsum_shape; the
+            # group-wise TMA GEMM's group sums are flat: cuda_quantize.grouped_sums_shape)
             sums_map = name == "cuda_w8a8_gemm_grouped_tma"
             assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
                        if out != "xa" and not (sums_map and out == "row_sums")), plan["output_shapes"]
-            assert all(tuple(s) == launch.grouped_sums_shape(math.prod(lead), k, 64)
+            assert all(tuple(s) == cuda_quantize.grouped_sums_shape(math.prod(lead), k, 64)
                        for s, out in zip(plan["output_shapes"], plan["outputs"])
                        if sums_map and out == "row_sums")
-            assert all(tuple(s) == launch.rowsum_shape(math.prod(lead), k)
+            assert all(tuple(s) == cuda_quantize.rowsum_shape(math.prod(lead), k)
                        for s, out in zip(plan["output_shapes"], plan["outputs"]) if out == "xa")
             plan["arrays"] = [a.reshape(flat(a.shape)) for a in plan["arrays"]]
             plan["output_shapes"] = [flat(s) for s in plan["output_shapes"]]
@@ -1237,7 +1251,7 @@ def test_kernel_names_change_with_their_text(monkeypatch):
 
 def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
     """A tuning table entry is fresh while its candidates' digests match
-    (cuda._digest, derived from the code a candidate reaches): a comment edited in a kernel file, or in a file it requires, must
+    (kernel.digest, derived from the code a definition reaches): a comment edited in a kernel file, or in a file it requires, must
     leave the digest as it was (the compiled text is the same), while a code edit, a
     body renamed or a required header's code changed must change it."""
     real = sources.read
@@ -1253,7 +1267,7 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
         launch.load.cache_clear()
         launch.requires.cache_clear()
         try:
-            return cuda._digest(cuda._w8a8_ws_run)  # reaches gemm_ws.cu (and tma.cuh)
+            return cuda_kernel.digest(cuda_gemm_ws.W8A8GemmWs)  # reaches gemm_ws.cu (and tma.cuh)
         finally:
             launch.load.cache_clear()
             launch.requires.cache_clear()
@@ -1298,8 +1312,7 @@ def test_grouped_tma_digest_is_its_own(monkeypatch):
         launch.load.cache_clear()
         launch.requires.cache_clear()
         try:
-            return {c.name: cuda._digest(c.run, c.stages, c.bind_stages, c.bind_group)
-                    for c in registry.all_candidates() if c.backend == "cuda"}
+            return {k.name: cuda_kernel.digest(type(k)) for k in cuda.KERNELS}
         finally:
             launch.load.cache_clear()
             launch.requires.cache_clear()
@@ -1359,12 +1372,12 @@ def test_requires_refuses_a_cycle(monkeypatch):
         launch.requires.cache_clear()
 
 
-def _tma_long_k(m: int, n: int) -> "launch.WsConfig":
-    return launch.tma_tile_for(m, n, launch.PINGPONG_MAX_K + 16)
+def _tma_long_k(m: int, n: int) -> "cuda_tiles.WsConfig":
+    return cuda_tiles.tma_tile_for(m, n, cuda_tiles.PINGPONG_MAX_K + 16)
 
 
-@pytest.mark.parametrize("tile_for,configs", [(launch.ws_tile_for, launch.WS_CONFIGS),
-                                               (_tma_long_k, launch.TMA_CONFIGS)])
+@pytest.mark.parametrize("tile_for,configs", [(cuda_tiles.ws_tile_for, cuda_tiles.WS_CONFIGS),
+                                               (_tma_long_k, cuda_tiles.TMA_CONFIGS)])
 def test_tile_choice_fills_the_sms(tile_for, configs):
     """The widest tile whose output has at least 0.8 x 132 tiles, else the narrowest
     (measured on an H200, docs/cuda.md; the Llama-3-8B shapes). The TMA rule at a K past
@@ -1376,7 +1389,7 @@ def test_tile_choice_fills_the_sms(tile_for, configs):
         cfg = tile_for(m, n)
         assert cfg.bn == bn and cfg in configs.values(), (m, n, cfg)
         wider = [c for c in configs.values() if c.bn > cfg.bn]
-        assert all(launch.tiles(m, n, c) < launch.WAVE_FILL * launch.SMS for c in wider)
+        assert all(cuda_tiles.tiles(m, n, c) < cuda_tiles.WAVE_FILL * launch.SMS for c in wider)
     assert tile_for(1, 40).bn == 32  # nothing fills: the most tiles
 
 
@@ -1386,25 +1399,25 @@ def test_tma_tile_takes_ping_pong_for_the_wide_tile_up_to_its_k_bound():
     docs/cuda.md); where a 128 x 128 grid has at most one tile per block (SMS), its
     consumers are cooperative (tma128: a ping-pong block's second warpgroup would have
     no tile; NVIDIA H200, 2026-12-01); every other choice is the fill rule's at any K."""
-    bound = launch.PINGPONG_MAX_K
-    pp, coop = launch.TMA_CONFIGS["tma128pp"], launch.TMA_CONFIGS["tma128"]
+    bound = cuda_tiles.PINGPONG_MAX_K
+    pp, coop = cuda_tiles.TMA_CONFIGS["tma128pp"], cuda_tiles.TMA_CONFIGS["tma128"]
     assert pp.pingpong and pp.bn == 128 and not coop.pingpong and coop.bn == 128
     for m, n in ((512, 14336), (2048, 4096), (2048, 28672), (8, 28672), (1, 128256)):
         assert _tma_long_k(m, n).bn == 256
-        assert launch.tma_tile_for(m, n, bound) == pp
-        assert launch.tma_tile_for(m, n, 4096) == pp
-        assert launch.tma_tile_for(m, n, bound + 16).bn == 256
+        assert cuda_tiles.tma_tile_for(m, n, bound) == pp
+        assert cuda_tiles.tma_tile_for(m, n, 4096) == pp
+        assert cuda_tiles.tma_tile_for(m, n, bound + 16).bn == 256
     for m, n in ((16, 4096), (512, 1024), (128, 4096)):
-        assert launch.tma_tile_for(m, n, 4096) == _tma_long_k(m, n)
-        assert launch.tma_tile_for(m, n, 4096).bn < 128
+        assert cuda_tiles.tma_tile_for(m, n, 4096) == _tma_long_k(m, n)
+        assert cuda_tiles.tma_tile_for(m, n, 4096).bn < 128
     # One 128 x 128 tile per block or fewer: cooperative at any K; one more: ping-pong.
     for m, n in ((128, 14336), (512, 4096), (512, 3584), (2048, 1024), (128, 132 * 128)):
-        assert launch.tiles(m, n, coop) <= launch.SMS
+        assert cuda_tiles.tiles(m, n, coop) <= launch.SMS
         for k in (4096, bound + 16):
-            assert launch.tma_tile_for(m, n, k) == coop, (m, n, k)
-    assert launch.tma_tile_for(128, 133 * 128, 4096) == pp
-    assert launch.tma_tile_for(128, 18944, 3584) == pp  # 148 tiles
-    assert launch.tma_tile_for(512, 1024, 4096) != coop  # the fill rule's narrow tile
+            assert cuda_tiles.tma_tile_for(m, n, k) == coop, (m, n, k)
+    assert cuda_tiles.tma_tile_for(128, 133 * 128, 4096) == pp
+    assert cuda_tiles.tma_tile_for(128, 18944, 3584) == pp  # 148 tiles
+    assert cuda_tiles.tma_tile_for(512, 1024, 4096) != coop  # the fill rule's narrow tile
 
 
 def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
@@ -1449,7 +1462,7 @@ def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
             assert [y.shape for y in outs] == [(2, 64, 256), (2, 64, 64), (2, 64, 64)]
             # one persistent grid over every member's tiles: 1 row tile x (8 + 2 + 2) tiles
             # of 128 x 32 (the summed N = 384 has 12 of them, fewer than fill the SMs)
-            assert launch.ws_tile_for(128, 384).bn == 32
+            assert cuda_tiles.ws_tile_for(128, 384).bn == 32
             assert group["grid"][0] // group["threadgroup"][0] == 12
     finally:
         registry.set_chooser(previous)
@@ -1512,7 +1525,7 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
 
 
 def test_tma_launches_carry_each_weights_map_array(cuda_here):
-    """The per-channel TMA bodies take one map array per weight (launch.weight_maps,
+    """The per-channel TMA bodies take one map array per weight (cuda_tma.weight_maps,
     512 bytes: A's prototype, [128, K] in 128-row boxes, the same at every M: the kernel
     writes M and min(M, 128) box rows into A's map, tma.cuh tma_make_map, checked on the
     GPU by tests/test_cuda.py's TMA tests at M = 1-2048; then the weight's, [N_g, K] in
@@ -1557,12 +1570,12 @@ def test_tma_launches_carry_each_weights_map_array(cuda_here):
         assert group["inputs"][-3:] == ["wmap0", "wmap1", "wmap2"]
         # M = 300 rows, N = 384 + 64 + 96 = 544: 3 x 17 tiles of 128 x 32 (no wider
         # tile fills the SMs), boxes of 32 weight rows
-        assert launch.tma_tile_for(300, 544, 256).bn == 32
+        assert cuda_tiles.tma_tile_for(300, 544, 256).bn == 32
         projs = (attn.q_proj, attn.k_proj, attn.v_proj)
         for proj, arr, n in zip(projs, group["arrays"][-3:], (384, 64, 96)):
-            assert arr.dtype == mx.uint8 and arr.shape == (launch.WEIGHT_MAPS_BYTES,)
+            assert arr.dtype == mx.uint8 and arr.shape == (cuda_tma.WEIGHT_MAPS_BYTES,)
             assert read_prototypes(arr) == maps_of(n)
-            assert arr is launch.weight_maps(proj.quantized_weight, 32)
+            assert arr is cuda_tma.weight_maps(proj.quantized_weight, 32)
         blocks = group["grid"][0] // group["threadgroup"][0]
         assert blocks == 3 * (12 + 2 + 3) and group["threadgroup"][0] == 256 + 32
         # The members take every output the memo holds: nothing left pending, so later
@@ -1601,14 +1614,16 @@ def test_tma_candidates_need_the_driver(monkeypatch):
 
     p = Problem("linear", 512, 4096, 4096, "bfloat16", "per_channel", 64, False)
     i8 = Problem("int8_matmul", 512, 4096, 4096, "int8", "int8")
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
-    assert cuda._supports_gemm_tma(p) and cuda._supports_int8_tma(i8)
+    gemm_tma = registry.get("linear", "cuda_w8a8_gemm_tma").supports
+    int8_tma = registry.get("int8_matmul", "cuda_int8_gemm_tma").supports
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
+    assert gemm_tma(p) and int8_tma(i8)
     monkeypatch.setattr(tensormap, "available", lambda: False)
-    assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)
-    assert cuda._supports_gemm_ws(p)
+    assert not gemm_tma(p) and not int8_tma(i8)
+    assert registry.get("linear", "cuda_w8a8_gemm_ws").supports(p)
     monkeypatch.setattr(tensormap, "available", lambda: True)
-    monkeypatch.setattr(cuda, "is_sm90", lambda: False)
-    assert not cuda._supports_gemm_tma(p) and not cuda._supports_int8_tma(i8)
+    monkeypatch.setattr(launch, "is_sm90", lambda: False)
+    assert not gemm_tma(p) and not int8_tma(i8)
 
 
 # The group-wise TMA GEMM (gemm_grouped_ws.cu) ----------------------------------------------
@@ -1624,10 +1639,10 @@ def test_grouped_tma_tiles_fit_shared_memory_and_registers():
     128-wide tile has the producer warpgroup (its consumers need 3 x 64 accumulator
     registers: setmaxnreg gives them 232), the narrower ones one producer warp. (Maps:
     A's and one per member of a sibling launch.)"""
-    for cfg in launch.GROUPED_TMA_CONFIGS.values():
+    for cfg in cuda_tiles.GROUPED_TMA_CONFIGS.values():
         assert cfg.threads == 256 + 32 * cfg.producers
         assert (cfg.producers == 4) == (cfg.bn == 128), cfg
-        for gs in launch.GROUPED_TMA_GROUP_SIZES:
+        for gs in cuda_tiles.GROUPED_TMA_GROUP_SIZES:
             stage = (cfg.bm + cfg.bn) * 128
             terms = (128 // gs) * cfg.bn * 8
             assert stage % 1024 == 0 and terms % 16 == 0
@@ -1670,7 +1685,7 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     qw = QuantizedWeight.from_float(w, gs, per_channel=False)
     bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if has_bias else None
     x = mx.zeros((m, k), dtype=getattr(mx, dtype))
-    cfg = launch.grouped_tma_tile_for(m, n)
+    cfg = cuda_tiles.grouped_tma_tile_for(m, n)
     groups = k // gs
     start = len(rec.launches)
     y = cand.run(x, qw, bias)
@@ -1688,12 +1703,12 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     want = {"xq": ((m, k), mx.int8), "xs": ((m, 1), mx.float32),
             "xr": ((m * groups + 64,), mx.int32), "w": ((n, k // 4), mx.uint32),
             "wt": ((tiles_n * groups * cfg.bn * 2,), mx.float32),
-            "bias": ((n,), mx.float32), "wmap": ((launch.WEIGHT_MAPS_BYTES,), mx.uint8)}
+            "bias": ((n,), mx.float32), "wmap": ((cuda_tma.WEIGHT_MAPS_BYTES,), mx.uint8)}
     for name, a in arrays.items():
         assert (a.shape, a.dtype) == want[name], (name, a.shape, a.dtype)
     assert arrays["w"] is qw.q
-    assert arrays["wt"] is launch.grouped_terms(qw, cfg.bn)
-    assert arrays["wmap"] is launch.weight_maps(qw, cfg.bn)
+    assert arrays["wt"] is cuda_gemm_grouped.grouped_terms(qw, cfg.bn)
+    assert arrays["wmap"] is cuda_tma.weight_maps(qw, cfg.bn)
     assert read_prototypes(arrays["wmap"]) == [(128, k, 128), (n, k, cfg.bn), (0, 0, 0), (0, 0, 0)]
     if has_bias:
         assert np.array_equal(np.array(arrays["bias"]), np.array(bias.astype(mx.float32)))
@@ -1719,7 +1734,7 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
 def test_grouped_tma_tile_follows_the_output():
     """The tile is the widest whose output fills the SMs (tiles_filling): 128 x 128 on a
     prefill of Llama-3-8B's projections, narrower where M x N has few tiles."""
-    pick = launch.grouped_tma_tile_for
+    pick = cuda_tiles.grouped_tma_tile_for
     assert pick(2048, 4096).bn == 128 and pick(2048, 14336).bn == 128
     assert pick(128, 4096).bn == 32  # 128 tiles of 128 x 32; 64 of 128 x 64
     assert pick(256, 4096).bn == 64  # 128 tiles of 128 x 64
@@ -1745,7 +1760,7 @@ def test_grouped_terms_are_where_the_kernel_reads_them(rng):
         w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(sdtype)
         qw = QuantizedWeight.from_float(w, gs, per_channel=False)
         assert qw.scales.dtype == sdtype
-        terms = np.array(launch.grouped_terms(qw, bn))
+        terms = np.array(cuda_gemm_grouped.grouped_terms(qw, bn))
         s = np.array(qw.scales.astype(mx.float32))
         o = np.array(qw.biases.astype(mx.float32)) + 128.0 * s  # float32, as group_offsets
         groups, per_tile = k // gs, 128 // gs
@@ -1762,7 +1777,7 @@ def test_grouped_terms_are_where_the_kernel_reads_them(rng):
                         pair = slab[2 * (j * bn + c): 2 * (j * bn + c) + 2]
                         want = (s[row, g], o[row, g]) if row < n else (0.0, 0.0)
                         assert tuple(pair) == want, (gs, bn, tn, kt, j, c)
-        assert launch.grouped_terms(qw, bn) is launch.grouped_terms(qw, bn)  # kept
+        assert cuda_gemm_grouped.grouped_terms(qw, bn) is cuda_gemm_grouped.grouped_terms(qw, bn)  # kept
 
 
 def test_grouped_tma_siblings_launch_once(cuda_here):
@@ -1802,13 +1817,13 @@ def test_grouped_tma_siblings_launch_once(cuda_here):
         plans = rec.launches[start:]
         assert [p["name"] for p in plans] == ["w8a8_quantize_sums",
                                               "w8a8_gemm_grouped_ws_tma_grouped_group3_bias"]
-        assert plans[0]["output_shapes"][2] == launch.grouped_sums_shape(300, 256, 64)
+        assert plans[0]["output_shapes"][2] == cuda_quantize.grouped_sums_shape(300, 256, 64)
         group = plans[1]
         names = ["xq", "xs", "xr"] + [f"{a}{g}" for g in range(3) for a in ("w", "wt", "bias")]
         assert group["inputs"] == names + ["wmap0", "wmap1", "wmap2"]
         assert group["outputs"] == ["y0", "y1", "y2"]
         assert group["output_shapes"] == [(3, 100, 384), (3, 100, 64), (3, 100, 96)]
-        cfg = launch.grouped_tma_tile_for(300, 544)
+        cfg = cuda_tiles.grouped_tma_tile_for(300, 544)
         assert cfg.bn == 32  # 3 x 17 tiles of 128 x 32: no wider tile fills the SMs
         assert group["template"][:2] == [("T", mx.bfloat16), ("GS", 64)]
         blocks = group["grid"][0] // group["threadgroup"][0]
@@ -1818,10 +1833,10 @@ def test_grouped_tma_siblings_launch_once(cuda_here):
         for g, (proj, n) in enumerate(zip((attn.q_proj, attn.k_proj, attn.v_proj), (384, 64, 96))):
             qw = proj.quantized_weight
             assert arrays[f"w{g}"] is qw.q
-            assert arrays[f"wt{g}"] is launch.grouped_terms(qw, 32)
+            assert arrays[f"wt{g}"] is cuda_gemm_grouped.grouped_terms(qw, 32)
             assert arrays[f"wt{g}"].shape == (-(-n // 32) * 4 * 32 * 2,)
             assert arrays[f"bias{g}"].dtype == mx.float32 and arrays[f"bias{g}"].shape == (n,)
-            assert arrays[f"wmap{g}"] is launch.weight_maps(qw, 32)
+            assert arrays[f"wmap{g}"] is cuda_tma.weight_maps(qw, 32)
             assert read_prototypes(arrays[f"wmap{g}"]) == [(128, 256, 128), (n, 256, 32),
                                                            (0, 0, 0), (0, 0, 0)]
         assert attn.v_proj.decision(300, mx.bfloat16)[1] == "test+siblings"
@@ -1831,12 +1846,12 @@ def test_grouped_tma_siblings_launch_once(cuda_here):
     qw = attn.q_proj.quantized_weight
     other = w8.quantize_weight(mx.zeros((64, 256)), group_size=32, per_channel=False)
     with pytest.raises(ValueError, match=op + " sibling weights must be grouped"):
-        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (other, None)], mx.bfloat16)
+        cuda_gemm_grouped.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (other, None)], mx.bfloat16)
     with pytest.raises(ValueError, match=op + " sibling weights must all have a bias or none"):
-        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (qw, mx.zeros((384,)))],
+        cuda_gemm_grouped.gemm_grouped_tma_group_spec(8, 256, [(qw, None), (qw, mx.zeros((384,)))],
                                            mx.bfloat16)
     with pytest.raises(ValueError, match=op + " a sibling launch takes 2 to 3 weights"):
-        launch.gemm_grouped_tma_group_spec(8, 256, [(qw, None)], mx.bfloat16)
+        cuda_gemm_grouped.gemm_grouped_tma_group_spec(8, 256, [(qw, None)], mx.bfloat16)
 
 
 def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
@@ -1852,36 +1867,37 @@ def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
     import attrs
 
     ok = Problem("linear", 64, 256, 512, "bfloat16", "grouped", 64, False)
-    assert cuda._supports_grouped_tma(ok)
-    assert not cuda._supports_grouped_tma(attrs.evolve(ok, weight_format="per_channel"))
-    assert not cuda._supports_grouped_tma(attrs.evolve(ok, k=576))  # 9 groups of 64: 4.5 k-tiles
-    assert cuda._supports_grouped_tma(attrs.evolve(ok, k=640, group_size=128))
+    supports = registry.get("linear", "cuda_w8a8_gemm_grouped_tma").supports
+    assert supports(ok)
+    assert not supports(attrs.evolve(ok, weight_format="per_channel"))
+    assert not supports(attrs.evolve(ok, k=576))  # 9 groups of 64: 4.5 k-tiles
+    assert supports(attrs.evolve(ok, k=640, group_size=128))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tensormap, "available", lambda: False)
-        assert not cuda._supports_grouped_tma(ok)
+        assert not supports(ok)
         mp.setattr(tensormap, "available", lambda: True)
-        mp.setattr(cuda, "is_sm90", lambda: False)
-        assert not cuda._supports_grouped_tma(ok)
+        mp.setattr(launch, "is_sm90", lambda: False)
+        assert not supports(ok)
     op = r"\[mlx_w8a8.cuda_w8a8_gemm_grouped_tma\]"
     w = mx.array(rng.standard_normal((64, 576)).astype(np.float32))
     x = mx.zeros((4, 576), dtype=mx.bfloat16)
     with pytest.raises(ValueError, match=op + " K must be .* a multiple of 128"):
-        launch.gemm_grouped_tma_spec(4, 576, QuantizedWeight.from_float(w, 64, per_channel=False),
+        cuda_gemm_grouped.gemm_grouped_tma_spec(4, 576, QuantizedWeight.from_float(w, 64, per_channel=False),
                                      None, mx.bfloat16)
     per_channel = QuantizedWeight.from_float(w[:, :512], 64, per_channel=True)
     with pytest.raises(ValueError, match=op + " needs a grouped weight"):
-        launch.gemm_grouped_tma_spec(4, 512, per_channel, None, mx.bfloat16)
+        cuda_gemm_grouped.gemm_grouped_tma_spec(4, 512, per_channel, None, mx.bfloat16)
     grouped = QuantizedWeight.from_float(w[:, :512], 64, per_channel=False)
     with pytest.raises(ValueError, match=op + " M must be at least 1, got 0"):
-        launch.gemm_grouped_tma_spec(0, 512, grouped, None, mx.bfloat16)
-    xq, xs, xr = launch.quantize(x[:, :512], 64)
+        cuda_gemm_grouped.gemm_grouped_tma_spec(0, 512, grouped, None, mx.bfloat16)
+    xq, xs, xr = cuda_quantize.quantize(x[:, :512], 64)
     assert xr.shape == (4, 8)
     with pytest.raises(ValueError, match=op + r" the group sums must be an int32 array of shape \(96,\)"):
-        launch.gemm_grouped_tma(xq, xs, xr, grouped, None, mx.bfloat16)
+        cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, grouped, None, mx.bfloat16)
     with pytest.raises(ValueError, match=op + " the tile must be a GroupedTmaConfig"):
-        launch.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, launch.TMA_CONFIGS["tma64"])
+        cuda_gemm_grouped.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, cuda_tiles.TMA_CONFIGS["tma64"])
     with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_quantize\] group_size"):
-        launch.quantize_groups(x, 48)
+        cuda_quantize.quantize_groups(x, 48)
 
 
 def _fma32(a, b, c):
@@ -1910,7 +1926,7 @@ def test_grouped_tma_promotion_arithmetic_model(rng):
     assert np.array_equal(as_float.astype(np.int64), p)
 
     m, n, k = 6, 24, 1024
-    for gs in launch.GROUPED_TMA_GROUP_SIZES:
+    for gs in cuda_tiles.GROUPED_TMA_GROUP_SIZES:
         groups = k // gs
         w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
         w += rng.uniform(-0.05, 0.05, (n, 1)).astype(np.float32)

@@ -56,6 +56,43 @@ def test_forcing_a_kernel_and_errors(fake):
         w8.w8a8_linear(mx.ones((9, 64)), qw, kernel="fake_linear")
 
 
+def test_a_forced_kernel_that_cannot_run_says_why(fake, monkeypatch):
+    """registry.refusal names what refuses a problem (the candidate's own requirement
+    from can_implement, the backend, the op), and a forced kernel's ValueError carries
+    it: a CUDA GEMM past its unsigned-code bound names K and the bound."""
+    import attrs
+
+    from mlx_w8a8.kernels.cuda import launch
+
+    cand = registry.get("linear", "fake_linear")
+    assert registry.refusal(cand, PROBLEM) is None
+    big = Problem("linear", 9, 32, 128, "float32", "per_channel", 64)
+    assert registry.refusal(cand, big) == "its supports() refuses the problem"
+    assert "implements linear, not int8_matmul" in registry.refusal(
+        cand, Problem("int8_matmul", 4, 32, 128, "int8", "int8"))
+    ws = registry.get("linear", "cuda_w8a8_gemm_ws")
+    p = Problem("linear", 64, 256, 69632, "bfloat16", "per_channel", 128)
+    assert "not available here" in registry.refusal(ws, p)  # no CUDA GPU here
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
+    registry.register(attrs.evolve(ws, available=lambda: True))
+    try:
+        why = registry.refusal(registry.get("linear", "cuda_w8a8_gemm_ws"), p)
+        assert why.startswith("[mlx_w8a8.cuda_w8a8_gemm_ws]") and "K = 69632" in why
+        assert "66311" in why
+        with pytest.raises(ValueError, match=r"cuda_w8a8_gemm_ws\] .*K <= 66311, got K = 69632"):
+            registry.decide(p, "cuda_w8a8_gemm_ws")
+        ok, reason = registry.get("linear", "cuda_w8a8_gemm_ws").can_implement(
+            attrs.evolve(p, k=4096))
+        assert ok and reason == ""
+        monkeypatch.setattr(launch, "is_sm90", lambda: False)  # the capability, then its own check
+        assert "cuda_sm90 is off" in registry.refusal(
+            registry.get("linear", "cuda_w8a8_gemm_ws"), attrs.evolve(p, k=4096))
+        ok, reason = ws.can_implement(attrs.evolve(p, k=4096))
+        assert not ok and "compute capability 9.x" in reason
+    finally:
+        registry.register(ws)
+
+
 def test_a_decision_made_across_an_invalidation_is_not_kept(fake):
     # A measurement recorded while decide() asks the chooser (registry.invalidate from
     # another thread): the answer serves that call only; the next decide() asks again.
@@ -245,8 +282,9 @@ def test_the_cuda_tma_candidates_need_the_cuda_tma_capability(monkeypatch):
         cuda = [c.name for c in registry.all_candidates() if c.backend == "cuda"]
         assert set(registry._NEEDS) <= set(cuda)
     # ... and cuda_tma follows the tensor-map probe, as on an H200 without cffi
-    from mlx_w8a8.kernels import cuda as cuda_module, tensormap
-    monkeypatch.setattr(cuda_module, "is_sm90", lambda: True)
+    from mlx_w8a8.kernels import tensormap
+    from mlx_w8a8.kernels.cuda import launch
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
     previous = registry.set_chooser(None)
     registry.register(Candidate(name="fake_tma_linear", backend="cuda", op="linear",
                                 run=lambda x, w, b: x, available=lambda: True))

@@ -28,9 +28,10 @@ def as_h200(monkeypatch):
     monkeypatch.setattr(table, "device_key", lambda device=None: key)
     # The CUDA candidates are registered everywhere but only available with a GPU
     # (and the wgmma ones with a Hopper GPU).
-    from mlx_w8a8.kernels import cuda, tensormap
+    from mlx_w8a8.kernels import tensormap
+    from mlx_w8a8.kernels.cuda import launch
 
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
     monkeypatch.setattr(tensormap, "available", lambda: True)  # the TMA candidates
     saved = [c for c in registry.all_candidates() if c.backend == "cuda"]
     for c in saved:

@@ -113,11 +113,11 @@ _PKG = {
     "launch.py": (
         "TILE = 64\n"
         "TABLE = {'a': (1, 2)}\n\n"
-        "def _grid(m):\n"
+        "def grid_blocks(m):\n"
         "    # a comment\n"
         "    return (m + TILE - 1) // TILE\n\n"
         "def spec(m):\n"
-        "    return ('body.cu', _grid(m), TABLE['a'])\n"
+        "    return ('body.cu', grid_blocks(m), TABLE['a'])\n"
     ),
     "kern.py": (
         "from . import launch\n"
@@ -159,9 +159,9 @@ def _closure_digest(tmp_path, monkeypatch, edits=None, name="v0"):
 def test_closure_follows_helpers_and_constants_transitively(tmp_path, monkeypatch):
     reached, _, loaded = _closure_digest(tmp_path, monkeypatch)
     names = {k.split(".", 1)[1] for k in reached}
-    # run -> spec (imported by name) -> _grid (a helper two calls deep) -> TILE; run ->
+    # run -> spec (imported by name) -> grid_blocks (a helper two calls deep) -> TILE; run ->
     # launch.TILE (module attribute); TABLE (a constant read by spec). Not `unrelated`.
-    assert names == {"kern.run", "launch.spec", "launch._grid", "launch.TILE", "launch.TABLE"}
+    assert names == {"kern.run", "launch.spec", "launch.grid_blocks", "launch.TILE", "launch.TABLE"}
     assert loaded == ["body.cu"]  # the kernel file named in reached code, not other.cu
 
 
@@ -216,16 +216,34 @@ def test_candidate_digests_are_the_same_in_every_process():
     assert len(outs) == 1
 
 
-@pytest.mark.parametrize("backend, file, helper, reached", [
-    ("cuda", "cuda_launch.py", "def _grid(",
-     {"cuda_w8a8_gemm", "cuda_w8a8_gemm_tma", "cuda_int8_gemm"}),
+_CUDA = {"cuda_quantize", "cuda_int8_gemm", "cuda_int8_gemm_ws", "cuda_int8_gemm_tma",
+         "cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
+         "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"}
+
+
+@pytest.mark.parametrize("backend, file, helper, reached, unreached", [
+    # the grid of the one-tile-per-block and persistent GEMMs (cuda/tiles.py), reached
+    # through the per-channel and int32 launch code only
+    ("cuda", "cuda/tiles.py", "def grid_blocks(",
+     {"cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_int8_gemm",
+      "cuda_int8_gemm_ws", "cuda_int8_gemm_tma"},
+     {"cuda_quantize", "cuda_w8a8_gemm_grouped", "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"}),
+    # a helper of one kernel family: that kernel's digest alone
+    ("cuda", "cuda/gemv.py", "def gemv_rows_per_warp(", {"cuda_int8_gemv"},
+     _CUDA - {"cuda_int8_gemv"}),
+    # a method of one definition reached by its subclass too, by no other kernel
+    ("cuda", "cuda/gemm_grouped.py", "    def activations(",
+     {"cuda_w8a8_gemm_grouped", "cuda_w8a8_gemm_grouped_tma"},
+     _CUDA - {"cuda_w8a8_gemm_grouped", "cuda_w8a8_gemm_grouped_tma"}),
     ("metal", "metal.py", "def _gemm(",
-     {"metal_nax_w8a8_gemm", "metal_simd_int8_gemm", "metal_nax_int8_gemm_64x64"}),
+     {"metal_nax_w8a8_gemm", "metal_simd_int8_gemm", "metal_nax_int8_gemm_64x64"}, set()),
 ])
-def test_digests_follow_a_launch_helper_edit(tmp_path, backend, file, helper, reached):
-    """On the package itself: a copy whose launch helper (reached by every GEMM launch
-    of the backend, listed by no one) gains a statement gives new GEMM digests; a
-    comment added to it leaves them as they were."""
+def test_digests_follow_a_launch_helper_edit(tmp_path, backend, file, helper, reached,
+                                             unreached):
+    """On the package itself: a copy whose launch helper or definition method (listed by
+    no one) gains a statement gives new digests to the kernels that reach it and leaves
+    those of the kernels in ``unreached`` as they were; a comment added to it leaves
+    every digest as it was."""
     import os
     import shutil
     import subprocess
@@ -245,7 +263,10 @@ def test_digests_follow_a_launch_helper_edit(tmp_path, backend, file, helper, re
         assert helper in text
         head, tail = text.split(helper, 1)
         body_start = tail.index(":\n") + 2
-        path.write_text(head + helper + tail[:body_start] + edit + tail[body_start:])
+        indent = " " * (len(helper) - len(helper.lstrip()))  # a method: one level deeper
+        path.write_text(head + helper + tail[:body_start]
+                        + "".join(indent + line for line in edit.splitlines(True))
+                        + tail[body_start:])
         run = subprocess.run([sys.executable, "-c", code], cwd=dst, capture_output=True,
                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(dst)})
         assert run.returncode == 0, run.stderr
@@ -257,3 +278,4 @@ def test_digests_follow_a_launch_helper_edit(tmp_path, backend, file, helper, re
     assert commented == base
     changed = {n for n in base if edited[n] != base[n]}
     assert reached <= changed, changed
+    assert not unreached & changed, unreached & changed

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import tile_gpu_time  # noqa: E402
 from kernel_recorder import record_launches  # noqa: E402
 
-from mlx_w8a8.kernels import cuda_launch as launch  # noqa: E402
+from mlx_w8a8.kernels.cuda import gemm as cuda_gemm, launch, tiles as cuda_tiles  # noqa: E402
 from mlx_w8a8.kernels import sources  # noqa: E402
 from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
@@ -53,7 +53,7 @@ def header_text(include: str) -> str:
 def test_changed_arm_builds_from_the_folder_and_nothing_else_does(builds, tmp_path, rng):
     weight = QuantizedWeight.from_float(
         mx.array(rng.standard_normal((64, 256)).astype(np.float32)), 64, per_channel=True)
-    cfg = launch.WS_CONFIGS["ws32p4"]
+    cfg = cuda_tiles.WS_CONFIGS["ws32p4"]
     real_read = sources.read
     spec = tile_gpu_time.changed_gemm_spec(changed_folder(tmp_path), [("MI", 2)], 16, 256,
                                            weight, cfg)
@@ -63,7 +63,7 @@ def test_changed_arm_builds_from_the_folder_and_nothing_else_does(builds, tmp_pa
     assert BODY_MARK in source and HEADER_MARK in header_text(header)
     # Afterwards the package's text again: the reader restored, the caches emptied.
     assert sources.read is real_read
-    shipped = launch.gemm_per_channel_spec(16, 256, weight, None, mx.bfloat16, cfg, unsigned=True)
+    shipped = cuda_gemm.gemm_per_channel_spec(16, 256, weight, None, mx.bfloat16, cfg, unsigned=True)
     built = builds.builds[-1]
     name2, source2, header2 = built["mlx_name"], built["source"], built["header"]
     assert BODY_MARK not in source2 and HEADER_MARK not in header_text(header2)
@@ -75,7 +75,7 @@ def test_variant_tiles_keep_the_shipped_ones_and_add_only_what_fits():
     """--acc and --stages add variants beside the shipped tiles: a count a ping-pong tile
     or a wide tile cannot hold is not added, nor a ring deeper than the shipped one (its
     shared memory is already full) or shallower than 2."""
-    tiles = {"tma32": launch.TMA_CONFIGS["tma32"], "tma128pp": launch.TMA_CONFIGS["tma128pp"]}
+    tiles = {"tma32": cuda_tiles.TMA_CONFIGS["tma32"], "tma128pp": cuda_tiles.TMA_CONFIGS["tma128pp"]}
     acc = tile_gpu_time.with_accumulators(tiles, [1, 2, 4])
     assert acc["tma32a2"] == tiles["tma32"]._replace(accumulators=2)
     assert acc["tma32a4"].accumulators == 4 and "tma32a1" not in acc  # its own count

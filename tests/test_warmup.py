@@ -184,7 +184,8 @@ def as_h200(monkeypatch):
     """The H200 table shipped with the package decides, the CUDA candidates offered as
     on that GPU (nothing is launched: the tests below only scan)."""
     from mlx_w8a8 import tuning
-    from mlx_w8a8.kernels import cuda, cuda_launch, tensormap
+    from mlx_w8a8.kernels import tensormap
+    from mlx_w8a8.kernels.cuda import launch
     from mlx_w8a8.tuning import table
     from mlx_w8a8.tuning.tuner import Tuner
 
@@ -192,8 +193,7 @@ def as_h200(monkeypatch):
     doc = table.read(paths[0])
     key = {f: doc["sections"][0][f] for f in ("backend", "device", "mlx_version", "package_version")}
     monkeypatch.setattr(table, "device_key", lambda device=None: key)
-    monkeypatch.setattr(cuda, "is_sm90", lambda: True)
-    monkeypatch.setattr(cuda_launch, "is_sm90", lambda: True)
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
     monkeypatch.setattr(tensormap, "available", lambda: True)
     saved = [c for c in registry.all_candidates() if c.backend == "cuda"]
     for c in saved:

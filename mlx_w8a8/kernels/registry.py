@@ -74,6 +74,10 @@ class Candidate:
         run: the implementation (signature per op: module docstring).
         supports: ``supports(problem) -> bool``; shapes, formats and dtypes it takes.
             It must be cheap and must not touch device memory.
+        can_implement: optional: ``can_implement(problem) -> (ok, reason)``, the verdict
+            of ``supports`` with the reason a user reads where it refuses (which
+            dimension, dtype, format, bound or capability, and what is valid);
+            :func:`refusal` reports it.
         digest: a short digest of what the candidate executes (the source of its
             Python functions, its kernel text and launch parameters; see
             :func:`mlx_w8a8.kernels.sources.code_digest`) so a tuning table can tell
@@ -135,6 +139,7 @@ class Candidate:
     op: str = attrs.field(validator=attrs.validators.in_(OPS))
     run: Callable[..., Any]
     supports: Callable[[Problem], bool] = lambda problem: True
+    can_implement: Callable[[Problem], tuple[bool, str]] | None = None
     digest: str = ""
     available: Callable[[], bool] = lambda: True
     stages: Callable[[Problem], Any] | None = None
@@ -157,6 +162,26 @@ class Candidate:
             return False
 
 
+def refusal(candidate: Candidate, problem: Problem) -> str | None:
+    """Why ``candidate`` cannot run ``problem`` here (``None`` where it can,
+    :meth:`Candidate.handles`): another op, sums that cannot be exact
+    (:func:`inexact`), the backend or a capability it needs off
+    (:func:`unavailable_reason`), or its own requirements (``can_implement``'s reason)."""
+    if problem.op != candidate.op:
+        return f"it implements {candidate.op}, not {problem.op}"
+    if candidate.w8a8 and (why := inexact(problem)) is not None:
+        return why
+    if (why := unavailable_reason(candidate)) is not None:
+        return why
+    try:
+        if candidate.can_implement is not None:
+            ok, why = candidate.can_implement(problem)
+            return None if ok else why
+        return None if candidate.supports(problem) else "its supports() refuses the problem"
+    except Exception as error:  # a broken capability probe must not break dispatch
+        return f"its capability check failed ({type(error).__name__}: {error})"
+
+
 def inexact(problem: Problem) -> str | None:
     """Why the W8A8 math of ``docs/numerics.md`` cannot be exact for ``problem`` (its
     int32 sums could overflow), or ``None`` where it can. Checked by
@@ -174,7 +199,7 @@ def inexact(problem: Problem) -> str | None:
     - ``quantize_activation``: no integer sums over K.
 
     Kernels with tighter sums check their own bound in ``supports`` (the CUDA GEMMs on
-    unsigned weight codes: ``K <= 66311``, ``kernels.cuda_launch.U8_MAX_K``).
+    unsigned weight codes: ``K <= 66311``, ``kernels.cuda.launch.U8_MAX_K``).
     """
     if problem.op == "int8_matmul" and problem.k >= MAX_K:
         return (f"K = {problem.k} is too large for an exact int32 product of int8 "
@@ -211,7 +236,7 @@ def _probe(module: str, function: str) -> Callable[[], bool]:
 # alone, the same probes the candidates' ``supports()`` use. Capabilities without one
 # are read from ``capabilities()``.
 _PROBES: dict[str, Callable[[], bool]] = {
-    "cuda_sm90": _probe("cuda", "is_sm90"),
+    "cuda_sm90": _probe("cuda.launch", "is_sm90"),
     "cuda_tma": _probe("tensormap", "available"),
 }
 
@@ -438,7 +463,7 @@ def _decide(problem: Problem, kernel: str | None) -> tuple[tuple[Candidate, str]
     if kernel is not None:
         candidate = get(problem.op, kernel)
         if not candidate.handles(problem):
-            why = inexact(problem) if candidate.w8a8 and candidate.op == problem.op else None
+            why = refusal(candidate, problem)
             raise ValueError(
                 f"[mlx_w8a8.{problem.op}] kernel {kernel!r} cannot run {problem.op} for M={problem.m}, "
                 f"N={problem.n}, K={problem.k}, dtype={problem.dtype}, "
@@ -527,7 +552,7 @@ def fuse_stages(quantize: Callable, apply: Callable, activations: bool = False) 
     for the bound stages of ``Candidate.bind_stages`` / ``bind_group``; with
     ``activations``, ``f(x) -> (apply(acts), acts)`` (for the sibling memo).
 
-    Each stage alone already replays its traced launch (``cuda_launch.LaunchSpec.bound``),
+    Each stage alone already replays its traced launch (``cuda.launch.LaunchSpec.bound``),
     but MLX's compiled-function call has a fixed cost (argument trees, cache lookup,
     output tree) of the order of the launch it saves; one call for both launches saves
     about 5 us of Python per linear on an NVIDIA H200 (``bench/host_split.py`` arms

@@ -1,0 +1,308 @@
+"""The group-wise W8A8 GEMMs for general affine 8-bit weights: ``mma.sync`` folding each
+group's int32 partial sums into float32 (``gemm.cu`` ``grouped``), and the Hopper TMA
+GEMM (``gemm_grouped_ws.cu``: the per-channel TMA GEMM's mainloop promoting each group's
+exact int32 sum into float32 accumulators after its wgmmas; group size 32, 64 or 128,
+``K % 128 == 0``), with its sibling launches; the ``cuda_w8a8_gemm_grouped`` and
+``cuda_w8a8_gemm_grouped_tma`` definitions.
+
+The TMA form is compiled for sm_90a in CI; not yet run on a GPU, and in no tuning table
+or prior: offered to the tuner, which races it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import mlx.core as mx
+
+from .. import registry
+from .kernel import CudaKernel, float_rows, gemm_k, hopper, outputs, tensor_maps, weight_format
+from .launch import FRAME_CACHE, MAX_K, SMS, LaunchSpec, as_f32, framed, leading_shape, sibling_bias
+from .quantize import grouped_sums_shape, quantize_groups_spec, quantize_spec
+from .tiles import (
+    GROUPED_TMA_GROUP_SIZES,
+    GROUPED_TMA_K_MULTIPLE,
+    GemmConfig,
+    GroupedTmaConfig,
+    grouped_tile_for,
+    grouped_tma_tile_for,
+    tiles,
+)
+from .tma import weight_maps
+
+
+def gemm_grouped_spec(m: int, weight, bias, out_dtype: mx.Dtype,
+                      config: GemmConfig | None = None,
+                      lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The launch of :func:`gemm_grouped` (activations ``xq, xs, xr``)."""
+    frame = _gemm_grouped_frame(m, weight.n, bias is not None, weight.scales.dtype,
+                                weight.group_size, out_dtype,
+                                config or grouped_tile_for(m, weight.n), leading_shape(m, lead))
+    tail = (weight.q, weight.scales, weight.group_offsets)
+    return framed(frame, tail if bias is None else tail + (as_f32(bias),))
+
+
+@functools.lru_cache(maxsize=FRAME_CACHE)
+def _gemm_grouped_frame(m: int, n: int, has_bias: bool, scales_dtype: mx.Dtype,
+                        group_size: int, out_dtype: mx.Dtype, cfg,
+                        lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_spec` for any weight of this shape and format on tile ``cfg``
+    (no tail: its inputs are all the weight's)."""
+    if not isinstance(cfg, GemmConfig) or cfg.wgmma:
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_grouped] the grouped GEMM has mma.sync "
+                         f"tiles only (GEMM_CONFIGS 'grouped*'), got {cfg}")
+    names = ("xq", "xs", "xr", "w", "ws", "wo")
+    body = "grouped"
+    if has_bias:
+        names += ("bias",)
+        body = "grouped_bias"
+    kern = ("gemm.cu", body, names, ("y",), cfg.shared_memory)
+    template = [("T", out_dtype), ("ST", scales_dtype), ("GS", group_size)]
+    return LaunchSpec(kern, (), template + cfg.template(), [(*lead, n)], [out_dtype],
+                      (tiles(m, n, cfg) * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def grouped_terms(weight, bn: int) -> mx.array:
+    """The group-wise TMA GEMM's per-group terms of ``weight`` on tiles ``bn`` wide:
+    float32 ``[ceil(N / bn), G, bn, 2]`` (flat), element ``[t, g, c]`` the pair
+    ``(s, o)`` of row ``n = t bn + c`` and group ``g`` (``s`` the stored scale in float32,
+    ``o = b + 128 s``: :attr:`QuantizedWeight.group_offsets`), zeros for ``n >= N``. One
+    k-tile's groups for one tile column are then contiguous: the kernel copies them into
+    shared memory with one bulk copy per stage. Made once per weight and tile width and
+    kept with the weight (:meth:`QuantizedWeight.derived`), in MLX ops like
+    :attr:`QuantizedWeight.group_offsets` (lazy: nothing is read on the host, also under
+    ``mx.compile``; :meth:`LaunchSpec.bound` evaluates it where it can)."""
+    def make():
+        t = mx.stack([weight.scales.astype(mx.float32), weight.group_offsets], axis=-1)
+        n, g = weight.n, weight.k // weight.group_size
+        tiles_n = -(-n // bn)
+        if tiles_n * bn > n:
+            t = mx.concatenate([t, mx.zeros((tiles_n * bn - n, g, 2), dtype=mx.float32)])
+        return t.reshape(tiles_n, bn, g, 2).transpose(0, 2, 1, 3).reshape(-1)
+    return weight.derived(("cuda_grouped_terms", bn), make)
+
+
+def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
+                          config: GroupedTmaConfig | None = None,
+                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The launch of :func:`gemm_grouped_tma` (activations ``xq, xs, xr``); outputs
+    ``[*lead, N]`` with ``lead``, as :func:`quantize_spec`.
+
+    Raises:
+        ValueError: for M < 1, a per-channel weight, a group size other than 32, 64 or
+            128, K not a multiple of 128 (or not the weight's, or not below 2^17), or a
+            tile not of ``GROUPED_TMA_CONFIGS``' kind.
+    """
+    cfg = _grouped_tma_checked(m, k, weight, config or grouped_tma_tile_for(m, weight.n))
+    frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
+                                    out_dtype, cfg, leading_shape(m, lead))
+    tail = (weight.q, grouped_terms(weight, cfg.bn))
+    if bias is not None:
+        tail += (as_f32(bias),)
+    return framed(frame, tail + (weight_maps(weight, cfg.bn),))
+
+
+def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
+    """``cfg``, once ``weight`` on ``M x K`` activations is a launch of the group-wise TMA
+    GEMM on it (:func:`gemm_grouped_tma_spec`'s Raises)."""
+    op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
+    if weight.per_channel or weight.group_size not in GROUPED_TMA_GROUP_SIZES:
+        raise ValueError(f"{op} needs a grouped weight with group size in "
+                         f"{GROUPED_TMA_GROUP_SIZES}, got per_channel={weight.per_channel}, "
+                         f"group_size={weight.group_size}")
+    if m < 1:
+        raise ValueError(f"{op} M must be at least 1, got {m}")
+    if k != weight.k or k % GROUPED_TMA_K_MULTIPLE or not 0 < k < MAX_K:
+        raise ValueError(f"{op} K must be the weight's ({weight.k}), a multiple of "
+                         f"{GROUPED_TMA_K_MULTIPLE} and below {MAX_K}, got {k}")
+    if not isinstance(cfg, GroupedTmaConfig):
+        raise ValueError(f"{op} the tile must be a GroupedTmaConfig (GROUPED_TMA_CONFIGS), "
+                         f"got {cfg}")
+    return cfg
+
+
+@functools.lru_cache(maxsize=FRAME_CACHE)
+def _gemm_grouped_tma_frame(m: int, k: int, n: int, has_bias: bool, group_size: int,
+                            out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
+                            lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_tma_spec` for any weight of this shape and group size on tile
+    ``cfg`` (no tail: its inputs are the weight's codes, :func:`grouped_terms`, the
+    float32 bias and :func:`weight_maps`)."""
+    names = ("xq", "xs", "xr", "w", "wt")
+    body = "tma_grouped"
+    if has_bias:
+        names += ("bias",)
+        body += "_bias"
+    names += ("wmap",)  # A's map goes into xr's map area, the weight's into wmap
+    blocks = min(tiles(m, n, cfg), SMS)
+    kern = (cfg.file, body, names, ("y",), cfg.shared_memory(group_size))
+    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    return LaunchSpec(kern, (), template, [(*lead, n)], [out_dtype],
+                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
+                     config: GroupedTmaConfig | None = None) -> mx.array:
+    """Group-wise W8A8 GEMM on Hopper (``gemm_grouped_ws.cu``).
+
+    Args:
+        xq: ``[..., K]`` int8 codes, ``xs`` ``[..., 1]`` float32 scales and ``xr`` the
+            group sums in a :func:`grouped_sums_shape` array: :func:`quantize_groups`.
+        weight: a grouped ``QuantizedWeight`` ``[N, K]`` (group size 32, 64 or 128,
+            ``K % 128 == 0``).
+        bias: ``[N]`` or ``None``.
+        out_dtype: the output's dtype.
+        config: the tile; ``None``: :func:`grouped_tma_tile_for`.
+
+    Returns:
+        ``[..., N]`` of ``out_dtype``.
+
+    The kernel writes its tensor map of ``xq`` into ``xr``'s last 256 bytes; nothing
+    else of ``xr`` changes, and every launch reading the same arrays writes the same bytes.
+
+    Raises:
+        ValueError: where ``xr`` is not such an array (a ``[M, G]`` array from
+            :func:`quantize` has no room for the map), or as :func:`gemm_grouped_tma_spec`.
+    """
+    k = xq.shape[-1]
+    m = xq.size // k
+    want = grouped_sums_shape(m, k, weight.group_size)
+    if xr.dtype != mx.int32 or tuple(xr.shape) != want:
+        raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm_grouped_tma] the group sums must be an "
+                         f"int32 array of shape {want} (quantize_groups), got {xr.dtype} "
+                         f"{tuple(xr.shape)}")
+    return gemm_grouped_tma_spec(m, k, weight, bias, out_dtype, config,
+                                 tuple(xq.shape[:-1])).launch(xq, xs, xr)[0]
+
+
+def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
+                                config: GroupedTmaConfig | None = None,
+                                lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One group-wise TMA launch computing several grouped linears of the same
+    quantized activations (``xq, xs, xr`` of :func:`quantize_groups`): sibling
+    projections (q/k/v, gate/up).
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (grouped ``QuantizedWeight`` ``[N_g, K]``
+            of one group size; bias ``[N_g]`` or ``None``, all or none of them set).
+        config: the tile; ``None``: :func:`grouped_tma_tile_for` on the summed N.
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
+        each equal bit for bit to the member's own :func:`gemm_grouped_tma_spec` launch
+        (a group's float32 sum does not depend on the tile).
+
+    Raises:
+        ValueError: for fewer than 2 or more than ``MAX_SIBLINGS`` members, a bias on
+            some members only, members of another K or group size, or as
+            :func:`gemm_grouped_tma_spec`.
+    """
+    op = "[mlx_w8a8.cuda_w8a8_gemm_grouped_tma]"
+    members = list(members)
+    has_bias = sibling_bias(op, members)
+    first = members[0][0]
+    for w, _ in members:
+        if w.per_channel or w.k != k or w.group_size != first.group_size:
+            raise ValueError(f"{op} sibling weights must be grouped with K = {k} and one "
+                             f"group size, got per_channel={w.per_channel}, K={w.k}, "
+                             f"group_size={w.group_size} (first: {first.group_size})")
+    ns = tuple(w.n for w, _ in members)
+    cfg = config or grouped_tma_tile_for(m, sum(ns))
+    for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
+        _grouped_tma_checked(m, k, w, cfg)
+    frame = _gemm_grouped_tma_group_frame(m, k, ns, has_bias, first.group_size,
+                                          out_dtype, cfg, leading_shape(m, lead))
+    tail = []
+    for w, b in members:
+        tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [as_f32(b)])
+    tail += [weight_maps(w, cfg.bn) for w, _ in members]
+    return framed(frame, tuple(tail))
+
+
+@functools.lru_cache(maxsize=FRAME_CACHE)
+def _gemm_grouped_tma_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
+                                  group_size: int, out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
+                                  lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`gemm_grouped_tma_group_spec` for any members of ``ns`` rows (no tail: the
+    members' codes, terms and float32 biases, then their map arrays)."""
+    names = ["xq", "xs", "xr"]
+    for g in range(len(ns)):
+        names += [f"w{g}", f"wt{g}"] + ([f"bias{g}"] if has_bias else [])
+    names += [f"wmap{g}" for g in range(len(ns))]
+    body = f"tma_grouped_group{len(ns)}" + ("_bias" if has_bias else "")
+    outs = tuple(f"y{g}" for g in range(len(ns)))
+    blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
+    kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory(group_size))
+    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    return LaunchSpec(kern, (), template, [(*lead, n) for n in ns], [out_dtype] * len(ns),
+                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+
+
+def gemm_grouped(xq, xs, xr, weight, bias, out_dtype, config: GemmConfig | None = None):
+    """Grouped W8A8 GEMM (``xr`` the ``[M, K // group_size]`` int32 row sums)."""
+    return gemm_grouped_spec(xq.shape[0], weight, bias, out_dtype, config).launch(xq, xs, xr)[0]
+
+
+# The definitions ------------------------------------------------------------------------
+class W8A8GemmGrouped(CudaKernel):
+    """``cuda_w8a8_gemm_grouped`` (``linear``, grouped affine weights): the quantize
+    launch with per-group row sums + the ``mma.sync`` GEMM folding each group's int32
+    partial sums into float32."""
+
+    name = "cuda_w8a8_gemm_grouped"
+
+    def tile(self, p: registry.Problem):
+        return grouped_tile_for(p.m, p.n)
+
+    def refusals(self, p: registry.Problem):
+        yield weight_format(p, "grouped")
+        yield outputs(p)
+        yield float_rows(p)
+        yield gemm_k(p)
+
+    def variant(self, p: registry.Problem):
+        return p.dtype, p.has_bias, p.group_size, self.tile(p)
+
+    def activations(self, p: registry.Problem, lead=None):
+        return (("cuda_per_token", "sums", p.group_size),
+                quantize_spec(p.m, p.k, getattr(mx, p.dtype), p.group_size, lead=lead))
+
+    def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
+        return gemm_grouped_spec(p.m, weight, bias, getattr(mx, p.dtype), self.tile(p), lead)
+
+
+class W8A8GemmGroupedTma(W8A8GemmGrouped):
+    """``cuda_w8a8_gemm_grouped_tma`` (``linear``, grouped affine weights, group size 32,
+    64 or 128, ``K % 128 == 0``; Hopper with tensor maps): the quantize's per-group sums
+    in an array with room for a tensor map + the TMA GEMM of ``gemm_grouped_ws.cu``;
+    sibling layers fed the same ``x`` run as one launch of its multi-weight bodies. The
+    scales' dtype is not part of the variant: the kernel reads float32 terms
+    (:func:`grouped_terms`)."""
+
+    name = "cuda_w8a8_gemm_grouped_tma"
+    needs = ("cuda_sm90", "cuda_tma")
+
+    def tile(self, p: registry.Problem):
+        return grouped_tma_tile_for(p.m, p.n)
+
+    def refusals(self, p: registry.Problem):
+        yield from super().refusals(p)
+        if p.group_size not in GROUPED_TMA_GROUP_SIZES:
+            yield f"the group size must be one of {GROUPED_TMA_GROUP_SIZES}, got {p.group_size}"
+        if p.k % GROUPED_TMA_K_MULTIPLE:
+            yield (f"K must be a multiple of {GROUPED_TMA_K_MULTIPLE} (whole groups per "
+                   f"k-tile), got {p.k}")
+        yield hopper()  # before tensor_maps: the driver is probed only on a Hopper GPU
+        yield tensor_maps()
+
+    def activations(self, p: registry.Problem, lead=None):
+        return (("cuda_per_token", "sums_map", p.group_size),
+                quantize_groups_spec(p.m, p.k, getattr(mx, p.dtype), p.group_size, lead))
+
+    def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
+        return gemm_grouped_tma_spec(p.m, p.k, weight, bias, getattr(mx, p.dtype), self.tile(p),
+                                     lead)
+
+    def apply_group(self, p: registry.Problem, members, lead=None):
+        return (gemm_grouped_tma_group_spec(p.m, p.k, members, getattr(mx, p.dtype),
+                                            self.tile(p), lead),)

@@ -1,0 +1,216 @@
+"""The memory-bound small-M kernel (``gemv.cu``, ``M <= 16``, either weight format): a
+dp4a kernel over the stored codes, one launch (each block quantizes ``x`` into shared
+memory) where ``M x K`` fits, else the quantize kernel then the GEMV; sibling layers run as
+one launch of the fused kernel where it applies. The ``cuda_int8_gemv`` definition.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import registry
+from .kernel import CudaKernel, float_rows, gemm_k, outputs, weight_format
+from .launch import LaunchSpec, _kernel, as_f32, leading_shape, sibling_bias
+from .quantize import PLAIN, quantize, quantize_spec
+
+
+GEMV_MAX_M = 16
+
+GEMV_THREADS = 256
+
+# Fused GEMV: x's codes live in shared memory (MM * K bytes); a persistent grid.
+GEMV_FUSED_MAX_SMEM = 96 * 1024
+
+GEMV_FUSED_BLOCKS = 132  # one block per SM: the grouped kernels need > 128 registers
+
+
+def gemv_rows_per_warp(m_bucket: int) -> int:
+    """Weight rows per warp: more rows share each activation load, but the accumulators
+    (RW x MM) must stay in registers (RW = 4 at MM = 16 spills, per ptxas)."""
+    return 4 if m_bucket <= 2 else 2
+
+
+def gemv_bucket(m: int) -> int:
+    """Rows of x a GEMV kernel is compiled for: the next of 1, 2, 4, 8, 16."""
+    for b in (1, 2, 4, 8, 16):
+        if m <= b:
+            return b
+    raise ValueError(f"[mlx_w8a8.cuda_int8_gemv] M must be in [1, {GEMV_MAX_M}], got {m}")
+
+
+def gemv_fuses(m: int, k: int) -> bool:
+    """Whether the one-launch GEMV (x quantized into shared memory) takes ``M x K``."""
+    return gemv_bucket(m) * k <= GEMV_FUSED_MAX_SMEM
+
+
+def _gemv_weight(weight, bias, dtype):
+    """Weight inputs, their names, the dtype/group template and the body name."""
+    if not weight.per_channel:
+        w_inputs = [weight.q, weight.scales, weight.group_offsets]
+        w_names = ("w", "ws", "wo")
+        template = [("T", dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+        body = "grouped"
+    else:
+        w_inputs = [weight.q, weight.channel_scales]
+        w_names = ("w", "ws")
+        template = [("T", dtype)]
+        body = "channel"
+    if bias is not None:
+        w_inputs.append(as_f32(bias))
+        w_names += ("bias",)
+        body += "_bias"
+    return w_inputs, w_names, template, body
+
+
+def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
+                    lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The one-launch GEMV (activation ``x`` ``[M, K]`` of ``dtype``, ``M <= 16``)."""
+    n = weight.n
+    lead = leading_shape(m, lead)
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, dtype)
+    smem = mm * k
+    # The shared-memory size is part of the template so each size is its own kernel
+    # (MLX raises the function's dynamic shared-memory limit once, at first load).
+    kern = _kernel("gemv.cu", "fused_" + body, ("x",) + w_names, ("y",), smem)
+    warps = -(-n // rw)
+    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
+    return LaunchSpec(kern, tuple(w_inputs),
+                      template + [("MM", mm), ("RW", rw), ("SMEM_BYTES", smem)],
+                      [(*lead, n)], [dtype], (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
+
+
+def gemv_fused_group_spec(m: int, k: int, members, dtype: mx.Dtype,
+                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One fused GEMV launch computing several linears of the same activation ``x``
+    (``[M, K]`` of ``dtype``, ``M <= 16``, :func:`gemv_fuses`): sibling projections.
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` ``[N_g, K]``, all
+            per-channel or all grouped with one group size; bias ``[N_g]`` or ``None``,
+            all or none of them set).
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
+        each equal bit for bit to the member's own :func:`gemv_fused_spec` launch.
+    """
+    op = "[mlx_w8a8.cuda_int8_gemv]"
+    members = list(members)
+    sibling_bias(op, members)
+    first = members[0][0]
+    for w, _ in members:
+        if (w.k != k or w.format != first.format or w.group_size != first.group_size
+                or w.scales.dtype != first.scales.dtype):  # grouped: one ST for every ws<g>
+            raise ValueError(f"{op} sibling weights must share K = {k}, the format, the "
+                             f"group size and the scales' dtype, got K={w.k}, "
+                             f"format={w.format}, group_size={w.group_size}, "
+                             f"scales {w.scales.dtype} (first: {first.format}, "
+                             f"group_size={first.group_size}, scales {first.scales.dtype})")
+    if not gemv_fuses(m, k):
+        raise ValueError(f"{op} the sibling launch is the fused kernel: needs "
+                         f"bucket(M) * K <= {GEMV_FUSED_MAX_SMEM}, got M={m}, K={k}")
+    lead = leading_shape(m, lead)
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    tail, names, template = [], ["x"], None
+    for g, (w, b) in enumerate(members):
+        w_inputs, w_names, template, body = _gemv_weight(w, b, dtype)
+        tail += w_inputs
+        names += [f"{name}{g}" for name in w_names]
+    # the member's own body ("channel", "grouped_bias", ...) -> "fused_channel_group2", ...
+    base = body.removesuffix("_bias")
+    body = f"fused_{base}_group{len(members)}" + body[len(base):]
+    ns = [w.n for w, _ in members]
+    smem = mm * k
+    outs = tuple(f"y{g}" for g in range(len(members)))
+    kern = _kernel("gemv.cu", body, tuple(names), outs, smem)
+    warps = sum(-(-n // rw) for n in ns)
+    blocks = min(-(-warps * 32 // GEMV_THREADS), GEMV_FUSED_BLOCKS)
+    return LaunchSpec(kern, tuple(tail),
+                      template + [("MM", mm), ("RW", rw), ("SMEM_BYTES", smem)],
+                      [(*lead, n) for n in ns], [dtype] * len(ns),
+                      (blocks * GEMV_THREADS, 1, 1), (GEMV_THREADS, 1, 1))
+
+
+def gemv_quantized_spec(m: int, weight, bias, out_dtype: mx.Dtype,
+                        lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The two-launch GEMV's second launch (activations ``xq, xs``, ``M <= 16``)."""
+    n = weight.n
+    lead = leading_shape(m, lead)
+    mm = gemv_bucket(m)
+    rw = gemv_rows_per_warp(mm)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
+    kern = _kernel("gemv.cu", body, ("xq", "xs") + w_names, ("y",))
+    return LaunchSpec(kern, tuple(w_inputs), template + [("MM", mm), ("RW", rw)],
+                      [(*lead, n)], [out_dtype], (-(-n // rw) * 32, 1, 1), (GEMV_THREADS, 1, 1))
+
+
+def gemv(x, weight, bias, fused: bool | None = None):
+    """Small-M W8A8 (``M <= 16``) for either weight format; ``y`` in ``x.dtype``.
+
+    Args:
+        x: ``[M, K]`` float activation.
+        weight: a ``QuantizedWeight`` ``[N, K]``.
+        bias: ``[N]`` or ``None``.
+        fused: one launch (quantize x in each block's shared memory) or two (the
+            quantize kernel first); ``None`` fuses when ``gemv_fuses(M, K)``.
+    """
+    m, k = x.shape
+    if fused is None:
+        fused = gemv_fuses(m, k)
+    if not fused:
+        xq, xs, _ = quantize(x)
+        return gemv_quantized(xq, xs, weight, bias, x.dtype)
+    return gemv_fused_spec(m, k, weight, bias, x.dtype).launch(x)[0]
+
+
+def gemv_quantized(xq, xs, weight, bias, out_dtype):
+    """The two-launch GEMV's second launch: ``xq`` ``[M, K]`` int8 and ``xs`` ``[M, 1]``
+    float32 from :func:`quantize` (``M <= 16``); ``y`` ``[M, N]`` in ``out_dtype``."""
+    return gemv_quantized_spec(xq.shape[0], weight, bias, out_dtype).launch(xq, xs)[0]
+
+
+# The definition ---------------------------------------------------------------------------
+class Int8Gemv(CudaKernel):
+    """``cuda_int8_gemv`` (``linear``, ``M <= 16``, either 8-bit format): one fused launch
+    where :func:`gemv_fuses`, else the plain quantize + the GEMV; sibling layers as one
+    fused launch, or the shared quantize and each member's own GEMV launch (what the
+    members alone would run, so nothing is lost). The variant holds the fused kernel's
+    shared-memory size (bucket * K), a template argument."""
+
+    name = "cuda_int8_gemv"
+
+    def fuses(self, p: registry.Problem) -> bool:
+        return gemv_fuses(p.m, p.k)
+
+    def refusals(self, p: registry.Problem):
+        yield weight_format(p, "per_channel", "grouped")
+        if not 1 <= p.m <= GEMV_MAX_M:
+            yield f"M must be in [1, {GEMV_MAX_M}], got {p.m}"
+        yield outputs(p)
+        yield float_rows(p)
+        yield gemm_k(p)
+
+    def variant(self, p: registry.Problem):
+        bucket = gemv_bucket(p.m)
+        grouped = p.weight_format == "grouped"
+        smem = bucket * p.k if self.fuses(p) else 0
+        return p.dtype, p.has_bias, grouped, p.group_size if grouped else None, bucket, smem
+
+    def activations(self, p: registry.Problem, lead=None):
+        if self.fuses(p):
+            return None, None
+        return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
+
+    def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
+        dtype = getattr(mx, p.dtype)
+        if self.fuses(p):
+            return gemv_fused_spec(p.m, p.k, weight, bias, dtype, lead)
+        return gemv_quantized_spec(p.m, weight, bias, dtype, lead)
+
+    def apply_group(self, p: registry.Problem, members, lead=None):
+        dtype = getattr(mx, p.dtype)
+        if self.fuses(p):
+            return (gemv_fused_group_spec(p.m, p.k, members, dtype, lead),)
+        return tuple(gemv_quantized_spec(p.m, w, b, dtype, lead) for w, b in members)
