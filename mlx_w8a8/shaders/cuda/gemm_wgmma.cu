@@ -44,9 +44,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
                                            const float* bias, T* out) {
   constexpr int BM = 128, BN = 256, kThreads = 256;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  extern __shared__ __align__(128) unsigned char w8a8_smem[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = wgmma_smem();
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
   tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
@@ -115,7 +113,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBK / 32; ++ks)
-      wgmma_k32<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32), 1);
+      wgmma_step<WB == kWeightU8, BN>(d, sa, sb, ks, 1);
     wgmma_commit();
     wgmma_wait<0>();
   }

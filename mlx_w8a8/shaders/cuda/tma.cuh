@@ -121,6 +121,29 @@ __device__ __forceinline__ void tma_make_map(void* dst, const uint8_t* proto, co
   tma_publish(dst, smem_addr(stage));
 }
 
+// Warp-collective (as tma_make_map): the maps of a launch whose weights carry their own
+// map arrays (cuda_launch.weight_maps, uint8 [512] per weight: bytes [0, 128) A's
+// prototype ([128, K] codes), [128, 256) the weight's ([N_g, K], BN-row boxes), then room
+// for its map). A's map, for a [M, K] with tma_box_rows_a(M) box rows, goes to `map_a`
+// from the first array's prototype (every member's is the same); weight g's map (b[g]'s
+// address) to the first 128-byte aligned byte of its array from 256, and map_b[g] is
+// that address. `stage`: 1 + G map stages of kTmaMapBytes (shared memory, as
+// tma_make_map's).
+template <int G, int NW>
+__device__ __forceinline__ void tma_make_maps(void* map_a, const int8_t* a, int M,
+                                              const int8_t* const (&b)[G],
+                                              const uint8_t* const (&wmap)[NW],
+                                              unsigned char* stage, const void* (&map_b)[G]) {
+  static_assert(G <= NW, "a map array per weight");
+  tma_make_map(map_a, wmap[0], a, M, tma_box_rows_a(M), stage);
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    void* dst = reinterpret_cast<void*>(tma_aligned(wmap[g] + 2 * kTmaMapBytes));
+    tma_make_map(dst, wmap[g] + kTmaMapBytes, b[g], 0, 0, stage + (1 + g) * kTmaMapBytes);
+    map_b[g] = dst;
+  }
+}
+
 // Load the box at element coordinates (c0 along K, c1 along rows) of the map at `map`
 // (global) into shared memory at `dst`, completing `bytes` of transactions on `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1,
