@@ -209,8 +209,6 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
   constexpr int kTermBytes = kGroups * BN * 8;  // the k-tile's (s, o) pairs for BN columns
   constexpr bool kRealloc = PW == 4;
-  constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   unsigned char* smem = wgmma_smem();
   unsigned char* term_smem = smem + STAGES * kStageBytes;
   unsigned char* epi_smem = term_smem + STAGES * kTermBytes;
@@ -234,7 +232,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
 
   if (warp >= kWsProducerWarp) {
     if constexpr (kRealloc) {
-      setmaxnreg_dec<kProducerRegs>();
+      setmaxnreg_dec<kWsProducerRegs>();
       if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
     }
     // This launch's maps, staged in shared memory after the barriers (one stage per map)
@@ -278,7 +276,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   // are 16 (warp % 4) + lane / 4 and 8 below, its columns 8 j + 2 (lane % 4) + {0, 1}
   // (wgmma_k32's accumulator layout).
   const int wg = warp >> 2;
-  if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (kRealloc) setmaxnreg_inc<kWsConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
   const int tq = lane & 3;
   int d[BN / 2];

@@ -170,12 +170,8 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
   static_assert(ACC == 1 || (!PP && (ACC == 2 || ACC == 4) && ACC * BN <= 128),
                 "ACC accumulator sets: cooperative tiles, at most 64 registers of them");
-  // TMA with a producer warpgroup: the block's registers at launch, 384 x 168 (ptxas's
-  // cap under launch_bounds(384, 1)), are re-dealt as 128 x kProducerRegs + 256 x
-  // kConsumerRegs; one thread issues every load, so the producers need few.
+  // TMA with a producer warpgroup: registers re-dealt (ws.cuh kWsProducerRegs).
   constexpr bool kRealloc = TMA && PW == 4;
-  constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kStageBytes = (BM + BN) * kBK;
@@ -210,7 +206,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   if constexpr (TMA) {
     if (warp >= kWsProducerWarp) {
       if constexpr (kRealloc) {
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<kWsProducerRegs>();
         if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
       }
       // This launch's maps, staged in shared memory after the barriers (one stage per
@@ -318,7 +314,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   // are ring positions g * ktiles ...), all 128 rows of each as two m64 halves, so one
   // warpgroup's epilogue runs while the other's MMAs keep the tensor cores busy.
   const int wg = warp >> 2;
-  if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (kRealloc) setmaxnreg_inc<kWsConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
   int d[kSets][BN / 2];
   const uint32_t order0 = empty0 + 8 * STAGES;  // PP: order[w], count 4 (see below)

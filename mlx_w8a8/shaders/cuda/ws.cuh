@@ -22,6 +22,13 @@ namespace w8a8 {
 constexpr int kWsProducerWarp = 8;  // warps 0-7 consume, 8 .. 8 + PW - 1 produce
 constexpr int kWsEpiWarpBytes = 16 * 160;  // per-warp staging: 16 rows of 160 bytes
 
+// A producer warpgroup that only issues TMA loads (PW == 4) gives registers to the
+// consumers: the block's registers at launch, 384 x 168 (ptxas's cap under
+// launch_bounds(384, 1)), are re-dealt (setmaxnreg) as 128 x kWsProducerRegs + 256 x
+// kWsConsumerRegs; one thread issues every load, so the producers need few.
+constexpr int kWsProducerRegs = 40, kWsConsumerRegs = 232;
+static_assert(128 * kWsProducerRegs + 256 * kWsConsumerRegs <= 384 * 168, "register pool");
+
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
