@@ -231,10 +231,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   __syncthreads();
 
   if (warp >= kWsProducerWarp) {
-    if constexpr (kRealloc) {
-      setmaxnreg_dec<kWsProducerRegs>();
-      if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
-    }
+    if (!ws_producer_start<kRealloc>(warp)) return;  // warps 9-11 gave their registers
     // This launch's maps, staged in shared memory after the barriers (one stage per map)
     // and published to global memory (warp-collective: every lane of warp 8). A's
     // prototype is the first member's (every member's is the same: [128, K]).
@@ -243,9 +240,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     const void* map_b[NM];
     tma_make_maps(map_a, a, M, ms.b, ms.wmap, stage, map_b);
     if (lane != 0) return;
-    tma_acquire(map_a);
-#pragma unroll
-    for (int g = 0; g < NM; ++g) tma_acquire(map_b[g]);
+    tma_acquire_maps(map_a, map_b);
     // A's box has tma_box_rows_a(M) rows: below BM the stage rows past M keep stale bytes
     // that only reach accumulator rows >= M (gemm_ws.cu).
     const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK + kTermBytes;
@@ -261,9 +256,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
-        mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
-        tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
-        tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
+        ws_tma_load_stage<BN>(sa, full0 + 8 * s, stage_tx, map_a, mb_map, kt, tm, mb.tn);
         bulk_load(smem_addr(term_smem + s * kTermBytes),
                   tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
                   full0 + 8 * s);

@@ -205,10 +205,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 
   if constexpr (TMA) {
     if (warp >= kWsProducerWarp) {
-      if constexpr (kRealloc) {
-        setmaxnreg_dec<kWsProducerRegs>();
-        if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
-      }
+      if (!ws_producer_start<kRealloc>(warp)) return;  // warps 9-11 gave their registers
       // This launch's maps, staged in shared memory after the barriers (one stage per
       // map) and published to global memory: A's to a_map and each weight's to its map
       // array (written alike by every block and every launch on the same arrays), or all
@@ -232,9 +229,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
         tma_make_maps(map_a, a, M, ms.b, tma.own, stage, map_b);
       }
       if (lane != 0) return;
-      tma_acquire(map_a);
-#pragma unroll
-      for (int g = 0; g < G; ++g) tma_acquire(map_b[g]);
+      tma_acquire_maps(map_a, map_b);
       // A's box has tma_box_rows_a(M) rows (written into its map above): below BM rows
       // the rows past M are neither read nor zero-filled; they keep what the stage held
       // before and only feed accumulator rows the epilogue never stores.
@@ -249,9 +244,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
           const int s = it % STAGES;
           mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
           const uint32_t sa = smem_addr(smem + s * kStageBytes);
-          mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
-          tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
-          tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
+          ws_tma_load_stage<BN>(sa, full0 + 8 * s, stage_tx, map_a, mb_map, kt, tm, mb.tn);
         }
       }
       return;

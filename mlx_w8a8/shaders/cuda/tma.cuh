@@ -144,6 +144,14 @@ __device__ __forceinline__ void tma_make_maps(void* map_a, const int8_t* a, int 
   }
 }
 
+// Acquire A's map and the G weights' maps (tma_acquire) for this thread's tile loads.
+template <int G>
+__device__ __forceinline__ void tma_acquire_maps(const void* map_a, const void* const (&map_b)[G]) {
+  tma_acquire(map_a);
+#pragma unroll
+  for (int g = 0; g < G; ++g) tma_acquire(map_b[g]);
+}
+
 // Load the box at element coordinates (c0 along K, c1 along rows) of the map at `map`
 // (global) into shared memory at `dst`, completing `bytes` of transactions on `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1,

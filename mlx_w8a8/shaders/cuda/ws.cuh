@@ -56,6 +56,31 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
                : "memory");
 }
 
+// The start of the producer warps (warp >= kWsProducerWarp): with a producer warpgroup
+// whose registers go to the consumers (REALLOC) every warp of it gives them up; returns
+// whether this warp produces (warps 9-11 then only gave their registers and must leave).
+template <bool REALLOC>
+__device__ __forceinline__ bool ws_producer_start(int warp) {
+  if constexpr (REALLOC) {
+    setmaxnreg_dec<kWsProducerRegs>();
+    return warp == kWsProducerWarp;
+  }
+  return true;
+}
+
+// The TMA producer's loads of k-tile kt into the ring stage at shared address sa, on its
+// mbarrier full: arms it with stage_tx bytes (the boxes' bytes and whatever else the
+// caller loads on it), then A's box (its rows from tm * kTmaTileRowsA, the tile's) and
+// the tile member's B box (its rows from tn * BN, tn the member's tile column) behind it.
+template <int BN>
+__device__ __forceinline__ void ws_tma_load_stage(uint32_t sa, uint32_t full, uint32_t stage_tx,
+                                                  const void* map_a, const void* map_b, int kt,
+                                                  int tm, int tn) {
+  mbar_arrive_expect_tx(full, stage_tx);
+  tma_load_2d(sa, map_a, kt * kBK, tm * kTmaTileRowsA, full);
+  tma_load_2d(sa + kTmaTileRowsA * kBK, map_b, kt * kBK, tn * BN, full);
+}
+
 // Eight consecutive outputs from 8 values, 16-byte aligned: one 16-byte store for 16-bit
 // types, two for 32-bit ones (rounded to nearest even, as the pair stores of gemm.cu).
 __device__ __forceinline__ void store8(int32_t* p, const int (&v)[8]) {
