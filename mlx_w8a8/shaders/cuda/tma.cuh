@@ -1,6 +1,6 @@
 // Tensor Memory Accelerator (TMA, sm_90a only): tensor maps made on the device from
 // host-encoded prototypes, and the 2-D tile load completing on an mbarrier. A header-only
-// file, required by gemm_ws.cu ("// @@ requires tma.cuh").
+// file, required by ws.cuh ("// @@ requires tma.cuh") for gemm_ws.cu and gemm_grouped_ws.cu.
 //
 // Why maps are made on the device: a tensor map holds the global address of its tensor,
 // and MLX only knows an array's address at launch (mx.fast.cuda_kernel passes arrays as

@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors, the
 // m64nNk32 int8 instruction for the tile widths the GEMMs use, and the fences around it.
-// A header-only file, required by gemm_wgmma.cu and gemm_ws.cu ("// @@ requires
+// A header-only file, required by gemm_wgmma.cu and ws.cuh ("// @@ requires
 // wgmma.cuh"); the launcher puts it, once, after common.cuh.
 //
 // Both operands come from shared memory in common.cuh's layout: K-major rows of 128 bytes,
