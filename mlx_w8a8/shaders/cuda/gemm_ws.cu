@@ -217,13 +217,10 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
         unsigned char* slot = reinterpret_cast<unsigned char*>(tma_aligned(tma.scratch)) +
                               static_cast<size_t>(blockIdx.x) * (1 + G) * kTmaMapBytes;
         map_a = slot;
-        tma_make_map(slot, tma.proto, a, M, tma_box_rows_a(M), stage);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          tma_make_map(slot + (1 + g) * kTmaMapBytes, tma.proto + (1 + g) * kTmaMapBytes,
-                       ms.b[g], 0, 0, stage + (1 + g) * kTmaMapBytes);
-          map_b[g] = slot + (1 + g) * kTmaMapBytes;
-        }
+        tma_make_maps(
+            map_a, tma.proto, a, M, ms.b, [&](int g) { return tma.proto + (1 + g) * kTmaMapBytes; },
+            [&](int g) { return static_cast<void*>(slot + (1 + g) * kTmaMapBytes); }, stage,
+            map_b);
       } else {
         map_a = reinterpret_cast<void*>(tma.a_map);
         tma_make_maps(map_a, a, M, ms.b, tma.own, stage, map_b);
