@@ -53,27 +53,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
   const int wg = warp >> 2;  // warpgroup 0 or 1
   const int ktiles = (K + kBK - 1) / kBK;
 
-  auto load_stage = [&](int stage, int kt) {
-    const int k0 = kt * kBK;
-    unsigned char* sa = smem + stage * kStageBytes;
-    unsigned char* sb = sa + BM * kBK;
-#pragma unroll
-    for (int i = 0; i < (BM * 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 3, chunk = idx & 7;
-      const int gm = m0 + row, gk = k0 + chunk * 16;
-      const bool ok = gm < M && gk < K;
-      cp_async_16(smem_addr(sa + swz(row, chunk)), ok ? a + (size_t)gm * K + gk : a, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < (BN * 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 3, chunk = idx & 7;
-      const int gn = n0 + row, gk = k0 + chunk * 16;
-      const bool ok = gn < N && gk < K;
-      cp_async_16(smem_addr(sb + swz(row, chunk)), ok ? b + (size_t)gn * K + gk : b, ok);
-    }
-  };
+  const TileOperands<BM, BN, kThreads> tiles{a, b, M, N, K, m0, n0, smem};
   // Flip the B chunks this thread copied into `stage` (zero-filled ones included: their
   // flipped value, -128, multiplies a zero-filled A row or column-out-of-range output).
   auto flip_stage = [&](int stage) {
@@ -96,7 +76,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) load_stage(s, s);
+    if (s < ktiles) tiles.template load_stage<false>(s, s);
     cp_async_commit();
   }
   for (int kt = 0; kt < ktiles; ++kt) {
@@ -106,7 +86,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
     fence_proxy_async();
     __syncthreads();
     const int next = kt + STAGES - 1;
-    if (next < ktiles) load_stage(next % STAGES, next);
+    if (next < ktiles) tiles.template load_stage<false>(next % STAGES, next);
     cp_async_commit();
     const uint32_t sa = smem_addr(smem + stage * kStageBytes) + wg * 64 * kBK;
     const uint32_t sb = smem_addr(smem + stage * kStageBytes + BM * kBK);
