@@ -6,7 +6,10 @@ recorded for it (``docs/tuning.md``); a change to candidate code (even its host-
 glue) stales them, and the tuner then falls back. To compare such a tree's host cost
 against the tree the table was measured on, on the same decisions, this writes a copy whose
 ``digest`` fields are this tree's. The copy says nothing about this tree's kernel times:
-never ship it (re-measure with ``python -m mlx_w8a8.tune`` instead).
+ship it only where the code measured is shown to run unchanged (``bench/launch_diff.py
+COMMIT``: the same launches; ``bench/sass_diff.py COMMIT``: the same machine code), and
+say so in ``mlx_w8a8/tables/README.md``; otherwise re-measure with
+``python -m mlx_w8a8.tune``.
 
 Usage: ``python bench/table_restamp.py IN.json OUT.json``; prints how many digests changed.
 """

@@ -1298,7 +1298,7 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
 # Kernel files: requirements and text ------------------------------------------------------
 def test_grouped_tma_digest_is_its_own(monkeypatch):
     """The group-wise TMA candidate's digest follows its own kernel file and the
-    gemm_ws.cu header it requires; a code edit in gemm_grouped_ws.cu leaves every other
+    ws.cuh header it requires; a code edit in gemm_grouped_ws.cu leaves every other
     CUDA candidate's digest as it was (the shipped H200 table is keyed by those)."""
     real = sources.read
     edits: dict[str, tuple[str, str]] = {}
@@ -1327,7 +1327,7 @@ def test_grouped_tma_digest_is_its_own(monkeypatch):
     assert {k: v for k, v in after.items() if k != name} == {
         k: v for k, v in base.items() if k != name}
     edits.clear()
-    edits["gemm_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
+    edits["ws.cuh"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
     assert digests()[name] != base[name]
 
 
@@ -1335,7 +1335,11 @@ def test_requires_puts_each_shared_file_once_before_its_users():
     """gemm_ws.cu and gemm_wgmma.cu both need common.cuh, once through wgmma.cuh and once
     directly: the loader must put it first and once (twice would redefine everything)."""
     assert launch.requires("gemm_ws.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh", "tma.cuh",
-                                             "gemm_ws.cu")
+                                             "ws.cuh", "gemm_ws.cu")
+    assert launch.requires("gemm_grouped_ws.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
+                                                     "tma.cuh", "ws.cuh", "gemm_grouped_ws.cu")
+    # the group-wise kernel shares ws.cuh, not the per-channel kernel's own code
+    assert "gemm_ws(" not in launch.load("gemm_grouped_ws.cu")[0]
     assert launch.requires("gemm_wgmma.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
                                                  "gemm_wgmma.cu")
     assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "gemm.cu")

@@ -41,6 +41,63 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) << 4);
 }
 
+// One block's operand tiles for the cp.async GEMMs (gemm.cu, gemm_wgmma.cu): A [M, K]
+// from row m0 and B [N, K] from row n0 (int8, row-major), staged in a ring in shared
+// memory at smem, each stage BM rows of A then BN rows of B, kBK bytes of K per row in
+// the swizzled layout (swz). load_stage issues this thread's share (THREADS threads) of
+// the 16-byte cp.async copies of k-tile kt into a stage; rows past M / N and bytes past K
+// are zero-filled (nothing read).
+// Hazard: SOURCE_FIRST (the copy's source address computed before its shared-memory
+// address, or after) changes nothing but ptxas's schedule, yet it does change it: gemm.cu
+// takes true and gemm_wgmma.cu false, the machine code their tuning tables were measured
+// on (bench/sass_diff.py). One order for both is a change to re-measure.
+template <int BM, int BN, int THREADS>
+struct TileOperands {
+  static constexpr int kThreads = THREADS;
+  static constexpr int kStageBytes = (BM + BN) * kBK;
+  static_assert((BM * 8) % THREADS == 0 && (BN * 8) % THREADS == 0, "tile load split");
+
+  const int8_t* a;
+  const int8_t* b;
+  int M, N, K;
+  int m0, n0;  // tile origin
+  unsigned char* smem;
+
+  template <bool SOURCE_FIRST>
+  __device__ __forceinline__ void load_stage(int stage, int kt) const {
+    const int tid = threadIdx.x;
+    const int k0 = kt * kBK;
+    unsigned char* sa = smem + stage * kStageBytes;
+    unsigned char* sb = sa + BM * kBK;
+#pragma unroll
+    for (int i = 0; i < (BM * 8) / THREADS; ++i) {
+      const int idx = tid + i * THREADS;
+      const int row = idx >> 3, chunk = idx & 7;
+      const int gm = m0 + row, gk = k0 + chunk * 16;
+      const bool ok = gm < M && gk < K;
+      if constexpr (SOURCE_FIRST) {
+        const int8_t* src = ok ? a + (size_t)gm * K + gk : a;
+        cp_async_16(smem_addr(sa + swz(row, chunk)), src, ok);
+      } else {
+        cp_async_16(smem_addr(sa + swz(row, chunk)), ok ? a + (size_t)gm * K + gk : a, ok);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < (BN * 8) / THREADS; ++i) {
+      const int idx = tid + i * THREADS;
+      const int row = idx >> 3, chunk = idx & 7;
+      const int gn = n0 + row, gk = k0 + chunk * 16;
+      const bool ok = gn < N && gk < K;
+      if constexpr (SOURCE_FIRST) {
+        const int8_t* src = ok ? b + (size_t)gn * K + gk : b;
+        cp_async_16(smem_addr(sb + swz(row, chunk)), src, ok);
+      } else {
+        cp_async_16(smem_addr(sb + swz(row, chunk)), ok ? b + (size_t)gn * K + gk : b, ok);
+      }
+    }
+  }
+};
+
 // Store two adjacent outputs (n, n + 1) of one row; n is even. `pair` means both columns
 // exist and the address is 2-element aligned (N even), so one vector store is legal.
 // The pointers may be global or shared (the staged epilogue of gemm_ws.cu).

@@ -77,45 +77,15 @@ __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
 // The main loop: accumulates the warp's sub-tile. MODE 2 (grouped) folds the int32
 // partial sums of each weight group into float accumulators; see gemm_grouped.
 template <int BM, int BN, int WTM, int WTN, int STAGES, int WB>
-struct Gemm {
+struct Gemm : TileOperands<BM, BN, (BM / WTM) * (BN / WTN) * 32> {
+  using Tiles = TileOperands<BM, BN, (BM / WTM) * (BN / WTN) * 32>;
   static constexpr int kWarpsN = BN / WTN;
-  static constexpr int kThreads = (BM / WTM) * kWarpsN * 32;
+  static constexpr int kThreads = Tiles::kThreads;
   static constexpr int MT = WTM / 16;
   static constexpr int NT = WTN / 8;
-  static constexpr int kStageBytes = (BM + BN) * kBK;
+  static constexpr int kStageBytes = Tiles::kStageBytes;
   static_assert(NT % 2 == 0, "B fragments are loaded for pairs of n8 tiles");
-  static_assert((BM * 8) % kThreads == 0 && (BN * 8) % kThreads == 0, "tile load split");
-
-  const int8_t* a;
-  const int8_t* b;
-  int M, N, K;
-  int m0, n0;  // tile origin
-  unsigned char* smem;
-
-  __device__ __forceinline__ void load_stage(int stage, int kt) const {
-    const int tid = threadIdx.x;
-    const int k0 = kt * kBK;
-    unsigned char* sa = smem + stage * kStageBytes;
-    unsigned char* sb = sa + BM * kBK;
-#pragma unroll
-    for (int i = 0; i < (BM * 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 3, chunk = idx & 7;
-      const int gm = m0 + row, gk = k0 + chunk * 16;
-      const bool ok = gm < M && gk < K;
-      const int8_t* src = ok ? a + (size_t)gm * K + gk : a;
-      cp_async_16(smem_addr(sa + swz(row, chunk)), src, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < (BN * 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 3, chunk = idx & 7;
-      const int gn = n0 + row, gk = k0 + chunk * 16;
-      const bool ok = gn < N && gk < K;
-      const int8_t* src = ok ? b + (size_t)gn * K + gk : b;
-      cp_async_16(smem_addr(sb + swz(row, chunk)), src, ok);
-    }
-  }
+  using Tiles::smem;
 
   // One k32 step (ks = 0..3 within the stage) for the warp at (wm, wn): fragments + MMAs.
   __device__ __forceinline__ void step(int stage, int ks, int wm, int wn,
@@ -168,14 +138,14 @@ __device__ __forceinline__ void mainloop(
   const int ktiles = (g.K + kBK - 1) / kBK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) g.load_stage(s, s);
+    if (s < ktiles) g.template load_stage<true>(s, s);
     cp_async_commit();  // always commit so the group count stays STAGES - 1 ahead
   }
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int next = kt + STAGES - 1;
-    if (next < ktiles) g.load_stage(next % STAGES, next);
+    if (next < ktiles) g.template load_stage<true>(next % STAGES, next);
     cp_async_commit();
     const int stage = kt % STAGES;
 #pragma unroll

@@ -2,10 +2,11 @@
 // producer, two consumer warpgroups issuing wgmma, a persistent grid) with each weight
 // group's exact int32 dot product promoted into float32 accumulators (sm_90a only).
 //
-// File layout: as gemm.cu. It reuses gemm_ws.cu's header (mbarriers, store8, the per-warp
-// staged epilogue ws_epilogue, the launch-bounds redefinition of __global__), the tensor
-// maps of tma.cuh and the wgmma of wgmma.cuh, all put before this header by the launcher:
-// @@ requires gemm_ws.cu
+// File layout: as gemm.cu. It shares ws.cuh with gemm_ws.cu (mbarriers, store8, the
+// per-warp staged epilogue ws_epilogue, the launch-bounds redefinition of __global__), the
+// tensor maps of tma.cuh and the wgmma of wgmma.cuh, all put before this header by the
+// launcher:
+// @@ requires ws.cuh
 //
 // The math (docs/numerics.md, grouped W8A8 linear): with int8 activation codes a_mk
 // (row scale t_m), the stored unsigned weight codes q_nk in [0, 255], the group's scale
@@ -150,24 +151,6 @@ struct GroupedEpilogue {
   }
 };
 
-// The weights one launch multiplies the activation by, as gemm_ws.cu's Members: NM
-// members (1, or 2-3 sibling projections fed the same x: q/k/v, gate/up), member g
-// b[g] [n[g], K] uint8 codes with its terms (cuda_launch.grouped_terms: [ceil(n[g] / BN)]
-// [G][BN][2] f32 (s, o), zero past n[g]), bias [n[g]] f32 or null, output out[g]
-// [..., n[g]] and map array wmap[g] (cuda_launch.weight_maps, uint8 [512]). The launch's
-// tile columns are the members' one after another (a tile never straddles two members).
-// Members are selected with unrolled compile-time indices, never a runtime index into
-// the arrays (that would put them in local memory).
-template <typename T, int NM>
-struct GroupedMembers {
-  const int8_t* b[NM];
-  const float* terms[NM];
-  const float* bias[NM];
-  T* out[NM];
-  int n[NM];
-  const uint8_t* wmap[NM];
-};
-
 // One tile column's member: its pointers, N, the tile column within the member and the
 // member's index g (its B map is map_b[g]).
 template <typename T>
@@ -179,17 +162,25 @@ struct GroupedMember {
   int n, tn, g;
 };
 
-template <int BN, typename T, int NM>
-__device__ __forceinline__ int grouped_member_tiles(const GroupedMembers<T, NM>& ms) {
-  int t = 0;
-#pragma unroll
-  for (int g = 0; g < NM; ++g) t += (ms.n[g] + BN - 1) / BN;
-  return t;
-}
+// The weights one launch multiplies the activation by (ws.cuh member_tiles), as gemm_ws.cu's
+// Members: NM members (1, or 2-3 sibling projections fed the same x: q/k/v, gate/up),
+// member g b[g] [n[g], K] uint8 codes with its terms (cuda_launch.grouped_terms:
+// [ceil(n[g] / BN)] [G][BN][2] f32 (s, o), zero past n[g]), bias [n[g]] f32 or null, output
+// out[g] [..., n[g]] and map array wmap[g] (cuda_launch.weight_maps, uint8 [512]).
+template <typename T, int NM>
+struct GroupedMembers {
+  const int8_t* b[NM];
+  const float* terms[NM];
+  const float* bias[NM];
+  T* out[NM];
+  int n[NM];
+  const uint8_t* wmap[NM];
+};
 
+// The member of the launch's tile column tn (ws.cuh member_tiles), as gemm_ws.cu's
+// member_of.
 template <int BN, typename T, int NM>
-__device__ __forceinline__ GroupedMember<T> grouped_member_of(const GroupedMembers<T, NM>& ms,
-                                                              int tn) {
+__device__ __forceinline__ GroupedMember<T> member_of(const GroupedMembers<T, NM>& ms, int tn) {
   GroupedMember<T> m{ms.b[0], ms.terms[0], ms.bias[0], ms.out[0], ms.n[0], tn, 0};
   int first = 0;  // the first tile column of member g
 #pragma unroll
@@ -218,18 +209,14 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
   constexpr int kTermBytes = kGroups * BN * 8;  // the k-tile's (s, o) pairs for BN columns
   constexpr bool kRealloc = PW == 4;
-  constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
-  extern __shared__ __align__(128) unsigned char w8a8_smem[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = wgmma_smem();
   unsigned char* term_smem = smem + STAGES * kStageBytes;
   unsigned char* epi_smem = term_smem + STAGES * kTermBytes;
   uint64_t* bars = reinterpret_cast<uint64_t*>(epi_smem + 8 * kWsEpiWarpBytes);
   const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = grouped_member_tiles<BN>(ms);
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = member_tiles<BN>(ms);
   const int tiles = tiles_m * tiles_n;
   const int ktiles = K / kBK;
   const int groups = K / GS;
@@ -244,28 +231,16 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   __syncthreads();
 
   if (warp >= kWsProducerWarp) {
-    if constexpr (kRealloc) {
-      setmaxnreg_dec<kProducerRegs>();
-      if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
-    }
+    if (!ws_producer_start<kRealloc>(warp)) return;  // warps 9-11 gave their registers
     // This launch's maps, staged in shared memory after the barriers (one stage per map)
     // and published to global memory (warp-collective: every lane of warp 8). A's
     // prototype is the first member's (every member's is the same: [128, K]).
     unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES));
     void* map_a = reinterpret_cast<void*>(tma_aligned(sums + static_cast<size_t>(M) * groups));
-    tma_make_map(map_a, ms.wmap[0], a, M, tma_box_rows_a(M), stage);
     const void* map_b[NM];
-#pragma unroll
-    for (int g = 0; g < NM; ++g) {
-      void* dst = reinterpret_cast<void*>(tma_aligned(ms.wmap[g] + 2 * kTmaMapBytes));
-      tma_make_map(dst, ms.wmap[g] + kTmaMapBytes, ms.b[g], 0, 0,
-                   stage + (1 + g) * kTmaMapBytes);
-      map_b[g] = dst;
-    }
+    tma_make_maps(map_a, a, M, ms.b, ms.wmap, stage, map_b);
     if (lane != 0) return;
-    tma_acquire(map_a);
-#pragma unroll
-    for (int g = 0; g < NM; ++g) tma_acquire(map_b[g]);
+    tma_acquire_maps(map_a, map_b);
     // A's box has tma_box_rows_a(M) rows: below BM the stage rows past M keep stale bytes
     // that only reach accumulator rows >= M (gemm_ws.cu).
     const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK + kTermBytes;
@@ -273,20 +248,15 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
       tile_coords(tile, tiles_m, tiles_n, tm, tn);
-      const GroupedMember<T> mb = grouped_member_of<BN>(ms, tn);
-      const void* mb_map = map_b[0];
-#pragma unroll
-      for (int g = 1; g < NM; ++g)
-        if (mb.g == g) mb_map = map_b[g];
+      const GroupedMember<T> mb = member_of<BN>(ms, tn);
+      const void* mb_map = member_map(map_b, mb.g);
       // The tile column's terms: [G][BN][2] floats; k-tile kt's groups start at kt kGroups.
       const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
-        mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
-        tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
-        tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
+        ws_tma_load_stage<BN>(sa, full0 + 8 * s, stage_tx, map_a, mb_map, kt, tm, mb.tn);
         bulk_load(smem_addr(term_smem + s * kTermBytes),
                   tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
                   full0 + 8 * s);
@@ -299,7 +269,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   // are 16 (warp % 4) + lane / 4 and 8 below, its columns 8 j + 2 (lane % 4) + {0, 1}
   // (wgmma_k32's accumulator layout).
   const int wg = warp >> 2;
-  if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (kRealloc) setmaxnreg_inc<kWsConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
   const int tq = lane & 3;
   int d[BN / 2];
@@ -308,7 +278,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
-    const GroupedMember<T> mb = grouped_member_of<BN>(ms, tn);
+    const GroupedMember<T> mb = member_of<BN>(ms, tn);
     const int row_base = tm * BM + wg * 64 + (warp & 3) * 16;
     const int32_t* r_lo = sums + static_cast<size_t>(min(row_base + (lane >> 2), M - 1)) * groups;
     const int32_t* r_hi = sums + static_cast<size_t>(min(row_base + (lane >> 2) + 8, M - 1)) * groups;
@@ -330,8 +300,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         wgmma_fence();  // the promotion below read d: order it before the next writes
 #pragma unroll
         for (int ks = 0; ks < kSteps; ++ks)
-          wgmma_k32<true, BN>(d, wgmma_desc(sa + (j * kSteps + ks) * 32),
-                              wgmma_desc(sb + (j * kSteps + ks) * 32), ks != 0);
+          wgmma_step<true, BN>(d, sa, sb, j * kSteps + ks, ks != 0);
         wgmma_commit();
         const int nxt = min(grp + 1, groups - 1);
         const int next_lo = r_lo[nxt], next_hi = r_hi[nxt];

@@ -44,9 +44,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
                                            const float* bias, T* out) {
   constexpr int BM = 128, BN = 256, kThreads = 256;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  extern __shared__ __align__(128) unsigned char w8a8_smem[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = wgmma_smem();
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   int tm, tn;
   tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
@@ -55,27 +53,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
   const int wg = warp >> 2;  // warpgroup 0 or 1
   const int ktiles = (K + kBK - 1) / kBK;
 
-  auto load_stage = [&](int stage, int kt) {
-    const int k0 = kt * kBK;
-    unsigned char* sa = smem + stage * kStageBytes;
-    unsigned char* sb = sa + BM * kBK;
-#pragma unroll
-    for (int i = 0; i < (BM * 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 3, chunk = idx & 7;
-      const int gm = m0 + row, gk = k0 + chunk * 16;
-      const bool ok = gm < M && gk < K;
-      cp_async_16(smem_addr(sa + swz(row, chunk)), ok ? a + (size_t)gm * K + gk : a, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < (BN * 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 3, chunk = idx & 7;
-      const int gn = n0 + row, gk = k0 + chunk * 16;
-      const bool ok = gn < N && gk < K;
-      cp_async_16(smem_addr(sb + swz(row, chunk)), ok ? b + (size_t)gn * K + gk : b, ok);
-    }
-  };
+  const TileOperands<BM, BN, kThreads> tiles{a, b, M, N, K, m0, n0, smem};
   // Flip the B chunks this thread copied into `stage` (zero-filled ones included: their
   // flipped value, -128, multiplies a zero-filled A row or column-out-of-range output).
   auto flip_stage = [&](int stage) {
@@ -98,7 +76,7 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) load_stage(s, s);
+    if (s < ktiles) tiles.template load_stage<false>(s, s);
     cp_async_commit();
   }
   for (int kt = 0; kt < ktiles; ++kt) {
@@ -108,14 +86,14 @@ __device__ __forceinline__ void gemm_wgmma(const int8_t* a, const int8_t* b, int
     fence_proxy_async();
     __syncthreads();
     const int next = kt + STAGES - 1;
-    if (next < ktiles) load_stage(next % STAGES, next);
+    if (next < ktiles) tiles.template load_stage<false>(next % STAGES, next);
     cp_async_commit();
     const uint32_t sa = smem_addr(smem + stage * kStageBytes) + wg * 64 * kBK;
     const uint32_t sb = smem_addr(smem + stage * kStageBytes + BM * kBK);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBK / 32; ++ks)
-      wgmma_k32<WB == kWeightU8, BN>(d, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32), 1);
+      wgmma_step<WB == kWeightU8, BN>(d, sa, sb, ks, 1);
     wgmma_commit();
     wgmma_wait<0>();
   }

@@ -2,9 +2,9 @@
 //
 // File layout: as gemm.cu. The copies, tile layout, rasterization and the per-channel
 // epilogue are common.cuh's, the instruction, descriptors and fences wgmma.cuh's, the
-// tensor maps tma.cuh's:
-// @@ requires wgmma.cuh
-// @@ requires tma.cuh
+// tensor maps tma.cuh's, the mbarriers, members, staged epilogue and launch bounds
+// ws.cuh's:
+// @@ requires ws.cuh
 //
 // Block: 256 + 32 PW threads, one block per SM, a persistent grid (at most one block per
 // SM; each block walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in common.cuh's
@@ -87,49 +87,8 @@
 // kWeightU8 K <= 66311); launched with exactly 256 + 32 PW threads and
 // STAGES * (128 + BN) * 128 + 8 * 2560 + 16 * STAGES + 16 + 1024 bytes of dynamic shared
 // memory (the launcher's WsConfig.shared_memory; TMA configs add room for 1 + G maps).
-//
-// MLX writes the kernel as `__global__ void custom_kernel_...(...)` with no launch bounds;
-// without them ptxas may give each thread more registers than a 288- or 384-thread block
-// can have and the launch fails. Every kernel of this file has at most 384 threads, so the
-// header below (the last text before the kernel) redefines __global__ to carry
-// __launch_bounds__(384, 1): ptxas caps registers at 168 per thread (with 288 threads it
-// chose the same cap: it allocates for whole warpgroups); the cp.async 128 x 256 bodies
-// with a bias or siblings spill up to 868 bytes, the others none or a few
-// (tests/test_cuda_compile.py prints ptxas's counts).
-#undef __global__
-#define __global__ __attribute__((global)) __attribute__((launch_bounds(384, 1)))
 
 namespace w8a8 {
-
-constexpr int kWsProducerWarp = 8;  // warps 0-7 consume, 8 .. 8 + PW - 1 produce
-constexpr int kWsEpiWarpBytes = 16 * 160;  // per-warp staging: 16 rows of 160 bytes
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
-               : "memory");
-}
-
-// Arrive on `bar` and add `bytes` to the transactions its current phase waits for.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
 
 // Arrive on `bar` once every cp.async this thread issued so far has landed; .noinc: the
 // arrival counts toward the barrier's expected count (32 producer lanes).
@@ -140,48 +99,6 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-
-// Eight consecutive outputs from 8 values, 16-byte aligned: one 16-byte store for 16-bit
-// types, two for 32-bit ones (rounded to nearest even, as the pair stores of gemm.cu).
-__device__ __forceinline__ void store8(int32_t* p, const int (&v)[8]) {
-  reinterpret_cast<int4*>(p)[0] = make_int4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<int4*>(p)[1] = make_int4(v[4], v[5], v[6], v[7]);
-}
-__device__ __forceinline__ void store8(float* p, const float (&v)[8]) {
-  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
-__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
-  uint4 w;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&w);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  *reinterpret_cast<uint4*>(p) = w;
-}
-__device__ __forceinline__ void store8(__half* p, const float (&v)[8]) {
-  uint4 w;
-  __half2* h = reinterpret_cast<__half2*>(&w);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-  *reinterpret_cast<uint4*>(p) = w;
-}
-
-// The weights one launch multiplies the activation by: G members (1 for a single linear,
-// 2 or 3 for sibling projections fed the same x, e.g. q/k/v or gate/up). Member g is
-// b[g] [n[g], K] with its column scales, bias and output out[g] [..., n[g]]; the
-// launch's tile columns are the members' tile columns one after another (a tile never
-// straddles two members), so one persistent grid covers all of them and the small
-// members (k/v: N = 1024) fill SMs the big one leaves idle.
-// Members are selected with unrolled compile-time indices (for_member), never a runtime
-// index into the arrays: that would put them in local memory.
-template <typename T, int G>
-struct Members {
-  const int8_t* b[G];
-  const float* col_scale[G];
-  const float* bias[G];
-  T* out[G];
-  int n[G];
-};
 
 // One tile column's member: its pointers, N, the tile column within the member and the
 // member's index g (its B map is map 1 + g of the TMA producer).
@@ -194,7 +111,32 @@ struct Member {
   int n, tn, g;
 };
 
-constexpr int kMaxMembers = 3;  // cuda_launch.MAX_SIBLINGS
+// The weights one launch multiplies the activation by (ws.cuh member_tiles): G members, 1
+// for a single linear, 2 or 3 for sibling projections fed the same x. Member g is b[g]
+// [n[g], K] with its column scales, bias and output out[g] [..., n[g]].
+template <typename T, int G>
+struct Members {
+  const int8_t* b[G];
+  const float* col_scale[G];
+  const float* bias[G];
+  T* out[G];
+  int n[G];
+};
+
+// The member of the launch's tile column tn (ws.cuh member_tiles), with its tile column
+// within the member.
+template <int BN, typename T, int G>
+__device__ __forceinline__ Member<T> member_of(const Members<T, G>& ms, int tn) {
+  Member<T> m{ms.b[0], ms.col_scale[0], ms.bias[0], ms.out[0], ms.n[0], tn, 0};
+  int first = 0;  // the first tile column of member g
+#pragma unroll
+  for (int g = 1; g < G; ++g) {
+    first += (ms.n[g - 1] + BN - 1) / BN;
+    if (tn >= first) m = Member<T>{ms.b[g], ms.col_scale[g], ms.bias[g], ms.out[g], ms.n[g],
+                                   tn - first, g};
+  }
+  return m;
+}
 
 // The TMA producer's maps (tma.cuh: why they are made in every launch), one of two ways:
 //  * the per-channel bodies: a_map, the place of A's map in the activation array
@@ -212,88 +154,6 @@ struct TmaMaps {
   const uint8_t* own[kMaxMembers];
 };
 
-template <int BN, typename T, int G>
-__device__ __forceinline__ int member_tiles(const Members<T, G>& ms) {
-  int t = 0;
-#pragma unroll
-  for (int g = 0; g < G; ++g) t += (ms.n[g] + BN - 1) / BN;
-  return t;
-}
-
-template <int BN, typename T, int G>
-__device__ __forceinline__ Member<T> member_of(const Members<T, G>& ms, int tn) {
-  Member<T> m{ms.b[0], ms.col_scale[0], ms.bias[0], ms.out[0], ms.n[0], tn, 0};
-  int first = 0;  // the first tile column of member g
-#pragma unroll
-  for (int g = 1; g < G; ++g) {
-    first += (ms.n[g - 1] + BN - 1) / BN;
-    if (tn >= first) m = Member<T>{ms.b[g], ms.col_scale[g], ms.bias[g], ms.out[g], ms.n[g],
-                                   tn - first, g};
-  }
-  return m;
-}
-
-// The epilogue of one warp's 16 rows (row_base ..) x BN columns (n0 ..) of a tile, from
-// its m64 accumulators d (wgmma_k32's layout: d[4 j + {0, 1}] are row lane / 4, columns
-// 8 j + 2 (lane % 4) + {0, 1}; d[4 j + {2, 3}] the row 8 below), 32 columns per pass, no
-// block barrier.
-// Step 1: the raw int32 accumulators go to the warp's staging buffer (rows of 32 int32
-// padded to 160 bytes: the 8-byte stores of a half-warp hit 32 distinct banks).
-// Step 2: lane l takes 8 consecutive columns (8 (l % 4) ...) of rows l / 4 and l / 4 + 8
-// (the rows whose terms it already holds), applies the shared epilogue and stores 8
-// outputs: one 16-byte store (16-bit T) or two (32-bit T), 4 lanes covering a row's 32
-// columns contiguously. The 8 columns' terms are loaded once for both rows (the output
-// stores between them could alias the column arrays, so the compiler would load them
-// again). Scalar stores only at a column tail or when rows are not 16-byte aligned.
-template <int BN, typename T, typename Epi>
-__device__ __forceinline__ void ws_epilogue(const int (&d)[BN / 2], const Epi& epi, T* out,
-                                            int row_base, int n0, int M, int N, int lane,
-                                            unsigned char* stage_buf) {
-  constexpr int kRowBytes = 160;
-  const int gq = lane >> 2, tq = lane & 3;
-  const bool vec_ok = (N * (int)sizeof(T)) % 16 == 0;  // every row starts 16-byte aligned
-  const auto r0 = epi.row(row_base + gq, M), r1 = epi.row(row_base + gq + 8, M);
-#pragma unroll
-  for (int p = 0; p < BN / 32; ++p) {
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 4 * p + jj;
-      store_pair(reinterpret_cast<int32_t*>(stage_buf + gq * kRowBytes) + 8 * jj + 2 * tq,
-                 d[4 * j], d[4 * j + 1]);
-      store_pair(reinterpret_cast<int32_t*>(stage_buf + (gq + 8) * kRowBytes) + 8 * jj + 2 * tq,
-                 d[4 * j + 2], d[4 * j + 3]);
-    }
-    __syncwarp();
-    const int n = n0 + 32 * p + 8 * tq;
-    typename Epi::Col col[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) col[u] = epi.col(n + u, N);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = gq + 8 * h;
-      const int m = row_base + r;
-      const int4 lo = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq);
-      const int4 hi = *reinterpret_cast<const int4*>(stage_buf + r * kRowBytes + 32 * tq + 16);
-      const int acc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      if (m < M && n < N) {
-        const auto row = h ? r1 : r0;
-        typename Epi::Value v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = epi(acc[u], row, col[u]);
-        T* dst = out + (size_t)m * N + n;
-        if (vec_ok && n + 8 <= N) {
-          store8(dst, v);
-        } else {
-#pragma unroll
-          for (int u = 0; u < 8; ++u)
-            if (n + u < N) dst[u] = static_cast<T>(v[u]);
-        }
-      }
-    }
-    __syncwarp();
-  }
-}
-
 // MODE, HAS_BIAS, WB: as gemm_wgmma (MODE 0 raw int32 C with WB == kWeightS8; MODE 1
 // per-channel dequant with WB == kWeightU8). T: the output type. a: [M, K] (any leading
 // shape with M rows). TMA: the producer issues tensor-map tile loads (PW == 1 or 4,
@@ -310,12 +170,8 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   static_assert(!PP || BN <= 128, "ping-pong: a consumer thread holds BN accumulators");
   static_assert(ACC == 1 || (!PP && (ACC == 2 || ACC == 4) && ACC * BN <= 128),
                 "ACC accumulator sets: cooperative tiles, at most 64 registers of them");
-  // TMA with a producer warpgroup: the block's registers at launch, 384 x 168 (ptxas's
-  // cap under launch_bounds(384, 1)), are re-dealt as 128 x kProducerRegs + 256 x
-  // kConsumerRegs; one thread issues every load, so the producers need few.
+  // TMA with a producer warpgroup: registers re-dealt (ws.cuh kWsProducerRegs).
   constexpr bool kRealloc = TMA && PW == 4;
-  constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kStageBytes = (BM + BN) * kBK;
@@ -324,9 +180,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   // of the same rows that the k32 steps of a k-tile take in turn (step ks adds into set
   // ks % ACC), summed before the epilogue.
   constexpr int kSets = PP ? 2 : ACC;
-  extern __shared__ __align__(128) unsigned char w8a8_smem[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = wgmma_smem();
   unsigned char* epi_smem = smem + STAGES * kStageBytes;
   uint64_t* bars = reinterpret_cast<uint64_t*>(epi_smem + 8 * kWsEpiWarpBytes);
   const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
@@ -351,10 +205,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
 
   if constexpr (TMA) {
     if (warp >= kWsProducerWarp) {
-      if constexpr (kRealloc) {
-        setmaxnreg_dec<kProducerRegs>();
-        if (warp != kWsProducerWarp) return;  // warps 9-11 only give their registers
-      }
+      if (!ws_producer_start<kRealloc>(warp)) return;  // warps 9-11 gave their registers
       // This launch's maps, staged in shared memory after the barriers (one stage per
       // map) and published to global memory: A's to a_map and each weight's to its map
       // array (written alike by every block and every launch on the same arrays), or all
@@ -366,28 +217,16 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
         unsigned char* slot = reinterpret_cast<unsigned char*>(tma_aligned(tma.scratch)) +
                               static_cast<size_t>(blockIdx.x) * (1 + G) * kTmaMapBytes;
         map_a = slot;
-        tma_make_map(slot, tma.proto, a, M, tma_box_rows_a(M), stage);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          tma_make_map(slot + (1 + g) * kTmaMapBytes, tma.proto + (1 + g) * kTmaMapBytes,
-                       ms.b[g], 0, 0, stage + (1 + g) * kTmaMapBytes);
-          map_b[g] = slot + (1 + g) * kTmaMapBytes;
-        }
+        tma_make_maps(
+            map_a, tma.proto, a, M, ms.b, [&](int g) { return tma.proto + (1 + g) * kTmaMapBytes; },
+            [&](int g) { return static_cast<void*>(slot + (1 + g) * kTmaMapBytes); }, stage,
+            map_b);
       } else {
         map_a = reinterpret_cast<void*>(tma.a_map);
-        tma_make_map(map_a, tma.own[0], a, M, tma_box_rows_a(M), stage);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          void* dst = reinterpret_cast<void*>(tma_aligned(tma.own[g] + 2 * kTmaMapBytes));
-          tma_make_map(dst, tma.own[g] + kTmaMapBytes, ms.b[g], 0, 0,
-                       stage + (1 + g) * kTmaMapBytes);
-          map_b[g] = dst;
-        }
+        tma_make_maps(map_a, a, M, ms.b, tma.own, stage, map_b);
       }
       if (lane != 0) return;
-      tma_acquire(map_a);
-#pragma unroll
-      for (int g = 0; g < G; ++g) tma_acquire(map_b[g]);
+      tma_acquire_maps(map_a, map_b);
       // A's box has tma_box_rows_a(M) rows (written into its map above): below BM rows
       // the rows past M are neither read nor zero-filled; they keep what the stage held
       // before and only feed accumulator rows the epilogue never stores.
@@ -397,17 +236,12 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
         int tm, tn;
         tile_coords(tile, tiles_m, tiles_n, tm, tn);
         const Member<T> mb = member_of<BN>(ms, tn);
-        const void* mb_map = map_b[0];
-#pragma unroll
-        for (int g = 1; g < G; ++g)
-          if (mb.g == g) mb_map = map_b[g];
+        const void* mb_map = member_map(map_b, mb.g);
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % STAGES;
           mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
           const uint32_t sa = smem_addr(smem + s * kStageBytes);
-          mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
-          tma_load_2d(sa, map_a, kt * kBK, tm * BM, full0 + 8 * s);
-          tma_load_2d(sa + BM * kBK, mb_map, kt * kBK, mb.tn * BN, full0 + 8 * s);
+          ws_tma_load_stage<BN>(sa, full0 + 8 * s, stage_tx, map_a, mb_map, kt, tm, mb.tn);
         }
       }
       return;
@@ -470,7 +304,7 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
   // are ring positions g * ktiles ...), all 128 rows of each as two m64 halves, so one
   // warpgroup's epilogue runs while the other's MMAs keep the tensor cores busy.
   const int wg = warp >> 2;
-  if constexpr (kRealloc) setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (kRealloc) setmaxnreg_inc<kWsConsumerRegs>();
   unsigned char* stage_buf = epi_smem + warp * kWsEpiWarpBytes;
   int d[kSets][BN / 2];
   const uint32_t order0 = empty0 + 8 * STAGES;  // PP: order[w], count 4 (see below)
@@ -508,9 +342,8 @@ __device__ __forceinline__ void gemm_ws(const int8_t* a, int M, int K, const flo
       for (int ks = 0; ks < kBK / 32; ++ks)
 #pragma unroll
         for (int h = 0; h < kHalves; ++h)
-          wgmma_k32<WB == kWeightU8, BN>(d[h + ks % ACC],
-                                         wgmma_desc(sa + h * 64 * kBK + ks * 32),
-                                         wgmma_desc(sb + ks * 32), kt != 0 || ks >= ACC);
+          wgmma_step<WB == kWeightU8, BN>(d[h + ks % ACC], sa + h * 64 * kBK, sb, ks,
+                                          kt != 0 || ks >= ACC);
       wgmma_commit();
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile it - 1 has been read: release its stage

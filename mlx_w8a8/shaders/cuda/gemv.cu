@@ -53,9 +53,7 @@ __device__ __forceinline__ void quantize_rows_block(const T* x, int M, int K, in
     for (int c = tid; c < chunks; c += blockDim.x) {
       float f[8];
       load8(xr + c * 8, f);
-      uint32_t packed[2];
-      qz.codes8(f, packed);
-      *reinterpret_cast<uint2*>(q_out + (size_t)m * K + c * 8) = make_uint2(packed[0], packed[1]);
+      qz.store_codes8(f, q_out + (size_t)m * K + c * 8);
     }
   }
 }

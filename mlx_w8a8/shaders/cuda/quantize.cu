@@ -69,6 +69,9 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
   auto emit = [&](int c, const float (&f)[8]) {
     const bool active = c < chunks;
     int sum = 0;
+    // Written out, not RowQuantizer::store_codes8: through it ptxas schedules the plain,
+    // rowsum and sums bodies differently (bench/sass_diff.py), and tuning tables were
+    // measured on this machine code.
     if (active) {
       uint32_t packed[2];
       sum = qz.codes8(f, packed);
@@ -177,17 +180,13 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
     if (c < chunks) {
       float f[8];
       decode8(cache[i], f);
-      uint32_t packed[2];
-      total += qz.codes8(f, packed);
-      *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+      total += qz.store_codes8(f, qr + c * 8);
     }
   }
   for (int c = lane + 32 * kCached; c < chunks; c += 32) {
     float f[8];
     load8(xr + c * 8, f);
-    uint32_t packed[2];
-    total += qz.codes8(f, packed);
-    *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+    total += qz.store_codes8(f, qr + c * 8);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);

@@ -242,6 +242,14 @@ struct RowQuantizer {
     return sum;
   }
 
+  // Codes of 8 values written to q (8 bytes, 8-byte aligned); returns their sum.
+  __device__ __forceinline__ int store_codes8(const float (&f)[8], int8_t* q) const {
+    uint32_t packed[2];
+    const int sum = codes8(f, packed);
+    *reinterpret_cast<uint2*>(q) = make_uint2(packed[0], packed[1]);
+    return sum;
+  }
+
   // Codes of 8 values from one rate alone (tie_free_rate), packed; returns their sum.
   __device__ __forceinline__ static int rate_codes8(const float (&f)[8], float rate,
                                                     uint32_t (&packed)[2]) {

@@ -1,6 +1,6 @@
 // Tensor Memory Accelerator (TMA, sm_90a only): tensor maps made on the device from
 // host-encoded prototypes, and the 2-D tile load completing on an mbarrier. A header-only
-// file, required by gemm_ws.cu ("// @@ requires tma.cuh").
+// file, required by ws.cuh ("// @@ requires tma.cuh") for gemm_ws.cu and gemm_grouped_ws.cu.
 //
 // Why maps are made on the device: a tensor map holds the global address of its tensor,
 // and MLX only knows an array's address at launch (mx.fast.cuda_kernel passes arrays as
@@ -119,6 +119,49 @@ __device__ __forceinline__ void tma_make_map(void* dst, const uint8_t* proto, co
   }
   __syncwarp();
   tma_publish(dst, smem_addr(stage));
+}
+
+// Warp-collective (as tma_make_map): a launch's maps. A's map, for a [M, K] with
+// tma_box_rows_a(M) box rows, is made from `proto_a` and goes to `map_a`; weight g's map
+// (b[g]'s address) from proto_b(g) to dst_b(g), which map_b[g] then holds. `stage`: 1 + G
+// map stages of kTmaMapBytes (shared memory, as tma_make_map's).
+template <int G, typename ProtoB, typename DstB>
+__device__ __forceinline__ void tma_make_maps(void* map_a, const uint8_t* proto_a,
+                                              const int8_t* a, int M, const int8_t* const (&b)[G],
+                                              ProtoB proto_b, DstB dst_b, unsigned char* stage,
+                                              const void* (&map_b)[G]) {
+  tma_make_map(map_a, proto_a, a, M, tma_box_rows_a(M), stage);
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    void* dst = dst_b(g);
+    tma_make_map(dst, proto_b(g), b[g], 0, 0, stage + (1 + g) * kTmaMapBytes);
+    map_b[g] = dst;
+  }
+}
+
+// tma_make_maps for weights that carry their own map arrays (cuda_launch.weight_maps,
+// uint8 [512] per weight: bytes [0, 128) A's prototype ([128, K] codes), [128, 256) the
+// weight's ([N_g, K], BN-row boxes), then room for its map): A's prototype is the first
+// array's (every member's is the same), weight g's map goes to the first 128-byte
+// aligned byte of its array from 256.
+template <int G, int NW>
+__device__ __forceinline__ void tma_make_maps(void* map_a, const int8_t* a, int M,
+                                              const int8_t* const (&b)[G],
+                                              const uint8_t* const (&wmap)[NW],
+                                              unsigned char* stage, const void* (&map_b)[G]) {
+  static_assert(G <= NW, "a map array per weight");
+  tma_make_maps(
+      map_a, wmap[0], a, M, b, [&](int g) { return wmap[g] + kTmaMapBytes; },
+      [&](int g) { return reinterpret_cast<void*>(tma_aligned(wmap[g] + 2 * kTmaMapBytes)); },
+      stage, map_b);
+}
+
+// Acquire A's map and the G weights' maps (tma_acquire) for this thread's tile loads.
+template <int G>
+__device__ __forceinline__ void tma_acquire_maps(const void* map_a, const void* const (&map_b)[G]) {
+  tma_acquire(map_a);
+#pragma unroll
+  for (int g = 0; g < G; ++g) tma_acquire(map_b[g]);
 }
 
 // Load the box at element coordinates (c0 along K, c1 along rows) of the map at `map`

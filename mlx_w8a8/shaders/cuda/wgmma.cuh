@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors, the
 // m64nNk32 int8 instruction for the tile widths the GEMMs use, and the fences around it.
-// A header-only file, required by gemm_wgmma.cu and gemm_ws.cu ("// @@ requires
+// A header-only file, required by gemm_wgmma.cu and ws.cuh ("// @@ requires
 // wgmma.cuh"); the launcher puts it, once, after common.cuh.
 //
 // Both operands come from shared memory in common.cuh's layout: K-major rows of 128 bytes,
@@ -24,6 +24,15 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_byte_addr) {
   desc |= (uint64_t)(1024 >> 4) << 32;
   desc |= (uint64_t)1 << 62;
   return desc;
+}
+
+// The block's dynamic shared memory from its first 1024-byte aligned byte, where the
+// wgmma GEMMs put their operand stages (the 128-byte swizzle's 8-row atoms must start
+// 1024-byte aligned; the launchers add 1024 bytes of slack).
+__device__ __forceinline__ unsigned char* wgmma_smem() {
+  extern __shared__ __align__(128) unsigned char w8a8_smem[];
+  return reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(w8a8_smem) + 1023) & ~static_cast<uintptr_t>(1023));
 }
 
 // The instruction's operand lists: accumulator registers %0 .. %(R-1) ("+r"(d[i]), R =
@@ -79,6 +88,15 @@ __device__ __forceinline__ void wgmma_k32(int (&d)[BN / 2], uint64_t da, uint64_
 #else
   __trap();
 #endif
+}
+
+// k32 step `step` of a k-tile in common.cuh's layout: d (+)= A * B^T for A's 64 rows at
+// shared address sa and B's BN rows at sb, both descriptors at the step's 32-byte column
+// slice (step * 32 bytes into every 128-byte row).
+template <bool U8, int BN>
+__device__ __forceinline__ void wgmma_step(int (&d)[BN / 2], uint32_t sa, uint32_t sb, int step,
+                                           int accumulate) {
+  wgmma_k32<U8, BN>(d, wgmma_desc(sa + step * 32), wgmma_desc(sb + step * 32), accumulate);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
