@@ -22,34 +22,59 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_unflatten
 
 import mlx_w8a8 as w8
 from mlx_w8a8.evaluation import DTYPES, perplexity
 from mlx_w8a8.recipe import calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
-VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8")
+VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8", "w4a8_recipe")
 
 
-def build(folder: Path, variant: str, dtype, calib, log) -> nn.Module:
+def dequantized(model: nn.Module) -> nn.Module:
+    """Each ``nn.QuantizedLinear`` replaced by an ``nn.Linear`` holding its dequantized
+    weights: the same weight-only (W8A16 / W4A16) math as ``mx.quantized_matmul``, as a
+    float product (MLX's CPU ``quantized_matmul`` is many times slower than its float
+    product with a tuned BLAS)."""
+    swaps = []
+    for path, m in model.named_modules():
+        if type(m) is nn.QuantizedLinear:
+            w = mx.dequantize(m.weight, m.scales, m.biases, group_size=m.group_size, bits=m.bits)
+            lin = nn.Linear(w.shape[1], w.shape[0], bias="bias" in m)
+            lin.weight = w.astype(m.scales.dtype)
+            if "bias" in m:
+                lin.bias = m.bias
+            swaps.append((path, lin))
+    model.update_modules(tree_unflatten(swaps))
+    return model
+
+
+def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = False) -> nn.Module:
     from mlx_lm.utils import load_model
 
     model = load_model(folder)[0]
     model.set_dtype(dtype)
     if variant == "float":
         return model
-    if variant in ("w8a16", "w4a16", "w4a8"):  # mlx-lm's N-bit model (group size 64)
+    if variant in ("w8a16", "w4a16", "w4a8", "w4a8_recipe"):  # mlx-lm's N-bit model (group 64)
         nn.quantize(model, group_size=64, bits=4 if variant.startswith("w4") else 8,
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
-        if variant == "w4a8":  # its 4-bit layers as stored, on the exact W4A8 kernel
-            w8.quantize(model, skip={"lm_head": "w8a16"}, kernel="exact_w4a8")
-        return model
+        skip = {"lm_head": "w8a16"}
+        if variant == "w4a8_recipe":  # stored layers scored; those below the floor kept
+            chosen = recipe(model, calib)
+            log(chosen.summary())
+            skip.update(chosen.keep)
+        if variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
+            w8.quantize(model, skip=skip, kernel="exact_w4a8")
+        return dequantized(model) if dequantize else model
     skip = {"lm_head": "w8a16"}  # the convert command's default
     if variant == "recipe":
         chosen = recipe(model, calib)
         log(chosen.summary())
         skip.update(chosen.keep)
-    return w8.quantize(model, per_channel=variant != "w8a8_grouped", skip=skip, kernel="exact")
+    w8.quantize(model, per_channel=variant != "w8a8_grouped", skip=skip, kernel="exact")
+    return dequantized(model) if dequantize else model
 
 
 def main(argv=None) -> int:
@@ -65,6 +90,9 @@ def main(argv=None) -> int:
     p.add_argument("--bos", action="store_true",
                    help="start every window with the model's BOS token (config.json "
                    "bos_token_id): Gemma needs it")
+    p.add_argument("--dequantize", action="store_true",
+                   help="run W8A16 / W4A16 layers as float products of their dequantized "
+                   "weights (the same math; on a CPU much faster than quantized_matmul)")
     p.add_argument("--json", help="append results as JSON lines")
     args = p.parse_args(argv)
     folder = Path(args.model)
@@ -86,14 +114,14 @@ def main(argv=None) -> int:
         calib = [with_bos(b) for b in calib]
     for variant in args.variants.split(","):
         start = time.time()
-        model = build(folder, variant, DTYPES[args.dtype], calib, log)
+        model = build(folder, variant, DTYPES[args.dtype], calib, log, args.dequantize)
         built = time.time() - start
         for text, windows in data.items():
             t0 = time.time()
             ppl, count = perplexity(model, windows)
             row = {"model": folder.name, "variant": variant, "text": Path(text).name, "bos": args.bos,
                    "perplexity": ppl, "tokens": count, "seq_len": args.seq_len,
-                   "dtype": args.dtype, "build_s": round(built, 1),
+                   "dtype": args.dtype, "dequantize": args.dequantize, "build_s": round(built, 1),
                    "eval_s": round(time.time() - t0, 1)}
             log(json.dumps(row))
             if args.json:
