@@ -1,0 +1,72 @@
+"""mlx_w8a8.folder_convert: what converting a quantized (4-bit) model folder writes,
+with and without calibration (run through the command line, as users do)."""
+
+import json
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten
+
+import mlx_w8a8 as w8
+import oracle
+from tiny_checkpoints import force_kernel, needs_mlx_lm, quantized_folder
+
+
+
+@needs_mlx_lm
+def test_convert_of_a_4bit_folder_keeps_the_4bit_model(tmp_path, capsys, rng):
+    # mlx-lm's default 4-bit checkpoint converts: every layer keeps its 4-bit arrays
+    # (W4A8, nothing requantized), and the output is the same 4-bit model to stock
+    # mlx-lm (lm_head is skipped by default and stays a 4-bit QuantizedLinear).
+    from mlx_lm.utils import load_model
+
+    from mlx_w8a8.convert import main
+
+    model, config, q4 = quantized_folder(tmp_path, "q4", group_size=64, bits=4)
+    out = tmp_path / "out"
+    assert main(["--model", str(q4), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "'w8a8': 14" in said and "'w8a16': 1" in said, said
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["quantization"]["bits"] == 4 and cfg["quantization"]["group_size"] == 64
+    layers = cfg["mlx_w8a8"]["layers"]
+    assert len(layers) == 14 and all(
+        e == {"group_size": 64, "format": "grouped4", "bits": 4} for e in layers.values())
+    tokens = mx.array(rng.integers(0, 256, (2, 9)))
+    want = np.array(model(tokens).astype(mx.float32))
+    stock, _ = load_model(out)  # stock mlx-lm: the same 4-bit model
+    gate_proj = stock.model.layers[0].mlp.gate_proj
+    assert type(gate_proj) is nn.QuantizedLinear and gate_proj.bits == 4
+    np.testing.assert_array_equal(np.array(stock(tokens).astype(mx.float32)), want)
+    ours, _ = w8.load(out)
+    layer = ours.model.layers[0].mlp.gate_proj
+    assert isinstance(layer, w8.Linear) and layer.bits == 4 and layer.format == "grouped4"
+    force_kernel(ours, "mlx_qmm4")  # the W4A16 product of the stored arrays, as mlx-lm runs it
+    np.testing.assert_array_equal(np.array(ours(tokens).astype(mx.float32)), want)
+    force_kernel(ours, "exact_w4a8")
+    got = np.array(ours(tokens).astype(mx.float32)).astype(np.float64)
+    assert oracle.sqnr_db(want.astype(np.float64), got) > 25
+
+
+@needs_mlx_lm
+def test_convert_of_a_4bit_folder_with_calibration_applies_the_recipe(tmp_path, capsys):
+    # --calibration on a quantized checkpoint: nothing to smooth, but every stored layer
+    # is scored (recipe.json) and a kept one stays a stored 4-bit layer.
+    from mlx_w8a8.convert import main
+
+    _, _, q4 = quantized_folder(tmp_path, "q4", group_size=64, bits=4)
+    out = tmp_path / "out"
+    assert main(["--model", str(q4), "--out", str(out), "--calibration", "builtin",
+                 "--seq-len", "32", "--samples", "2"]) == 0
+    said = capsys.readouterr().out
+    assert "recipe: not smoothed" in said, said
+    chosen = json.loads((out / "recipe.json").read_text())
+    assert chosen["alphas"] == {} and len(chosen["layers"]) == 15
+    assert all(e["bits"] == 4 for e in chosen["layers"].values())
+    ours, _ = w8.load(out)
+    for path, m in tree_flatten(ours.leaf_modules(), is_leaf=nn.Module.is_module):
+        if path in chosen["keep"] or path == "lm_head":
+            assert type(m) is nn.QuantizedLinear and m.bits == 4, path
+        elif path in chosen["layers"]:
+            assert isinstance(m, w8.Linear) and m.format == "grouped4", path
