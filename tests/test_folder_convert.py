@@ -50,11 +50,23 @@ def test_convert_of_a_4bit_folder_keeps_the_4bit_model(tmp_path, capsys, rng):
 
 
 @needs_mlx_lm
-def test_convert_of_a_4bit_folder_with_calibration_applies_the_recipe(tmp_path, capsys):
+def test_convert_of_a_4bit_folder_with_calibration_applies_the_recipe(tmp_path, capsys,
+                                                                      monkeypatch):
     # --calibration on a quantized checkpoint: nothing to smooth, but every stored layer
-    # is scored (recipe.json) and a kept one stays a stored 4-bit layer.
+    # is scored (recipe.json) and a kept one stays a stored 4-bit layer. A random tiny
+    # model has no layer below the floor, so the recipe here keeps the three lowest.
+    from mlx_w8a8 import recipe as rc
     from mlx_w8a8.convert import main
 
+    real = rc.recipe
+
+    def keep_three(model, batches, **kw):
+        chosen = real(model, batches, **kw)
+        lowest = sorted(chosen.layers, key=lambda p: chosen.layers[p]["w8a8_db"])[:3]
+        chosen.keep = {p: "w8a16" for p in lowest}
+        return chosen
+
+    monkeypatch.setattr(rc, "recipe", keep_three)
     _, _, q4 = quantized_folder(tmp_path, "q4", group_size=64, bits=4)
     out = tmp_path / "out"
     assert main(["--model", str(q4), "--out", str(out), "--calibration", "builtin",
@@ -64,6 +76,7 @@ def test_convert_of_a_4bit_folder_with_calibration_applies_the_recipe(tmp_path, 
     chosen = json.loads((out / "recipe.json").read_text())
     assert chosen["alphas"] == {} and len(chosen["layers"]) == 15
     assert all(e["bits"] == 4 for e in chosen["layers"].values())
+    assert len(chosen["keep"]) == 3
     ours, _ = w8.load(out)
     for path, m in tree_flatten(ours.leaf_modules(), is_leaf=nn.Module.is_module):
         if path in chosen["keep"] or path == "lm_head":

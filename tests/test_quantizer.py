@@ -31,6 +31,7 @@ def test_matches_patterns():
     assert matches("lm_head", "lm_head") and matches("language_model.lm_head", "lm_head")
     assert matches("model.layers.3.mlp.down_proj", "down_proj")
     assert not matches("model.layers.3.mlp.down_proj_x", "down_proj")  # whole names only
+    assert not matches("model.layers.3.mlp.x_down_proj", "down_proj")  # ... at both ends
     assert matches("model.layers.0.self_attn.q_proj", "model.layers.0.*")
     assert not matches("model.layers.10.self_attn.q_proj", "model.layers.1.*")
 
