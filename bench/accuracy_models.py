@@ -29,7 +29,28 @@ from mlx_w8a8.evaluation import DTYPES, perplexity
 from mlx_w8a8.recipe import calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
-VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8", "w4a8_recipe")
+VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8", "w4a8_recipe",
+            "w4a8_act_g64", "w8a8_act_g64")
+# A simulation, not a kernel of the package: the 4-bit model with each linear input
+# quantize-dequantized per token and per group of this many input channels (one scale per
+# token and weight group, the activation granularity a group-wise epilogue could take).
+ACT_GROUP = 64
+
+
+class GroupActivations(nn.Module):
+    """``layer(fake_quant(x))`` with one symmetric int8 scale per token and per
+    ``group`` consecutive input channels (float math: a simulation)."""
+
+    def __init__(self, layer: nn.Module, group: int):
+        super().__init__()
+        self.layer, self.group = layer, group
+
+    def __call__(self, x):
+        shape = x.shape
+        g = x.reshape(*shape[:-1], shape[-1] // self.group, self.group)
+        amax = mx.max(mx.abs(g), axis=-1, keepdims=True)
+        scale = mx.where(amax > 0, amax / 127.0, 1.0)
+        return self.layer((mx.clip(mx.round(g / scale), -127, 127) * scale).reshape(shape))
 
 
 def dequantized(model: nn.Module) -> nn.Module:
@@ -57,7 +78,7 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
     model.set_dtype(dtype)
     if variant == "float":
         return model
-    if variant in ("w8a16", "w4a16", "w4a8", "w4a8_recipe"):  # mlx-lm's N-bit model (group 64)
+    if variant in ("w8a16", "w4a16", "w4a8", "w4a8_recipe", "w4a8_act_g64"):  # mlx-lm N-bit, gs 64
         nn.quantize(model, group_size=64, bits=4 if variant.startswith("w4") else 8,
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
         skip = {"lm_head": "w8a16"}
@@ -65,9 +86,24 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
             chosen = recipe(model, calib)
             log(chosen.summary())
             skip.update(chosen.keep)
-        if variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
+        if variant == "w4a8_act_g64":
+            model.update_modules(tree_unflatten([
+                (p, GroupActivations(m, ACT_GROUP)) for p, m in model.named_modules()
+                if type(m) is nn.QuantizedLinear and p != "lm_head"]))
+        elif variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
             w8.quantize(model, skip=skip, kernel="exact_w4a8")
         return dequantized(model) if dequantize else model
+    if variant == "w8a8_act_g64":  # simulation: per-channel int8 weights (max|w| / 127),
+        swaps = []                   # activations per token and group of ACT_GROUP
+        for p, m in model.named_modules():
+            if type(m) is nn.Linear and p != "lm_head" and m.weight.shape[-1] % ACT_GROUP == 0:
+                w = m.weight.astype(mx.float32)
+                amax = mx.max(mx.abs(w), axis=-1, keepdims=True)
+                scale = mx.where(amax > 0, amax / 127.0, 1.0)
+                m.weight = (mx.clip(mx.round(w / scale), -127, 127) * scale).astype(m.weight.dtype)
+                swaps.append((p, GroupActivations(m, ACT_GROUP)))
+        model.update_modules(tree_unflatten(swaps))
+        return model
     skip = {"lm_head": "w8a16"}  # the convert command's default
     if variant == "recipe":
         chosen = recipe(model, calib)
