@@ -37,6 +37,14 @@ VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8",
 ACT_GROUP = 64
 
 
+def fake_int8(x: mx.array) -> mx.array:
+    """Symmetric int8 quantize-dequantize along the last axis (scale ``max|x| / 127``,
+    round half to even, clip 127), in float: a simulation."""
+    amax = mx.max(mx.abs(x), axis=-1, keepdims=True)
+    scale = mx.where(amax > 0, amax / 127.0, 1.0)
+    return mx.clip(mx.round(x / scale), -127, 127) * scale
+
+
 class GroupActivations(nn.Module):
     """``layer(fake_quant(x))`` with one symmetric int8 scale per token and per
     ``group`` consecutive input channels (float math: a simulation)."""
@@ -48,9 +56,7 @@ class GroupActivations(nn.Module):
     def __call__(self, x):
         shape = x.shape
         g = x.reshape(*shape[:-1], shape[-1] // self.group, self.group)
-        amax = mx.max(mx.abs(g), axis=-1, keepdims=True)
-        scale = mx.where(amax > 0, amax / 127.0, 1.0)
-        return self.layer((mx.clip(mx.round(g / scale), -127, 127) * scale).reshape(shape))
+        return self.layer(fake_int8(g).reshape(shape))
 
 
 def dequantized(model: nn.Module) -> nn.Module:
@@ -97,10 +103,7 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
         swaps = []                   # activations per token and group of ACT_GROUP
         for p, m in model.named_modules():
             if type(m) is nn.Linear and p != "lm_head" and m.weight.shape[-1] % ACT_GROUP == 0:
-                w = m.weight.astype(mx.float32)
-                amax = mx.max(mx.abs(w), axis=-1, keepdims=True)
-                scale = mx.where(amax > 0, amax / 127.0, 1.0)
-                m.weight = (mx.clip(mx.round(w / scale), -127, 127) * scale).astype(m.weight.dtype)
+                m.weight = fake_int8(m.weight.astype(mx.float32)).astype(m.weight.dtype)
                 swaps.append((p, GroupActivations(m, ACT_GROUP)))
         model.update_modules(tree_unflatten(swaps))
         return model
