@@ -39,7 +39,7 @@ import mlx.nn as nn
 import numpy as np
 
 from .calibrate import LayerStats, calibrate, linear_layers
-from .weight import BITS, GROUP_SIZES
+from .quantizer import converts_quantized
 
 # Candidate migration strengths; None leaves a site unsmoothed.
 GRID = (None, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -199,8 +199,7 @@ def stored_layers(model: nn.Module) -> dict[str, nn.QuantizedLinear]:
     """``{path: layer}`` of the ``nn.QuantizedLinear`` layers :func:`mlx_w8a8.quantize`
     converts as stored (MLX affine, 8 or 4 bits, a group size of ``GROUP_SIZES``)."""
     return {p: m for p, m in linear_layers(model).items()
-            if isinstance(m, nn.QuantizedLinear) and m.bits in BITS
-            and getattr(m, "mode", "affine") == "affine" and m.group_size in GROUP_SIZES}
+            if isinstance(m, nn.QuantizedLinear) and converts_quantized(m)}
 
 
 def _dequantized(layer: nn.QuantizedLinear) -> np.ndarray:
