@@ -145,8 +145,10 @@ def qualify(args, stream, out) -> int:
     status = 0
     device = table.device_key()
     for m, n, k in cases:
-        problem = Problem("linear", m, n, k, args.dtype, args.format, args.group_size, False)
-        name = f"linear-{m}x{n}x{k}-{args.dtype}-{args.format}"
+        problem = Problem("linear", m, n, k, args.dtype, args.format, args.group_size, False,
+                          args.act_scales)
+        name = f"linear-{m}x{n}x{k}-{args.dtype}-{args.format}" + (
+            "-act-groups" if args.act_scales == "group" else "")
         try:
             arms = [
                 _arm_for("baseline", args.baseline, args.baseline_table, problem),
@@ -351,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "are then mlx_qmm4 and exact_w4a8, the W4A8 math) (default: per_channel)")
     p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128),
                    help="weights per scale of the cases' weights (default: 64)")
+    p.add_argument("--act-scales", default="token", choices=("token", "group"),
+                   help="activation scaling of the cases (group: per token and weight "
+                   "group, --format grouped or grouped4; the default candidate is then "
+                   "exact_act_groups) (default: token)")
     p.add_argument("--pairs", type=int, default=MIN_PAIRS, help="timed pairs per case (>= 30)")
     p.add_argument("--warmup", type=int, default=timing.WARMUP,
                    help="untimed launches of each arm before timing (default: %(default)s)")
@@ -389,8 +395,12 @@ def main(argv: list[str] | None = None, out=None) -> int:
         print(render.error_line(PROG, "give a kernel or a table for each arm, not both"), file=sys.stderr)
         return 2
     # The format's reference and exact kernels (registry.fallback_name / exact_name).
+    if args.act_scales == "group" and args.format == "per_channel":
+        print(render.error_line(PROG, "--act-scales group needs --format grouped or grouped4"),
+              file=sys.stderr)
+        return 2
     fmt = Problem("linear", 1, args.group_size, args.group_size, args.dtype, args.format,
-                  args.group_size)
+                  args.group_size, False, args.act_scales)
     if not args.baseline and not args.baseline_table:
         args.baseline = registry.fallback_name(fmt)
     if not args.candidate and not args.candidate_table:

@@ -38,6 +38,7 @@ from mlx.utils import tree_flatten
 from .cachedir import umask
 from .nn import Linear
 from .quantizer import converts_quantized, kept_by_model, quantize, w8a8_layers
+from .kernels.registry import ACT_SCALES
 from .weight import GROUPED4
 
 CONFIG_KEY = "mlx_w8a8"
@@ -302,7 +303,7 @@ def _read_config(folder: Path) -> dict:
 
 
 def load(path: str | Path, model: nn.Module | None = None, strict: bool = True,
-         per_channel: bool = False):
+         per_channel: bool = False, act_scales: str | None = None):
     """Load a checkpoint written by :func:`save`, or any mlx-lm 8-bit checkpoint.
 
     Args:
@@ -316,17 +317,47 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True,
             small accuracy cost: :func:`mlx_w8a8.requantize.per_channel`, whose report
             (weight SQNR per layer) is logged at INFO on the ``mlx_w8a8`` logger; call
             it yourself with tokens for the logits' SQNR too. Default: ``False``.
+        act_scales: ``"token"`` or ``"group"``: set every W8A8 layer's
+            :attr:`mlx_w8a8.Linear.act_scales` (``"group"``: group-wise layers only,
+            so not with ``per_channel=True``). Default: as the checkpoint says (per token
+            for a stock mlx-lm checkpoint).
 
     Returns:
         ``(model, config)`` with the W8A8 layers as :class:`mlx_w8a8.Linear`.
     """
+    if act_scales is not None and act_scales not in ACT_SCALES:
+        raise ValueError(
+            f"[mlx_w8a8.load] act_scales must be None or one of {ACT_SCALES}, got {act_scales!r}"
+        )
+    if per_channel and act_scales == "group":
+        raise ValueError(
+            "[mlx_w8a8.load] act_scales='group' needs group-wise weights, got "
+            "per_channel=True (which requantizes them per channel)"
+        )
     model, config = _load(path, model, strict)
     if per_channel:
         from . import requantize
 
         logging.getLogger("mlx_w8a8").info("[mlx_w8a8.load] %s",
                                            requantize.per_channel(model).describe())
+    if act_scales is not None:
+        layers = [(p, m) for p, m in model.named_modules() if isinstance(m, Linear)]
+        flat = [p for p, m in layers if act_scales == "group" and m.format == "per_channel"]
+        if flat:
+            raise ValueError(
+                f"[mlx_w8a8.load] act_scales='group' needs group-wise weights, but "
+                f"{len(flat)} layer(s) of {path} hold per-channel weights (e.g. {flat[0]})"
+            )
+        for _, m in layers:
+            m.act_scales = act_scales
     return model, config
+
+
+def _restore_act_scales(model: nn.Module, listed: dict) -> None:
+    """Set the activation scaling each listed layer was saved with."""
+    for p, m in model.named_modules():
+        if isinstance(m, Linear) and p in listed:
+            m.act_scales = listed[p].get("act_scales", "token")
 
 
 def _load(path: str | Path, model: nn.Module | None, strict: bool):
@@ -349,6 +380,8 @@ def _load(path: str | Path, model: nn.Module | None, strict: bool):
             kept = kept_by_model(model)
             predicate = lambda p, m: isinstance(m, nn.QuantizedLinear) and p not in kept  # noqa: E731
         quantize(model, class_predicate=predicate)
+        if listed is not None:
+            _restore_act_scales(model, listed)
         if not w8a8_layers(model):
             warnings.warn(
                 f"[mlx_w8a8.load] {folder} holds no 8-bit, 4-bit or W8A8 linear layers, so none "
@@ -384,4 +417,5 @@ def _load(path: str | Path, model: nn.Module | None, strict: bool):
         )
     model.load_weights(str(folder / WEIGHTS_FILE), strict=strict)
     mx.eval(model.parameters())
+    _restore_act_scales(model, listed)
     return model, config

@@ -27,8 +27,8 @@ from . import siblings as _siblings
 from .kernels import registry
 from .kernels.registry import Problem
 from .plans import clear_shared_activations, share_activations
-from .weight import (BITS, FLOAT_DTYPES, QuantizedWeight, check_group_size, describe, dtype_name,
-                     zero_code_scales)
+from .weight import (BITS, FLOAT_DTYPES, GROUPED4, QuantizedWeight, check_group_size, describe,
+                     dtype_name, zero_code_scales)
 
 # The sharing switches are public here (mlx_w8a8.nn.share_activations); plans owns them.
 __all__ = ["Linear", "share_activations", "clear_shared_activations"]
@@ -47,7 +47,9 @@ class Linear(nn.Module):
     ``nn.QuantizedLinear`` holds that layer's arrays as they are (``weight`` ``[N, K //
     8]``, ``bits == 4``) and saves as the same 4-bit layer. ``format``
     (``"per_channel"``, ``"grouped"`` or ``"grouped4"``) is a static attribute like
-    ``bits`` and ``group_size``.
+    ``bits`` and ``group_size``, and so is ``act_scales``: ``"token"`` (one int8 scale
+    per token) or ``"group"`` (one per token and weight group, for group-wise weights:
+    ``docs/numerics.md``, activation groups).
 
     Which kernel runs is decided on the first call per input shape and dtype (a
     tuning-table entry, a nearby measured shape, the built-in prior, else
@@ -66,6 +68,11 @@ class Linear(nn.Module):
         bits: 8 (default) or 4: a 4-bit layer holds group-wise affine 4-bit codes, as
             ``mx.quantize(w, group_size, bits=4)`` writes them (``per_channel`` is not
             used).
+        act_scales: ``"token"`` (default) or ``"group"``: how the W8A8 (W4A8) kernels
+            scale the int8 activations. ``"group"`` quantizes each group of
+            ``group_size`` input features of a token with its own scale (closer to the
+            W8A16 result where a few channels are large) and needs group-wise weights
+            (``per_channel=False``, or ``bits=4``). W8A16 kernels ignore it.
     """
 
     # Layers of classes that set this may be linked as siblings (mlx_w8a8.siblings.member:
@@ -80,6 +87,7 @@ class Linear(nn.Module):
         group_size: int = 64,
         per_channel: bool = True,
         bits: int = 8,
+        act_scales: str = "token",
     ):
         super().__init__()
         if isinstance(bits, bool) or bits not in BITS:
@@ -97,6 +105,7 @@ class Linear(nn.Module):
             self._set_weight(QuantizedWeight.from_float(w, group_size, False, bits=4))
         else:
             self._set_weight(QuantizedWeight.from_float(w, group_size, per_channel))
+        self.act_scales = act_scales
         if bias:
             self.bias = mx.zeros((output_dims,))
         self.freeze()
@@ -105,6 +114,7 @@ class Linear(nn.Module):
     def _init_state(self) -> None:
         # Plain object attributes (not parameters): nn.Module stores dicts as children.
         object.__setattr__(self, "_kernel", None)
+        object.__setattr__(self, "_act_scales", "token")
         # The layer's plans (plans.PlanCache: watched, so a table reload etc. clears it).
         # _plans and _decisions are its dicts, held here for __call__'s one lookup.
         cache = _plans.PlanCache()
@@ -114,6 +124,12 @@ class Linear(nn.Module):
         object.__setattr__(self, "_siblings", None)
 
     def _set_weight(self, qw: QuantizedWeight) -> None:
+        if qw.format == "per_channel" and self._act_scales == "group":
+            raise ValueError(
+                "[mlx_w8a8.Linear] a per-channel weight cannot take act_scales='group' "
+                "(activation groups are those of group-wise weights); set "
+                "layer.act_scales = 'token' first"
+            )
         self.weight, self.scales, self.biases = qw.q, qw.scales, qw.biases
         self.group_size, self.bits, self.mode = qw.group_size, qw.bits, "affine"
         self.format = qw.format
@@ -147,6 +163,28 @@ class Linear(nn.Module):
         if name is not None:
             registry.get("linear", name)  # unknown: ValueError naming the known kernels, now
         object.__setattr__(self, "_kernel", name)
+        self._forget()
+
+    @property
+    def act_scales(self) -> str:
+        """``"token"`` or ``"group"``: one int8 activation scale per token, or per token
+        and weight group (``docs/numerics.md``). Setting it re-decides the layer's
+        kernels (fewer run activation groups: ``registry.refusal`` says why)."""
+        return self._act_scales
+
+    @act_scales.setter
+    def act_scales(self, value: str) -> None:
+        if value not in registry.ACT_SCALES:
+            raise ValueError(
+                f"[mlx_w8a8.Linear] act_scales must be one of {registry.ACT_SCALES}, got {value!r}"
+            )
+        if value == "group" and self.format not in ("grouped", GROUPED4):
+            raise ValueError(
+                f"[mlx_w8a8.Linear] act_scales='group' needs group-wise weights (format "
+                f"'grouped' or '{GROUPED4}'), but this layer's format is {self.format!r}; "
+                f"quantize it with per_channel=False"
+            )
+        object.__setattr__(self, "_act_scales", value)
         self._forget()
 
     @property
@@ -224,7 +262,7 @@ class Linear(nn.Module):
         """The ``linear`` problem of a call with ``m`` tokens of ``dtype``."""
         return Problem(
             "linear", m, self.output_dims, self.input_dims, dtype_name(dtype), self.format,
-            self.group_size, "bias" in self,
+            self.group_size, "bias" in self, self._act_scales,
         )
 
     def decision(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> tuple[str, str]:
@@ -253,7 +291,7 @@ class Linear(nn.Module):
             return None
         return members, Problem(
             "linear", m, sum(layer.output_dims for layer in members), self.input_dims,
-            dtype_name(dtype), self.format, self.group_size, "bias" in self,
+            dtype_name(dtype), self.format, self.group_size, "bias" in self, self._act_scales,
         )
 
     def _group_decision(self, m: int, dtype: mx.Dtype):
@@ -341,6 +379,8 @@ class Linear(nn.Module):
         )
         if self.bits != 8:
             text += f", bits={self.bits}"
+        if self._act_scales != "token":
+            text += f", act_scales={self._act_scales!r}"
         if self._kernel is not None:
             text += f", kernel={self._kernel!r}"
         if self._siblings is not None and not self._siblings.enabled:
@@ -352,7 +392,8 @@ class Linear(nn.Module):
 
     @classmethod
     def from_linear(
-        cls, layer: nn.Module, group_size: int = 64, per_channel: bool = True
+        cls, layer: nn.Module, group_size: int = 64, per_channel: bool = True,
+        act_scales: str = "token",
     ) -> "Linear":
         """Convert an ``nn.Linear`` or an 8-bit or 4-bit affine ``nn.QuantizedLinear``.
 
@@ -364,9 +405,12 @@ class Linear(nn.Module):
                 themselves (the same ``mx.array`` objects, format ``"grouped4"``).
             group_size: for ``nn.Linear`` only: 32, 64 or 128, dividing K.
             per_channel: for ``nn.Linear`` only.
+            act_scales: ``"token"`` or ``"group"`` (group-wise weights only): the
+                layer's :attr:`act_scales`.
 
         Raises:
-            ValueError: for other layer types, other bit widths or modes.
+            ValueError: for other layer types, other bit widths or modes, or
+                ``act_scales="group"`` on a per-channel weight.
         """
         op = "mlx_w8a8.Linear.from_linear"
         if isinstance(layer, nn.QuantizedLinear):
@@ -389,15 +433,17 @@ class Linear(nn.Module):
                 f"[{op}] layer must be an nn.Linear or an 8-bit or 4-bit nn.QuantizedLinear, "
                 f"got {type(layer).__name__}"
             )
-        return cls.from_weight(qw, layer.get("bias") if "bias" in layer else None)
+        return cls.from_weight(qw, layer.get("bias") if "bias" in layer else None, act_scales)
 
     @classmethod
-    def from_weight(cls, weight: QuantizedWeight, bias: mx.array | None = None) -> "Linear":
+    def from_weight(cls, weight: QuantizedWeight, bias: mx.array | None = None,
+                    act_scales: str = "token") -> "Linear":
         """A layer holding ``weight`` (its format is taken from it) and ``bias``.
 
         Args:
             weight: a :class:`QuantizedWeight` ``[N, K]``.
             bias: optional ``[N]`` float.
+            act_scales: the layer's :attr:`act_scales`.
         """
         op = "mlx_w8a8.Linear.from_weight"
         if not isinstance(weight, QuantizedWeight):
@@ -413,6 +459,7 @@ class Linear(nn.Module):
         nn.Module.__init__(out)
         out._init_state()
         out._set_weight(weight)
+        out.act_scales = act_scales
         if bias is not None:
             out.bias = bias
         out.freeze()

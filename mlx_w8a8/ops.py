@@ -23,7 +23,7 @@ import mlx.core as mx
 
 from . import plans
 from .kernels import registry
-from .kernels.registry import Problem
+from .kernels.registry import ACT_SCALES, Problem
 from .weight import FLOAT_DTYPES, MAX_K, QuantizedWeight, describe, dtype_name, check_group_size
 
 __all__ = ["quantize_weight", "quantize_activation", "int8_matmul", "w8a8_linear"]
@@ -156,12 +156,13 @@ def int8_matmul(
         return registry.choose(problem, kernel).run(a, b)
 
 
-def linear_problem(x: mx.array, weight: QuantizedWeight, has_bias: bool) -> Problem:
+def linear_problem(x: mx.array, weight: QuantizedWeight, has_bias: bool,
+                   act_scales: str = "token") -> Problem:
     """The ``Problem`` a call of :func:`w8a8_linear` with these arguments solves."""
     m = math.prod(x.shape[:-1])
     return Problem(
         "linear", m, weight.n, weight.k, dtype_name(x.dtype), weight.format,
-        weight.group_size, has_bias,
+        weight.group_size, has_bias, act_scales,
     )
 
 
@@ -172,8 +173,9 @@ def w8a8_linear(
     *,
     kernel: str | None = None,
     stream: mx.Stream | mx.Device | None = None,
+    act_scales: str = "token",
 ) -> mx.array:
-    """``x @ W.T (+ bias)`` for an 8-bit weight ``W``.
+    """``x @ W.T (+ bias)`` for an 8-bit (or 4-bit) weight ``W``.
 
     The W8A8 candidates quantize ``x`` per token to int8, multiply in int8 with int32
     accumulation and dequantize in the epilogue (``docs/numerics.md``). The tuner may
@@ -188,6 +190,8 @@ def w8a8_linear(
         kernel: force a candidate by name (default: the tuner's choice).
         stream: the stream or device to run on, as MLX ops take it (default: the
             default stream); the kernel is chosen for that device.
+        act_scales: ``"token"`` (one int8 scale per token) or ``"group"`` (one per
+            token and weight group; group-wise weights only): ``Linear.act_scales``.
 
     Returns:
         ``[..., N]`` in ``x.dtype``.
@@ -195,7 +199,7 @@ def w8a8_linear(
     key = plan = None  # key of the kept call: an earlier one like it was checked and decided
     if stream is None:
         try:
-            key = (x.shape, x.dtype, id(bias), kernel, mx.default_device().type)
+            key = (x.shape, x.dtype, id(bias), kernel, act_scales, mx.default_device().type)
             plan = weight._plans.plans.get(key)
         except (AttributeError, TypeError):  # not an array or a QuantizedWeight; no plans yet
             pass
@@ -221,8 +225,13 @@ def w8a8_linear(
             f"[{op}] bias must be a float array of shape [N] = [{weight.n}], "
             f"got {describe(bias)}"
         )
+    if act_scales not in ACT_SCALES or (act_scales == "group" and weight.per_channel):
+        raise ValueError(
+            f"[{op}] act_scales must be one of {ACT_SCALES} ('group' with group-wise "
+            f"weights only), got {act_scales!r} for a {weight.format} weight"
+        )
     lead = x.shape[:-1]
-    problem = linear_problem(x, weight, bias is not None)
+    problem = linear_problem(x, weight, bias is not None, act_scales)
     if problem.m == 0:
         return mx.zeros((*lead, weight.n), dtype=x.dtype)
     with _on(stream):

@@ -116,10 +116,11 @@ def quantize(
     model: nn.Module,
     class_predicate: Callable[[str, nn.Module], bool] | None = None,
     group_size: int = 64,
-    per_channel: bool = True,
+    per_channel: bool | None = None,
     skip: Mapping[str, str] | Iterable[str] | None = None,
     kernel: str | None = None,
     verbose: bool = False,
+    act_scales: str = "token",
 ) -> nn.Module:
     """Replace linear layers of ``model`` by :class:`mlx_w8a8.Linear`, in place.
 
@@ -141,8 +142,9 @@ def quantize(
         class_predicate: ``(path, module) -> bool``; converts the layers it accepts
             (each must still be a convertible layer). Default: all convertible ones.
         group_size: 32, 64 or 128 for layers quantized from float.
-        per_channel: symmetric per-channel int8 (default) or group-wise affine for
-            layers quantized from float; 8-bit layers keep their own weights.
+        per_channel: symmetric per-channel int8 or group-wise affine for layers
+            quantized from float; 8-bit layers keep their own weights. Default:
+            per-channel, or group-wise with ``act_scales="group"`` (which needs it).
         skip: layer patterns to keep off W8A8: ``{pattern: "w8a16" | "float"}`` (the
             first matching pattern decides), or an iterable of patterns kept on W8A16.
             E.g. ``{"lm_head": "float"}`` or ``["lm_head", "down_proj"]``.
@@ -153,17 +155,38 @@ def quantize(
             float layers left float because group_size does not divide their K.
             A model with mixture-of-experts layers (mlx-lm's ``SwitchLinear``) also
             gets a ``UserWarning``: its experts are not converted by this version.
+        act_scales: ``"token"`` (default) or ``"group"``: every converted layer's
+            :attr:`mlx_w8a8.Linear.act_scales`. ``"group"`` gives each group of
+            ``group_size`` input features of a token its own int8 scale (the layers'
+            own group size for converted 8-bit and 4-bit layers), which keeps W8A8
+            (W4A8) close to W8A16 (W4A16) where a few activation channels are large
+            (``docs/accuracy.md``); group-wise weights only.
 
     Returns:
         The model, its sibling layers (q/k/v, gate/up) linked
         (:func:`mlx_w8a8.siblings.link`) so each group can run as one launch.
 
     Raises:
-        ValueError: for a bad ``group_size``, ``skip`` or an unknown ``kernel``.
+        ValueError: for a bad ``group_size``, ``skip``, ``act_scales``, an unknown
+            ``kernel``, or ``per_channel=True`` with ``act_scales="group"``; or when
+            ``act_scales="group"`` meets a layer stored per channel (nothing is
+            converted then).
     """
     if group_size not in GROUP_SIZES:
         raise ValueError(
             f"[mlx_w8a8.quantize] group_size must be one of {GROUP_SIZES}, got {group_size!r}"
+        )
+    if act_scales not in registry.ACT_SCALES:
+        raise ValueError(
+            f"[mlx_w8a8.quantize] act_scales must be one of {registry.ACT_SCALES}, got "
+            f"{act_scales!r}"
+        )
+    if per_channel is None:
+        per_channel = act_scales == "token"
+    elif per_channel and act_scales == "group":
+        raise ValueError(
+            "[mlx_w8a8.quantize] act_scales='group' needs group-wise weights, got "
+            "per_channel=True; pass per_channel=False (or leave it out)"
         )
     if kernel is not None:
         registry.get("linear", kernel)  # unknown: ValueError naming the known kernels
@@ -181,16 +204,35 @@ def quantize(
         keep = next((k for pattern, k in table if matches(path, pattern)), None)
         registered = converter_for(layer)  # MLX's sharded layers: registered by distributed
         if registered is not None:  # a layer a skip pattern matches stays as it is
-            return layer if keep else registered[1](layer, group_size, per_channel)
+            if keep:
+                return layer
+            made.append((path, registered[1](layer, group_size, per_channel)))
+            return made[-1][1]
         if keep == "float" or (keep == "w8a16" and isinstance(layer, nn.QuantizedLinear)):
             return layer
         if keep == "w8a16":
             return nn.QuantizedLinear.from_linear(layer, group_size=group_size, bits=8)
         out = Linear.from_linear(layer, group_size=group_size, per_channel=per_channel)
         out.kernel = kernel
+        made.append((path, out))
         return out
 
+    made: list[tuple[str, nn.Module]] = []  # (path, the new layer) of every conversion
+
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
+    if act_scales == "group":
+        # Checked on the converted layers before any enters the model: a layer stored per
+        # channel (an mlx_w8a8 checkpoint's) has no groups to scale by.
+        fresh = [(p, m) for p, m in made if isinstance(m, Linear)]
+        flat = [p for p, m in fresh if m.format == "per_channel"]
+        if flat:
+            raise ValueError(
+                f"[mlx_w8a8.quantize] act_scales='group' needs group-wise weights, but "
+                f"{len(flat)} layer(s) hold per-channel weights (e.g. {flat[0]}); nothing "
+                f"was converted"
+            )
+        for _, m in fresh:
+            m.act_scales = "group"
     model.update_modules(leaves)
     left = sorted(
         {f"{m.bits}-bit {getattr(m, 'mode', 'affine')}" for _, m in model.named_modules()
@@ -221,11 +263,15 @@ def quantize(
 def w8a8_layers(model: nn.Module) -> dict[str, dict]:
     """``{path: {"group_size": g, "format": "per_channel" | "grouped"}}`` of the
     model's :class:`Linear` layers; a 4-bit layer's entry is ``{"group_size": g,
-    "format": "grouped4", "bits": 4}``."""
+    "format": "grouped4", "bits": 4}``, and a layer with activation groups adds
+    ``"act_scales": "group"``."""
     out = {}
     for path, m in model.named_modules():
         if isinstance(m, Linear):
             out[path] = {"group_size": m.group_size, "format": m.quantized_weight.format}
             if m.bits != 8:
                 out[path]["bits"] = m.bits
+            if m.act_scales != "token":
+                out[path]["act_scales"] = m.act_scales
     return out
+

@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, default=64, choices=(32, 64, 128),
                    help="weights per scale of the measured weights (with --model: of the "
                    "layers mlx_w8a8.quantize converts from float; default: 64)")
+    p.add_argument("--act-scales", default="token", choices=("token", "group"),
+                   help="activation scaling of the W8A8 (W4A8) kernels: one int8 scale per "
+                   "token, or per token and weight group (--format grouped or grouped4 "
+                   "only; mlx_w8a8.Linear.act_scales) (default: token)")
     p.add_argument("--bias", action="store_true", help="--shapes: measure with a bias vector")
     p.add_argument("--table", help="table to read and write (default: the user cache table)")
     p.add_argument("--export", metavar="PATH",
@@ -251,7 +255,8 @@ def model_problems(args, m_values, out) -> list[Problem]:
     model, config, label = models.build(args.model, dtype=None)
     found, skipped = linears.model_shapes(model, args.dtype, args.weight_format,
                                           args.group_size, args.tp,
-                                          sibling_sums=linears.group_launch_available())
+                                          sibling_sums=linears.group_launch_available(),
+                                          act_scales=args.act_scales)
     if not found:
         raise ValueError(f"[{PROG}] {label} has no linear layers to tune")
     tp = f", tp={args.tp} (one rank)" if args.tp > 1 else ""
@@ -345,7 +350,8 @@ def shape_problem(args, m: int, n: int, k: int) -> Problem:
         return Problem("int8_matmul", m, n, k, "int8", "int8")
     if args.op == "quantize_activation":
         return Problem("quantize_activation", m, 0, k, args.dtype, "int8")
-    return Problem("linear", m, n, k, args.dtype, args.weight_format, args.group_size, args.bias)
+    return Problem("linear", m, n, k, args.dtype, args.weight_format, args.group_size, args.bias,
+                   args.act_scales)
 
 
 def main(argv: list[str] | None = None, out=None) -> int:
@@ -372,6 +378,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
         return fail(f"--model tunes a model's linears; --op {args.op} takes --shapes", 2)
     if args.tp != 1 and not args.model:
         return fail(f"--tp applies to --model only, got --tp {args.tp} without --model", 2)
+    if args.act_scales == "group" and (args.weight_format == "per_channel" or args.op != "linear"):
+        return fail("--act-scales group takes --format grouped or grouped4 (the linear op)", 2)
     if args.check_layers != "auto":
         try:
             args.check_layers = int(args.check_layers)
@@ -530,7 +538,7 @@ def _run_check(name: str, args, tuner: Tuner, out, check, suffix: str = "") -> i
                         class_predicate=lambda _, m: type(m) is nn.Linear
                         and m.weight.shape[-1] % args.group_size == 0)
         quantize(model, group_size=args.group_size,
-                 per_channel=args.weight_format == "per_channel")
+                 per_channel=args.weight_format == "per_channel", act_scales=args.act_scales)
         mx.eval(model.parameters())
     except ValueError as error:
         return fail(f"{name}: {error}")

@@ -135,6 +135,49 @@ def linear4(x: np.ndarray, weight, bias: np.ndarray | None):
     return y, F32_SUM_RTOL * magnitude + 1e-30
 
 
+def quantize_groups(x: np.ndarray, group_size: int):
+    """Per-token, per-group int8 codes and float32 scales (``docs/numerics.md``,
+    activation groups): :func:`quantize_rows` applied to each group of a row.
+
+    Returns:
+        ``(q, scale)``: ``[M, K]`` int8 and ``[M, K // group_size]`` float32.
+    """
+    m, k = x.shape
+    q, scale = quantize_rows(x.reshape(m * (k // group_size), group_size))
+    return q.reshape(m, k), scale.reshape(m, k // group_size)
+
+
+def linear_act_groups(x: np.ndarray, weight, bias: np.ndarray | None):
+    """W8A8 (8-bit grouped) or W4A8 (4-bit) linear with activation groups in float64
+    (exact int64 group sums) plus the float32 rounding allowance:
+    ``y_mn = sum_g t_mg (s_ng P_mng + o_ng R_mg)``, ``o = b + 128 s`` for 8-bit codes
+    (``P`` on ``c - 128``), ``o = b`` for 4-bit ones."""
+    gs = weight.group_size
+    q, t = quantize_groups(x, gs)
+    if weight.bits == 8:
+        c = codes(weight).astype(np.int64) - 128
+    else:
+        c = codes4(weight).astype(np.int64)
+    s = to_numpy(weight.scales).astype(np.float64)
+    b = to_numpy(weight.biases).astype(np.float64)
+    o = b + 128.0 * s if weight.bits == 8 else b
+    m, k = q.shape
+    groups = k // gs
+    qg = q.astype(np.int64).reshape(m, groups, gs)
+    p = np.einsum("mgk,ngk->mng", qg, c.reshape(weight.n, groups, gs)).astype(np.float64)
+    r = qg.sum(-1).astype(np.float64)  # [M, G]
+    tg = t.astype(np.float64)
+    w_deq = np.repeat(s, gs, axis=1) * (c + (128 if weight.bits == 8 else 0)) + np.repeat(b, gs, axis=1)
+    with np.errstate(invalid="ignore"):
+        y = np.einsum("mg,mng->mn", tg, p * s[None] + r[:, None, :] * o[None])
+        qt = (np.abs(qg).astype(np.float64) * np.abs(tg)[..., None]).reshape(m, k)
+        magnitude = qt @ np.abs(w_deq).T
+    if bias is not None:
+        y = y + bias.astype(np.float64)[None, :]
+        magnitude = magnitude + np.abs(bias.astype(np.float64))[None, :]
+    return y, F32_SUM_RTOL * magnitude + 1e-30
+
+
 def assert_close(got: mx.array, want: np.ndarray, bound: np.ndarray, dtype: str):
     """``|got - want| <= bound + half an ulp of dtype`` (of its subnormals below the
     normal range), NaN where ``want`` is NaN, and an infinity of ``want``'s sign only

@@ -130,3 +130,102 @@ def test_a_plain_float32_bias_matmul_in_w4a8_is_not(rng, tf32_matmul, monkeypatc
     want, bound = oracle.linear4(xn, qw, None)
     with pytest.raises(AssertionError, match="max excess"):
         oracle.assert_close(w8.w8a8_linear(x, qw, kernel="exact_w4a8"), want, bound, "float32")
+
+
+# --- activation groups (exact_act_groups) ------------------------------------------------
+
+
+def _weights(rng, n, k, gs):
+    w = mx.array((rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32))
+    return {8: w8.quantize_weight(w, group_size=gs, per_channel=False),
+            4: w8.QuantizedWeight.from_float(w, gs, False, bits=4)}
+
+
+def _outlier_rows(rng, m, k):
+    # One channel ~300x the others (SmolLM2 has one ~2,600x the median): per-token codes
+    # of every other channel then hold a few levels only; per-group codes do not.
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[:, 5] *= 300.0
+    return x
+
+
+@pytest.mark.parametrize("gs", [32, 64, 128])
+def test_quantize_groups_is_the_oracle_bit_for_bit(rng, gs):
+    x = _outlier_rows(rng, 7, 4 * gs)
+    x[1, gs : 2 * gs] = 0.0  # an all-zero group: scale 0, codes 0 (the others unaffected)
+    x[2, 3] = np.nan  # a non-finite group: its scale NaN, codes 0; other groups' kept
+    x[3, 2 * gs] = np.inf
+    q, t, r = reference.quantize_groups(mx.array(x), gs)
+    q_want, t_want = oracle.quantize_groups(x, gs)
+    np.testing.assert_array_equal(np.array(q), q_want)
+    np.testing.assert_array_equal(np.array(t), t_want)  # NaN where the oracle has NaN
+    np.testing.assert_array_equal(np.array(r), q_want.astype(np.int64).reshape(7, 4, gs).sum(-1))
+    assert np.isnan(t_want[2, 0]) and np.isfinite(t_want[2, 1:]).all() and t_want[1, 1] == 0
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_exact_act_groups_is_the_oracle(rng, bits, dtype, tf32_matmul):
+    # Under TF32 emulation too: only the integer group products go through a matmul.
+    m, n, k, gs = 9, 40, 256, 64
+    qw = _weights(rng, n, k, gs)[bits]
+    x = mx.array(_outlier_rows(rng, m, k)).astype(getattr(mx, dtype))
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(getattr(mx, dtype))
+    xn = np.array(x.astype(mx.float32))
+    want, bound = oracle.linear_act_groups(xn, qw, np.array(bias.astype(mx.float32)))
+    got = w8.w8a8_linear(x, qw, bias, kernel="exact_act_groups", act_scales="group")
+    oracle.assert_close(got, want, bound, dtype)
+
+
+def test_exact_act_groups_mutants_fail_the_oracle(rng, monkeypatch):
+    # Per-token scales in place of the group scales (broadcast to every group), or the
+    # offset term dropped: each leaves the oracle's bound by far.
+    m, n, k, gs = 6, 24, 256, 64
+    qw = _weights(rng, n, k, gs)[8]
+    xn = _outlier_rows(rng, m, k)
+    want, bound = oracle.linear_act_groups(xn, qw, None)
+    real = reference.quantize_groups
+
+    def per_token(x, group):
+        q, s, _ = reference.quantize_rows(x, group)
+        _, _, r = reference.quantize_rows(x, group)
+        return q, mx.broadcast_to(s, (x.shape[0], x.shape[1] // group)), r
+
+    for mutant in (per_token,
+                   lambda x, g: (lambda q, t, r: (q, t, mx.zeros_like(r)))(*real(x, g))):
+        monkeypatch.setattr(reference, "quantize_groups", mutant)
+        got = reference.act_groups_linear(mx.array(xn), qw, None)
+        excess = np.abs(np.array(got).astype(np.float64) - want) / bound
+        assert excess.max() > 100, excess.max()
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_activation_groups_cut_the_error_of_an_outlier_channel(rng, bits):
+    # What the mode is for: against the W8A16 product of the same weights, per-group
+    # scales keep the error of the rows with an outlier channel far below per-token ones.
+    m, n, k, gs = 16, 64, 512, 64
+    qw = _weights(rng, n, k, gs)[bits]
+    x = mx.array(_outlier_rows(rng, m, k))
+    w16 = np.array(x) @ np.array(qw.dequantize()).astype(np.float64).T
+    token = np.array(reference.w4a8_linear(x, qw, None) if bits == 4
+                     else reference.w8a8_linear(x, qw, None))
+    group = np.array(reference.act_groups_linear(x, qw, None))
+    err = lambda y: np.linalg.norm(y - w16) / np.linalg.norm(w16)  # noqa: E731
+    assert err(group) < err(token) / 2, (err(group), err(token))  # 2.6-3.1x over 20 seeds
+
+
+def test_only_exact_act_groups_and_w8a16_take_activation_groups():
+    # A per-token kernel must never run an act_scales="group" problem (its result would
+    # be the other math): the registry refuses it centrally, and says why.
+    from mlx_w8a8.kernels import registry
+
+    for fmt, w16 in (("grouped", "mlx_qmm"), ("grouped4", "mlx_qmm4")):
+        p = registry.Problem("linear", 16, 64, 256, "bfloat16", fmt, 64, False, "group")
+        assert {c.name for c in registry.candidates(p)} == {"exact_act_groups", w16}
+        assert registry.exact_name(p) == "exact_act_groups"
+        assert "per token only" in registry.refusal(registry.get("linear", registry.exact_name(
+            registry.Problem("linear", 16, 64, 256, "bfloat16", fmt, 64))), p)
+        token = registry.Problem("linear", 16, 64, 256, "bfloat16", fmt, 64)
+        assert "exact_act_groups" not in {c.name for c in registry.candidates(token)}
+    with pytest.raises(ValueError, match="needs group-wise weights"):
+        registry.Problem("linear", 16, 64, 256, "bfloat16", "per_channel", 64, False, "group")

@@ -273,6 +273,93 @@ registry.register(
 )
 
 
+# The exact math with activation groups (act_scales="group") -----------------------------
+# Code of its own (``exact_act_groups``): nothing above changes, so ``exact``'s and
+# ``exact_w4a8``'s digests stay those the shipped tables recorded.
+
+
+def quantize_groups(x: mx.array, group_size: int):
+    """Per-token, per-group symmetric int8 quantization of ``x`` (``[M, K]`` float):
+    each group of ``group_size`` consecutive features of a row is quantized as
+    :func:`quantize_rows` quantizes a row (``docs/numerics.md``, activation groups).
+
+    Returns:
+        ``(q, scales, row_sums)``: ``[M, K]`` int8, ``[M, K // group_size]`` float32
+        and ``[M, K // group_size]`` int32 (each group's code sum).
+    """
+    m, k = x.shape
+    groups = k // group_size
+    xf = x.astype(mx.float32).reshape(m, groups, group_size)
+    amax = mx.max(mx.abs(xf), axis=-1, keepdims=True)
+    finite = mx.isfinite(amax)  # NaN or Inf anywhere in the group -> not finite
+    scale = mx.where(finite, amax / 127.0, float("nan"))
+    usable = finite & (amax > 0)
+    safe = mx.where(usable, scale, 1.0)
+    q = mx.where(usable, mx.clip(mx.round(xf / safe), -127, 127), 0).astype(mx.int8)
+    row_sums = q.astype(mx.int32).sum(-1)
+    return q.reshape(m, k), scale.reshape(m, groups), row_sums
+
+
+def act_groups_apply(acts, weight, bias: mx.array | None, out_dtype: mx.Dtype) -> mx.array:
+    """The exact product on activations quantized by :func:`quantize_groups` with the
+    weight's group size: ``y = sum_g t_mg (s_ng P_mng + o_ng R_mg) (+ bias)``, ``t`` the
+    activation group scales, ``o = b'`` (8-bit codes, offset by 128) or ``b`` (4-bit
+    codes), ``P`` each group's exact integer dot product (``docs/numerics.md``)."""
+    q, scales, row_sums = acts
+    m, k = q.shape
+    n, gs = weight.n, weight.group_size
+    groups = k // gs
+    if weight.bits == 8:
+        codes, offsets = weight.int8(), weight.group_offsets
+    else:
+        codes, offsets = weight.codes(), weight.biases
+    xq = q.astype(mx.float32).reshape(m, groups, gs).transpose(1, 0, 2)  # [G, M, gs]
+    wq = codes.astype(mx.float32).reshape(n, groups, gs).transpose(1, 2, 0)  # [G, gs, N]
+    s = weight.scales.astype(mx.float32).T.reshape(groups, 1, n)  # [G, 1, N]
+    o = offsets.astype(mx.float32).T.reshape(groups, 1, n)  # [G, 1, N]
+    t = scales.T.reshape(groups, m, 1)  # [G, M, 1]
+    r = row_sums.astype(mx.float32).T.reshape(groups, m, 1)  # exact: |R| <= 127 * 128
+    block = max(1, _GROUPED_SCRATCH // max(1, m * n))
+    acc = mx.zeros((m, n), dtype=mx.float32)
+    for g0 in range(0, groups, block):
+        b = slice(g0, g0 + block)
+        p = mx.matmul(xq[b], wq[b])  # exact: |P| <= 127 * 128 * 128 < 2^24
+        acc = acc + (t[b] * (p * s[b] + r[b] * o[b])).sum(axis=0)
+    y = acc
+    if bias is not None:
+        y = y + bias.astype(mx.float32)
+    return y.astype(out_dtype)
+
+
+def act_groups_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """Exact W8A8 (8-bit grouped) or W4A8 (4-bit) linear with activation groups."""
+    return act_groups_apply(quantize_groups(x, weight.group_size), weight, bias, x.dtype)
+
+
+def act_groups_stages(problem):
+    """``(act_key, quantize, apply)`` of ``exact_act_groups``: the 8- and 4-bit forms
+    take the same activations (same key, which no per-token kernel's key equals)."""
+    group = problem.group_size
+    return ("exact_act_groups", group), (lambda x: quantize_groups(x, group)), act_groups_apply
+
+
+def takes_groups(problem) -> bool:
+    """Whether ``problem`` is on group-wise weights (8-bit ``grouped`` or ``grouped4``),
+    the formats whose activations can be quantized per group."""
+    return problem.weight_format in ("grouped", GROUPED4)
+
+
+registry.register(
+    registry.Candidate(
+        name=registry.EXACT_ACT_GROUPS, backend="any", op="linear", run=act_groups_linear,
+        digest=_digest(act_groups_linear, act_groups_stages),
+        stages=act_groups_stages,
+        supports=takes_groups,
+        act_scales=("group",),  # per-token problems are exact's and exact_w4a8's
+    )
+)
+
+
 def _on_cuda() -> bool:
     """Whether calls run on MLX's CUDA backend now (the default device is a CUDA GPU)."""
     try:

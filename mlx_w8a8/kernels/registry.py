@@ -33,6 +33,9 @@ from ..weight import GROUPED4, LINEAR_MAX_K, MAX_K
 
 OPS = ("linear", "int8_matmul", "quantize_activation")
 WEIGHT_FORMATS = ("per_channel", "grouped", GROUPED4, "int8")
+# How a W8A8 (W4A8) linear scales its int8 activations: one scale per token, or one per
+# token and weight group (docs/numerics.md, "Activation groups"; grouped weights only).
+ACT_SCALES = ("token", "group")
 
 
 @attrs.frozen
@@ -51,6 +54,10 @@ class Problem:
             or ``"int8"`` (raw int8 operands).
         group_size: the weight's group size, or ``None`` where it has none.
         has_bias: whether a bias vector is added in the epilogue.
+        act_scales: ``"token"`` (one int8 scale per token) or ``"group"`` (one per token
+            and weight group: ``grouped`` and ``grouped4`` weights only). Candidates
+            that are not W8A8 (``mlx_qmm``) ignore it; a W8A8 candidate runs a problem
+            only if it lists the value in ``Candidate.act_scales``.
     """
 
     op: str = attrs.field(validator=attrs.validators.in_(OPS))
@@ -61,6 +68,15 @@ class Problem:
     weight_format: str = attrs.field(validator=attrs.validators.in_(WEIGHT_FORMATS))
     group_size: int | None = None
     has_bias: bool = False
+    act_scales: str = attrs.field(default="token", validator=attrs.validators.in_(ACT_SCALES))
+
+    def __attrs_post_init__(self):
+        if self.act_scales == "group" and self.weight_format not in ("grouped", GROUPED4):
+            raise ValueError(
+                f"[mlx_w8a8.Problem] act_scales='group' needs group-wise weights "
+                f"(weight_format 'grouped' or '{GROUPED4}'), got weight_format "
+                f"{self.weight_format!r}"
+            )
 
 
 @attrs.frozen(eq=False)
@@ -132,6 +148,10 @@ class Candidate:
             ``docs/numerics.md`` (per-token int8 activations). The tuner's gate checks
             such candidates against ``exact`` within the float32-epilogue bound;
             ``mlx_qmm`` (W8A16, ``False``) is only held to the user-facing tolerance.
+        act_scales: ``linear`` W8A8 candidates: the ``Problem.act_scales`` values
+            ``run`` computes (default: per-token scales only). Checked centrally
+            (:meth:`handles`, :func:`refusal`), so a kernel never meets activation
+            scaling it was not written for.
     """
 
     name: str
@@ -148,13 +168,15 @@ class Candidate:
     bind_group: Callable[..., tuple] | None = None
     variant: Callable[[Problem], Hashable] | None = None
     w8a8: bool = True
+    act_scales: tuple[str, ...] = ("token",)
 
     def handles(self, problem: Problem) -> bool:
         """True when this candidate can run ``problem`` on this machine now (a W8A8
         candidate never where its integer sums cannot be exact: :func:`inexact`)."""
         if problem.op != self.op:
             return False
-        if self.w8a8 and inexact(problem) is not None:
+        if self.w8a8 and (inexact(problem) is not None
+                          or problem.act_scales not in self.act_scales):
             return False
         try:
             return available(self) and bool(self.supports(problem))
@@ -171,6 +193,9 @@ def refusal(candidate: Candidate, problem: Problem) -> str | None:
         return f"it implements {candidate.op}, not {problem.op}"
     if candidate.w8a8 and (why := inexact(problem)) is not None:
         return why
+    if candidate.w8a8 and problem.act_scales not in candidate.act_scales:
+        return (f"it scales activations per {' / '.join(candidate.act_scales)} only, not "
+                f"act_scales={problem.act_scales!r}")
     if (why := unavailable_reason(candidate)) is not None:
         return why
     try:
@@ -292,6 +317,10 @@ EXACT = "exact"
 # codes only (their code is what the shipped tuning tables' digests name).
 EXACT_W4A8 = "exact_w4a8"
 QMM4 = "mlx_qmm4"
+# The exact math with activation groups (``Problem.act_scales == "group"``), 8- and 4-bit
+# grouped weights: a candidate of its own, so that ``exact``'s and ``exact_w4a8``'s
+# digests (recorded in the shipped tables) stay those of the code they measured.
+EXACT_ACT_GROUPS = "exact_act_groups"
 # Per op, the candidate used when nothing else decides (no tuning-table hit).
 _FALLBACK = {"linear": "mlx_qmm", "int8_matmul": EXACT, "quantize_activation": EXACT}
 # ... and per (op, weight format) where the format has its own.
@@ -307,7 +336,10 @@ def fallback_name(problem: Problem) -> str:
 
 def exact_name(problem: Problem) -> str:
     """The name of the candidate computing ``problem``'s exact W8A8 (or W4A8) math of
-    ``docs/numerics.md``: ``exact``, or ``exact_w4a8`` for the ``"grouped4"`` format."""
+    ``docs/numerics.md``: ``exact``, or ``exact_w4a8`` for the ``"grouped4"`` format;
+    ``exact_act_groups`` for either grouped format with ``act_scales="group"``."""
+    if problem.op == "linear" and problem.act_scales == "group":
+        return EXACT_ACT_GROUPS
     return _EXACT_BY_FORMAT.get((problem.op, problem.weight_format), EXACT)
 
 

@@ -452,17 +452,27 @@ class Bound:
         return np.array(self.t).astype(np.float64) * self.factor
 
 
-def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None) -> Bound:
+def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None,
+               act_scales: str = "token") -> Bound:
     """``2 gamma(n) T``: how far two correct float32 W8A8 epilogues may differ (module
     docstring), ``[M, N]``, before any rounding to a 16-bit output dtype.
 
     Args:
         x: ``[M, K]`` float activation; weight: the ``[N, K]`` weight; bias: ``[N]``.
+        act_scales: the problem's activation scaling: with ``"group"`` each code is
+            weighed by its own group's scale ``t_mg`` in ``T`` (``docs/numerics.md``).
     """
-    from ..kernels.reference import quantize_rows  # the exact codes and scales
+    from ..kernels.reference import quantize_groups, quantize_rows  # the exact codes, scales
 
-    q, scale, _ = quantize_rows(x)
     n, k, gs = weight.n, weight.k, weight.group_size
+    if act_scales == "group":
+        q, t_g, _ = quantize_groups(x, gs)
+        m = q.shape[0]
+        # |q_mk| t_mg: the scale moves inside the sum over k (one per group of k).
+        q = (mx.abs(q.astype(mx.float32)).reshape(m, k // gs, gs) * mx.abs(t_g)[..., None])
+        q, scale = q.reshape(m, k), mx.array(1.0)
+    else:
+        q, scale, _ = quantize_rows(x)
     groups = k // gs
     if weight.bits == 4:  # c = q in [0, 15], offset b (docs/numerics.md, W4A8 linear)
         codes = weight.codes().astype(mx.float32).reshape(n, groups, gs)
@@ -669,7 +679,7 @@ def run_gate(
                 mx.eval(exact_out)
             except Exception as error:
                 raise reference_failed(exact, error) from error
-            bound = w8a8_bound(*args)
+            bound = w8a8_bound(*args, problem.act_scales)
         for cand in pending:
             name = cand.name
             try:

@@ -35,6 +35,7 @@ class LinearShape:
         group_size: the weight's group size.
         has_bias: whether the layers add a bias.
         paths: the layers' paths in the model (e.g. ``model.layers.0.mlp.up_proj``).
+        act_scales: ``Problem.act_scales`` of the layers.
     """
 
     n: int
@@ -44,14 +45,16 @@ class LinearShape:
     group_size: int
     has_bias: bool
     paths: tuple[str, ...] = ()
+    act_scales: str = "token"
 
     def problem(self, m: int) -> Problem:
         """The ``linear`` problem of this shape at ``m`` tokens."""
         return Problem("linear", int(m), self.n, self.k, self.dtype, self.weight_format,
-                       self.group_size, self.has_bias)
+                       self.group_size, self.has_bias, self.act_scales)
 
     def key(self) -> tuple:
-        return (self.n, self.k, self.weight_format, self.group_size, self.has_bias, self.dtype)
+        return (self.n, self.k, self.weight_format, self.group_size, self.has_bias, self.dtype,
+                self.act_scales)
 
 
 def w8a8_linears(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -108,6 +111,7 @@ def model_shapes(
     group_size: int = 64,
     tp: int = 1,
     sibling_sums: bool = True,
+    act_scales: str = "token",
 ) -> tuple[list[LinearShape], list[tuple[str, str]]]:
     """The distinct linear shapes of ``model``.
 
@@ -123,6 +127,9 @@ def model_shapes(
             (:func:`shapes.split_for_tp`).
         sibling_sums: also list each sibling group's summed shape (what a kernel with a
             multi-weight form runs as one launch; :func:`group_launch_available`).
+        act_scales: the activation scaling of every shape (``"group"``: as
+            :func:`mlx_w8a8.quantize` with ``act_scales="group"`` converts; every shape
+            must then be group-wise).
 
     Returns:
         ``(shapes, skipped)``: the shapes in model order (with the summed shape of each
@@ -171,10 +178,16 @@ def model_shapes(
             found.setdefault((n, k, fmt, g, bias, dtype), []).append(label)
     # a stable, model-ordered listing (by the first layer that has each shape)
     out = [
-        LinearShape(n, k, dt, fmt, g, bias, tuple(sorted(paths, key=_path_order)))
+        LinearShape(n, k, dt, fmt, g, bias, tuple(sorted(paths, key=_path_order)), act_scales)
         for (n, k, fmt, g, bias, dt), paths in found.items()
     ]
     out.sort(key=lambda s: _path_order(s.paths[0]))
+    flat = [s for s in out if act_scales == "group" and s.weight_format == "per_channel"]
+    if flat:
+        raise ValueError(
+            f"[{OP}] act_scales='group' needs group-wise weights, but {len(flat)} shape(s) "
+            f"are per-channel (e.g. {flat[0].paths[0]}); use weight_format 'grouped'"
+        )
     return out, sorted(skipped, key=lambda s: _path_order(s[0]))
 
 

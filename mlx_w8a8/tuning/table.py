@@ -51,7 +51,7 @@ from typing import Any, Iterable
 import mlx.core as mx
 
 from .. import cachedir
-from ..kernels.registry import OPS, WEIGHT_FORMATS
+from ..kernels.registry import ACT_SCALES, OPS, WEIGHT_FORMATS
 from . import locks
 from .timing import PRUNE_RATIO
 
@@ -98,6 +98,7 @@ ENTRY_SCHEMA: dict[str, tuple[str, Any]] = {
     "group_size": ("null or an integer >= 1", lambda v: v is None or (_is_int(v) and v >= 1)),
     "choice": ("a non-empty string", lambda v: isinstance(v, str) and v != ""),
     "has_bias": ("true or false", lambda v: isinstance(v, bool)),
+    "act_scales": (f"one of {list(ACT_SCALES)}", lambda v: v in ACT_SCALES),
     "m": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
     "candidates": ("an object of candidate name -> object", lambda v: isinstance(v, dict) and all(
         isinstance(name, str) and isinstance(c, dict) for name, c in v.items())),
@@ -295,8 +296,15 @@ def section_key(section: dict) -> tuple:
 
 
 def entry_key(entry: dict) -> tuple:
-    """``(op, m_bucket, n, k, dtype, weight_format, group_size)`` of an entry."""
-    return tuple(entry[f] for f in ENTRY_FIELDS[:-1])
+    """``(op, m_bucket, n, k, dtype, weight_format, group_size, act_scales)`` of an entry."""
+    return (*(entry[f] for f in ENTRY_FIELDS[:-1]), act_scales(entry))
+
+
+def act_scales(entry: dict) -> str:
+    """An entry's activation scaling (``Problem.act_scales``): its optional
+    ``"act_scales"`` field, ``"token"`` where absent (every entry written before the
+    field existed measured per-token kernels)."""
+    return entry.get("act_scales", "token")
 
 
 # --- paths ------------------------------------------------------------------------------

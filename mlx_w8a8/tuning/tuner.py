@@ -186,12 +186,15 @@ class Claim:
 
 
 def problem_key(problem: Problem) -> tuple:
-    """``(op, n, k, dtype, weight_format, group_size)``: what an entry is matched on."""
-    return (problem.op, problem.n, problem.k, problem.dtype, problem.weight_format, problem.group_size)
+    """``(op, n, k, dtype, weight_format, group_size, act_scales)``: what an entry is
+    matched on."""
+    return (problem.op, problem.n, problem.k, problem.dtype, problem.weight_format,
+            problem.group_size, problem.act_scales)
 
 
 def _entry_problem_key(entry: dict) -> tuple:
-    return (entry["op"], entry["n"], entry["k"], entry["dtype"], entry["weight_format"], entry["group_size"])
+    return (entry["op"], entry["n"], entry["k"], entry["dtype"], entry["weight_format"],
+            entry["group_size"], table.act_scales(entry))
 
 
 def _finite(x: float) -> float | None:
@@ -497,8 +500,9 @@ class Tuner:
         shapes_seen: dict[tuple[int, int], list] = {}
         for layer, path, by_problem in self._layers_for(problem_key(problem)):
             for key, buckets in by_problem.items():
-                op, n, k, dtype, fmt, group = key
-                if (op, dtype, fmt) != (problem.op, problem.dtype, problem.weight_format):
+                op, n, k, dtype, fmt, group, acts = key
+                if (op, dtype, fmt, acts) != (problem.op, problem.dtype, problem.weight_format,
+                                              problem.act_scales):
                     continue
                 if fmt != "per_channel" and group != problem.group_size:  # grouped, grouped4
                     continue
@@ -767,6 +771,7 @@ class Tuner:
             "dtype": problem.dtype,
             "weight_format": problem.weight_format,
             "group_size": problem.group_size,
+            **({"act_scales": problem.act_scales} if problem.act_scales != "token" else {}),
             "choice": choice,
             "reference": reference.name,
             "m": problem.m,
