@@ -1,10 +1,11 @@
 """Perplexity of a pretrained model (``python -m mlx_w8a8.fetch``) as float, mlx-lm 8-bit
 (W8A16), W8A8 per-channel, W8A8 group-wise, W8A8 with the recipe, mlx-lm 4-bit (W4A16)
-and that 4-bit model on W4A8, on local texts.
+and that 4-bit model on W4A8, each W8A8 / W4A8 form of an mlx-lm model also with
+activation groups (``act_scales="group"``, the ``*_act_groups`` variants), on local texts.
 
 Every variant is built once from the float folder, cast to ``--dtype``, and measured on
 every text with :func:`mlx_w8a8.evaluation.perplexity` (the same windows for each variant).
-W8A8 layers run the ``exact`` kernel. The recipe is calibrated on ``--calibration``
+W8A8 layers run the exact kernels (``exact``, ``exact_w4a8``, ``exact_act_groups``). The recipe is calibrated on ``--calibration``
 (a file or ``builtin``), never on an evaluation text. Results are appended as JSON lines
 as soon as each is measured.
 
@@ -29,34 +30,8 @@ from mlx_w8a8.evaluation import DTYPES, perplexity
 from mlx_w8a8.recipe import calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
-VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w4a16", "w4a8", "w4a8_recipe",
-            "w4a8_act_g64", "w8a8_act_g64")
-# A simulation, not a kernel of the package: the 4-bit model with each linear input
-# quantize-dequantized per token and per group of this many input channels (one scale per
-# token and weight group, the activation granularity a group-wise epilogue could take).
-ACT_GROUP = 64
-
-
-def fake_int8(x: mx.array) -> mx.array:
-    """Symmetric int8 quantize-dequantize along the last axis (scale ``max|x| / 127``,
-    round half to even, clip 127), in float: a simulation."""
-    amax = mx.max(mx.abs(x), axis=-1, keepdims=True)
-    scale = mx.where(amax > 0, amax / 127.0, 1.0)
-    return mx.clip(mx.round(x / scale), -127, 127) * scale
-
-
-class GroupActivations(nn.Module):
-    """``layer(fake_quant(x))`` with one symmetric int8 scale per token and per
-    ``group`` consecutive input channels (float math: a simulation)."""
-
-    def __init__(self, layer: nn.Module, group: int):
-        super().__init__()
-        self.layer, self.group = layer, group
-
-    def __call__(self, x):
-        shape = x.shape
-        g = x.reshape(*shape[:-1], shape[-1] // self.group, self.group)
-        return self.layer(fake_int8(g).reshape(shape))
+VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_act_groups", "w4a16",
+            "w4a8", "w4a8_recipe", "w4a8_act_groups")
 
 
 def dequantized(model: nn.Module) -> nn.Module:
@@ -84,7 +59,8 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
     model.set_dtype(dtype)
     if variant == "float":
         return model
-    if variant in ("w8a16", "w4a16", "w4a8", "w4a8_recipe", "w4a8_act_g64"):  # mlx-lm N-bit, gs 64
+    if variant in ("w8a16", "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups"):
+        # mlx-lm N-bit, gs 64, as its checkpoints hold it
         nn.quantize(model, group_size=64, bits=4 if variant.startswith("w4") else 8,
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
         skip = {"lm_head": "w8a16"}
@@ -92,21 +68,11 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
             chosen = recipe(model, calib)
             log(chosen.summary())
             skip.update(chosen.keep)
-        if variant == "w4a8_act_g64":
-            model.update_modules(tree_unflatten([
-                (p, GroupActivations(m, ACT_GROUP)) for p, m in model.named_modules()
-                if type(m) is nn.QuantizedLinear and p != "lm_head"]))
+        if variant.endswith("act_groups"):  # one int8 scale per token and weight group
+            w8.quantize(model, skip=skip, act_scales="group", kernel="exact_act_groups")
         elif variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
             w8.quantize(model, skip=skip, kernel="exact_w4a8")
         return dequantized(model) if dequantize else model
-    if variant == "w8a8_act_g64":  # simulation: per-channel int8 weights (max|w| / 127),
-        swaps = []                   # activations per token and group of ACT_GROUP
-        for p, m in model.named_modules():
-            if type(m) is nn.Linear and p != "lm_head" and m.weight.shape[-1] % ACT_GROUP == 0:
-                m.weight = fake_int8(m.weight.astype(mx.float32)).astype(m.weight.dtype)
-                swaps.append((p, GroupActivations(m, ACT_GROUP)))
-        model.update_modules(tree_unflatten(swaps))
-        return model
     skip = {"lm_head": "w8a16"}  # the convert command's default
     if variant == "recipe":
         chosen = recipe(model, calib)

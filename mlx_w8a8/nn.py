@@ -178,7 +178,8 @@ class Linear(nn.Module):
             raise ValueError(
                 f"[mlx_w8a8.Linear] act_scales must be one of {registry.ACT_SCALES}, got {value!r}"
             )
-        if value == "group" and self.format not in ("grouped", GROUPED4):
+        # The weight's format as it is now (arrays loaded since conversion re-detect it).
+        if value == "group" and self.quantized_weight.format not in ("grouped", GROUPED4):
             raise ValueError(
                 f"[mlx_w8a8.Linear] act_scales='group' needs group-wise weights (format "
                 f"'grouped' or '{GROUPED4}'), but this layer's format is {self.format!r}; "

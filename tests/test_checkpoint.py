@@ -289,3 +289,32 @@ def test_save_without_a_tokenizer_says_how_to_add_one(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # with the source's tokenizer: no warning
         w8.save(model, tmp_path / "ckpt2", config, source=src)
+
+
+@needs_mlx_lm
+def test_activation_groups_survive_save_and_load(tmp_path, rng):
+    # Saved per layer in the "mlx_w8a8" entry, brought back by load (with a model given
+    # and by mlx-lm's builder); load(act_scales=) sets them on a stock 8-bit checkpoint.
+    model, config = tiny_llama()
+    nn.quantize(model, group_size=64, bits=8, class_predicate=lambda p, m: isinstance(m, nn.Linear))
+    stock = tmp_path / "stock"
+    from mlx_lm.utils import save_config, save_model
+
+    save_model(stock, model)
+    save_config({**config, "quantization": {"group_size": 64, "bits": 8}}, stock / "config.json")
+    ours, _ = w8.load(stock)
+    assert {m.act_scales for _, m in ours.named_modules() if isinstance(m, w8.Linear)} == {"token"}
+    ours, _ = w8.load(stock, act_scales="group")
+    layers = [m for _, m in ours.named_modules() if isinstance(m, w8.Linear)]
+    assert layers and {m.act_scales for m in layers} == {"group"}
+    ours.model.layers[0].mlp.up_proj.act_scales = "token"  # one layer differs: kept as is
+    w8.save(ours, tmp_path / "out", config, source=stock)
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())["mlx_w8a8"]["layers"]
+    assert saved["model.layers.0.mlp.down_proj"]["act_scales"] == "group"
+    assert "act_scales" not in saved["model.layers.0.mlp.up_proj"]
+    for given in (None, tiny_llama()[0]):
+        back, _ = w8.load(tmp_path / "out", given)
+        assert back.model.layers[0].mlp.down_proj.act_scales == "group"
+        assert back.model.layers[0].mlp.up_proj.act_scales == "token"
+    with pytest.raises(ValueError, match="per_channel=True"):
+        w8.load(stock, per_channel=True, act_scales="group")

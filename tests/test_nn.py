@@ -511,3 +511,39 @@ def test_a_converted_8bit_layer_gives_all_zero_groups_exactly(rng):
     np.testing.assert_array_equal(y[:, 1], np.zeros(5))
     want, bound = oracle.linear(oracle.to_numpy(x), layer.quantized_weight, None)
     oracle.assert_close(layer(x), want, bound, "float32")
+
+
+# --- act_scales ------------------------------------------------------------------------
+
+
+def test_act_scales_group_runs_the_activation_group_math(rng):
+    from mlx_w8a8.kernels import reference
+
+    for bits in (8, 4):
+        layer = w8.Linear(256, 40, per_channel=False, bits=bits, act_scales="group")
+        layer.kernel = "exact_act_groups"
+        x = mx.array(rng.standard_normal((3, 5, 256)).astype(np.float32))
+        x[..., 7] = 200.0
+        want = reference.act_groups_linear(x.reshape(15, 256), layer.quantized_weight, layer.bias)
+        np.testing.assert_array_equal(np.array(layer(x)).reshape(15, 40), np.array(want))
+        assert layer.problem(15).act_scales == "group" and "act_scales='group'" in repr(layer)
+        layer.kernel = "exact" if bits == 8 else "exact_w4a8"  # per-token only: refused
+        with pytest.raises(ValueError, match="per token only"):
+            layer(x)
+
+
+def test_act_scales_is_validated_and_re_decides():
+    with pytest.raises(ValueError, match="needs group-wise weights"):
+        w8.Linear(128, 8, act_scales="group")  # per-channel by default
+    layer = w8.Linear(128, 8, per_channel=False)
+    with pytest.raises(ValueError, match=r"act_scales must be one of \('token', 'group'\)"):
+        layer.act_scales = "channel"
+    x = mx.ones((2, 128))
+    layer.kernel = "exact"
+    mx.eval(layer(x))
+    assert layer.decision(2)[0] == "exact"
+    layer.act_scales = "group"  # the kept plan is dropped: exact refuses it now
+    with pytest.raises(ValueError, match="per token only"):
+        layer(x)
+    layer.kernel = None  # no rule or entry chose a W8A8 kernel here: W8A16 falls back
+    assert layer.decision(2)[0] in ("mlx_qmm", "exact_act_groups")

@@ -121,3 +121,32 @@ def test_quantize_moe_says_experts_were_left_and_keeps_routers(kind, capsys, tmp
             w8.Linear if loaded is ours else nn.QuantizedLinear)
     force_kernel(ours, "mlx_qmm")
     np.testing.assert_array_equal(np.array(stock(tokens)), np.array(ours(tokens)))
+
+
+def test_quantize_with_activation_groups():
+    # Float layers become group-wise (the default per_channel follows act_scales), and
+    # 8-bit and 4-bit stored layers keep their weights; every converted layer scales its
+    # activations per group.
+    model = Tiny()
+    w8.quantize(model, act_scales="group", group_size=32)
+    for layer in (model.up, model.down, model.odd):
+        assert layer.act_scales == "group" and layer.format == "grouped" and layer.group_size == 32
+    for bits in (8, 4):
+        stored = Tiny()
+        nn.quantize(stored, group_size=64, bits=bits, class_predicate=lambda p, m: p == "up")
+        w8.quantize(stored, act_scales="group")
+        assert stored.up.act_scales == "group" and stored.up.bits == bits
+    with pytest.raises(ValueError, match="per_channel=True"):
+        w8.quantize(Tiny(), per_channel=True, act_scales="group")
+    with pytest.raises(ValueError, match="act_scales must be one of"):
+        w8.quantize(Tiny(), act_scales="tensor")
+    # An 8-bit layer stored per channel (an mlx_w8a8 checkpoint read by mlx-lm) has no
+    # groups to scale by: refused, and nothing converted.
+    model = Tiny()
+    per_channel_8bit = nn.QuantizedLinear(64, 128, group_size=64, bits=8)
+    qw = w8.quantize_weight(model.up.weight, group_size=64)  # per channel, as saved
+    per_channel_8bit.weight, per_channel_8bit.scales, per_channel_8bit.biases = qw.q, qw.scales, qw.biases
+    model.up = per_channel_8bit
+    with pytest.raises(ValueError, match="hold per-channel weights"):
+        w8.quantize(model, act_scales="group")
+    assert type(model.up) is nn.QuantizedLinear and type(model.down) is nn.Linear

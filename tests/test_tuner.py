@@ -1016,3 +1016,24 @@ def test_wrong_typed_entries_do_not_break_the_chooser(env, caplog):
             mx.eval(mlx_w8a8.w8a8_linear(mx.ones((2, 64)), _weight()))
     assert calls == [(2, 64)]  # the valid entry is used
     assert not [r for r in caplog.records if "chooser failed" in r.getMessage()]
+
+
+def test_entries_key_on_the_activation_scaling(env):
+    # A per-token entry (no "act_scales" field: every table written before it existed)
+    # must never answer a problem with activation groups, nor the other way round.
+    path = str(env / "t.json")
+    grouped = dict(weight_format="grouped")
+    table.write_entries(path, table.device_key(), [
+        _entry("mlx_qmm", digests={"mlx_qmm": QMM.digest}, **grouped),
+        _entry("exact_act_groups", act_scales="group",  # same key fields but this one
+               digests={"exact_act_groups": registry.get("linear", "exact_act_groups").digest},
+               **grouped),
+    ])
+    t = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    token = Problem("linear", 2, 32, 64, "float32", "grouped", 32)
+    group = Problem("linear", 2, 32, 64, "float32", "grouped", 32, False, "group")
+    assert t.lookup(token).choice == "mlx_qmm" and t.lookup(token).entry["m_bucket"] == 2
+    assert t.lookup(group).choice == "exact_act_groups"
+    assert len(table.matching_entries(table.read(path), table.device_key())) == 2  # both kept
+    bad = _entry("mlx_qmm", act_scales="channel")
+    assert any("act_scales" in p for p in table.entry_problems(bad))
