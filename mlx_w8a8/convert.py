@@ -96,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
                    "(weight SQNR; logits SQNR on the calibration text when given)")
     p.add_argument("--grouped", action="store_true",
                    help="group-wise affine weights instead of symmetric per-channel int8")
+    p.add_argument("--act-groups", action="store_true",
+                   help="one int8 activation scale per token and weight group "
+                   "(mlx_w8a8.Linear.act_scales = 'group'; implies --grouped): closer to "
+                   "W8A16 where a few activation channels are large (docs/accuracy.md)")
     p.add_argument("--seq-len", type=int, default=256,
                    help="calibration sequence length in tokens, >= 2 (default: 256)")
     p.add_argument("--samples", type=int, default=4,
@@ -118,15 +122,17 @@ def main(argv: list[str] | None = None) -> int:
                                 args.samples, args.batch_size, args.force)
     except ValueError as error:
         parser.error(str(error))  # exit status 2
-    if args.per_channel and args.grouped:
+    if args.per_channel and (args.grouped or args.act_groups):
         parser.error("--per-channel (requantize 8-bit layers per channel) and --grouped "
-                     "(group-wise weights) contradict each other; give one")
+                     "or --act-groups (group-wise weights) contradict each other; give one")
     try:
         convert(
             args.model, args.out, args.smooth, args.calibration, skip,
-            args.sqnr_floor, args.keep, args.group_size, not args.grouped,
+            args.sqnr_floor, args.keep, args.group_size,
+            not (args.grouped or args.act_groups),
             args.seq_len, args.samples, args.batch_size, force=args.force,
             requantize_per_channel=args.per_channel,
+            act_scales="group" if args.act_groups else "token",
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -157,6 +157,7 @@ def convert(
     log: Callable[[str], None] = print,
     force: bool = False,
     requantize_per_channel: bool = False,
+    act_scales: str = "token",
 ) -> Path:
     """Float mlx-lm folder -> (smoothed, mixed) W8A8 checkpoint folder.
 
@@ -179,6 +180,9 @@ def convert(
         requantize_per_channel: requantize group-wise 8-bit layers (an 8-bit
             ``model_path``) to per-channel int8 and log the cost
             (:func:`mlx_w8a8.requantize.per_channel`).
+        act_scales: ``"token"`` or ``"group"`` (group-wise weights: ``per_channel``
+            False, no ``requantize_per_channel``): the W8A8 layers'
+            :attr:`mlx_w8a8.Linear.act_scales`, saved with the checkpoint.
 
     Returns:
         The output folder.
@@ -197,6 +201,9 @@ def convert(
 
     check_convert_arguments(model_path, out, smooth_alpha, calibration, sqnr_floor, keep,
                             group_size, seq_len, samples, batch_size, force)
+    if act_scales == "group" and (per_channel or requantize_per_channel):
+        raise ValueError("[mlx_w8a8.convert] activation groups need group-wise weights: "
+                         "not with per-channel weights or --per-channel")
     model_path, out = Path(model_path), Path(out)
     model, config = load_model(model_path)
     data = None
@@ -223,7 +230,8 @@ def convert(
         below = policy(report, sqnr_floor, keep)
         log(f"{len(below)} layers below {sqnr_floor} dB kept on {keep}: {sorted(below)}")
         table.update(below)
-    quantize(model, group_size=group_size, per_channel=per_channel, skip=table)
+    quantize(model, group_size=group_size, per_channel=per_channel, skip=table,
+             act_scales=act_scales)
     if requantize_per_channel:
         from . import requantize
 

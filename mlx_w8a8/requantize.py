@@ -114,6 +114,10 @@ def per_channel(
 
     Returns:
         A :class:`Requantized` report.
+
+    Raises:
+        ValueError: for ``tokens`` of the wrong form, or a chosen layer with activation
+            groups (``act_scales="group"``); the model is left as it was.
     """
     from . import siblings
 
@@ -133,6 +137,12 @@ def per_channel(
             return layer
         if class_predicate is not None and not class_predicate(path, layer):
             return layer
+        if layer.act_scales != "token":  # raised before the model is updated: nothing changes
+            raise ValueError(
+                f"[mlx_w8a8.requantize.per_channel] {path} scales its activations per weight "
+                f"group (act_scales='group'), which per-channel weights cannot; set its "
+                f"act_scales to 'token' first, or leave it out with class_predicate"
+            )
         old = layer.quantized_weight
         new, w, w_new = _requantize(old)
         report[path] = _sqnr_db(w, w_new)

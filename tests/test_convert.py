@@ -189,3 +189,23 @@ def test_convert_of_a_folder_nothing_converts_says_what_is_true(tmp_path, capsys
     # save() of such a model says the same, not "quantize it first"
     with pytest.raises(ValueError, match=r"3-bit, which this version does not convert"):
         w8.save(model, tmp_path / "out", config)
+
+
+@needs_mlx_lm
+def test_convert_act_groups_writes_group_wise_layers_that_load_as_such(tmp_path, capsys):
+    from mlx_w8a8.convert import main
+
+    rng = np.random.default_rng(5)
+    model, config = tiny_lm.model("llama", rng=rng)
+    src = tiny_lm.folder(tmp_path / "src", model, config)
+    out = tmp_path / "out"
+    assert main(["--model", str(src), "--out", str(out), "--act-groups"]) == 0
+    listed = json.loads((out / "config.json").read_text())["mlx_w8a8"]["layers"]
+    assert listed and all(e == {"group_size": 64, "format": "grouped", "act_scales": "group"}
+                          for e in listed.values())
+    ours, _ = w8.load(out)
+    layers = [m for _, m in ours.named_modules() if isinstance(m, w8.Linear)]
+    assert len(layers) == len(listed) and {m.act_scales for m in layers} == {"group"}
+    with pytest.raises(SystemExit):
+        main(["--model", str(src), "--out", str(tmp_path / "x"), "--act-groups", "--per-channel"])
+    assert "contradict" in capsys.readouterr().err

@@ -144,3 +144,12 @@ def test_convert_per_channel_from_an_8bit_folder_prints_the_cost(tmp_path, rng, 
         convert.main(["--model", str(folder), "--out", str(tmp_path / "o2"), "--per-channel",
                       "--grouped"])
     assert exit_.value.code == 2
+
+
+def test_layers_with_activation_groups_are_refused_and_nothing_changes():
+    model = nn.Sequential(w8.Linear(128, 16, per_channel=False),
+                          w8.Linear(128, 16, per_channel=False, act_scales="group"))
+    first = model.layers[0]
+    with pytest.raises(ValueError, match=r"layers\.1 scales its activations per weight group"):
+        requantize.per_channel(model)
+    assert model.layers[0] is first and first.format == "grouped"
