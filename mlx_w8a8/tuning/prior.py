@@ -13,7 +13,7 @@ no upper bound) and weights of at least ``min_weight`` elements (``N * K``) the 
 
 from __future__ import annotations
 
-from ..kernels.registry import EXACT, EXACT_W4A8, QMM4, Candidate, Problem
+from ..kernels.registry import EXACT, EXACT_ACT_GROUPS, EXACT_W4A8, QMM4, Candidate, Problem
 from ..weight import GROUPED4
 
 Rule = tuple[int, "int | None", int, tuple[str, ...]]
@@ -82,9 +82,17 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # by tests/test_prior.py): the exact W8A8 kernel 5.3-13.6x faster than
     # mx.quantized_matmul at M = 16 and 128; at M = 1 mx.quantized_matmul (0.92x and 0.55x
     # for exact). M = 2-15 was not measured and keeps the fallback.
+    # With activation groups (act_scales="group": only exact_act_groups of the W8A8
+    # kernels runs it) the same shapes (bench/results/tune_cpu_act_groups_2026-12-05.*,
+    # checked by tests/test_prior.py): exact_act_groups 5.9-14.5x mx.quantized_matmul at
+    # M = 16 and 128; at M = 1 mx.quantized_matmul for 8192 x 2048 (exact_act_groups
+    # 1.66x its time) and a tie for 2048 x 2048 (1.05x the other way): the rule keeps
+    # mx.quantized_matmul there. The 4-bit rule below likewise (same file): 6.0-14.3x at
+    # M = 16 and 128; at M = 1 mx.quantized_matmul at 4 bits (exact_act_groups 1.52x and
+    # 1.86x its time).
     ("cpu", "linear", "grouped"): [
         (1, 1, 0, ("mlx_qmm",)),
-        (16, None, 0, (EXACT,)),
+        (16, None, 0, (EXACT, EXACT_ACT_GROUPS)),
     ],
     # CPU, MLX's 4-bit weights (mlx-lm 4-bit checkpoints, gs64, bf16): tune --format
     # grouped4 on 2048 x 2048 and 8192 x 2048 (bench/results/tune_cpu_grouped4_2026-12-04.*,
@@ -94,7 +102,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # the fallback.
     ("cpu", "linear", GROUPED4): [
         (1, 1, 0, (QMM4,)),
-        (16, None, 0, (EXACT_W4A8,)),
+        (16, None, 0, (EXACT_W4A8, EXACT_ACT_GROUPS)),
     ],
 }
 
