@@ -163,6 +163,31 @@ def test_cuda_rules_agree_with_the_shipped_h200_table():
     assert checked >= 25
 
 
+def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
+    """The CUDA rule for group-wise 8-bit weights summarizes the shipped table's grouped
+    entries (prior.py cites them): from M = 128 on it picks the table's choice on every
+    single-layer entry (a sibling check's verdict on a summed q+k+v or gate+up shape is
+    how a group runs, left out); at M = 16 it leaves mx.quantized_matmul, and no W8A8
+    kernel it would leave there wins by more than 1.9x."""
+    paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
+    entries = [e for e in table.read(paths[0])["sections"][0]["entries"]
+               if e["weight_format"] == "grouped"]
+    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+    checked = 0
+    for e in entries:
+        if e.get("sibling_check"):
+            continue
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
+                          e["group_size"])
+        picked = prior.choose("cuda", problem, cuda)
+        if e["m_bucket"] < 128:
+            assert picked is None and e["speedup"] < 1.9, e
+            continue
+        assert picked is not None and picked.name == e["choice"], (e["m_bucket"], e["n"], e["k"])
+        checked += 1
+    assert checked == 15  # 5 single-layer shapes x M = 128, 512, 2048
+
+
 RAW_TABLES = ("h200_2026-12-01_s18_b_raw.json", "h200_2026-12-01_s18_c_raw.json")
 
 

@@ -42,6 +42,17 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
         (16, 127, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm")),
         (128, None, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
+    # CUDA, group-wise 8-bit weights (mlx-lm 8-bit checkpoints), measured on an NVIDIA
+    # H200 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format grouped at
+    # M = 16, 128, 512, 2048 (bench/results/h200_2026-12-05_c_tune_g64.log; its entries
+    # are in the shipped table, which tests/test_prior.py checks these rules against).
+    # - M >= 128: the group-wise TMA GEMM won every shape (1.17-2.50x
+    #   mx.quantized_matmul; still 0.37-0.42x the per-channel TMA GEMM's time at M =
+    #   2048, docs/cuda.md).
+    # - M = 16: no rule: mx.quantized_matmul, the W8A8 GEMV or the TMA GEMM won by shape.
+    ("cuda", "linear", "grouped"): [
+        (128, None, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+    ],
     # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
     # an NVIDIA H200 (MLX 0.32.4): tune --op int8_matmul / quantize_activation on the
     # Llama-3-8B and Qwen2.5-7B projection shapes (tune --shapes mlp attn) at M = 1, 16,
