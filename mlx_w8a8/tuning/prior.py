@@ -47,8 +47,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # M = 16, 128, 512, 2048 (bench/results/h200_2026-12-05_c_tune_g64.log; its entries
     # are in the shipped table, which tests/test_prior.py checks these rules against).
     # - M >= 128: the group-wise TMA GEMM won every shape (1.17-2.50x
-    #   mx.quantized_matmul; still 0.37-0.42x the per-channel TMA GEMM's time at M =
-    #   2048, docs/cuda.md).
+    #   mx.quantized_matmul; 0.32-0.46x the per-channel TMA GEMM's speed on the large
+    #   shapes at M = 2048, docs/cuda.md).
     # - M = 16: no rule: mx.quantized_matmul, the W8A8 GEMV or the TMA GEMM won by shape.
     ("cuda", "linear", "grouped"): [
         (128, None, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
