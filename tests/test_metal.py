@@ -468,6 +468,7 @@ def problems():
         "grouped": Problem("linear", 64, 64, 64, "bfloat16", "grouped", 64),
         "grouped4": Problem("linear", 64, 64, 128, "bfloat16", "grouped4", 64),
         "decode4": Problem("linear", 1, 64, 128, "float16", "grouped4", 128),
+        "act_groups": Problem("linear", 64, 64, 128, "bfloat16", "grouped4", 64, False, "group"),
     }
 
 
@@ -677,7 +678,7 @@ def check_nothing_offered():
     assert metal_names == {"metal_quantize", "metal_nax_int8_gemm", "metal_simd_int8_gemm",
                            "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
                            "metal_w8a8_gemm_grouped", "metal_int8_gemv", "metal_w4a8_gemm",
-                           "metal_w4a8_gemv"} | tiles
+                           "metal_w4a8_gemv", "metal_gemm_act_groups"} | tiles
     for problem in problems().values():
         offered = registry.names(registry.candidates(problem))
         assert not [n for n in offered if n.startswith("metal_")], offered
@@ -691,11 +692,11 @@ def check_nothing_offered():
     (False, {"quantize": "metal_quantize", "int8": "metal_simd_int8_gemm",
              "linear": "metal_simd_w8a8_gemm", "decode": "metal_int8_gemv",
              "grouped": "metal_w8a8_gemm_grouped", "grouped4": "metal_w4a8_gemm",
-             "decode4": "metal_w4a8_gemv"}),
+             "decode4": "metal_w4a8_gemv", "act_groups": "metal_gemm_act_groups"}),
     (True, {"quantize": "metal_quantize", "int8": "metal_nax_int8_gemm",
             "linear": "metal_nax_w8a8_gemm", "decode": "metal_int8_gemv",
             "grouped": "metal_w8a8_gemm_grouped", "grouped4": "metal_w4a8_gemm",
-            "decode4": "metal_w4a8_gemv"}),
+            "decode4": "metal_w4a8_gemv", "act_groups": "metal_gemm_act_groups"}),
 ])
 def test_override_picks_nax_or_fallback(nax, want):
     with metal.override(metal=True, nax=nax):
@@ -742,3 +743,54 @@ def test_digests_name_the_sources():
     digests = {c.name: c.digest for c in registry.all_candidates() if c.backend == "metal"}
     assert all(len(d) == 16 for d in digests.values())
     assert digests["metal_nax_int8_gemm"] != digests["metal_simd_int8_gemm"]
+
+
+# ---------------------------------------------------------------------------------------
+# activation groups (act_scales="group"): the quantize per group, the grouped GEMMs
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,m,k,group_size", [
+    ("bfloat16", 7, 192, 64),    # edge rows: zero row, NaN, +Inf, .5 ties; 3 groups
+    ("float32", 33, 640, 32),    # more groups (20) than SIMD-groups (8)
+    ("float16", 2, 128, 128),    # one group per row
+])
+def test_quantize_act_groups_matches_oracle(emulated, rng, dtype, m, k, group_size):
+    x, xv = activation(rng, m, k, dtype)
+    if m >= 7:
+        x = mx.array(np.where(np.arange(k) == 5, 300.0, 1.0) * xv).astype(getattr(mx, dtype))
+        xv = oracle.to_numpy(x).astype(np.float32)
+    q, t, rs = metal.quantize(x, group_size, act_groups=True)
+    q_want, t_want = oracle.quantize_groups(xv, group_size)
+    np.testing.assert_array_equal(np.array(q), q_want)
+    np.testing.assert_array_equal(np.array(t), t_want)
+    np.testing.assert_array_equal(
+        np.array(rs), q_want.astype(np.int64).reshape(m, k // group_size, group_size).sum(-1))
+    assert emulated.ran("quantize")
+
+
+@pytest.mark.parametrize("nax,body", [(True, "nax_gemm"), (False, "simd_gemm")])
+@pytest.mark.parametrize("bits,m,n,k,group_size,dtype,with_bias", [
+    (8, 33, 70, 192, 64, "bfloat16", True),   # M and N tails; 3 groups of 64
+    (4, 1, 40, 128, 32, "float32", False),    # decode row through the GEMM; 4 groups of 32
+    (4, 64, 33, 256, 128, "float16", True),   # 2 groups of 128
+])
+def test_act_groups_linear(emulated, rng, nax, body, bits, m, n, k, group_size, dtype, with_bias):
+    """metal_gemm_act_groups against the float64 oracle of the activation-group math,
+    8-bit grouped and 4-bit weights; a per-token result (the grouped candidate's) fails
+    the same comparison wherever a group's scale differs from its row's."""
+    emulated.need_nax(nax)
+    x, xv = activation(rng, m, k, dtype)
+    w = weight(rng, n, k, False, group_size) if bits == 8 else weight4(rng, n, k, group_size)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)) if with_bias else None
+    with metal.override(metal=True, nax=nax):
+        y = metal.act_groups_linear(x, w, bias)
+        token = (metal.grouped_w8a8_linear if bits == 8 else metal.w4a8_linear)(x, w, bias)
+    assert y.dtype == x.dtype and y.shape == (m, n)
+    want, bound = oracle.linear_act_groups(xv, w, None if bias is None else np.array(bias))
+    oracle.assert_close(y, want, bound, dtype)
+    assert emulated.ran(body) and emulated.ran("quantize")
+    finite = np.isfinite(want)
+    excess = np.abs(np.array(token.astype(mx.float32))[finite] - want[finite]) / (bound[finite] + 1e-3)
+    assert excess.max() > 10  # the two maths differ: the comparison above can fail
+    registry_problem = Problem("linear", m, n, k, dtype, "grouped" if bits == 8 else "grouped4",
+                               group_size, with_bias, "group")
+    assert registry.get("linear", "metal_gemm_act_groups").supports(registry_problem)

@@ -25,6 +25,9 @@ module never needs Metal):
   and bias; NAX kernel where NAX is present (the codes unpacked to int8 in registers),
   the simdgroup-matrix kernel elsewhere.
 - ``metal_w4a8_gemv`` (``linear``, M <= 16, ``grouped4``): the GEMV on the packed codes.
+- ``metal_gemm_act_groups`` (``linear``, 8-bit grouped or 4-bit weights, activation
+  groups: ``act_scales="group"`` only): the quantize with one scale per token and
+  group, and the grouped GEMMs weighing each group's fold by that scale.
 
 On M1-M4 (no NAX) the int8 GEMMs do the same half-precision MMA work as MLX's own 8-bit
 ``qmm`` plus a quantize pass, so they are offered honestly but are not expected to win
@@ -413,16 +416,19 @@ def _out_type(dtype) -> tuple[Any, bool]:
 # ---------------------------------------------------------------------------------------
 # Runs (signatures: registry.py).
 # ---------------------------------------------------------------------------------------
-def quantize(x: mx.array, group_size: int | None = None):
+def quantize(x: mx.array, group_size: int | None = None, act_groups: bool = False):
     """Per-token int8 quantization on Metal.
 
     Args:
         x: ``[M, K]`` float16/bfloat16/float32.
         group_size: None, or 32/64/128 dividing K for per-group row sums.
+        act_groups: one scale per token and group of ``group_size`` (needs it) instead
+            of one per token (``docs/numerics.md``, activation groups).
 
     Returns:
-        ``(q, scales, row_sums)``: ``[M, K]`` int8, ``[M, 1]`` float32 and ``[M, K //
-        group_size]`` int32 (``None`` without ``group_size``).
+        ``(q, scales, row_sums)``: ``[M, K]`` int8, ``[M, 1]`` float32 (``[M, K //
+        group_size]`` with ``act_groups``) and ``[M, K // group_size]`` int32 (``None``
+        without ``group_size``).
     """
     m, k = x.shape
     gs = int(group_size or 0)
@@ -431,10 +437,11 @@ def quantize(x: mx.array, group_size: int | None = None):
     q, scale, rs = _executor(
         _kernel("quantize.metal", "quantize", ("x",), ("q", "scale", "rs")),
         inputs=[xin],
-        template=[("T", xin.dtype), ("BF16", bf16), ("NT", QUANT_THREADS), ("GS", gs)],
+        template=[("T", xin.dtype), ("BF16", bf16), ("NT", QUANT_THREADS), ("GS", gs),
+                  ("AG", bool(act_groups and gs))],
         grid=(QUANT_THREADS, m, 1),
         threadgroup=(QUANT_THREADS, 1, 1),
-        output_shapes=[(m, k), (m, 1), (m, groups)],
+        output_shapes=[(m, k), (m, groups if act_groups and gs else 1), (m, groups)],
         output_dtypes=[mx.int8, mx.float32, mx.int32],
     )
     return q, scale, (rs if gs else None)
@@ -465,13 +472,13 @@ _launched: set = set()
 
 
 def _gemm(nax: bool, a, b, *, flip, mode, gs, out_dtype, sa=None, sw=None, ws=None, wo=None,
-          rs=None, bias=None, tile: str | None = None, vec: bool = False):
+          rs=None, bias=None, tile: str | None = None, vec: bool = False, ag: bool = False):
     m, n = a.shape[0], b.shape[0]
     f32 = _dummy(mx.float32)
     kdtype, bf16 = _out_type(out_dtype)
     # GS matters only to grouped weights (MODE 2): one instantiation for the others.
-    common = [("TB", b.dtype), ("FLIP", flip), ("MODE", mode), ("GS", gs if mode == 2 else 32), ("TO", kdtype),
-              ("OUT_BF16", bf16), ("HAS_BIAS", bias is not None)]
+    common = [("TB", b.dtype), ("FLIP", flip), ("MODE", mode), ("GS", gs if mode == 2 else 32),
+              ("AG", ag), ("TO", kdtype), ("OUT_BF16", bf16), ("HAS_BIAS", bias is not None)]
     inputs = [a, b, f32 if sa is None else sa, f32 if sw is None else sw,
               f32 if ws is None else ws, f32 if wo is None else wo,
               _dummy(mx.int32) if rs is None else rs, f32 if bias is None else bias]
@@ -492,7 +499,7 @@ def _gemm(nax: bool, a, b, *, flip, mode, gs, out_dtype, sa=None, sw=None, ws=No
     pipeline = (tuple(template), tuple((str(x.dtype), x.size < 8) for x in inputs))
     if nax and tile != NAX_RETRY_TILE and pipeline in _refused:
         return _gemm(nax, a, b, flip=flip, mode=mode, gs=gs, out_dtype=out_dtype, sa=sa, sw=sw, ws=ws, wo=wo,
-                     rs=rs, bias=bias, tile=NAX_RETRY_TILE, vec=vec)
+                     rs=rs, bias=bias, tile=NAX_RETRY_TILE, vec=vec, ag=ag)
     retry = nax and tile != NAX_RETRY_TILE
     try:
         (out,) = _executor(kernel, inputs=inputs, template=template, grid=grid, threadgroup=(threads, 1, 1),
@@ -513,7 +520,7 @@ def _gemm(nax: bool, a, b, *, flip, mode, gs, out_dtype, sa=None, sw=None, ws=No
             raise
         _refused.add(pipeline)
         return _gemm(nax, a, b, flip=flip, mode=mode, gs=gs, out_dtype=out_dtype, sa=sa, sw=sw, ws=ws, wo=wo,
-                     rs=rs, bias=bias, tile=NAX_RETRY_TILE, vec=vec)
+                     rs=rs, bias=bias, tile=NAX_RETRY_TILE, vec=vec, ag=ag)
     return out.view(mx.bfloat16) if bf16 else out
 
 
@@ -554,14 +561,32 @@ def simd_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     return _linear_per_channel(False, x, weight, bias)
 
 
-def _linear_grouped(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+def _linear_grouped(x: mx.array, weight, bias: mx.array | None, act_groups: bool = False) -> mx.array:
     """Group-wise promotion, one path for 8-bit and 4-bit codes: per-group exact int32
-    sums folded into float32 with the group's scale and offset (kernels' MODE 2)."""
-    q, sa, rs = quantize(x, weight.group_size)
+    sums folded into float32 with the group's scale and offset (kernels' MODE 2); with
+    ``act_groups`` each fold is weighed by the token's scale for that group."""
+    q, sa, rs = quantize(x, weight.group_size, act_groups)
     ws, wo = group_major(weight)
     return _gemm(nax_available(), q, weight_operand(weight), flip=weight.bits == 8, mode=2,
                  gs=weight.group_size, out_dtype=x.dtype, sa=sa, ws=ws, wo=wo, rs=rs,
-                 bias=_bias32(bias), vec=True)
+                 bias=_bias32(bias), vec=True, ag=act_groups)
+
+
+def act_groups_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """W8A8 (8-bit grouped) or W4A8 (4-bit) linear with activation groups
+    (``act_scales="group"``: one int8 scale per token and weight group,
+    ``docs/numerics.md``), through the grouped GEMMs: NAX where NAX is present, the
+    simdgroup-matrix kernel elsewhere.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32.
+        weight: a group-wise 8-bit or 4-bit ``QuantizedWeight`` ``[N, K]``.
+        bias: None or ``[N]``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    return _linear_grouped(x, weight, bias, act_groups=True)
 
 
 def grouped_w8a8_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
@@ -742,7 +767,7 @@ def pick(problem: registry.Problem) -> registry.Candidate | None:
         "quantize_activation": ["metal_quantize"],
         "int8_matmul": ["metal_nax_int8_gemm", "metal_simd_int8_gemm"],
         "linear": ["metal_int8_gemv", "metal_w4a8_gemv", "metal_nax_w8a8_gemm", "metal_simd_w8a8_gemm",
-                   "metal_w8a8_gemm_grouped", "metal_w4a8_gemm"],
+                   "metal_w8a8_gemm_grouped", "metal_w4a8_gemm", "metal_gemm_act_groups"],
     }[problem.op]
     for name in order:
         candidate = registry.get(problem.op, name)
@@ -787,3 +812,9 @@ for _name, _op, _run, _supports, _avail in _CANDIDATES:
         name=_name, backend="metal", op=_op, run=_run, supports=_supports, digest=_digest(_run),
         available=_avail,
     ))
+# Activation groups only (a per-token problem is the grouped candidates').
+registry.register(registry.Candidate(
+    name="metal_gemm_act_groups", backend="metal", op="linear", run=act_groups_linear,
+    supports=lambda p: _supports_grouped(p) or _supports_grouped4(p),
+    digest=_digest(act_groups_linear), available=metal_available, act_scales=("group",),
+))

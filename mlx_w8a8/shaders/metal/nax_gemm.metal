@@ -37,12 +37,13 @@
 //
 // MODE 0: out = C as int32. MODE 1: out = float(C) * sa[m] * sw[n] (+ bias[n]).
 // MODE 2: out = sa[m] * sum_g (ws[g,n] * C_g + wo[g,n] * rs[m,g]) (+ bias[n]); each
-//         group's exact int32 sums are folded into float32 every GS / SK steps.
+//         group's exact int32 sums are folded into float32 every GS / SK steps. With AG
+//         (activation groups) sa is [M, G] and each fold is weighed by sa[m,g] instead.
 // The epilogue loads its per-row and per-column values once per lane (4 rows, 8
 // columns), not once per element.
 //
 // Template parameters: BM, BN, WM, WN, TB (int8_t / uint8_t / uint32_t: 4-bit codes,
-// MODE 2 only), FLIP, MODE, GS (32 unless MODE 2),
+// MODE 2 only), FLIP, MODE, GS (32 unless MODE 2), AG (MODE 2),
 // TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS.
 // Inputs: a [M, K] int8, b [N, K] TB ([N, K / 8] for uint32_t), sa [M, 1] f32, sw [N] f32,
 // ws [G, N] f32, wo [G, N] f32 (group-major: a group's scales of neighbouring columns are
@@ -193,7 +194,7 @@ for (int kb = 0; kb < K; kb += BK) {
     if (MODE == 2 && (k0 + SK) % GS == 0) {
       // Group g complete: fold its exact sums into float32 and restart them at zero.
       const int g = k0 / GS;
-      float s_n[TN][4], o_n[TN][4], r_m[TM][2];
+      float s_n[TN][4], o_n[TN][4], r_m[TM][2], t_m[TM][2];
       W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
         W8A8_UNROLL for (int j = 0; j < 4; ++j) {
           const int n = n_sg + 16 * nn + fc + j;
@@ -205,13 +206,18 @@ for (int kb = 0; kb < K; kb += BK) {
         W8A8_UNROLL for (int i = 0; i < 2; ++i) {
           const int m = m_sg + 16 * mm + fr + 8 * i;
           r_m[mm][i] = m < M ? float(rs[size_t(m) * G + g]) : 0.0f;
+          t_m[mm][i] = (AG && m < M) ? sa[size_t(m) * G + g] : 0.0f;
         }
       }
       W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {
         W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
           W8A8_UNROLL for (int e = 0; e < 8; ++e) {
             const int i = e / 4, j = e % 4;
-            yf[mm * TN + nn][e] += s_n[nn][j] * float(acc[mm * TN + nn][e]) + o_n[nn][j] * r_m[mm][i];
+            if (AG) {
+              yf[mm * TN + nn][e] += t_m[mm][i] * (s_n[nn][j] * float(acc[mm * TN + nn][e]) + o_n[nn][j] * r_m[mm][i]);
+            } else {
+              yf[mm * TN + nn][e] += s_n[nn][j] * float(acc[mm * TN + nn][e]) + o_n[nn][j] * r_m[mm][i];
+            }
             acc[mm * TN + nn][e] = 0;
           }
         }
@@ -225,7 +231,7 @@ float sa_m[TM][2], sw_n[TN][4], b_n[TN][4];
 W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {
   W8A8_UNROLL for (int i = 0; i < 2; ++i) {
     const int m = m_sg + 16 * mm + fr + 8 * i;
-    sa_m[mm][i] = (MODE != 0 && m < M) ? sa[m] : 0.0f;
+    sa_m[mm][i] = (MODE != 0 && !AG && m < M) ? sa[m] : 0.0f;
   }
 }
 W8A8_UNROLL for (int nn = 0; nn < TN; ++nn) {
@@ -246,7 +252,7 @@ W8A8_UNROLL for (int mm = 0; mm < TM; ++mm) {
           out[o] = TO(acc[mm * TN + nn][e]);
         } else {
           float y = MODE == 1 ? float(acc[mm * TN + nn][e]) * sa_m[mm][i] * sw_n[nn][j]
-                              : yf[mm * TN + nn][e] * sa_m[mm][i];
+                              : (AG ? yf[mm * TN + nn][e] : yf[mm * TN + nn][e] * sa_m[mm][i]);
           if (HAS_BIAS) {
             y += b_n[nn][j];
           }

@@ -4,10 +4,13 @@
 // q = clip(rint(x / scale), -127, 127) (IEEE division, round half to even); an all-zero
 // row gives scale 0 and q 0; a row holding NaN or +-Inf gives scale NaN and q 0.
 // With GS > 0 also the per-group row sums R[m, g] = sum_{k in group g} q[m, k].
+// With AG (activation groups, GS > 0) each group of GS values is quantized by itself:
+// its own amax and scale (scale [M, K / GS]), the same rules per group.
 //
 // Template parameters: T (x's element type; uint16_t carries bfloat16 bits), BF16,
-// NT (threads per group, a multiple of 32), GS (group size, 0 for no sums).
-// Inputs: x [M, K]. Outputs: q [M, K] int8, scale [M, 1] float, rs [M, max(1, K/GS)].
+// NT (threads per group, a multiple of 32), GS (group size, 0 for no sums), AG.
+// Inputs: x [M, K]. Outputs: q [M, K] int8, scale [M, 1] float ([M, K / GS] with AG),
+// rs [M, max(1, K/GS)].
 // Grid: (NT, M, 1), threadgroup (NT, 1, 1).
 
 // @@ body quantize
@@ -23,7 +26,7 @@ const size_t base = size_t(row) * size_t(K);
 // separate because max() ignores NaN (fmax semantics), so NaN could not travel in it.
 float amax = 0.0f;
 uint bad = 0;
-for (int k = int(tid); k < K; k += int(NT)) {
+for (int k = int(tid); k < (AG ? 0 : K); k += int(NT)) {  // AG: the scales are per group
   float v = W8A8_LOAD_F(BF16, x, base + k);
   if (isfinite(v)) {
     amax = max(amax, fabs(v));
@@ -50,7 +53,7 @@ for (uint s = 1; s < NSG; ++s) {
 }
 const float s_row = bad ? w8a8_nan() : precise::divide(amax, 127.0f);
 const bool usable = (bad == 0) && (amax > 0.0f);
-if (tid == 0) {
+if (!AG && tid == 0) {
   scale[row] = s_row;
 }
 
@@ -61,14 +64,35 @@ if (tid == 0) {
 constexpr int CH = GS > 0 ? GS : 256;
 const int nchunks = (K + CH - 1) / CH;
 for (int c = int(sg); c < nchunks; c += int(NSG)) {
+  float s_use = s_row;
+  bool use = usable;
+  if (AG) {  // this group's amax over its SIMD-group's lanes (uniform control flow)
+    float gmax = 0.0f;
+    uint gbad = 0;
+    for (int j = int(lane); j < GS; j += 32) {  // AG: CH == GS and K % GS == 0
+      const float v = W8A8_LOAD_F(BF16, x, base + c * GS + j);
+      if (isfinite(v)) {
+        gmax = max(gmax, fabs(v));
+      } else {
+        gbad = 1;
+      }
+    }
+    gmax = simd_max(gmax);
+    gbad = simd_max(gbad);
+    s_use = gbad ? w8a8_nan() : precise::divide(gmax, 127.0f);
+    use = (gbad == 0) && (gmax > 0.0f);
+    if (lane == 0) {
+      scale[size_t(row) * size_t(nchunks) + c] = s_use;
+    }
+  }
   int sum = 0;
   for (int j = int(lane); j < CH; j += 32) {
     const int k = c * CH + j;
     if (k < K) {
       int qv = 0;
-      if (usable) {
+      if (use) {
         float v = W8A8_LOAD_F(BF16, x, base + k);
-        qv = int(clamp(rint(precise::divide(v, s_row)), -127.0f, 127.0f));
+        qv = int(clamp(rint(precise::divide(v, s_use)), -127.0f, 127.0f));
       }
       q[base + k] = int8_t(qv);
       sum += qv;

@@ -15,10 +15,11 @@
 // MODE 0: out = C as int32.
 // MODE 1: out = float(C) * sa[m] * sw[n] (+ bias[n])          (per-channel W8A8)
 // MODE 2: out = sa[m] * sum_g (ws[g,n] * C_g + wo[g,n] * rs[m,g]) (+ bias[n])  (grouped)
-//         with C_g the exact int32 dot product over group g (GS values of K).
+//         with C_g the exact int32 dot product over group g (GS values of K); with AG
+//         (activation groups) sa is [M, G]: out = sum_g sa[m,g] * (...) (+ bias[n]).
 //
 // Template parameters: TB (int8_t / uint8_t / uint32_t: 4-bit codes, MODE 2 only), FLIP,
-// MODE, GS (MODE 2), TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
+// MODE, GS (MODE 2), AG (MODE 2), TO (output element type; uint16_t carries bfloat16 bits), OUT_BF16, HAS_BIAS, VEC (rows of a and
 // b start 4-byte aligned and K % 4 == 0: stage with 4-byte loads).
 // Inputs: a [M, K] int8, b [N, K] TB ([N, K / 8] for uint32_t), sa [M, 1] f32, sw [N] f32,
 // ws [G, N] f32, wo [G, N] f32 (group-major; 8-bit: b + 128 s, 4-bit: b), rs [M, G] int32,
@@ -141,7 +142,12 @@ for (int k0 = 0; k0 < K; k0 += BK) {
       if (MODE == 2) {
         const int m = m0 + sm + idx / 16, n = n0 + sn + idx % 16;
         if (m < M && n < N) {
-          acc_f[e] += ws[size_t(g) * N + n] * v + wo[size_t(g) * N + n] * float(rs[size_t(m) * G + g]);
+          if (AG) {
+            acc_f[e] += sa[size_t(m) * G + g] *
+                        (ws[size_t(g) * N + n] * v + wo[size_t(g) * N + n] * float(rs[size_t(m) * G + g]));
+          } else {
+            acc_f[e] += ws[size_t(g) * N + n] * v + wo[size_t(g) * N + n] * float(rs[size_t(m) * G + g]);
+          }
         }
       } else {
         acc_i[e] += int(v);
@@ -160,7 +166,7 @@ for (int e = 0; e < 8; ++e) {
     if (MODE == 0) {
       out[o] = TO(acc_i[e]);
     } else {
-      float y = MODE == 1 ? float(acc_i[e]) * sa[m] * sw[n] : acc_f[e] * sa[m];
+      float y = MODE == 1 ? float(acc_i[e]) * sa[m] * sw[n] : (AG ? acc_f[e] : acc_f[e] * sa[m]);
       if (HAS_BIAS) {
         y += bias[n];
       }
