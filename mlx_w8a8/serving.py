@@ -61,6 +61,9 @@ class ServeOptions(NamedTuple):
         warm_up_tokens: compile the kernels for 1 to this many rows per linear after
             loading (``mlx_w8a8.warm_up``); ``0`` skips the warm-up, ``None`` leaves the
             choice to the command line (:func:`default_warm_up_tokens`).
+        act_scales: ``"group"`` gives every converted layer activation groups
+            (:attr:`mlx_w8a8.Linear.act_scales`; float layers then quantize group-wise);
+            ``None`` keeps what an mlx_w8a8 checkpoint saved (per token otherwise).
     """
 
     quantize: bool = False
@@ -68,6 +71,7 @@ class ServeOptions(NamedTuple):
     tuning_table: str | None = None
     kernel: str | None = None
     warm_up_tokens: int | None = None
+    act_scales: str | None = None
 
 
 def mlx_lm_version() -> str:
@@ -138,6 +142,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kernel", default=None, metavar="NAME",
                        help="force this linear kernel in every layer (e.g. exact, mlx_qmm); "
                             "default: the tuner decides")
+    group.add_argument("--act-groups", action="store_true",
+                       help="one int8 activation scale per token and weight group in every "
+                            "W8A8 layer (group-wise weights: an mlx-lm 8-bit or 4-bit folder, "
+                            "or --quantize); closer to W8A16 accuracy (docs/accuracy.md)")
     group.add_argument("--warm-up-tokens", type=int, default=None, metavar="N",
                        help="compile the kernels for 1..N rows per linear before serving; "
                             "0 skips. Default: the server's largest step (prompt "
@@ -172,7 +180,8 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
             parser.error(str(error))
     options = ServeOptions(quantize=args.quantize, group_size=args.q_group_size,
                            tuning_table=args.tuning_table, kernel=args.kernel,
-                           warm_up_tokens=args.warm_up_tokens)
+                           warm_up_tokens=args.warm_up_tokens,
+                           act_scales="group" if args.act_groups else None)
     return options, rest, any(a in ("-h", "--help") for a in argv)
 
 
@@ -211,15 +220,21 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
         The number of ``mlx_w8a8.Linear`` layers.
 
     Raises:
-        ValueError: when no layer was converted (a float model without ``quantize``).
+        ValueError: when no layer was converted (a float model without ``quantize``),
+            or ``options.act_scales`` is ``"group"`` and a layer holds per-channel weights.
     """
+    from .checkpoint import restore_act_scales
     from .quantizer import kept_by_model, quantize, w8a8_layers
 
     chosen = _predicate(config, options.quantize)
     if chosen is not None:  # layers the model keeps as they are (an MoE's routers) stay
         kept = kept_by_model(model)
         chosen = lambda path, m, pick=chosen: pick(path, m) and path not in kept  # noqa: E731
-    quantize(model, class_predicate=chosen, group_size=options.group_size, kernel=options.kernel)
+    quantize(model, class_predicate=chosen, group_size=options.group_size, kernel=options.kernel,
+             act_scales=options.act_scales or "token")
+    listed = (config.get(CONFIG_KEY) or {}).get("layers")
+    if options.act_scales is None and listed is not None:
+        restore_act_scales(model, listed)  # as the checkpoint saved them
     layers = len(w8a8_layers(model))
     if layers == 0:
         hint = ("pass --quantize to quantize its float layers on load"

@@ -285,6 +285,30 @@ def test_loader_converts_a_stock_mlx_lm_8bit_folder(tmp_path):
     assert all(isinstance(m, w8.Linear) for p, m in converted.named_modules() if p in kinds)
 
 
+def test_loader_keeps_saved_activation_groups_and_sets_them_on_request(tmp_path):
+    # An mlx_w8a8 checkpoint saved with act_scales="group" is served with them (as
+    # mlx_w8a8.load brings them back); --act-groups sets them on a stock 8-bit folder.
+    from mlx_lm.utils import load
+
+    model, config = _tiny(seed=3)
+    nn.quantize(model, group_size=64, bits=8)
+    stock = tiny_lm.folder(tmp_path / "q8", model,
+                           dict(config, quantization={"group_size": 64, "bits": 8, "mode": "affine"}))
+    ours, cfg = w8.load(stock, act_scales="group")
+    w8.save(ours, tmp_path / "ag", cfg, source=stock)
+    scales = lambda m: {layer.act_scales for _, layer in m.named_modules()  # noqa: E731
+                        if isinstance(layer, w8.Linear)}
+    quiet = lambda line: None  # noqa: E731
+    served, _ = serving.W8A8Loader(load, serving.ServeOptions(), "prog", quiet)(str(tmp_path / "ag"))
+    assert scales(served) == {"group"}
+    plain, _ = serving.W8A8Loader(load, serving.ServeOptions(), "prog", quiet)(str(stock))
+    assert scales(plain) == {"token"}
+    asked, _ = serving.W8A8Loader(load, serving.ServeOptions(act_scales="group"), "prog", quiet)(str(stock))
+    assert scales(asked) == {"group"}
+    options, rest, _ = serving.split_argv("prog", ["--act-groups", "--model", "x"])
+    assert options.act_scales == "group" and rest == ["--model", "x"]
+
+
 def test_loader_refuses_adapters(folders):
     from mlx_lm.utils import load
 
