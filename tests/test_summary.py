@@ -77,3 +77,13 @@ def test_a_4bit_layer_converts_and_the_summary_says_4_bit(capsys):
 def test_decisions_validates_m():
     with pytest.raises(ValueError, match=r"decisions\] m must be a positive int, got 0"):
         w8.decisions(Tiny(), 0)
+
+
+def test_the_summary_counts_layers_with_activation_groups():
+    model = nn.Sequential(nn.Linear(128, 64), nn.Linear(64, 32))
+    w8.quantize(model, act_scales="group")
+    model.layers[1].act_scales = "token"
+    line = w8.summary(model)
+    assert line.startswith("mlx_w8a8: 2 layers (2 grouped; 1 with activation groups)"), line
+    w8.quantize(plain := nn.Sequential(nn.Linear(128, 64)))
+    assert "activation groups" not in w8.summary(plain)
