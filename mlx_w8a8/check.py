@@ -50,6 +50,11 @@ LINEAR_CASES = [  # (M, N, K, dtype, weight format, group_size, bias)
     (6, 24, 192, "float16", "grouped4", 64, True),
 ]
 FORMATS = ("per_channel", "grouped", "grouped4")  # the linear weight formats checked
+# The same with activation groups (act_scales="group"): 8-bit and 4-bit group-wise.
+ACT_GROUP_CASES = [
+    (6, 24, 192, "bfloat16", "grouped", 64, True),
+    (33, 70, 256, "float32", "grouped4", 128, False),
+]
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,23 +113,39 @@ def linear_w8a8(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np
     return _grouped_math(x, w, bias, shift=128)
 
 
-def _grouped_math(x: np.ndarray, w: QuantizedWeight, bias, shift: int):
+def linear_act_groups(x: np.ndarray, w: QuantizedWeight, bias) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, bound)`` of the math with activation groups (``act_scales="group"``), 8-bit
+    or 4-bit group-wise ``w``: ``y_mn = sum_g t_mg (s_ng sum_k a_mk c_nk + o_ng sum_k a_mk)``
+    with one activation scale ``t_mg`` per token and group."""
+    return _grouped_math(x, w, bias, shift=128 if w.bits == 8 else 0, act_groups=True)
+
+
+def _grouped_math(x: np.ndarray, w: QuantizedWeight, bias, shift: int, act_groups: bool = False):
     """The per-group integer math of both: codes ``q - shift`` against the per-token
-    activation codes (exact int64 sums per group), offsets ``b + shift s``; the bound is
-    the float32 epilogue's, relative to ``sum |x| |w|``."""
-    q, scale = quantize_rows(x)
+    activation codes (or, with ``act_groups``, per token and group: each group quantized
+    as a row), exact int64 sums per group, offsets ``b + shift s``; the bound is the
+    float32 epilogue's, relative to ``sum |x| |w|``."""
+    gs = w.group_size
+    groups = x.shape[1] // gs
+    m = x.shape[0]
+    if act_groups:
+        q, t = quantize_rows(x.reshape(m * groups, gs))
+        q, t = q.reshape(m, groups * gs), t.reshape(m, groups, 1).astype(np.float64)
+    else:
+        q, scale = quantize_rows(x)
+        t = np.repeat(scale.astype(np.float64)[:, :, None], groups, axis=1)  # [M, G, 1]
     codes = np.array(w.codes()).astype(np.int64)
     s = host(w.scales).astype(np.float64)
     b = host(w.biases).astype(np.float64)
-    gs = w.group_size
-    groups = x.shape[1] // gs
-    qg = q.astype(np.int64).reshape(q.shape[0], groups, gs)
+    qg = q.astype(np.int64).reshape(m, groups, gs)
     wg = (codes - shift).reshape(codes.shape[0], groups, gs)
     per_group = np.einsum("mgk,ngk->mng", qg, wg).astype(np.float64)
     sums = qg.sum(-1).astype(np.float64)
-    y = scale.astype(np.float64) * (np.einsum("mng,ng->mn", per_group, s) + sums @ (b + shift * s).T)
-    w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
-    magnitude = np.abs(scale.astype(np.float64)) * (np.abs(q.astype(np.float64)) @ np.abs(w_deq).T)
+    with np.errstate(invalid="ignore"):
+        y = np.einsum("mg,mng->mn", t[:, :, 0],
+                      per_group * s[None] + sums[:, None, :] * (b + shift * s)[None])
+        w_deq = np.repeat(s, gs, axis=1) * codes + np.repeat(b, gs, axis=1)
+        magnitude = (np.abs(qg.astype(np.float64)) * np.abs(t)).reshape(m, groups * gs) @ np.abs(w_deq).T
     if bias is not None:
         y = y + bias[None, :]
         magnitude = magnitude + np.abs(bias)[None, :]
@@ -211,13 +232,17 @@ def quantize_cases(rng: np.random.Generator) -> list[Case]:
 
 def linear_cases(rng: np.random.Generator) -> list[Case]:
     cases = []
-    for m, n, k, dtype, fmt, gs, with_bias in LINEAR_CASES:
+    both = [(*c, "token") for c in LINEAR_CASES] + [(*c, "group") for c in ACT_GROUP_CASES]
+    for m, n, k, dtype, fmt, gs, with_bias, acts in both:
         xm = mx.array(activations(rng, m, k)).astype(getattr(mx, dtype))
         x = host(xm)
         w = weight_of(rng, n, k, fmt, gs)
         bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
-        # the integer-activation math: W4A8 on 4-bit codes, W8A8 on 8-bit ones
-        exact = (linear_w4a8 if fmt == "grouped4" else linear_w8a8)(x, w, bias)
+        # the integer-activation math: W4A8 on 4-bit codes, W8A8 on 8-bit ones; with
+        # activation groups, one scale per token and group
+        math = (linear_act_groups if acts == "group"
+                else linear_w4a8 if fmt == "grouped4" else linear_w8a8)
+        exact = math(x, w, bias)
         floats = linear_w8a16(x, w, bias)
 
         def call(c, xm=xm, w=w, bias=bias, dtype=dtype, exact=exact, floats=floats):
@@ -228,7 +253,7 @@ def linear_cases(rng: np.random.Generator) -> list[Case]:
             want, bound = exact if c.w8a8 else floats
             return within(host(y).astype(np.float64), want, bound, dtype)
 
-        cases.append((registry.Problem("linear", m, n, k, dtype, fmt, gs, with_bias), call))
+        cases.append((registry.Problem("linear", m, n, k, dtype, fmt, gs, with_bias, acts), call))
     return cases
 
 

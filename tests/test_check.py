@@ -169,12 +169,39 @@ def test_the_4bit_candidates_are_checked_against_the_w4a8_math():
     assert check.run_checks(seed=5, out=lines.append, verdicts=verdicts) == 0, "\n".join(lines)
     assert len(GROUPED4_CASES) >= 3
     problem = registry.Problem("linear", 1, 40, 96, "float32", "grouped4", 32, True)
-    for name in (registry.exact_name(problem), registry.fallback_name(problem)):
+    act4 = [c for c in check.ACT_GROUP_CASES if c[4] == "grouped4"]
+    for name, extra in ((registry.exact_name(problem), 0), (registry.fallback_name(problem), len(act4))):
         assert name in ("exact_w4a8", "mlx_qmm4")
-        v = verdicts["linear"][name]
-        assert v["ok"] and v["shapes"] == len(GROUPED4_CASES), v
+        v = verdicts["linear"][name]  # W8A16 runs the activation-group cases too
+        assert v["ok"] and v["shapes"] == len(GROUPED4_CASES) + extra, v
     # the 8-bit ones are not run on 4-bit codes
     assert verdicts["linear"]["exact"]["shapes"] == len(check.LINEAR_CASES) - len(GROUPED4_CASES)
+    # activation groups: their exact kernel, on both group-wise formats, and no other
+    v = verdicts["linear"]["exact_act_groups"]
+    assert v["ok"] and v["shapes"] == len(check.ACT_GROUP_CASES) == 2, v
+
+
+def test_act_group_oracle_is_the_per_group_dequantized_product(rng):
+    """The check's activation-group math equals the float64 product of the per-group
+    dequantized activations and the dequantized weights, and differs from the
+    per-token math (so a kernel computing the wrong one fails the check)."""
+    import numpy as np
+
+    m, n, k, gs = 4, 16, 192, 64
+    x = check.activations(rng, m, k)
+    x[:, 3] *= 200.0
+    for fmt in ("grouped", "grouped4"):
+        w = check.weight_of(rng, n, k, fmt, gs)
+        y, bound = check.linear_act_groups(x, w, None)
+        q, t = check.quantize_rows(x.reshape(m * k // gs, gs))
+        xd = (q.astype(np.float64) * t.astype(np.float64)).reshape(m, k)
+        codes = np.array(w.codes()).astype(np.float64)
+        wd = (np.repeat(check.host(w.scales).astype(np.float64), gs, axis=1) * codes
+              + np.repeat(check.host(w.biases).astype(np.float64), gs, axis=1))
+        np.testing.assert_allclose(y, xd @ wd.T, rtol=1e-12, atol=1e-9)
+        token, _ = (check.linear_w8a8 if fmt == "grouped" else check.linear_w4a8)(x, w, None)
+        finite = np.isfinite(y)
+        assert (np.abs(token - y)[finite] > 10 * bound[finite]).any()
 
 
 def test_w4a8_oracle_matches_dequantized_float64_products(rng):
