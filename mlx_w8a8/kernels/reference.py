@@ -289,15 +289,9 @@ def quantize_groups(x: mx.array, group_size: int):
     """
     m, k = x.shape
     groups = k // group_size
-    xf = x.astype(mx.float32).reshape(m, groups, group_size)
-    amax = mx.max(mx.abs(xf), axis=-1, keepdims=True)
-    finite = mx.isfinite(amax)  # NaN or Inf anywhere in the group -> not finite
-    scale = mx.where(finite, amax / 127.0, float("nan"))
-    usable = finite & (amax > 0)
-    safe = mx.where(usable, scale, 1.0)
-    q = mx.where(usable, mx.clip(mx.round(xf / safe), -127, 127), 0).astype(mx.int8)
-    row_sums = q.astype(mx.int32).sum(-1)
-    return q.reshape(m, k), scale.reshape(m, groups), row_sums
+    # Each group is quantized as quantize_rows quantizes a row: the same code, per group.
+    q, scale, row_sums = quantize_rows(x.reshape(m * groups, group_size), group_size)
+    return q.reshape(m, k), scale.reshape(m, groups), row_sums.reshape(m, groups)
 
 
 def act_groups_apply(acts, weight, bias: mx.array | None, out_dtype: mx.Dtype) -> mx.array:
