@@ -89,7 +89,7 @@ def check_arguments(args) -> list[str]:
                              ("--samples", args.samples, 1)):
         if value is not None and value < low:
             raise ValueError(f"[{op}] {flag} must be >= {low}, got {value}")
-    if "w8a8" in variants and args.kernel is not None:
+    if {"w8a8", "w8a8_act_groups"} & set(variants) and args.kernel is not None:
         from .kernels import registry
 
         try:

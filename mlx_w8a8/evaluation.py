@@ -4,7 +4,9 @@ Perplexity is ``exp`` of the mean next-token negative log-likelihood over every
 predicted token (:func:`perplexity`). A float folder is evaluated as it is (``float``,
 cast to a dtype, bfloat16 by default), with its linear layers on mlx-lm's 8-bit weights
 (``w8a16``: ``nn.QuantizedLinear``, 8 bits, group size 64; embeddings stay float) and as
-W8A8 (``w8a8``: :func:`mlx_w8a8.quantize` of the cast model); a W8A8 checkpoint as W8A8
+W8A8 (``w8a8``: :func:`mlx_w8a8.quantize` of the cast model), and as W8A8 with activation
+groups on mlx-lm's 8-bit weights (``w8a8_act_groups``: one int8 scale per token and group
+of 64 features); a W8A8 or mlx-lm 8-/4-bit checkpoint as W8A8, with activation groups,
 and as stock mlx-lm loads it (``w8a16``) (:func:`load_variant`). W8A8 layers run the
 exact W8A8 math unless another W8A8 candidate is named: the tuner's default may run
 ``mlx_qmm``, which is W8A16.
@@ -24,7 +26,7 @@ from .nn import Linear
 from .sensitivity import EXACT
 from .weight import describe
 
-VARIANTS = ("float", "w8a16", "w8a8")
+VARIANTS = ("float", "w8a16", "w8a8", "w8a8_act_groups")
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
 
@@ -91,8 +93,9 @@ def load_variant(
     Args:
         folder: a float mlx-lm folder, or a checkpoint written by :func:`mlx_w8a8.save`.
         variant: ``"float"`` (float folders only), ``"w8a16"`` (linear layers on
-            mlx-lm's 8-bit weights, or the checkpoint as stock mlx-lm loads it) or
-            ``"w8a8"``.
+            mlx-lm's 8-bit weights, or the checkpoint as stock mlx-lm loads it),
+            ``"w8a8"`` or ``"w8a8_act_groups"`` (the W8A8 layers of the checkpoint, or of
+            the float folder's mlx-lm 8-bit form, with ``act_scales="group"``).
         kernel: the W8A8 candidate forced on W8A8 layers (default: the exact math).
         dtype: a float folder's model is cast to it first (a key of :data:`DTYPES`).
 
@@ -122,14 +125,19 @@ def load_variant(
         model.set_dtype(DTYPES[dtype])
         if variant == "float":
             return model
-    if variant == "w8a16":
+    if variant in ("w8a16", "w8a8_act_groups"):
         if quantized:
-            model = load_model(folder)[0]
+            model = (load(folder, act_scales="group")[0] if variant == "w8a8_act_groups"
+                     else load_model(folder)[0])
         else:
             nn.quantize(
                 model, group_size=64, bits=8,
                 class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0,
             )
+            if variant == "w8a8_act_groups":
+                quantize(model, act_scales="group")
+        if variant == "w8a8_act_groups":
+            use_kernel(model, kernel)
         return model
     # A float folder is quantized here; a checkpoint loads its W8A8 layers (a stock
     # mlx-lm 8-bit one: all of its 8-bit layers, on the grouped W8A8 math).

@@ -80,7 +80,7 @@ def test_cli_checks_every_argument_before_loading_a_model(tmp_path, capsys, monk
     base = ["--model", str(folder), "--text", str(text)]
     for extra, want in (
         (["--variants", "float,bogus"], "--variants takes a comma-separated list among "
-                                        "float,w8a16,w8a8, got 'float,bogus'"),
+                                        "float,w8a16,w8a8,w8a8_act_groups, got 'float,bogus'"),
         (["--variants", ","], "--variants takes"),
         (["--seq-len", "1"], "--seq-len must be >= 2, got 1"),
         (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),

@@ -83,3 +83,23 @@ def test_the_exact_kernel_means_each_layers_exact_math_4bit_included(rng):
     assert sorted(m.kernel for m in layers) == ["exact", "exact_w4a8"]
     x = mx.array(rng.standard_normal((3, 64)).astype("float32"))
     assert model(x).shape == (3, 32)  # both layers run their forced kernels
+
+
+def test_the_act_groups_variant_runs_the_activation_group_math(tmp_path):
+    # From a float folder: mlx-lm's 8-bit weights, every converted layer with activation
+    # groups on their exact kernel; its logits are those of exact_act_groups by hand.
+    import tiny_lm
+    from tiny_checkpoints import needs_mlx_lm  # noqa: F401  (mlx-lm is a test extra)
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import evaluation as ev
+
+    rng = np.random.default_rng(4)
+    model, config = tiny_lm.model("llama", rng=rng)
+    folder = tiny_lm.folder(tmp_path / "f", model, config)
+    got = ev.load_variant(folder, "w8a8_act_groups", dtype="float32")
+    layers = [m for _, m in got.named_modules() if isinstance(m, w8.Linear)]
+    assert layers and {(m.act_scales, m.kernel) for m in layers} == {("group", "exact_act_groups")}
+    plain = ev.load_variant(folder, "w8a8", dtype="float32")
+    tokens = mx.array(rng.integers(0, 256, (1, 12)))
+    assert not np.array_equal(np.array(got(tokens)), np.array(plain(tokens)))
