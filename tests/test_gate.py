@@ -376,6 +376,29 @@ def test_the_exact_w4a8_kernel_and_a_correct_rewrite_pass_the_4bit_gate(w4_big):
         assert res[name].sqnr_db > gate.MIN_SQNR_DB + 5
 
 
+AG_BIG = Problem("linear", 1, 512, 14336, "bfloat16", "grouped", 64, False, "group")
+
+
+def test_act_group_problems_are_held_to_the_act_group_math():
+    # The stage-2 truth of an act_scales="group" problem is exact_act_groups: a kernel
+    # that computes the per-token math instead (close to W8A16, so stage 1 may pass it)
+    # is rejected there, and a correct rewrite (per group, as the oracle) passes.
+    from mlx_w8a8.kernels import reference
+
+    qmm = registry.get("linear", "mlx_qmm")
+    ins = gate.gate_operands(AG_BIG)
+    token = Candidate(name="per_token", backend="any", op="linear", digest="t",
+                      run=reference.w8a8_linear, act_scales=("group",))
+    rewrite = Candidate(name="rewrite", backend="any", op="linear", digest="r",
+                        run=lambda x, w, b: reference.act_groups_apply(
+                            reference.quantize_groups(x, w.group_size), w, b, x.dtype),
+                        act_scales=("group",))
+    res = gate.run_gate(AG_BIG, qmm, [token, rewrite, registry.get("linear", "exact_act_groups")],
+                        ins, reference_dtype="float32")
+    assert res["per_token"].status == "rejected" and res["per_token"].stage == 2, res["per_token"]
+    assert res["rewrite"].passed and res["exact_act_groups"].passed, res
+
+
 def test_the_exact_kernel_and_a_correct_rewrite_pass_both_stages(big):
     # The control for the planted bugs: the same code without a bug is accepted, and so
     # is the ``exact`` candidate; both sit above the SQNR floor with margin.
