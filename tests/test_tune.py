@@ -766,3 +766,25 @@ def test_model_checks_of_the_4bit_format_run_4bit_layers(tmp_path):
     assert {e["weight_format"] for e in entries_of(str(tmp_path / "t.json"))} == {"grouped4"}
     raced = [line for line in text.splitlines() if "T=16" in line and "->" in line]
     assert raced and all("mlx_qmm4" in line and "exact_w4a8" in line for line in raced), text
+
+
+def test_model_with_activation_groups_tunes_and_checks_their_problems(tmp_path, capsys):
+    """tune --model --format grouped --act-scales group: the entries are keyed as
+    activation-group problems, and the prefill check's model holds layers with them (so
+    it races exact_act_groups, never a per-token kernel); per-channel is refused."""
+    pytest.importorskip("mlx_lm")
+    path = str(tmp_path / "t.json")
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "16", "--format", "grouped",
+                      "--act-scales", "group", "--prefill-check", "on", "--check-layers", "1",
+                      "--table", path] + TINY)
+    assert code == 0, text
+    entries = entries_of(path)
+    assert entries and {(e["weight_format"], e.get("act_scales")) for e in entries} == {
+        ("grouped", "group")}
+    assert all(set(e["candidates"]) == {"mlx_qmm", "exact_act_groups"} for e in entries)
+    raced = [line for line in text.splitlines() if "T=16" in line and "->" in line]
+    assert raced and all("exact_act_groups" in line for line in raced), text
+    capsys.readouterr()
+    code, _ = run(["--model", tiny_model(tmp_path), "--m", "16", "--act-scales", "group",
+                   "--table", path] + TINY)
+    assert code == 2 and "--act-scales group takes --format grouped or grouped4" in capsys.readouterr().err
