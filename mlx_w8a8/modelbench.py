@@ -160,6 +160,10 @@ def add_arguments(p) -> None:
                    "(up to the longest prefill the run makes), as a server would after "
                    "loading: no timed call then compiles a kernel of it; its time is reported")
     g.add_argument("--table", help="tuning table read first by the mlx_w8a8 variant")
+    g.add_argument("--act-groups", action="store_true",
+                   help="the mlx_w8a8 variant with activation groups (act_scales='group': one "
+                   "int8 scale per token and weight group; its layers group-wise, so not "
+                   "with a -per-channel --weights)")
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
                    "skip=, e.g. lm_head down_proj): the speed of a mixed model")
@@ -392,7 +396,8 @@ def _dequantized(model: nn.Module, config: dict, dtype: mx.Dtype) -> nn.Module:
     return other
 
 
-def _load_converted(model: nn.Module, config: dict, kernel: str | None, skip) -> None:
+def _load_converted(model: nn.Module, config: dict, kernel: str | None, skip,
+                    act_scales: str = "token") -> None:
     """Convert ``model``'s quantized linear layers as ``mlx_w8a8.load`` converts them, in
     place: a checkpoint written by ``mlx_w8a8.save`` (``config`` lists its W8A8 layers),
     those layers; a stock mlx-lm checkpoint, its quantized linear layers that
@@ -414,12 +419,13 @@ def _load_converted(model: nn.Module, config: dict, kernel: str | None, skip) ->
         # layers of other bit widths are left as they are: the benchmark's notes say so
         warnings.filterwarnings("ignore", message=r"\[mlx_w8a8\.quantize\] the model holds",
                                 category=UserWarning)
-        mlx_w8a8.quantize(model, kernel=kernel, skip=skip, class_predicate=predicate)
+        mlx_w8a8.quantize(model, kernel=kernel, skip=skip, class_predicate=predicate,
+                          act_scales=act_scales)
 
 
 def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | None = None,
                   skip: list[str] | None = None, weights: Weights | str = "bf16",
-                  dtype: mx.Dtype = mx.bfloat16):
+                  dtype: mx.Dtype = mx.bfloat16, act_scales: str = "token"):
     """Build the model once and the three variants from its weights.
 
     Args:
@@ -433,6 +439,8 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
         weights: a :class:`Weights` or a ``--weights`` value (:func:`parse_weights`).
         dtype: the float dtype of the model (the bf16 variant; bfloat16 for the
             benchmark, float32 where exact agreement is checked).
+        act_scales: the mlx_w8a8 variant's :attr:`mlx_w8a8.Linear.act_scales`
+            (``"group"``: group-wise layers, from float weights too).
 
     Returns:
         ``({name: model}, config, label)``, the names :func:`variant_names` of the
@@ -445,6 +453,9 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
     import mlx_w8a8
 
     fmt = weights if isinstance(weights, Weights) else parse_weights(weights)
+    if act_scales == "group" and fmt.per_channel and fmt.source != "float":
+        raise ValueError(f"[mlx_w8a8.bench] --act-groups needs group-wise layers, not "
+                         f"--weights {fmt.name} (requantized per channel)")
     if fmt.source == "checkpoint" and spec is None:
         spec = fmt.path
     base, config, label = models.build(spec, layers=layers, dtype=dtype, seed=seed)
@@ -468,10 +479,10 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
                     class_predicate=_mlx_lm_predicate(fmt.group_size))
     if fmt.source == "float":
         w8 = models.clone(base, config)
-        mlx_w8a8.quantize(w8, kernel=kernel, skip=skip)
+        mlx_w8a8.quantize(w8, kernel=kernel, skip=skip, act_scales=act_scales)
     else:
         w8 = _same_layers(baseline, config)
-        _load_converted(w8, config, kernel, skip)
+        _load_converted(w8, config, kernel, skip, act_scales)
         if fmt.per_channel:
             from . import requantize
 
@@ -586,8 +597,9 @@ def run(args, stream, out, emit) -> int:
         set_tuning_table(args.table)
     seed = args.seed
     share = _share_switch() if args.unshared else None
-    variants, config, label = make_variants(spec, args.layers, seed, args.kernel,
-                                            getattr(args, "skip", None), weights)
+    variants, config, label = make_variants(
+        spec, args.layers, seed, args.kernel, getattr(args, "skip", None), weights,
+        act_scales="group" if getattr(args, "act_groups", False) else "token")
     vocab = int(config["vocab_size"])
     loop_name, loop = decode_loop()
     batch_loop_name, batch_loop = batch_decode_loop()

@@ -621,3 +621,16 @@ def test_a_mlx_w8a8_checkpoint_converts_the_layers_it_lists(tmp_path):
     assert isinstance(w8.model.layers[1].mlp.down_proj, nn.QuantizedLinear)
     assert isinstance(w8.model.layers[1].mlp.up_proj, mlx_w8a8.Linear)
     assert w8.model.layers[1].mlp.up_proj.format == "per_channel"
+
+
+def test_the_act_groups_variant_has_activation_groups(tiny):
+    # --act-groups: the mlx_w8a8 variant's layers scale activations per group, from
+    # float weights (group-wise, then) and from an mlx-lm checkpoint format alike.
+    pytest.importorskip("mlx_lm")
+    for weights in ("bf16", "8bit-gs64", "4bit-gs32"):
+        variants, _, _ = modelbench.make_variants(tiny, seed=3, weights=weights, act_scales="group")
+        layers = [m for _, m in variants["mlx_w8a8"].named_modules() if isinstance(m, mlx_w8a8.Linear)]
+        assert layers and {m.act_scales for m in layers} == {"group"}, weights
+        assert all(m.format != "per_channel" for m in layers)
+    with pytest.raises(ValueError, match="--act-groups needs group-wise layers"):
+        modelbench.make_variants(tiny, weights="8bit-gs64-per-channel", act_scales="group")
