@@ -87,8 +87,8 @@ class _ShardedMixin:
         self.group = group
 
     @classmethod
-    def _from_parts(cls, qw: QuantizedWeight, bias, group, kernel=None):
-        layer = cls.from_weight(qw, bias)
+    def _from_parts(cls, qw: QuantizedWeight, bias, group, kernel=None, act_scales="token"):
+        layer = cls.from_weight(qw, bias, act_scales)
         layer.group = group
         layer.kernel = kernel
         return layer
@@ -157,7 +157,7 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
         local = self.__dict__.get("_local")
         qw = self.quantized_weight
         if local is None or local.quantized_weight is not qw:
-            local = Linear.from_weight(qw)
+            local = Linear.from_weight(qw, act_scales=self.act_scales)
             local.kernel = self.kernel
             object.__setattr__(self, "_local", local)
         return local
@@ -273,7 +273,7 @@ def shard_linear(
         part = QuantizedWeight(
             cols(qw.q), cols(qw.scales), cols(qw.biases), qw.group_size, qw.per_channel
         )
-    return _CLASSES[sharding]._from_parts(part, bias, group, module.kernel)
+    return _CLASSES[sharding]._from_parts(part, bias, group, module.kernel, module.act_scales)
 
 
 def is_mlx_sharded(layer: nn.Module) -> bool:

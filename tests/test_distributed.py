@@ -467,3 +467,16 @@ def test_sharded_to_all_follows_replaced_parameters(rng):
     s2a.update(new)
     layer.update(new)
     np.testing.assert_array_equal(np.array(s2a(x)), np.array(layer(x)))
+
+
+def test_sharding_keeps_activation_groups(rng):
+    # A layer with act_scales="group" keeps them on every rank's slice and in the
+    # sharded-to-all product (one process: size 1, so the result is the layer's own).
+    x = mx.array(rng.normal(0, 1, (3, 128)).astype(np.float32))
+    group = mx.distributed.init()
+    for sharding in ("all-to-sharded", "sharded-to-all"):
+        layer = w8.Linear(128, 16, per_channel=False, act_scales="group")
+        layer.kernel = "exact_act_groups"
+        sharded = tp.shard_linear(layer, sharding, group=group)
+        assert sharded.act_scales == "group" and sharded.kernel == "exact_act_groups"
+        np.testing.assert_array_equal(np.array(sharded(x)), np.array(layer(x)))
