@@ -357,25 +357,28 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def time_shape(m: int, n: int, k: int, dtype: str = "bfloat16", pairs: int = 10, seed: int = 0,
-               weight_format: str = "per_channel") -> dict:
+               weight_format: str = "per_channel", act_scales: str = "token") -> dict:
     """Paired median time of every ``linear`` candidate available here for a layer of
     ``(m, n, k)`` with weights in ``weight_format`` (``per_channel``: W8A8 per-channel;
-    ``grouped4``: MLX's 4-bit format) against the format's reference
-    (``registry.fallback_name``: ``mlx_qmm``, or ``mlx_qmm4`` at 4 bits, both
-    ``mx.quantized_matmul``)."""
+    ``grouped``: group-wise 8-bit; ``grouped4``: MLX's 4-bit format) and activation
+    scaling ``act_scales`` against the format's reference (``registry.fallback_name``:
+    ``mlx_qmm``, or ``mlx_qmm4`` at 4 bits, both ``mx.quantized_matmul``)."""
     from .tuning import timing
 
     rng = np.random.default_rng(seed)
     w = weight_of(rng, n, k, weight_format, REPORT_GROUP_SIZE, scale=0.02)
     xs = [(mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(getattr(mx, dtype)),) for _ in range(2)]
     mx.eval(w.q, w.scales, w.biases, *[x for (x,) in xs])
-    problem = registry.Problem("linear", m, n, k, dtype, weight_format, REPORT_GROUP_SIZE)
+    problem = registry.Problem("linear", m, n, k, dtype, weight_format, REPORT_GROUP_SIZE,
+                               False, act_scales)
     cands = registry.candidates(problem)  # the fallback first
     arms = [(c.name, (lambda x, c=c: c.run(x, w, None))) for c in cands]
     result = timing.paired_measure(arms, xs, pairs=pairs)
     row = {"m": m, "n": n, "k": k, "dtype": dtype, "weight_format": weight_format,
            "group_size": REPORT_GROUP_SIZE, "has_bias": False, "reference": cands[0].name,
            "pairs": result.rounds, "chain": result.chain, "candidates": {}}
+    if act_scales != "token":
+        row["act_scales"] = act_scales
     for c in cands:
         t = result.timings[c.name]
         entry = {"backend": c.backend, "digest": c.digest, "status": t.status}
@@ -391,10 +394,12 @@ def time_shape(m: int, n: int, k: int, dtype: str = "bfloat16", pairs: int = 10,
 
 
 def build_report(seed: int = 0, shapes: list[tuple[int, int, int]] | None = None, pairs: int = 10,
-                 out=print, formats: tuple[str, ...] = ("per_channel",)) -> dict:
+                 out=print, formats: tuple[str, ...] = ("per_channel",),
+                 act_groups: bool = False) -> dict:
     """The report :mod:`mlx_w8a8.tuning.report` reads: this machine, each candidate's
     exactness (the self-check) and times at model shapes, one row per shape and weight
-    format in ``formats`` (``per_channel``, ``grouped4``)."""
+    format in ``formats`` (``per_channel``, ``grouped4``), and with ``act_groups`` one
+    more per shape for each group-wise format with activation groups."""
     import datetime
     import os
     import platform
@@ -408,6 +413,11 @@ def build_report(seed: int = 0, shapes: list[tuple[int, int, int]] | None = None
         for m, n, k in shapes if shapes is not None else REPORT_SHAPES:
             out(f"  timing linear M={m} N={n} K={k} bfloat16 {fmt} ...")
             timings.append(time_shape(m, n, k, pairs=pairs, seed=seed, weight_format=fmt))
+    for fmt in ("grouped", "grouped4") if act_groups else ():
+        for m, n, k in shapes if shapes is not None else REPORT_SHAPES:
+            out(f"  timing linear M={m} N={n} K={k} bfloat16 {fmt}, activation groups ...")
+            timings.append(time_shape(m, n, k, pairs=pairs, seed=seed, weight_format=fmt,
+                                      act_scales="group"))
     try:
         uname = os.uname().release
     except AttributeError:  # pragma: no cover - not POSIX
@@ -441,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="weight format the report times: per_channel (8-bit W8A8, the default), "
                              "grouped4 (MLX's 4-bit affine format: the W4A8 kernels against mlx_qmm4) "
                              "or both")
+    parser.add_argument("--report-act-groups", action="store_true",
+                        help="also time the group-wise 8-bit and 4-bit formats with activation "
+                             "groups (act_scales='group')")
     args = parser.parse_args(argv)
     print("mlx_w8a8 self-check")
     for line in environment():
@@ -452,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     formats = ("per_channel", "grouped4") if args.report_format == "both" else (args.report_format,)
-    doc = build_report(args.seed, shapes, args.report_pairs, formats=formats)
+    doc = build_report(args.seed, shapes, args.report_pairs, formats=formats,
+                       act_groups=args.report_act_groups)
     import json
 
     from .cachedir import write_text_atomic

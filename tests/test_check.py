@@ -284,3 +284,24 @@ def test_report_times_the_4bit_format_and_becomes_table_entries(tmp_path):
     assert tune.main(["--from-report", str(path), "--table", str(target)]) == 0
     entries = table.read(str(target))["sections"][0]["entries"]
     assert sorted(e["weight_format"] for e in entries) == ["grouped4", "per_channel"]
+
+
+def test_report_times_activation_groups_and_becomes_their_entries(tmp_path):
+    import json
+
+    from mlx_w8a8 import tune
+    from mlx_w8a8.tuning import table
+
+    path = tmp_path / "report.json"
+    assert check.main(["--report", str(path), "--report-shapes", "3x64x128", "--report-pairs", "3",
+                       "--report-act-groups"]) == 0
+    rows = json.loads(path.read_text())["timings"]
+    assert [(r["weight_format"], r.get("act_scales", "token")) for r in rows] == [
+        ("per_channel", "token"), ("grouped", "group"), ("grouped4", "group")]
+    assert set(rows[1]["candidates"]) >= {"mlx_qmm", "exact_act_groups"}
+    assert "exact" not in rows[1]["candidates"]  # a per-token kernel is never timed for them
+    target = tmp_path / "table.json"
+    assert tune.main(["--from-report", str(path), "--table", str(target)]) == 0
+    entries = table.read(str(target))["sections"][0]["entries"]
+    assert sorted((e["weight_format"], e.get("act_scales", "token")) for e in entries) == [
+        ("grouped", "group"), ("grouped4", "group"), ("per_channel", "token")]

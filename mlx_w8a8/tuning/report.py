@@ -91,6 +91,7 @@ def entries_from_report(report: dict, min_improvement_bps: float = MIN_IMPROVEME
         entries.append({
             "op": "linear", "m_bucket": shapes.bucket(int(row["m"])), "n": int(row["n"]), "k": int(row["k"]),
             "dtype": row["dtype"], "weight_format": row["weight_format"], "group_size": row["group_size"],
+            **({"act_scales": row["act_scales"]} if row.get("act_scales", "token") != "token" else {}),
             "choice": choice, "reference": ref, "m": int(row["m"]), "has_bias": bool(row.get("has_bias", False)),
             "speedup": round(medians[ref] / medians[choice], 4), "candidates": info,
             "min_improvement_bps": min_improvement_bps, "source": "check --report",
