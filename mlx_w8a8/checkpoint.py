@@ -37,7 +37,7 @@ from mlx.utils import tree_flatten
 
 from .cachedir import umask
 from .nn import Linear
-from .quantizer import converts_quantized, kept_by_model, quantize, w8a8_layers
+from .quantizer import converts_quantized, kept_by_model, quantize, set_act_scales, w8a8_layers
 from .kernels.registry import ACT_SCALES
 from .weight import GROUPED4
 
@@ -341,15 +341,8 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True,
         logging.getLogger("mlx_w8a8").info("[mlx_w8a8.load] %s",
                                            requantize.per_channel(model).describe())
     if act_scales is not None:
-        layers = [(p, m) for p, m in model.named_modules() if isinstance(m, Linear)]
-        flat = [p for p, m in layers if act_scales == "group" and m.format == "per_channel"]
-        if flat:
-            raise ValueError(
-                f"[mlx_w8a8.load] act_scales='group' needs group-wise weights, but "
-                f"{len(flat)} layer(s) of {path} hold per-channel weights (e.g. {flat[0]})"
-            )
-        for _, m in layers:
-            m.act_scales = act_scales
+        set_act_scales("mlx_w8a8.load", [(p, m) for p, m in model.named_modules()
+                                         if isinstance(m, Linear)], act_scales, f" in {path}")
     return model, config
 
 

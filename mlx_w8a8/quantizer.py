@@ -221,18 +221,11 @@ def quantize(
 
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)
     if act_scales == "group":
-        # Checked on the converted layers before any enters the model: a layer stored per
-        # channel (an mlx_w8a8 checkpoint's) has no groups to scale by.
-        fresh = [(p, m) for p, m in made if isinstance(m, Linear)]
-        flat = [p for p, m in fresh if m.format == "per_channel"]
-        if flat:
-            raise ValueError(
-                f"[mlx_w8a8.quantize] act_scales='group' needs group-wise weights, but "
-                f"{len(flat)} layer(s) hold per-channel weights (e.g. {flat[0]}); nothing "
-                f"was converted"
-            )
-        for _, m in fresh:
-            m.act_scales = "group"
+        # Set on the converted layers before any enters the model: a layer stored per
+        # channel (an mlx_w8a8 checkpoint's) has no groups to scale by, and then nothing
+        # was converted.
+        set_act_scales("mlx_w8a8.quantize", [(p, m) for p, m in made if isinstance(m, Linear)],
+                       "group", "; nothing was converted")
     model.update_modules(leaves)
     left = sorted(
         {f"{m.bits}-bit {getattr(m, 'mode', 'affine')}" for _, m in model.named_modules()
@@ -258,6 +251,24 @@ def quantize(
             print(f"mlx_w8a8: {len(uneven)} nn.Linear layers kept float, their K not a multiple "
                   f"of group_size {group_size}: {', '.join(sorted(uneven))}", file=sys.stderr)
     return model
+
+
+def set_act_scales(op: str, layers: list[tuple[str, Linear]], act_scales: str,
+                   consequence: str = "") -> None:
+    """Set ``act_scales`` on every ``(path, layer)`` of ``layers``, or on none of them.
+
+    Raises:
+        ValueError: naming ``op``, when ``act_scales`` is ``"group"`` and some layers hold
+            per-channel weights (how many, and the first one's path).
+    """
+    flat = [p for p, m in layers if act_scales == "group" and m.quantized_weight.per_channel]
+    if flat:
+        raise ValueError(
+            f"[{op}] act_scales='group' needs group-wise weights, but {len(flat)} layer(s) "
+            f"hold per-channel weights (e.g. {flat[0]}){consequence}"
+        )
+    for _, m in layers:
+        m.act_scales = act_scales
 
 
 def w8a8_layers(model: nn.Module) -> dict[str, dict]:
