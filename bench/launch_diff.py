@@ -124,12 +124,13 @@ class Recorder:
         return launch
 
 
-def _fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
+def _fake_prototype(rows: int, k: int, box_rows: int, box_k: int = 128, swizzle: bool = True) -> bytes:
     import numpy as np
 
     from mlx_w8a8.kernels import tensormap
 
-    raw = np.array([rows, k, box_rows], dtype=np.uint64).tobytes()
+    sizes = [rows, k, box_rows] + ([] if (box_k, swizzle) == (128, True) else [box_k, int(swizzle)])
+    raw = np.array(sizes, dtype=np.uint64).tobytes()
     return raw.ljust(tensormap.MAP_BYTES, b"\0")
 
 

@@ -50,14 +50,15 @@ class Recorder:
         return launch
 
 
-def fake_prototype(rows: int, k: int, box_rows: int) -> bytes:
+def fake_prototype(rows: int, k: int, box_rows: int, box_k: int = 128, swizzle: bool = True) -> bytes:
     """Stands in for the driver's tensor-map encoding (none here): the sizes, readable
-    back."""
+    back (``box_k`` and ``swizzle`` only where they are not the defaults)."""
     import numpy as np
 
     from mlx_w8a8.kernels import tensormap
 
-    return np.array([rows, k, box_rows], dtype=np.uint64).tobytes().ljust(tensormap.MAP_BYTES, b"\0")
+    sizes = [rows, k, box_rows] + ([] if (box_k, swizzle) == (128, True) else [box_k, int(swizzle)])
+    return np.array(sizes, dtype=np.uint64).tobytes().ljust(tensormap.MAP_BYTES, b"\0")
 
 
 def fake_tensor_maps(monkeypatch) -> None:

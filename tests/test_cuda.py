@@ -1033,3 +1033,110 @@ def test_w8a8_grouped_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias
         assert mx.array_equal(y, alone, equal_nan=True).item(), n
         want, bound = oracle.linear(host(x), w, None if b is None else host(b))
         oracle.assert_close(y.reshape(m, n), want, bound, dtype)
+
+
+# The 4-bit form of the group-wise TMA GEMM (cuda_w4a8_gemm_tma) -----------------------------
+# MLX's 4-bit weights as stored, the packed codes expanded on chip by the producer
+# warpgroup; held to the W4A8 oracle (oracle.linear4) as the 8-bit form is to oracle.linear.
+def grouped4_tile(name: str) -> cuda_tiles.GroupedTmaConfig:
+    grouped_tma_tile("gtma128")  # skips where the TMA GEMMs are not offered
+    return cuda_tiles.GROUPED4_TMA_CONFIGS[name]
+
+
+def make_weight4(rng, n, k, group_size, scale_dtype) -> QuantizedWeight:
+    """``mx.quantize(w, bits=4)``'s arrays: rows with a non-zero mean (the bias term
+    matters), a row of zeros (MLX's all-zero groups: scale -1e-7, bias 0)."""
+    w = rng.standard_normal((n, k)).astype(np.float32) * (1.0 / np.sqrt(k))
+    w += rng.uniform(-0.05, 0.05, (n, 1)).astype(np.float32)
+    w[n // 2] = 0.0
+    return QuantizedWeight.from_float(mx.array(w).astype(MX_DTYPES[scale_dtype]),
+                                      group_size=group_size, per_channel=False, bits=4)
+
+
+def check_linear4(rng, run, m, n, k, dtype, group_size, with_bias, scale_dtype="bfloat16"):
+    weight = make_weight4(rng, n, k, group_size, scale_dtype)
+    x = activation(rng, m, k, dtype)
+    bias = None
+    if with_bias:
+        bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+    y = run(x, weight, bias)
+    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
+    want, bound = oracle.linear4(host(x), weight, None if bias is None else host(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
+@pytest.mark.parametrize("m,n,k,group_size,scale_dtype,dtype", GROUPED_TMA_CASES)
+def test_w4a8_gemm_tma(rng, m, n, k, group_size, scale_dtype, dtype):
+    """The registered candidate (its own tile) against the W4A8 oracle: M = 1, odd M, N
+    not a multiple of any tile, every group size, scales in float16, bfloat16 and
+    float32, every output dtype, bias on odd M, the activation's special rows."""
+    grouped4_tile("g4tma128")
+    cand = registry.get("linear", "cuda_w4a8_gemm_tma")
+    assert cand.supports(Problem("linear", m, n, k, dtype, "grouped4", group_size, m % 2 == 1))
+    check_linear4(rng, cand.run, m, n, k, dtype, group_size, m % 2 == 1, scale_dtype)
+
+
+@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED4_TMA_CONFIGS))
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("m,n,k,dtype,with_bias", [
+    (300, 392, 1152, "bfloat16", True),  # tails in M and N, 9 k-tiles (the ring wraps)
+    (33, 258, 128, "float16", True),  # rows of 516 bytes: scalar stores; 1 k-tile
+    (77, 40, 512, "float16", False),  # N < every tile: the packed box mostly past N
+    (1100, 2176, 1024, "bfloat16", False),  # more tiles than blocks (persistent loop)
+])
+def test_w4a8_tma_every_tile(rng, config, group_size, m, n, k, dtype, with_bias):
+    """Each 4-bit tile forced, at each group size."""
+    cfg = grouped4_tile(config)
+    check_linear4(rng, grouped_tma_run(cfg), m, n, k, dtype, group_size, with_bias)
+
+
+def test_w4a8_tma_extreme_codes():
+    """Activation codes +-127 and 4-bit codes 15 and 0 in every nibble position (a wrong
+    nibble order or a dropped half-byte changes the result), group size 128, float32
+    output against the oracle, every tile."""
+    m, n, k, gs = 130, 264, 1024, 128
+    x = np.ones((m, k), dtype=np.float32)
+    x[1::2] = -1.0
+    x[7, ::3] = 0.0
+    codes = np.full((n, k), 15, dtype=np.uint8)
+    codes[1::2] = 0
+    codes[5] = np.arange(k) % 16  # every code, in order: nibble order matters
+    codes[9, ::2] = 3
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    scales = mx.array(np.linspace(0.5, 2.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    biases = mx.array(np.linspace(-20.0, 3.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    weight = QuantizedWeight(mx.array(packed.view(np.uint32)), scales, biases, gs,
+                             per_channel=False, bits=4)
+    assert np.array_equal(oracle.codes4(weight), codes)
+    want, bound = oracle.linear4(x, weight, None)
+    for name in sorted(cuda_tiles.GROUPED4_TMA_CONFIGS):
+        got = grouped_tma_run(grouped4_tile(name))(mx.array(x), weight, None)
+        oracle.assert_close(got, want, bound, "float32")
+
+
+@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED4_TMA_CONFIGS))
+@pytest.mark.parametrize("ns,lead,dtype,with_bias,group_size", [
+    ((392, 40, 264), (300,), "bfloat16", True, 64),  # tails in N per member, 3 members
+    ((2176, 1024), (2, 550), "bfloat16", False, 128),  # more tiles than blocks, 3-D x
+    ((258, 264), (33,), "float16", True, 32),  # scalar stores in member 0
+])
+def test_w4a8_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias, group_size):
+    """The 4-bit multi-weight bodies: each member equals its own launch bit for bit, and
+    the W4A8 oracle."""
+    cfg = grouped4_tile(config)
+    k = 1024
+    m = int(np.prod(lead))
+    weights = [make_weight4(rng, n, k, group_size, "bfloat16") for n in ns]
+    biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(MX_DTYPES[dtype])
+              if with_bias else None for n in ns]
+    x = activation(rng, m, k, dtype)
+    xq, xs, xr = cuda_quantize.quantize_groups(x.reshape(*lead, k), group_size)
+    outs = cuda_gemm_grouped.gemm_grouped_tma_group_spec(
+        m, k, list(zip(weights, biases)), x.dtype, cfg, lead).launch(xq, xs, xr)
+    assert len(outs) == len(ns)
+    for y, w, b, n in zip(outs, weights, biases, ns):
+        assert y.shape == (*lead, n)
+        alone = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
+        assert mx.array_equal(y, alone, equal_nan=True).item(), n
+        want, bound = oracle.linear4(host(x), w, None if b is None else host(b))
+        oracle.assert_close(y.reshape(m, n), want, bound, dtype)

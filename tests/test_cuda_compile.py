@@ -223,6 +223,21 @@ def kernel_builds() -> list[KernelBuild]:
             out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(body, members),
                                    tuple((f"y{g}", t) for g in range(members)),
                                    (("T", t), ("GS", gs)) + tuple(cfg.template())))
+    # Its 4-bit form (the producer warpgroup expanding packed codes): every tile with every
+    # group size, then the sibling bodies on the 128 x 128 tile and group3 on the others.
+    for i, cfg in enumerate(cuda_tiles.GROUPED4_TMA_CONFIGS.values()):
+        for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
+            t = launch.FLOAT_DTYPES[(i + j) % 3]
+            body = "tma_grouped4_bias" if (i + j) % 2 else "tma_grouped4"
+            out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
+        group = (("bfloat16", "tma_grouped4_group3", 64), ("float16", "tma_grouped4_group3_bias", 128),
+                 ("bfloat16", "tma_grouped4_group2", 32), ("float32", "tma_grouped4_group2_bias", 64))
+        for t, body, gs in group if cfg.bn == 128 else group[:1]:
+            members = int(body.removeprefix("tma_grouped4_group")[0])
+            out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(body, members),
+                                   tuple((f"y{g}", t) for g in range(members)),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -281,7 +296,8 @@ def block_threads(build: KernelBuild) -> int:
     tpl = set(build.template)
     found = {cfg.threads for cfg in (*cuda_tiles.ALL_GEMM_CONFIGS.values(), *cuda_tiles.WS_CONFIGS.values(),
                                      *cuda_tiles.TMA_CONFIGS.values(),
-                                     *cuda_tiles.GROUPED_TMA_CONFIGS.values())
+                                     *cuda_tiles.GROUPED_TMA_CONFIGS.values(),
+                                     *cuda_tiles.GROUPED4_TMA_CONFIGS.values())
              if cfg.file == build.file and set(cfg.template()) <= tpl}
     assert len(found) == 1, (_label(build), found)
     return found.pop()
@@ -958,6 +974,12 @@ def _bound_cases(rng):
         for fmt in ("per_channel", "grouped"):
             qw = weight(8, k, fmt, 32, mx.float32)
             yield Problem("linear", 2, 8, k, "float16", fmt, 32, True), qw, mx.zeros((8,))
+    # MLX's 4-bit weights (the 4-bit form of the group-wise TMA GEMM), with and without bias.
+    w4 = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, 256)).astype("float32")),
+                                    64, per_channel=False, bits=4)
+    for m, has_bias in ((128, False), (2048, True)):
+        yield (Problem("linear", m, n, 256, "bfloat16", "grouped4", 64, has_bias), w4,
+               mx.zeros((n,)) if has_bias else None)
 
 
 def test_bound_launch_replays_its_trace_on_each_calls_inputs():
@@ -1020,7 +1042,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     rec = record_launches(monkeypatch)
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
-             "cuda_w8a8_gemm_grouped_tma", "cuda_int8_gemv"]
+             "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1067,6 +1089,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemm_ws_tma_channel_u8", "w8a8_gemm_ws_tma_channel_u8_bias",
                  "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias",
                  "w8a8_gemm_grouped_ws_tma_grouped", "w8a8_gemm_grouped_ws_tma_grouped_bias",
+                 "w8a8_gemm_grouped_ws_tma_grouped4", "w8a8_gemm_grouped_ws_tma_grouped4_bias",
                  "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
         assert body in bodies, (body, sorted(bodies))
@@ -1297,9 +1320,10 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
 
 # Kernel files: requirements and text ------------------------------------------------------
 def test_grouped_tma_digest_is_its_own(monkeypatch):
-    """The group-wise TMA candidate's digest follows its own kernel file and the
-    ws.cuh header it requires; a code edit in gemm_grouped_ws.cu leaves every other
-    CUDA candidate's digest as it was (the shipped H200 table is keyed by those)."""
+    """The group-wise TMA candidates' digests (the 8-bit one and its 4-bit form, one
+    kernel file) follow their kernel file and the ws.cuh header it requires; a code edit
+    in gemm_grouped_ws.cu leaves every other CUDA candidate's digest as it was (the
+    shipped H200 table is keyed by those)."""
     real = sources.read
     edits: dict[str, tuple[str, str]] = {}
 
@@ -1319,13 +1343,13 @@ def test_grouped_tma_digest_is_its_own(monkeypatch):
 
     monkeypatch.setattr(sources, "read", edited)
     base = digests()
-    name = "cuda_w8a8_gemm_grouped_tma"
+    name, names = "cuda_w8a8_gemm_grouped_tma", ("cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma")
     assert len(set(base.values())) == len(base)  # (the autouse fake maps enter them all)
     edits["gemm_grouped_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
     after = digests()
-    assert after[name] != base[name]
-    assert {k: v for k, v in after.items() if k != name} == {
-        k: v for k, v in base.items() if k != name}
+    assert all(after[n] != base[n] for n in names)
+    assert {k: v for k, v in after.items() if k not in names} == {
+        k: v for k, v in base.items() if k not in names}
     edits.clear()
     edits["ws.cuh"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
     assert digests()[name] != base[name]
@@ -1733,6 +1757,79 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     (bound,) = rec.launches[start:]
     assert all(a is b for a, b in zip(bound["arrays"][:3], acts))
     assert not _same_launches([bound], [gemm])
+
+
+@pytest.mark.parametrize("m,n,k,gs,dtype,has_bias", [
+    (77, 1000, 512, 32, "float16", True),       # odd M, N not a multiple of any tile
+    (2048, 4096, 4096, 64, "bfloat16", False),  # prefill: 128 x 128 tiles
+])
+def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
+    """The 4-bit candidate's launches, recorded: the same quantize launch as the 8-bit
+    group-wise TMA GEMM (one activation format: its act key is theirs), then the
+    ``tma_grouped4`` body reading the packed words as stored (``[N, K / 8]`` uint32, the
+    weight's own array: no second copy), terms ``(s, b)`` (the stored bias, no 128
+    offset), and a map array whose second prototype reads the packed codes: ``[N, K / 2]``
+    bytes in BN-row boxes of 64 bytes, unswizzled; a 4-bit tile (four producer warps,
+    its shared memory) chosen by the output's size."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = cuda_here
+    cand = registry.get("linear", "cuda_w4a8_gemm_tma")
+    p = Problem("linear", m, n, k, dtype, "grouped4", gs, has_bias)
+    assert cand.supports(p)
+    assert not cand.supports(Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))
+    assert not registry.get("linear", "cuda_w8a8_gemm_grouped_tma").supports(p)
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    qw = QuantizedWeight.from_float(w, gs, per_channel=False, bits=4)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if has_bias else None
+    x = mx.zeros((m, k), dtype=getattr(mx, dtype))
+    cfg = cuda_tiles.grouped_tma_tile_for(m, n, 4)
+    assert cfg.bits == 4 and cfg.producers == 4 and cfg in cuda_tiles.GROUPED4_TMA_CONFIGS.values()
+    groups = k // gs
+    start = len(rec.launches)
+    y = cand.run(x, qw, bias)
+    quant, gemm = rec.launches[start:]
+    assert y.shape == (m, n) and y.dtype == x.dtype
+    assert quant["name"] == "w8a8_quantize_sums"
+    assert quant["output_shapes"] == [(m, k), (m, 1), (m * groups + 64,)]
+    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_grouped4" + ("_bias" if has_bias else "")
+    names = ["xq", "xs", "xr", "w", "wt"] + (["bias"] if has_bias else []) + ["wmap"]
+    arrays = dict(zip(names, gemm["arrays"]))
+    assert gemm["inputs"] == names
+    assert arrays["w"] is qw.q and arrays["w"].shape == (n, k // 8)
+    terms = np.array(arrays["wt"]).reshape(-1, groups, cfg.bn, 2)
+    s_, b_ = (np.array(a.astype(mx.float32)) for a in (qw.scales, qw.biases))
+    assert np.array_equal(terms[0, :, 0, 0], s_[0]) and np.array_equal(terms[0, :, 0, 1], b_[0])
+    assert read_prototypes(arrays["wmap"])[:2] == [(128, k, 128), (n, k // 2, cfg.bn)]
+    raw = np.array(arrays["wmap"]).tobytes()
+    assert np.frombuffer(raw[128 + 24:128 + 40], dtype=np.uint64).tolist() == [64, 0]
+    assert gemm["threadgroup"] == (384, 1, 1)
+    assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
+    assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
+                                ("STAGES", cfg.stages), ("PW", 4)]
+    key, _, _ = cand.bind_stages(p, qw, bias)
+    assert key == registry.get("linear", "cuda_w8a8_gemm_grouped_tma").stages(
+        Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))[0]
+
+
+def test_w4a8_tma_tiles_fit_shared_memory():
+    """Each 4-bit tile: four producer warps, the ring with its packed rows and third
+    mbarrier within the kernel's layout and an H200's shared memory at every group size,
+    and as deep as fits at group size 32."""
+    for cfg in cuda_tiles.GROUPED4_TMA_CONFIGS.values():
+        assert cfg.threads == 384 and cfg.bits == 4
+        for gs in cuda_tiles.GROUPED_TMA_GROUP_SIZES:
+            stage = (cfg.bm + cfg.bn) * 128
+            terms, packed = (128 // gs) * cfg.bn * 8, cfg.bn * 64
+            assert packed % 1024 == 0 or cfg.bn == 32
+            bars_end = 1023 + cfg.stages * (stage + terms + packed) + 8 * 2560 + 24 * cfg.stages
+            used = bars_end + 127 + (1 + launch.MAX_SIBLINGS) * tensormap.MAP_BYTES
+            assert used <= cfg.shared_memory(gs) <= H200_SHARED_MEMORY, (cfg, gs, used)
+        assert cfg._replace(stages=cfg.stages + 1).shared_memory(32) > H200_SHARED_MEMORY, cfg
 
 
 def test_grouped_tma_tile_follows_the_output():

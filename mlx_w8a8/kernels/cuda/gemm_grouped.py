@@ -3,7 +3,8 @@ group's int32 partial sums into float32 (``gemm.cu`` ``grouped``), and the Hoppe
 GEMM (``gemm_grouped_ws.cu``: the per-channel TMA GEMM's mainloop promoting each group's
 exact int32 sum into float32 accumulators after its wgmmas; group size 32, 64 or 128,
 ``K % 128 == 0``), with its sibling launches; the ``cuda_w8a8_gemm_grouped`` and
-``cuda_w8a8_gemm_grouped_tma`` definitions.
+``cuda_w8a8_gemm_grouped_tma`` definitions, and ``cuda_w4a8_gemm_tma``: the TMA GEMM on
+MLX's 4-bit weights as stored, their codes expanded to bytes on chip.
 
 The TMA form is exact on an H200 (``tests/test_cuda.py``) and, measured there, in the
 shipped table and the CUDA prior from M = 128 (``docs/cuda.md``: 2.0-2.5x
@@ -67,20 +68,28 @@ def grouped_terms(weight, bn: int) -> mx.array:
     """The group-wise TMA GEMM's per-group terms of ``weight`` on tiles ``bn`` wide:
     float32 ``[ceil(N / bn), G, bn, 2]`` (flat), element ``[t, g, c]`` the pair
     ``(s, o)`` of row ``n = t bn + c`` and group ``g`` (``s`` the stored scale in float32,
-    ``o = b + 128 s``: :attr:`QuantizedWeight.group_offsets`), zeros for ``n >= N``. One
+    ``o = b + 128 s``: :attr:`QuantizedWeight.group_offsets`; for 4-bit codes the stored
+    bias ``b``, their codes being unsigned as stored), zeros for ``n >= N``. One
     k-tile's groups for one tile column are then contiguous: the kernel copies them into
     shared memory with one bulk copy per stage. Made once per weight and tile width and
     kept with the weight (:meth:`QuantizedWeight.derived`), in MLX ops like
     :attr:`QuantizedWeight.group_offsets` (lazy: nothing is read on the host, also under
     ``mx.compile``; :meth:`LaunchSpec.bound` evaluates it where it can)."""
     def make():
-        t = mx.stack([weight.scales.astype(mx.float32), weight.group_offsets], axis=-1)
+        offsets = (weight.biases.astype(mx.float32) if weight.bits == 4
+                   else weight.group_offsets)
+        t = mx.stack([weight.scales.astype(mx.float32), offsets], axis=-1)
         n, g = weight.n, weight.k // weight.group_size
         tiles_n = -(-n // bn)
         if tiles_n * bn > n:
             t = mx.concatenate([t, mx.zeros((tiles_n * bn - n, g, 2), dtype=mx.float32)])
         return t.reshape(tiles_n, bn, g, 2).transpose(0, 2, 1, 3).reshape(-1)
     return weight.derived(("cuda_grouped_terms", bn), make)
+
+
+def _body(cfg: GroupedTmaConfig) -> str:
+    """The stem of the group-wise TMA GEMM's bodies for ``cfg``'s code width."""
+    return "tma_grouped4" if cfg.bits == 4 else "tma_grouped"
 
 
 def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
@@ -92,9 +101,11 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     Raises:
         ValueError: for M < 1, a per-channel weight, a group size other than 32, 64 or
             128, K not a multiple of 128 (or not the weight's, or not below 2^17), or a
-            tile not of ``GROUPED_TMA_CONFIGS``' kind.
+            tile not of ``GROUPED_TMA_CONFIGS``' kind (``GROUPED4_TMA_CONFIGS``' for a
+            4-bit weight).
     """
-    cfg = _grouped_tma_checked(m, k, weight, config or grouped_tma_tile_for(m, weight.n))
+    cfg = _grouped_tma_checked(m, k, weight,
+                               config or grouped_tma_tile_for(m, weight.n, weight.bits))
     frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
                                     out_dtype, cfg, leading_shape(m, lead))
     tail = (weight.q, grouped_terms(weight, cfg.bn))
@@ -116,9 +127,10 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
     if k != weight.k or k % GROUPED_TMA_K_MULTIPLE or not 0 < k < MAX_K:
         raise ValueError(f"{op} K must be the weight's ({weight.k}), a multiple of "
                          f"{GROUPED_TMA_K_MULTIPLE} and below {MAX_K}, got {k}")
-    if not isinstance(cfg, GroupedTmaConfig):
-        raise ValueError(f"{op} the tile must be a GroupedTmaConfig (GROUPED_TMA_CONFIGS), "
-                         f"got {cfg}")
+    if not isinstance(cfg, GroupedTmaConfig) or cfg.bits != weight.bits:
+        raise ValueError(f"{op} the tile must be a GroupedTmaConfig of the weight's "
+                         f"{weight.bits}-bit codes (GROUPED_TMA_CONFIGS, "
+                         f"GROUPED4_TMA_CONFIGS), got {cfg}")
     return cfg
 
 
@@ -130,7 +142,7 @@ def _gemm_grouped_tma_frame(m: int, k: int, n: int, has_bias: bool, group_size: 
     ``cfg`` (no tail: its inputs are the weight's codes, :func:`grouped_terms`, the
     float32 bias and :func:`weight_maps`)."""
     names = ("xq", "xs", "xr", "w", "wt")
-    body = "tma_grouped"
+    body = _body(cfg)
     if has_bias:
         names += ("bias",)
         body += "_bias"
@@ -203,12 +215,14 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
     has_bias = sibling_bias(op, members)
     first = members[0][0]
     for w, _ in members:
-        if w.per_channel or w.k != k or w.group_size != first.group_size:
-            raise ValueError(f"{op} sibling weights must be grouped with K = {k} and one "
-                             f"group size, got per_channel={w.per_channel}, K={w.k}, "
-                             f"group_size={w.group_size} (first: {first.group_size})")
+        if (w.per_channel or w.k != k or w.group_size != first.group_size
+                or w.bits != first.bits):
+            raise ValueError(f"{op} sibling weights must be grouped with K = {k}, one "
+                             f"group size and one code width, got per_channel="
+                             f"{w.per_channel}, K={w.k}, group_size={w.group_size}, "
+                             f"bits={w.bits} (first: {first.group_size}, {first.bits})")
     ns = tuple(w.n for w, _ in members)
-    cfg = config or grouped_tma_tile_for(m, sum(ns))
+    cfg = config or grouped_tma_tile_for(m, sum(ns), first.bits)
     for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
         _grouped_tma_checked(m, k, w, cfg)
     frame = _gemm_grouped_tma_group_frame(m, k, ns, has_bias, first.group_size,
@@ -230,7 +244,7 @@ def _gemm_grouped_tma_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias:
     for g in range(len(ns)):
         names += [f"w{g}", f"wt{g}"] + ([f"bias{g}"] if has_bias else [])
     names += [f"wmap{g}" for g in range(len(ns))]
-    body = f"tma_grouped_group{len(ns)}" + ("_bias" if has_bias else "")
+    body = f"{_body(cfg)}_group{len(ns)}" + ("_bias" if has_bias else "")
     outs = tuple(f"y{g}" for g in range(len(ns)))
     blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
     kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory(group_size))
@@ -251,12 +265,13 @@ class W8A8GemmGrouped(CudaKernel):
     partial sums into float32."""
 
     name = "cuda_w8a8_gemm_grouped"
+    formats = ("grouped",)  # the weight formats it multiplies
 
     def tile(self, p: registry.Problem):
         return grouped_tile_for(p.m, p.n)
 
     def refusals(self, p: registry.Problem):
-        yield weight_format(p, "grouped")
+        yield weight_format(p, *self.formats)
         yield outputs(p)
         yield float_rows(p)
         yield gemm_k(p)
@@ -307,3 +322,17 @@ class W8A8GemmGroupedTma(W8A8GemmGrouped):
     def apply_group(self, p: registry.Problem, members, lead=None):
         return (gemm_grouped_tma_group_spec(p.m, p.k, members, getattr(mx, p.dtype),
                                             self.tile(p), lead),)
+
+
+class W4A8GemmTma(W8A8GemmGroupedTma):
+    """``cuda_w4a8_gemm_tma`` (``linear``, MLX's 4-bit affine weights as stored, group
+    size 32, 64 or 128, ``K % 128 == 0``; Hopper with tensor maps): the group-wise TMA
+    GEMM with the packed codes expanded to bytes on chip by its producer warpgroup
+    (``gemm_grouped_ws.cu``, 4-bit weights), the W4A8 math of ``docs/numerics.md``; the
+    activations are the group-wise TMA GEMM's (one quantize launch serves both)."""
+
+    name = "cuda_w4a8_gemm_tma"
+    formats = ("grouped4",)
+
+    def tile(self, p: registry.Problem):
+        return grouped_tma_tile_for(p.m, p.n, 4)

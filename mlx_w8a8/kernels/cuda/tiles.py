@@ -249,11 +249,14 @@ class GroupedTmaConfig(NamedTuple):
     tiles for 128 bytes of K and the tile's ``(scale, offset)`` pairs of the groups in
     them, 8 consumer warps and ``producers`` producer warps (4: the producer warpgroup
     hands its registers to the consumers, needed at ``bn = 128``; or 1); at most one
-    block per SM."""
+    block per SM. ``bits`` 4: the 4-bit weights' form (bodies ``tma_grouped4*``), whose
+    stages also hold the tile's packed rows (``bn * 64`` bytes) and a third mbarrier,
+    and whose four producer warps expand the codes (``producers`` must be 4)."""
 
     bn: int
     stages: int
     producers: int
+    bits: int = 8
 
     file = "gemm_grouped_ws.cu"
     bm = 128
@@ -270,6 +273,9 @@ class GroupedTmaConfig(NamedTuple):
         to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
         terms = (128 // group_size) * self.bn * 8
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
+        if self.bits == 4:  # + the packed rows and the packed[s] mbarrier per stage
+            return (self.stages * ((self.bm + self.bn) * 128 + terms + self.bn * 64)
+                    + 8 * 2560 + 24 * self.stages + maps + 1024)
         return (self.stages * ((self.bm + self.bn) * 128 + terms) + 8 * 2560
                 + 16 * self.stages + maps + 1024)
 
@@ -289,8 +295,16 @@ GROUPED_TMA_K_MULTIPLE = 128
 
 GROUPED_TMA_GROUP_SIZES = (32, 64, 128)
 
+# The 4-bit form: as many stages as fit 227 KiB at group size 32 with the packed rows;
+# always the producer warpgroup (its four warps expand the codes).
+GROUPED4_TMA_CONFIGS = {
+    "g4tma128": GroupedTmaConfig(128, 4, 4, 4),
+    "g4tma64": GroupedTmaConfig(64, 6, 4, 4),
+    "g4tma32": GroupedTmaConfig(32, 8, 4, 4),
+}
 
-def grouped_tma_tile_for(m: int, n: int) -> GroupedTmaConfig:
+
+def grouped_tma_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     """The group-wise TMA GEMM's tile for an ``M x N`` output (:func:`tiles_filling`
-    over ``GROUPED_TMA_CONFIGS``)."""
-    return tiles_filling(m, n, GROUPED_TMA_CONFIGS.values())
+    over ``GROUPED_TMA_CONFIGS``, or ``GROUPED4_TMA_CONFIGS`` for 4-bit weights)."""
+    return tiles_filling(m, n, (GROUPED4_TMA_CONFIGS if bits == 4 else GROUPED_TMA_CONFIGS).values())

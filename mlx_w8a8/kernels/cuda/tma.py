@@ -39,6 +39,7 @@ def tma_io(cfg: WsConfig, k: int, ns: tuple[int, ...], blocks: int):
 
 
 WEIGHT_MAPS_BYTES = 4 * tensormap.MAP_BYTES
+PACKED_BOX_K = 64  # a 4-bit weight's box: 64 bytes (128 codes, one k-tile) per row, unswizzled
 
 
 def weight_maps(weight, bn: int) -> mx.array:
@@ -46,13 +47,19 @@ def weight_maps(weight, bn: int) -> mx.array:
     ``bn`` wide: A's tensor-map prototype (``[128, K]`` codes), then the weight's
     (``[N, K]`` in ``bn``-row boxes), then 256 bytes where every launch writes the
     weight's map made from the address it receives (gemm_ws.cu TmaMaps). Made once per
-    weight and tile width and kept with the weight (:meth:`QuantizedWeight.derived`): an
+    weight and tile width and kept with the weight (:meth:`QuantizedWeight.derived`; for a
+    4-bit weight the second map reads its packed codes, ``[N, K / 2]`` bytes in boxes of
+    ``bn`` rows x :data:`PACKED_BOX_K` bytes, unswizzled): an
     input of every launch on it, where a scratch output would cost each launch about
     2.7 us of host time (docs/cuda.md "Host time per launch"). Every launch on the
     weight writes the same bytes there, also launches that run at once, so a launch
     reads only the map it made itself (tma.cuh)."""
     def make():  # made on the host whole: no graph to evaluate, also under mx.compile
-        protos = _prototype_bytes(weight.k, (weight.n,), bn)
+        if weight.bits == 4:  # the packed codes, [N, K / 2] bytes (gemm_grouped_ws.cu)
+            protos = (tensormap.prototype(WsConfig.bm, weight.k, WsConfig.bm)
+                      + tensormap.prototype(weight.n, weight.k // 2, bn, PACKED_BOX_K, False))
+        else:
+            protos = _prototype_bytes(weight.k, (weight.n,), bn)
         raw = protos + bytes(WEIGHT_MAPS_BYTES - len(protos))
         return mx.array(np.frombuffer(raw, dtype=np.uint8))
     return weight.derived(("cuda_tma_maps", bn), make)

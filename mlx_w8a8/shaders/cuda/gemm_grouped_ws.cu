@@ -69,6 +69,21 @@
 //  * Epilogue: ws_epilogue (gemm_ws.cu) on the float32 accumulators' bits with
 //    GroupedEpilogue: y = t_m f (+ bias_n), rows past M and columns past N never stored.
 //
+// 4-bit weights (WB = 4: MLX's affine 4-bit format as stored, bodies tma_grouped4*): the
+// same mainloop on u8 codes 0..15 expanded on chip. Per k-tile, the tile's BN packed rows
+// (64 bytes each: K / 2 bytes a row, two codes a byte, low nibble first: weight.py) arrive
+// by one TMA box into the stage's packed buffer, unswizzled (the weight's map is made from
+// its map array's second prototype: cuda_launch.weight_maps), completing on packed[s];
+// rows past N read as zeros. The producer warpgroup's 128 threads (all four warps stay,
+// with kWsProducerRegs registers each) then expand them: thread t takes row t % BN and
+// BN / 32 of the row's 16-byte packed chunks, each becoming two 16-byte code chunks
+// written to B's place of the stage in the 128-byte swizzled layout TMA would have written
+// (common.cuh swz); after a proxy fence each warp arrives on full[s] (count 1 + 4: the
+// A/terms arm and the four warps). Every producer thread waits on empty[s] itself before
+// writing B's place of stage s. The consumers are unchanged but for the shift: P = U (no
+// 128 offset: the codes are unsigned as stored, |U| <= 127 * 15 * 128 < 2^18) and the
+// terms' second value is the stored bias b (docs/numerics.md, W4A8 linear).
+//
 // Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
 // the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile
 // r * STAGES + s; empty[s] count 8 (the consumer warps). TMA and bulk copies write shared
@@ -120,6 +135,29 @@ __device__ __forceinline__ float4 lds_f4(uint32_t addr) {
                : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                : "r"(addr));
   return v;
+}
+
+// 16 bytes of shared memory at `addr` (16-byte aligned): a load, and a store.
+__device__ __forceinline__ uint4 lds_u4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void sts_u4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Eight 4-bit codes (one packed word, code j in bits 4j .. 4j + 3) as eight bytes in
+// code order: bytes (q0, q1, q2, q3) and (q4, q5, q6, q7).
+__device__ __forceinline__ uint2 expand4(uint32_t w) {
+  const uint32_t lo = w & 0x0F0F0F0Fu;         // q0, q2, q4, q6
+  const uint32_t hi = (w >> 4) & 0x0F0F0F0Fu;  // q1, q3, q5, q7
+  return make_uint2(__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362));
 }
 
 // The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
@@ -192,9 +230,86 @@ __device__ __forceinline__ GroupedMember<T> member_of(const GroupedMembers<T, NM
   return m;
 }
 
+// The producer warpgroup of the 4-bit GEMM (gemm_grouped_ws with WB = 4, the "4-bit
+// weights" paragraph above): per k-tile, lane 0 of warp 8 arms full[s] with A's box and
+// the terms and loads them, and arms packed[s] with the packed box and loads it; then all
+// 128 threads expand the packed rows into B's place of the stage and arrive on full[s],
+// one arrive per warp.
+template <int BN, int STAGES, int GS, typename T, int NM>
+__device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, const int32_t* sums,
+                                                 const GroupedMembers<T, NM>& ms,
+                                                 unsigned char* smem, unsigned char* term_smem,
+                                                 unsigned char* pack_smem, uint64_t* bars) {
+  constexpr int BM = 128;
+  constexpr int kGroups = kBK / GS;
+  constexpr int kStageBytes = (BM + BN) * kBK;
+  constexpr int kTermBytes = kGroups * BN * 8;
+  constexpr int kPackRow = kBK / 2;  // packed bytes of a row per k-tile (the map's box)
+  constexpr int kPackBytes = BN * kPackRow;
+  constexpr int kChunks = BN / 32;  // 16-byte packed chunks per thread and k-tile
+  const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES),
+                 packed0 = smem_addr(bars + 2 * STAGES);
+  const int pt = threadIdx.x - 32 * kWsProducerWarp;  // 0 .. 127
+  const int lane = pt & 31;
+  const bool loader = pt == 0;  // lane 0 of warp 8 issues every load
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = member_tiles<BN>(ms);
+  const int tiles = tiles_m * tiles_n;
+  const int ktiles = K / kBK;
+  const int groups = K / GS;
+  void* map_a = reinterpret_cast<void*>(tma_aligned(sums + static_cast<size_t>(M) * groups));
+  const void* map_b[NM];
+  if (pt < 32) {  // warp 8 makes the maps (warp-collective), as the 8-bit producer
+    unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 3 * STAGES));
+    tma_make_maps(map_a, a, M, ms.b, ms.wmap, stage, map_b);
+    if (loader) tma_acquire_maps(map_a, map_b);
+  }
+  const uint32_t stage_tx = tma_box_rows_a(M) * kBK + kTermBytes;
+  // This thread's row of the tile and first packed chunk; chunks are visited rotated by
+  // row / 2 so the 8 threads of a 16-byte load phase hit distinct banks (BN = 128).
+  const int row = pt % BN, c0 = (pt / BN) * kChunks;
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      const uint32_t phase = (it / STAGES) & 1;
+      mbar_wait(empty0 + 8 * s, phase ^ 1);  // every thread: it writes B's place below
+      const uint32_t sa = smem_addr(smem + s * kStageBytes);
+      const uint32_t pk = smem_addr(pack_smem + s * kPackBytes);
+      if (loader) {
+        const GroupedMember<T> mb = member_of<BN>(ms, tn);
+        const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
+        mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
+        tma_load_2d(sa, map_a, kt * kBK, tm * kTmaTileRowsA, full0 + 8 * s);
+        bulk_load(smem_addr(term_smem + s * kTermBytes),
+                  tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
+                  full0 + 8 * s);
+        // The packed box: BN rows x 64 bytes, all counted (rows past N read as zeros).
+        mbar_arrive_expect_tx(packed0 + 8 * s, kPackBytes);
+        tma_load_2d(pk, member_map(map_b, mb.g), kt * kPackRow, mb.tn * BN, packed0 + 8 * s);
+      }
+      mbar_wait(packed0 + 8 * s, phase);
+      const uint32_t prow = pk + row * kPackRow;  // 32-bit shared addresses: few registers
+      const uint32_t sb = sa + BM * kBK;
+#pragma unroll 1  // one chunk's registers at a time: the warpgroup has kWsProducerRegs
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = c0 + (i + (row >> 1)) % kChunks;  // packed chunk: codes 32 c .. 32 c + 31
+        const uint4 v = lds_u4(prow + 16 * c);
+        const uint2 e0 = expand4(v.x), e1 = expand4(v.y), e2 = expand4(v.z), e3 = expand4(v.w);
+        sts_u4(sb + swz(row, 2 * c), make_uint4(e0.x, e0.y, e1.x, e1.y));
+        sts_u4(sb + swz(row, 2 * c + 1), make_uint4(e2.x, e2.y, e3.x, e3.y));
+      }
+      fence_proxy_async();  // the codes written here are read by wgmma (async proxy)
+      __syncwarp();
+      if (lane == 0) mbar_arrive(full0 + 8 * s);
+    }
+  }
+}
+
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
-template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM>
+template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -202,16 +317,20 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   static_assert(BN == 128 || BN == 64 || BN == 32, "an int32 and a float32 set of BN / 2");
   static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
   static_assert(NM >= 1 && NM <= kMaxMembers, "1 to kMaxMembers members");
+  static_assert(WB == 8 || (WB == 4 && PW == 4), "8-bit codes, or 4-bit ones expanded by 4 warps");
+  constexpr bool kW4 = WB == 4;
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kGroups = kBK / GS;  // whole groups per k-tile
   constexpr int kSteps = GS / 32;    // k32 wgmma steps per group
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
   constexpr int kTermBytes = kGroups * BN * 8;  // the k-tile's (s, o) pairs for BN columns
+  constexpr int kPackBytes = kW4 ? BN * kBK / 2 : 0;  // a stage's packed 4-bit rows
   constexpr bool kRealloc = PW == 4;
   unsigned char* smem = wgmma_smem();
   unsigned char* term_smem = smem + STAGES * kStageBytes;
-  unsigned char* epi_smem = term_smem + STAGES * kTermBytes;
+  unsigned char* pack_smem = term_smem + STAGES * kTermBytes;
+  unsigned char* epi_smem = pack_smem + STAGES * kPackBytes;
   uint64_t* bars = reinterpret_cast<uint64_t*>(epi_smem + 8 * kWsEpiWarpBytes);
   const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
 
@@ -224,13 +343,20 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, 1);
+      mbar_init(full0 + 8 * s, kW4 ? 1 + 4 : 1);  // the arm (+ the expanding warps)
       mbar_init(empty0 + 8 * s, 8);  // the consumer warps
+      if constexpr (kW4) mbar_init(empty0 + 8 * (STAGES + s), 1);  // packed[s]
     }
   }
   __syncthreads();
 
-  if (warp >= kWsProducerWarp) {
+  if constexpr (kW4) {
+    if (warp >= kWsProducerWarp) {
+      setmaxnreg_dec<kWsProducerRegs>();  // all four warps stay: they expand the codes
+      grouped4_produce<BN, STAGES, GS>(a, M, K, sums, ms, smem, term_smem, pack_smem, bars);
+      return;
+    }
+  } else if (warp >= kWsProducerWarp) {
     if (!ws_producer_start<kRealloc>(warp)) return;  // warps 9-11 gave their registers
     // This launch's maps, staged in shared memory after the barriers (one stage per map)
     // and published to global memory (warp-collective: every lane of warp 8). A's
@@ -314,7 +440,9 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         // I2F (a quarter-rate conversion on sm_90, BN / 2 per thread and group).
         constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
         const float rlo = static_cast<float>(cur_lo), rhi = static_cast<float>(cur_hi);
-        const int clo = 0x4B400000 - 128 * cur_lo, chi = 0x4B400000 - 128 * cur_hi;
+        // 4-bit codes are not offset (P = U, the terms hold the stored bias b).
+        constexpr int kShift = kW4 ? 0 : 128;
+        const int clo = 0x4B400000 - kShift * cur_lo, chi = 0x4B400000 - kShift * cur_hi;
 #pragma unroll
         for (int c = 0; c < BN / 8; ++c) {
           const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
@@ -391,6 +519,52 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3>(
 
 // @@ body tma_grouped_group3_bias
 w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
+
+// @@ body tma_grouped4
+// As tma_grouped for MLX's 4-bit weights: w [N, K/8] uint32 packed codes, wt f32 terms
+// (s, b) (cuda_launch.grouped_terms), wmap uint8 [512] (A's prototype first).
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, 4>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_grouped4_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, 4>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_grouped4_group2
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, 4>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_grouped4_group2_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, 4>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_grouped4_group3
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, 4>(
+    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
+
+// @@ body tma_grouped4_group3_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, 4>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
