@@ -53,6 +53,16 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cuda", "linear", "grouped"): [
         (128, None, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
     ],
+    # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
+    # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
+    # grouped4 at M = 128, 512, 2048 (bench/results/h100_2026-12-05_f.log; its H100
+    # entries are kept as bench/results/h100_2026-12-05_f_table.json, which
+    # tests/test_prior.py checks this rule against). The 4-bit TMA GEMM won all 21
+    # (1.15-2.66x mx.quantized_matmul at 4 bits). Not measured on an H200 (the kernel is
+    # compute-bound there as here) nor below M = 128, which keeps the fallback.
+    ("cuda", "linear", GROUPED4): [
+        (128, None, 0, ("cuda_w4a8_gemm_tma",)),
+    ],
     # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
     # an NVIDIA H200 (MLX 0.32.4): tune --op int8_matmul / quantize_activation on the
     # Llama-3-8B and Qwen2.5-7B projection shapes (tune --shapes mlp attn) at M = 1, 16,

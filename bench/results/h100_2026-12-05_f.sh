@@ -1,0 +1,67 @@
+#!/bin/bash
+# Device runs F and G, 2026-12-05, on an NVIDIA H100 80GB HBM3 (both times the machine
+# lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
+# GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
+#   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g
+# Part F ran on tree c272acd, before the part switch and its header line were added (so
+# f.log starts with its first command); part G's header line names its tree.
+# Part F:
+# 1) its exactness tests (tests/test_cuda.py, W4A8 oracle; the 8-bit form's candidate
+#    test as a regression check of the shared kernel file);
+# 2) op level, Llama-3-8B shapes, gs64, bf16: the 4-bit GEMM and the 8-bit group-wise
+#    and per-channel TMA GEMMs, each against its format's mx.quantized_matmul;
+# 3) tune --format grouped4 (gs64) at M = 2048, 512, 128 into a copy of the shipped table;
+# 4) the 4-layer model bench from an mlx-lm 4-bit gs64 checkpoint with that table.
+# (The op-level benches of 2) ran past their 25-30 s limits and printed nothing; the
+# tune's H100 entries are kept as h100_2026-12-05_f_table.json, its sibling check was
+# cut by the limit.)
+# Part G: the default path (the CUDA prior's 4-bit rule, no table) from mlx-lm 4-bit
+# checkpoints of group size 64, 32 and 128; then the same-device op-level figures of the
+# 8-bit per-channel and group-wise TMA GEMMs on the shapes of part F's tune (tune, its
+# checks off), for the 4-bit GEMM's speed against them.
+set -u
+export PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/h100_f}
+mkdir -p "$O" tmp_t
+L="$O/f.log"
+run() {  # run LIMIT CMD...: the command line, its output and its exit status into f.log
+  local limit=$1; shift
+  echo "===== $*" >> "$L"
+  timeout -s INT "$limit" "$@" >> "$L" 2>&1
+  echo "rc=$?" >> "$L"
+}
+part=${1:-f}
+echo "===== part $part, tree ${TREE:-?}" >> "$L"
+if [ "$part" = "f" ]; then
+run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
+  -k "w4a8_gemm_tma or w4a8_tma_extreme or w4a8_tma_sibling or (w4a8_tma_every_tile and 300) or test_w8a8_gemm_grouped_tma"
+ok=$(tail -n 1 "$L")
+C="2048x4096x4096 2048x14336x4096 2048x4096x14336 512x14336x4096 128x4096x4096"
+run 30 python3 -m mlx_w8a8.bench --format grouped4 --group-size 64 --candidate cuda_w4a8_gemm_tma --pairs 30 --cases $C
+run 25 python3 -m mlx_w8a8.bench --format grouped --group-size 64 --candidate cuda_w8a8_gemm_grouped_tma --pairs 30 --cases $C
+run 25 python3 -m mlx_w8a8.bench --format per_channel --candidate cuda_w8a8_gemm_tma --pairs 30 --cases $C
+if [ "$ok" = "rc=0" ]; then
+  cp mlx_w8a8/tables/nvidia-h200.json tmp_t/f.json
+  run 150 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
+    --m 2048,512,128 --table tmp_t/f.json --no-progress
+  cp tmp_t/f.json "$O/f_nvidia-h200.json"
+  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 32 --batch 16 --rounds 3 --warm-up --table tmp_t/f.json
+fi
+fi
+if [ "$part" = "g" ]; then
+  run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 32 --batch 16 --rounds 3 --warm-up
+  for gs in 32 128; do
+    run 100 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs$gs --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+  done
+  for fmt in per_channel grouped; do
+    rm -f tmp_t/$fmt.json
+    run 75 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size 64 \
+      --m 2048,512 --table tmp_t/$fmt.json --no-progress --sibling-check off \
+      --prefill-check off --decode-check off
+  done
+fi
+grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |[0-9]+ +[0-9]+ +[0-9]+ )" "$L" | head -120
