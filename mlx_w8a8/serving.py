@@ -296,6 +296,11 @@ class W8A8Loader:
         model, tokenizer, config = self.load(*bound.args, **bound.kwargs)
         start = time.perf_counter()
         layers = convert_loaded(model, config, self.options, self.prog, str(where))
+        # Hazard: MLX's streams belong to the thread that made them, and mlx-lm's server
+        # runs the model on a generation thread of its own. Arrays the conversion left
+        # lazy would be evaluated there on this thread's stream ("There is no Stream(cpu,
+        # 0) in current thread"), so every parameter is evaluated here, where it was made.
+        mx.eval(model.parameters())
         self.log(f"{self.prog}: {where}: {layers} linear layers converted to W8A8 in "
                  f"{time.perf_counter() - start:.2f} s")
         tokens = self.options.warm_up_tokens or 0

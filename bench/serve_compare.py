@@ -1,0 +1,257 @@
+"""The server benchmark: ``python -m mlx_w8a8.server`` against ``mlx_lm.server`` on the
+same weights, each server started, loaded with ``bench/serve_bench.py``'s levels and
+stopped in turn, on this machine's loopback interface.
+
+The model is a preset, a ``config.json`` or a model folder (:mod:`mlx_w8a8.models`:
+random weights, seeded, where the folder has none), ``--layers`` blocks of it, written
+once under ``--folders`` (reused when present) as two mlx-lm folders with the byte
+tokenizer of :func:`mlx_w8a8.tokens.write_byte_tokenizer` (prompts are bytes; with
+random weights the output is whatever the model picks, and the servers' usage counts
+the tokens):
+
+- ``bf16``: the weights in bfloat16;
+- ``q8``: mlx-lm's 8-bit checkpoint of them (``mlx_lm.utils.quantize_model``, group size
+  64: what ``mlx_lm.convert -q --q-bits 8`` writes).
+
+The arms (``--arms``, default all four):
+
+- ``mlx_lm-bf16``: ``python -m mlx_lm.server --model bf16``;
+- ``mlx_lm-8bit``: ``python -m mlx_lm.server --model q8``;
+- ``w8a8``: ``python -m mlx_w8a8.server --model bf16 --quantize`` (per-channel W8A8 of
+  the float weights, the default table and prior; the server warms up before it opens
+  its port);
+- ``w8a8-8bit``: ``python -m mlx_w8a8.server --model q8`` (the mlx-lm 8-bit checkpoint
+  as ``mlx_w8a8.load`` converts it: group-wise W8A8).
+
+Every arm gets the same server flags (``--server-args``, e.g. mlx-lm's
+``--decode-concurrency``), starts on a free port, and is timed from the first level only
+once it accepts connections (loading and warm-up are reported, not timed into a level).
+Per level the output is serve_bench's row; then, for each ``w8a8*`` arm against each
+``mlx_lm-*`` arm, the ratio of aggregate output tokens/s (> 1: the W8A8 server is faster)
+and of median time to first token (< 1: it answers sooner). ``--json`` writes all of it.
+
+Usage::
+
+    python bench/serve_compare.py --model llama-3-8b --layers 32 --folders /data/serve \\
+        --levels 1,8,32 --max-tokens 128 --json serve.json
+
+Exit status 0 when every request of every arm succeeded, 1 otherwise, 2 for bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import serve_bench  # noqa: E402  (bench/serve_bench.py, the load generator)
+
+PROG = "bench/serve_compare.py"
+ARMS = {
+    "mlx_lm-bf16": ("mlx_lm", "bf16"),
+    "mlx_lm-8bit": ("mlx_lm", "q8"),
+    "w8a8": ("mlx_w8a8", "bf16"),
+    "w8a8-8bit": ("mlx_w8a8", "q8"),
+}
+GROUP_SIZE = 64
+
+
+def write_folders(spec: str, layers: int | None, folders: Path, seed: int = 0,
+                  log=print) -> dict[str, Path]:
+    """``{"bf16": folder, "q8": folder}`` for ``spec``'s first ``layers`` blocks, written
+    under ``folders`` unless a complete folder (``config.json`` and weights) is there."""
+    import mlx.core as mx
+    from mlx_lm.utils import quantize_model, save_config, save_model
+
+    from mlx_w8a8 import models
+    from mlx_w8a8.tokens import write_byte_tokenizer
+
+    out = {"bf16": folders / "bf16", "q8": folders / "q8"}
+    if all((f / "config.json").exists() and models.has_weights(f) for f in out.values()):
+        log(f"[{PROG}] reusing {out['bf16']} and {out['q8']}")
+        return out
+    start = time.perf_counter()
+    model, config, label = models.build(spec, layers, mx.bfloat16, seed)
+    mx.eval(model.parameters())
+    config = dict(config, torch_dtype="bfloat16")
+    for name, folder in out.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        if name == "q8":
+            model, config = quantize_model(model, config, GROUP_SIZE, 8)
+        save_model(folder, model)
+        save_config(dict(config), folder / "config.json")
+        write_byte_tokenizer(folder)
+    log(f"[{PROG}] wrote {label} ({config['num_hidden_layers']} layers) as {out['bf16']} "
+        f"and {out['q8']} in {time.perf_counter() - start:.1f} s")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(arm: str, folder: Path, port: int, extra: list[str]) -> list[str]:
+    """The command line of ``arm`` serving ``folder`` on loopback ``port``."""
+    kind, _ = ARMS[arm]
+    if kind == "mlx_lm":
+        head = [sys.executable, "-m", "mlx_lm.server"]
+    else:
+        head = [sys.executable, "-m", "mlx_w8a8.server"]
+        if arm == "w8a8":
+            head += ["--quantize"]
+    return head + ["--model", str(folder), "--host", "127.0.0.1", "--port", str(port), *extra]
+
+
+def start(arm: str, folder: Path, extra: list[str], log_path: Path, startup_s: float):
+    """``(process, url, seconds to accept connections)`` of ``arm``'s server."""
+    port = _free_port()
+    cmd = server_command(arm, folder, port, extra)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    with open(log_path, "wb") as err:
+        # SIGINT back to its default (a background job starts with it ignored): the
+        # servers stop on it as a user's Ctrl-C stops them.
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                cwd=str(ROOT),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = t0 + startup_s
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"[{PROG}] {arm}: the server exited with status "
+                               f"{proc.returncode} before accepting connections; its log: {log_path}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"http://127.0.0.1:{port}", time.perf_counter() - t0
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"[{PROG}] {arm}: no connection within {startup_s:.0f} s; its log: {log_path}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
+    """SIGINT, then SIGKILL after ``timeout`` seconds; the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+def ratios(results: dict[str, dict]) -> list[dict]:
+    """Per level, each W8A8 arm against each mlx-lm arm: output tokens/s (first over
+    second) and median time to first token (first over second)."""
+    out = []
+    w8 = [a for a in results if ARMS[a][0] == "mlx_w8a8"]
+    lm = [a for a in results if ARMS[a][0] == "mlx_lm"]
+    for a in w8:
+        for b in lm:
+            for ra, rb in zip(results[a]["levels"], results[b]["levels"]):
+                tps = (ra["output_tokens_per_s"] / rb["output_tokens_per_s"]
+                       if ra["output_tokens_per_s"] and rb["output_tokens_per_s"] else None)
+                ttft = (ra["ttft_median_s"] / rb["ttft_median_s"]
+                        if ra["ttft_median_s"] and rb["ttft_median_s"] else None)
+                out.append({"arm": a, "against": b, "concurrency": ra["concurrency"],
+                            "output_tokens_per_s": tps, "ttft_median": ttft})
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="llama-3-8b",
+                   help="preset, config.json or model folder (default: llama-3-8b)")
+    p.add_argument("--layers", type=int, default=None, help="keep the first L blocks (default: all)")
+    p.add_argument("--folders", required=True, help="where the bf16 and q8 folders are (written if absent)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    p.add_argument("--levels", default="1,8,32", help="concurrent requests per level (default: 1,8,32)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="requests per level (default: 2 x concurrency)")
+    p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    p.add_argument("--prompt", default="Write a short story about a lighthouse keeper.")
+    p.add_argument("--server-args", default="",
+                   help="extra flags for every server, one string (e.g. '--decode-concurrency 32')")
+    p.add_argument("--startup", type=float, default=900.0,
+                   help="seconds a server may take to accept connections (default: 900)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--json", default=None, help="also write everything to this JSON file")
+    return p
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    out = out if out is not None else sys.stdout
+    args = _parser().parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    try:
+        bad = [a for a in arms if a not in ARMS]
+        if bad or not arms:
+            raise ValueError(f"[{PROG}] --arms takes {', '.join(ARMS)}, got {args.arms!r}")
+        levels = serve_bench.parse_levels(args.levels)
+        if args.requests is not None and not 1 <= args.requests <= serve_bench.MAX_REQUESTS:
+            raise ValueError(f"[{PROG}] --requests must be in 1..{serve_bench.MAX_REQUESTS}, "
+                             f"got {args.requests}")
+        if args.max_tokens < 1:
+            raise ValueError(f"[{PROG}] --max-tokens must be >= 1, got {args.max_tokens}")
+        if args.layers is not None and args.layers < 1:
+            raise ValueError(f"[{PROG}] --layers must be >= 1, got {args.layers}")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    folders = Path(args.folders)
+    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
+    paths = write_folders(args.model, args.layers, folders, args.seed, say)
+    extra = args.server_args.split()
+    results: dict[str, dict] = {}
+    ok = True
+    for arm in arms:
+        log_path = folders / f"server_{arm}.log"
+        proc, url, ready = start(arm, paths[ARMS[arm][1]], extra, log_path, args.startup)
+        say(f"== {arm}: {' '.join(server_command(arm, paths[ARMS[arm][1]], 0, extra)[1:])} "
+            f"(accepting connections after {ready:.1f} s; log {log_path})")
+        rows = []
+        try:
+            for level in levels:
+                requests = args.requests or min(2 * level, serve_bench.MAX_REQUESTS)
+                row = serve_bench.run_level(url, "completions", level, requests, args.prompt,
+                                            args.max_tokens, args.timeout)
+                rows.append(row)
+                ok &= row["ok"] == row["requests"]
+                say(f"   conc {level:>3}: {row['ok']}/{requests} ok, TTFT p50 "
+                    f"{serve_bench._fmt(row['ttft_median_s'], '.3f')} s, output "
+                    f"{serve_bench._fmt(row['output_tokens_per_s'], '.1f')} tok/s"
+                    + "".join(f"; error: {e}" for e in row["errors"]))
+        finally:
+            status = stop(proc)
+        results[arm] = {"startup_s": ready, "exit_status": status, "levels": rows}
+    table = ratios(results)
+    if table:
+        say("ratios (output tok/s: > 1 the W8A8 server is faster; TTFT: < 1 it answers sooner)")
+        for r in table:
+            say(f"   {r['arm']:>10} / {r['against']:<12} conc {r['concurrency']:>3}: output "
+                f"{serve_bench._fmt(r['output_tokens_per_s'], '.2f')}x, TTFT "
+                f"{serve_bench._fmt(r['ttft_median'], '.2f')}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "layers": args.layers, "levels": levels,
+                       "max_tokens": args.max_tokens, "server_args": extra,
+                       "arms": results, "ratios": table}, f, indent=2)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
