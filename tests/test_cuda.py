@@ -380,8 +380,14 @@ def make_weight(rng, n, k, group_size, per_channel, scale_dtype) -> QuantizedWei
         mx.array(w).astype(MX_DTYPES[scale_dtype]), group_size=group_size, per_channel=per_channel)
 
 
-def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, scale_dtype=None):
-    weight = make_weight(rng, n, k, group_size, per_channel, scale_dtype or dtype)
+def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, scale_dtype=None,
+                 bits=8):
+    """``run(x, weight, bias)`` against the oracle (``oracle.linear``; ``oracle.linear4``
+    for ``bits=4``: MLX's 4-bit weights, group-wise) on fresh random operands."""
+    if bits == 4:
+        weight = make_weight4(rng, n, k, group_size, scale_dtype or dtype)
+    else:
+        weight = make_weight(rng, n, k, group_size, per_channel, scale_dtype or dtype)
     assert weight.per_channel == per_channel
     x = activation(rng, m, k, dtype)
     bias = None
@@ -389,7 +395,8 @@ def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, s
         bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
     y = run(x, weight, bias)
     assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
-    want, bound = oracle.linear(host(x), weight, None if bias is None else host(bias))
+    want, bound = (oracle.linear4 if bits == 4 else oracle.linear)(
+        host(x), weight, None if bias is None else host(bias))
     oracle.assert_close(y, want, bound, dtype)
 
 
@@ -1053,18 +1060,6 @@ def make_weight4(rng, n, k, group_size, scale_dtype) -> QuantizedWeight:
                                       group_size=group_size, per_channel=False, bits=4)
 
 
-def check_linear4(rng, run, m, n, k, dtype, group_size, with_bias, scale_dtype="bfloat16"):
-    weight = make_weight4(rng, n, k, group_size, scale_dtype)
-    x = activation(rng, m, k, dtype)
-    bias = None
-    if with_bias:
-        bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-    y = run(x, weight, bias)
-    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
-    want, bound = oracle.linear4(host(x), weight, None if bias is None else host(bias))
-    oracle.assert_close(y, want, bound, dtype)
-
-
 @pytest.mark.parametrize("m,n,k,group_size,scale_dtype,dtype", GROUPED_TMA_CASES)
 def test_w4a8_gemm_tma(rng, m, n, k, group_size, scale_dtype, dtype):
     """The registered candidate (its own tile) against the W4A8 oracle: M = 1, odd M, N
@@ -1073,7 +1068,7 @@ def test_w4a8_gemm_tma(rng, m, n, k, group_size, scale_dtype, dtype):
     grouped4_tile("g4tma128")
     cand = registry.get("linear", "cuda_w4a8_gemm_tma")
     assert cand.supports(Problem("linear", m, n, k, dtype, "grouped4", group_size, m % 2 == 1))
-    check_linear4(rng, cand.run, m, n, k, dtype, group_size, m % 2 == 1, scale_dtype)
+    check_linear(rng, cand.run, m, n, k, dtype, group_size, False, m % 2 == 1, scale_dtype, bits=4)
 
 
 @pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED4_TMA_CONFIGS))
@@ -1087,7 +1082,8 @@ def test_w4a8_gemm_tma(rng, m, n, k, group_size, scale_dtype, dtype):
 def test_w4a8_tma_every_tile(rng, config, group_size, m, n, k, dtype, with_bias):
     """Each 4-bit tile forced, at each group size."""
     cfg = grouped4_tile(config)
-    check_linear4(rng, grouped_tma_run(cfg), m, n, k, dtype, group_size, with_bias)
+    check_linear(rng, grouped_tma_run(cfg), m, n, k, dtype, group_size, False, with_bias,
+                 "bfloat16", bits=4)
 
 
 def test_w4a8_tma_extreme_codes():

@@ -206,38 +206,26 @@ def kernel_builds() -> list[KernelBuild]:
                 ins += (("bias", "float32", 1),)
             out.append(KernelBuild("gemm.cu", body, ins, (("y", "bfloat16"),),
                                    (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
-    # The group-wise TMA GEMM: every tile with every group size (GS and the tile are its
-    # template arguments), output types and bias spread across them.
-    for i, cfg in enumerate(cuda_tiles.GROUPED_TMA_CONFIGS.values()):
-        for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
-            t = launch.FLOAT_DTYPES[(i + j) % 3]
-            body = "tma_grouped_bias" if (i + j) % 2 else "tma_grouped"
-            out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
-                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
-        # Sibling launches: every multi-weight body on the 128 x 128 tile (the tile a
-        # summed N of q/k/v or gate/up takes at prefill), group3 on the others.
-        group = (("bfloat16", "tma_grouped_group3", 64), ("float16", "tma_grouped_group3_bias", 128),
-                 ("bfloat16", "tma_grouped_group2", 32), ("float32", "tma_grouped_group2_bias", 64))
-        for t, body, gs in group if cfg.bn == 128 else group[:1]:
-            members = int(body.removeprefix("tma_grouped_group")[0])
-            out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(body, members),
-                                   tuple((f"y{g}", t) for g in range(members)),
-                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
-    # Its 4-bit form (the producer warpgroup expanding packed codes): every tile with every
-    # group size, then the sibling bodies on the 128 x 128 tile and group3 on the others.
-    for i, cfg in enumerate(cuda_tiles.GROUPED4_TMA_CONFIGS.values()):
-        for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
-            t = launch.FLOAT_DTYPES[(i + j) % 3]
-            body = "tma_grouped4_bias" if (i + j) % 2 else "tma_grouped4"
-            out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
-                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
-        group = (("bfloat16", "tma_grouped4_group3", 64), ("float16", "tma_grouped4_group3_bias", 128),
-                 ("bfloat16", "tma_grouped4_group2", 32), ("float32", "tma_grouped4_group2_bias", 64))
-        for t, body, gs in group if cfg.bn == 128 else group[:1]:
-            members = int(body.removeprefix("tma_grouped4_group")[0])
-            out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(body, members),
-                                   tuple((f"y{g}", t) for g in range(members)),
-                                   (("T", t), ("GS", gs)) + tuple(cfg.template())))
+    # The group-wise TMA GEMM and its 4-bit form: every tile with every group size (GS and
+    # the tile are its template arguments), output types and bias spread across them.
+    for configs, stem in ((cuda_tiles.GROUPED_TMA_CONFIGS, "tma_grouped"),
+                          (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_grouped4")):
+        for i, cfg in enumerate(configs.values()):
+            for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
+                t = launch.FLOAT_DTYPES[(i + j) % 3]
+                body = stem + "_bias" if (i + j) % 2 else stem
+                out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
+                                       (("T", t), ("GS", gs)) + tuple(cfg.template())))
+            # Sibling launches: every multi-weight body on the 128 x 128 tile (the tile a
+            # summed N of q/k/v or gate/up takes at prefill), group3 on the others.
+            group = (("bfloat16", "_group3", 64), ("float16", "_group3_bias", 128),
+                     ("bfloat16", "_group2", 32), ("float32", "_group2_bias", 64))
+            for t, suffix, gs in group if cfg.bn == 128 else group[:1]:
+                members = int(suffix[len("_group")])
+                out.append(KernelBuild(cfg.file, stem + suffix,
+                                       _grouped_tma_group_inputs(suffix, members),
+                                       tuple((f"y{g}", t) for g in range(members)),
+                                       (("T", t), ("GS", gs)) + tuple(cfg.template())))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
