@@ -1012,21 +1012,24 @@ def test_grouped_tma_bound_launches_take_any_leading_shape(rng, lead):
         assert mx.array_equal(apply(quantize(x3)), y, equal_nan=True).item()
 
 
-@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED_TMA_CONFIGS))
+@pytest.mark.parametrize("bits,config", [(8, c) for c in sorted(cuda_tiles.GROUPED_TMA_CONFIGS)]
+                         + [(4, c) for c in sorted(cuda_tiles.GROUPED4_TMA_CONFIGS)])
 @pytest.mark.parametrize("ns,lead,dtype,with_bias,group_size", [
     ((392, 40, 264), (300,), "bfloat16", True, 64),  # tails in N per member, 3 members
     ((2176, 1024), (2, 550), "bfloat16", False, 128),  # more tiles than blocks, 3-D x
     ((258, 264), (33,), "float16", True, 32),  # rows of 516 bytes: scalar stores in member 0
     ((264, 264, 264), (1, 1, 1), "float32", False, 64),  # one row
 ])
-def test_w8a8_grouped_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias, group_size):
-    """One launch of the multi-weight bodies (tma_grouped_group2/3) for weights fed the
-    same x: each member's output equals its own launch on the same tile bit for bit, and
-    the float64 oracle."""
-    cfg = grouped_tma_tile(config)
+def test_w8a8_grouped_tma_sibling_launch(rng, bits, config, ns, lead, dtype, with_bias,
+                                         group_size):
+    """One launch of the multi-weight bodies (tma_grouped_group2/3, tma_grouped4_group2/3
+    for 4-bit weights) for weights fed the same x: each member's output equals its own
+    launch on the same tile bit for bit, and the float64 oracle."""
+    cfg = grouped4_tile(config) if bits == 4 else grouped_tma_tile(config)
     k = 1024
     m = int(np.prod(lead))
-    weights = [make_weight(rng, n, k, group_size, False, "bfloat16") for n in ns]
+    weights = [make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
+               else make_weight(rng, n, k, group_size, False, "bfloat16") for n in ns]
     biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(MX_DTYPES[dtype])
               if with_bias else None for n in ns]
     x = activation(rng, m, k, dtype)
@@ -1038,7 +1041,8 @@ def test_w8a8_grouped_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias
         assert y.shape == (*lead, n)
         alone = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
         assert mx.array_equal(y, alone, equal_nan=True).item(), n
-        want, bound = oracle.linear(host(x), w, None if b is None else host(b))
+        want, bound = (oracle.linear4 if bits == 4 else oracle.linear)(
+            host(x), w, None if b is None else host(b))
         oracle.assert_close(y.reshape(m, n), want, bound, dtype)
 
 
@@ -1108,31 +1112,3 @@ def test_w4a8_tma_extreme_codes():
     for name in sorted(cuda_tiles.GROUPED4_TMA_CONFIGS):
         got = grouped_tma_run(grouped4_tile(name))(mx.array(x), weight, None)
         oracle.assert_close(got, want, bound, "float32")
-
-
-@pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED4_TMA_CONFIGS))
-@pytest.mark.parametrize("ns,lead,dtype,with_bias,group_size", [
-    ((392, 40, 264), (300,), "bfloat16", True, 64),  # tails in N per member, 3 members
-    ((2176, 1024), (2, 550), "bfloat16", False, 128),  # more tiles than blocks, 3-D x
-    ((258, 264), (33,), "float16", True, 32),  # scalar stores in member 0
-])
-def test_w4a8_tma_sibling_launch(rng, config, ns, lead, dtype, with_bias, group_size):
-    """The 4-bit multi-weight bodies: each member equals its own launch bit for bit, and
-    the W4A8 oracle."""
-    cfg = grouped4_tile(config)
-    k = 1024
-    m = int(np.prod(lead))
-    weights = [make_weight4(rng, n, k, group_size, "bfloat16") for n in ns]
-    biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(MX_DTYPES[dtype])
-              if with_bias else None for n in ns]
-    x = activation(rng, m, k, dtype)
-    xq, xs, xr = cuda_quantize.quantize_groups(x.reshape(*lead, k), group_size)
-    outs = cuda_gemm_grouped.gemm_grouped_tma_group_spec(
-        m, k, list(zip(weights, biases)), x.dtype, cfg, lead).launch(xq, xs, xr)
-    assert len(outs) == len(ns)
-    for y, w, b, n in zip(outs, weights, biases, ns):
-        assert y.shape == (*lead, n)
-        alone = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(xq, xs, xr)[0]
-        assert mx.array_equal(y, alone, equal_nan=True).item(), n
-        want, bound = oracle.linear4(host(x), w, None if b is None else host(b))
-        oracle.assert_close(y.reshape(m, n), want, bound, dtype)
