@@ -1112,3 +1112,98 @@ def test_w4a8_tma_extreme_codes():
     for name in sorted(cuda_tiles.GROUPED4_TMA_CONFIGS):
         got = grouped_tma_run(grouped4_tile(name))(mx.array(x), weight, None)
         oracle.assert_close(got, want, bound, "float32")
+
+
+# Activation groups on the group-wise TMA GEMM (cuda_act_groups_gemm_tma) -------------------
+# Written before any GPU ran it: compiled for sm_90a and its launches checked on the CPU by
+# tests/test_cuda_compile.py; these cases hold it to the oracle on a Hopper GPU.
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("m,k,group_size", [(1, 4096, 64), (33, 1152, 32), (7, 14336, 128),
+                                            (129, 256, 64)])
+def test_quantize_act_groups_bit_exact(rng, dtype, m, k, group_size):
+    """The ``groups`` body against the oracle bit for bit: codes, one scale per row and
+    group, the group code sums; the activation's special rows (zero, NaN, Inf, ties,
+    tiny scale) included, and a zero group and a NaN inside one group of a normal row."""
+    grouped_tma_tile("gtma32")
+    x = np.array(host(activation(rng, m, k, dtype)))
+    if m > 1:
+        x[m - 1, :group_size] = 0.0
+        x[m - 1, 3 * group_size + 1] = np.nan
+    x = mx.array(x).astype(MX_DTYPES[dtype])
+    q, scale, sums = cuda_quantize.quantize_act_groups(x, group_size)
+    want_q, want_t = oracle.quantize_groups(host(x), group_size)
+    np.testing.assert_array_equal(np.array(q), want_q)
+    got_t = np.array(scale)
+    assert got_t.shape == (m, k // group_size)
+    np.testing.assert_array_equal(np.isnan(got_t), np.isnan(want_t))
+    np.testing.assert_array_equal(got_t[~np.isnan(want_t)], want_t[~np.isnan(want_t)])
+    want_r = want_q.astype(np.int64).reshape(m, -1, group_size).sum(-1)
+    np.testing.assert_array_equal(np.array(sums[: m * (k // group_size)]).reshape(m, -1), want_r)
+
+
+def _act_groups_run(cfg=None):
+    def run(x, weight, bias):
+        xq, xs, xr = cuda_quantize.quantize_act_groups(x, weight.group_size)
+        return cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, weight, bias, x.dtype, cfg,
+                                                  act_groups=True)
+    return run
+
+
+def _check_act_groups(rng, run, m, n, k, dtype, group_size, with_bias, bits):
+    weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
+              else make_weight(rng, n, k, group_size, False, "bfloat16"))
+    x = activation(rng, m, k, dtype)
+    bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+            if with_bias else None)
+    y = run(x, weight, bias)
+    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
+    want, bound = oracle.linear_act_groups(host(x), weight, None if bias is None else host(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("m,n,k,group_size,dtype", [
+    (1, 264, 4096, 64, "bfloat16"), (33, 257, 1152, 32, "float16"),
+    (129, 264, 128, 128, "float32"), (1000, 384, 1024, 64, "bfloat16")])
+def test_act_groups_gemm_tma(rng, bits, m, n, k, group_size, dtype):
+    """The registered candidate (its own tile) on an act_scales="group" problem against
+    the activation-group oracle, both code widths, bias on odd M."""
+    grouped_tma_tile("gtma128")
+    cand = registry.get("linear", "cuda_act_groups_gemm_tma")
+    fmt = "grouped4" if bits == 4 else "grouped"
+    assert cand.handles(Problem("linear", m, n, k, dtype, fmt, group_size, m % 2 == 1,
+                                act_scales="group"))
+    _check_act_groups(rng, cand.run, m, n, k, dtype, group_size, m % 2 == 1, bits)
+
+
+@pytest.mark.parametrize("bits,config", [(8, c) for c in sorted(cuda_tiles.GROUPED_TMA_CONFIGS)]
+                         + [(4, c) for c in sorted(cuda_tiles.GROUPED4_TMA_CONFIGS)])
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
+def test_act_groups_tma_every_tile(rng, bits, config, group_size):
+    """Each tile of each code width forced with activation groups: tails in M and N,
+    9 k-tiles (the ring wraps), bias."""
+    cfg = grouped4_tile(config) if bits == 4 else grouped_tma_tile(config)
+    _check_act_groups(rng, _act_groups_run(cfg), 300, 392, 1152, "bfloat16", group_size,
+                      True, bits)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_act_groups_tma_sibling_launch(rng, bits):
+    """The multi-weight bodies with activation groups: each member equals its own launch
+    bit for bit, and the oracle."""
+    cfg = grouped4_tile("g4tma128") if bits == 4 else grouped_tma_tile("gtma128")
+    k, gs, lead = 1024, 64, (300,)
+    m = 300
+    ns = (392, 40, 264)
+    weights = [make_weight4(rng, n, k, gs, "bfloat16") if bits == 4
+               else make_weight(rng, n, k, gs, False, "bfloat16") for n in ns]
+    x = activation(rng, m, k, "bfloat16")
+    xq, xs, xr = cuda_quantize.quantize_act_groups(x, gs)
+    outs = cuda_gemm_grouped.gemm_grouped_tma_group_spec(
+        m, k, [(w, None) for w in weights], x.dtype, cfg, lead, act_groups=True).launch(xq, xs, xr)
+    for y, w, n in zip(outs, weights, ns):
+        alone = cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, w, None, x.dtype, cfg,
+                                                   act_groups=True)
+        assert mx.array_equal(y, alone, equal_nan=True).item(), n
+        want, bound = oracle.linear_act_groups(host(x), w, None)
+        oracle.assert_close(y, want, bound, "bfloat16")

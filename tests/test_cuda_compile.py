@@ -148,6 +148,12 @@ def kernel_builds() -> list[KernelBuild]:
         out.append(KernelBuild("quantize.cu", "sums", (("x", "bfloat16", 2),),
                                (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
                                (("T", "bfloat16"), ("GS", gs))))
+    # Activation groups' quantize: every dtype and group size.
+    for i, t in enumerate(launch.FLOAT_DTYPES):
+        for gs in (32, 64, 128):
+            out.append(KernelBuild("quantize.cu", "groups", (("x", t, 2),),
+                                   (("q", "int8"), ("scale", "float32"), ("sums", "int32")),
+                                   (("T", t), ("GS", gs))))
     for key in ("wgmma", "large", "medium", "small"):
         tpl = tuple(cuda_tiles.ALL_GEMM_CONFIGS[key].template())
         file = cuda_tiles.ALL_GEMM_CONFIGS[key].file
@@ -208,14 +214,20 @@ def kernel_builds() -> list[KernelBuild]:
                                    (("T", "bfloat16"), ("ST", st), ("GS", gs)) + tpl))
     # The group-wise TMA GEMM and its 4-bit form: every tile with every group size (GS and
     # the tile are its template arguments), output types and bias spread across them.
-    for configs, stem in ((cuda_tiles.GROUPED_TMA_CONFIGS, "tma_grouped"),
-                          (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_grouped4")):
+    # tma_grouped: 8-bit codes, per-token scales (the measured bodies); tma_groupwise: the
+    # code width WB and activation groups AG as template arguments (4-bit per token,
+    # either width with activation groups).
+    for configs, stem, extra in (
+            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_grouped", ()),
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False))),
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True))),
+            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True)))):
         for i, cfg in enumerate(configs.values()):
             for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
                 t = launch.FLOAT_DTYPES[(i + j) % 3]
                 body = stem + "_bias" if (i + j) % 2 else stem
                 out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body), (("y", t),),
-                                       (("T", t), ("GS", gs)) + tuple(cfg.template())))
+                                       (("T", t), ("GS", gs)) + tuple(cfg.template()) + extra))
             # Sibling launches: every multi-weight body on the 128 x 128 tile (the tile a
             # summed N of q/k/v or gate/up takes at prefill), group3 on the others.
             group = (("bfloat16", "_group3", 64), ("float16", "_group3_bias", 128),
@@ -225,7 +237,7 @@ def kernel_builds() -> list[KernelBuild]:
                 out.append(KernelBuild(cfg.file, stem + suffix,
                                        _grouped_tma_group_inputs(suffix, members),
                                        tuple((f"y{g}", t) for g in range(members)),
-                                       (("T", t), ("GS", gs)) + tuple(cfg.template())))
+                                       (("T", t), ("GS", gs)) + tuple(cfg.template()) + extra))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -1030,7 +1042,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     rec = record_launches(monkeypatch)
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
-             "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_int8_gemv"]
+             "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
+             "cuda_int8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1077,7 +1090,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemm_ws_tma_channel_u8", "w8a8_gemm_ws_tma_channel_u8_bias",
                  "w8a8_gemm_grouped", "w8a8_gemm_grouped_bias",
                  "w8a8_gemm_grouped_ws_tma_grouped", "w8a8_gemm_grouped_ws_tma_grouped_bias",
-                 "w8a8_gemm_grouped_ws_tma_grouped4", "w8a8_gemm_grouped_ws_tma_grouped4_bias",
+                 "w8a8_gemm_grouped_ws_tma_groupwise", "w8a8_gemm_grouped_ws_tma_groupwise_bias",
+                 "w8a8_quantize_groups",
                  "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
         assert body in bodies, (body, sorted(bodies))
@@ -1114,6 +1128,7 @@ _LAYER_CASES = [
     ("cuda_w8a8_gemm_grouped_tma", "grouped", (2, 64, 256)),
     ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
     ("cuda_int8_gemv", "grouped", (16, 8192)),
+    ("cuda_act_groups_gemm_tma", "grouped", (2, 64, 256)),  # act_scales="group"
 ]
 
 
@@ -1133,8 +1148,9 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
 
     rec = cuda_here
     built = []
-    for spec in ("quantize_spec", "gemm_per_channel_spec", "gemm_grouped_spec",
-                 "gemm_grouped_tma_spec", "gemv_fused_spec", "gemv_quantized_spec"):
+    for spec in ("quantize_spec", "quantize_act_groups_spec", "gemm_per_channel_spec",
+                 "gemm_grouped_spec", "gemm_grouped_tma_spec", "gemv_fused_spec",
+                 "gemv_quantized_spec"):
         # in every family module that names it (the definitions import it by name)
         for module in (cuda_quantize, cuda_gemm, cuda_gemm_ws, cuda_gemm_grouped, cuda_gemv):
             real = getattr(module, spec, None)
@@ -1145,6 +1161,8 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
     w = mx.array(rng.standard_normal((96, k)).astype(np.float32))
     layer = w8.Linear.from_weight(w8.quantize_weight(w, group_size=64, per_channel=fmt == "per_channel"),
                                   mx.array(rng.standard_normal(96).astype(np.float32)))
+    if name == "cuda_act_groups_gemm_tma":
+        layer.act_scales = "group"
     layer.kernel = name
     per_call = []
     for _ in range(5):  # a new x each call: the same x would reuse its quantized activations
@@ -1174,9 +1192,9 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
         for plan in got:
             # (the activation array is [R, K] whatever the lead: cuda_quantize.rowsum_shape; the
             # group-wise TMA GEMM's group sums are flat: cuda_quantize.grouped_sums_shape)
-            sums_map = name == "cuda_w8a8_gemm_grouped_tma"
+            sums_map = name in ("cuda_w8a8_gemm_grouped_tma", "cuda_act_groups_gemm_tma")
             assert all(tuple(s[:-1]) == lead for s, out in zip(plan["output_shapes"], plan["outputs"])
-                       if out != "xa" and not (sums_map and out == "row_sums")), plan["output_shapes"]
+                       if out != "xa" and not (sums_map and out in ("row_sums", "sums"))), plan["output_shapes"]
             assert all(tuple(s) == cuda_quantize.grouped_sums_shape(math.prod(lead), k, 64)
                        for s, out in zip(plan["output_shapes"], plan["outputs"])
                        if sums_map and out == "row_sums")
@@ -1308,8 +1326,8 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
 
 # Kernel files: requirements and text ------------------------------------------------------
 def test_grouped_tma_digest_is_its_own(monkeypatch):
-    """The group-wise TMA candidates' digests (the 8-bit one and its 4-bit form, one
-    kernel file) follow their kernel file and the ws.cuh header it requires; a code edit
+    """The group-wise TMA candidates' digests (the 8-bit one, its 4-bit and its
+    activation-group forms: one kernel file) follow their kernel file and the ws.cuh header it requires; a code edit
     in gemm_grouped_ws.cu leaves every other CUDA candidate's digest as it was (the
     shipped H200 table is keyed by those)."""
     real = sources.read
@@ -1331,7 +1349,8 @@ def test_grouped_tma_digest_is_its_own(monkeypatch):
 
     monkeypatch.setattr(sources, "read", edited)
     base = digests()
-    name, names = "cuda_w8a8_gemm_grouped_tma", ("cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma")
+    name = "cuda_w8a8_gemm_grouped_tma"
+    names = (name, "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma")
     assert len(set(base.values())) == len(base)  # (the autouse fake maps enter them all)
     edits["gemm_grouped_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
     after = digests()
@@ -1754,7 +1773,7 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
 def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     """The 4-bit candidate's launches, recorded: the same quantize launch as the 8-bit
     group-wise TMA GEMM (one activation format: its act key is theirs), then the
-    ``tma_grouped4`` body reading the packed words as stored (``[N, K / 8]`` uint32, the
+    ``tma_groupwise`` body (``WB`` 4, ``AG`` false) reading the packed words as stored (``[N, K / 8]`` uint32, the
     weight's own array: no second copy), terms ``(s, b)`` (the stored bias, no 128
     offset), and a map array whose second prototype reads the packed codes: ``[N, K / 2]``
     bytes in BN-row boxes of 64 bytes, unswizzled; a 4-bit tile (four producer warps,
@@ -1784,7 +1803,7 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert y.shape == (m, n) and y.dtype == x.dtype
     assert quant["name"] == "w8a8_quantize_sums"
     assert quant["output_shapes"] == [(m, k), (m, 1), (m * groups + 64,)]
-    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_grouped4" + ("_bias" if has_bias else "")
+    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_groupwise" + ("_bias" if has_bias else "")
     names = ["xq", "xs", "xr", "w", "wt"] + (["bias"] if has_bias else []) + ["wmap"]
     arrays = dict(zip(names, gemm["arrays"]))
     assert gemm["inputs"] == names
@@ -1798,10 +1817,63 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["threadgroup"] == (384, 1, 1)
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
-                                ("STAGES", cfg.stages), ("PW", 4)]
+                                ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False)]
     key, _, _ = cand.bind_stages(p, qw, bias)
     assert key == registry.get("linear", "cuda_w8a8_gemm_grouped_tma").stages(
         Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))[0]
+
+
+@pytest.mark.parametrize("fmt,m,n,k,gs,dtype,has_bias", [
+    ("grouped", 300, 1000, 512, 64, "bfloat16", True),    # odd N, 8-bit codes, bias
+    ("grouped4", 2048, 4096, 1024, 32, "float16", False),  # prefill tile, 4-bit codes
+])
+def test_act_groups_tma_launch_plan(cuda_here, rng, fmt, m, n, k, gs, dtype, has_bias):
+    """The activation-group candidate: offered for act_scales="group" problems only, on
+    both group-wise formats; its quantize is the ``groups`` body (codes [M, K], one float32
+    scale per row and group [M, K / GS], the group sums in a grouped_sums_shape array) and
+    its GEMM the ``tma_groupwise`` body with ``AG`` true and the weight's code width,
+    reading exactly those three arrays; the bound form makes the same launches."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels import registry
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = cuda_here
+    cand = registry.get("linear", "cuda_act_groups_gemm_tma")
+    assert cand.act_scales == ("group",)
+    p = Problem("linear", m, n, k, dtype, fmt, gs, has_bias, act_scales="group")
+    assert cand.handles(p)
+    assert not cand.handles(Problem("linear", m, n, k, dtype, fmt, gs, has_bias))
+    for other in ("cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma"):
+        assert not registry.get("linear", other).handles(p)
+    bits = 4 if fmt == "grouped4" else 8
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    qw = QuantizedWeight.from_float(w, gs, per_channel=False, bits=bits)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if has_bias else None
+    x = mx.zeros((m, k), dtype=getattr(mx, dtype))
+    cfg = cuda_tiles.grouped_tma_tile_for(m, n, bits)
+    groups = k // gs
+    key, quantize, apply = cand.bind_stages(p, qw, bias)
+    assert key == ("cuda_act_groups", gs)
+    start = len(rec.launches)
+    acts = quantize(x)
+    y = apply(acts)
+    quant, gemm = rec.launches[start:]
+    assert y.shape == (m, n) and y.dtype == x.dtype
+    assert quant["name"] == "w8a8_quantize_groups"
+    assert quant["template"] == [("T", x.dtype), ("GS", gs)]
+    assert quant["output_shapes"] == [(m, k), (m, groups), (m * groups + 64,)]
+    assert quant["output_dtypes"] == [mx.int8, mx.float32, mx.int32]
+    assert quant["threadgroup"][0] % 32 == 0 and quant["grid"][0] == m * quant["threadgroup"][0]
+    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_groupwise" + ("_bias" if has_bias else "")
+    assert all(a is b for a, b in zip(gemm["arrays"][:3], acts))
+    assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn), ("STAGES", cfg.stages),
+                                ("PW", cfg.producers), ("WB", bits), ("AG", True)]
+    assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
+    start = len(rec.launches)
+    cand.run(x, qw, bias)
+    assert not _same_launches(rec.launches[start:], [quant, gemm])
 
 
 def test_w4a8_tma_tiles_fit_shared_memory():
@@ -2206,7 +2278,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 10 and count > 5000, (sorted(names), count)
+    assert len(names) == 11 and count > 5000, (sorted(names), count)
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

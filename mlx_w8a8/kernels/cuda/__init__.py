@@ -8,8 +8,8 @@ device probes), :mod:`.tiles` (tile shapes and the policies picking them), :mod:
 formats), :mod:`.gemm` (``cuda_int8_gemm``, ``cuda_w8a8_gemm``), :mod:`.gemm_ws` (the
 warp-specialized and TMA GEMMs: ``cuda_int8_gemm_ws``, ``cuda_int8_gemm_tma``,
 ``cuda_w8a8_gemm_ws``, ``cuda_w8a8_gemm_tma``), :mod:`.gemm_grouped`
-(``cuda_w8a8_gemm_grouped``, ``cuda_w8a8_gemm_grouped_tma``, ``cuda_w4a8_gemm_tma``)
-and :mod:`.gemv`
+(``cuda_w8a8_gemm_grouped``, ``cuda_w8a8_gemm_grouped_tma``, ``cuda_w4a8_gemm_tma``,
+``cuda_act_groups_gemm_tma``) and :mod:`.gemv`
 (``cuda_int8_gemv``). Each definition says what it can run (``can_implement``, with a
 reason), what it compiles for a problem (``variant``) and its launches (``activations``,
 ``apply``, ``apply_group``); ``run``, ``stages``, ``bind_stages``, ``bind_group`` and the
@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import registry, tensormap
 from . import launch
 from .gemm import Int8Gemm, W8A8Gemm
-from .gemm_grouped import W4A8GemmTma, W8A8GemmGrouped, W8A8GemmGroupedTma
+from .gemm_grouped import ActGroupsTma, W4A8GemmTma, W8A8GemmGrouped, W8A8GemmGroupedTma
 from .gemm_ws import Int8GemmTma, Int8GemmWs, W8A8GemmTma, W8A8GemmWs
 from .gemv import Int8Gemv
 from .kernel import CudaKernel
@@ -33,7 +33,8 @@ from .quantize import Quantize
 # Every CUDA kernel, in registration order.
 KERNELS: tuple[CudaKernel, ...] = (
     Quantize(), Int8Gemm(), Int8GemmWs(), Int8GemmTma(), W8A8Gemm(), W8A8GemmWs(),
-    W8A8GemmTma(), W8A8GemmGrouped(), W8A8GemmGroupedTma(), W4A8GemmTma(), Int8Gemv(),
+    W8A8GemmTma(), W8A8GemmGrouped(), W8A8GemmGroupedTma(), W4A8GemmTma(), ActGroupsTma(),
+    Int8Gemv(),
 )
 
 

@@ -20,7 +20,12 @@ import mlx.core as mx
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, hopper, outputs, tensor_maps, weight_format
 from .launch import FRAME_CACHE, MAX_K, SMS, LaunchSpec, as_f32, framed, leading_shape, sibling_bias
-from .quantize import grouped_sums_shape, quantize_groups_spec, quantize_spec
+from .quantize import (
+    grouped_sums_shape,
+    quantize_act_groups_spec,
+    quantize_groups_spec,
+    quantize_spec,
+)
 from .tiles import (
     GROUPED_TMA_GROUP_SIZES,
     GROUPED_TMA_K_MULTIPLE,
@@ -87,16 +92,29 @@ def grouped_terms(weight, bn: int) -> mx.array:
     return weight.derived(("cuda_grouped_terms", bn), make)
 
 
-def _body(cfg: GroupedTmaConfig) -> str:
-    """The stem of the group-wise TMA GEMM's bodies for ``cfg``'s code width."""
-    return "tma_grouped4" if cfg.bits == 4 else "tma_grouped"
+def _body(cfg: GroupedTmaConfig, act_groups: bool) -> str:
+    """The stem of the group-wise TMA GEMM's bodies: ``tma_grouped`` for 8-bit codes and
+    per-token scales (the bodies the shipped table measured), else ``tma_groupwise``
+    (code width and activation scaling as template arguments: :func:`_template`)."""
+    return "tma_grouped" if cfg.bits == 8 and not act_groups else "tma_groupwise"
+
+
+def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
+              out_dtype: mx.Dtype) -> list:
+    """The template arguments of the group-wise TMA GEMM's launch (:func:`_body`)."""
+    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    if _body(cfg, act_groups) == "tma_groupwise":
+        template += [("WB", cfg.bits), ("AG", act_groups)]
+    return template
 
 
 def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                           config: GroupedTmaConfig | None = None,
-                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
+                          lead: tuple[int, ...] | None = None,
+                          act_groups: bool = False) -> LaunchSpec:
     """The launch of :func:`gemm_grouped_tma` (activations ``xq, xs, xr``); outputs
-    ``[*lead, N]`` with ``lead``, as :func:`quantize_spec`.
+    ``[*lead, N]`` with ``lead``, as :func:`quantize_spec`. ``act_groups``: ``xs`` holds
+    one scale per row and group (:func:`quantize_act_groups_spec`).
 
     Raises:
         ValueError: for M < 1, a per-channel weight, a group size other than 32, 64 or
@@ -107,7 +125,7 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
     cfg = _grouped_tma_checked(m, k, weight,
                                config or grouped_tma_tile_for(m, weight.n, weight.bits))
     frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
-                                    out_dtype, cfg, leading_shape(m, lead))
+                                    out_dtype, cfg, leading_shape(m, lead), act_groups)
     tail = (weight.q, grouped_terms(weight, cfg.bn))
     if bias is not None:
         tail += (as_f32(bias),)
@@ -137,25 +155,26 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
 @functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_grouped_tma_frame(m: int, k: int, n: int, has_bias: bool, group_size: int,
                             out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
-                            lead: tuple[int, ...]) -> LaunchSpec:
+                            lead: tuple[int, ...], act_groups: bool = False) -> LaunchSpec:
     """:func:`gemm_grouped_tma_spec` for any weight of this shape and group size on tile
     ``cfg`` (no tail: its inputs are the weight's codes, :func:`grouped_terms`, the
     float32 bias and :func:`weight_maps`)."""
     names = ("xq", "xs", "xr", "w", "wt")
-    body = _body(cfg)
+    body = _body(cfg, act_groups)
     if has_bias:
         names += ("bias",)
         body += "_bias"
     names += ("wmap",)  # A's map goes into xr's map area, the weight's into wmap
     blocks = min(tiles(m, n, cfg), SMS)
     kern = (cfg.file, body, names, ("y",), cfg.shared_memory(group_size))
-    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    template = _template(cfg, act_groups, group_size, out_dtype)
     return LaunchSpec(kern, (), template, [(*lead, n)], [out_dtype],
                       (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
 def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
-                     config: GroupedTmaConfig | None = None) -> mx.array:
+                     config: GroupedTmaConfig | None = None,
+                     act_groups: bool = False) -> mx.array:
     """Group-wise W8A8 GEMM on Hopper (``gemm_grouped_ws.cu``).
 
     Args:
@@ -166,6 +185,8 @@ def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
         bias: ``[N]`` or ``None``.
         out_dtype: the output's dtype.
         config: the tile; ``None``: :func:`grouped_tma_tile_for`.
+        act_groups: ``xs`` is ``[..., K / group_size]``, one scale per row and group
+            (:func:`quantize_act_groups`: activation groups).
 
     Returns:
         ``[..., N]`` of ``out_dtype``.
@@ -185,12 +206,13 @@ def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
                          f"int32 array of shape {want} (quantize_groups), got {xr.dtype} "
                          f"{tuple(xr.shape)}")
     return gemm_grouped_tma_spec(m, k, weight, bias, out_dtype, config,
-                                 tuple(xq.shape[:-1])).launch(xq, xs, xr)[0]
+                                 tuple(xq.shape[:-1]), act_groups).launch(xq, xs, xr)[0]
 
 
 def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                                 config: GroupedTmaConfig | None = None,
-                                lead: tuple[int, ...] | None = None) -> LaunchSpec:
+                                lead: tuple[int, ...] | None = None,
+                                act_groups: bool = False) -> LaunchSpec:
     """One group-wise TMA launch computing several grouped linears of the same
     quantized activations (``xq, xs, xr`` of :func:`quantize_groups`): sibling
     projections (q/k/v, gate/up).
@@ -226,7 +248,7 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
     for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
         _grouped_tma_checked(m, k, w, cfg)
     frame = _gemm_grouped_tma_group_frame(m, k, ns, has_bias, first.group_size,
-                                          out_dtype, cfg, leading_shape(m, lead))
+                                          out_dtype, cfg, leading_shape(m, lead), act_groups)
     tail = []
     for w, b in members:
         tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [as_f32(b)])
@@ -237,18 +259,18 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
 @functools.lru_cache(maxsize=FRAME_CACHE)
 def _gemm_grouped_tma_group_frame(m: int, k: int, ns: tuple[int, ...], has_bias: bool,
                                   group_size: int, out_dtype: mx.Dtype, cfg: GroupedTmaConfig,
-                                  lead: tuple[int, ...]) -> LaunchSpec:
+                                  lead: tuple[int, ...], act_groups: bool = False) -> LaunchSpec:
     """:func:`gemm_grouped_tma_group_spec` for any members of ``ns`` rows (no tail: the
     members' codes, terms and float32 biases, then their map arrays)."""
     names = ["xq", "xs", "xr"]
     for g in range(len(ns)):
         names += [f"w{g}", f"wt{g}"] + ([f"bias{g}"] if has_bias else [])
     names += [f"wmap{g}" for g in range(len(ns))]
-    body = f"{_body(cfg)}_group{len(ns)}" + ("_bias" if has_bias else "")
+    body = f"{_body(cfg, act_groups)}_group{len(ns)}" + ("_bias" if has_bias else "")
     outs = tuple(f"y{g}" for g in range(len(ns)))
     blocks = min(-(-m // cfg.bm) * sum(-(-n // cfg.bn) for n in ns), SMS)
     kern = (cfg.file, body, tuple(names), outs, cfg.shared_memory(group_size))
-    template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
+    template = _template(cfg, act_groups, group_size, out_dtype)
     return LaunchSpec(kern, (), template, [(*lead, n) for n in ns], [out_dtype] * len(ns),
                       (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
@@ -336,3 +358,31 @@ class W4A8GemmTma(W8A8GemmGroupedTma):
 
     def tile(self, p: registry.Problem):
         return grouped_tma_tile_for(p.m, p.n, 4)
+
+
+class ActGroupsTma(W8A8GemmGroupedTma):
+    """``cuda_act_groups_gemm_tma`` (``linear`` with ``act_scales="group"``: one
+    activation scale per token and weight group; group-wise 8-bit or MLX's 4-bit weights,
+    group size 32, 64 or 128, ``K % 128 == 0``; Hopper with tensor maps): the quantize's
+    ``groups`` body (codes, ``[M, G]`` scales, group sums) + the group-wise TMA GEMM with
+    each group's term weighed by its activation scale (``tma_groupwise*``, ``AG``), the
+    math of ``docs/numerics.md``, "Activation groups"."""
+
+    name = "cuda_act_groups_gemm_tma"
+    formats = ("grouped", "grouped4")
+    act_scales = ("group",)
+
+    def tile(self, p: registry.Problem):
+        return grouped_tma_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8)
+
+    def activations(self, p: registry.Problem, lead=None):
+        return (("cuda_act_groups", p.group_size),
+                quantize_act_groups_spec(p.m, p.k, getattr(mx, p.dtype), p.group_size, lead))
+
+    def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
+        return gemm_grouped_tma_spec(p.m, p.k, weight, bias, getattr(mx, p.dtype), self.tile(p),
+                                     lead, act_groups=True)
+
+    def apply_group(self, p: registry.Problem, members, lead=None):
+        return (gemm_grouped_tma_group_spec(p.m, p.k, members, getattr(mx, p.dtype),
+                                            self.tile(p), lead, act_groups=True),)

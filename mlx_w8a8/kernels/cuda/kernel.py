@@ -44,6 +44,7 @@ class CudaKernel:
     name: str = ""
     op: str = "linear"
     needs: tuple[str, ...] = ()
+    act_scales: tuple[str, ...] = ("token",)  # the activation scalings it computes
 
     # What it can run -------------------------------------------------------------------
     def refusals(self, p: registry.Problem) -> Iterator[str | None]:
@@ -195,7 +196,7 @@ class CudaKernel:
             available=launch.cuda_available, stages=self.stages if linear else None,
             bind_stages=self.bind if linear else None,
             bind_group=self.bind_group if linear and self.groups else None,
-            variant=self.variant)
+            variant=self.variant, act_scales=self.act_scales)
 
 
 def linear_problem(x: mx.array, weight, bias) -> registry.Problem:

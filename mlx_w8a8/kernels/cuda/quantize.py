@@ -185,6 +185,47 @@ def quantize_groups(x: mx.array, group_size: int):
     return tuple(quantize_groups_spec(m, k, x.dtype, group_size, tuple(x.shape[:-1])).launch(x))
 
 
+def quantize_act_groups_spec(m: int, k: int, dtype: mx.Dtype, group_size: int,
+                             lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The launch of :func:`quantize_act_groups`: ``quantize.cu``'s ``groups`` body (one
+    scale per row and group: activation groups, ``docs/numerics.md``)."""
+    if group_size not in GROUPED_TMA_GROUP_SIZES or k % group_size:
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] group_size must be one of "
+                         f"{GROUPED_TMA_GROUP_SIZES} and divide K = {k}, got {group_size}")
+    return framed(_quantize_act_groups_frame(m, k, dtype, group_size, leading_shape(m, lead)))
+
+
+@functools.lru_cache(maxsize=FRAME_CACHE)
+def _quantize_act_groups_frame(m: int, k: int, dtype: mx.Dtype, group_size: int,
+                               lead: tuple[int, ...]) -> LaunchSpec:
+    """:func:`quantize_act_groups_spec` (no weight: the whole launch is shared). One block
+    per row of whole warps, one chunk of 8 values per thread and step (quantize.cu
+    quantize_row_groups: no values kept between passes, there is one pass)."""
+    threads = min(QUANT_MAX_THREADS, max(32, -(-(k // 8) // 32) * 32))
+    kern = ("quantize.cu", "groups", ("x",), ("q", "scale", "sums"))
+    shapes = [(*lead, k), (*lead, k // group_size), grouped_sums_shape(m, k, group_size)]
+    return LaunchSpec(kern, (), [("T", dtype), ("GS", group_size)], shapes,
+                      [mx.int8, mx.float32, mx.int32], (m * threads, 1, 1), (threads, 1, 1))
+
+
+def quantize_act_groups(x: mx.array, group_size: int):
+    """Int8 quantization per token and group (activation groups) for the group-wise TMA
+    GEMM.
+
+    Args:
+        x: ``[..., K]`` float16/bfloat16/float32, ``K`` a multiple of ``group_size``.
+        group_size: 32, 64 or 128.
+
+    Returns:
+        ``(q, scale, xr)``: ``[..., K]`` int8 codes, ``[..., K / group_size]`` float32
+        scales (one per row and group) and the group code sums in a
+        :func:`grouped_sums_shape` array.
+    """
+    k = x.shape[-1]
+    m = x.size // k
+    return tuple(quantize_act_groups_spec(m, k, x.dtype, group_size, tuple(x.shape[:-1])).launch(x))
+
+
 # Launchers: build the spec and launch it (every call) -----------------------------------
 def quantize(x: mx.array, group_size: int | None = None, row_sum: bool = False,
              warp: bool = False):

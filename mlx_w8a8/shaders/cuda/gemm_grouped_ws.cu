@@ -69,7 +69,7 @@
 //  * Epilogue: ws_epilogue (gemm_ws.cu) on the float32 accumulators' bits with
 //    GroupedEpilogue: y = t_m f (+ bias_n), rows past M and columns past N never stored.
 //
-// 4-bit weights (WB = 4: MLX's affine 4-bit format as stored, bodies tma_grouped4*): the
+// 4-bit weights (WB = 4: MLX's affine 4-bit format as stored, bodies tma_groupwise*): the
 // same mainloop on u8 codes 0..15 expanded on chip. Per k-tile, the tile's BN packed rows
 // (64 bytes each: K / 2 bytes a row, two codes a byte, low nibble first: weight.py) arrive
 // by one TMA box into the stage's packed buffer, unswizzled (the weight's map is made from
@@ -83,6 +83,13 @@
 // writing B's place of stage s. The consumers are unchanged but for the shift: P = U (no
 // 128 offset: the codes are unsigned as stored, |U| <= 127 * 15 * 128 < 2^18) and the
 // terms' second value is the stored bias b (docs/numerics.md, W4A8 linear).
+//
+// Activation groups (AG, bodies tma_groupwise* with AG = true; either code width): one
+// activation scale per row and group, t_mg ([M, G] f32 in row_scale, the quantize's
+// `groups` body), loaded one group ahead as R is; the promotion becomes
+// f = fma(t, fma(s, P, o R), f) and the epilogue's row scale 1 (docs/numerics.md,
+// activation groups). The bodies tma_grouped* (WB = 8, AG = false) are the ones the
+// shipped table measured; tma_groupwise* take WB and AG as template arguments.
 //
 // Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
 // the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile
@@ -162,7 +169,7 @@ __device__ __forceinline__ uint2 expand4(uint32_t w) {
 
 // The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
 // Rows past M get scale 0 and columns past N bias 0 (never stored).
-template <bool HAS_BIAS>
+template <bool HAS_BIAS, bool AG = false>
 struct GroupedEpilogue {
   using Value = float;
   struct Row {
@@ -174,7 +181,10 @@ struct GroupedEpilogue {
   const float* row_scale;
   const float* bias;
 
-  __device__ __forceinline__ Row row(int m, int M) const { return Row{m < M ? row_scale[m] : 0.f}; }
+  __device__ __forceinline__ Row row(int m, int M) const {
+    if constexpr (AG) return Row{m < M ? 1.f : 0.f};  // t_mg is in the promotion
+    return Row{m < M ? row_scale[m] : 0.f};
+  }
   __device__ __forceinline__ Col col(int n, int N) const {
     Col c{0.f};
     if constexpr (HAS_BIAS) {
@@ -309,7 +319,8 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
-template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8>
+template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
+          bool AG = false>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -413,6 +424,16 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     // R of the group being computed, loaded one group ahead (its latency hides behind the
     // previous group's MMAs and promotion).
     int cur_lo = r_lo[0], cur_hi = r_hi[0];
+    // AG: the rows' group scales t_mg ([M, G] in row_scale), loaded as R is.
+    const float* t_lo = row_scale;
+    const float* t_hi = row_scale;
+    float tcur_lo = 0.f, tcur_hi = 0.f;
+    if constexpr (AG) {
+      t_lo = row_scale + (r_lo - sums);
+      t_hi = row_scale + (r_hi - sums);
+      tcur_lo = t_lo[0];
+      tcur_hi = t_hi[0];
+    }
 #pragma unroll 1
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
@@ -430,6 +451,11 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         wgmma_commit();
         const int nxt = min(grp + 1, groups - 1);
         const int next_lo = r_lo[nxt], next_hi = r_hi[nxt];
+        float tnext_lo = 0.f, tnext_hi = 0.f;
+        if constexpr (AG) {
+          tnext_lo = t_lo[nxt];
+          tnext_hi = t_hi[nxt];
+        }
         wgmma_wait<0>();
         // Pin: the compiler may not move reads of d above the wait.
 #pragma unroll
@@ -443,17 +469,36 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         // 4-bit codes are not offset (P = U, the terms hold the stored bias b).
         constexpr int kShift = kW4 ? 0 : 128;
         const int clo = 0x4B400000 - kShift * cur_lo, chi = 0x4B400000 - kShift * cur_hi;
+        if constexpr (AG) {
+          // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R, one
+          // for the group's term, one for the chain (docs/numerics.md, activation groups).
 #pragma unroll
-        for (int c = 0; c < BN / 8; ++c) {
-          const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
-          const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
-          const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
-          const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
-          const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
-          f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
-          f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
-          f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
-          f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
+          for (int c = 0; c < BN / 8; ++c) {
+            const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+            const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+            const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+            const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+            const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+            f[4 * c] = __fmaf_rn(tcur_lo, __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo)), f[4 * c]);
+            f[4 * c + 1] = __fmaf_rn(tcur_lo, __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo)), f[4 * c + 1]);
+            f[4 * c + 2] = __fmaf_rn(tcur_hi, __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi)), f[4 * c + 2]);
+            f[4 * c + 3] = __fmaf_rn(tcur_hi, __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi)), f[4 * c + 3]);
+          }
+          tcur_lo = tnext_lo;
+          tcur_hi = tnext_hi;
+        } else {
+#pragma unroll
+          for (int c = 0; c < BN / 8; ++c) {
+            const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+            const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+            const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+            const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+            const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+            f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
+            f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
+            f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
+            f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
+          }
         }
         cur_lo = next_lo;
         cur_hi = next_hi;
@@ -467,7 +512,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     int bits[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) bits[i] = __float_as_int(f[i]);
-    const GroupedEpilogue<HAS_BIAS> epi{row_scale, mb.bias};
+    const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
     ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
   }
 }
@@ -526,36 +571,38 @@ w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
         {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
         {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
 
-// @@ body tma_grouped4
-// As tma_grouped for MLX's 4-bit weights: w [N, K/8] uint32 packed codes, wt f32 terms
-// (s, b) (cuda_launch.grouped_terms), wmap uint8 [512] (A's prototype first).
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, 4>(
+// @@ body tma_groupwise
+// The group-wise TMA GEMM with its code width WB (8, or 4: MLX's 4-bit weights, packed
+// w [N, K/8] uint32) and activation scaling AG (0: per token, xs [..., 1]; 1: per token
+// and group, xs [M, K / GS] f32 from the quantize's `groups` body) as template
+// arguments; inputs as tma_grouped (wt: cuda_launch.grouped_terms for the width).
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
                                {w_shape[0]}, {wmap}});
 
-// @@ body tma_grouped4_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, 4>(
+// @@ body tma_groupwise_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
                                {w_shape[0]}, {wmap}});
 
-// @@ body tma_grouped4_group2
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, 4>(
+// @@ body tma_groupwise_group2
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
-// @@ body tma_grouped4_group2_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, 4>(
+// @@ body tma_groupwise_group2_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
-// @@ body tma_grouped4_group3
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, 4>(
+// @@ body tma_groupwise_group3
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -563,8 +610,8 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, 4>(
         {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
         {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
 
-// @@ body tma_grouped4_group3_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, 4>(
+// @@ body tma_groupwise_group3_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),

@@ -196,6 +196,51 @@ __device__ __forceinline__ void quantize_row_warp(const T* x, int M, int K, int8
   }
 }
 
+// Activation groups (docs/numerics.md, "Activation groups"): each group of GS
+// consecutive values of a row quantized by itself, scale t_mg = amax_g / 127, the codes
+// and their sum R_mg as a row's are (the same AbsMax and RowQuantizer, on the group). One
+// block per row, one pass: a group's GS / 8 chunks are GS / 8 consecutive lanes of one
+// warp in one step of the loop (the block is whole warps and K % GS == 0, so a group
+// never straddles a step or a warp, and lies wholly inside or wholly past K), so the
+// group's max and sum are shuffles among those lanes and no block barrier is needed.
+// Every lane of a warp runs every step (the shuffles take the full mask); a lane past K
+// holds zeros and its group's results are not stored.
+// scale [M, K / GS] f32 and sums [M * K / GS] int32, row-major.
+template <typename T, int GS>
+__device__ __forceinline__ void quantize_row_groups(const T* x, int K, int8_t* q, float* scale,
+                                                    int32_t* sums) {
+  static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
+  constexpr int kLanes = GS / 8;  // 4, 8 or 16 lanes hold one group
+  const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
+  const int chunks = K >> 3, groups = K / GS;
+  const T* xr = x + (size_t)row * K;
+  int8_t* qr = q + (size_t)row * K;
+  for (int base = 0; base < chunks; base += blockDim.x) {  // uniform across the block
+    const int c = base + tid;
+    const bool active = c < chunks;
+    Raw8<T> raw{};
+    if (active) raw = load_raw8(xr + c * 8);
+    AbsMax<T> amax;
+    amax.add(raw);
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1)
+      amax.m = AbsMax<T>::merge(amax.m, __shfl_xor_sync(0xffffffffu, amax.m, o));
+    const RowQuantizer qz = RowQuantizer::of(amax.value());
+    float f[8];
+    decode8(raw, f);
+    uint32_t packed[2];
+    int sum = qz.codes8(f, packed);
+    if (active) *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (active && (lane & (kLanes - 1)) == 0) {
+      const size_t at = (size_t)row * groups + c / kLanes;
+      scale[at] = qz.s;
+      sums[at] = sum;
+    }
+  }
+}
+
 }  // namespace w8a8
 
 // @@ body plain
@@ -220,3 +265,9 @@ const int qk = x_shape[x_ndim - 1], qm = w8a8::rows(x_shape, x_ndim);
 const w8a8::RowsumOut o = w8a8::rowsum_out(xa, qm, qk);
 w8a8::rowsum_zero_tail(xa, qm, qk);
 w8a8::quantize_row_warp<T>(x, qm, qk, o.q, o.scale, o.sums);
+
+// @@ body groups
+// Activation groups: x [..., K] float (T); q [..., K] int8, scale [M, K / GS] f32 (one
+// per row and group), sums: the group code sums in cuda_launch.grouped_sums_shape's
+// array (A's map area after them, untouched here).
+w8a8::quantize_row_groups<T, GS>(x, x_shape[x_ndim - 1], q, scale, sums);
