@@ -3,7 +3,7 @@
 # lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
 # GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -20,6 +20,10 @@
 # checkpoints of group size 64, 32 and 128; then the same-device op-level figures of the
 # 8-bit per-channel and group-wise TMA GEMMs on the shapes of part F's tune (tune, its
 # checks off), for the 4-bit GEMM's speed against them.
+# Part H: activation groups on CUDA (cuda_act_groups_gemm_tma, first run): its tests,
+# then tune --act-scales group for both code widths (gs64) and the 4-layer bench from the
+# 4-bit and 8-bit gs64 checkpoints with --act-groups and the tuned table.
+# Parts G and H have not run yet (the device was not lent again that day).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -63,5 +67,22 @@ if [ "$part" = "g" ]; then
       --m 2048,512 --table tmp_t/$fmt.json --no-progress --sibling-check off \
       --prefill-check off --decode-check off
   done
+fi
+if [ "$part" = "h" ]; then
+  run 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "act_groups"
+  ok=$(tail -n 1 "$L")
+  if [ "$ok" = "rc=0" ]; then
+    rm -f tmp_t/h.json
+    for fmt in grouped4 grouped; do
+      run 100 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size 64 \
+        --act-scales group --m 2048,512,128 --table tmp_t/h.json --no-progress \
+        --sibling-check off --prefill-check off --decode-check off
+    done
+    cp tmp_t/h.json "$O/h_table.json"
+    for w in 4bit-gs64 8bit-gs64; do
+      run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+        --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --act-groups --table tmp_t/h.json
+    done
+  fi
 fi
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |[0-9]+ +[0-9]+ +[0-9]+ )" "$L" | head -120
