@@ -3,7 +3,7 @@
 # lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
 # GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -23,7 +23,11 @@
 # Part H: activation groups on CUDA (cuda_act_groups_gemm_tma, first run): its tests,
 # then tune --act-scales group for both code widths (gs64) and the 4-layer bench from the
 # 4-bit and 8-bit gs64 checkpoints with --act-groups and the tuned table.
-# Parts G and H have not run yet (the device was not lent again that day).
+# Part I: the server benchmark (bench/serve_compare.py) on the 32-layer Llama-3-8B shape:
+# mlx_lm.server on the bf16 and mlx-lm 8-bit folders, mlx_w8a8.server --quantize on the
+# bf16 one and mlx_w8a8.server on the 8-bit one, 1 / 8 / 32 concurrent requests of 128
+# tokens (the folders are written on the first run and reused).
+# Parts G, H and I have not run yet (the device was not lent again that day).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -85,4 +89,8 @@ if [ "$part" = "h" ]; then
     done
   fi
 fi
-grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |[0-9]+ +[0-9]+ +[0-9]+ )" "$L" | head -120
+if [ "$part" = "i" ]; then
+  run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 1,8,32 --max-tokens 128 --json "$O/i_serve.json"
+fi
+grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -120
