@@ -1,6 +1,6 @@
 // Int8 GEMM on tensor cores (mma.sync m16n8k32, s8 x s8 or s8 x u8), fused epilogues.
 //
-// File layout (read by mlx_w8a8/kernels/cuda_launch.py and tests/test_cuda_compile.py):
+// File layout (read by mlx_w8a8/kernels/cuda/launch.py and tests/test_cuda_compile.py):
 // the text before the first "// @@ body" line is the `header=` of mx.fast.cuda_kernel;
 // each "// @@ body NAME" line starts the `source=` (function body) of one kernel. MLX
 // wraps a body as `__global__ void custom_kernel_<name>(inputs..., outputs...) { <template
@@ -17,7 +17,7 @@
 //                 sum_k a_k (q_k - 128) = sum_k a_k q_k - 128 R,  R = sum_k a_k
 //               (R from the quantize kernel: the full-row sum, or per group).
 //               EXACTNESS: |a q| <= 127 * 255, so the unsigned int32 sum is exact only
-//               while K * 127 * 255 < 2^31, i.e. K <= 66311 (cuda_launch.U8_MAX_K); the
+//               while K * 127 * 255 < 2^31, i.e. K <= 66311 (launch.U8_MAX_K); the
 //               per-channel launcher takes kWeightFlip above that. The grouped kernel resets its int32
 //               accumulators every group (GS <= 128), so it is exact for any K.
 //
@@ -25,7 +25,7 @@
 // WTM x WTN sub-tile as (WTM/16) x (WTN/8) mma tiles. K advances in steps of BK = 128
 // bytes through a STAGES-deep cp.async ring in dynamic shared memory.
 //
-// Invariants the launcher guarantees (cuda.py `supports`, cuda_launch.py):
+// Invariants the launcher guarantees (the definitions' refusals in mlx_w8a8/kernels/cuda/, their launch specs):
 //   * K % 16 == 0, so every 16-byte cp.async chunk is either fully inside K or fully
 //     outside (zero-filled); A and B rows start 16-byte aligned (row-contiguous inputs,
 //     K a multiple of 16).

@@ -73,7 +73,7 @@
 // same mainloop on u8 codes 0..15 expanded on chip. Per k-tile, the tile's BN packed rows
 // (64 bytes each: K / 2 bytes a row, two codes a byte, low nibble first: weight.py) arrive
 // by one TMA box into the stage's packed buffer, unswizzled (the weight's map is made from
-// its map array's second prototype: cuda_launch.weight_maps), completing on packed[s];
+// its map array's second prototype: tma.weight_maps), completing on packed[s];
 // rows past N read as zeros. The producer warpgroup's 128 threads (all four warps stay,
 // with kWsProducerRegs registers each) then expand them: thread t takes row t % BN and
 // BN / 32 of the row's 16-byte packed chunks, each becoming two 16-byte code chunks
@@ -98,9 +98,9 @@
 // or the terms' loads. The consumers never use a block-wide barrier after the start.
 //
 // Maps (tma.cuh): A's map goes into the row sums' array (xr, the quantize's per-group
-// sums followed by a 256-byte map area: cuda_launch.grouped_sums_shape), at the first
+// sums followed by a 256-byte map area: quantize.grouped_sums_shape), at the first
 // 128-byte aligned address after the M * G sums; each weight's into its map array
-// (cuda_launch.weight_maps, whose first 128 bytes are A's prototype). Every launch on
+// (tma.weight_maps, whose first 128 bytes are A's prototype). Every launch on
 // one xr writes the same bytes there (one address, one M, one K), every launch on one
 // weight the same bytes into its map array.
 //
@@ -111,10 +111,11 @@
 // equal its own launch's bit for bit: a group's float32 chain does not depend on the
 // tile.
 //
-// Invariants the launcher guarantees (cuda.py _supports_grouped_tma, cuda_launch
+// Invariants the launcher guarantees (kernels/cuda/gemm_grouped.py _grouped_tma_checked,
 // gemm_grouped_tma_spec): K % 128 == 0, 0 < K < 2^17, GS in {32, 64, 128}; blocks of
-// exactly 256 + 32 PW threads, at most one per SM; dynamic shared memory
-// GroupedTmaConfig.shared_memory(GS).
+// exactly 256 + 32 PW threads, at most one per SM (PW = 4 where WB = 4); the tile's code
+// width that of the weight (GroupedTmaConfig.bits); dynamic shared memory
+// GroupedTmaConfig.shared_memory(GS); with AG, xs holds [M, K / GS] scales.
 
 namespace w8a8 {
 
@@ -212,9 +213,9 @@ struct GroupedMember {
 
 // The weights one launch multiplies the activation by (ws.cuh member_tiles), as gemm_ws.cu's
 // Members: NM members (1, or 2-3 sibling projections fed the same x: q/k/v, gate/up),
-// member g b[g] [n[g], K] uint8 codes with its terms (cuda_launch.grouped_terms:
+// member g b[g] [n[g], K] uint8 codes with its terms (gemm_grouped.grouped_terms:
 // [ceil(n[g] / BN)] [G][BN][2] f32 (s, o), zero past n[g]), bias [n[g]] f32 or null, output
-// out[g] [..., n[g]] and map array wmap[g] (cuda_launch.weight_maps, uint8 [512]).
+// out[g] [..., n[g]] and map array wmap[g] (tma.weight_maps, uint8 [512]).
 template <typename T, int NM>
 struct GroupedMembers {
   const int8_t* b[NM];
@@ -522,8 +523,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
 // @@ body tma_grouped
 // Grouped W8A8 with the TMA producer: xq [..., K] int8 codes, xs [..., 1] f32 scales,
 // xr int32 [M * K / GS + 64] (the quantize's group sums, then A's map area:
-// cuda_launch.grouped_sums_shape), w [N, K/4] uint32 codes, wt f32 terms
-// (cuda_launch.grouped_terms), wmap uint8 [512] (cuda_launch.weight_maps) -> y [..., N].
+// quantize.grouped_sums_shape), w [N, K/4] uint32 codes, wt f32 terms
+// (gemm_grouped.grouped_terms), wmap uint8 [512] (tma.weight_maps) -> y [..., N].
 w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
@@ -575,7 +576,7 @@ w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
 // The group-wise TMA GEMM with its code width WB (8, or 4: MLX's 4-bit weights, packed
 // w [N, K/8] uint32) and activation scaling AG (0: per token, xs [..., 1]; 1: per token
 // and group, xs [M, K / GS] f32 from the quantize's `groups` body) as template
-// arguments; inputs as tma_grouped (wt: cuda_launch.grouped_terms for the width).
+// arguments; inputs as tma_grouped (wt: gemm_grouped.grouped_terms for the width).
 w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},

@@ -140,7 +140,7 @@ __device__ __forceinline__ Member<T> member_of(const Members<T, G>& ms, int tn) 
 
 // The TMA producer's maps (tma.cuh: why they are made in every launch), one of two ways:
 //  * the per-channel bodies: a_map, the place of A's map in the activation array
-//    (shape.cuh rowsum_map); own[g], member g's map array (cuda_launch.weight_maps,
+//    (shape.cuh rowsum_map); own[g], member g's map array (tma.weight_maps,
 //    uint8 [512]): bytes [0, 128) A's prototype ([128, K] codes), [128, 256) the weight's
 //    ([N_g, K], BN-row boxes), and its map at the first 128-byte aligned byte from 256;
 //  * the int32 body: proto, 1 + G host-encoded prototypes of 128 bytes (A's, then each
@@ -440,7 +440,7 @@ w8a8::gemm_ws<1, true, T, BN, STAGES, PW, w8a8::kWeightU8, 3, false, PP != 0, AC
 // as int32's plus proto (uint8, 256 bytes: A's and B's tensor-map prototypes), outputs
 // plus tmap (uint8 scratch, 128 (2 gridDim.x + 1) bytes). The per-channel bodies: inputs
 // as theirs plus each weight's map array (wmap, or wmap0, wmap1, ...: uint8 [512],
-// cuda_launch.weight_maps); A's map goes into xa's map area (shape.cuh rowsum_map).
+// tma.weight_maps); A's map goes into xa's map area (shape.cuh rowsum_map).
 w8a8::gemm_ws<0, false, int32_t, BN, STAGES, PW, w8a8::kWeightS8, 1, true, PP != 0, ACC>(
     a, w8a8::rows(a_shape, a_ndim), a_shape[a_ndim - 1], nullptr, nullptr,
     w8a8::Members<int32_t, 1>{{b}, {nullptr}, {nullptr}, {c}, {b_shape[0]}},

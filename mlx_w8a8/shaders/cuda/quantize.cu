@@ -11,7 +11,8 @@
 // unsigned-weight correction, gemm.cu). Body rowsum_warp: the rowsum outputs with one
 // warp per row and no block barrier (quantize_row_warp below).
 //
-// Invariants the launcher guarantees (cuda.py `supports`, cuda_launch.quantize):
+// Invariants the launcher guarantees (kernels/cuda/quantize.py: the definitions' refusals
+// and launch specs):
 // K % 8 == 0 (and K % GS == 0), rows 16-byte aligned (row-contiguous input, K * sizeof(T)
 // a multiple of 16), blockDim.x a multiple of 32.
 //
@@ -37,7 +38,7 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
 
   // The first kCached chunks of each thread stay in registers (raw) between the passes
   // (8 chunks of 16-bit T, 4 of float32: 32 registers; the launcher sizes the block so
-  // that is the whole row for K <= 8 * kCached * 1024, cuda_launch.quant_cached); chunks
+  // that is the whole row for K <= 8 * kCached * 1024, quantize.quant_cached); chunks
   // past them are re-read (L1/L2 hits).
   // Hazard (measured on an H200, ncu): a load consumed inside its own `if (c < chunks)`
   // makes the compiler wait for it before issuing the next, one DRAM latency per chunk
@@ -268,6 +269,6 @@ w8a8::quantize_row_warp<T>(x, qm, qk, o.q, o.scale, o.sums);
 
 // @@ body groups
 // Activation groups: x [..., K] float (T); q [..., K] int8, scale [M, K / GS] f32 (one
-// per row and group), sums: the group code sums in cuda_launch.grouped_sums_shape's
+// per row and group), sums: the group code sums in quantize.grouped_sums_shape's
 // array (A's map area after them, untouched here).
 w8a8::quantize_row_groups<T, GS>(x, x_shape[x_ndim - 1], q, scale, sums);

@@ -16,7 +16,7 @@ __device__ __forceinline__ int rows(const S& shape, int ndim) {
   return m;
 }
 
-// The per-channel GEMM's activation array (cuda_launch.rowsum_shape): the unsigned-code
+// The per-channel GEMM's activation array (quantize.rowsum_shape): the unsigned-code
 // GEMMs' one activation input and the `rowsum` quantize bodies' one output. Each array a
 // launch names costs host time on every call (measured on an NVIDIA H200: about 2.7 us
 // per output, 0.5 us per input; docs/cuda.md "Host time per launch"), so the codes, the
@@ -32,14 +32,14 @@ __device__ __forceinline__ int rows(const S& shape, int ndim) {
 //                             end: rowsum_map), every launch from its own address
 //                             (gemm_ws.cu TmaMaps)
 // Two dimensions, not one of M (K + 8) + 256 bytes, so that no dimension passes MLX's
-// int32 limit before M itself would (R < 2^31: cuda_launch.ROWSUM_MAX_ROWS).
+// int32 limit before M itself would (R < 2^31: quantize.ROWSUM_MAX_ROWS).
 // Alignment: K % 8 == 0 (the quantize's bound), so the scales start 8-byte aligned and the
 // row sums 4-byte aligned. The map's place depends on the array's address, not only on M
 // and K: the GEMM computes it from the pointer it receives.
 //
 // M from R: R K = M (K + 8) + 256 + e with e = ceil((8 M + 256) / K) K - 8 M - 256 in
 // [0, K), so M = floor((R K - 256) / (K + 8)) exactly, for every M
-// (cuda_launch.rowsum_rows_m). The kernels compute it in 32-bit integers, never dividing
+// (quantize.rowsum_rows_m). The kernels compute it in 32-bit integers, never dividing
 // 64-bit ones (a 64-bit division is a subroutine call, which cost the rowsum quantize 16
 // registers: 96 against 80): with R = q (K + 8) + r,
 // floor((R K - 256) / (K + 8)) = q K + r - ceil((8 r + 256) / (K + 8)), every term below

@@ -21,7 +21,7 @@
 // launches failed that way: docs/history.md).
 //  * The per-channel bodies write A's map into the activation array's map area
 //    (shape.cuh rowsum_map) and each weight's into that weight's map array
-//    (cuda_launch.weight_maps: its prototypes, then room for the map). Both are inputs,
+//    (tma.weight_maps: its prototypes, then room for the map). Both are inputs,
 //    not outputs (an output costs a launch about 2.7 us of host time). Every launch
 //    reading one activation array writes the same bytes into its area (one address,
 //    one M, A's prototype depends on K only), and every launch on one weight the same
@@ -58,7 +58,7 @@ __device__ __forceinline__ void tma_replace_address(uint32_t map, const void* ad
 
 // Write the rows of a [rows, K] operand and its box's rows into the map at shared-memory
 // address `map` (dimension 1; dimension 0, K, is the prototype's). Activations' maps are
-// encoded once per K on the host (cuda_launch._tma_prototypes) and each launch writes its
+// encoded once per K on the host (tma._tma_prototypes) and each launch writes its
 // M in here, as it writes the address: a prompt of a new length encodes nothing. The
 // values are the sizes themselves (rows >= 1, 1 <= box_rows <= 256), as the driver's
 // cuTensorMapEncodeTiled takes them.
@@ -139,7 +139,7 @@ __device__ __forceinline__ void tma_make_maps(void* map_a, const uint8_t* proto_
   }
 }
 
-// tma_make_maps for weights that carry their own map arrays (cuda_launch.weight_maps,
+// tma_make_maps for weights that carry their own map arrays (tma.weight_maps,
 // uint8 [512] per weight: bytes [0, 128) A's prototype ([128, K] codes), [128, 256) the
 // weight's ([N_g, K], BN-row boxes), then room for its map): A's prototype is the first
 // array's (every member's is the same), weight g's map goes to the first 128-byte

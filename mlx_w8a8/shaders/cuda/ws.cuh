@@ -106,7 +106,7 @@ __device__ __forceinline__ void store8(__half* p, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(p) = w;
 }
 
-constexpr int kMaxMembers = 3;  // cuda_launch.MAX_SIBLINGS
+constexpr int kMaxMembers = 3;  // launch.MAX_SIBLINGS
 
 // The members of a launch (gemm_ws.cu Members, gemm_grouped_ws.cu GroupedMembers): G
 // weights fed the same activation (1 for a single linear, 2 or 3 for sibling projections,
