@@ -3,8 +3,10 @@ group's int32 partial sums into float32 (``gemm.cu`` ``grouped``), and the Hoppe
 GEMM (``gemm_grouped_ws.cu``: the per-channel TMA GEMM's mainloop promoting each group's
 exact int32 sum into float32 accumulators after its wgmmas; group size 32, 64 or 128,
 ``K % 128 == 0``), with its sibling launches; the ``cuda_w8a8_gemm_grouped`` and
-``cuda_w8a8_gemm_grouped_tma`` definitions, and ``cuda_w4a8_gemm_tma``: the TMA GEMM on
-MLX's 4-bit weights as stored, their codes expanded to bytes on chip.
+``cuda_w8a8_gemm_grouped_tma`` definitions; ``cuda_w4a8_gemm_tma``: the TMA GEMM on
+MLX's 4-bit weights as stored, their codes expanded to bytes on chip (exact on an H100);
+``cuda_act_groups_gemm_tma``: either code width with one activation scale per token and
+group (not yet run on a GPU).
 
 The TMA form is exact on an H200 (``tests/test_cuda.py``) and, measured there, in the
 shipped table and the CUDA prior from M = 128 (``docs/cuda.md``: 2.0-2.5x
