@@ -1022,7 +1022,7 @@ def test_grouped_tma_bound_launches_take_any_leading_shape(rng, lead):
 ])
 def test_w8a8_grouped_tma_sibling_launch(rng, bits, config, ns, lead, dtype, with_bias,
                                          group_size):
-    """One launch of the multi-weight bodies (tma_grouped_group2/3, tma_grouped4_group2/3
+    """One launch of the multi-weight bodies (tma_grouped_group2/3, tma_groupwise_group2/3
     for 4-bit weights) for weights fed the same x: each member's output equals its own
     launch on the same tile bit for bit, and the float64 oracle."""
     cfg = grouped4_tile(config) if bits == 4 else grouped_tma_tile(config)

@@ -249,7 +249,7 @@ class GroupedTmaConfig(NamedTuple):
     tiles for 128 bytes of K and the tile's ``(scale, offset)`` pairs of the groups in
     them, 8 consumer warps and ``producers`` producer warps (4: the producer warpgroup
     hands its registers to the consumers, needed at ``bn = 128``; or 1); at most one
-    block per SM. ``bits`` 4: the 4-bit weights' form (bodies ``tma_grouped4*``), whose
+    block per SM. ``bits`` 4: the 4-bit weights' form (bodies ``tma_groupwise*`` with ``WB`` 4), whose
     stages also hold the tile's packed rows (``bn * 64`` bytes) and a third mbarrier,
     and whose four producer warps expand the codes (``producers`` must be 4)."""
 
