@@ -11,9 +11,10 @@ the tokens):
 
 - ``bf16``: the weights in bfloat16;
 - ``q8``: mlx-lm's 8-bit checkpoint of them (``mlx_lm.utils.quantize_model``, group size
-  64: what ``mlx_lm.convert -q --q-bits 8`` writes).
+  64: what ``mlx_lm.convert -q --q-bits 8`` writes);
+- ``q4``: the same at 4 bits (only when a 4-bit arm is asked for).
 
-The arms (``--arms``, default all four):
+The arms (``--arms``; default the first four):
 
 - ``mlx_lm-bf16``: ``python -m mlx_lm.server --model bf16``;
 - ``mlx_lm-8bit``: ``python -m mlx_lm.server --model q8``;
@@ -21,7 +22,9 @@ The arms (``--arms``, default all four):
   the float weights, the default table and prior; the server warms up before it opens
   its port);
 - ``w8a8-8bit``: ``python -m mlx_w8a8.server --model q8`` (the mlx-lm 8-bit checkpoint
-  as ``mlx_w8a8.load`` converts it: group-wise W8A8).
+  as ``mlx_w8a8.load`` converts it: group-wise W8A8);
+- ``mlx_lm-4bit`` and ``w4a8``: ``mlx_lm.server`` and ``python -m mlx_w8a8.server`` on
+  ``q4`` (W4A16 against W4A8 on the codes as stored).
 
 Every arm gets the same server flags (``--server-args``, e.g. mlx-lm's
 ``--decode-concurrency``), starts on a free port, and is timed from the first level only
@@ -63,37 +66,47 @@ ARMS = {
     "mlx_lm-8bit": ("mlx_lm", "q8"),
     "w8a8": ("mlx_w8a8", "bf16"),
     "w8a8-8bit": ("mlx_w8a8", "q8"),
+    "mlx_lm-4bit": ("mlx_lm", "q4"),
+    "w4a8": ("mlx_w8a8", "q4"),
 }
+DEFAULT_ARMS = ("mlx_lm-bf16", "mlx_lm-8bit", "w8a8", "w8a8-8bit")
 GROUP_SIZE = 64
 
 
 def write_folders(spec: str, layers: int | None, folders: Path, seed: int = 0,
-                  log=print) -> dict[str, Path]:
-    """``{"bf16": folder, "q8": folder}`` for ``spec``'s first ``layers`` blocks, written
-    under ``folders`` unless a complete folder (``config.json`` and weights) is there."""
+                  log=print, names: tuple[str, ...] = ("bf16", "q8")) -> dict[str, Path]:
+    """``{name: folder}`` for ``names`` (``bf16``, ``q8``, ``q4``) of ``spec``'s first
+    ``layers`` blocks, each written under ``folders`` unless a complete folder
+    (``config.json`` and weights) is there; every quantized folder holds the same
+    bf16 weights, quantized."""
     import mlx.core as mx
     from mlx_lm.utils import quantize_model, save_config, save_model
 
     from mlx_w8a8 import models
     from mlx_w8a8.tokens import write_byte_tokenizer
 
-    out = {"bf16": folders / "bf16", "q8": folders / "q8"}
-    if all((f / "config.json").exists() and models.has_weights(f) for f in out.values()):
-        log(f"[{PROG}] reusing {out['bf16']} and {out['q8']}")
+    out = {name: folders / name for name in names}
+    missing = [n for n, f in out.items()
+               if not ((f / "config.json").exists() and models.has_weights(f))]
+    if not missing:
+        log(f"[{PROG}] reusing {', '.join(str(f) for f in out.values())}")
         return out
     start = time.perf_counter()
     model, config, label = models.build(spec, layers, mx.bfloat16, seed)
     mx.eval(model.parameters())
     config = dict(config, torch_dtype="bfloat16")
-    for name, folder in out.items():
+    for name in missing:
+        folder = out[name]
         folder.mkdir(parents=True, exist_ok=True)
-        if name == "q8":
-            model, config = quantize_model(model, config, GROUP_SIZE, 8)
-        save_model(folder, model)
-        save_config(dict(config), folder / "config.json")
+        made, made_config = model, config
+        if name != "bf16":  # a fresh copy of the bf16 weights, quantized as mlx-lm does
+            made = models.clone(model, config)
+            made, made_config = quantize_model(made, dict(config), GROUP_SIZE, int(name[1:]))
+        save_model(folder, made)
+        save_config(dict(made_config), folder / "config.json")
         write_byte_tokenizer(folder)
-    log(f"[{PROG}] wrote {label} ({config['num_hidden_layers']} layers) as {out['bf16']} "
-        f"and {out['q8']} in {time.perf_counter() - start:.1f} s")
+    log(f"[{PROG}] wrote {label} ({config['num_hidden_layers']} layers) as "
+        f"{', '.join(str(out[n]) for n in missing)} in {time.perf_counter() - start:.1f} s")
     return out
 
 
@@ -177,7 +190,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="preset, config.json or model folder (default: llama-3-8b)")
     p.add_argument("--layers", type=int, default=None, help="keep the first L blocks (default: all)")
     p.add_argument("--folders", required=True, help="where the bf16 and q8 folders are (written if absent)")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                   help=f"comma-separated, of {', '.join(ARMS)} (default: {', '.join(DEFAULT_ARMS)})")
     p.add_argument("--levels", default="1,8,32", help="concurrent requests per level (default: 1,8,32)")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per level (default: 2 x concurrency)")
@@ -214,7 +228,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
         return 2
     folders = Path(args.folders)
     say = lambda text: print(text, file=out, flush=True)  # noqa: E731
-    paths = write_folders(args.model, args.layers, folders, args.seed, say)
+    paths = write_folders(args.model, args.layers, folders, args.seed, say,
+                          tuple(dict.fromkeys(ARMS[a][1] for a in arms)))
     extra = args.server_args.split()
     results: dict[str, dict] = {}
     ok = True

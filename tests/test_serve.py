@@ -426,10 +426,11 @@ def test_serve_bench_levels():
 
 def test_serve_compare_runs_every_arm_without_warm_up(tmp_path, capsys):
     """bench/serve_compare.py on a tiny config: it writes the bf16 and mlx-lm 8-bit
-    folders once (a second run reuses them), serves each arm in turn on loopback and
-    reports ratios. The W8A8 servers run without a warm-up (the CPU default): a model
-    converted on the main thread and served from mlx-lm's generation thread (a float
-    folder with --quantize, an mlx-lm 8-bit folder) once failed every request there
+    folders once (a second run reuses them; the 4-bit one is written because a 4-bit arm
+    is asked for), serves each arm in turn on loopback and reports ratios. The W8A8
+    servers run without a warm-up (the CPU default): a model converted on the main thread
+    and served from mlx-lm's generation thread (a float folder with --quantize, an mlx-lm
+    8-bit folder) once failed every request there
     ("There is no Stream(cpu, 0) in current thread": conversion left lazy arrays)."""
     import serve_compare
 
@@ -438,18 +439,19 @@ def test_serve_compare_runs_every_arm_without_warm_up(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(config))
     out = tmp_path / "serve.json"
     argv = ["--model", str(tmp_path / "config.json"), "--folders", str(tmp_path / "f"),
-            "--arms", "mlx_lm-8bit,w8a8,w8a8-8bit", "--levels", "1,2", "--requests", "2",
+            "--arms", "mlx_lm-8bit,w8a8,w8a8-8bit,w4a8", "--levels", "1,2", "--requests", "2",
             "--max-tokens", "3", "--startup", str(STARTUP_S), "--json", str(out)]
     rc = serve_compare.main(argv)
     text = capsys.readouterr().out
     assert rc == 0, text
     report = json.loads(out.read_text())
-    assert set(report["arms"]) == {"mlx_lm-8bit", "w8a8", "w8a8-8bit"}
+    assert set(report["arms"]) == {"mlx_lm-8bit", "w8a8", "w8a8-8bit", "w4a8"}
+    assert {p.name for p in (tmp_path / "f").iterdir() if p.is_dir()} == {"bf16", "q8", "q4"}
     for arm in report["arms"].values():
         assert [row["concurrency"] for row in arm["levels"]] == [1, 2]
         assert all(row["ok"] == 2 and row["output_tokens"] == 6 for row in arm["levels"])
     pairs = {(r["arm"], r["against"], r["concurrency"]) for r in report["ratios"]}
-    assert pairs == {(a, "mlx_lm-8bit", c) for a in ("w8a8", "w8a8-8bit") for c in (1, 2)}
+    assert pairs == {(a, "mlx_lm-8bit", c) for a in ("w8a8", "w8a8-8bit", "w4a8") for c in (1, 2)}
     assert all(r["output_tokens_per_s"] > 0 for r in report["ratios"])
     assert "wrote" in text
     assert serve_compare.main(argv[:4] + ["--arms", "w8a8", "--levels", "1", "--requests", "1",
