@@ -925,6 +925,14 @@ def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
             oracle.assert_close(run(x, weight, None), want, bound, "bfloat16")
 
 
+def extreme_activation(m: int, k: int) -> np.ndarray:
+    """Rows of +-1 (every code +-127 after quantization), row 7 with every third value 0."""
+    x = np.ones((m, k), dtype=np.float32)
+    x[1::2] = -1.0
+    x[7, ::3] = 0.0
+    return x
+
+
 @pytest.mark.parametrize("config", sorted(cuda_tiles.GROUPED_TMA_CONFIGS))
 def test_w8a8_grouped_tma_extreme_codes(config):
     """Activation codes +-127 and weight codes 255 and 0 at group size 128: |U| reaches
@@ -933,9 +941,7 @@ def test_w8a8_grouped_tma_extreme_codes(config):
     against the oracle."""
     cfg = grouped_tma_tile(config)
     m, n, k, gs = 130, 264, 1024, 128
-    x = np.ones((m, k), dtype=np.float32)
-    x[1::2] = -1.0
-    x[7, ::3] = 0.0
+    x = extreme_activation(m, k)
     codes = np.full((n, k), 255, dtype=np.uint8)
     codes[1::2] = 0
     codes[5, ::2] = 128
@@ -1095,9 +1101,7 @@ def test_w4a8_tma_extreme_codes():
     nibble order or a dropped half-byte changes the result), group size 128, float32
     output against the oracle, every tile."""
     m, n, k, gs = 130, 264, 1024, 128
-    x = np.ones((m, k), dtype=np.float32)
-    x[1::2] = -1.0
-    x[7, ::3] = 0.0
+    x = extreme_activation(m, k)
     codes = np.full((n, k), 15, dtype=np.uint8)
     codes[1::2] = 0
     codes[5] = np.arange(k) % 16  # every code, in order: nibble order matters
