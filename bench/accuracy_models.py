@@ -27,7 +27,7 @@ from mlx.utils import tree_unflatten
 
 import mlx_w8a8 as w8
 from mlx_w8a8.evaluation import DTYPES, perplexity
-from mlx_w8a8.recipe import calibration_tokens, recipe
+from mlx_w8a8.recipe import FLOOR_DB, calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
 VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_act_groups", "w4a16",
@@ -52,7 +52,8 @@ def dequantized(model: nn.Module) -> nn.Module:
     return model
 
 
-def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = False) -> nn.Module:
+def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = False,
+          floor_db: float = FLOOR_DB) -> nn.Module:
     from mlx_lm.utils import load_model
 
     model = load_model(folder)[0]
@@ -75,7 +76,7 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
         return dequantized(model) if dequantize else model
     skip = {"lm_head": "w8a16"}  # the convert command's default
     if variant == "recipe":
-        chosen = recipe(model, calib)
+        chosen = recipe(model, calib, floor_db=floor_db)
         log(chosen.summary())
         skip.update(chosen.keep)
     w8.quantize(model, per_channel=variant != "w8a8_grouped", skip=skip, kernel="exact")
@@ -98,6 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--dequantize", action="store_true",
                    help="run W8A16 / W4A16 layers as float products of their dequantized "
                    "weights (the same math; on a CPU much faster than quantized_matmul)")
+    p.add_argument("--recipe-floor", type=float, default=FLOOR_DB,
+                   help=f"the recipe variant's W8A16 floor in dB (default: the recipe's, {FLOOR_DB})")
     p.add_argument("--json", help="append results as JSON lines")
     args = p.parse_args(argv)
     folder = Path(args.model)
@@ -119,7 +122,8 @@ def main(argv=None) -> int:
         calib = [with_bos(b) for b in calib]
     for variant in args.variants.split(","):
         start = time.time()
-        model = build(folder, variant, DTYPES[args.dtype], calib, log, args.dequantize)
+        model = build(folder, variant, DTYPES[args.dtype], calib, log, args.dequantize,
+                      args.recipe_floor)
         built = time.time() - start
         for text, windows in data.items():
             t0 = time.time()
@@ -127,6 +131,7 @@ def main(argv=None) -> int:
             row = {"model": folder.name, "variant": variant, "text": Path(text).name, "bos": args.bos,
                    "perplexity": ppl, "tokens": count, "seq_len": args.seq_len,
                    "dtype": args.dtype, "dequantize": args.dequantize, "build_s": round(built, 1),
+                   **({"recipe_floor_db": args.recipe_floor} if variant == "recipe" else {}),
                    "eval_s": round(time.time() - t0, 1)}
             log(json.dumps(row))
             if args.json:
