@@ -25,6 +25,36 @@ def test_sizes_the_map_cannot_describe_are_refused(monkeypatch, rows, k, box):
         tensormap.prototype.__wrapped__(rows, k, box)
 
 
+@pytest.mark.parametrize("box_k,swizzle", [(64, True), (8, False), (72, False), (144, False), (0, False)])
+def test_box_widths_the_map_cannot_describe_are_refused(monkeypatch, box_k, swizzle):
+    # A box row is a multiple of 16 bytes up to 128, and exactly 128 with the 128-byte
+    # swizzle (the 4-bit GEMM's packed boxes are 64 bytes, unswizzled).
+    def no_driver():
+        raise AssertionError("the driver was reached with an invalid box")
+
+    monkeypatch.setattr(tensormap, "_driver", no_driver)
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.tensormap\] box_k .*got box_k=.*swizzle="):
+        tensormap.prototype.__wrapped__(256, 512, 128, box_k, swizzle)
+
+
+def test_an_unswizzled_64_byte_box_reaches_the_driver(monkeypatch):
+    calls = []
+
+    class Lib:
+        def cuTensorMapEncodeTiled(self, out, dtype, rank, addr, dims, strides, box, elem,
+                                   interleave, swizzle, l2, oob):
+            calls.append((list(dims), list(box), swizzle))
+            return 0
+
+    import cffi
+    ffi = cffi.FFI()
+    ffi.cdef(tensormap._CDEF)
+    monkeypatch.setattr(tensormap, "_driver", lambda: (ffi, Lib()))
+    tensormap.prototype.__wrapped__(4096, 2048, 128, 64, False)
+    tensormap.prototype.__wrapped__(4096, 4096, 128)
+    assert calls == [([2048, 4096], [64, 128], 0), ([4096, 4096], [128, 128], 3)]
+
+
 def test_no_driver_is_a_reason_not_an_error(monkeypatch):
     def missing():
         raise OSError("cannot load library 'libcuda.so.1'")
