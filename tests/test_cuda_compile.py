@@ -1876,6 +1876,26 @@ def test_act_groups_tma_launch_plan(cuda_here, rng, fmt, m, n, k, gs, dtype, has
     assert not _same_launches(rec.launches[start:], [quant, gemm])
 
 
+def test_act_groups_quantize_refuses_what_it_cannot_take():
+    """The activation-group quantize names the op, the value and what is valid: a group
+    size outside 32/64/128 or not dividing K; a 4-bit tile for an 8-bit weight (and the
+    reverse) is refused by the group-wise GEMM's launch spec."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    for gs, k in ((16, 256), (64, 96), (128, 192)):
+        with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_quantize\] group_size must be one of"):
+            cuda_quantize.quantize_act_groups_spec(4, k, mx.bfloat16, gs)
+    w = mx.random.normal((64, 256), key=mx.random.key(0))
+    for bits, wrong in ((8, cuda_tiles.GROUPED4_TMA_CONFIGS["g4tma64"]),
+                        (4, cuda_tiles.GROUPED_TMA_CONFIGS["gtma64"])):
+        qw = QuantizedWeight.from_float(w, 64, per_channel=False, bits=bits)
+        with pytest.raises(ValueError, match=rf"{bits}-bit codes"):
+            cuda_gemm_grouped.gemm_grouped_tma_spec(8, 256, qw, None, mx.bfloat16, wrong,
+                                                    act_groups=True)
+
+
 def test_w4a8_tma_tiles_fit_shared_memory():
     """Each 4-bit tile: four producer warps, the ring with its packed rows and third
     mbarrier within the kernel's layout and an H200's shared memory at every group size,
