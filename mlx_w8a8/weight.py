@@ -295,7 +295,10 @@ class QuantizedWeight:
             return cls(q, scales, biases, group_size, per_channel=False, bits=4)
         if not per_channel:
             q, scales, biases = mx.quantize(w, group_size=group_size, bits=8)
-            return cls(q, zero_code_scales(q, scales, group_size), biases, group_size)
+            # per_channel given, not inferred: a weight whose groups share their scales
+            # (all zero, say) is still the group-wise weight the caller asked for.
+            return cls(q, zero_code_scales(q, scales, group_size), biases, group_size,
+                       per_channel=False)
         wf = w.astype(mx.float32)
         # The scale is rounded to the storage dtype first and the codes are computed
         # from the stored scale, so dequantization reproduces exactly s_n * w_i8.

@@ -53,6 +53,15 @@ def test_affine_mode_is_mx_quantize(rng):
         np.testing.assert_array_equal(np.array(got), np.array(want))
 
 
+def test_group_wise_asked_for_stays_group_wise():
+    # Weights whose groups share their scales (all zero, or one constant) look per-channel
+    # to the detection of raw arrays; asked for group-wise, they stay group-wise.
+    for w in (mx.zeros((4, 128)), mx.full((4, 128), 0.5)):
+        qw = quantize_weight(w, group_size=64, per_channel=False)
+        assert not qw.per_channel and qw.format == "grouped"
+        np.testing.assert_allclose(np.array(qw.dequantize()), np.array(w), atol=1e-6)
+
+
 def test_per_channel_detection(rng):
     w = mx.array(rng.standard_normal((16, 128)).astype(np.float32))
     pc = quantize_weight(w)
