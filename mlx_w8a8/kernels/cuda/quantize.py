@@ -154,14 +154,19 @@ def grouped_sums_shape(m: int, k: int, group_size: int) -> tuple[int]:
     return (m * (k // group_size) + GROUPED_SUMS_MAP_AREA // 4,)
 
 
+def _check_tma_group_size(k: int, group_size: int) -> None:
+    """A group size the group-wise TMA GEMM takes, dividing K; else ``ValueError``."""
+    if group_size not in GROUPED_TMA_GROUP_SIZES or k % group_size:
+        raise ValueError(f"[mlx_w8a8.cuda_quantize] group_size must be one of "
+                         f"{GROUPED_TMA_GROUP_SIZES} and divide K = {k}, got {group_size}")
+
+
 def quantize_groups_spec(m: int, k: int, dtype: mx.Dtype, group_size: int,
                          lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`quantize_groups`: the ``sums`` quantize of :func:`quantize`
     (the same kernel, the same bits) with its row sums in a :func:`grouped_sums_shape`
     array."""
-    if group_size not in GROUPED_TMA_GROUP_SIZES or k % group_size:
-        raise ValueError(f"[mlx_w8a8.cuda_quantize] group_size must be one of "
-                         f"{GROUPED_TMA_GROUP_SIZES} and divide K = {k}, got {group_size}")
+    _check_tma_group_size(k, group_size)
     spec = quantize_spec(m, k, dtype, group_size, lead=lead)
     shapes = list(spec.output_shapes)
     shapes[2] = grouped_sums_shape(m, k, group_size)
@@ -189,9 +194,7 @@ def quantize_act_groups_spec(m: int, k: int, dtype: mx.Dtype, group_size: int,
                              lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The launch of :func:`quantize_act_groups`: ``quantize.cu``'s ``groups`` body (one
     scale per row and group: activation groups, ``docs/numerics.md``)."""
-    if group_size not in GROUPED_TMA_GROUP_SIZES or k % group_size:
-        raise ValueError(f"[mlx_w8a8.cuda_quantize] group_size must be one of "
-                         f"{GROUPED_TMA_GROUP_SIZES} and divide K = {k}, got {group_size}")
+    _check_tma_group_size(k, group_size)
     return framed(_quantize_act_groups_frame(m, k, dtype, group_size, leading_shape(m, lead)))
 
 

@@ -273,11 +273,10 @@ class GroupedTmaConfig(NamedTuple):
         to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
         terms = (128 // group_size) * self.bn * 8
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
-        if self.bits == 4:  # + the packed rows and the packed[s] mbarrier per stage
-            return (self.stages * ((self.bm + self.bn) * 128 + terms + self.bn * 64)
-                    + 8 * 2560 + 24 * self.stages + maps + 1024)
-        return (self.stages * ((self.bm + self.bn) * 128 + terms) + 8 * 2560
-                + 16 * self.stages + maps + 1024)
+        four = self.bits == 4  # + the packed rows and the packed[s] mbarrier per stage
+        packed, barriers = (self.bn * 64, 24) if four else (0, 16)
+        return (self.stages * ((self.bm + self.bn) * 128 + terms + packed) + 8 * 2560
+                + barriers * self.stages + maps + 1024)
 
     def template(self) -> list[tuple[str, int]]:
         return [("BN", self.bn), ("STAGES", self.stages), ("PW", self.producers)]

@@ -470,37 +470,29 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         // 4-bit codes are not offset (P = U, the terms hold the stored bias b).
         constexpr int kShift = kW4 ? 0 : 128;
         const int clo = 0x4B400000 - kShift * cur_lo, chi = 0x4B400000 - kShift * cur_hi;
-        if constexpr (AG) {
-          // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R, one
-          // for the group's term, one for the chain (docs/numerics.md, activation groups).
 #pragma unroll
-          for (int c = 0; c < BN / 8; ++c) {
-            const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
-            const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
-            const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
-            const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
-            const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+        for (int c = 0; c < BN / 8; ++c) {
+          const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+          const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+          const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+          const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+          const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+          if constexpr (AG) {
+            // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R,
+            // one for the group's term, one for the chain (docs/numerics.md).
             f[4 * c] = __fmaf_rn(tcur_lo, __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo)), f[4 * c]);
             f[4 * c + 1] = __fmaf_rn(tcur_lo, __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo)), f[4 * c + 1]);
             f[4 * c + 2] = __fmaf_rn(tcur_hi, __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi)), f[4 * c + 2]);
             f[4 * c + 3] = __fmaf_rn(tcur_hi, __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi)), f[4 * c + 3]);
-          }
-          tcur_lo = tnext_lo;
-          tcur_hi = tnext_hi;
-        } else {
-#pragma unroll
-          for (int c = 0; c < BN / 8; ++c) {
-            const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
-            const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
-            const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
-            const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
-            const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+          } else {
             f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
             f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
             f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
             f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
           }
         }
+        tcur_lo = tnext_lo;
+        tcur_hi = tnext_hi;
         cur_lo = next_lo;
         cur_hi = next_hi;
       }
