@@ -538,19 +538,20 @@ def test_int8_gemv_large_k_two_launches(rng):
 
 
 # Two-stage split (registry.Candidate.stages) -------------------------------------------
-@pytest.mark.parametrize("name,m,k,per_channel", [
-    ("cuda_w8a8_gemm", 129, 1024, True), ("cuda_w8a8_gemm_ws", 129, 1024, True),
-    ("cuda_w8a8_gemm_grouped", 129, 1024, False),
-    ("cuda_int8_gemv", 16, 8192, True),  # 16 x 8192 does not fit the fused GEMV: two launches
+@pytest.mark.parametrize("name,m,k,fmt", [
+    ("cuda_w8a8_gemm", 129, 1024, "per_channel"), ("cuda_w8a8_gemm_ws", 129, 1024, "per_channel"),
+    ("cuda_w8a8_gemm_grouped", 129, 1024, "grouped"),
+    ("cuda_int8_gemv", 16, 8192, "per_channel"),  # 16 x 8192 does not fit the fused GEMV
+    ("cuda_w4a8_gemv", 16, 8192, "grouped4"),  # ... two launches
 ])
-def test_stages_equal_run(rng, name, m, k, per_channel):
+def test_stages_equal_run(rng, name, m, k, fmt):
     """apply(quantize(x)) gives the same bits as run(x)."""
     n = 264
     cand = registry.get("linear", name)
-    problem = Problem("linear", m, n, k, "bfloat16", "per_channel" if per_channel else "grouped",
-                      64, True)
+    problem = Problem("linear", m, n, k, "bfloat16", fmt, 64, True)
     key, quant, apply = cand.stages(problem)
-    weight = make_weight(rng, n, k, 64, per_channel, "bfloat16")
+    weight = (make_weight4(rng, n, k, 64, "bfloat16") if fmt == "grouped4" else
+              make_weight(rng, n, k, 64, fmt == "per_channel", "bfloat16"))
     x = activation(rng, m, k, "bfloat16")
     bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
     y_run = np.array(cand.run(x, weight, bias).astype(mx.float32))
@@ -644,17 +645,20 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 
-@pytest.mark.parametrize("ns,lead,dtype,with_bias,per_channel,group_size", [
-    ((4096, 1024, 1024), (1, 1), "bfloat16", False, True, 64),  # q/k/v at a decode step
-    ((8714, 8714), (1,), "float32", True, True, 64),  # each member wraps the grid's warps
-    ((264, 40, 257), (2, 8), "float16", True, False, 32),  # M = 16; N % RW != 0 (257)
-    ((1000, 1002), (3,), "bfloat16", False, False, 64),  # M = 3 (bucket 4), grouped
+@pytest.mark.parametrize("ns,lead,dtype,with_bias,fmt,group_size", [
+    ((4096, 1024, 1024), (1, 1), "bfloat16", False, "per_channel", 64),  # q/k/v, decode
+    ((8714, 8714), (1,), "float32", True, "per_channel", 64),  # each member wraps the warps
+    ((264, 40, 257), (2, 8), "float16", True, "grouped", 32),  # M = 16; N % RW != 0 (257)
+    ((1000, 1002), (3,), "bfloat16", False, "grouped", 64),  # M = 3 (bucket 4), grouped
+    ((4096, 1024, 1024), (1, 1), "bfloat16", False, "grouped4", 64),  # 4-bit q/k/v
+    ((264, 40, 257), (2, 8), "float16", True, "grouped4", 32),  # 4-bit, M = 16
+    ((8714, 8714), (3,), "bfloat16", True, "grouped4", 32),  # 4-bit gate/up, wraps
 ])
-def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, per_channel, group_size):
-    """One fused GEMV launch for 2-3 weights fed the same x (gemv.cu fused_*_group*): each
-    output is bit-identical (NaN where x's special rows give NaN) to that weight's own
-    fused launch and within the oracle's bound; every member's rows are written (an
-    unwritten element of the uninitialised outputs fails the comparison)."""
+def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, fmt, group_size):
+    """One fused GEMV launch for 2-3 weights fed the same x (gemv.cu fused_*_group*, the
+    4-bit ones too): each output is bit-identical (NaN where x's special rows give NaN)
+    to that weight's own fused launch and within the oracle's bound; every member's rows
+    are written (an unwritten element of the uninitialised outputs fails the comparison)."""
     k = 1088
     m = int(np.prod(lead))
     assert cuda_gemv.gemv_fuses(m, k)
@@ -663,14 +667,16 @@ def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, per_channel, 
     for n in ns:
         bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
                 if with_bias else None)
-        members.append((make_weight(rng, n, k, group_size, per_channel, dtype), bias))
+        members.append((make_weight4(rng, n, k, group_size, dtype) if fmt == "grouped4" else
+                        make_weight(rng, n, k, group_size, fmt == "per_channel", dtype), bias))
     ys = cuda_gemv.gemv_fused_group_spec(m, k, members, x.dtype, lead).launch(x)
     x2 = x.reshape(m, k)
     for (weight, bias), y in zip(members, ys):
         assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
         alone = cuda_gemv.gemv(x2, weight, bias, fused=True)
         assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
-        want, bound = oracle.linear(host(x2), weight, None if bias is None else host(bias))
+        want, bound = (oracle.linear4 if fmt == "grouped4" else oracle.linear)(
+            host(x2), weight, None if bias is None else host(bias))
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 
@@ -1096,12 +1102,10 @@ def test_w4a8_tma_every_tile(rng, config, group_size, m, n, k, dtype, with_bias)
                  "bfloat16", bits=4)
 
 
-def test_w4a8_tma_extreme_codes():
-    """Activation codes +-127 and 4-bit codes 15 and 0 in every nibble position (a wrong
-    nibble order or a dropped half-byte changes the result), group size 128, float32
-    output against the oracle, every tile."""
-    m, n, k, gs = 130, 264, 1024, 128
-    x = extreme_activation(m, k)
+def extreme_weight4(n: int, k: int, gs: int) -> QuantizedWeight:
+    """4-bit codes 15 and 0 in every nibble position, one row holding every code in
+    order (a wrong nibble order or a dropped half-byte changes the result), scales and
+    biases spread over each group."""
     codes = np.full((n, k), 15, dtype=np.uint8)
     codes[1::2] = 0
     codes[5] = np.arange(k) % 16  # every code, in order: nibble order matters
@@ -1112,10 +1116,71 @@ def test_w4a8_tma_extreme_codes():
     weight = QuantizedWeight(mx.array(packed.view(np.uint32)), scales, biases, gs,
                              per_channel=False, bits=4)
     assert np.array_equal(oracle.codes4(weight), codes)
+    return weight
+
+
+def test_w4a8_tma_extreme_codes():
+    """Activation codes +-127 against extreme_weight4 at group size 128, float32 output
+    against the oracle, every tile."""
+    m, n, k, gs = 130, 264, 1024, 128
+    x = extreme_activation(m, k)
+    weight = extreme_weight4(n, k, gs)
     want, bound = oracle.linear4(x, weight, None)
     for name in sorted(cuda_tiles.GROUPED4_TMA_CONFIGS):
         got = grouped_tma_run(grouped4_tile(name))(mx.array(x), weight, None)
         oracle.assert_close(got, want, bound, "float32")
+
+
+# The 4-bit GEMV (cuda_w4a8_gemv) ----------------------------------------------------------
+# Written before any GPU ran it: compiled for sm_90a and its launches checked on the CPU by
+# tests/test_cuda_compile.py; these cases hold it to the W4A8 oracle on a GPU.
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 13, 16])
+@pytest.mark.parametrize("group_size,scale_dtype", [(32, "float16"), (64, "bfloat16"),
+                                                    (128, "float32")])
+def test_w4a8_gemv(rng, m, group_size, scale_dtype):
+    """The registered candidate (fused: these M x K fit in shared memory) at every bucket,
+    group size and scale dtype, bias on odd M; K = 128 is 4 chunks of 32 codes (most
+    lanes idle)."""
+    cand = registry.get("linear", "cuda_w4a8_gemv")
+    assert cuda_gemv.gemv_fuses(m, 1024)
+    assert cand.supports(Problem("linear", m, 264, 1024, "bfloat16", "grouped4", group_size,
+                                 m % 2 == 1))
+    check_linear(rng, cand.run, m, 264, 1024, "bfloat16", group_size, False, m % 2 == 1,
+                 scale_dtype, bits=4)
+    check_linear(rng, cand.run, m, 257, 128, "float16", group_size, False, False, scale_dtype,
+                 bits=4)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_w4a8_gemv_both_paths(rng, m, fused):
+    """Fused and two-launch paths forced: K = 1088 (34 chunks of 32 codes: a partial
+    sweep of a warp's lanes), N = 8714 (the persistent loop wraps; a partial last row
+    group)."""
+    def run(x, weight, bias):
+        return cuda_gemv.gemv(x, weight, bias, fused=fused)
+
+    check_linear(rng, run, m, 8714, 1088, "float32", 32, False, True, "bfloat16", bits=4)
+
+
+def test_w4a8_gemv_large_k_two_launches(rng):
+    """M = 16 with down_proj's K = 14336 does not fit the fused kernel: the candidate takes
+    the two-launch path (its largest body, MM = 16)."""
+    assert not cuda_gemv.gemv_fuses(16, 14336)
+    run = registry.get("linear", "cuda_w4a8_gemv").run
+    check_linear(rng, run, 16, 136, 14336, "bfloat16", 64, False, False, "bfloat16", bits=4)
+
+
+@pytest.mark.parametrize("m,fused", [(9, True), (16, False)])
+def test_w4a8_gemv_extreme_codes(m, fused):
+    """Activation codes +-127 against extreme_weight4 (every nibble position, every code
+    in order), group size 128, float32 output against the oracle."""
+    n, k = 264, 1024
+    x = extreme_activation(m, k)
+    weight = extreme_weight4(n, k, 128)
+    want, bound = oracle.linear4(x, weight, None)
+    got = cuda_gemv.gemv(mx.array(x), weight, None, fused=fused)
+    oracle.assert_close(got, want, bound, "float32")
 
 
 # Activation groups on the group-wise TMA GEMM (cuda_act_groups_gemm_tma) -------------------

@@ -282,6 +282,38 @@ def kernel_builds() -> list[KernelBuild]:
             tpl += (("MM", mm), ("RW", cuda_gemv.gemv_rows_per_warp(mm)), ("SMEM_BYTES", mm * 4096))
             out.append(KernelBuild("gemv.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
+    # The 4-bit GEMV (packed codes, scales and biases of one dtype): every body at every
+    # bucket, each group size and scale dtype somewhere; siblings at M = 1 and 16.
+    gemv4 = ("grouped4", "grouped4_bias", "fused_grouped4", "fused_grouped4_bias")
+    for i, mm in enumerate((1, 2, 4, 8, 16)):
+        for j, body in enumerate(gemv4):
+            st = ("float16", "bfloat16", "float32")[(i + j) % 3]
+            gs = (32, 64, 128)[(i + 2 * j) % 3]
+            t = ("bfloat16", "float16", "float32")[(i + j + 1) % 3]
+            fused = body.startswith("fused_")
+            ins = ((("x", t, 2),) if fused else (("xq", "int8", 2), ("xs", "float32", 2)))
+            ins += (("w", "uint32", 2), ("ws", st, 2), ("wo", st, 2))
+            if body.endswith("bias"):
+                ins += (("bias", "float32", 1),)
+            tpl = (("T", t), ("ST", st), ("GS", gs), ("MM", mm),
+                   ("RW", cuda_gemv.gemv_rows_per_warp(mm)))
+            if fused:
+                tpl += (("SMEM_BYTES", mm * 4096),)
+            out.append(KernelBuild("gemv.cu", body, ins, (("y", t),), tpl))
+    for i, (g, bias) in enumerate((g, b) for g in (2, 3) for b in (False, True)):
+        body = f"fused_grouped4_group{g}" + ("_bias" if bias else "")
+        for mm in (1, 16):
+            ins = (("x", "bfloat16", 2),)
+            for m in range(g):
+                ins += ((f"w{m}", "uint32", 2), (f"ws{m}", "bfloat16", 2),
+                        (f"wo{m}", "bfloat16", 2))
+                if bias:
+                    ins += ((f"bias{m}", "float32", 1),)
+            tpl = (("T", "bfloat16"), ("ST", "bfloat16"), ("GS", (32, 64, 128)[i % 3]),
+                   ("MM", mm), ("RW", cuda_gemv.gemv_rows_per_warp(mm)),
+                   ("SMEM_BYTES", mm * 4096))
+            out.append(KernelBuild("gemv.cu", body, ins,
+                                   tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
     return out
 
 
@@ -562,8 +594,9 @@ def _launch_all():
             assert [y.shape for y in ys] == [(2, 150, w.n) for w, _ in members]
     cuda_quantize.quantize_spec(300, 256, mx.bfloat16, None, True, lead=(2, 150)).launch(
         mx.zeros((2, 150, 256), dtype=mx.bfloat16))
+    g4 = QuantizedWeight.from_float(w.astype(mx.bfloat16), 64, per_channel=False, bits=4)
     for m in (1, 2, 3, 8, 16):
-        for weight in (pc, gr):
+        for weight in (pc, gr, g4):
             for fused in (True, False):
                 cuda_gemv.gemv(mx.zeros((m, 256), dtype=mx.bfloat16), weight,
                             bias if m % 2 else None, fused=fused)
@@ -572,8 +605,11 @@ def _launch_all():
                                      per_channel=False)
     for m, lead in ((1, (1, 1)), (16, (2, 8))):
         x = mx.zeros((*lead, 256), dtype=mx.bfloat16)
+        g42 = QuantizedWeight.from_float(mx.random.normal((40, 256)).astype(mx.bfloat16), 64,
+                                         per_channel=False, bits=4)
         for members in ([(pc, None), (pc2, None)], [(pc, bias), (pc2, bias), (pc, bias)],
-                        [(gr, None), (gr2, None), (gr, None)], [(gr, bias), (gr2, bias)]):
+                        [(gr, None), (gr2, None), (gr, None)], [(gr, bias), (gr2, bias)],
+                        [(g4, None), (g42, None)], [(g4, bias), (g42, bias), (g4, bias)]):
             ys = cuda_gemv.gemv_fused_group_spec(m, 256, members, mx.bfloat16, lead).launch(x)
             assert [y.shape for y in ys] == [(*lead, w.n) for w, _ in members]
 
@@ -878,14 +914,16 @@ def test_stages_launch_what_run_launches(monkeypatch):
                 continue
             assert cand.stages is not None, f"{cand.name} has no two-stage form"
             for m, k, fmt in ((16, 8192, "per_channel"), (16, 8192, "grouped"),
-                              (2, 1024, "per_channel"), (300, 1024, "per_channel")):
+                              (2, 1024, "per_channel"), (300, 1024, "per_channel"),
+                              (16, 8192, "grouped4"), (2, 1024, "grouped4")):
                 problem = Problem("linear", m, 264, k, "bfloat16", fmt, 64, False)
                 if not cand.supports(problem):
                     continue
                 x = mx.zeros((m, k), dtype=mx.bfloat16)
-                weight = QuantizedWeight.from_float(w[:, :k], 64, per_channel=fmt == "per_channel")
+                weight = QuantizedWeight.from_float(w[:, :k], 64, per_channel=fmt == "per_channel",
+                                                    bits=4 if fmt == "grouped4" else 8)
                 staged = cand.stages(problem)
-                if cand.name == "cuda_int8_gemv" and cuda_gemv.gemv_fuses(m, k):
+                if cand.name in ("cuda_int8_gemv", "cuda_w4a8_gemv") and cuda_gemv.gemv_fuses(m, k):
                     assert staged is None, (cand.name, m, k)
                     continue
                 key, quant, apply = staged
@@ -977,9 +1015,13 @@ def _bound_cases(rng):
     # MLX's 4-bit weights (the 4-bit form of the group-wise TMA GEMM), with and without bias.
     w4 = QuantizedWeight.from_float(mx.array(rng.standard_normal((n, 256)).astype("float32")),
                                     64, per_channel=False, bits=4)
-    for m, has_bias in ((128, False), (2048, True)):
+    for m, has_bias in ((1, True), (3, False), (16, True), (128, False), (2048, True)):
         yield (Problem("linear", m, n, 256, "bfloat16", "grouped4", 64, has_bias), w4,
                mx.zeros((n,)) if has_bias else None)
+    # ... and the 4-bit GEMV's two-launch form (x too large for shared memory)
+    w4 = QuantizedWeight.from_float(mx.array(rng.standard_normal((64, 8192)).astype("float32")),
+                                    128, per_channel=False, bits=4)
+    yield Problem("linear", 16, 64, 8192, "float16", "grouped4", 128, False), w4, None
 
 
 def test_bound_launch_replays_its_trace_on_each_calls_inputs():
@@ -1043,7 +1085,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
-             "cuda_int8_gemv"]
+             "cuda_int8_gemv", "cuda_w4a8_gemv"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1093,7 +1135,9 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemm_grouped_ws_tma_groupwise", "w8a8_gemm_grouped_ws_tma_groupwise_bias",
                  "w8a8_quantize_groups",
                  "w8a8_gemv_fused_channel",
-                 "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias"):
+                 "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias",
+                 "w8a8_gemv_fused_grouped4", "w8a8_gemv_fused_grouped4_bias",
+                 "w8a8_gemv_grouped4"):
         assert body in bodies, (body, sorted(bodies))
 
 
@@ -1128,6 +1172,8 @@ _LAYER_CASES = [
     ("cuda_w8a8_gemm_grouped_tma", "grouped", (2, 64, 256)),
     ("cuda_int8_gemv", "per_channel", (1, 1, 256)),
     ("cuda_int8_gemv", "grouped", (16, 8192)),
+    ("cuda_w4a8_gemv", "grouped4", (1, 1, 256)),
+    ("cuda_w4a8_gemv", "grouped4", (16, 8192)),
     ("cuda_act_groups_gemm_tma", "grouped", (2, 64, 256)),  # act_scales="group"
 ]
 
@@ -1145,6 +1191,7 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
 
     import mlx_w8a8 as w8
     from mlx_w8a8.kernels import registry
+    from mlx_w8a8.weight import QuantizedWeight
 
     rec = cuda_here
     built = []
@@ -1159,7 +1206,9 @@ def test_linear_prepares_cuda_launches_once(cuda_here, monkeypatch, rng, name, f
                                     built.append(_name) or _real(*a, **kw))
     k = shape[-1]
     w = mx.array(rng.standard_normal((96, k)).astype(np.float32))
-    layer = w8.Linear.from_weight(w8.quantize_weight(w, group_size=64, per_channel=fmt == "per_channel"),
+    qw = QuantizedWeight.from_float(w, 64, per_channel=fmt == "per_channel",
+                                    bits=4 if fmt == "grouped4" else 8)
+    layer = w8.Linear.from_weight(qw,
                                   mx.array(rng.standard_normal(96).astype(np.float32)))
     if name == "cuda_act_groups_gemm_tma":
         layer.act_scales = "group"
@@ -2370,3 +2419,79 @@ def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):
     counts = collections.Counter(type(o).__name__ for o in every).most_common(8)
     assert per_layer_call < 0.5, (per_layer_call, counts)
     assert len(every) < 64, counts  # the shape's launch frames and decisions, shared
+
+
+# The 4-bit GEMV's nibble expansion, run on the host -----------------------------------------
+_HOST_INTRINSICS = r"""
+#include <cstdint>
+#include <cstdio>
+struct uint4 { uint32_t x, y, z, w; };
+#define __device__
+#define __forceinline__ inline
+// PTX prmt (default mode): byte i of the result is byte (selector nibble i & 7) of {y, x}.
+static uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t v = (uint64_t(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= uint32_t((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
+// dp4a.s32.s32: the four signed byte products added to c.
+static int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i) c += int8_t(a >> (8 * i)) * int8_t(b >> (8 * i));
+  return c;
+}
+"""
+
+
+def _device_function(text: str, name: str) -> str:
+    start = re.search(rf"__device__ __forceinline__ \w+ {name}\(", text).start()
+    return text[start:text.index("\n}\n", start) + 3]
+
+
+def test_gemv_4bit_expansion_on_the_host(tmp_path, rng):
+    """gemv.cu's own expand_chunk4 and dot16_codes, compiled for the host with prmt and
+    dp4a written out as the PTX ISA defines them: 32 codes packed as MLX packs them
+    (checked with the package's unpack4) dotted with 32 activation codes
+    give sum x_i q_i for random and extreme codes. A wrong selector or nibble order (code
+    2i + 1 taken for 2i) fails it."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import unpack4
+
+    cxx = os.environ.get("MLX_W8A8_EMU_CXX") or shutil.which("clang++") or shutil.which("g++")
+    assert cxx, "a host C++ compiler (clang++ or g++) is needed: apt-get install clang"
+    text = launch.load("gemv.cu")[0]
+    trials = 2000
+    codes = rng.integers(0, 16, (trials, 32)).astype(np.uint8)
+    codes[0], codes[1] = 15, np.arange(32) % 16
+    x = rng.integers(-127, 128, (trials, 32)).astype(np.int8)
+    x[0] = 127
+    words = np.zeros((trials, 4), dtype=np.uint32)
+    for i in range(32):
+        words[:, i // 8] |= codes[:, i].astype(np.uint32) << np.uint32(4 * (i % 8))
+    # MLX's packing (weight.unpack4, held to mx.quantize / mx.dequantize by test_w4a8.py)
+    assert np.array_equal(np.array(unpack4(mx.array(words))), codes)
+    program = _HOST_INTRINSICS + "".join(_device_function(text, f) for f in (
+        "dot16_codes", "expand_word4", "expand_chunk4")) + r"""
+int main() {
+  uint32_t w[4], xw[8];
+  while (scanf("%u %u %u %u", &w[0], &w[1], &w[2], &w[3]) == 4) {
+    for (int i = 0; i < 8; ++i) scanf("%u", &xw[i]);
+    uint4 first, second;
+    expand_chunk4(uint4{w[0], w[1], w[2], w[3]}, first, second);
+    const uint4 x0{xw[0], xw[1], xw[2], xw[3]}, x1{xw[4], xw[5], xw[6], xw[7]};
+    printf("%d\n", dot16_codes(x1, second, dot16_codes(x0, first, 0)));
+  }
+  return 0;
+}
+"""
+    (tmp_path / "expand.cpp").write_text(program)
+    exe = tmp_path / "expand"
+    subprocess.run([cxx, "-std=c++17", "-O1", str(tmp_path / "expand.cpp"), "-o", str(exe)],
+                   check=True, capture_output=True)
+    xw = x.view(np.uint32)
+    feed = "\n".join(" ".join(str(v) for v in (*w, *a)) for w, a in zip(words, xw))
+    out = subprocess.run([str(exe)], input=feed, capture_output=True, text=True, check=True)
+    got = np.array(out.stdout.split(), dtype=np.int64)
+    want = (x.astype(np.int64) * codes.astype(np.int64)).sum(axis=1)
+    np.testing.assert_array_equal(got, want)

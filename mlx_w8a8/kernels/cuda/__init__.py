@@ -9,10 +9,10 @@ formats), :mod:`.gemm` (``cuda_int8_gemm``, ``cuda_w8a8_gemm``), :mod:`.gemm_ws`
 warp-specialized and TMA GEMMs: ``cuda_int8_gemm_ws``, ``cuda_int8_gemm_tma``,
 ``cuda_w8a8_gemm_ws``, ``cuda_w8a8_gemm_tma``), :mod:`.gemm_grouped`
 (``cuda_w8a8_gemm_grouped``, ``cuda_w8a8_gemm_grouped_tma``, ``cuda_w4a8_gemm_tma``,
-``cuda_act_groups_gemm_tma``) and :mod:`.gemv`
-(``cuda_int8_gemv``). Each definition says what it can run (``can_implement``, with a
-reason), what it compiles for a problem (``variant``) and its launches (``activations``,
-``apply``, ``apply_group``); ``run``, ``stages``, ``bind_stages``, ``bind_group`` and the
+``cuda_act_groups_gemm_tma``) and :mod:`.gemv` (``cuda_int8_gemv``, ``cuda_w4a8_gemv``).
+Each definition says what it can run (``can_implement``, with a reason), what it
+compiles for a problem (``variant``) and its launches (``activations``, ``apply``,
+``apply_group``); ``run``, ``stages``, ``bind_stages``, ``bind_group`` and the
 digest of its candidate are derived from it (:mod:`.kernel`).
 
 Measured on an NVIDIA H200 (``docs/cuda.md``); the tuner, not this package, decides where
@@ -26,7 +26,7 @@ from . import launch
 from .gemm import Int8Gemm, W8A8Gemm
 from .gemm_grouped import ActGroupsTma, W4A8GemmTma, W8A8GemmGrouped, W8A8GemmGroupedTma
 from .gemm_ws import Int8GemmTma, Int8GemmWs, W8A8GemmTma, W8A8GemmWs
-from .gemv import Int8Gemv
+from .gemv import Int8Gemv, W4A8Gemv
 from .kernel import CudaKernel
 from .quantize import Quantize
 
@@ -34,7 +34,7 @@ from .quantize import Quantize
 KERNELS: tuple[CudaKernel, ...] = (
     Quantize(), Int8Gemm(), Int8GemmWs(), Int8GemmTma(), W8A8Gemm(), W8A8GemmWs(),
     W8A8GemmTma(), W8A8GemmGrouped(), W8A8GemmGroupedTma(), W4A8GemmTma(), ActGroupsTma(),
-    Int8Gemv(),
+    Int8Gemv(), W4A8Gemv(),
 )
 
 

@@ -1,7 +1,9 @@
-"""The memory-bound small-M kernel (``gemv.cu``, ``M <= 16``, either weight format): a
-dp4a kernel over the stored codes, one launch (each block quantizes ``x`` into shared
-memory) where ``M x K`` fits, else the quantize kernel then the GEMV; sibling layers run as
-one launch of the fused kernel where it applies. The ``cuda_int8_gemv`` definition.
+"""The memory-bound small-M kernels (``gemv.cu``, ``M <= 16``): a dp4a kernel over the
+stored codes, one launch (each block quantizes ``x`` into shared memory) where ``M x K``
+fits, else the quantize kernel then the GEMV; sibling layers run as one launch of the
+fused kernel where it applies. The ``cuda_int8_gemv`` definition (8-bit codes, either
+format) and the ``cuda_w4a8_gemv`` one (MLX's 4-bit weights as stored, the codes
+expanded to bytes in registers).
 """
 
 from __future__ import annotations
@@ -45,7 +47,12 @@ def gemv_fuses(m: int, k: int) -> bool:
 
 def _gemv_weight(weight, bias, dtype):
     """Weight inputs, their names, the dtype/group template and the body name."""
-    if not weight.per_channel:
+    if weight.bits == 4:  # the stored arrays: packed codes, scales and biases (one dtype)
+        w_inputs = [weight.q, weight.scales, weight.biases]
+        w_names = ("w", "ws", "wo")
+        template = [("T", dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
+        body = "grouped4"
+    elif not weight.per_channel:
         w_inputs = [weight.q, weight.scales, weight.group_offsets]
         w_names = ("w", "ws", "wo")
         template = [("T", dtype), ("ST", weight.scales.dtype), ("GS", weight.group_size)]
@@ -180,12 +187,13 @@ class Int8Gemv(CudaKernel):
     shared-memory size (bucket * K), a template argument."""
 
     name = "cuda_int8_gemv"
+    formats = ("per_channel", "grouped")  # the weight formats it multiplies
 
     def fuses(self, p: registry.Problem) -> bool:
         return gemv_fuses(p.m, p.k)
 
     def refusals(self, p: registry.Problem):
-        yield weight_format(p, "per_channel", "grouped")
+        yield weight_format(p, *self.formats)
         if not 1 <= p.m <= GEMV_MAX_M:
             yield f"M must be in [1, {GEMV_MAX_M}], got {p.m}"
         yield outputs(p)
@@ -194,7 +202,7 @@ class Int8Gemv(CudaKernel):
 
     def variant(self, p: registry.Problem):
         bucket = gemv_bucket(p.m)
-        grouped = p.weight_format == "grouped"
+        grouped = p.weight_format != "per_channel"
         smem = bucket * p.k if self.fuses(p) else 0
         return p.dtype, p.has_bias, grouped, p.group_size if grouped else None, bucket, smem
 
@@ -214,3 +222,21 @@ class Int8Gemv(CudaKernel):
         if self.fuses(p):
             return (gemv_fused_group_spec(p.m, p.k, members, dtype, lead),)
         return tuple(gemv_quantized_spec(p.m, w, b, dtype, lead) for w, b in members)
+
+
+class W4A8Gemv(Int8Gemv):
+    """``cuda_w4a8_gemv`` (``linear``, ``M <= 16``, MLX's 4-bit affine weights as stored,
+    group size 32, 64 or 128): ``cuda_int8_gemv``'s launches on the packed codes, each
+    lane's 16-byte load (32 codes) expanded to bytes in registers and folded per chunk
+    with the group's scale and bias (the W4A8 math of ``docs/numerics.md``); no second
+    copy of the weight. The decode kernel the tuner weighs against ``mx.quantized_matmul``
+    at 4 bits (qmv)."""
+
+    name = "cuda_w4a8_gemv"
+    formats = ("grouped4",)
+
+    def refusals(self, p: registry.Problem):
+        yield from super().refusals(p)
+        if p.weight_format == "grouped4" and (p.group_size or 0) % 32:
+            yield ("the group size must be a multiple of 32 (a lane's 16-byte load, 32 "
+                   f"codes, inside one group), got {p.group_size}")

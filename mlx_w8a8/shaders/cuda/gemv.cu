@@ -25,10 +25,17 @@
 // persistently (a grid of at most one block per SM); `gemv_fused_group` is gemv_fused for
 // 2 or 3 weights fed the same x (sibling projections: q/k/v, gate/up) in one launch.
 //
-// Invariants the launcher guarantees: 1 <= M <= MM, K % 16 == 0 (K % GS == 0 grouped),
-// rows 16-byte aligned, blockDim.x a multiple of 32; fused: dynamic shared memory holds
-// MM * K bytes. Rows of x past M are read as row M - 1 and never stored; weight rows
-// past N are read as row N - 1 and never stored.
+// 4-bit weights (WB == 4, MLX's affine 4-bit as stored: eight unsigned codes per uint32,
+// code j of a word in bits 4j .. 4j + 3; ws [N, K/GS] scales, wo [N, K/GS] biases, both of
+// the scales' type): a lane's 16-byte chunk holds 32 codes, expanded to bytes in registers
+// (a mask, a shift and two byte permutes per word) and dotted with the 32 activation codes
+// of the same features, folded per chunk as s[n, g] * dot + b[n, g] * sum(xq): the
+// group-wise algebra with the codes unsigned and no 128 offset (docs/numerics.md, W4A8).
+//
+// Invariants the launcher guarantees: 1 <= M <= MM, K % 16 == 0 (K % GS == 0 grouped;
+// 4-bit: GS a multiple of 32), rows 16-byte aligned, blockDim.x a multiple of 32; fused:
+// dynamic shared memory holds MM * K bytes. Rows of x past M are read as row M - 1 and
+// never stored; weight rows past N are read as row N - 1 and never stored.
 
 namespace w8a8 {
 
@@ -75,6 +82,32 @@ __device__ __forceinline__ int dot16(uint4 x, uint4 w, int acc) {
   return acc;
 }
 
+// As dot16 for codes already in int8 range (4-bit codes expanded to bytes: 0..15).
+__device__ __forceinline__ int dot16_codes(uint4 x, uint4 w, int acc) {
+  acc = __dp4a(static_cast<int>(x.x), static_cast<int>(w.x), acc);
+  acc = __dp4a(static_cast<int>(x.y), static_cast<int>(w.y), acc);
+  acc = __dp4a(static_cast<int>(x.z), static_cast<int>(w.z), acc);
+  return __dp4a(static_cast<int>(x.w), static_cast<int>(w.w), acc);
+}
+
+// Eight 4-bit codes of one word (code j in bits 4j .. 4j + 3) as eight bytes in element
+// order: lo holds codes 0, 2, 4, 6 and hi codes 1, 3, 5, 7 in their bytes; the permutes
+// interleave them (selector nibble i picks byte i of the result: 0-3 from lo, 4-7 from hi).
+__device__ __forceinline__ void expand_word4(uint32_t w, uint32_t& b0, uint32_t& b1) {
+  const uint32_t lo = w & 0x0F0F0F0Fu;
+  const uint32_t hi = (w >> 4) & 0x0F0F0F0Fu;
+  b0 = __byte_perm(lo, hi, 0x5140);  // codes 0, 1, 2, 3
+  b1 = __byte_perm(lo, hi, 0x7362);  // codes 4, 5, 6, 7
+}
+
+// A 16-byte chunk of packed 4-bit codes (32 codes) as two 16-byte chunks of byte codes.
+__device__ __forceinline__ void expand_chunk4(uint4 w, uint4& first, uint4& second) {
+  expand_word4(w.x, first.x, first.y);
+  expand_word4(w.y, first.z, first.w);
+  expand_word4(w.z, second.x, second.y);
+  expand_word4(w.w, second.z, second.w);
+}
+
 __device__ __forceinline__ int sum16(uint4 x) {
   const int ones = 0x01010101;
   int s = __dp4a(static_cast<int>(x.x), ones, 0);
@@ -83,17 +116,31 @@ __device__ __forceinline__ int sum16(uint4 x) {
   return __dp4a(static_cast<int>(x.w), ones, s);
 }
 
+// The offsets' type is named by the caller or defaults (float): a `wo` of nullptr (the
+// per-channel bodies) deduces nothing.
+template <typename U>
+struct NoDeduceT {
+  using type = U;
+};
+template <typename U>
+using NoDeduce = typename NoDeduceT<U>::type;
+
 // GS == 0: per-channel (ws = [N] f32 scales, wo unused). GS > 0: grouped (ws = [N, K/GS]
-// scales of type ST, wo = [N, K/GS] f32 offsets b + 128 s). The warp handles weight rows
-// n_first, n_first + n_stride, ... (RW at a time). xq / xs may point to shared memory.
-template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
+// scales of type ST, wo = [N, K/GS] offsets of type OT: b + 128 s in f32 for 8-bit codes,
+// the stored biases b for 4-bit ones, WB == 4). The warp handles weight rows n_first,
+// n_first + n_stride, ... (RW at a time). xq / xs may point to shared memory.
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST, int WB = 8,
+          typename OT = float>
 __device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, const uint32_t* w,
-                                          const ST* ws, const float* wo, const float* bias,
+                                          const ST* ws, const NoDeduce<OT>* wo, const float* bias,
                                           int M, int N, int K, T* y, int n_first, int n_stride) {
   constexpr int kUnroll = 4;
   constexpr bool kGrouped = GS > 0;
+  static_assert(WB == 8 || (WB == 4 && kGrouped && GS % 32 == 0),
+                "4-bit codes are group-wise, a 16-byte chunk (32 codes) inside one group");
   const int lane = threadIdx.x & 31;
-  const int chunks = K >> 4;
+  const int chunks = K >> 4;                          // 16-byte chunks of a row of xq
+  const int wchunks = WB == 4 ? K >> 5 : chunks;      // 16-byte chunks of a weight row
   const int groups = kGrouped ? K / GS : 1;
   const uint4* xrow[MM];
   float xscale[MM];
@@ -107,7 +154,7 @@ __device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, con
     const uint4* wrow[RW];
 #pragma unroll
     for (int r = 0; r < RW; ++r)
-      wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)min(n0 + r, N - 1) * chunks;
+      wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)min(n0 + r, N - 1) * wchunks;
 
     int iacc[RW][MM];
     float facc[RW][MM];
@@ -119,25 +166,49 @@ __device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, con
         facc[r][m] = 0.f;
       }
 
-    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    for (int c0 = lane; c0 < wchunks; c0 += 32 * kUnroll) {
       uint4 wv[kUnroll][RW];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * 32;
 #pragma unroll
         for (int r = 0; r < RW; ++r)
-          wv[u][r] = c < chunks ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+          wv[u][r] = c < wchunks ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * 32;
-        if (c >= chunks) break;
+        if (c >= wchunks) break;
         if constexpr (!kGrouped) {
 #pragma unroll
           for (int m = 0; m < MM; ++m) {
             const uint4 xv = xrow[m][c];
 #pragma unroll
             for (int r = 0; r < RW; ++r) iacc[r][m] = dot16(xv, wv[u][r], iacc[r][m]);
+          }
+        } else if constexpr (WB == 4) {
+          // Chunk c: codes 32c .. 32c + 31 of the row, all in group g (32 divides GS);
+          // their activation codes are xq's 16-byte chunks 2c and 2c + 1.
+          const int g = (c * 32) / GS;
+          float s[RW], o[RW];
+          uint4 first[RW], second[RW];
+#pragma unroll
+          for (int r = 0; r < RW; ++r) {
+            const int n = min(n0 + r, N - 1);
+            s[r] = to_float(ws[(size_t)n * groups + g]);
+            o[r] = to_float(wo[(size_t)n * groups + g]);
+            expand_chunk4(wv[u][r], first[r], second[r]);
+          }
+#pragma unroll
+          for (int m = 0; m < MM; ++m) {
+            const uint4 x0 = xrow[m][2 * c];
+            const uint4 x1 = xrow[m][2 * c + 1];
+            const float xsum = static_cast<float>(sum16(x0) + sum16(x1));
+#pragma unroll
+            for (int r = 0; r < RW; ++r) {
+              const int dot = dot16_codes(x1, second[r], dot16_codes(x0, first[r], 0));
+              facc[r][m] += s[r] * static_cast<float>(dot) + o[r] * xsum;
+            }
           }
         } else {
           const int g = (c * 16) / GS;
@@ -189,22 +260,24 @@ __device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, con
 }
 
 // Two launches: xq / xs from the quantize kernel; one pass over the rows.
-template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST, int WB = 8,
+          typename OT = float>
 __device__ __forceinline__ void gemv(const int8_t* xq, const float* xs, const uint32_t* w,
-                                     const ST* ws, const float* wo, const float* bias,
+                                     const ST* ws, const NoDeduce<OT>* wo, const float* bias,
                                      int M, int N, int K, T* y) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int warps = (gridDim.x * blockDim.x) >> 5;
-  gemv_rows<MM, RW, GS, HAS_BIAS, T, ST>(xq, xs, w, ws, wo, bias, M, N, K, y, warp * RW,
-                                         warps * RW);
+  gemv_rows<MM, RW, GS, HAS_BIAS, T, ST, WB, OT>(xq, xs, w, ws, wo, bias, M, N, K, y,
+                                                 warp * RW, warps * RW);
 }
 
 // One launch: the block quantizes x (float, T) into shared memory, then the warps walk
 // the weight rows. Hazard: the __syncthreads between the two phases is what makes every
 // warp see every row's codes and scale.
-template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST>
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST, int WB = 8,
+          typename OT = float>
 __device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const ST* ws,
-                                           const float* wo, const float* bias, int M, int N,
+                                           const NoDeduce<OT>* wo, const float* bias, int M, int N,
                                            int K, T* y) {
   extern __shared__ __align__(16) unsigned char w8a8_smem[];
   __shared__ float x_scale[MM];
@@ -213,20 +286,20 @@ __device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const 
   __syncthreads();
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int warps = (gridDim.x * blockDim.x) >> 5;
-  gemv_rows<MM, RW, GS, HAS_BIAS, T, ST>(xq, x_scale, w, ws, wo, bias, M, N, K, y, warp * RW,
-                                         warps * RW);
+  gemv_rows<MM, RW, GS, HAS_BIAS, T, ST, WB, OT>(xq, x_scale, w, ws, wo, bias, M, N, K, y,
+                                                 warp * RW, warps * RW);
 }
 
 // The weights of a sibling launch (q/k/v, gate/up: 2 or 3 members fed the same x):
-// member g is w[g] [n[g], K/4] codes with its scales ws[g], offsets wo[g] (grouped; null
-// per-channel), bias[g] (null without) and output y[g] [M, n[g]]. Members are selected
-// with unrolled compile-time indices only (a runtime index would put the arrays in
-// local memory).
-template <typename T, typename ST, int G>
+// member g is w[g] [n[g], K * WB / 32] codes with its scales ws[g], offsets wo[g]
+// (grouped; null per-channel), bias[g] (null without) and output y[g] [M, n[g]]. Members
+// are selected with unrolled compile-time indices only (a runtime index would put the
+// arrays in local memory).
+template <typename T, typename ST, int G, typename OT = float>
 struct GemvMembers {
   const uint32_t* w[G];
   const ST* ws[G];
-  const float* wo[G];
+  const OT* wo[G];
   const float* bias[G];
   T* y[G];
   int n[G];
@@ -238,9 +311,11 @@ struct GemvMembers {
 // dealt exactly as the summed weight's would be when each n[g] is a multiple of RW).
 // Each output element is computed by the same gemv_rows code as the member's own launch,
 // so the outputs equal the members' single launches bit for bit.
-template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST, int G>
-__device__ __forceinline__ void gemv_fused_group(const T* x, const GemvMembers<T, ST, G>& ms,
-                                                 int M, int K) {
+template <int MM, int RW, int GS, bool HAS_BIAS, typename T, typename ST, int G, int WB = 8,
+          typename OT = float>
+__device__ __forceinline__ void gemv_fused_group(const T* x,
+                                                 const GemvMembers<T, ST, G, OT>& ms, int M,
+                                                 int K) {
   extern __shared__ __align__(16) unsigned char w8a8_smem[];
   __shared__ float x_scale[MM];
   int8_t* xq = reinterpret_cast<int8_t*>(w8a8_smem);
@@ -252,8 +327,9 @@ __device__ __forceinline__ void gemv_fused_group(const T* x, const GemvMembers<T
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const int start = ((warp - first % warps) + warps) % warps;
-    gemv_rows<MM, RW, GS, HAS_BIAS, T, ST>(xq, x_scale, ms.w[g], ms.ws[g], ms.wo[g], ms.bias[g],
-                                           M, ms.n[g], K, ms.y[g], start * RW, warps * RW);
+    gemv_rows<MM, RW, GS, HAS_BIAS, T, ST, WB, OT>(xq, x_scale, ms.w[g], ms.ws[g], ms.wo[g],
+                                                   ms.bias[g], M, ms.n[g], K, ms.y[g],
+                                                   start * RW, warps * RW);
     first += (ms.n[g] + RW - 1) / RW;
   }
 }
@@ -378,6 +454,69 @@ w8a8::gemv_fused_group<MM, RW, GS, false, T, ST, 3>(
 // @@ body fused_grouped_group3_bias
 w8a8::gemv_fused_group<MM, RW, GS, true, T, ST, 3>(
     x, w8a8::GemvMembers<T, ST, 3>{
+        {w0, w1, w2},
+        {ws0, ws1, ws2},
+        {wo0, wo1, wo2},
+        {bias0, bias1, bias2},
+        {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body grouped4
+// 4-bit weights: xq [M, K] int8, xs [M, 1] f32, w [N, K/8] uint32 codes, ws / wo [N, G]
+// scales and biases (ST) -> y [M, N] T.
+w8a8::gemv<MM, RW, GS, false, T, ST, 4, ST>(xq, xs, w, ws, wo, nullptr, w8a8::rows(xq_shape, xq_ndim),
+                                            w_shape[0], xq_shape[xq_ndim - 1], y);
+
+// @@ body grouped4_bias
+w8a8::gemv<MM, RW, GS, true, T, ST, 4, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
+                                           w_shape[0], xq_shape[xq_ndim - 1], y);
+
+// @@ body fused_grouped4
+// 4-bit weights: x [M, K] float (T), w codes, ws / wo [N, G] scales and biases (ST).
+w8a8::gemv_fused<MM, RW, GS, false, T, ST, 4, ST>(x, w, ws, wo, nullptr, w8a8::rows(x_shape, x_ndim),
+                                                  w_shape[0], x_shape[x_ndim - 1], y);
+
+// @@ body fused_grouped4_bias
+w8a8::gemv_fused<MM, RW, GS, true, T, ST, 4, ST>(x, w, ws, wo, bias, w8a8::rows(x_shape, x_ndim),
+                                                 w_shape[0], x_shape[x_ndim - 1], y);
+
+// @@ body fused_grouped4_group2
+w8a8::gemv_fused_group<MM, RW, GS, false, T, ST, 2, 4, ST>(
+    x, w8a8::GemvMembers<T, ST, 2, ST>{
+        {w0, w1},
+        {ws0, ws1},
+        {wo0, wo1},
+        {nullptr, nullptr},
+        {y0, y1},
+        {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped4_group2_bias
+w8a8::gemv_fused_group<MM, RW, GS, true, T, ST, 2, 4, ST>(
+    x, w8a8::GemvMembers<T, ST, 2, ST>{
+        {w0, w1},
+        {ws0, ws1},
+        {wo0, wo1},
+        {bias0, bias1},
+        {y0, y1},
+        {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped4_group3
+w8a8::gemv_fused_group<MM, RW, GS, false, T, ST, 3, 4, ST>(
+    x, w8a8::GemvMembers<T, ST, 3, ST>{
+        {w0, w1, w2},
+        {ws0, ws1, ws2},
+        {wo0, wo1, wo2},
+        {nullptr, nullptr, nullptr},
+        {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1]);
+
+// @@ body fused_grouped4_group3_bias
+w8a8::gemv_fused_group<MM, RW, GS, true, T, ST, 3, 4, ST>(
+    x, w8a8::GemvMembers<T, ST, 3, ST>{
         {w0, w1, w2},
         {ws0, ws1, ws2},
         {wo0, wo1, wo2},
