@@ -3,7 +3,7 @@
 # lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
 # GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -27,7 +27,11 @@
 # mlx_lm.server on the bf16 and mlx-lm 8-bit folders, mlx_w8a8.server --quantize on the
 # bf16 one and mlx_w8a8.server on the 8-bit one, 1 / 8 / 32 concurrent requests of 128
 # tokens (the folders are written on the first run and reused).
-# Parts G, H and I have not run yet (the device was not lent again that day).
+# Part J: the 4-bit GEMV (cuda_w4a8_gemv, first run): its tests (with the sibling test's
+# 4-bit rows), then tune --format grouped4 at decode sizes with the model's decode check
+# (the GEMV against mx.quantized_matmul at 4 bits, per the affine projection tuner) and
+# the 4-layer bench's decode at B = 1 and 16 from the 4-bit gs64 checkpoint with it.
+# Parts G, H, I and J have not run yet (the device was not lent again that day).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -87,6 +91,19 @@ if [ "$part" = "h" ]; then
       run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
         --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --act-groups --table tmp_t/h.json
     done
+  fi
+fi
+if [ "$part" = "j" ]; then
+  run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
+    -k "w4a8_gemv or (int8_gemv_sibling_launch and grouped4) or (stages_equal_run and w4a8)"
+  ok=$(tail -n 1 "$L")
+  if [ "$ok" = "rc=0" ]; then
+    rm -f tmp_t/j.json
+    run 200 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
+      --m 1,4,16 --table tmp_t/j.json --no-progress --sibling-check off --prefill-check off
+    cp tmp_t/j.json "$O/j_table.json"
+    run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
+      --tokens 128 --decode 32 --batch 16 --rounds 4 --warm-up --table tmp_t/j.json
   fi
 fi
 if [ "$part" = "i" ]; then
