@@ -27,7 +27,7 @@ from mlx.utils import tree_unflatten
 
 import mlx_w8a8 as w8
 from mlx_w8a8.evaluation import DTYPES, perplexity
-from mlx_w8a8.recipe import FLOOR_DB, calibration_tokens, recipe
+from mlx_w8a8.recipe import FLOOR_DB, OUTLIERS, calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
 VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_act_groups", "w4a16",
@@ -53,7 +53,7 @@ def dequantized(model: nn.Module) -> nn.Module:
 
 
 def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = False,
-          floor_db: float = FLOOR_DB) -> nn.Module:
+          floor_db: float = FLOOR_DB, outliers: int = OUTLIERS) -> nn.Module:
     from mlx_lm.utils import load_model
 
     model = load_model(folder)[0]
@@ -66,20 +66,24 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
         skip = {"lm_head": "w8a16"}
         if variant == "w4a8_recipe":  # stored layers scored; those below the floor kept
-            chosen = recipe(model, calib)
+            chosen = recipe(model, calib, outliers=outliers)
             log(chosen.summary())
             skip.update(chosen.keep)
         if variant.endswith("act_groups"):  # one int8 scale per token and weight group
             w8.quantize(model, skip=skip, act_scales="group", kernel="exact_act_groups")
         elif variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
             w8.quantize(model, skip=skip, kernel="exact_w4a8")
+        if variant == "w4a8_recipe":
+            chosen.apply(model)
         return dequantized(model) if dequantize else model
     skip = {"lm_head": "w8a16"}  # the convert command's default
     if variant == "recipe":
-        chosen = recipe(model, calib, floor_db=floor_db)
+        chosen = recipe(model, calib, floor_db=floor_db, outliers=outliers)
         log(chosen.summary())
         skip.update(chosen.keep)
     w8.quantize(model, per_channel=variant != "w8a8_grouped", skip=skip, kernel="exact")
+    if variant == "recipe":
+        chosen.apply(model)
     return dequantized(model) if dequantize else model
 
 
@@ -101,6 +105,9 @@ def main(argv=None) -> int:
                    "weights (the same math; on a CPU much faster than quantized_matmul)")
     p.add_argument("--recipe-floor", type=float, default=FLOOR_DB,
                    help=f"the recipe variant's W8A16 floor in dB (default: the recipe's, {FLOOR_DB})")
+    p.add_argument("--recipe-outliers", type=int, default=OUTLIERS,
+                   help=f"the recipe variants' outlier channels per layer (default: the "
+                   f"recipe's, {OUTLIERS}; 0: none)")
     p.add_argument("--json", help="append results as JSON lines")
     args = p.parse_args(argv)
     folder = Path(args.model)
@@ -123,7 +130,7 @@ def main(argv=None) -> int:
     for variant in args.variants.split(","):
         start = time.time()
         model = build(folder, variant, DTYPES[args.dtype], calib, log, args.dequantize,
-                      args.recipe_floor)
+                      args.recipe_floor, args.recipe_outliers)
         built = time.time() - start
         for text, windows in data.items():
             t0 = time.time()
@@ -131,7 +138,8 @@ def main(argv=None) -> int:
             row = {"model": folder.name, "variant": variant, "text": Path(text).name, "bos": args.bos,
                    "perplexity": ppl, "tokens": count, "seq_len": args.seq_len,
                    "dtype": args.dtype, "dequantize": args.dequantize, "build_s": round(built, 1),
-                   **({"recipe_floor_db": args.recipe_floor} if variant == "recipe" else {}),
+                   **({"recipe_floor_db": args.recipe_floor, "recipe_outliers": args.recipe_outliers}
+                      if variant.endswith("recipe") else {}),
                    "eval_s": round(time.time() - t0, 1)}
             log(json.dumps(row))
             if args.json:

@@ -346,12 +346,15 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True,
     return model, config
 
 
-def restore_act_scales(model: nn.Module, listed: dict) -> None:
-    """Set the activation scaling each layer listed in a checkpoint's ``"mlx_w8a8"``
-    entry was saved with (``"token"`` where the entry has none)."""
+def restore_layer_settings(model: nn.Module, listed: dict, act_scales: bool = True) -> None:
+    """Set the outlier channels each layer listed in a checkpoint's ``"mlx_w8a8"`` entry
+    was saved with (none where the entry lists none) and, with ``act_scales``, its
+    activation scaling (``"token"`` where the entry has none)."""
     for p, m in model.named_modules():
         if isinstance(m, Linear) and p in listed:
-            m.act_scales = listed[p].get("act_scales", "token")
+            if act_scales:
+                m.act_scales = listed[p].get("act_scales", "token")
+            m.outliers = listed[p].get("outliers")
 
 
 def _load(path: str | Path, model: nn.Module | None, strict: bool):
@@ -375,7 +378,7 @@ def _load(path: str | Path, model: nn.Module | None, strict: bool):
             predicate = lambda p, m: isinstance(m, nn.QuantizedLinear) and p not in kept  # noqa: E731
         quantize(model, class_predicate=predicate)
         if listed is not None:
-            restore_act_scales(model, listed)
+            restore_layer_settings(model, listed)
         if not w8a8_layers(model):
             warnings.warn(
                 f"[mlx_w8a8.load] {folder} holds no 8-bit, 4-bit or W8A8 linear layers, so none "
@@ -411,5 +414,5 @@ def _load(path: str | Path, model: nn.Module | None, strict: bool):
         )
     model.load_weights(str(folder / WEIGHTS_FILE), strict=strict)
     mx.eval(model.parameters())
-    restore_act_scales(model, listed)
+    restore_layer_settings(model, listed)
     return model, config

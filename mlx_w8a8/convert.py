@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="local text file for calibration (tokenized with the model's "
                    "tokenizer when the folder has one, else as bytes), or 'builtin' for "
                    "text of the Python installation; without --smooth and --sqnr-floor "
-                   "the recommended recipe (mlx_w8a8.recipe) is applied")
+                   "the recommended recipe (mlx_w8a8.recipe: outlier channels per layer, "
+                   "W8A16 below a floor) is applied")
     p.add_argument("--skip", nargs="*", metavar="PATTERN", default=None,
                    help="layers kept off W8A8 (path, suffix such as lm_head or down_proj, "
                    "or glob); default: lm_head; give --skip alone to skip nothing")

@@ -168,8 +168,9 @@ def convert(
         smooth_alpha: SmoothQuant strength, or ``None`` for no smoothing.
         calibration: text file (or ``"builtin"``); needed by ``smooth_alpha`` and
             ``sqnr_floor``. Given without either, the recipe of :mod:`mlx_w8a8.recipe`
-            (strength per site, W8A16 below its floor; a quantized checkpoint's layers
-            below it stay as stored) is applied and ``recipe.json`` written.
+            (outlier channels per layer, W8A16 below its floor; a quantized
+            checkpoint's layers below it stay as stored) is applied and ``recipe.json``
+            written.
         skip: layer patterns kept on ``keep`` (see :func:`mlx_w8a8.quantizer.matches`).
         sqnr_floor: keep layers whose W8A8 SQNR is below this (dB) on ``keep`` too.
         keep: ``"w8a16"`` or ``"float"``.
@@ -217,9 +218,9 @@ def convert(
         log(f"smoothed {len(applied)} sites with alpha = {smooth_alpha}")
     table = {pattern: keep for pattern in skip}
     report = chosen = None
-    # The recipe smooths the float layers' sites and scores every layer that quantize
-    # converts; a quantized checkpoint's layers are scored against their stored weights
-    # and the ones below the floor stay as stored.
+    # The recipe chooses every layer's outlier channels and scores every layer that
+    # quantize converts; a quantized checkpoint's layers are scored against their stored
+    # weights and the ones below the floor stay as stored.
     if calibration is not None and smooth_alpha is None and sqnr_floor is None:
         chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True)
         log(chosen.summary())
@@ -232,6 +233,8 @@ def convert(
         table.update(below)
     quantize(model, group_size=group_size, per_channel=per_channel, skip=table,
              act_scales=act_scales)
+    if chosen is not None:
+        chosen.apply(model)  # its outlier channels, on the layers just converted
     if requantize_per_channel:
         from . import requantize
 

@@ -18,6 +18,7 @@ where the kernel allows: one launch computes all of their outputs.
 from __future__ import annotations
 
 import math
+import numbers
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -50,6 +51,12 @@ class Linear(nn.Module):
     ``bits`` and ``group_size``, and so is ``act_scales``: ``"token"`` (one int8 scale
     per token) or ``"group"`` (one per token and weight group, for group-wise weights:
     ``docs/numerics.md``, activation groups).
+
+    ``outliers`` (static too) names input channels kept out of the int8 activations:
+    where a W8A8 (W4A8) kernel runs, they are zeroed in ``x`` before it quantizes ``x``
+    and their share is added in ``x``'s dtype against the dequantized weight columns
+    (``docs/numerics.md``, outlier channels; chosen from calibration data by
+    :func:`mlx_w8a8.recipe.recipe`).
 
     Which kernel runs is decided on the first call per input shape and dtype (a
     tuning-table entry, a nearby measured shape, the built-in prior, else
@@ -115,6 +122,8 @@ class Linear(nn.Module):
         # Plain object attributes (not parameters): nn.Module stores dicts as children.
         object.__setattr__(self, "_kernel", None)
         object.__setattr__(self, "_act_scales", "token")
+        object.__setattr__(self, "_outliers", None)
+        object.__setattr__(self, "_outlier_arrays", {})
         # The layer's plans (plans.PlanCache: watched, so a table reload etc. clears it).
         # _plans and _decisions are its dicts, held here for __call__'s one lookup.
         cache = _plans.PlanCache()
@@ -141,6 +150,15 @@ class Linear(nn.Module):
         """Drop the layer's plans; its group (whose launches bound this layer's state)
         resets (:meth:`mlx_w8a8.plans.PlanCache._forget`)."""
         self._cache._forget()
+        self._outlier_arrays.clear()
+
+    def __setattr__(self, key, value) -> None:
+        # nn.Module stores lists, tuples and arrays as children, past any property:
+        # outliers given as one goes to its setter all the same.
+        if key == "outliers":
+            type(self).outliers.fset(self, value)
+            return
+        super().__setattr__(key, value)
 
     def __setitem__(self, key, value) -> None:
         # Parameters are replaced through here (attribute assignment, update(),
@@ -187,6 +205,63 @@ class Linear(nn.Module):
             )
         object.__setattr__(self, "_act_scales", value)
         self._forget()
+
+    @property
+    def outliers(self) -> tuple[int, ...] | None:
+        """Input channels kept out of the int8 activations (sorted), or ``None``.
+
+        Where the layer runs a W8A8 (W4A8) kernel, a call computes
+        ``kernel(x * m) + x[..., c] @ W[:, c].T`` with ``c`` these channels, ``m`` zero
+        on them and one elsewhere and ``W`` the dequantized weight (the second product
+        in ``x``'s dtype), so a few channels far larger than the rest no longer set every
+        token's int8 scale (``docs/numerics.md``, outlier channels). W8A16 kernels run
+        as without it. Setting it re-decides the layer's plans."""
+        return self._outliers
+
+    @outliers.setter
+    def outliers(self, channels) -> None:
+        op = "mlx_w8a8.Linear"
+        if channels is not None:
+            k = self.input_dims
+            try:
+                given = [c.item() if isinstance(c, mx.array) else c for c in channels]
+            except TypeError:
+                given = None
+            ok = given is not None and all(
+                isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in given)
+            chosen = sorted({int(c) for c in given}) if ok else []
+            if (not ok or not chosen or len(chosen) != len(given) or chosen[0] < 0
+                    or chosen[-1] >= k or len(chosen) > k // 2):
+                raise ValueError(
+                    f"[{op}] outliers must be None or distinct channel indices in [0, {k}) "
+                    f"(input_dims = {k}), at least 1 and at most {k // 2} of them, got "
+                    f"{channels!r}"
+                )
+            channels = tuple(chosen)
+        object.__setattr__(self, "_outliers", channels)
+        self._forget()
+
+    def _split(self, plan, dtype: mx.Dtype):
+        """``plan`` with the :attr:`outliers` split around it (arrays made once per dtype
+        and kept until the weight changes)."""
+        arrays = self._outlier_arrays.get(dtype)
+        if arrays is None:
+            idx = mx.array(self._outliers, dtype=mx.int32)
+            mask = mx.ones((self.input_dims,), dtype=dtype)
+            mask[idx] = 0
+            w_out = mx.take(self.quantized_weight.dequantize(), idx, axis=1).T.astype(dtype)
+            mx.eval(mask, w_out)
+            arrays = self._outlier_arrays[dtype] = (idx, mask, w_out)
+        idx, mask, w_out = arrays
+        key = self._outliers
+
+        def split(x):
+            # The masked x is shared by the layers fed the same x (q/k/v, gate/up), so
+            # their shared quantize and sibling launches still find one input array.
+            masked, out = _plans.outlier_split(x, key, idx, mask)
+            return mx.addmm(plan(masked), out, w_out)
+
+        return split
 
     @property
     def siblings(self):
@@ -345,13 +420,20 @@ class Linear(nn.Module):
             for member in members:
                 other = member._cache
                 if member is not self and key not in other.plans:
-                    other.hand(key, _plans.GroupPlan(
+                    handed = _plans.GroupPlan(
                         member, candidate, group_problem, lead, (*lead, member.output_dims),
-                        other.met(key)).run, decision, stamp)
+                        other.met(key)).run
+                    if member._outliers is not None and candidate.w8a8:
+                        handed = member._split(handed, x.dtype)
+                    other.hand(key, handed, decision, stamp)
             plan = _plans.GroupPlan(self, candidate, group_problem, lead, out_shape,
                                     cache.met(key)).run
+            if self._outliers is not None and candidate.w8a8:
+                plan = self._split(plan, x.dtype)
             return cache.keep(key, plan, decision, stamp)
         candidate, source, plan = self._alone_plan(m, x.dtype, lead, out_shape)
+        if self._outliers is not None and candidate.w8a8:
+            plan = self._split(plan, x.dtype)
         return cache.keep(key, plan, (m, candidate.name, source), stamp)
 
     def _alone_plan(self, m: int, dtype: mx.Dtype, lead, out_shape):
@@ -382,6 +464,8 @@ class Linear(nn.Module):
             text += f", bits={self.bits}"
         if self._act_scales != "token":
             text += f", act_scales={self._act_scales!r}"
+        if self._outliers is not None:
+            text += f", outliers={len(self._outliers)}"
         if self._kernel is not None:
             text += f", kernel={self._kernel!r}"
         if self._siblings is not None and not self._siblings.enabled:

@@ -160,6 +160,23 @@ def layer_plan(layer, candidate, problem: Problem, lead, out_shape):
     return BoundPlan(layer, candidate, problem, lead, out_shape).run
 
 
+_outlier_memo = threading.local()
+
+
+def outlier_split(x: mx.array, key, idx: mx.array, mask: mx.array):
+    """``(x * mask, x[..., idx])`` for a layer with outlier channels ``key``
+    (:attr:`mlx_w8a8.Linear.outliers`; ``idx`` those channels, ``mask`` zero on them):
+    the same two arrays again for the next layer fed the same ``x`` with the same
+    channels (q/k/v, gate/up), so their shared quantize and sibling launches meet one
+    input array. One entry per thread."""
+    last = getattr(_outlier_memo, "last", None)
+    if last is not None and last[0] is x and last[1] == key and last[2] == mask.dtype:
+        return last[3], last[4]
+    masked, out = x * mask, mx.take(x, idx, axis=-1)
+    _outlier_memo.last = (x, key, mask.dtype, masked, out)
+    return masked, out
+
+
 # Activations memoised per thread: enough for q/k/v (or gate/up) fed the same x.
 _SHARED_SLOTS = 4
 # Offers of activations nobody took after which a fused layer stops offering (Stages).

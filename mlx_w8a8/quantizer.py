@@ -274,8 +274,8 @@ def set_act_scales(op: str, layers: list[tuple[str, Linear]], act_scales: str,
 def w8a8_layers(model: nn.Module) -> dict[str, dict]:
     """``{path: {"group_size": g, "format": "per_channel" | "grouped"}}`` of the
     model's :class:`Linear` layers; a 4-bit layer's entry is ``{"group_size": g,
-    "format": "grouped4", "bits": 4}``, and a layer with activation groups adds
-    ``"act_scales": "group"``."""
+    "format": "grouped4", "bits": 4}``, a layer with activation groups adds
+    ``"act_scales": "group"`` and one with outlier channels ``"outliers": [c, ...]``."""
     out = {}
     for path, m in model.named_modules():
         if isinstance(m, Linear):
@@ -284,5 +284,7 @@ def w8a8_layers(model: nn.Module) -> dict[str, dict]:
                 out[path]["bits"] = m.bits
             if m.act_scales != "token":
                 out[path]["act_scales"] = m.act_scales
+            if m.outliers is not None:
+                out[path]["outliers"] = list(m.outliers)
     return out
 

@@ -223,7 +223,7 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
         ValueError: when no layer was converted (a float model without ``quantize``),
             or ``options.act_scales`` is ``"group"`` and a layer holds per-channel weights.
     """
-    from .checkpoint import restore_act_scales
+    from .checkpoint import restore_layer_settings
     from .quantizer import kept_by_model, quantize, w8a8_layers
 
     chosen = _predicate(config, options.quantize)
@@ -233,8 +233,8 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
     quantize(model, class_predicate=chosen, group_size=options.group_size, kernel=options.kernel,
              act_scales=options.act_scales or "token")
     listed = (config.get(CONFIG_KEY) or {}).get("layers")
-    if options.act_scales is None and listed is not None:
-        restore_act_scales(model, listed)  # as the checkpoint saved them
+    if listed is not None:  # as the checkpoint saved them (an explicit act_scales stays)
+        restore_layer_settings(model, listed, act_scales=options.act_scales is None)
     layers = len(w8a8_layers(model))
     if layers == 0:
         hint = ("pass --quantize to quantize its float layers on load"

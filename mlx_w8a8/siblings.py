@@ -170,11 +170,13 @@ def clear() -> None:
 
 def compatible(layers) -> bool:
     """Whether ``layers`` (``mlx_w8a8.Linear``) agree in K, format, code width, group
-    size, activation scaling and bias presence, as one launch needs (a 4-bit layer never
-    runs with 8-bit ones: their codes are packed differently)."""
+    size, activation scaling, outlier channels and bias presence, as one launch needs (a
+    4-bit layer never runs with 8-bit ones: their codes are packed differently; the
+    launch reads one masked input)."""
     first = layers[0]
     key = lambda layer: (layer.input_dims, layer.format, getattr(layer, "bits", 8),  # noqa: E731
-                         layer.group_size, getattr(layer, "act_scales", "token"), "bias" in layer)
+                         layer.group_size, getattr(layer, "act_scales", "token"),
+                         getattr(layer, "outliers", None), "bias" in layer)
     return all(key(layer) == key(first) for layer in layers)
 
 

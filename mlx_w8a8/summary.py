@@ -41,7 +41,8 @@ def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | 
     with the source of each decision, e.g. ``"mlx_w8a8: 224 layers (224 per_channel);
     M=1: cuda_int8_gemv x196 (table), mlx_qmm x28 (fallback); M=512: ..."`` (a 4-bit
     model's layers read ``"224 grouped4 (4-bit)"``; layers with ``act_scales="group"``
-    are counted as ``"; 224 with activation groups"``), ending with
+    are counted as ``"; 224 with activation groups"``, layers with outlier channels as
+    ``"; 224 with outlier channels"``), ending with
     how many mixture-of-experts expert layers were not converted where there are any."""
     layers = [layer for _, layer in model.named_modules() if isinstance(layer, Linear)]
     experts = len(expert_layers(model))
@@ -51,11 +52,13 @@ def summary(model: nn.Module, m: tuple[int, ...] = SUMMARY_M, dtype: mx.Dtype | 
         return "mlx_w8a8: no mlx_w8a8.Linear layers" + left
     formats = Counter((layer.format, layer.bits) for layer in layers)
     grouped_acts = sum(layer.act_scales == "group" for layer in layers)
+    split = sum(layer.outliers is not None for layer in layers)
     parts = [
         f"mlx_w8a8: {len(layers)} layers ("
         + ", ".join(f"{n} {fmt}" + (f" ({bits}-bit)" if bits != 8 else "")
                     for (fmt, bits), n in sorted(formats.items()))
-        + (f"; {grouped_acts} with activation groups" if grouped_acts else "") + ")"
+        + (f"; {grouped_acts} with activation groups" if grouped_acts else "")
+        + (f"; {split} with outlier channels" if split else "") + ")"
     ]
     for rows in m:
         counts = Counter(decisions(model, rows, dtype).values())

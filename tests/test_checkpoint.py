@@ -318,3 +318,19 @@ def test_activation_groups_survive_save_and_load(tmp_path, rng):
         assert back.model.layers[0].mlp.up_proj.act_scales == "token"
     with pytest.raises(ValueError, match="per_channel=True"):
         w8.load(stock, per_channel=True, act_scales="group")
+
+
+def test_outlier_channels_survive_save_and_load(tmp_path, rng):
+    # saved per layer in the "mlx_w8a8" entry (stock mlx-lm ignores it), restored by load
+    # with a model given and by mlx-lm's builder, and by the server's loader
+    model, config = tiny_llama()
+    w8.quantize(model)
+    model.model.layers[0].mlp.down_proj.outliers = (3, 40)
+    w8.save(model, tmp_path / "out", config)
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())["mlx_w8a8"]["layers"]
+    assert saved["model.layers.0.mlp.down_proj"]["outliers"] == [3, 40]
+    assert "outliers" not in saved["model.layers.0.mlp.up_proj"]
+    for given in (None, tiny_llama()[0]):
+        back, _ = w8.load(tmp_path / "out", given)
+        assert back.model.layers[0].mlp.down_proj.outliers == (3, 40)
+        assert back.model.layers[0].mlp.up_proj.outliers is None

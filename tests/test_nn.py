@@ -547,3 +547,96 @@ def test_act_scales_is_validated_and_re_decides():
         layer(x)
     layer.kernel = None  # no rule or entry chose a W8A8 kernel here: W8A16 falls back
     assert layer.decision(2)[0] in ("mlx_qmm", "exact_act_groups")
+
+
+def test_outliers_keep_their_channels_out_of_the_int8_activations(rng):
+    # exact W8A8 on x with the channels zeroed, plus those channels times the dequantized
+    # weight columns in x's dtype, against the float64 oracle of that formula; a planted
+    # channel 500x the rest no longer coarsens every token's codes. Also 4-bit weights.
+    for bits, per_channel in ((8, True), (8, False), (4, False)):
+        layer = w8.Linear(256, 40, per_channel=per_channel, bits=bits)
+        layer.bias = mx.array(rng.standard_normal(40).astype(np.float32))
+        layer.kernel = "exact" if bits == 8 else "exact_w4a8"
+        x = rng.standard_normal((3, 5, 256)).astype(np.float32)
+        x[..., 7] = 500.0 * rng.choice([-1, 1], size=(3, 5))
+        x[1, 2] = 0.0  # an all-zero token stays exact
+        xs = mx.array(x)
+        before = np.array(layer(xs))
+        layer.outliers = [7, 200]
+        got = np.array(layer(xs))
+        np.testing.assert_array_equal(np.array(layer(xs)), got)  # the kept plan: same bits
+        qw = layer.quantized_weight
+        deq = np.array(qw.dequantize(), dtype=np.float64)
+        main = x.reshape(15, 256).copy()
+        main[:, [7, 200]] = 0
+        if bits == 4:
+            want, bound = oracle.linear4(main, qw, np.array(layer.bias))
+        else:
+            want, bound = oracle.linear(main, qw, np.array(layer.bias))
+        out = x.reshape(15, 256)[:, [7, 200]].astype(np.float64) @ deq[:, [7, 200]].T
+        want = want + out
+        bound = bound + 1e-6 * (np.abs(x.reshape(15, 256)[:, [7, 200]]) @ np.abs(deq[:, [7, 200]]).T)
+        oracle.assert_close(mx.array(got.reshape(15, 40)), want, bound, "float32")
+        exact = x.reshape(15, 256).astype(np.float64) @ deq.T + np.array(layer.bias)
+        assert np.abs(got.reshape(15, 40) - exact).max() < 0.1 * np.abs(before.reshape(15, 40) - exact).max()
+        assert "outliers=2" in repr(layer) and layer.outliers == (7, 200)
+
+
+def test_outliers_leave_w8a16_kernels_as_they_are(rng):
+    # mx.quantized_matmul quantizes no activation: its plan is not split (same bits)
+    layer = w8.Linear(128, 24)
+    layer.kernel = "mlx_qmm"
+    x = mx.array(rng.standard_normal((4, 128)).astype(np.float32))
+    before = np.array(layer(x))
+    layer.outliers = (3,)
+    np.testing.assert_array_equal(np.array(layer(x)), before)
+
+
+def test_outliers_are_validated_and_re_decide():
+    layer = w8.Linear(128, 8)
+    for bad in ([128], [-1], [3, 3], [], [True], [1.5], "ab", 7, list(range(65))):
+        with pytest.raises(ValueError, match=r"outliers must be None or distinct channel indices in \[0, 128\)"):
+            layer.outliers = bad
+    layer.outliers = np.array([9, 2])  # numpy integers too, kept sorted
+    assert layer.outliers == (2, 9)
+    layer.kernel = "exact"
+    x = mx.ones((2, 128))
+    x[:, 2] = 300.0
+    kept = np.array(layer(x))
+    mx.eval(layer(x))
+    assert layer._plans  # kept from the second call
+    layer.outliers = None
+    assert not layer._plans  # dropped: the next call plans again
+    # channel 2 back in the int8 rows: the ones round to code 0 at scale 300 / 127
+    assert not np.array_equal(np.array(layer(x)), kept)
+
+
+def test_layers_with_the_same_outliers_share_the_masked_input(tables):
+    # q/k/v fed one x with the same outlier channels quantize one masked array once (the
+    # shared activations are keyed by the array); siblings with different channels are
+    # not compatible (one launch reads one masked input)
+    from mlx_w8a8 import siblings
+
+    quantized = []
+
+    def quantize(x):
+        quantized.append(x.shape)
+        return x
+
+    def apply(acts, w, b, dtype):
+        return QMM.run(acts, w, b).astype(dtype)
+
+    registry.register(Candidate(name="staged_out", backend="any", op="linear",
+                                run=lambda x, w, b: apply(quantize(x), w, b, x.dtype),
+                                stages=lambda p: (("fake", p.k), quantize, apply)))
+    q, k, v = (w8.Linear(64, n, group_size=32) for n in (32, 16, 16))
+    for layer in (q, k, v):
+        layer.kernel = "staged_out"
+        layer.outliers = (5, 9)
+    w8nn.clear_shared_activations()
+    x = mx.ones((2, 3, 64))
+    mx.eval([layer(x) for layer in (q, k, v)])
+    assert len(quantized) == 1
+    assert siblings.compatible([q, k, v])
+    v.outliers = (5,)
+    assert not siblings.compatible([q, k, v])

@@ -109,8 +109,8 @@ def test_recipe_chooses_the_best_strength_per_site_and_repairs_outliers(rng):
             errs[alpha] = sum(oracle.sqnr_db(x @ w.T, _fake_w8a8(x / s, w * s)) for w in ws)
         want[g.prev] = max(errs, key=errs.get)
 
-    smoothed = copy()
-    chosen = rc.recipe(smoothed, calib, grid=grid, floor_db=-1000)
+    smoothed = copy()  # the strength search alone (outlier channels judged apart below)
+    chosen = rc.recipe(smoothed, calib, grid=grid, floor_db=-1000, outliers=0)
     for prev, alpha in want.items():
         assert chosen.alphas[prev] == alpha, prev
     assert all(chosen.alphas[p] is not None for p in want)  # 50x outliers: smoothing pays
@@ -167,11 +167,19 @@ def test_convert_applies_the_recipe_by_default(tmp_path, capsys):
     assert main(["--model", str(src), "--out", str(out), "--calibration", "builtin",
                  "--seq-len", "64", "--samples", "4"]) == 0
     printed = capsys.readouterr().out
-    assert "recipe: SmoothQuant strength per site (8 sites)" in printed
+    assert "recipe: not smoothed (8 SmoothQuant sites left as they are" in printed
+    # every quantizable layer; convert's default skip keeps lm_head on W8A16, which ignores them
+    assert ("outlier channels kept out of the int8 activations in 15 layers (8 or 16 input "
+            "channels each)") in printed
     chosen = json.loads((out / "recipe.json").read_text())
     assert len(chosen["alphas"]) == 8 and len(chosen["layers"]) == 15
+    assert len(chosen["outliers"]) == 15
     loaded, _ = w8.load(out)
-    assert isinstance(loaded.model.layers[0].mlp.down_proj, w8.Linear)
+    assert sum(m.outliers is not None for _, m in loaded.named_modules()
+               if isinstance(m, w8.Linear)) == 14
+    down = loaded.model.layers[0].mlp.down_proj
+    assert isinstance(down, w8.Linear)
+    assert down.outliers == tuple(chosen["outliers"]["model.layers.0.mlp.down_proj"])
 
 
 def _four_bit(model, group_size=32):
@@ -240,3 +248,56 @@ def test_recipe_smooths_only_sites_of_float_layers(rng):
                                   for s in ("input_layernorm", "self_attn.v_proj")}
     assert sorted(p for p, e in chosen.layers.items() if e.get("bits") == 4) == sorted(
         f"model.layers.{i}.mlp.{s}" for i in range(n) for s in ("gate_proj", "up_proj"))
+
+
+def test_outlier_channels_are_the_largest_maxima_up_to_a_share_of_k():
+    absmax = np.arange(64, dtype=np.float32)
+    absmax[[5, 17]] = 1000.0
+    assert rc.outlier_channels(absmax, 2) == (5, 17)
+    assert rc.outlier_channels(absmax, 3) == (5, 17, 63)  # sorted
+    assert rc.outlier_channels(absmax, 32) == (5, 17, 62, 63)  # at most K // 16 = 4
+    assert rc.outlier_channels(absmax, 0) is None and rc.outlier_channels(absmax[:15], 4) is None
+
+
+def test_w8a8_error_with_outliers_is_the_layers_error(rng):
+    # the recipe's numpy model of a layer with outlier channels is what Linear computes
+    x = rng.standard_normal((33, 128)).astype(np.float32)
+    x[:, 5] *= 40.0
+    x[:, 77] *= 25.0
+    x[7] = 0.0
+    w = rng.standard_normal((48, 128)).astype(np.float32)
+    layer = w8.Linear.from_linear(_linear(w))
+    layer.kernel = "exact"
+    layer.outliers = (5, 77)
+    got = np.array(layer(mx.array(x))).astype(np.float64)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    signal, noise = rc.w8a8_error(x, w, (5, 77))
+    np.testing.assert_allclose(noise, np.sum((got - ref) ** 2), rtol=1e-3)
+    assert noise < 0.1 * rc.w8a8_error(x, w)[1]
+
+
+def test_recipe_keeps_the_planted_channels_out_and_convert_saves_them(tmp_path, rng):
+    # unsmoothed (grid None): each q/k/v and gate/up layer keeps its norm's planted
+    # channels out (K // 16 = 8 of 128: the 4 planted ones among them), which raises its
+    # SQNR over outliers=0; apply sets them on the converted layers
+    model = _outlier_model(rng, factor=80.0, n=4)
+    weights = tree_flatten(model.parameters())
+    calib = [_tokens(rng, (2, 32))]
+    chosen = rc.recipe(model, calib, grid=(None,), floor_db=-1000)
+    blk = model.model.layers[0]
+    planted = np.flatnonzero(np.array(blk.input_layernorm.weight) > 20)
+    got = chosen.outliers["model.layers.0.self_attn.q_proj"]
+    assert len(got) == 8 and set(planted) <= set(got)
+    again, _ = tiny_lm.model("llama")
+    again.update(tree_unflatten(weights))
+    plain = rc.recipe(again, calib, grid=(None,), floor_db=-1000, outliers=0)
+    assert plain.outliers == {}
+    p = "model.layers.0.self_attn.q_proj"
+    assert chosen.layers[p]["w8a8_db"] > plain.layers[p]["w8a8_db"] + 3
+    assert "kept out of the int8 activations" in chosen.summary()
+    with pytest.raises(ValueError, match=r"outliers must be an int >= 0, got -1"):
+        rc.recipe(again, calib, outliers=-1)
+    w8.quantize(model)
+    assert chosen.apply(model) == len(chosen.outliers)
+    assert model.model.layers[0].self_attn.q_proj.outliers == got
+    assert json.loads(json.dumps(chosen.to_json()))["outliers"][p] == list(got)

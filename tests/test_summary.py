@@ -87,3 +87,13 @@ def test_the_summary_counts_layers_with_activation_groups():
     assert line.startswith("mlx_w8a8: 2 layers (2 grouped; 1 with activation groups)"), line
     w8.quantize(plain := nn.Sequential(nn.Linear(128, 64)))
     assert "activation groups" not in w8.summary(plain)
+
+
+def test_the_summary_counts_layers_with_outlier_channels():
+    model = nn.Sequential(nn.Linear(128, 64), nn.Linear(64, 32))
+    w8.quantize(model)
+    model.layers[0].outliers = (1, 2)
+    line = w8.summary(model)
+    assert line.startswith("mlx_w8a8: 2 layers (2 per_channel; 1 with outlier channels)"), line
+    model.layers[0].outliers = None
+    assert "outlier" not in w8.summary(model)
