@@ -164,6 +164,10 @@ def add_arguments(p) -> None:
                    help="the mlx_w8a8 variant with activation groups (act_scales='group': one "
                    "int8 scale per token and weight group; its layers group-wise, so not "
                    "with a -per-channel --weights)")
+    g.add_argument("--outliers", type=int, default=0, metavar="N",
+                   help="give every mlx_w8a8 layer N outlier channels (at most K / 16; "
+                   "mlx_w8a8.Linear.outliers), evenly spaced: the speed of the recipe's "
+                   "split, not its accuracy (the recipe picks them from calibration data)")
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
                    "skip=, e.g. lm_head down_proj): the speed of a mixed model")
@@ -195,6 +199,8 @@ def settings(args) -> dict:
         out[key] = value
     if args.layers is not None and args.layers < 1:
         raise ValueError(f"[mlx_w8a8.bench] --layers must be >= 1, got {args.layers}")
+    if (getattr(args, "outliers", 0) or 0) < 0:
+        raise ValueError(f"[mlx_w8a8.bench] --outliers must be >= 0, got {args.outliers}")
     if args.kernel is not None:  # before the model is built, not after
         from .kernels import registry
 
@@ -425,7 +431,8 @@ def _load_converted(model: nn.Module, config: dict, kernel: str | None, skip,
 
 def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | None = None,
                   skip: list[str] | None = None, weights: Weights | str = "bf16",
-                  dtype: mx.Dtype = mx.bfloat16, act_scales: str = "token"):
+                  dtype: mx.Dtype = mx.bfloat16, act_scales: str = "token",
+                  outliers: int = 0):
     """Build the model once and the three variants from its weights.
 
     Args:
@@ -441,6 +448,8 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
             benchmark, float32 where exact agreement is checked).
         act_scales: the mlx_w8a8 variant's :attr:`mlx_w8a8.Linear.act_scales`
             (``"group"``: group-wise layers, from float weights too).
+        outliers: give each mlx_w8a8 layer this many outlier channels (at most
+            ``K // 16``), evenly spaced (:func:`spaced_outliers`).
 
     Returns:
         ``({name: model}, config, label)``, the names :func:`variant_names` of the
@@ -487,8 +496,19 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
             from . import requantize
 
             requantize.per_channel(w8)
+    if outliers:
+        for _, layer in w8.named_modules():
+            if isinstance(layer, mlx_w8a8.Linear):
+                layer.outliers = spaced_outliers(layer.input_dims, outliers)
     mx.eval(base.parameters(), baseline.parameters(), w8.parameters())
     return dict(zip(variant_names(fmt.bits), (base, baseline, w8))), config, label
+
+
+def spaced_outliers(k: int, count: int) -> tuple[int, ...] | None:
+    """``min(count, k // 16)`` channels evenly spaced over ``k`` (a speed stand-in for
+    the recipe's calibrated choice), or ``None`` for none."""
+    n = min(int(count), k // 16)
+    return tuple(range(0, n * (k // n), k // n)) if n > 0 else None
 
 
 def notes(variants: dict, fmt: Weights) -> list[str]:
@@ -503,8 +523,9 @@ def notes(variants: dict, fmt: Weights) -> list[str]:
 
 
 def w8a8_layers(model: nn.Module) -> dict:
-    """``{"layers": n, "formats": {format: n}, "group_sizes": [...]}`` of the model's
-    ``mlx_w8a8.Linear`` layers."""
+    """``{"layers": n, "formats": {format: n}, "group_sizes": [...], "outliers": n}`` of
+    the model's ``mlx_w8a8.Linear`` layers (``outliers``: how many have outlier
+    channels)."""
     import mlx_w8a8
 
     found = [m for _, m in model.named_modules() if isinstance(m, mlx_w8a8.Linear)]
@@ -512,7 +533,8 @@ def w8a8_layers(model: nn.Module) -> dict:
     for m in found:
         formats[m.format] = formats.get(m.format, 0) + 1
     return {"layers": len(found), "formats": formats,
-            "group_sizes": sorted({m.group_size for m in found})}
+            "group_sizes": sorted({m.group_size for m in found}),
+            "outliers": sum(m.outliers is not None for m in found)}
 
 
 def nbytes(model: nn.Module) -> int:
@@ -599,7 +621,8 @@ def run(args, stream, out, emit) -> int:
     share = _share_switch() if args.unshared else None
     variants, config, label = make_variants(
         spec, args.layers, seed, args.kernel, getattr(args, "skip", None), weights,
-        act_scales="group" if getattr(args, "act_groups", False) else "token")
+        act_scales="group" if getattr(args, "act_groups", False) else "token",
+        outliers=getattr(args, "outliers", 0) or 0)
     vocab = int(config["vocab_size"])
     loop_name, loop = decode_loop()
     batch_loop_name, batch_loop = batch_decode_loop()

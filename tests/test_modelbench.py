@@ -243,6 +243,25 @@ def test_skip_keeps_matching_layers_on_w8a16_in_the_w8a8_variant(tiny, tmp_path)
     assert setup["quantization"]["mlx_w8a8"]["skip"] == ["lm_head"]
 
 
+def test_outliers_give_every_w8a8_layer_spaced_channels(tiny, tmp_path, capsys):
+    # --outliers N: the speed of the recipe's split (channels evenly spaced, at most K / 16)
+    pytest.importorskip("mlx_lm")
+    assert modelbench.spaced_outliers(256, 4) == (0, 64, 128, 192)
+    assert modelbench.spaced_outliers(64, 32) == (0, 16, 32, 48)  # at most 64 // 16 = 4
+    assert modelbench.spaced_outliers(15, 3) is None
+    variants, _, _ = modelbench.make_variants(tiny, seed=3, outliers=4)
+    layers = [m for _, m in variants["mlx_w8a8"].named_modules() if isinstance(m, mlx_w8a8.Linear)]
+    assert layers and all(m.outliers == modelbench.spaced_outliers(m.input_dims, 4) for m in layers)
+    code, _, lines = run(["--model", tiny, "--tokens", "4", "--decode", "0", "--rounds", "2",
+                          "--outliers", "4"], tmp_path)
+    assert code == 0
+    setup = next(l for l in lines if l["kind"] == "setup")
+    assert setup["quantization"]["mlx_w8a8"]["outliers"] == len(layers)
+    capsys.readouterr()
+    code, text, _ = run(["--model", tiny, "--outliers", "-1"], tmp_path)
+    assert code != 0 and "--outliers must be >= 0, got -1" in text + capsys.readouterr().err
+
+
 @pytest.mark.parametrize("module, tail", [("modelbench", "--model PATH|PRESET"),
                                           ("tpbench", "--model PATH|PRESET --tp N")])
 def test_running_the_library_modules_points_to_the_bench(module, tail):

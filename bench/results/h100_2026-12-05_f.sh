@@ -3,7 +3,7 @@
 # lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
 # GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j, k
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -31,7 +31,9 @@
 # 4-bit rows), then tune --format grouped4 at decode sizes with the model's decode check
 # (the GEMV against mx.quantized_matmul at 4 bits, per the affine projection tuner) and
 # the 4-layer bench's decode at B = 1 and 16 from the 4-bit gs64 checkpoint with it.
-# Parts G, H, I and J have not run yet (the device was not lent again that day).
+# Part K: what outlier channels (the recipe's split, 32 per layer) cost on CUDA: the
+# 4-layer bench without and with --outliers 32, one after the other.
+# Parts G, H, I, J and K have not run yet (the device was not lent again that day).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -105,6 +107,12 @@ if [ "$part" = "j" ]; then
     run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
       --tokens 128 --decode 32 --batch 16 --rounds 4 --warm-up --table tmp_t/j.json
   fi
+fi
+if [ "$part" = "k" ]; then
+  for n in 0 32; do
+    run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 \
+      --decode 32 --batch 16 --rounds 4 --warm-up --outliers $n
+  done
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
