@@ -243,7 +243,12 @@ class Linear(nn.Module):
 
     def _split(self, plan, dtype: mx.Dtype):
         """``plan`` with the :attr:`outliers` split around it (arrays made once per dtype
-        and kept until the weight changes)."""
+        and kept until the weight changes).
+
+        Hazard: the dequantized columns are taken when the plan is made; parameters
+        replaced through the module (``load_weights``, ``update``, ``set_dtype``) drop
+        them with the plans, arrays swapped in without ``__setitem__`` do not (under
+        ``mx.compile(inputs=state)`` those hold the same values)."""
         arrays = self._outlier_arrays.get(dtype)
         if arrays is None:
             idx = mx.array(self._outliers, dtype=mx.int32)
