@@ -4,8 +4,9 @@ fetched model (``python -m mlx_w8a8.fetch``) and local texts.
 
 A variant is a ``+``-joined list of parts, applied in this order:
 
-- ``smooth``: the package's recipe (``mlx_w8a8.recipe.recipe``: a SmoothQuant strength
-  per site, calibrated on ``--calibration``), folded into the float model;
+- ``smooth``: the recipe's SmoothQuant search (``mlx_w8a8.recipe.recipe`` with
+  ``grid=GRID``: a strength per site, calibrated on ``--calibration``), folded into the
+  float model;
   ``aX`` (``a0.5``): SmoothQuant with one strength ``X`` everywhere instead.
 - ``gptq``: per-channel int8 weights rounded with GPTQ error feedback (Frantar et al.;
   the Hessian ``X^T X`` of each layer's calibration inputs, 1% damping, columns in
@@ -39,9 +40,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_unflatten
 
+from accuracy_models import text_windows
 from mlx_w8a8.evaluation import perplexity
-from mlx_w8a8.recipe import calibration_tokens
-from mlx_w8a8.tokens import batches, text_tokens
 
 PARTS = ("smooth", "gptq", "wpc", "wg", "atok")
 
@@ -133,7 +133,7 @@ def build(folder: Path, variant: str, calib: list[mx.array]) -> nn.Module:
     from mlx_lm.utils import load_model
 
     from mlx_w8a8.calibrate import calibrate
-    from mlx_w8a8.recipe import capture, recipe
+    from mlx_w8a8.recipe import GRID, capture, recipe
     from mlx_w8a8.smooth import smooth
 
     model = load_model(folder)[0]
@@ -146,7 +146,7 @@ def build(folder: Path, variant: str, calib: list[mx.array]) -> nn.Module:
                 or p[:3] == "out" and p[3:].isdigit()):
             raise ValueError(f"[accuracy_decompose] unknown part {p!r} in {variant!r}")
     if "smooth" in parts:
-        recipe(model, calib)
+        recipe(model, calib, grid=GRID)  # the strength search (not the recipe's default)
     for p in parts:
         if strength(p) is not None:
             smooth(model, calibrate(model, calib), strength(p))
@@ -190,17 +190,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="append results as JSON lines")
     args = p.parse_args(argv)
     folder = Path(args.model)
-    data = {t: batches(text_tokens(t, folder), 256, args.windows, args.windows)
-            for t in args.texts}
-    calib = batches(calibration_tokens(args.calibration, folder), 256, 4, 4)
-    if args.bos:
-        bos = json.loads((folder / "config.json").read_text())["bos_token_id"]
-
-        def with_bos(b):
-            return mx.concatenate([mx.full((b.shape[0], 1), bos, b.dtype), b[:, :-1]], axis=1)
-
-        data = {t: [with_bos(b) for b in v] for t, v in data.items()}
-        calib = [with_bos(b) for b in calib]
+    data, calib = text_windows(folder, args.texts, 256, args.windows, args.calibration, 4,
+                               args.bos)
     for variant in args.variants.split(","):
         start = time.time()
         model = build(folder, variant, calib)

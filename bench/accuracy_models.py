@@ -87,6 +87,24 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
     return dequantized(model) if dequantize else model
 
 
+def text_windows(folder: Path, texts, seq_len: int, count: int, calibration: str,
+                 calib_windows: int, bos: bool):
+    """``({text: [B, T] windows}, [calibration batches])``: ``count`` windows of
+    ``seq_len`` tokens per text, ``calib_windows`` of the calibration text, each window
+    starting with the model's BOS token (``config.json``) when ``bos``."""
+    data = {t: batches(text_tokens(t, folder), seq_len, count, count) for t in texts}
+    calib = batches(calibration_tokens(calibration, folder), seq_len, 4, calib_windows)
+    if bos:
+        token = json.loads((folder / "config.json").read_text())["bos_token_id"]
+
+        def with_bos(b):
+            return mx.concatenate([mx.full((b.shape[0], 1), token, b.dtype), b[:, :-1]], axis=1)
+
+        data = {t: [with_bos(b) for b in v] for t, v in data.items()}
+        calib = [with_bos(b) for b in calib]
+    return data, calib
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="float mlx-lm folder (python -m mlx_w8a8.fetch)")
@@ -115,18 +133,8 @@ def main(argv=None) -> int:
     def log(line):
         print(line, flush=True)
 
-    data = {t: batches(text_tokens(t, folder), args.seq_len, args.windows, args.windows)
-            for t in args.texts}
-    calib = batches(calibration_tokens(args.calibration, folder), args.seq_len, 4,
-                    args.calib_windows)
-    if args.bos:
-        bos = json.loads((folder / "config.json").read_text())["bos_token_id"]
-
-        def with_bos(b):
-            return mx.concatenate([mx.full((b.shape[0], 1), bos, b.dtype), b[:, :-1]], axis=1)
-
-        data = {t: [with_bos(b) for b in v] for t, v in data.items()}
-        calib = [with_bos(b) for b in calib]
+    data, calib = text_windows(folder, args.texts, args.seq_len, args.windows,
+                               args.calibration, args.calib_windows, args.bos)
     for variant in args.variants.split(","):
         start = time.time()
         model = build(folder, variant, DTYPES[args.dtype], calib, log, args.dequantize,

@@ -81,3 +81,9 @@ def test_command_runs_every_part_on_a_tiny_model(tmp_path, rng):
     assert len(set(ppl[1:])) > 1 and ppl[1] != ppl[0]  # the parts change the model
     with pytest.raises(ValueError, match="unknown part 'wpcx'"):
         ad.build(folder, "wpcx+atok", [])
+    # smooth and a0.5 fold SmoothQuant into the model: its float weights change
+    calib = [mx.array(rng.integers(0, 256, (2, 32)))]
+    plain = ad.build(folder, "float", calib).model.layers[0].mlp.down_proj.weight
+    for variant in ("smooth", "a0.5"):
+        smoothed = ad.build(folder, variant, calib).model.layers[0].mlp.down_proj.weight
+        assert not np.allclose(np.array(plain), np.array(smoothed)), variant
