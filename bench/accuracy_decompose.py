@@ -5,8 +5,8 @@ fetched model (``python -m mlx_w8a8.fetch``) and local texts.
 A variant is a ``+``-joined list of parts, applied in this order:
 
 - ``smooth``: the recipe's SmoothQuant search (``mlx_w8a8.recipe.recipe`` with
-  ``grid=GRID``: a strength per site, calibrated on ``--calibration``), folded into the
-  float model;
+  ``grid=GRID, outliers=0``: a strength per site, calibrated on ``--calibration``, as the
+  recipe chose it before outlier channels), folded into the float model;
   ``aX`` (``a0.5``): SmoothQuant with one strength ``X`` everywhere instead.
 - ``gptq``: per-channel int8 weights rounded with GPTQ error feedback (Frantar et al.;
   the Hessian ``X^T X`` of each layer's calibration inputs, 1% damping, columns in
@@ -146,7 +146,9 @@ def build(folder: Path, variant: str, calib: list[mx.array]) -> nn.Module:
                 or p[:3] == "out" and p[3:].isdigit()):
             raise ValueError(f"[accuracy_decompose] unknown part {p!r} in {variant!r}")
     if "smooth" in parts:
-        recipe(model, calib, grid=GRID)  # the strength search (not the recipe's default)
+        # the strength search as the recipe ran it before outlier channels (it judges
+        # layers with their outlier channels kept out unless outliers=0)
+        recipe(model, calib, grid=GRID, outliers=0)
     for p in parts:
         if strength(p) is not None:
             smooth(model, calibrate(model, calib), strength(p))
