@@ -626,12 +626,12 @@ def test_layers_with_the_same_outliers_share_the_masked_input(tables):
     def apply(acts, w, b, dtype):
         return QMM.run(acts, w, b).astype(dtype)
 
-    registry.register(Candidate(name="staged_out", backend="any", op="linear",
+    registry.register(Candidate(name="staged", backend="any", op="linear",
                                 run=lambda x, w, b: apply(quantize(x), w, b, x.dtype),
                                 stages=lambda p: (("fake", p.k), quantize, apply)))
     q, k, v = (w8.Linear(64, n, group_size=32) for n in (32, 16, 16))
     for layer in (q, k, v):
-        layer.kernel = "staged_out"
+        layer.kernel = "staged"
         layer.outliers = (5, 9)
     w8nn.clear_shared_activations()
     x = mx.ones((2, 3, 64))
