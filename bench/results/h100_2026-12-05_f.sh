@@ -33,7 +33,7 @@
 # the 4-layer bench's decode at B = 1 and 16 from the 4-bit gs64 checkpoint with it.
 # Part K: what outlier channels (the recipe's split, 32 per layer) cost on CUDA: the
 # 4-layer bench without and with --outliers 32, one after the other.
-# Parts G, H, I, J and K have not run yet (the device was not lent again that day).
+# Parts G, H, I, J and K have not run yet (no GPU was available again that day).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
