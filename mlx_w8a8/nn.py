@@ -241,14 +241,17 @@ class Linear(nn.Module):
         object.__setattr__(self, "_outliers", channels)
         self._forget()
 
-    def _split(self, plan, dtype: mx.Dtype):
-        """``plan`` with the :attr:`outliers` split around it (arrays made once per dtype
-        and kept until the weight changes).
+    def _split(self, plan, candidate, dtype: mx.Dtype):
+        """``plan`` with the :attr:`outliers` split around it where the layer has some
+        and ``candidate`` quantizes activations, else ``plan`` itself (arrays made once
+        per dtype and kept until the weight changes).
 
         Hazard: the dequantized columns are taken when the plan is made; parameters
         replaced through the module (``load_weights``, ``update``, ``set_dtype``) drop
         them with the plans, arrays swapped in without ``__setitem__`` do not (under
         ``mx.compile(inputs=state)`` those hold the same values)."""
+        if self._outliers is None or not candidate.w8a8:
+            return plan
         arrays = self._outlier_arrays.get(dtype)
         if arrays is None:
             idx = mx.array(self._outliers, dtype=mx.int32)
@@ -428,18 +431,13 @@ class Linear(nn.Module):
                     handed = _plans.GroupPlan(
                         member, candidate, group_problem, lead, (*lead, member.output_dims),
                         other.met(key)).run
-                    if member._outliers is not None and candidate.w8a8:
-                        handed = member._split(handed, x.dtype)
-                    other.hand(key, handed, decision, stamp)
+                    other.hand(key, member._split(handed, candidate, x.dtype), decision, stamp)
             plan = _plans.GroupPlan(self, candidate, group_problem, lead, out_shape,
                                     cache.met(key)).run
-            if self._outliers is not None and candidate.w8a8:
-                plan = self._split(plan, x.dtype)
-            return cache.keep(key, plan, decision, stamp)
+            return cache.keep(key, self._split(plan, candidate, x.dtype), decision, stamp)
         candidate, source, plan = self._alone_plan(m, x.dtype, lead, out_shape)
-        if self._outliers is not None and candidate.w8a8:
-            plan = self._split(plan, x.dtype)
-        return cache.keep(key, plan, (m, candidate.name, source), stamp)
+        return cache.keep(key, self._split(plan, candidate, x.dtype),
+                          (m, candidate.name, source), stamp)
 
     def _alone_plan(self, m: int, dtype: mx.Dtype, lead, out_shape):
         """``(candidate, source, plan)`` of this layer by itself (no siblings)."""

@@ -1608,6 +1608,49 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
         registry.set_chooser(previous)
 
 
+def test_linked_siblings_with_outlier_channels_launch_once_on_the_masked_input(cuda_here):
+    """gate/up linked with the same outlier channels: the first member's call makes the
+    one fused group launch on the masked x (not x itself: the channels are zeroed before
+    the kernel quantizes), the second member launches nothing and takes its output; with
+    different channels they are not one group and each launches by itself."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+    from mlx_w8a8 import siblings
+    from mlx_w8a8.kernels import registry
+
+    rec = cuda_here
+
+    class Mlp(nn.Module):
+        def __init__(self, k, n):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(k, n, bias=False), nn.Linear(k, n, bias=False)
+
+    gemv = registry.get("linear", "cuda_int8_gemv")
+    previous = registry.set_chooser(lambda problem, found: (gemv, "test") if gemv in found else None)
+    try:
+        mlp = Mlp(256, 1000)
+        w8.quantize(mlp)
+        for layer in (mlp.gate_proj, mlp.up_proj):
+            layer.outliers = (3, 77)
+        siblings.clear()
+        for _ in range(2):
+            x = mx.zeros((1, 1, 256), dtype=mx.bfloat16)
+            start = len(rec.launches)
+            outs = [mlp.gate_proj(x), mlp.up_proj(x)]
+            plans = rec.launches[start:]
+            assert [p["name"] for p in plans] == ["w8a8_gemv_fused_channel_group2"]
+            assert plans[0]["arrays"][0] is not x and plans[0]["arrays"][0].shape == x.shape
+            assert [y.shape for y in outs] == [(1, 1, 1000), (1, 1, 1000)]
+        mlp.up_proj.outliers = (3,)
+        start = len(rec.launches)
+        mx.eval(mlp.gate_proj(x), mlp.up_proj(x))
+        assert [p["name"] for p in rec.launches[start:]] == ["w8a8_gemv_fused_channel"] * 2
+    finally:
+        registry.set_chooser(previous)
+
+
 def test_tma_launches_carry_each_weights_map_array(cuda_here):
     """The per-channel TMA bodies take one map array per weight (cuda_tma.weight_maps,
     512 bytes: A's prototype, [128, K] in 128-row boxes, the same at every M: the kernel
