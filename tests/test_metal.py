@@ -779,6 +779,11 @@ def test_act_groups_linear(emulated, rng, nax, body, bits, m, n, k, group_size, 
     the same comparison wherever a group's scale differs from its row's."""
     emulated.need_nax(nax)
     x, xv = activation(rng, m, k, dtype)
+    # one channel 64x the rest (a power of two: still exact in the dtype), so the group
+    # scales differ from the row's in every row and the per-token result must miss
+    xv = xv.copy()
+    xv[:, 1] *= 64.0
+    x = mx.array(xv).astype(x.dtype)
     w = weight(rng, n, k, False, group_size) if bits == 8 else weight4(rng, n, k, group_size)
     bias = mx.array(rng.standard_normal(n).astype(np.float32)) if with_bias else None
     with metal.override(metal=True, nax=nax):
