@@ -17,6 +17,7 @@ Skipped, with the reason printed, when ``nvcc`` is not on PATH.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import hashlib
 import math
@@ -1552,6 +1553,34 @@ def test_linked_siblings_make_one_quantize_and_one_group_launch(cuda_here):
         registry.set_chooser(previous)
 
 
+def _quantized_mlp(k: int, n: int):
+    """gate/up projections (K -> N, no bias) converted by mlx_w8a8.quantize, which links
+    them as siblings: what the sibling-launch tests drive."""
+    import mlx.nn as nn
+
+    import mlx_w8a8 as w8
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(k, n, bias=False), nn.Linear(k, n, bias=False)
+
+    mlp = Mlp()
+    w8.quantize(mlp)
+    return mlp
+
+
+@contextlib.contextmanager
+def _gemv_chosen():
+    """Every problem cuda_int8_gemv takes decides it (source "test"), until the end."""
+    gemv = registry.get("linear", "cuda_int8_gemv")
+    previous = registry.set_chooser(lambda problem, found: (gemv, "test") if gemv in found else None)
+    try:
+        yield gemv
+    finally:
+        registry.set_chooser(previous)
+
+
 def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
     """gate/up linked, the GEMV chosen: at a decode step ([1, 1, K]) the first member
     called makes one fused_channel_group2 launch (x quantized inside it: no quantize
@@ -1560,24 +1589,13 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
     x does not fit the fused kernel (M = 16, K = 8192) the group shares one quantize
     launch and each member launches its own GEMV."""
     import mlx.core as mx
-    import mlx.nn as nn
 
-    import mlx_w8a8 as w8
     from mlx_w8a8 import siblings
-    from mlx_w8a8.kernels import registry
 
     rec = cuda_here
 
-    class Mlp(nn.Module):
-        def __init__(self, k, n):
-            super().__init__()
-            self.gate_proj, self.up_proj = nn.Linear(k, n, bias=False), nn.Linear(k, n, bias=False)
-
-    gemv = registry.get("linear", "cuda_int8_gemv")
-    previous = registry.set_chooser(lambda problem, found: (gemv, "test") if gemv in found else None)
-    try:
-        mlp = Mlp(256, 1000)
-        w8.quantize(mlp)
+    with _gemv_chosen():
+        mlp = _quantized_mlp(256, 1000)
         siblings.clear()
         for _ in range(2):  # bound on the first call, reused on the second
             x = mx.zeros((1, 1, 256), dtype=mx.bfloat16)
@@ -1596,16 +1614,13 @@ def test_linked_siblings_decode_as_one_fused_gemv_launch(cuda_here):
             assert plans[0]["grid"][0] // plans[0]["threadgroup"][0] == 63
         assert mlp.gate_proj.decision(1)[1] == "test+siblings"
 
-        big = Mlp(8192, 64)
-        w8.quantize(big)
+        big = _quantized_mlp(8192, 64)
         x = mx.zeros((16, 8192), dtype=mx.bfloat16)
         start = len(rec.launches)
         outs = [big.gate_proj(x), big.up_proj(x)]
         assert [p["name"] for p in rec.launches[start:]] == [
             "w8a8_quantize_plain", "w8a8_gemv_channel", "w8a8_gemv_channel"]
         assert [y.shape for y in outs] == [(16, 64), (16, 64)]
-    finally:
-        registry.set_chooser(previous)
 
 
 def test_linked_siblings_with_outlier_channels_launch_once_on_the_masked_input(cuda_here):
@@ -1614,24 +1629,13 @@ def test_linked_siblings_with_outlier_channels_launch_once_on_the_masked_input(c
     the kernel quantizes), the second member launches nothing and takes its output; with
     different channels they are not one group and each launches by itself."""
     import mlx.core as mx
-    import mlx.nn as nn
 
-    import mlx_w8a8 as w8
     from mlx_w8a8 import siblings
-    from mlx_w8a8.kernels import registry
 
     rec = cuda_here
 
-    class Mlp(nn.Module):
-        def __init__(self, k, n):
-            super().__init__()
-            self.gate_proj, self.up_proj = nn.Linear(k, n, bias=False), nn.Linear(k, n, bias=False)
-
-    gemv = registry.get("linear", "cuda_int8_gemv")
-    previous = registry.set_chooser(lambda problem, found: (gemv, "test") if gemv in found else None)
-    try:
-        mlp = Mlp(256, 1000)
-        w8.quantize(mlp)
+    with _gemv_chosen():
+        mlp = _quantized_mlp(256, 1000)
         for layer in (mlp.gate_proj, mlp.up_proj):
             layer.outliers = (3, 77)
         siblings.clear()
@@ -1647,8 +1651,6 @@ def test_linked_siblings_with_outlier_channels_launch_once_on_the_masked_input(c
         start = len(rec.launches)
         mx.eval(mlp.gate_proj(x), mlp.up_proj(x))
         assert [p["name"] for p in rec.launches[start:]] == ["w8a8_gemv_fused_channel"] * 2
-    finally:
-        registry.set_chooser(previous)
 
 
 def test_tma_launches_carry_each_weights_map_array(cuda_here):
