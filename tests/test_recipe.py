@@ -273,7 +273,10 @@ def test_w8a8_error_with_outliers_is_the_layers_error(rng):
     ref = x.astype(np.float64) @ w.astype(np.float64).T
     signal, noise = rc.w8a8_error(x, w, (5, 77))
     np.testing.assert_allclose(noise, np.sum((got - ref) ** 2), rtol=1e-3)
-    assert noise < 0.1 * rc.w8a8_error(x, w)[1]
+    # what remains with the channels out is mostly the int8 weight error of their columns,
+    # which both sides carry: about 0.08 of the unsplit error (at most 0.11 over 300 seeds,
+    # so 0.1 failed by chance); with the channels in, the per-token scale is 25-40x larger
+    assert noise < 0.25 * rc.w8a8_error(x, w)[1]
 
 
 def test_recipe_keeps_the_planted_channels_out_and_convert_saves_them(tmp_path, rng):
