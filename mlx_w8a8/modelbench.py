@@ -16,7 +16,10 @@ variants from the same weights, as ``--weights`` says (:data:`WEIGHT_FORMATS`):
   ``8bit-gsG-per-channel`` then requantizes them per channel
   (:func:`mlx_w8a8.requantize.per_channel`); for ``4bit-gsG``, the 4-bit layers
   converted where this version of ``mlx_w8a8.quantize`` converts them, else the
-  mlx-lm 4-bit model itself (the output says so). ``--kernel`` forces one kernel.
+  mlx-lm 4-bit model itself (the output says so). ``--kernel`` forces one kernel;
+- with ``--outliers N``, ``mlx_w8a8-outliers``: the mlx_w8a8 model converted again, N
+  input channels of every layer kept out of its int8 activations (the accuracy recipe's
+  split, channels evenly spaced): the column ``outliers / w8a8`` is what the split costs.
 
 ``--weights FOLDER`` (or ``--model FOLDER`` of a quantized mlx-lm checkpoint) starts from
 that checkpoint: ``mlx-lm-Nbit`` is the checkpoint as mlx-lm loads it, ``mlx_w8a8`` the
@@ -94,6 +97,10 @@ UNSHARED = "mlx_w8a8-unshared"
 # With --unlinked: the mlx_w8a8 model again, each sibling layer (q/k/v, gate/up) run by
 # itself instead of one launch per group (mlx_w8a8.siblings): what the group launch saves.
 UNLINKED = "mlx_w8a8-unlinked"
+# With --outliers N: the mlx_w8a8 model again (the same weights, converted a second time),
+# every layer with N outlier channels kept out of its int8 activations: what the split of
+# the accuracy recipe costs, paired against the plain mlx_w8a8 arm in the same rounds.
+OUTLIERS = "mlx_w8a8-outliers"
 GROUP_SIZE, BITS = 64, 8
 # Defaults per device: a CPU runs an 8B-shaped layer slowly (about 7 s for one
 # bfloat16 quantized_matmul of a 128256-row lm_head), so it gets short runs and no
@@ -165,9 +172,11 @@ def add_arguments(p) -> None:
                    "int8 scale per token and weight group; its layers group-wise, so not "
                    "with a -per-channel --weights)")
     g.add_argument("--outliers", type=int, default=0, metavar="N",
-                   help="give every mlx_w8a8 layer N outlier channels (at most K / 16; "
-                   "mlx_w8a8.Linear.outliers), evenly spaced: the speed of the recipe's "
-                   "split, not its accuracy (the recipe picks them from calibration data)")
+                   help="add the arm mlx_w8a8-outliers: the mlx_w8a8 model again, every layer "
+                   "with N outlier channels (at most K / 16; mlx_w8a8.Linear.outliers) evenly "
+                   "spaced, timed in the same rounds: the speed of the recipe's split against "
+                   "the plain model, not its accuracy (the recipe picks them from calibration "
+                   "data)")
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
                    "skip=, e.g. lm_head down_proj): the speed of a mixed model")
@@ -433,7 +442,8 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
                   skip: list[str] | None = None, weights: Weights | str = "bf16",
                   dtype: mx.Dtype = mx.bfloat16, act_scales: str = "token",
                   outliers: int = 0):
-    """Build the model once and the three variants from its weights.
+    """Build the model once and the three variants from its weights (four with
+    ``outliers``).
 
     Args:
         spec: the model (a preset, a folder, a ``config.json``); ``None`` for the
@@ -448,12 +458,13 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
             benchmark, float32 where exact agreement is checked).
         act_scales: the mlx_w8a8 variant's :attr:`mlx_w8a8.Linear.act_scales`
             (``"group"``: group-wise layers, from float weights too).
-        outliers: give each mlx_w8a8 layer this many outlier channels (at most
+        outliers: add the variant :data:`OUTLIERS`: the mlx_w8a8 model converted
+            again, each of its layers with this many outlier channels (at most
             ``K // 16``), evenly spaced (:func:`spaced_outliers`).
 
     Returns:
         ``({name: model}, config, label)``, the names :func:`variant_names` of the
-        format's bits; every parameter is evaluated.
+        format's bits (then :data:`OUTLIERS`); every parameter is evaluated.
 
     Raises:
         ValueError: for a model that cannot be built, a named format of an already
@@ -486,22 +497,29 @@ def make_variants(spec, layers: int | None = None, seed: int = 0, kernel: str | 
         baseline = models.clone(base, config)
         nn.quantize(baseline, group_size=fmt.group_size, bits=fmt.bits,
                     class_predicate=_mlx_lm_predicate(fmt.group_size))
-    if fmt.source == "float":
-        w8 = models.clone(base, config)
-        mlx_w8a8.quantize(w8, kernel=kernel, skip=skip, act_scales=act_scales)
-    else:
-        w8 = _same_layers(baseline, config)
-        _load_converted(w8, config, kernel, skip, act_scales)
-        if fmt.per_channel:
-            from . import requantize
 
-            requantize.per_channel(w8)
+    def converted():
+        if fmt.source == "float":
+            w8 = models.clone(base, config)
+            mlx_w8a8.quantize(w8, kernel=kernel, skip=skip, act_scales=act_scales)
+        else:  # shares the checkpoint's arrays (per channel: requantized, a copy)
+            w8 = _same_layers(baseline, config)
+            _load_converted(w8, config, kernel, skip, act_scales)
+            if fmt.per_channel:
+                from . import requantize
+
+                requantize.per_channel(w8)
+        mx.eval(w8.parameters())
+        return w8
+
+    mx.eval(base.parameters(), baseline.parameters())
+    variants = dict(zip(variant_names(fmt.bits), (base, baseline, converted())))
     if outliers:
-        for _, layer in w8.named_modules():
+        split = variants[OUTLIERS] = converted()
+        for _, layer in split.named_modules():
             if isinstance(layer, mlx_w8a8.Linear):
                 layer.outliers = spaced_outliers(layer.input_dims, outliers)
-    mx.eval(base.parameters(), baseline.parameters(), w8.parameters())
-    return dict(zip(variant_names(fmt.bits), (base, baseline, w8))), config, label
+    return variants, config, label
 
 
 def spaced_outliers(k: int, count: int) -> tuple[int, ...] | None:
@@ -598,6 +616,9 @@ def summarize(times: dict[str, list[float]], tokens: int) -> dict:
     for arm in (UNSHARED, UNLINKED):
         if arm in times:
             pairs[f"mlx_w8a8/{arm}"] = ("mlx_w8a8", arm)
+    if OUTLIERS in times:
+        pairs[f"{OUTLIERS}/mlx_w8a8"] = (OUTLIERS, "mlx_w8a8")
+        pairs[f"{OUTLIERS}/bf16"] = (OUTLIERS, "bf16")
     ratios = {}
     for key, (a, b) in pairs.items():
         per_round = [tb / ta for ta, tb in zip(times[a], times[b])]  # speed a / speed b
@@ -650,9 +671,9 @@ def run(args, stream, out, emit) -> int:
         "variants": names, "bytes": {n: nbytes(m) for n, m in variants.items()},
         "weights": weights.record(),
         "quantization": {lm: {"group_size": weights.group_size, "bits": weights.bits},
-                         "mlx_w8a8": {"kernel": args.kernel,
-                                      "skip": getattr(args, "skip", None),
-                                      **w8a8_layers(variants["mlx_w8a8"])}},
+                         **{n: {"kernel": args.kernel, "skip": getattr(args, "skip", None),
+                                **w8a8_layers(variants[n])}
+                            for n in ("mlx_w8a8", OUTLIERS) if n in variants}},
         "notes": said,
         **cfg, "batch": batch, "seed": seed, "decode_loop": loop_name,
         "batch_decode_loop": batch_loop_name if batch else None,
@@ -666,8 +687,9 @@ def run(args, stream, out, emit) -> int:
         longest = max([_longest(cfg, t, names) for t in cfg["tokens"]]
                       + [cfg["prompt"] if cfg["decode"] else 1] + batch)
         start = time.perf_counter()
-        report = mlx_w8a8.warm_up(variants["mlx_w8a8"], max_tokens=longest, progress=False)
-        warmed = (len(report.compiled), time.perf_counter() - start, longest)
+        calls = sum(len(mlx_w8a8.warm_up(variants[n], max_tokens=longest, progress=False).compiled)
+                    for n in ("mlx_w8a8", OUTLIERS) if n in variants)
+        warmed = (calls, time.perf_counter() - start, longest)
         emit({"kind": "warm_up", "variant": "mlx_w8a8", "max_tokens": longest,
               "calls": warmed[0], "seconds": round(warmed[1], 3)}, stream)
 
@@ -732,8 +754,9 @@ def run(args, stream, out, emit) -> int:
         label_b = f"decode B={b} N={n} (prompt {cfg['prompt']})"
         rows.append((label_b, summary))
         steps[label_b] = summary["step_s"]
-    emit({"kind": "decisions", "variant": "mlx_w8a8", "layers": decisions(variants["mlx_w8a8"])},
-         stream)
+    for n in ("mlx_w8a8", OUTLIERS):
+        if n in variants:
+            emit({"kind": "decisions", "variant": n, "layers": decisions(variants[n])}, stream)
     print(f"\n{label}: {config.get('num_hidden_layers')} layer(s), hidden {config.get('hidden_size')}, "
           f"vocab {vocab}, bfloat16; {cfg['rounds']} alternating rounds per row", file=out)
     print(f"weights: {weights.describe()}", file=out)
@@ -779,6 +802,9 @@ def render_table(rows: list[tuple[str, dict]], names=VARIANTS) -> str:
     if UNLINKED in names:
         keys.append(f"mlx_w8a8/{UNLINKED}")
         titles.append("linked / unlinked")
+    if OUTLIERS in names:
+        keys += [f"{OUTLIERS}/mlx_w8a8", f"{OUTLIERS}/bf16"]
+        titles += ["outliers / w8a8", "outliers / bf16"]
     head = ["measure"] + [f"{n} tok/s" for n in names] + titles + [f"SQNR {short}", "SQNR w8a8"]
     body = []
     for label, s in rows:

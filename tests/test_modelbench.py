@@ -243,20 +243,38 @@ def test_skip_keeps_matching_layers_on_w8a16_in_the_w8a8_variant(tiny, tmp_path)
     assert setup["quantization"]["mlx_w8a8"]["skip"] == ["lm_head"]
 
 
-def test_outliers_give_every_w8a8_layer_spaced_channels(tiny, tmp_path, capsys):
+def test_outliers_add_an_arm_with_spaced_channels(tiny, tmp_path, capsys):
     # --outliers N: the speed of the recipe's split (channels evenly spaced, at most K / 16)
+    # as a fourth arm in the same rounds, beside the plain mlx_w8a8 model of the same weights
     pytest.importorskip("mlx_lm")
     assert modelbench.spaced_outliers(256, 4) == (0, 64, 128, 192)
     assert modelbench.spaced_outliers(64, 32) == (0, 16, 32, 48)  # at most 64 // 16 = 4
     assert modelbench.spaced_outliers(15, 3) is None
     variants, _, _ = modelbench.make_variants(tiny, seed=3, outliers=4)
-    layers = [m for _, m in variants["mlx_w8a8"].named_modules() if isinstance(m, mlx_w8a8.Linear)]
+    arm = modelbench.OUTLIERS
+    assert list(variants) == [*modelbench.VARIANTS, arm]
+
+    def w8a8(name):
+        return [m for _, m in variants[name].named_modules() if isinstance(m, mlx_w8a8.Linear)]
+
+    layers = w8a8(arm)
     assert layers and all(m.outliers == modelbench.spaced_outliers(m.input_dims, 4) for m in layers)
-    code, _, lines = run(["--model", tiny, "--tokens", "4", "--decode", "0", "--rounds", "2",
-                          "--outliers", "4"], tmp_path)
+    assert all(m.outliers is None for m in w8a8("mlx_w8a8"))
+    for plain, split in zip(w8a8("mlx_w8a8"), layers):  # the same weights
+        assert mx.array_equal(plain.weight, split.weight)
+    code, text, lines = run(["--model", tiny, "--tokens", "4", "--decode", "0", "--rounds", "2",
+                             "--outliers", "4"], tmp_path)
     assert code == 0
     setup = next(l for l in lines if l["kind"] == "setup")
-    assert setup["quantization"]["mlx_w8a8"]["outliers"] == len(layers)
+    assert setup["variants"][-1] == arm
+    assert setup["quantization"][arm]["outliers"] == len(layers)
+    assert setup["quantization"]["mlx_w8a8"]["outliers"] == 0
+    summary = next(l for l in lines if l["kind"] == "summary")
+    r = summary["ratio"][f"{arm}/mlx_w8a8"]["rounds"]
+    t = next(l for l in lines if l["kind"] == "round")["seconds"]  # round 0's, to 1 us
+    assert r[0] == pytest.approx(t["mlx_w8a8"] / t[arm], rel=1e-3)
+    assert "outliers / w8a8" in text
+    assert {d["variant"] for d in lines if d["kind"] == "decisions"} == {"mlx_w8a8", arm}
     capsys.readouterr()
     code, text, _ = run(["--model", tiny, "--outliers", "-1"], tmp_path)
     assert code != 0 and "--outliers must be >= 0, got -1" in text + capsys.readouterr().err

@@ -32,7 +32,7 @@
 # (the GEMV against mx.quantized_matmul at 4 bits, per the affine projection tuner) and
 # the 4-layer bench's decode at B = 1 and 16 from the 4-bit gs64 checkpoint with it.
 # Part K: what outlier channels (the recipe's split, 32 per layer) cost on CUDA: the
-# 4-layer bench without and with --outliers 32, one after the other.
+# 4-layer bench with --outliers 32 (the plain and the split model in the same rounds).
 # Parts G, H, I, J and K have not run yet (no GPU was available again that day).
 set -u
 export PYTHONUNBUFFERED=1
@@ -109,10 +109,8 @@ if [ "$part" = "j" ]; then
   fi
 fi
 if [ "$part" = "k" ]; then
-  for n in 0 32; do
-    run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 \
-      --decode 32 --batch 16 --rounds 4 --warm-up --outliers $n
-  done
+  run 300 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 \
+    --decode 32 --batch 16 --rounds 4 --warm-up --outliers 32
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
