@@ -158,6 +158,7 @@ def convert(
     force: bool = False,
     requantize_per_channel: bool = False,
     act_scales: str = "token",
+    outliers: int | None = None,
 ) -> Path:
     """Float mlx-lm folder -> (smoothed, mixed) W8A8 checkpoint folder.
 
@@ -184,6 +185,9 @@ def convert(
         act_scales: ``"token"`` or ``"group"`` (group-wise weights: ``per_channel``
             False, no ``requantize_per_channel``): the W8A8 layers'
             :attr:`mlx_w8a8.Linear.act_scales`, saved with the checkpoint.
+        outliers: the recipe's outlier channels per layer (``None``: its default,
+            :data:`mlx_w8a8.recipe.OUTLIERS`; 0: none, and its floor judges the layers
+            without them).
 
     Returns:
         The output folder.
@@ -222,7 +226,8 @@ def convert(
     # quantize converts; a quantized checkpoint's layers are scored against their stored
     # weights and the ones below the floor stay as stored.
     if calibration is not None and smooth_alpha is None and sqnr_floor is None:
-        chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True)
+        chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True,
+                        **({} if outliers is None else {"outliers": outliers}))
         log(chosen.summary())
         table.update(chosen.keep)
     if sqnr_floor is not None:

@@ -36,6 +36,7 @@ per-thread memo keyed by the input's identity (:class:`Stages`).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 
 import mlx.core as mx
@@ -154,10 +155,19 @@ def _holding(f, held, x):
 
 def layer_plan(layer, candidate, problem: Problem, lead, out_shape):
     """A layer's plan of ``candidate`` alone: ``candidate.bind(layer, problem)`` where it
-    has one, else its bound launches (:meth:`BoundPlan.run`)."""
-    if candidate.bind is not None:
-        return candidate.bind(layer, problem)
-    return BoundPlan(layer, candidate, problem, lead, out_shape).run
+    has one (``mx.quantized_matmul``), on the input's rows as one matrix, else its bound
+    launches (:meth:`BoundPlan.run`)."""
+    if candidate.bind is None:
+        return BoundPlan(layer, candidate, problem, lead, out_shape).run
+    f = candidate.bind(layer, problem)
+    if math.prod(lead[:-1]) == 1:
+        return f
+    # Hazard: mx.quantized_matmul takes every dimension of x before the last two as a
+    # batch. Batched decode feeds [B, 1, K]: on CUDA (MLX 0.32, sm_90) that is B products
+    # of one row, each reading the whole weight, where [B, K] is one product of B rows
+    # (what the tuner times). [1, T, K] (prefill) and [1, 1, K] (decode) stay as they are.
+    m, k = problem.m, problem.k
+    return lambda x: f(x.reshape(m, k)).reshape(out_shape)
 
 
 _outlier_memo = threading.local()

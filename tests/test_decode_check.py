@@ -430,3 +430,29 @@ def test_tune_decode_check_flags_cover_the_batched_check(tmp_path, monkeypatch, 
     assert code == 0, out.getvalue()
     want = [(m, 4) for m in (1, 2, 4, 8, 16, 32, 64)] if called else []
     assert runs == want
+
+
+def test_batched_check_with_members_alone_on_a_kernel_of_few_rows(check_env):
+    # Off, a sibling group's members run alone on their own M = B decisions. Such a
+    # decision may be a kernel of few rows (a GEMV: M <= 16), while the batched loop also
+    # prefills the B prompts together (M = B x prompt rows): the members must decide
+    # there as usual, not be forced onto the M = B kernel (forced, the prefill raised
+    # "cannot run linear for M=28" on a GPU, 4-bit GEMV at B = 4).
+    model = tiny_lm.converted()
+    registry.register(Candidate(name="spy", backend="any", op="linear", run=QMM.run,
+                                supports=lambda p: p.m <= 4, digest="d-spy", w8a8=False))
+    launches = []
+    registry.register(group_candidate("staged", SLEEP, launches))
+    attn = model.model.layers[0].self_attn
+    choose_at(check_env, attn.q_proj, 4, "spy")  # k/v (64 x 128) borrow it
+    qkv = attrs.evolve(attn.q_proj.problem(4, mx.float32), n=256)
+    tiny_lm.record_choice(check_env, qkv, "staged")
+    for layer in model.model.layers:  # o_proj shares q's shape: left out of the check
+        layer.self_attn.o_proj.kernel = "mlx_qmm"
+    result = tuning.check_decode(model, check_env, steps=3, prompt=4, rounds=3,
+                                 extra_rounds=0, batches=(4,))
+    assert launches, "the group launch never ran"
+    judged = [g for g in result.groups if g.problem == qkv]
+    assert judged and all(g.tuned == "staged" and not g.kept for g in judged)
+    assert all(layer.kernel is None for layer in (attn.q_proj, attn.k_proj, attn.v_proj))
+    assert attn.q_proj.siblings.enabled  # the check gives the group back as it found it

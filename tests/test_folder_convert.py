@@ -6,6 +6,7 @@ import json
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+import pytest
 from mlx.utils import tree_flatten
 
 import mlx_w8a8 as w8
@@ -83,3 +84,28 @@ def test_convert_of_a_4bit_folder_with_calibration_applies_the_recipe(tmp_path, 
             assert type(m) is nn.QuantizedLinear and m.bits == 4, path
         elif path in chosen["layers"]:
             assert isinstance(m, w8.Linear) and m.format == "grouped4", path
+
+
+@needs_mlx_lm
+def test_convert_outliers_sets_the_recipes_channels_per_layer(tmp_path, capsys):
+    # --outliers N: N channels per layer (at most K / 16: 8 of this model's K = 128), or
+    # none with 0 (the speed of the plain W8A8 layers); refused without the recipe
+    from mlx_w8a8.convert import main
+
+    _, _, q4 = quantized_folder(tmp_path, "q4", group_size=64, bits=4)
+    calib = ["--calibration", "builtin", "--seq-len", "32", "--samples", "2"]
+    for n, want in ((4, 4), (0, 0)):
+        out = tmp_path / f"out{n}"
+        assert main(["--model", str(q4), "--out", str(out), *calib, "--outliers", str(n)]) == 0
+        chosen = json.loads((out / "recipe.json").read_text())
+        assert chosen["outliers"] and all(len(c) == want for c in chosen["outliers"].values()) \
+            if want else chosen["outliers"] == {}
+        ours, _ = w8.load(out)
+        found = [m.outliers for _, m in ours.named_modules() if isinstance(m, w8.Linear)]
+        assert found and all((len(c) == want) if want else c is None for c in found)
+    capsys.readouterr()
+    for bad, said in ((["--outliers", "-1", *calib], "--outliers must be >= 0, got -1"),
+                      (["--outliers", "4"], "needs --calibration")):
+        with pytest.raises(SystemExit) as stopped:
+            main(["--model", str(q4), "--out", str(tmp_path / "bad"), *bad])
+        assert stopped.value.code == 2 and said in capsys.readouterr().err

@@ -81,3 +81,34 @@ def test_w8a8_linear_keeps_no_plan_decided_across_an_invalidation(monkeypatch):
     monkeypatch.setattr(registry, "choose", real)
     w8.w8a8_linear(x, w, kernel="exact")
     assert len(w._plans.plans) == 1
+
+
+def test_quantized_matmul_plans_take_the_rows_as_one_matrix(monkeypatch):
+    # mx.quantized_matmul batches every dimension before the last two: batched decode's
+    # [B, 1, K] would run B one-row products (on CUDA each reads the whole weight), so a
+    # layer hands it [B, K]; [1, T, K] and [T, K] go as they are (no reshape node)
+    import mlx.nn as nn
+
+    for bits, kernel in ((8, "mlx_qmm"), (4, "mlx_qmm4")):
+        ql = nn.QuantizedLinear(128, 64, bias=True, group_size=64, bits=bits)
+        layer = w8.Linear.from_linear(ql)
+        layer.kernel = kernel
+        seen = []
+        real = mx.quantized_matmul
+
+        def spy(x, *args, **kw):
+            seen.append(tuple(x.shape))
+            return real(x, *args, **kw)
+
+        monkeypatch.setattr(mx, "quantized_matmul", spy)
+        rng = np.random.default_rng(bits)
+        for shape, handed in (((4, 1, 128), (4, 128)), ((2, 3, 128), (6, 128)),
+                              ((1, 5, 128), (1, 5, 128)), ((5, 128), (5, 128))):
+            x = mx.array(rng.standard_normal(shape).astype(np.float32))
+            for _ in range(2):  # the first call's plan and the kept one
+                seen.clear()
+                y = layer(x)
+                assert seen == [handed], (kernel, shape)
+                assert y.shape == (*shape[:-1], 64)
+                np.testing.assert_allclose(np.array(y), np.array(ql(x)), rtol=1e-5, atol=1e-5)
+        monkeypatch.undo()

@@ -190,25 +190,40 @@ def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
     assert checked == 15  # 5 single-layer shapes x M = 128, 512, 2048
 
 
-def test_cuda_rule_for_4bit_weights_agrees_with_the_h100_tune():
-    """The CUDA rule for MLX's 4-bit weights summarizes a recorded tune run on an H100
-    (prior.py cites it): on each of its 21 entries (7 Llama-3-8B shapes x M = 128, 512,
-    2048) it picks the measured kernel, and below M = 128 it has no opinion."""
+def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
+    """The CUDA rules for MLX's 4-bit weights summarize two recorded tune runs on an H100
+    (prior.py cites them), 7 Llama-3-8B shapes each: at M = 128, 512, 2048 they pick the
+    measured kernel, the 4-bit TMA GEMM, on all 21 entries; at M = 4 the 4-bit GEMV
+    exactly where it was measured fastest (the weights from 4096 x 4096); at M = 1 and 16
+    nothing (M = 1: no gain in the model's decode; M = 16: a split by shape)."""
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "bench", "results")
     doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
     (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
     entries = [e for e in section["entries"] if e["weight_format"] == "grouped4"]
-    assert len(entries) == 21 and {e["m_bucket"] for e in entries} == {128, 512, 2048}
+    assert len(entries) == 42 and {e["m_bucket"] for e in entries} == {1, 4, 16, 128, 512, 2048}
     cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+    gemvs = 0
     for e in entries:
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped4",
                           e["group_size"])
         picked = prior.choose("cuda", problem, cuda)
-        assert picked is not None and picked.name == e["choice"] == "cuda_w4a8_gemm_tma", e
-        assert e["reference"] == "mlx_qmm4" and e["speedup"] > 1.1
-    small = Problem("linear", 16, 4096, 4096, "bfloat16", "grouped4", 64)
-    assert prior.choose("cuda", small, cuda) is None
+        assert e["reference"] == "mlx_qmm4", e
+        if e["m_bucket"] >= 128:
+            assert picked is not None and picked.name == e["choice"] == "cuda_w4a8_gemm_tma", e
+            assert e["speedup"] > 1.1
+        elif e["m_bucket"] == 4:
+            assert (picked.name if picked else "mlx_qmm4") == e["choice"], e
+            gemvs += picked is not None
+        else:
+            assert picked is None, e
+    assert gemvs == 6
+    for m in (2, 3):  # between the measured M = 1 and 4
+        wide = Problem("linear", m, 14336, 4096, "bfloat16", "grouped4", 64)
+        assert prior.choose("cuda", wide, cuda).name == "cuda_w4a8_gemv"
+    for m in (1, 5, 16, 127):
+        assert prior.choose("cuda", Problem("linear", m, 4096, 4096, "bfloat16", "grouped4", 64),
+                            cuda) is None
 
 
 RAW_TABLES = ("h200_2026-12-01_s18_b_raw.json", "h200_2026-12-01_s18_c_raw.json")

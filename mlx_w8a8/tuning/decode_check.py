@@ -414,13 +414,26 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
         variants = {"reference": None, **{f"group {i}": p for i, p in enumerate(problems)}}
         names = list(variants)
 
+        # Sibling groups this check turned off (each member alone on its own decisions).
+        # Hazard: a member is not forced onto its M = B decision, which may be a kernel of
+        # few rows (a GEMV): the batched loop also prefills the B prompts together, at
+        # M = B x prompt rows, where the member must decide as usual.
+        off: dict[int, Any] = {}
+
         def arrange(name: str) -> None:
             keep = variants[name]
             for p in problems:
                 for _, layer in groups[p]:
-                    # Off: the reference, or for a sibling-launch member its own decision,
-                    # forced (a forced member runs alone).
-                    want = None if p == keep else alone.get(id(layer), reference[p])
+                    if id(layer) in alone:  # off: the group launch disabled
+                        group = layer.siblings
+                        if (p == keep) != group.enabled:
+                            if p != keep:
+                                off[id(group)] = group
+                            group.enabled = p == keep
+                            group.reset()
+                        continue
+                    # Off: the reference, forced.
+                    want = None if p == keep else reference[p]
                     if layer.kernel != want:
                         layer.kernel = want
 
@@ -444,6 +457,10 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
                 for _, layer in groups[p]:
                     if layer.kernel is not None:
                         layer.kernel = None
+            for group in off.values():
+                if not group.enabled:
+                    group.enabled = True
+                    group.reset()
 
         results = []
         for i, p in enumerate(problems):
