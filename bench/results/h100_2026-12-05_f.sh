@@ -33,7 +33,11 @@
 # the 4-layer bench's decode at B = 1 and 16 from the 4-bit gs64 checkpoint with it.
 # Part K: what outlier channels (the recipe's split, 32 per layer) cost on CUDA: the
 # 4-layer bench with --outliers 32 (the plain and the split model in the same rounds).
-# Parts G, H, I, J and K have not run yet (no GPU was available again that day).
+# Parts K and J ran later that day on an H100, in one call (tree 1a2fae0), K first; the
+# call's limit cut part J's bench, which was then run on the same machine in two shorter
+# forms with part J's table (their commands are in the log). Part J's tune stopped in its
+# decode check (a forced GEMV met the batched prompt's M = 28; fixed since). Parts G, H
+# and I have not run yet.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
