@@ -3,7 +3,7 @@
 # lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
 # GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j, k
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j, k, l
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -33,6 +33,11 @@
 # the 4-layer bench's decode at B = 1 and 16 from the 4-bit gs64 checkpoint with it.
 # Part K: what outlier channels (the recipe's split, 32 per layer) cost on CUDA: the
 # 4-layer bench with --outliers 32 (the plain and the split model in the same rounds).
+# Part L (first run): batched decode through mx.quantized_matmul with the rows as one
+# matrix (plans.layer_plan): the 4-layer bench from the mlx-lm 8-bit and 4-bit gs64
+# checkpoints at B = 4, 16, 64 (the mlx_w8a8 arm runs mx.quantized_matmul where no
+# W8A8 kernel is chosen; mlx-lm's arm passes [B, 1, K] as before), then part J's tune
+# again with its decode check (the sibling-group fix) into a fresh table.
 # Parts K and J ran later that day on an H100, in one call (tree 1a2fae0), K first; the
 # call's limit cut part J's bench, which was then run on the same machine in two shorter
 # forms with part J's table (their commands are in the log). Part J's tune stopped in its
@@ -115,6 +120,16 @@ fi
 if [ "$part" = "k" ]; then
   run 300 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 \
     --decode 32 --batch 16 --rounds 4 --warm-up --outliers 32
+fi
+if [ "$part" = "l" ]; then
+  for w in 8bit-gs64 4bit-gs64; do
+    run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
+  done
+  rm -f tmp_t/l.json
+  run 240 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
+    --m 1,4,16 --table tmp_t/l.json --no-progress --sibling-check off --prefill-check off
+  cp tmp_t/l.json "$O/l_table.json"
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
