@@ -1,7 +1,7 @@
 #!/bin/bash
-# Device runs F and G, 2026-12-05, on an NVIDIA H100 80GB HBM3 (both times the machine
-# lent was an H100): the 4-bit group-wise TMA GEMM (cuda_w4a8_gemm_tma), first time on a
-# GPU. Both parts append to f.log (kept as h100_2026-12-05_f.log):
+# Device runs F to L, 2026-12-05, on an NVIDIA H100 80GB HBM3: the 4-bit kernels
+# (cuda_w4a8_gemm_tma, cuda_w4a8_gemv) first time on a GPU, and what came with them.
+# Every part appends to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
 #   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j, k, l
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
