@@ -805,7 +805,9 @@ def render_table(rows: list[tuple[str, dict]], names=VARIANTS) -> str:
     if OUTLIERS in names:
         keys += [f"{OUTLIERS}/mlx_w8a8", f"{OUTLIERS}/bf16"]
         titles += ["outliers / w8a8", "outliers / bf16"]
-    head = ["measure"] + [f"{n} tok/s" for n in names] + titles + [f"SQNR {short}", "SQNR w8a8"]
+    sqnr_names = [lm, "mlx_w8a8"] + ([OUTLIERS] if OUTLIERS in names else [])
+    head = (["measure"] + [f"{n} tok/s" for n in names] + titles + [f"SQNR {short}", "SQNR w8a8"]
+            + (["SQNR outliers"] if OUTLIERS in names else []))
     body = []
     for label, s in rows:
         speed = [_fmt_speed(s["tokens_per_s"].get(n)) for n in names]
@@ -815,7 +817,7 @@ def render_table(rows: list[tuple[str, dict]], names=VARIANTS) -> str:
             ratios.append("-" if r.get("median") is None else
                           f"{r['median']:.2f}x ({r['p25']:.2f}..{r['p75']:.2f})")
         sq = s.get("sqnr_db") or {}
-        body.append([label] + speed + ratios + [_fmt_db(sq.get(lm)), _fmt_db(sq.get("mlx_w8a8"))])
+        body.append([label] + speed + ratios + [_fmt_db(sq.get(n)) for n in sqnr_names])
     return render.columns(head, body, right=range(1, len(head)))
 
 

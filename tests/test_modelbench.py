@@ -273,7 +273,9 @@ def test_outliers_add_an_arm_with_spaced_channels(tiny, tmp_path, capsys):
     r = summary["ratio"][f"{arm}/mlx_w8a8"]["rounds"]
     t = next(l for l in lines if l["kind"] == "round")["seconds"]  # round 0's, to 1 us
     assert r[0] == pytest.approx(t["mlx_w8a8"] / t[arm], rel=1e-3)
-    assert "outliers / w8a8" in text
+    assert "outliers / w8a8" in text and "SQNR outliers" in text
+    row = next(line for line in text.splitlines() if line.startswith("prefill T=4"))
+    assert row.rstrip().endswith(f"{summary['sqnr_db'][arm]:.1f} dB")
     assert {d["variant"] for d in lines if d["kind"] == "decisions"} == {"mlx_w8a8", arm}
     capsys.readouterr()
     code, text, _ = run(["--model", tiny, "--outliers", "-1"], tmp_path)
