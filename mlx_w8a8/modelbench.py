@@ -132,8 +132,8 @@ def add_arguments(p) -> None:
         f"{CPU_DEFAULTS['prompt']} --rounds {CPU_DEFAULTS['rounds']} (no batched rows)",
     )
     g.add_argument("--model", "--preset", dest="model", metavar="PATH|PRESET",
-                   help="benchmark a model: llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b, an mlx-lm "
-                   "folder or a config.json (needs mlx-lm)")
+                   help="benchmark a model: llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b, "
+                   "phi-3-mini, an mlx-lm folder or a config.json (needs mlx-lm)")
     g.add_argument("--weights", metavar="FORMAT|FOLDER",
                    help="what the quantized variants are built from: bf16 (default: mlx_w8a8 "
                    "quantizes the float weights per channel, against mlx-lm 8-bit group size "

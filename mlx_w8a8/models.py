@@ -37,7 +37,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 # The published config.json of each preset (Hugging Face: meta-llama/Meta-Llama-3-8B,
-# mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B, meta-llama/Llama-3.2-1B), fields mlx-lm reads.
+# mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B, meta-llama/Llama-3.2-1B,
+# microsoft/Phi-3-mini-4k-instruct), fields mlx-lm reads.
 PRESETS: dict[str, dict] = {
     "llama-3.2-1b": {
         "model_type": "llama",
@@ -114,6 +115,25 @@ PRESETS: dict[str, dict] = {
         "rope_theta": 1000000.0,
         "sliding_window": 131072,
         "use_sliding_window": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    # fused projections: qkv_proj [3 x 3072, 3072] and gate_up_proj [2 x 8192, 3072]
+    "phi-3-mini": {
+        "model_type": "phi3",
+        "architectures": ["Phi3ForCausalLM"],
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 32064,
+        "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "sliding_window": 2047,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     },

@@ -11,12 +11,13 @@ Examples::
     python -m mlx_w8a8.tune --show dist/tuning.json
 
 ``--model`` takes an mlx-lm model folder, its ``config.json``, or a preset
-(``llama-3-8b``, ``mistral-7b``, ``qwen2.5-7b``: :mod:`mlx_w8a8.models`) and measures
-exactly the distinct linear shapes of that model (``lm_head`` included unless tied to
-the embeddings); it needs mlx-lm. Shape presets (:mod:`mlx_w8a8.tuning.shapes`): ``mlp``
-and ``attn`` are the MLP and attention projections of Llama-3-8B, Mistral-7B and
-Qwen2.5-7B; ``all`` is both. Shapes already measured in the target table (same device,
-versions and kernels) are skipped; ``--force`` measures them again. Ctrl-C stops after
+(``llama-3-8b``, ``mistral-7b``, ``qwen2.5-7b``, ``llama-3.2-1b``, ``phi-3-mini``:
+:mod:`mlx_w8a8.models`) and measures exactly the distinct linear shapes of that model
+(``lm_head`` included unless tied to the embeddings); it needs mlx-lm. Shape presets
+(:mod:`mlx_w8a8.tuning.shapes`): ``mlp`` and ``attn`` are the MLP and attention
+projections of Llama-3-8B, Mistral-7B and Qwen2.5-7B; ``all`` is both. Shapes already
+measured in the target table (same device, versions and kernels) are skipped;
+``--force`` measures them again. Ctrl-C stops after
 saying how many entries were saved (exit 130); the exit status is 1 when nothing
 measured could be recorded.
 
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", metavar="PATH|PRESET",
                    help="tune every distinct linear shape of a model: an mlx-lm model folder, "
-                   "its config.json, or llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b (needs mlx-lm)")
+                   "its config.json, or llama-3-8b, mistral-7b, qwen2.5-7b, llama-3.2-1b, "
+                   "phi-3-mini (needs mlx-lm)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="with --model: shapes of one of N tensor-parallel ranks "
                    "(q/k/v/gate/up at N/tp outputs, o/down at K/tp inputs)")

@@ -36,8 +36,9 @@
 # Part L (first run): batched decode through mx.quantized_matmul with the rows as one
 # matrix (plans.layer_plan): the 4-layer bench from the mlx-lm 8-bit and 4-bit gs64
 # checkpoints at B = 4, 16, 64 (the mlx_w8a8 arm runs mx.quantized_matmul where no
-# W8A8 kernel is chosen; mlx-lm's arm passes [B, 1, K] as before), then part J's tune
-# again with its decode check (the sibling-group fix) into a fresh table.
+# W8A8 kernel is chosen; mlx-lm's arm passes [B, 1, K] as before), the Phi-3-mini
+# shape (fused q/k/v and gate/up) from bf16 at the same B, then part J's tune again
+# with its decode check (the sibling-group fix) into a fresh table.
 # Parts K and J ran later that day on an H100, in one call (tree 1a2fae0), K first; the
 # call's limit cut part J's bench, which was then run on the same machine in two shorter
 # forms with part J's table (their commands are in the log). Part J's tune stopped in its
@@ -126,6 +127,8 @@ if [ "$part" = "l" ]; then
     run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
       --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
   done
+  run 200 python3 -m mlx_w8a8.bench --model phi-3-mini --layers 4 --tokens 128 \
+    --decode 32 --batch 4,16,64 --rounds 4 --warm-up
   rm -f tmp_t/l.json
   run 240 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
     --m 1,4,16 --table tmp_t/l.json --no-progress --sibling-check off --prefill-check off
