@@ -73,7 +73,7 @@ def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
     assert layer.decision(1) == (registry.EXACT, "prior")
     grouped = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32, per_channel=False)
     assert grouped.decision(1) == ("mlx_qmm", "prior")
-    assert grouped.decision(4) == ("mlx_qmm", "fallback")  # not measured
+    assert grouped.decision(4) == (registry.EXACT, "prior")  # batched decode
     assert grouped.decision(16) == (registry.EXACT, "prior")  # an mlx-lm 8-bit model's prefill
 
 
@@ -104,8 +104,9 @@ def _cpu_rule_agrees_with(log: str, fmt: str, tie: float = 1.0) -> list[dict]:
 
 def test_cpu_rules_for_grouped_weights_pick_the_measured_kernels():
     """The CPU rule for group-wise weights summarizes a recorded tune run (prior.py cites
-    it): at every measured point it picks the measured choice."""
-    assert len(_cpu_rule_agrees_with("tune_cpu_grouped_2026-12-04.json", "grouped")) == 5
+    it): at every measured point (M = 1, 2, 4, 8, 16, 128) it picks the measured choice."""
+    entries = _cpu_rule_agrees_with("tune_cpu_grouped_2026-12-04.json", "grouped")
+    assert len(entries) == 11 and {e["m_bucket"] for e in entries} == {1, 2, 4, 8, 16, 128}
 
 
 def test_cpu_rules_for_activation_groups_pick_the_measured_kernels(empty_tables):
@@ -125,17 +126,21 @@ def test_cpu_rules_for_activation_groups_pick_the_measured_kernels(empty_tables)
 
 def test_cpu_rules_for_4bit_weights_pick_the_measured_kernels(empty_tables):
     """The CPU rule for MLX's 4-bit weights summarizes a recorded tune run (prior.py
-    cites it): at every measured point it picks the measured choice, and a 4-bit layer
-    decides by it (M = 2-15, not measured, keeps the fallback)."""
+    cites it): at every measured point (M = 1, 2, 4, 8, 16, 128) it picks the measured
+    choice, and a 4-bit layer decides by it; with activation groups M = 2-15 (not
+    measured for them) keeps the fallback."""
     entries = _cpu_rule_agrees_with("tune_cpu_grouped4_2026-12-04.json", "grouped4")
     assert all(e["reference"] == "mlx_qmm4" for e in entries)
     assert sorted({e["choice"] for e in entries}) == ["exact_w4a8", "mlx_qmm4"]
-    assert len(entries) == 5
+    assert len(entries) == 11 and {e["m_bucket"] for e in entries} == {1, 2, 4, 8, 16, 128}
     if table.backend() == "cpu":  # the rule applies to MLX's CPU backend
         layer = mlx_w8a8.Linear(64, 32, group_size=32, bits=4)
         assert layer.decision(1) == ("mlx_qmm4", "prior")
-        assert layer.decision(4) == ("mlx_qmm4", "fallback")
+        assert layer.decision(4) == ("exact_w4a8", "prior")  # batched decode
         assert layer.decision(16) == ("exact_w4a8", "prior")  # an mlx-lm 4-bit model's prefill
+        grouped = mlx_w8a8.Linear(64, 32, group_size=32, per_channel=False, bits=4,
+                                  act_scales="group")
+        assert grouped.decision(4) == ("mlx_qmm4", "fallback")
 
 
 def test_cuda_rules_agree_with_the_shipped_h200_table():

@@ -112,8 +112,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # CPU, group-wise (mlx-lm 8-bit checkpoints, gs64, bf16): tune --format grouped on
     # 2048 x 2048 and 8192 x 2048 (bench/results/tune_cpu_grouped_2026-12-04.*, checked
     # by tests/test_prior.py): the exact W8A8 kernel 5.3-13.6x faster than
-    # mx.quantized_matmul at M = 16 and 128; at M = 1 mx.quantized_matmul (0.92x and 0.55x
-    # for exact). M = 2-15 was not measured and keeps the fallback.
+    # mx.quantized_matmul at M = 16 and 128 and 1.16-6.04x at M = 2, 4, 8 (batched
+    # decode; 2026-12-05, same file); at M = 1 mx.quantized_matmul (0.92x and 0.55x for
+    # exact). M = 9-15 lie between the measured 8 and 16.
     # With activation groups (act_scales="group": only exact_act_groups of the W8A8
     # kernels runs it) the same shapes (bench/results/tune_cpu_act_groups_2026-12-05.*,
     # checked by tests/test_prior.py): exact_act_groups 5.9-14.5x mx.quantized_matmul at
@@ -121,19 +122,22 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # 1.66x its time) and a tie for 2048 x 2048 (1.05x the other way): the rule keeps
     # mx.quantized_matmul there. The 4-bit rule below likewise (same file): 6.0-14.3x at
     # M = 16 and 128; at M = 1 mx.quantized_matmul at 4 bits (exact_act_groups 1.52x and
-    # 1.86x its time).
+    # 1.86x its time). With activation groups M = 2-15 was not measured: the M = 2-15
+    # rules name only the token-scale kernel, so such layers keep the fallback there.
     ("cpu", "linear", "grouped"): [
         (1, 1, 0, ("mlx_qmm",)),
+        (2, 15, 0, (EXACT,)),
         (16, None, 0, (EXACT, EXACT_ACT_GROUPS)),
     ],
     # CPU, MLX's 4-bit weights (mlx-lm 4-bit checkpoints, gs64, bf16): tune --format
     # grouped4 on 2048 x 2048 and 8192 x 2048 (bench/results/tune_cpu_grouped4_2026-12-04.*,
     # checked by tests/test_prior.py): the exact W4A8 kernel 6.2-18.1x faster than
-    # mx.quantized_matmul at 4 bits at M = 16 and 128; at M = 1 mx.quantized_matmul (the
-    # exact kernel took 1.66x and 1.83x its time). M = 2-15 was not measured and keeps
-    # the fallback.
+    # mx.quantized_matmul at 4 bits at M = 16 and 128 and 1.14-5.69x at M = 2, 4, 8
+    # (2026-12-05, same file); at M = 1 mx.quantized_matmul (the exact kernel took 1.66x
+    # and 1.83x its time). M = 9-15 lie between the measured 8 and 16.
     ("cpu", "linear", GROUPED4): [
         (1, 1, 0, (QMM4,)),
+        (2, 15, 0, (EXACT_W4A8,)),
         (16, None, 0, (EXACT_W4A8, EXACT_ACT_GROUPS)),
     ],
 }
