@@ -83,12 +83,15 @@ def test_qmm_is_not_chosen_where_mlx_cuda_kernel_is_wrong(monkeypatch):
     # CUDA, nothing changes.
     from mlx_w8a8.kernels import registry
     from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.tuning import prior
 
     def problem(m, k, gs):
         return Problem("linear", m, 32, k, "bfloat16", "grouped", gs)
 
     qmm = registry.get("linear", "mlx_qmm")
-    layer = w8.Linear(64, 32, group_size=64, per_channel=False)  # no prior rule at M = 4
+    layer = w8.Linear(64, 32, group_size=64, per_channel=False)
+    # no prior rule at M = 4 (the CPU's M = 1 rule kept): the fallback decides there
+    monkeypatch.setitem(prior.RULES, ("cpu", "linear", "grouped"), [(1, 1, 0, ("mlx_qmm",))])
     monkeypatch.setattr(reference, "_on_cuda", lambda: False)  # a CPU or Metal backend
     registry.invalidate()
     assert qmm.handles(problem(4, 64, 64))
