@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seq_len, args.samples, args.batch_size, force=args.force,
             requantize_per_channel=args.per_channel,
             act_scales="group" if args.act_groups else "token",
-            **({} if args.outliers is None else {"outliers": args.outliers}),
+            outliers=args.outliers,
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

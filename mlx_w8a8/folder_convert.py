@@ -199,7 +199,7 @@ def convert(
     from mlx_lm.utils import load_model
 
     from .calibrate import calibrate
-    from .recipe import calibration_tokens, recipe
+    from .recipe import OUTLIERS, calibration_tokens, recipe
     from .sensitivity import policy, sensitivity
     from .smooth import smooth
     from .tokens import batches
@@ -227,7 +227,7 @@ def convert(
     # weights and the ones below the floor stay as stored.
     if calibration is not None and smooth_alpha is None and sqnr_floor is None:
         chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True,
-                        **({} if outliers is None else {"outliers": outliers}))
+                        outliers=OUTLIERS if outliers is None else outliers)
         log(chosen.summary())
         table.update(chosen.keep)
     if sqnr_floor is not None:
