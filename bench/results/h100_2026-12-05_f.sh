@@ -37,8 +37,9 @@
 # matrix (plans.layer_plan): the 4-layer bench from the mlx-lm 8-bit and 4-bit gs64
 # checkpoints at B = 4, 16, 64 (the mlx_w8a8 arm runs mx.quantized_matmul where no
 # W8A8 kernel is chosen; mlx-lm's arm passes [B, 1, K] as before), the Phi-3-mini
-# shape (fused q/k/v and gate/up) from bf16 at the same B, then part J's tune again
-# with its decode check (the sibling-group fix) into a fresh table.
+# shape (fused q/k/v and gate/up) from bf16 at the same B.
+# Part M (first run): part J's tune again with its decode check (the sibling-group fix)
+# into a fresh table. From part L on, each rc line also gives the command's seconds.
 # Parts K and J ran later that day on an H100, in one call (tree 1a2fae0), K first; the
 # call's limit cut part J's bench, which was then run on the same machine in two shorter
 # forms with part J's table (their commands are in the log). Part J's tune stopped in its
@@ -52,8 +53,9 @@ L="$O/f.log"
 run() {  # run LIMIT CMD...: the command line, its output and its exit status into f.log
   local limit=$1; shift
   echo "===== $*" >> "$L"
+  local t0=$SECONDS
   timeout -s INT "$limit" "$@" >> "$L" 2>&1
-  echo "rc=$?" >> "$L"
+  echo "rc=$? ($((SECONDS - t0)) s)" >> "$L"
 }
 part=${1:-f}
 echo "===== part $part, tree ${TREE:-?}" >> "$L"
@@ -65,7 +67,7 @@ C="2048x4096x4096 2048x14336x4096 2048x4096x14336 512x14336x4096 128x4096x4096"
 run 30 python3 -m mlx_w8a8.bench --format grouped4 --group-size 64 --candidate cuda_w4a8_gemm_tma --pairs 30 --cases $C
 run 25 python3 -m mlx_w8a8.bench --format grouped --group-size 64 --candidate cuda_w8a8_gemm_grouped_tma --pairs 30 --cases $C
 run 25 python3 -m mlx_w8a8.bench --format per_channel --candidate cuda_w8a8_gemm_tma --pairs 30 --cases $C
-if [ "$ok" = "rc=0" ]; then
+if [ "${ok%% *}" = "rc=0" ]; then
   cp mlx_w8a8/tables/nvidia-h200.json tmp_t/f.json
   run 150 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
     --m 2048,512,128 --table tmp_t/f.json --no-progress
@@ -91,7 +93,7 @@ fi
 if [ "$part" = "h" ]; then
   run 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "act_groups"
   ok=$(tail -n 1 "$L")
-  if [ "$ok" = "rc=0" ]; then
+  if [ "${ok%% *}" = "rc=0" ]; then
     rm -f tmp_t/h.json
     for fmt in grouped4 grouped; do
       run 100 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size 64 \
@@ -109,7 +111,7 @@ if [ "$part" = "j" ]; then
   run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
     -k "w4a8_gemv or (int8_gemv_sibling_launch and grouped4) or (stages_equal_run and w4a8)"
   ok=$(tail -n 1 "$L")
-  if [ "$ok" = "rc=0" ]; then
+  if [ "${ok%% *}" = "rc=0" ]; then
     rm -f tmp_t/j.json
     run 200 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
       --m 1,4,16 --table tmp_t/j.json --no-progress --sibling-check off --prefill-check off
@@ -124,15 +126,17 @@ if [ "$part" = "k" ]; then
 fi
 if [ "$part" = "l" ]; then
   for w in 8bit-gs64 4bit-gs64; do
-    run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+    run 180 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
       --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
   done
-  run 200 python3 -m mlx_w8a8.bench --model phi-3-mini --layers 4 --tokens 128 \
+  run 180 python3 -m mlx_w8a8.bench --model phi-3-mini --layers 4 --tokens 128 \
     --decode 32 --batch 4,16,64 --rounds 4 --warm-up
-  rm -f tmp_t/l.json
+fi
+if [ "$part" = "m" ]; then
+  rm -f tmp_t/m.json
   run 240 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
-    --m 1,4,16 --table tmp_t/l.json --no-progress --sibling-check off --prefill-check off
-  cp tmp_t/l.json "$O/l_table.json"
+    --m 1,4,16 --table tmp_t/m.json --no-progress --sibling-check off --prefill-check off
+  cp tmp_t/m.json "$O/m_table.json"
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
