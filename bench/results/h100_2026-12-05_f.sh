@@ -1,9 +1,9 @@
 #!/bin/bash
-# Device runs F to L, 2026-12-05, on an NVIDIA H100 80GB HBM3: the 4-bit kernels
+# Device runs F to M, 2026-12-05 (from part L each part's header line names the GPU): the 4-bit kernels
 # (cuda_w4a8_gemm_tma, cuda_w4a8_gemv) first time on a GPU, and what came with them.
 # Every part appends to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> bash bench/results/h100_2026-12-05_f.sh g   # or h, i, j, k, l
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-05_f.sh l m   # parts g-m, in order
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -61,8 +61,8 @@ run() {  # run LIMIT CMD...: the command line, its output and its exit status in
   timeout -s INT "$limit" "$@" >> "$L" 2>&1
   echo "rc=$? ($((SECONDS - t0)) s)" >> "$L"
 }
-part=${1:-f}
-echo "===== part $part, tree ${TREE:-?}" >> "$L"
+for part in "${@:-f}"; do  # parts in order, one process: DEADLINE holds for them all
+echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
 if [ "$part" = "f" ]; then
 run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
   -k "w4a8_gemm_tma or w4a8_tma_extreme or w4a8_tma_sibling or (w4a8_tma_every_tile and 300) or test_w8a8_gemm_grouped_tma"
@@ -146,4 +146,5 @@ if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --json "$O/i_serve.json"
 fi
+done
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -120
