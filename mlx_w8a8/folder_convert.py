@@ -168,12 +168,15 @@ def convert(
             non-weight files, and ``sensitivity.json`` when a report was made).
         smooth_alpha: SmoothQuant strength, or ``None`` for no smoothing.
         calibration: text file (or ``"builtin"``); needed by ``smooth_alpha`` and
-            ``sqnr_floor``. Given without either, the recipe of :mod:`mlx_w8a8.recipe`
-            (outlier channels per layer, W8A16 below its floor; a quantized
-            checkpoint's layers below it stay as stored) is applied and ``recipe.json``
-            written.
+            ``sqnr_floor``. Given without ``smooth_alpha``, the recipe of
+            :mod:`mlx_w8a8.recipe` (outlier channels per layer, W8A16 below its floor;
+            a quantized checkpoint's layers below it stay as stored) is applied and
+            ``recipe.json`` written.
         skip: layer patterns kept on ``keep`` (see :func:`mlx_w8a8.quantizer.matches`).
-        sqnr_floor: keep layers whose W8A8 SQNR is below this (dB) on ``keep`` too.
+        sqnr_floor: keep layers whose W8A8 SQNR is below this (dB) on ``keep``: the
+            recipe's floor (``None``: :data:`mlx_w8a8.recipe.FLOOR_DB`); with
+            ``smooth_alpha``, the floor of the smoothed model's sensitivity report
+            (``sensitivity.json``).
         keep: ``"w8a16"`` or ``"float"``.
         group_size, per_channel: the W8A8 weight format (see :func:`mlx_w8a8.quantize`).
         seq_len, samples, batch_size: calibration windows.
@@ -199,7 +202,7 @@ def convert(
     from mlx_lm.utils import load_model
 
     from .calibrate import calibrate
-    from .recipe import OUTLIERS, calibration_tokens, recipe
+    from .recipe import FLOOR_DB, OUTLIERS, calibration_tokens, recipe
     from .sensitivity import policy, sensitivity
     from .smooth import smooth
     from .tokens import batches
@@ -225,12 +228,13 @@ def convert(
     # The recipe chooses every layer's outlier channels and scores every layer that
     # quantize converts; a quantized checkpoint's layers are scored against their stored
     # weights and the ones below the floor stay as stored.
-    if calibration is not None and smooth_alpha is None and sqnr_floor is None:
+    if calibration is not None and smooth_alpha is None:
         chosen = recipe(model, data, keep=keep, group_size=group_size, progress=True,
-                        outliers=OUTLIERS if outliers is None else outliers)
+                        outliers=OUTLIERS if outliers is None else outliers,
+                        floor_db=FLOOR_DB if sqnr_floor is None else sqnr_floor)
         log(chosen.summary())
         table.update(chosen.keep)
-    if sqnr_floor is not None:
+    elif sqnr_floor is not None:
         report = sensitivity(model, data, group_size, per_channel, progress=True)
         log(report.table())
         below = policy(report, sqnr_floor, keep)

@@ -109,3 +109,35 @@ def test_convert_outliers_sets_the_recipes_channels_per_layer(tmp_path, capsys):
         with pytest.raises(SystemExit) as stopped:
             main(["--model", str(q4), "--out", str(tmp_path / "bad"), *bad])
         assert stopped.value.code == 2 and said in capsys.readouterr().err
+
+
+@needs_mlx_lm
+def test_convert_sqnr_floor_without_smooth_is_the_recipes_floor(tmp_path, capsys):
+    # --sqnr-floor DB with --calibration (no --smooth) keeps the recipe (outlier channels
+    # too) and moves its floor: exactly the layers the recipe scores below DB stay as
+    # stored. Before, the flag switched the recipe off for the sensitivity report, so a
+    # higher floor cost the outlier channels.
+    from mlx_w8a8.convert import main
+
+    _, _, q4 = quantized_folder(tmp_path, "q4", group_size=64, bits=4)
+    calib = ["--calibration", "builtin", "--seq-len", "32", "--samples", "2"]
+    first = tmp_path / "first"
+    assert main(["--model", str(q4), "--out", str(first), *calib]) == 0
+    scored = json.loads((first / "recipe.json").read_text())
+    assert scored["floor_db"] == 25.0 and scored["keep"] == {}  # a random tiny model
+    ranked = sorted(scored["layers"], key=lambda p: scored["layers"][p]["w8a8_db"])
+    floor = (scored["layers"][ranked[3]]["w8a8_db"] + scored["layers"][ranked[4]]["w8a8_db"]) / 2
+    out = tmp_path / "out"
+    assert main(["--model", str(q4), "--out", str(out), *calib, "--sqnr-floor", str(floor),
+                 "--outliers", "32"]) == 0  # the default count, given: allowed with a floor
+    said = capsys.readouterr().out
+    assert f"4 of 15 layers below {floor:g} dB kept off W8A8" in said, said
+    chosen = json.loads((out / "recipe.json").read_text())
+    assert chosen["floor_db"] == floor and set(chosen["keep"]) == set(ranked[:4])
+    assert not (out / "sensitivity.json").exists()
+    ours, _ = w8.load(out)
+    for path, m in tree_flatten(ours.leaf_modules(), is_leaf=nn.Module.is_module):
+        if path in ranked[:4]:
+            assert type(m) is nn.QuantizedLinear and m.bits == 4, path
+        elif path in ranked[4:] and path != "lm_head":  # scored, skipped by default
+            assert isinstance(m, w8.Linear) and list(m.outliers) == scored["outliers"][path], path
