@@ -129,12 +129,12 @@ if [ "$part" = "k" ]; then
     --decode 32 --batch 16 --rounds 4 --warm-up --outliers 32
 fi
 if [ "$part" = "l" ]; then
-  for w in 8bit-gs64 4bit-gs64; do
-    run 180 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
-      --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
-  done
+  run 180 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
   run 180 python3 -m mlx_w8a8.bench --model phi-3-mini --layers 4 --tokens 128 \
     --decode 32 --batch 4,16,64 --rounds 4 --warm-up
+  run 180 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
+    --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
 fi
 if [ "$part" = "m" ]; then
   rm -f tmp_t/m.json
