@@ -321,8 +321,12 @@ def test_ctrl_c_in_a_real_process_exits_130_without_traceback(tmp_path):
     cmd = [sys.executable, "-m", "mlx_w8a8.tune", "--table", str(path), "--shapes", shapes,
            "--pairs", "40", "--warmup", "1", "--dtype", "float32", "--group-size", "32",
            "--no-progress"]
+    # A child inherits an ignored SIGINT (a test run started in the background by a
+    # shell without job control, or under nohup): Python then installs no handler and
+    # the signal below would be lost. The child starts with the default disposition.
     p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
         try:
