@@ -43,8 +43,9 @@
 # Parts K and J ran later that day on an H100, in one call (tree 1a2fae0), K first; the
 # call's limit cut part J's bench, which was then run on the same machine in two shorter
 # forms with part J's table (their commands are in the log). Part J's tune stopped in its
-# decode check (a forced GEMV met the batched prompt's M = 28; fixed since). Parts G, H
-# and I have not run yet.
+# decode check (a forced GEMV met the batched prompt's M = 28; fixed since). Part L ran
+# on an NVIDIA H200 (tree 0f599cd, DEADLINE=400): its 8-bit and Phi-3 benches; its
+# 4-bit bench and part M did not fit. Parts G, H and I have not run yet.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
