@@ -115,8 +115,8 @@ def test_convert_outliers_sets_the_recipes_channels_per_layer(tmp_path, capsys):
 def test_convert_sqnr_floor_without_smooth_is_the_recipes_floor(tmp_path, capsys):
     # --sqnr-floor DB with --calibration (no --smooth) keeps the recipe (outlier channels
     # too) and moves its floor: exactly the layers the recipe scores below DB stay as
-    # stored. Before, the flag switched the recipe off for the sensitivity report, so a
-    # higher floor cost the outlier channels.
+    # stored. A floor that took the sensitivity report's path instead (no recipe.json,
+    # no outlier channels) fails here.
     from mlx_w8a8.convert import main
 
     _, _, q4 = quantized_folder(tmp_path, "q4", group_size=64, bits=4)
