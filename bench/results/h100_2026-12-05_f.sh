@@ -3,7 +3,7 @@
 # (cuda_w4a8_gemm_tma, cuda_w4a8_gemv) first time on a GPU, and what came with them.
 # Every part appends to f.log (kept as h100_2026-12-05_f.log):
 #   . .device-mlx/mlx-env.sh && OUT=<dir> bash bench/results/h100_2026-12-05_f.sh f
-#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-05_f.sh l m   # parts g-m, in order
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-05_f.sh l m   # parts g-n, in order
 # Part F ran on tree c272acd, before the part switch and its header line were added (so
 # f.log starts with its first command); part G's header line names its tree.
 # Part F:
@@ -40,6 +40,8 @@
 # shape (fused q/k/v and gate/up) from bf16 at the same B.
 # Part M (first run): part J's tune again with its decode check (the sibling-group fix)
 # into a fresh table. From part L on, each rc line also gives the command's seconds.
+# Part N (for a short call): part L's 4-bit bench, then part H's exactness tests of the
+# activation-group GEMM.
 # Parts K and J ran later that day on an H100, in one call (tree 1a2fae0), K first; the
 # call's limit cut part J's bench, which was then run on the same machine in two shorter
 # forms with part J's table (their commands are in the log). Part J's tune stopped in its
@@ -142,6 +144,11 @@ if [ "$part" = "m" ]; then
   run 240 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 \
     --m 1,4,16 --table tmp_t/m.json --no-progress --sibling-check off --prefill-check off
   cp tmp_t/m.json "$O/m_table.json"
+fi
+if [ "$part" = "n" ]; then
+  run 180 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
+    --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
+  run 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "act_groups"
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
