@@ -30,8 +30,11 @@ from mlx_w8a8.evaluation import DTYPES, perplexity
 from mlx_w8a8.recipe import FLOOR_DB, OUTLIERS, calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
-VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_act_groups", "w4a16",
-            "w4a8", "w4a8_recipe", "w4a8_act_groups")
+VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_grouped_recipe",
+            "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups")
+# built from the mlx-lm N-bit model (gs 64), as its checkpoints hold it
+FROM_CHECKPOINT = ("w8a16", "w8a8_grouped", "w8a8_grouped_recipe", "w8a8_act_groups", "w4a16",
+                   "w4a8", "w4a8_recipe", "w4a8_act_groups")
 
 
 def dequantized(model: nn.Module) -> nn.Module:
@@ -60,20 +63,22 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
     model.set_dtype(dtype)
     if variant == "float":
         return model
-    if variant in ("w8a16", "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups"):
-        # mlx-lm N-bit, gs 64, as its checkpoints hold it
+    if variant in FROM_CHECKPOINT:
         nn.quantize(model, group_size=64, bits=4 if variant.startswith("w4") else 8,
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
         skip = {"lm_head": "w8a16"}
-        if variant == "w4a8_recipe":  # stored layers scored; those below the floor kept
-            chosen = recipe(model, calib, outliers=outliers)
+        with_recipe = variant.endswith("_recipe")
+        if with_recipe:  # stored layers scored; those below the floor kept
+            chosen = recipe(model, calib, floor_db=floor_db, outliers=outliers)
             log(chosen.summary())
             skip.update(chosen.keep)
         if variant.endswith("act_groups"):  # one int8 scale per token and weight group
             w8.quantize(model, skip=skip, act_scales="group", kernel="exact_act_groups")
         elif variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
             w8.quantize(model, skip=skip, kernel="exact_w4a8")
-        if variant == "w4a8_recipe":
+        elif variant.startswith("w8a8"):  # its 8-bit layers as stored (group-wise), per-token
+            w8.quantize(model, skip=skip, kernel="exact")
+        if with_recipe:
             chosen.apply(model)
         return dequantized(model) if dequantize else model
     skip = {"lm_head": "w8a16"}  # the convert command's default
@@ -81,7 +86,7 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
         chosen = recipe(model, calib, floor_db=floor_db, outliers=outliers)
         log(chosen.summary())
         skip.update(chosen.keep)
-    w8.quantize(model, per_channel=variant != "w8a8_grouped", skip=skip, kernel="exact")
+    w8.quantize(model, skip=skip, kernel="exact")
     if variant == "recipe":
         chosen.apply(model)
     return dequantized(model) if dequantize else model

@@ -32,9 +32,17 @@ template arguments: a kernel change timed against the shipped kernel in one proc
 before it is committed (committing it stales the shipped tuning table). Its output is
 compared with the shipped kernel's once per shape and tile; a row says which differ.
 
+With ``--grouped 32,64,128`` the arms are the group-wise TMA GEMM instead
+(``gemm_grouped.gemm_grouped_tma`` on weights ``mx.quantize`` wrote at those group sizes,
+``--bits 8`` or ``4``), each tile of ``GROUPED_TMA_CONFIGS`` (``GROUPED4_TMA_CONFIGS``)
+also with the consumers' MMA order (``<tile>o``, ``GroupedTmaConfig.order``), whose
+outputs must equal the unordered tile's bit for bit (a row says which differ); with
+``mx.quantized_matmul`` at the same group size and bits and the bfloat16 product.
+
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
 [--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8] [--coop]
-[--kernel-dir DIR [--template MI=2]]``. Needs a CUDA GPU and torch with CUPTI.
+[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4]]``. Needs a CUDA GPU and
+torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import numpy as np  # noqa: E402
 
 from mlx_w8a8.kernels.cuda import (  # noqa: E402
     gemm as cuda_gemm,
+    gemm_grouped as cuda_gemm_grouped,
     quantize as cuda_quantize,
     tiles as cuda_tiles,
 )
@@ -95,9 +104,18 @@ def main(argv=None) -> int:
                    "(e.g. a gemm_ws.cu): each tile also built from them (named <tile>+)")
     p.add_argument("--template", default="", help="with --kernel-dir: NAME=VALUE,... "
                    "template arguments the changed kernels take beyond the package's")
+    p.add_argument("--grouped", default="", help="comma-separated group sizes: time the "
+                   "group-wise TMA GEMM's tiles, each also with MMA order (<tile>o)")
+    p.add_argument("--bits", type=int, choices=(8, 4), default=8,
+                   help="with --grouped: the weights' code width")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
+    if args.grouped:
+        if args.int32 or args.kernel_dir or args.acc or args.stages or args.coop or args.tiles:
+            p.error("--grouped takes only --m, --kn, --reps and --bits")
+        return grouped_gemms(ms, shapes, [int(v) for v in args.grouped.split(",")],
+                             args.bits, args.reps)
     tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
     if args.tiles:
         unknown = sorted(set(args.tiles.split(",")) - set(tiles))
@@ -198,6 +216,49 @@ def with_cooperative(tiles: dict) -> dict:
         if cfg.pingpong:
             out[name + "c"] = cfg._replace(pingpong=False)
     return out
+
+
+def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int) -> int:
+    """``--grouped``: the group-wise TMA GEMM's kernel time per tile, unordered and with
+    MMA order (``<tile>o``), against ``mx.quantized_matmul`` and bf16, per shape, group
+    size and M; ordered outputs compared with the unordered tile's, bit for bit."""
+    from mlx_w8a8.weight import QuantizedWeight
+
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    rng = np.random.default_rng(0)
+    print(f"MLX {mx.__version__}, {bits}-bit group-wise weights; median kernel us of {reps} "
+          f"evaluated calls (GEMM kernel alone; quantize: the group sums' quantize)")
+    for k, n in shapes:
+        w = mx.array(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)).astype(mx.bfloat16)
+        for gs in group_sizes:
+            wq, sq, bq = mx.quantize(w, group_size=gs, bits=bits)
+            qw = QuantizedWeight(wq, sq, bq, gs, per_channel=False, bits=bits)
+            mx.eval(wq, sq, bq)
+            for m in ms:
+                x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
+                xq, xs, xr = cuda_quantize.quantize_groups(x, gs)
+                mx.eval(x, xq, xs, xr)
+                row, differ = {}, []
+                row["bf16"] = timed(lambda: x @ w.T, reps)[0]
+                row["qmm"] = timed(lambda: mx.quantized_matmul(
+                    x, wq, sq, bq, transpose=True, group_size=gs, bits=bits), reps)[0]
+                row["quantize"] = timed(lambda: cuda_quantize.quantize_groups(x, gs)[2], reps)[0]
+                for name, cfg in configs.items():
+                    plain = cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, cfg)
+                    ordered = cfg._replace(order=True)
+                    if not mx.array_equal(cuda_gemm_grouped.gemm_grouped_tma(
+                            xq, xs, xr, qw, None, mx.bfloat16, ordered), plain).item():
+                        differ.append(name + "o")
+                    for label, c in ((name, cfg), (name + "o", ordered)):
+                        row[label] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
+                            xq, xs, xr, qw, None, mx.bfloat16, c), reps)[0]
+                best = min((v, kname) for kname, v in row.items()
+                           if kname not in ("bf16", "qmm", "quantize"))
+                print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "
+                      + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
+                      + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
+                      + (f"  | OUTPUT DIFFERS ordered vs not: {differ}" if differ else ""))
+    return 0
 
 
 def int32_gemms(ms, shapes, tiles, reps: int) -> int:

@@ -906,6 +906,36 @@ def test_w8a8_grouped_tma_every_tile(rng, config, group_size, m, n, k, dtype, wi
                  "bfloat16")
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("m,n,k,with_bias", [
+    (300, 392, 1152, True),  # tails in M and N, 9 k-tiles: the ring wraps
+    (129, 264, 128, False),  # one k-tile: the block's only groups are those of one tile
+    (1, 40, 256, False),  # one tile, one row: a single block whose barriers must balance
+    (1100, 2176, 1024, True),  # more tiles than blocks: the order runs on across tiles
+])
+def test_grouped_tma_mma_order_is_the_same_arithmetic(rng, bits, group_size, m, n, k, with_bias):
+    """Every tile with the consumers' MMA order (GroupedTmaConfig.order: named barriers
+    1 and 2, each warpgroup promoting under the other's MMAs): exact against the oracle,
+    and bit for bit the unordered tile's output. A barrier left unbalanced at a block's
+    last group hangs or faults the launch; the persistent case's blocks take several
+    tiles, so the order must hold across tiles."""
+    names = sorted(cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS)
+    grouped_tma_tile(sorted(cuda_tiles.GROUPED_TMA_CONFIGS)[0])  # skips where it cannot run
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    for name in names:
+        cfg = configs[name]
+        check_linear(rng, grouped_tma_run(cfg._replace(order=True)), m, n, k, "bfloat16",
+                     group_size, False, with_bias, "bfloat16", bits=bits)
+        weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
+                  else make_weight(rng, n, k, group_size, False, "bfloat16"))
+        x = activation(rng, m, k, "bfloat16")
+        bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if with_bias else None
+        plain = grouped_tma_run(cfg)(x, weight, bias)
+        ordered = grouped_tma_run(cfg._replace(order=True))(x, weight, bias)
+        assert mx.array_equal(plain, ordered, equal_nan=True).item(), name
+
+
 @pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
     """Groups whose weight codes are all zero, stored as mx.quantize stores them (scale

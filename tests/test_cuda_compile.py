@@ -216,13 +216,13 @@ def kernel_builds() -> list[KernelBuild]:
     # The group-wise TMA GEMM and its 4-bit form: every tile with every group size (GS and
     # the tile are its template arguments), output types and bias spread across them.
     # tma_grouped: 8-bit codes, per-token scales (the measured bodies); tma_groupwise: the
-    # code width WB and activation groups AG as template arguments (4-bit per token,
-    # either width with activation groups).
+    # code width WB, activation groups AG and the MMA order ORD as template arguments
+    # (4-bit per token, either width with activation groups; ORD below).
     for configs, stem, extra in (
             (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_grouped", ()),
-            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False))),
-            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True))),
-            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True)))):
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False), ("ORD", False))),
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True), ("ORD", False))),
+            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True), ("ORD", False)))):
         for i, cfg in enumerate(configs.values()):
             for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
                 t = launch.FLOAT_DTYPES[(i + j) % 3]
@@ -239,6 +239,16 @@ def kernel_builds() -> list[KernelBuild]:
                                        _grouped_tma_group_inputs(suffix, members),
                                        tuple((f"y{g}", t) for g in range(members)),
                                        (("T", t), ("GS", gs)) + tuple(cfg.template()) + extra))
+    # MMA order (ORD): every tile of either code width at group size 64, single and group3.
+    for configs, bits in ((cuda_tiles.GROUPED_TMA_CONFIGS, 8), (cuda_tiles.GROUPED4_TMA_CONFIGS, 4)):
+        for cfg in configs.values():
+            tpl = (("GS", 64),) + tuple(cfg.template()) + (("WB", bits), ("AG", False), ("ORD", True))
+            out.append(KernelBuild(cfg.file, "tma_groupwise", _grouped_tma_inputs("tma_groupwise"),
+                                   (("y", "bfloat16"),), (("T", "bfloat16"),) + tpl))
+            out.append(KernelBuild(cfg.file, "tma_groupwise_group3",
+                                   _grouped_tma_group_inputs("_group3", 3),
+                                   tuple((f"y{g}", "bfloat16") for g in range(3)),
+                                   (("T", "bfloat16"),) + tpl))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -1911,7 +1921,7 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["threadgroup"] == (384, 1, 1)
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
-                                ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False)]
+                                ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False), ("ORD", False)]
     key, _, _ = cand.bind_stages(p, qw, bias)
     assert key == registry.get("linear", "cuda_w8a8_gemm_grouped_tma").stages(
         Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))[0]
@@ -1963,7 +1973,7 @@ def test_act_groups_tma_launch_plan(cuda_here, rng, fmt, m, n, k, gs, dtype, has
     assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_groupwise" + ("_bias" if has_bias else "")
     assert all(a is b for a, b in zip(gemm["arrays"][:3], acts))
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn), ("STAGES", cfg.stages),
-                                ("PW", cfg.producers), ("WB", bits), ("AG", True)]
+                                ("PW", cfg.producers), ("WB", bits), ("AG", True), ("ORD", False)]
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     start = len(rec.launches)
     cand.run(x, qw, bias)

@@ -48,6 +48,9 @@
 # decode check (a forced GEMV met the batched prompt's M = 28; fixed since). Part L ran
 # on an NVIDIA H200 (tree 0f599cd, DEADLINE=400): its 8-bit and Phi-3 benches; its
 # 4-bit bench and part M did not fit. Parts G, H and I have not run yet.
+# Part O: the group-wise TMA GEMM's consumer MMA order (GroupedTmaConfig.order) against
+# the unordered tiles, kernel times at M = 2048 / 512 on Llama-3-8B shapes, 8- and 4-bit
+# codes at group size 64 (outputs compared bit for bit), then its exactness tests.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -150,9 +153,15 @@ if [ "$part" = "n" ]; then
     --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
   run 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "act_groups"
 fi
+if [ "$part" = "o" ]; then  # the group-wise TMA GEMM's MMA order against none, 8 and 4 bits
+  S="--m 2048,512 --kn 4096x14336,14336x4096,4096x4096 --reps 5"
+  run 170 python3 bench/tile_gpu_time.py $S --grouped 64
+  run 130 python3 bench/tile_gpu_time.py $S --grouped 64 --bits 4
+  run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "mma_order"
+fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --json "$O/i_serve.json"
 fi
 done
-grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -120
+grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -120

@@ -96,9 +96,10 @@ def grouped_terms(weight, bn: int) -> mx.array:
 
 def _body(cfg: GroupedTmaConfig, act_groups: bool) -> str:
     """The stem of the group-wise TMA GEMM's bodies: ``tma_grouped`` for 8-bit codes and
-    per-token scales (the bodies the shipped table measured), else ``tma_groupwise``
-    (code width and activation scaling as template arguments: :func:`_template`)."""
-    return "tma_grouped" if cfg.bits == 8 and not act_groups else "tma_groupwise"
+    per-token scales without MMA order (the bodies the shipped table measured), else
+    ``tma_groupwise`` (code width, activation scaling and MMA order as template
+    arguments: :func:`_template`)."""
+    return "tma_grouped" if cfg.bits == 8 and not act_groups and not cfg.order else "tma_groupwise"
 
 
 def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
@@ -106,7 +107,7 @@ def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
     """The template arguments of the group-wise TMA GEMM's launch (:func:`_body`)."""
     template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
     if _body(cfg, act_groups) == "tma_groupwise":
-        template += [("WB", cfg.bits), ("AG", act_groups)]
+        template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order)]
     return template
 
 

@@ -251,12 +251,15 @@ class GroupedTmaConfig(NamedTuple):
     hands its registers to the consumers, needed at ``bn = 128``; or 1); at most one
     block per SM. ``bits`` 4: the 4-bit weights' form (bodies ``tma_groupwise*`` with ``WB`` 4), whose
     stages also hold the tile's packed rows (``bn * 64`` bytes) and a third mbarrier,
-    and whose four producer warps expand the codes (``producers`` must be 4)."""
+    and whose four producer warps expand the codes (``producers`` must be 4). ``order``:
+    the consumer warpgroups take turns issuing their MMAs, each promoting under the
+    other's (``gemm_grouped_ws.cu``, MMA order; the same outputs bit for bit)."""
 
     bn: int
     stages: int
     producers: int
     bits: int = 8
+    order: bool = False
 
     file = "gemm_grouped_ws.cu"
     bm = 128

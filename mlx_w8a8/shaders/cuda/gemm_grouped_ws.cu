@@ -55,6 +55,16 @@
 //    with its next group's MMAs (two int32 sets, wait_group 1) made ptxas serialize
 //    every wgmma (C7514: non-wgmma instructions reading accumulator registers inside a
 //    wgmma pipeline stage), so it is not done.
+//  * MMA order (ORD, template argument of the tma_groupwise bodies): left alone, the
+//    two warpgroups issue a group's MMAs together, the tensor cores run both sets
+//    interleaved, both complete at once and both promote while the tensor cores idle:
+//    a group then costs its MMAs plus its promotion. With ORD the warpgroups take
+//    turns (named barriers 1 and 2, 256 threads): a warpgroup issues a group's MMAs
+//    only once the other's previous MMAs completed, and signals its own completion
+//    before promoting, so each warpgroup's promotion runs under the other's MMAs.
+//    The arithmetic is unchanged: outputs equal the unordered kernel's bit for bit.
+//    Warpgroup 0's first group waits for nothing; warpgroup 1's last signal is not
+//    made (nothing would wait for it), so both barriers end balanced.
 //  * Stage release: stage s holds k-tile kt's A, B and terms. After promoting kt's last
 //    group, each consumer warp arrives once on empty[s] (count 8): its wgmmas on the
 //    stage are complete (wait_group 0), and __syncwarp orders its lanes' shared-memory
@@ -170,6 +180,16 @@ __device__ __forceinline__ uint2 expand4(uint32_t w) {
 
 // The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
 // Rows past M get scale 0 and columns past N bias 0 (never stored).
+// Named barriers 1 and 2 (0 is __syncthreads'), for the consumers' MMA order (ORD):
+// `count` threads in all arrive, those of bar_sync waiting for the rest. Warp-uniform
+// calls only; `count` a multiple of 32.
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 template <bool HAS_BIAS, bool AG = false>
 struct GroupedEpilogue {
   using Value = float;
@@ -321,7 +341,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
 template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
-          bool AG = false>
+          bool AG = false, bool ORD = false>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -413,6 +433,11 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   int d[BN / 2];
   float f[BN / 2];
   int it = 0;
+  // ORD: this block's groups in order (seq) and how many (last: WG 1's final arrive would
+  // have no wait to meet, so it is not made).
+  const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int last = my_tiles * ktiles * kGroups - 1;
+  int seq = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tm, tn;
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
@@ -443,8 +468,12 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
       const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
 #pragma unroll 1
-      for (int j = 0; j < kGroups; ++j) {  // j indexes addresses only: no register arrays
+      for (int j = 0; j < kGroups; ++j, ++seq) {  // j indexes addresses only: no register arrays
         const int grp = kt * kGroups + j;
+        // ORD: wait until the other warpgroup's MMAs of its previous group completed
+        // (warpgroup 0's first group waits for nothing).
+        if constexpr (ORD)
+          if (wg == 1 || seq > 0) bar_sync(1 + wg, 256);
         wgmma_fence();  // the promotion below read d: order it before the next writes
 #pragma unroll
         for (int ks = 0; ks < kSteps; ++ks)
@@ -461,6 +490,9 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         // Pin: the compiler may not move reads of d above the wait.
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[i])::"memory");
+        // ORD: this group's MMAs are complete: the other warpgroup may issue its next.
+        if constexpr (ORD)
+          if (wg == 0 || seq < last) bar_arrive(2 - wg, 256);
         // f += s P + o R as f = fma(o, R, fma(s, P, f)). P = U - 128 R is exact in int32
         // and |P| <= 127 * 128 * 128 = 2^21, so float(P) is (U - 128 R + 0x4B400000) read
         // as a float minus 1.5 * 2^23, exactly: an integer and a float add instead of an
@@ -569,33 +601,33 @@ w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
 // w [N, K/8] uint32) and activation scaling AG (0: per token, xs [..., 1]; 1: per token
 // and group, xs [M, K / GS] f32 from the quantize's `groups` body) as template
 // arguments; inputs as tma_grouped (wt: gemm_grouped.grouped_terms for the width).
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG, ORD>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
                                {w_shape[0]}, {wmap}});
 
 // @@ body tma_groupwise_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG, ORD>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
                                {w_shape[0]}, {wmap}});
 
 // @@ body tma_groupwise_group2
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG, ORD>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
 // @@ body tma_groupwise_group2_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG, ORD>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
 // @@ body tma_groupwise_group3
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -604,7 +636,7 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG>(
         {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
 
 // @@ body tma_groupwise_group3_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
