@@ -16,6 +16,19 @@ import accuracy_decompose as ad  # noqa: E402
 import tiny_lm  # noqa: E402
 
 
+def assert_same_codes(got, x, want):
+    """``got`` (float32 math) equals the float64 ``want`` up to float32 rounding, except
+    where ``x / scale`` lies within 1e-4 of a rounding tie: there float32's quotient may
+    round to the neighbouring code, one step (``scale``) away, and nowhere further."""
+    x = np.asarray(x, dtype=np.float64)
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    scale = np.broadcast_to(np.where(amax > 0, amax / 127.0, 1.0), x.shape)
+    ratio = np.abs(x / scale)
+    tie = np.abs(ratio - np.floor(ratio) - 0.5) < 1e-4
+    np.testing.assert_allclose(got[~tie], want[~tie], rtol=1e-6, atol=1e-6)
+    assert np.all(np.abs(got[tie] - want[tie]) <= scale[tie] * (1 + 1e-5) + 1e-6)
+
+
 def test_int8_rows_is_the_package_activation_math(rng):
     # per token: the recipe's float64 W8A8 activation math (mlx_w8a8.recipe.quantize_rows);
     # per group: the same on each group of features; a zero row stays zero
@@ -25,10 +38,10 @@ def test_int8_rows_is_the_package_activation_math(rng):
     x[3] = 0
     x[4, 5] = 300.0  # an outlier: the per-token codes of row 4 coarsen, the group ones not
     got = np.array(ad.int8_rows(mx.array(x)))
-    np.testing.assert_allclose(got, quantize_rows(x), rtol=1e-6, atol=1e-6)
+    assert_same_codes(got, x, quantize_rows(x))
     grouped = np.array(ad.int8_rows(mx.array(x), 32))
     want = quantize_rows(x.reshape(9, 4, 32)).reshape(9, 128)
-    np.testing.assert_allclose(grouped, want, rtol=1e-6, atol=1e-6)
+    assert_same_codes(grouped.reshape(9, 4, 32), x.reshape(9, 4, 32), want.reshape(9, 4, 32))
     assert np.abs(grouped[4, 64:] - x[4, 64:]).max() < np.abs(got[4, 64:] - x[4, 64:]).max()
 
 
