@@ -26,15 +26,19 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 import mlx_w8a8 as w8
+from mlx_w8a8 import requantize
 from mlx_w8a8.evaluation import DTYPES, perplexity
 from mlx_w8a8.recipe import FLOOR_DB, OUTLIERS, calibration_tokens, recipe
 from mlx_w8a8.tokens import batches, text_tokens
 
 VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_grouped_recipe",
-            "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups")
-# built from the mlx-lm N-bit model (gs 64), as its checkpoints hold it
-FROM_CHECKPOINT = ("w8a16", "w8a8_grouped", "w8a8_grouped_recipe", "w8a8_act_groups", "w4a16",
-                   "w4a8", "w4a8_recipe", "w4a8_act_groups")
+            "w8a8_requantized", "w8a8_requantized_recipe", "w8a8_act_groups", "w4a16", "w4a8",
+            "w4a8_recipe", "w4a8_act_groups")
+# built from the mlx-lm N-bit model (gs 64), as its checkpoints hold it; *_requantized*:
+# its 8-bit layers then requantized to per-channel int8 (load(per_channel=True))
+FROM_CHECKPOINT = ("w8a16", "w8a8_grouped", "w8a8_grouped_recipe", "w8a8_requantized",
+                   "w8a8_requantized_recipe", "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe",
+                   "w4a8_act_groups")
 
 
 def dequantized(model: nn.Module) -> nn.Module:
@@ -78,6 +82,8 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
             w8.quantize(model, skip=skip, kernel="exact_w4a8")
         elif variant.startswith("w8a8"):  # its 8-bit layers as stored (group-wise), per-token
             w8.quantize(model, skip=skip, kernel="exact")
+            if "requantized" in variant:
+                log(requantize.per_channel(model).describe())
         if with_recipe:
             chosen.apply(model)
         return dequantized(model) if dequantize else model

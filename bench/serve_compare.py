@@ -23,6 +23,8 @@ The arms (``--arms``; default the first four):
   its port);
 - ``w8a8-8bit``: ``python -m mlx_w8a8.server --model q8`` (the mlx-lm 8-bit checkpoint
   as ``mlx_w8a8.load`` converts it: group-wise W8A8);
+- ``w8a8-8bit-pc``: ``python -m mlx_w8a8.server --model q8 --per-channel`` (that
+  checkpoint requantized to per-channel int8 on load);
 - ``mlx_lm-4bit`` and ``w4a8``: ``mlx_lm.server`` and ``python -m mlx_w8a8.server`` on
   ``q4`` (W4A16 against W4A8 on the codes as stored).
 
@@ -66,6 +68,7 @@ ARMS = {
     "mlx_lm-8bit": ("mlx_lm", "q8"),
     "w8a8": ("mlx_w8a8", "bf16"),
     "w8a8-8bit": ("mlx_w8a8", "q8"),
+    "w8a8-8bit-pc": ("mlx_w8a8", "q8"),
     "mlx_lm-4bit": ("mlx_lm", "q4"),
     "w4a8": ("mlx_w8a8", "q4"),
 }
@@ -125,6 +128,8 @@ def server_command(arm: str, folder: Path, port: int, extra: list[str]) -> list[
         head = [sys.executable, "-m", "mlx_w8a8.server"]
         if arm == "w8a8":
             head += ["--quantize"]
+        elif arm == "w8a8-8bit-pc":
+            head += ["--per-channel"]
     return head + ["--model", str(folder), "--host", "127.0.0.1", "--port", str(port), *extra]
 
 

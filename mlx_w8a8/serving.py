@@ -23,6 +23,10 @@ What is converted (the same layers :func:`mlx_w8a8.load` converts):
 - with ``--quantize``: also the float ``nn.Linear`` layers (a float folder quantized on
   load, symmetric per-channel, ``--q-group-size`` for layers whose K it divides).
 
+With ``--per-channel`` the group-wise 8-bit layers (an mlx-lm 8-bit folder's) are then
+requantized to symmetric per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`: the
+fastest W8A8 kernels, at the cost of a second rounding, logged as weight SQNR).
+
 A model with no layer to convert is an error (``--quantize`` is the way to serve a float
 folder): serving it unconverted is exactly what these command lines exist to avoid.
 """
@@ -64,6 +68,9 @@ class ServeOptions(NamedTuple):
         act_scales: ``"group"`` gives every converted layer activation groups
             (:attr:`mlx_w8a8.Linear.act_scales`; float layers then quantize group-wise);
             ``None`` keeps what an mlx_w8a8 checkpoint saved (per token otherwise).
+        per_channel: requantize the converted group-wise 8-bit layers to symmetric
+            per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`); not with
+            ``act_scales="group"``.
     """
 
     quantize: bool = False
@@ -72,6 +79,7 @@ class ServeOptions(NamedTuple):
     kernel: str | None = None
     warm_up_tokens: int | None = None
     act_scales: str | None = None
+    per_channel: bool = False
 
 
 def mlx_lm_version() -> str:
@@ -146,6 +154,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                        help="one int8 activation scale per token and weight group in every "
                             "W8A8 layer (group-wise weights: an mlx-lm 8-bit or 4-bit folder, "
                             "or --quantize); closer to W8A16 accuracy (docs/accuracy.md)")
+    group.add_argument("--per-channel", action="store_true",
+                       help="requantize the group-wise 8-bit layers (an mlx-lm 8-bit folder's) "
+                            "to per-channel int8 on load: the fastest W8A8 kernels, at the cost "
+                            "of a second rounding (each layer's weight SQNR is logged; "
+                            "docs/serving.md)")
     group.add_argument("--warm-up-tokens", type=int, default=None, metavar="N",
                        help="compile the kernels for 1..N rows per linear before serving; "
                             "0 skips. Default: the server's largest step (prompt "
@@ -168,6 +181,9 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
     args, rest = parser.parse_known_args(argv)
     if args.warm_up_tokens is not None and args.warm_up_tokens < 0:
         parser.error(f"--warm-up-tokens must be >= 0, got {args.warm_up_tokens}")
+    if args.per_channel and args.act_groups:
+        parser.error("--per-channel (one weight scale per row) and --act-groups (activation "
+                     "scales per weight group) exclude each other")
     if args.tuning_table is not None and not os.path.isfile(args.tuning_table):
         # A deployment table that is not there would leave every layer on the prior.
         parser.error(f"--tuning-table {args.tuning_table} is not a file")
@@ -181,7 +197,8 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
     options = ServeOptions(quantize=args.quantize, group_size=args.q_group_size,
                            tuning_table=args.tuning_table, kernel=args.kernel,
                            warm_up_tokens=args.warm_up_tokens,
-                           act_scales="group" if args.act_groups else None)
+                           act_scales="group" if args.act_groups else None,
+                           per_channel=args.per_channel)
     return options, rest, any(a in ("-h", "--help") for a in argv)
 
 
@@ -296,6 +313,10 @@ class W8A8Loader:
         model, tokenizer, config = self.load(*bound.args, **bound.kwargs)
         start = time.perf_counter()
         layers = convert_loaded(model, config, self.options, self.prog, str(where))
+        if self.options.per_channel:
+            from .requantize import per_channel
+
+            self.log(f"{self.prog}: {where}: {per_channel(model).describe()}")
         # Hazard: MLX's streams belong to the thread that made them, and mlx-lm's server
         # runs the model on a generation thread of its own. Arrays the conversion left
         # lazy would be evaluated there on this thread's stream ("There is no Stream(cpu,

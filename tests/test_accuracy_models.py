@@ -35,7 +35,8 @@ def test_variants_build_the_layers_their_rows_name(tmp_path, rng):
     # Each variant without calibration: float stays float; w8a8 is per-channel W8A8 of the
     # float weights; w8a16 / w4a16 are mlx-lm's 8- / 4-bit model (gs 64); w8a8_grouped and
     # w4a8 are those models converted as stored (group-wise codes, per-token scales) and
-    # compute, on the exact kernels, what the oracle computes from the stored arrays.
+    # compute, on the exact kernels, what the oracle computes from the stored arrays;
+    # w8a8_requantized is the 8-bit model requantized per channel (load(per_channel=True)).
     # lm_head stays W8A16 (convert's default). The group-wise variants hold mlx-lm's arrays
     # as stored; a variant left unconverted (an 8-bit QuantizedLinear, W8A16, reported as
     # W8A8) fails the type check.
@@ -45,7 +46,8 @@ def test_variants_build_the_layers_their_rows_name(tmp_path, rng):
     folder = tmp_path / "float"
     save_model(folder, model)
     save_config(config, folder / "config.json")
-    want = {"w8a8": ("per_channel", 8), "w8a8_grouped": ("grouped", 8), "w4a8": ("grouped4", 4)}
+    want = {"w8a8": ("per_channel", 8), "w8a8_grouped": ("grouped", 8), "w4a8": ("grouped4", 4),
+            "w8a8_requantized": ("per_channel", 8)}
     x = mx.array(rng.standard_normal((3, 128)).astype(np.float32))
     stored = {}  # mlx-lm's arrays of gate_proj at 8 and 4 bits
     for variant in ("float", "w8a16", "w4a16", *want):
@@ -61,7 +63,7 @@ def test_variants_build_the_layers_their_rows_name(tmp_path, rng):
             assert isinstance(gate, w8.Linear) and gate.format == fmt and gate.bits == bits, variant
             assert gate.kernel == ("exact_w4a8" if bits == 4 else "exact")
             qw = gate.quantized_weight
-            if fmt != "per_channel":  # the checkpoint's own arrays, not a requantization
+            if variant in ("w8a8_grouped", "w4a8"):  # the checkpoint's own arrays
                 for a, b in zip((qw.q, qw.scales, qw.biases), stored[bits]):
                     assert mx.array_equal(a, b).item(), variant
             expect, bound = (oracle.linear4 if bits == 4 else oracle.linear)(np.array(x), qw, None)

@@ -31,6 +31,7 @@ import mlx_w8a8 as w8  # noqa: E402
 from mlx_w8a8 import generate as w8_generate  # noqa: E402
 from mlx_w8a8 import serving  # noqa: E402
 
+import oracle  # noqa: E402
 import tiny_lm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,6 +310,35 @@ def test_loader_keeps_saved_activation_groups_and_sets_them_on_request(tmp_path)
     assert options.act_scales == "group" and rest == ["--model", "x"]
 
 
+def test_loader_requantizes_an_8bit_folder_per_channel_on_request(tmp_path, capsys):
+    # --per-channel: the stock 8-bit folder's group-wise layers become per-channel int8
+    # (the fastest W8A8 kernels) and the log says what the second rounding cost; the
+    # model stays close to the group-wise one. With --act-groups it is a usage error.
+    from mlx_lm.utils import load
+
+    model, config = _tiny(seed=4)
+    nn.quantize(model, group_size=64, bits=8)
+    stock = tiny_lm.folder(tmp_path / "q8", model,
+                           dict(config, quantization={"group_size": 64, "bits": 8, "mode": "affine"}))
+    lines = []
+    quiet = lambda line: None  # noqa: E731
+    grouped, _ = serving.W8A8Loader(load, serving.ServeOptions(), "prog", quiet)(str(stock))
+    served, _ = serving.W8A8Loader(load, serving.ServeOptions(per_channel=True), "prog",
+                                   lines.append)(str(stock))
+    formats = {layer.format for _, layer in served.named_modules() if isinstance(layer, w8.Linear)}
+    assert formats == {"per_channel"}
+    assert any("15 group-wise layers requantized to per-channel int8" in ln for ln in lines), lines
+    tokens = mx.array([[1, 5, 9, 200, 17, 3]])
+    want = np.array(grouped(tokens).astype(mx.float32)).astype(np.float64)
+    got = np.array(served(tokens).astype(mx.float32)).astype(np.float64)
+    assert 20 < oracle.sqnr_db(want, got) < float("inf")  # close, but requantized
+    options, rest, _ = serving.split_argv("prog", ["--per-channel", "--model", "x"])
+    assert options.per_channel and rest == ["--model", "x"]
+    with pytest.raises(SystemExit):
+        serving.split_argv("prog", ["--per-channel", "--act-groups"])
+    assert "exclude each other" in capsys.readouterr().err
+
+
 def test_loader_refuses_adapters(folders):
     from mlx_lm.utils import load
 
@@ -439,19 +469,22 @@ def test_serve_compare_runs_every_arm_without_warm_up(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(config))
     out = tmp_path / "serve.json"
     argv = ["--model", str(tmp_path / "config.json"), "--folders", str(tmp_path / "f"),
-            "--arms", "mlx_lm-8bit,w8a8,w8a8-8bit,w4a8", "--levels", "1,2", "--requests", "2",
+            "--arms", "mlx_lm-8bit,w8a8,w8a8-8bit,w8a8-8bit-pc,w4a8", "--levels", "1,2", "--requests", "2",
             "--max-tokens", "3", "--startup", str(STARTUP_S), "--json", str(out)]
     rc = serve_compare.main(argv)
     text = capsys.readouterr().out
     assert rc == 0, text
     report = json.loads(out.read_text())
-    assert set(report["arms"]) == {"mlx_lm-8bit", "w8a8", "w8a8-8bit", "w4a8"}
+    assert set(report["arms"]) == {"mlx_lm-8bit", "w8a8", "w8a8-8bit", "w8a8-8bit-pc", "w4a8"}
     assert {p.name for p in (tmp_path / "f").iterdir() if p.is_dir()} == {"bf16", "q8", "q4"}
     for arm in report["arms"].values():
         assert [row["concurrency"] for row in arm["levels"]] == [1, 2]
         assert all(row["ok"] == 2 and row["output_tokens"] == 6 for row in arm["levels"])
     pairs = {(r["arm"], r["against"], r["concurrency"]) for r in report["ratios"]}
-    assert pairs == {(a, "mlx_lm-8bit", c) for a in ("w8a8", "w8a8-8bit", "w4a8") for c in (1, 2)}
+    assert pairs == {(a, "mlx_lm-8bit", c) for a in ("w8a8", "w8a8-8bit", "w8a8-8bit-pc", "w4a8")
+                     for c in (1, 2)}
+    log = (tmp_path / "f" / "server_w8a8-8bit-pc.log").read_text()
+    assert "requantized to per-channel int8" in log
     assert all(r["output_tokens_per_s"] > 0 for r in report["ratios"])
     assert "wrote" in text
     assert serve_compare.main(argv[:4] + ["--arms", "w8a8", "--levels", "1", "--requests", "1",
