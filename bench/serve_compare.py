@@ -29,7 +29,11 @@ The arms (``--arms``; default the first four):
   ``q4`` (W4A16 against W4A8 on the codes as stored).
 
 Every arm gets the same server flags (``--server-args``, e.g. mlx-lm's
-``--decode-concurrency``), starts on a free port, and is timed from the first level only
+``--decode-concurrency``) and the same listen backlog (``--backlog``, default
+``mlx_w8a8.serving.DEFAULT_BACKLOG``: ``mlx_lm.server`` is started through a one-line
+launcher that sets it on its ``ThreadingHTTPServer``, ``mlx_w8a8.server`` takes
+``--backlog``; ``--backlog 0`` runs ``mlx_lm.server`` as it ships, with Python's 5, and
+gives ``mlx_w8a8.server`` the same 5), starts on a free port, and is timed from the first level only
 once it accepts connections (loading and warm-up are reported, not timed into a level).
 Per level the output is serve_bench's row; then, for each ``w8a8*`` arm against each
 ``mlx_lm-*`` arm, the ratio of aggregate output tokens/s (> 1: the W8A8 server is faster)
@@ -61,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import serve_bench  # noqa: E402  (bench/serve_bench.py, the load generator)
+from mlx_w8a8.serving import DEFAULT_BACKLOG  # noqa: E402
 
 PROG = "bench/serve_compare.py"
 ARMS = {
@@ -119,13 +124,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(arm: str, folder: Path, port: int, extra: list[str]) -> list[str]:
-    """The command line of ``arm`` serving ``folder`` on loopback ``port``."""
+# mlx_lm.server with its ThreadingHTTPServer's listen backlog set (argv[1]) first.
+MLX_LM_WITH_BACKLOG = ("import http.server, runpy, sys; "
+                       "http.server.ThreadingHTTPServer.request_queue_size = int(sys.argv.pop(1)); "
+                       "sys.argv[0] = 'mlx_lm.server'; "
+                       "runpy.run_module('mlx_lm.server', run_name='__main__', alter_sys=True)")
+STOCK_BACKLOG = 5  # socketserver.TCPServer.request_queue_size, what mlx_lm.server listens with
+
+
+def server_command(arm: str, folder: Path, port: int, extra: list[str],
+                   backlog: int = DEFAULT_BACKLOG) -> list[str]:
+    """The command line of ``arm`` serving ``folder`` on loopback ``port`` with a listen
+    backlog of ``backlog`` connections (0: ``mlx_lm.server`` as it ships, and
+    :data:`STOCK_BACKLOG` for ``mlx_w8a8.server``)."""
     kind, _ = ARMS[arm]
     if kind == "mlx_lm":
-        head = [sys.executable, "-m", "mlx_lm.server"]
+        head = ([sys.executable, "-m", "mlx_lm.server"] if backlog == 0 else
+                [sys.executable, "-c", MLX_LM_WITH_BACKLOG, str(backlog)])
     else:
-        head = [sys.executable, "-m", "mlx_w8a8.server"]
+        head = [sys.executable, "-m", "mlx_w8a8.server", "--backlog", str(backlog or STOCK_BACKLOG)]
         if arm == "w8a8":
             head += ["--quantize"]
         elif arm == "w8a8-8bit-pc":
@@ -133,10 +150,18 @@ def server_command(arm: str, folder: Path, port: int, extra: list[str]) -> list[
     return head + ["--model", str(folder), "--host", "127.0.0.1", "--port", str(port), *extra]
 
 
-def start(arm: str, folder: Path, extra: list[str], log_path: Path, startup_s: float):
+def shown(cmd: list[str]) -> str:
+    """``cmd`` without the interpreter, the launcher's code named instead of printed."""
+    if cmd[1] == "-c":
+        return f"-m mlx_lm.server (backlog {cmd[3]}) " + " ".join(cmd[4:])
+    return " ".join(cmd[1:])
+
+
+def start(arm: str, folder: Path, extra: list[str], log_path: Path, startup_s: float,
+          backlog: int = DEFAULT_BACKLOG):
     """``(process, url, seconds to accept connections)`` of ``arm``'s server."""
     port = _free_port()
-    cmd = server_command(arm, folder, port, extra)
+    cmd = server_command(arm, folder, port, extra, backlog)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
     with open(log_path, "wb") as err:
@@ -204,6 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", default="Write a short story about a lighthouse keeper.")
     p.add_argument("--server-args", default="",
                    help="extra flags for every server, one string (e.g. '--decode-concurrency 32')")
+    p.add_argument("--backlog", type=int, default=DEFAULT_BACKLOG,
+                   help=f"every server's listen backlog (default {DEFAULT_BACKLOG}); 0: "
+                        f"mlx_lm.server as it ships (Python's {STOCK_BACKLOG}) and the same for mlx_w8a8.server")
     p.add_argument("--startup", type=float, default=900.0,
                    help="seconds a server may take to accept connections (default: 900)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
@@ -228,6 +256,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
             raise ValueError(f"[{PROG}] --max-tokens must be >= 1, got {args.max_tokens}")
         if args.layers is not None and args.layers < 1:
             raise ValueError(f"[{PROG}] --layers must be >= 1, got {args.layers}")
+        if args.backlog < 0:
+            raise ValueError(f"[{PROG}] --backlog must be >= 0, got {args.backlog}")
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -240,8 +270,9 @@ def main(argv: list[str] | None = None, out=None) -> int:
     ok = True
     for arm in arms:
         log_path = folders / f"server_{arm}.log"
-        proc, url, ready = start(arm, paths[ARMS[arm][1]], extra, log_path, args.startup)
-        say(f"== {arm}: {' '.join(server_command(arm, paths[ARMS[arm][1]], 0, extra)[1:])} "
+        proc, url, ready = start(arm, paths[ARMS[arm][1]], extra, log_path, args.startup,
+                                 args.backlog)
+        say(f"== {arm}: {shown(server_command(arm, paths[ARMS[arm][1]], 0, extra, args.backlog))} "
             f"(accepting connections after {ready:.1f} s; log {log_path})")
         rows = []
         try:
@@ -269,6 +300,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "layers": args.layers, "levels": levels,
                        "max_tokens": args.max_tokens, "server_args": extra,
+                       "backlog": args.backlog,
                        "arms": results, "ratios": table}, f, indent=2)
     return 0 if ok else 1
 

@@ -5,8 +5,10 @@ The server is ``mlx_lm.server`` itself: its flags (``--model``, ``--host``,
 its OpenAI-compatible API (``/v1/completions``, ``/v1/chat/completions``, streaming),
 its batching and its errors. What changes: each model it loads is converted to
 ``mlx_w8a8.Linear`` layers (:mod:`mlx_w8a8.serving`), the ``--model`` one is loaded,
-converted and warmed up before the port opens, and a log line says which kernels run.
-Examples::
+converted and warmed up before the port opens, a log line says which kernels run, and
+the listening socket queues ``--backlog`` connections (default 128; mlx-lm's server class
+queues Python's default 5, too few for a burst of concurrent clients:
+:data:`mlx_w8a8.serving.DEFAULT_BACKLOG`). Examples::
 
     python -m mlx_w8a8.server --model path/to/w8a8-folder --port 8080
     python -m mlx_w8a8.server --model path/to/mlx-lm-8bit-folder --tuning-table app/tuning.json
@@ -20,6 +22,7 @@ not supported: mlx-lm loads sharded models through another function.
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
 import sys
@@ -59,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import serving
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    options, rest, wants_help = serving.split_argv(PROG, argv)
+    options, rest, wants_help = serving.split_argv(PROG, argv, server=True)
     if wants_help:
-        serving.print_help(PROG)
+        serving.print_help(PROG, server=True)
     try:
         module = serving.mlx_lm_module(PROG, "mlx_lm.server")
     except ValueError as error:
@@ -77,15 +80,21 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         logging.info(line)
 
+    # mlx-lm's server class, whose listen backlog (a class attribute read when the
+    # socket starts listening) this process sets for the block.
+    server_class = getattr(module, "ThreadingHTTPServer", http.server.ThreadingHTTPServer)
     try:
         with serving.patched(module, options, PROG, log) as loader:
             module.ModelProvider = provider_class(base, loader)
+            saved_backlog = server_class.request_queue_size
+            server_class.request_queue_size = options.backlog
             try:
                 saved, sys.argv = sys.argv, [PROG, *rest]
                 module.main()
             finally:
                 sys.argv = saved
                 module.ModelProvider = base
+                server_class.request_queue_size = saved_backlog
     except (ValueError, RuntimeError) as error:
         if not str(error).startswith((f"[{PROG}]", "[mlx_w8a8")):
             raise  # mlx-lm's and MLX's own errors keep their tracebacks

@@ -71,6 +71,8 @@ class ServeOptions(NamedTuple):
         per_channel: requantize the converted group-wise 8-bit layers to symmetric
             per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`); not with
             ``act_scales="group"``.
+        backlog: the server's listen backlog (connections waiting to be accepted;
+            ``mlx_w8a8.server`` only, :data:`DEFAULT_BACKLOG`), or ``None`` (not a server).
     """
 
     quantize: bool = False
@@ -80,6 +82,7 @@ class ServeOptions(NamedTuple):
     warm_up_tokens: int | None = None
     act_scales: str | None = None
     per_channel: bool = False
+    backlog: int | None = None
 
 
 def mlx_lm_version() -> str:
@@ -137,9 +140,23 @@ def default_warm_up_tokens(prefill_step_size: int, prompt_concurrency: int,
     return min(largest, M_CAP)
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the flags of :class:`ServeOptions` to ``parser`` (an argument group)."""
+# Connections the server's socket queues before accepting them. mlx-lm's server is a
+# ThreadingHTTPServer, whose class default is 5: with 32 clients connecting at once the
+# overflowing SYNs are dropped and retried about a second later, or end in a reset
+# (docs/serving.md: on this project's CPU, mlx_lm.server on a tiny model gave half the
+# output tokens/s at 32 concurrent requests with 5 as with 128, and lost requests).
+DEFAULT_BACKLOG = 128
+
+
+def add_flags(parser: argparse.ArgumentParser, server: bool = False) -> None:
+    """Add the flags of :class:`ServeOptions` to ``parser`` (an argument group);
+    ``server``: also the server's own (``--backlog``)."""
     group = parser.add_argument_group("mlx_w8a8 (read before mlx-lm's flags)")
+    if server:
+        group.add_argument("--backlog", type=int, default=DEFAULT_BACKLOG, metavar="N",
+                           help=f"connections queued before the server accepts them (default: "
+                                f"{DEFAULT_BACKLOG}; mlx_lm.server's is Python's 5, which drops "
+                                f"or resets connections when many clients connect at once)")
     group.add_argument("--quantize", action="store_true",
                        help="also quantize float linear layers to W8A8 on load "
                             "(serve a float model folder)")
@@ -166,9 +183,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                             "CPU and for mlx_w8a8.generate")
 
 
-def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], bool]:
-    """``(options, rest, wants_help)``: the mlx_w8a8 flags of ``argv`` parsed, the
-    arguments left for mlx-lm's parser, and whether ``-h``/``--help`` was given.
+def split_argv(prog: str, argv: list[str],
+               server: bool = False) -> tuple[ServeOptions, list[str], bool]:
+    """``(options, rest, wants_help)``: the mlx_w8a8 flags of ``argv`` parsed (with the
+    server's own where ``server``), the arguments left for mlx-lm's parser, and whether
+    ``-h``/``--help`` was given.
 
     Raises:
         SystemExit: (from argparse, status 2) for a malformed mlx_w8a8 flag.
@@ -177,8 +196,10 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
     # shortened or not, is mlx-lm's to resolve (``--q`` would otherwise stop here as
     # an ambiguous --quantize / --q-group-size).
     parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
-    add_flags(parser)
+    add_flags(parser, server)
     args, rest = parser.parse_known_args(argv)
+    if server and args.backlog < 1:
+        parser.error(f"--backlog must be >= 1, got {args.backlog}")
     if args.warm_up_tokens is not None and args.warm_up_tokens < 0:
         parser.error(f"--warm-up-tokens must be >= 0, got {args.warm_up_tokens}")
     if args.per_channel and args.act_groups:
@@ -198,15 +219,16 @@ def split_argv(prog: str, argv: list[str]) -> tuple[ServeOptions, list[str], boo
                            tuning_table=args.tuning_table, kernel=args.kernel,
                            warm_up_tokens=args.warm_up_tokens,
                            act_scales="group" if args.act_groups else None,
-                           per_channel=args.per_channel)
+                           per_channel=args.per_channel,
+                           backlog=args.backlog if server else None)
     return options, rest, any(a in ("-h", "--help") for a in argv)
 
 
-def print_help(prog: str, out=None) -> None:
+def print_help(prog: str, out=None, server: bool = False) -> None:
     """Print the mlx_w8a8 flags' help (mlx-lm's parser prints its own after it)."""
     parser = argparse.ArgumentParser(prog=prog, add_help=False,
                                      usage=f"{prog} [mlx_w8a8 flags] [mlx-lm flags]")
-    add_flags(parser)
+    add_flags(parser, server)
     parser.print_help(out if out is not None else sys.stdout)
     print(file=out if out is not None else sys.stdout)
 

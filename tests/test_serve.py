@@ -407,6 +407,42 @@ def test_provider_loads_at_construction_with_the_server_warm_up_default():
         w8_server.provider_class(Distributed, loader)(args)
 
 
+def test_server_listens_with_its_backlog_and_restores_the_class(monkeypatch, capsys):
+    # mlx-lm's server listens through its ThreadingHTTPServer class, whose backlog is
+    # Python's 5 (connections dropped or reset in a burst of clients): mlx_w8a8.server
+    # sets --backlog (default DEFAULT_BACKLOG) on that class while mlx-lm's main runs and
+    # puts the old value back after. A stand-in mlx_lm.server records what main saw.
+    import http.server
+
+    from mlx_w8a8 import server as w8_server
+
+    seen = []
+
+    class Provider:  # what server.main checks for
+        def load_default(self):
+            pass
+
+    def load(path_or_hf_repo, adapter_path=None, return_config=False):
+        raise AssertionError("not called: main is a stand-in")
+
+    class Threading(http.server.ThreadingHTTPServer):
+        pass
+
+    fake = types.SimpleNamespace(ModelProvider=Provider, load=load, ThreadingHTTPServer=Threading,
+                                 __name__="mlx_lm.server",
+                                 main=lambda: seen.append(Threading.request_queue_size))
+    monkeypatch.setattr(serving, "mlx_lm_module", lambda prog, name: fake)
+    assert Threading.request_queue_size == 5
+    assert w8_server.main(["--model", "x"]) == 0
+    assert w8_server.main(["--backlog", "64", "--model", "x"]) == 0
+    assert seen == [serving.DEFAULT_BACKLOG, 64] and Threading.request_queue_size == 5
+    with pytest.raises(SystemExit):
+        w8_server.main(["--backlog", "0"])
+    assert "--backlog must be >= 1" in capsys.readouterr().err
+    options, rest, _ = serving.split_argv("prog", ["--backlog", "9"])  # not a generate flag
+    assert options.backlog is None and rest == ["--backlog", "9"]
+
+
 def test_default_warm_up_tokens():
     gpu, cpu = mx.Device(mx.DeviceType.gpu), mx.Device(mx.DeviceType.cpu)
     # mlx-lm's defaults: 8 prompts x 2048-token chunks, capped at the largest M bucket.
