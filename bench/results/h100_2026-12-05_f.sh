@@ -51,6 +51,10 @@
 # Part O: the group-wise TMA GEMM's consumer MMA order (GroupedTmaConfig.order) against
 # the unordered tiles, kernel times at M = 2048 / 512 on Llama-3-8B shapes, 8- and 4-bit
 # codes at group size 64 (outputs compared bit for bit), then its exactness tests.
+# Parts O, I and N (bench only) ran on an NVIDIA H200 (tree 57be195), with the second
+# server run and a second mma_order test run beside them (their commands in the log).
+# Part P (not run yet): part I with every server's listen backlog at 128 (serve_compare's
+# default since) plus the requantized arm, then batched decode B = 8 / 32 on 32 layers.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -158,6 +162,13 @@ if [ "$part" = "o" ]; then  # the group-wise TMA GEMM's MMA order against none, 
   run 170 python3 bench/tile_gpu_time.py $S --grouped 64
   run 130 python3 bench/tile_gpu_time.py $S --grouped 64 --bits 4
   run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "mma_order"
+fi
+if [ "$part" = "p" ]; then  # part I again with every server's backlog at 128, the requantized arm, B = 32 on 32 layers
+  run 420 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit,w8a8-8bit-pc \
+    --json "$O/p_serve.json"
+  run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
+    --batch 8,32 --rounds 3 --warm-up
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
