@@ -55,10 +55,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
-    # grouped4 at M = 128, 512, 2048 (part F) and at M = 1, 4, 16 (part J) of
-    # bench/results/h100_2026-12-05_f.log; their H100 entries are kept as
-    # bench/results/h100_2026-12-05_f_table.json, which tests/test_prior.py checks these
-    # rules against. Not measured on an H200.
+    # grouped4 at M = 128, 512, 2048 and at M = 1, 4, 16 (bench/results/h100_2026-12-05_f.log);
+    # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
+    # tests/test_prior.py checks these rules against. Not measured on an H200.
     # - M >= 128: the 4-bit TMA GEMM won all 21 (1.15-2.66x mx.quantized_matmul at 4 bits).
     # - M = 2-4: the 4-bit GEMV for weights from 4096 x 4096, measured at M = 4: it won
     #   those 6 shapes (1.50-5.34x), lost 1024 x 4096 (0.88x); in the 4-layer model, batched
@@ -66,7 +65,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   and 3 lie between M = 4 and M = 1, where it won the weights from 4096 x 14336
     #   (1.15-1.84x) and tied below.
     # - M = 1: no rule. The GEMV's per-shape wins gave no gain in the model's decode
-    #   (1.00x mlx-lm 4-bit, p25 0.96x, with part J's table): decode at batch 1 is
+    #   (1.00x mlx-lm 4-bit, p25 0.96x, with the M = 1, 4, 16 table): decode at batch 1 is
     #   host-bound, as for 8-bit weights.
     # - M = 5-127: no rule. At M = 16 the GEMV won four shapes and lost the three widest
     #   (N >= 14336: 0.71-0.83x); M = 5-15 and 17-127 were not measured.
