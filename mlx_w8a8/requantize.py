@@ -147,8 +147,11 @@ def per_channel(
         new, w, w_new = _requantize(old)
         report[path] = _sqnr_db(w, w_new)
         out = Linear.from_weight(new, layer["bias"] if "bias" in layer else None)
+        # What the layer was set to run with stays: its forced kernel and the outlier
+        # channels a recipe chose (their share is computed from the new weight's columns).
         if layer.kernel is not None:
             out.kernel = layer.kernel
+        out.outliers = layer.outliers
         return out
 
     leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=nn.Module.is_module)

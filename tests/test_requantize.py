@@ -56,6 +56,29 @@ def test_rows_become_per_channel_and_match_the_numpy_oracle(rng):
     assert layer.bias.dtype == mx.bfloat16
 
 
+def test_outlier_channels_and_a_forced_kernel_are_kept(rng):
+    # A layer of a recipe-converted checkpoint keeps the channels its recipe kept out of
+    # the int8 activations (load(per_channel=True) restores them first, then
+    # requantizes): dropping them would silently undo the recipe. Its output is the
+    # requantized weight's, with the channels' share computed in float.
+    model = nn.Sequential(_grouped_layer(rng))
+    w8.quantize(model, kernel="exact")
+    model.layers[0].outliers = (3, 100, 200)
+    requantize.per_channel(model)
+    layer = model.layers[0]
+    assert layer.format == "per_channel" and layer.kernel == "exact"
+    assert layer.outliers == (3, 100, 200)
+    x = mx.array(rng.standard_normal((5, 256)).astype(np.float32)).astype(mx.bfloat16)
+    x[:, 100] = 300.0  # an outlier channel: kept out of the int8 codes
+    plain = Linear.from_weight(layer.quantized_weight, layer.bias)
+    plain.kernel = "exact"
+    w = np.array(layer.quantized_weight.dequantize().astype(mx.float32), np.float64)
+    want = np.array(x.astype(mx.float32), np.float64) @ w.T + np.array(layer.bias.astype(mx.float32))
+    err_split = np.abs(np.array(layer(x).astype(mx.float32)) - want).max()
+    err_plain = np.abs(np.array(plain(x).astype(mx.float32)) - want).max()
+    assert err_split < err_plain / 4
+
+
 def test_layers_already_per_channel_and_float_layers_are_left_alone(rng):
     model = nn.Sequential(nn.Linear(64, 32), _grouped_layer(rng, n=16, k=64))
     w8.quantize(model, class_predicate=lambda p, m: isinstance(m, nn.QuantizedLinear))
