@@ -87,10 +87,12 @@ class _ShardedMixin:
         self.group = group
 
     @classmethod
-    def _from_parts(cls, qw: QuantizedWeight, bias, group, kernel=None, act_scales="token"):
+    def _from_parts(cls, qw: QuantizedWeight, bias, group, kernel=None, act_scales="token",
+                    outliers=None):
         layer = cls.from_weight(qw, bias, act_scales)
         layer.group = group
         layer.kernel = kernel
+        layer.outliers = outliers
         return layer
 
     def _extra_repr(self) -> str:
@@ -160,6 +162,8 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
             local = Linear.from_weight(qw, act_scales=self.act_scales)
             local.kernel = self.kernel
             object.__setattr__(self, "_local", local)
+        if local.outliers != self.outliers:  # this rank's channels (set drops its plans)
+            local.outliers = self.outliers
         return local
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -230,8 +234,10 @@ def shard_linear(
     """``mlx.nn.layers.distributed.shard_linear`` that keeps W8A8 layers W8A8.
 
     An :class:`mlx_w8a8.Linear` becomes an :class:`AllToShardedLinear` or a
-    :class:`ShardedToAllLinear` holding this rank's slice (its ``kernel`` kept); any
-    other layer goes to MLX's ``shard_linear`` unchanged.
+    :class:`ShardedToAllLinear` holding this rank's slice (its ``kernel``, activation
+    scaling and code width kept, and its outlier channels: all of them where the rank
+    takes the full input, those of its input slice, renumbered, where it takes a slice);
+    any other layer goes to MLX's ``shard_linear`` unchanged.
 
     Args:
         module: the layer (not changed; a new layer is returned).
@@ -262,18 +268,24 @@ def shard_linear(
             raise ValueError(f"[{op}] N = {qw.n} does not split into {segments} segments")
         rows = lambda a: _split_rows(a, rank, size, segments)  # noqa: E731
         part = QuantizedWeight(
-            rows(qw.q), rows(qw.scales), rows(qw.biases), qw.group_size, qw.per_channel
+            rows(qw.q), rows(qw.scales), rows(qw.biases), qw.group_size, qw.per_channel,
+            bits=qw.bits,
         )
         bias = None if bias is None else rows(bias)
+        outliers = module.outliers  # every rank takes the full input
     else:
         if segments != 1:
             raise ValueError(f"[{op}] sharded-to-all takes segments=1, got {segments!r}")
         split_shape(qw.n, qw.k, sharding, size, qw.group_size)
         cols = lambda a: mx.contiguous(mx.split(a, size, axis=1)[rank])  # noqa: E731
         part = QuantizedWeight(
-            cols(qw.q), cols(qw.scales), cols(qw.biases), qw.group_size, qw.per_channel
+            cols(qw.q), cols(qw.scales), cols(qw.biases), qw.group_size, qw.per_channel,
+            bits=qw.bits,
         )
-    return _CLASSES[sharding]._from_parts(part, bias, group, module.kernel, module.act_scales)
+        lo, hi = rank * (qw.k // size), (rank + 1) * (qw.k // size)
+        outliers = tuple(c - lo for c in module.outliers or () if lo <= c < hi) or None
+    return _CLASSES[sharding]._from_parts(part, bias, group, module.kernel, module.act_scales,
+                                          outliers)
 
 
 def is_mlx_sharded(layer: nn.Module) -> bool:

@@ -480,3 +480,26 @@ def test_sharding_keeps_activation_groups(rng):
         sharded = tp.shard_linear(layer, sharding, group=group)
         assert sharded.act_scales == "group" and sharded.kernel == "exact_act_groups"
         np.testing.assert_array_equal(np.array(sharded(x)), np.array(layer(x)))
+
+
+def test_sharding_keeps_outlier_channels_and_4bit_codes(rng):
+    # A recipe's outlier channels stay with the shards (all of them where a rank takes
+    # the full input; a rank's own, renumbered, where it takes a slice of K), and a
+    # 4-bit layer shards as 4-bit (it was rebuilt as 8-bit and refused). One process:
+    # size 1, so each result is the layer's own, bit for bit.
+    x = mx.array(rng.normal(0, 1, (3, 256)).astype(np.float32))
+    x[:, 200] = 50.0
+    group = mx.distributed.init()
+    q4 = nn.QuantizedLinear(256, 16, bias=True, group_size=64, bits=4)
+    for layer in (w8.Linear(256, 16), w8.Linear.from_linear(q4)):
+        layer.kernel = "exact" if layer.bits == 8 else "exact_w4a8"
+        layer.outliers = (3, 200)
+        for sharding in ("all-to-sharded", "sharded-to-all"):
+            sharded = tp.shard_linear(layer, sharding, group=group)
+            assert sharded.outliers == (3, 200) and sharded.bits == layer.bits
+            np.testing.assert_array_equal(np.array(sharded(x)), np.array(layer(x)))
+    # rank 0 of two takes K = 0..127 of the input: channel 3 is its own, 200 rank 1's
+    layer = w8.Linear(256, 16)
+    layer.outliers = (3, 200)
+    assert tp.shard_linear(layer, "sharded-to-all", group=Two()).outliers == (3,)
+    assert tp.shard_linear(layer, "all-to-sharded", group=Two()).outliers == (3, 200)
