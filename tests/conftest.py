@@ -95,6 +95,9 @@ def rng(request):
     (set MLX_W8A8_TEST_SEED to replay it)."""
     seed = int(os.environ.get("MLX_W8A8_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
     print(f"[seed {seed}] {request.node.nodeid}")
+    import mlx.core as mx
+
+    mx.random.seed(seed)  # MLX's own initializers too (model weights), so the seed replays
     return np.random.default_rng(seed)
 
 

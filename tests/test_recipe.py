@@ -107,12 +107,16 @@ def test_recipe_chooses_the_best_strength_per_site_and_repairs_outliers(rng):
         for alpha in grid:
             s = np.ones_like(a) if alpha is None else a**alpha / wmax ** (1 - alpha)
             errs[alpha] = sum(oracle.sqnr_db(x @ w.T, _fake_w8a8(x / s, w * s)) for w in ws)
-        want[g.prev] = max(errs, key=errs.get)
+        want[g.prev] = errs
 
     smoothed = copy()  # the strength search alone (outlier channels judged apart below)
     chosen = rc.recipe(smoothed, calib, grid=grid, floor_db=-1000, outliers=0)
-    for prev, alpha in want.items():
-        assert chosen.alphas[prev] == alpha, prev
+    for prev, errs in want.items():
+        # The oracle's best strength, or one scoring within 0.1 dB of it: where two
+        # strengths nearly tie, the recipe's float32 scoring may order them either way
+        # (a CI run chose 0.5 for the oracle's 0.3 once); a worse choice still fails.
+        best = max(errs.values())
+        assert errs[chosen.alphas[prev]] >= best - 0.1, (prev, chosen.alphas[prev], errs)
     assert all(chosen.alphas[p] is not None for p in want)  # 50x outliers: smoothing pays
     assert chosen.keep == {}
     got = np.array(smoothed(t)).astype(np.float64)
