@@ -148,6 +148,18 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
         if local is not None:
             local.kernel = name
 
+    @property
+    def outliers(self) -> tuple[int, ...] | None:
+        """This rank's outlier channels, as indices into its input slice."""
+        return Linear.outliers.fget(self)
+
+    @outliers.setter
+    def outliers(self, channels) -> None:
+        Linear.outliers.fset(self, channels)
+        local = self.__dict__.get("_local")
+        if local is not None:
+            local.outliers = self.outliers
+
     def problem(self, m: int, dtype: mx.Dtype = mx.bfloat16) -> Problem:
         """The per-rank ``linear`` problem: this rank's ``[N, K/R]``, no bias."""
         return attrs.evolve(super().problem(m, dtype), has_bias=False)
@@ -161,9 +173,8 @@ class ShardedToAllLinear(_ShardedMixin, Linear):
         if local is None or local.quantized_weight is not qw:
             local = Linear.from_weight(qw, act_scales=self.act_scales)
             local.kernel = self.kernel
-            object.__setattr__(self, "_local", local)
-        if local.outliers != self.outliers:  # this rank's channels (set drops its plans)
             local.outliers = self.outliers
+            object.__setattr__(self, "_local", local)
         return local
 
     def __call__(self, x: mx.array) -> mx.array:

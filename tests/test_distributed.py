@@ -498,6 +498,9 @@ def test_sharding_keeps_outlier_channels_and_4bit_codes(rng):
             sharded = tp.shard_linear(layer, sharding, group=group)
             assert sharded.outliers == (3, 200) and sharded.bits == layer.bits
             np.testing.assert_array_equal(np.array(sharded(x)), np.array(layer(x)))
+        # set after a call: the sharded-to-all product (built by that call) follows
+        sharded.outliers = layer.outliers = (7,)
+        np.testing.assert_array_equal(np.array(sharded(x)), np.array(layer(x)))
     # rank 0 of two takes K = 0..127 of the input: channel 3 is its own, 200 rank 1's
     layer = w8.Linear(256, 16)
     layer.outliers = (3, 200)
