@@ -55,6 +55,7 @@ import json
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import time
@@ -129,7 +130,7 @@ MLX_LM_WITH_BACKLOG = ("import http.server, runpy, sys; "
                        "http.server.ThreadingHTTPServer.request_queue_size = int(sys.argv.pop(1)); "
                        "sys.argv[0] = 'mlx_lm.server'; "
                        "runpy.run_module('mlx_lm.server', run_name='__main__', alter_sys=True)")
-STOCK_BACKLOG = 5  # socketserver.TCPServer.request_queue_size, what mlx_lm.server listens with
+STOCK_BACKLOG = socketserver.TCPServer.request_queue_size  # what mlx_lm.server listens with (5)
 
 
 def server_command(arm: str, folder: Path, port: int, extra: list[str],
