@@ -53,8 +53,9 @@
 # codes at group size 64 (outputs compared bit for bit), then its exactness tests.
 # Parts O, I and N (bench only) ran on an NVIDIA H200 (tree 57be195), with the second
 # server run and a second mma_order test run beside them (their commands in the log).
-# Part P (not run yet): part I with every server's listen backlog at 128 (serve_compare's
-# default since) plus the requantized arm, then batched decode B = 8 / 32 on 32 layers.
+# Part P: part I with every server's listen backlog at 128 (serve_compare's default
+# since) plus the requantized arm (five arms, so its limit is part I's).
+# Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -163,12 +164,15 @@ if [ "$part" = "o" ]; then  # the group-wise TMA GEMM's MMA order against none, 
   run 130 python3 bench/tile_gpu_time.py $S --grouped 64 --bits 4
   run 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "mma_order"
 fi
-if [ "$part" = "p" ]; then  # part I again with every server's backlog at 128, the requantized arm, B = 32 on 32 layers
-  run 420 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+if [ "$part" = "p" ]; then  # part I again with every server's backlog at 128 and the requantized arm
+  run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit,w8a8-8bit-pc \
     --json "$O/p_serve.json"
+fi
+if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
     --batch 8,32 --rounds 3 --warm-up
+  run 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "act_groups"
 fi
 if [ "$part" = "i" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
