@@ -55,6 +55,10 @@
 # server run and a second mma_order test run beside them (their commands in the log).
 # Part P: part I with every server's listen backlog at 128 (serve_compare's default
 # since) plus the requantized arm (five arms, so its limit is part I's).
+# Part R: the 8-bit server's conc-32 level, slow in parts I and P after levels 1 and 8
+# and fast when its server met conc 32 first on a machine that had run the levels before:
+# the same arm twice on a fresh machine, each after the other, with MLX's compiled-module
+# cache (its on-disk PTX) listed after each and the server logs kept.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
 set -u
 export PYTHONUNBUFFERED=1
@@ -168,6 +172,16 @@ if [ "$part" = "p" ]; then  # part I again with every server's backlog at 128 an
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit,w8a8-8bit-pc \
     --json "$O/p_serve.json"
+fi
+if [ "$part" = "r" ]; then
+  for i in 1 2; do
+    echo "===== $(date +%T) run $i" >> "$L"
+    run 220 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+      --levels 1,8,32 --max-tokens 128 --arms w8a8-8bit --json "$O/r$i.json"
+    echo "===== $(date +%T) the PTX cache after run $i" >> "$L"
+    ls -l --time-style=+%T "${TMPDIR:-/tmp}"/mlx/*/ptx >> "$L" 2>&1
+    cp serve-models/server_w8a8-8bit.log "$O/r${i}_server.log"
+  done
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
