@@ -35,6 +35,11 @@ launcher that sets it on its ``ThreadingHTTPServer``, ``mlx_w8a8.server`` takes
 ``--backlog``; ``--backlog 0`` runs ``mlx_lm.server`` as it ships, with Python's 5, and
 gives ``mlx_w8a8.server`` the same 5), starts on a free port, and is timed from the first level only
 once it accepts connections (loading and warm-up are reported, not timed into a level).
+Before its measured levels each arm serves one unmeasured pass of every level at
+``--warm-tokens`` output tokens (default 16, with another prompt): MLX compiles a kernel
+at its first call, on CUDA at run time (a CUTLASS module of ``mx.quantized_matmul`` took
+about a minute on an NVIDIA H100's host, then cached on disk), so without the pass the
+levels time whichever arm first meets a kernel on that machine.
 Per level the output is serve_bench's row; then, for each ``w8a8*`` arm against each
 ``mlx_lm-*`` arm, the ratio of aggregate output tokens/s (> 1: the W8A8 server is faster)
 and of median time to first token (< 1: it answers sooner). ``--json`` writes all of it.
@@ -69,6 +74,9 @@ import serve_bench  # noqa: E402  (bench/serve_bench.py, the load generator)
 from mlx_w8a8.serving import DEFAULT_BACKLOG  # noqa: E402
 
 PROG = "bench/serve_compare.py"
+# The warm-up pass's prompt: another text than the measured levels' default, so that what
+# it leaves in mlx-lm's prompt cache is no measured request's prefix beyond its number.
+WARM_PROMPT = "Describe a harbour at dawn."
 ARMS = {
     "mlx_lm-bf16": ("mlx_lm", "bf16"),
     "mlx_lm-8bit": ("mlx_lm", "q8"),
@@ -233,6 +241,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backlog", type=int, default=DEFAULT_BACKLOG,
                    help=f"every server's listen backlog (default {DEFAULT_BACKLOG}); 0: "
                         f"mlx_lm.server as it ships (Python's {STOCK_BACKLOG}) and the same for mlx_w8a8.server")
+    p.add_argument("--warm-tokens", type=int, default=16,
+                   help="before an arm's measured levels, one unmeasured pass of every level "
+                        "with this many output tokens per request, so that the kernels MLX "
+                        "compiles at their first call (at run time on CUDA) are compiled "
+                        "before the clock runs (default: 16; 0: none, the cold server timed)")
     p.add_argument("--startup", type=float, default=900.0,
                    help="seconds a server may take to accept connections (default: 900)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
@@ -257,6 +270,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
             raise ValueError(f"[{PROG}] --max-tokens must be >= 1, got {args.max_tokens}")
         if args.layers is not None and args.layers < 1:
             raise ValueError(f"[{PROG}] --layers must be >= 1, got {args.layers}")
+        if args.warm_tokens < 0:
+            raise ValueError(f"[{PROG}] --warm-tokens must be >= 0, got {args.warm_tokens}")
         if args.backlog < 0:
             raise ValueError(f"[{PROG}] --backlog must be >= 0, got {args.backlog}")
     except ValueError as error:
@@ -275,8 +290,17 @@ def main(argv: list[str] | None = None, out=None) -> int:
                                  args.backlog)
         say(f"== {arm}: {shown(server_command(arm, paths[ARMS[arm][1]], 0, extra, args.backlog))} "
             f"(accepting connections after {ready:.1f} s; log {log_path})")
-        rows = []
+        rows, warm = [], None
         try:
+            if args.warm_tokens:
+                t0 = time.perf_counter()
+                for level in levels:
+                    requests = args.requests or min(2 * level, serve_bench.MAX_REQUESTS)
+                    serve_bench.run_level(url, "completions", level, requests, WARM_PROMPT,
+                                          args.warm_tokens, args.timeout)
+                warm = time.perf_counter() - t0
+                say(f"   warm-up pass (every level, {args.warm_tokens} tokens per request, "
+                    f"not measured): {warm:.1f} s")
             for level in levels:
                 requests = args.requests or min(2 * level, serve_bench.MAX_REQUESTS)
                 row = serve_bench.run_level(url, "completions", level, requests, args.prompt,
@@ -289,7 +313,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
                     + "".join(f"; error: {e}" for e in row["errors"]))
         finally:
             status = stop(proc)
-        results[arm] = {"startup_s": ready, "exit_status": status, "levels": rows}
+        results[arm] = {"startup_s": ready, "warm_up_s": warm, "exit_status": status,
+                        "levels": rows}
     table = ratios(results)
     if table:
         say("ratios (output tok/s: > 1 the W8A8 server is faster; TTFT: < 1 it answers sooner)")
@@ -300,7 +325,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "layers": args.layers, "levels": levels,
-                       "max_tokens": args.max_tokens, "server_args": extra,
+                       "max_tokens": args.max_tokens, "warm_tokens": args.warm_tokens,
+                       "server_args": extra,
                        "backlog": args.backlog,
                        "arms": results, "ratios": table}, f, indent=2)
     return 0 if ok else 1

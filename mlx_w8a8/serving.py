@@ -354,10 +354,45 @@ class W8A8Loader:
                              progress=False)
             self.log(f"{self.prog}: warm-up for 1..{tokens} rows: {len(report.compiled)} "
                      f"calls in {report.seconds:.2f} s")
+            start = time.perf_counter()
+            try:
+                model_pass(model, self.prog)
+            except Exception as error:  # noqa: BLE001 - the first requests compile instead
+                self.log(f"{self.prog}: model pass failed ({type(error).__name__}: {error}); "
+                         f"the first requests compile the model's own kernels")
+            else:
+                self.log(f"{self.prog}: model pass (prefill of 4 tokens, one decode step) in "
+                         f"{time.perf_counter() - start:.2f} s")
         from .summary import summary
 
         self.log(summary(model).splitlines()[0])
         return (model, tokenizer, config) if wanted_config else (model, tokenizer)
+
+
+def model_pass(model, prog: str) -> None:
+    """Run ``model`` once as mlx-lm does: a prefill of 4 tokens into its KV cache
+    (``mlx_lm.models.cache.make_prompt_cache``) and one decode step on the token
+    ``mx.argmax`` picks (uint32, as mlx-lm's samplers return it).
+
+    MLX compiles a kernel on its first call in a process, and on CUDA it compiles at run
+    time (cached on disk after that): besides the linears that :func:`mlx_w8a8.warm_up`
+    covers, the model's own ops (the embedding's gathers for int32 and uint32 tokens,
+    fused activations) took seconds each on a fresh NVIDIA H100 host. Kernels that only
+    the server's batching and sampling use are not reached.
+
+    Args:
+        model: an mlx-lm model (called as ``model(tokens, cache=cache)``).
+        prog: the command named in errors.
+    """
+    from . import siblings
+    from .plans import clear_shared_activations
+
+    cache = mlx_lm_module(prog, "mlx_lm.models.cache").make_prompt_cache(model)
+    logits = model(mx.array([[0, 1, 2, 3]], dtype=mx.int32), cache=cache)
+    token = mx.argmax(logits[:, -1, :], axis=-1)
+    mx.eval(model(token[:, None], cache=cache))
+    siblings.clear()  # nothing later may take the pass's memoised activations
+    clear_shared_activations()
 
 
 def _check_hook(module, prog: str) -> Callable:

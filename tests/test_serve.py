@@ -150,10 +150,13 @@ def test_server_logs_its_layers_and_warms_up_before_opening_the_port(server):
     summary = next(i for i, ln in enumerate(lines) if "mlx_w8a8: 15 layers (15 per_channel)" in ln)
     converted = next(i for i, ln in enumerate(lines) if "15 linear layers converted to W8A8" in ln)
     warm = next(i for i, ln in enumerate(lines) if "warm-up for 1..8 rows" in ln)
+    passed = next(i for i, ln in enumerate(lines)
+                  if "model pass (prefill of 4 tokens, one decode step) in" in ln)
     opened = next(i for i, ln in enumerate(lines) if "Starting httpd" in ln)
     # The summary names the kernel at decode (M=1) and prefill (M=512).
     assert "M=1: " in lines[summary] and "M=512: " in lines[summary]
-    assert converted < warm < summary < opened
+    assert converted < warm < passed < summary < opened
+    assert "model pass failed" not in log
 
 
 def test_completions_are_the_greedy_tokens_of_the_w8a8_model(server, folders):
@@ -375,6 +378,38 @@ def test_patched_restores_the_module_load_and_names_the_tuning_table(tmp_path):
     assert fake.load is load
 
 
+def test_model_pass_prefills_and_decodes_through_every_linear():
+    """The server's model pass calls each W8A8 linear at M = 4 (its prefill) and M = 1
+    (the decode step on the argmax token), the shapes it runs on the model's own ops."""
+    model = tiny_lm.converted()
+    linears = [m for _, m in model.named_modules() if isinstance(m, w8.Linear)]
+    serving.model_pass(model, "prog")
+    for layer in linears:
+        assert {key[0][:2] for key in layer._decisions} == {(1, 4), (1, 1)}, layer
+
+
+def test_a_failing_model_pass_is_logged_and_the_model_still_served():
+    lines = []
+
+    class Odd(nn.Module):  # no KV cache of mlx-lm's kind: the pass fails
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(64, 8)
+
+        def __call__(self, x):
+            return self.proj(x)
+
+    def load(path_or_hf_repo, adapter_path=None, return_config=False):
+        return Odd(), object(), {}
+
+    loader = serving.W8A8Loader(load, serving.ServeOptions(quantize=True, warm_up_tokens=2),
+                                "prog", lines.append)
+    model, _ = loader("somewhere")
+    assert isinstance(model.proj, w8.Linear)
+    failed = [ln for ln in lines if "model pass failed" in ln]
+    assert len(failed) == 1 and "the first requests compile" in failed[0], lines
+
+
 def test_provider_loads_at_construction_with_the_server_warm_up_default():
     import argparse
 
@@ -490,11 +525,12 @@ def test_serve_bench_levels():
             serve_bench.parse_levels(bad)
 
 
-def test_serve_compare_runs_every_arm_without_warm_up(tmp_path, capsys):
+def test_serve_compare_runs_every_arm_after_its_warm_up_pass(tmp_path, capsys):
     """bench/serve_compare.py on a tiny config: it writes the bf16 and mlx-lm 8-bit
     folders once (a second run reuses them; the 4-bit one is written because a 4-bit arm
-    is asked for), serves each arm in turn on loopback and reports ratios. The W8A8
-    servers run without a warm-up (the CPU default): a model converted on the main thread
+    is asked for), serves each arm in turn on loopback, each after an unmeasured pass of
+    its levels, and reports ratios. The W8A8 servers run without their own warm-up (the
+    CPU default): a model converted on the main thread
     and served from mlx-lm's generation thread (a float folder with --quantize, an mlx-lm
     8-bit folder) once failed every request there
     ("There is no Stream(cpu, 0) in current thread": conversion left lazy arrays)."""
@@ -523,15 +559,27 @@ def test_serve_compare_runs_every_arm_without_warm_up(tmp_path, capsys):
     assert "requantized to per-channel int8" in log
     assert all(r["output_tokens_per_s"] > 0 for r in report["ratios"])
     assert "wrote" in text
+    # Each arm served the unmeasured warm-up pass (2 levels of 2 requests) before its
+    # measured levels: 8 requests in its log, 4 of them with 16 tokens.
+    assert text.count("warm-up pass (every level, 16 tokens per request, not measured)") == 5
+    assert all(arm["warm_up_s"] > 0 for arm in report["arms"].values())
+    posts = lambda arm: (tmp_path / "f" / f"server_{arm}.log").read_text().count(  # noqa: E731
+        '"POST /v1/completions HTTP/1.1" 200')
+    assert posts("mlx_lm-8bit") == 8
     assert serve_compare.main(argv[:4] + ["--arms", "w8a8", "--levels", "1", "--requests", "1",
-                                          "--max-tokens", "2"]) == 0
-    assert "reusing" in capsys.readouterr().out
+                                          "--max-tokens", "2", "--warm-tokens", "0",
+                                          "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "reusing" in text and "warm-up pass" not in text
+    assert json.loads(out.read_text())["arms"]["w8a8"]["warm_up_s"] is None
+    assert posts("w8a8") == 1
 
 
 def test_serve_compare_refuses_bad_arguments(tmp_path, capsys):
     import serve_compare
 
-    for extra in (["--arms", "vllm"], ["--levels", "0"], ["--max-tokens", "0"], ["--layers", "0"]):
+    for extra in (["--arms", "vllm"], ["--levels", "0"], ["--max-tokens", "0"], ["--layers", "0"],
+                  ["--warm-tokens", "-1"]):
         assert serve_compare.main(["--folders", str(tmp_path)] + extra) == 2
         assert "error:" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing written

@@ -268,3 +268,26 @@ def test_a_model_without_w8a8_layers_is_refused():
         w8.warm_up(Model())
     with pytest.raises(ValueError, match=r"model must be an mlx.nn.Module, got list"):
         w8.warm_up([w8.Linear(64, 32)])
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_mlx_qmm_is_warmed_at_each_tile_mlx_compiles_on_cuda(monkeypatch, bits):
+    """A group-wise layer served by ``mx.quantized_matmul`` (mlx-lm's 8-bit and 4-bit
+    checkpoints at decode sizes): on CUDA MLX compiles a GEMM module per M tile at run
+    time, a minute each, so the warm-up calls at M = 1 (its GEMV) and at the first M of
+    each tile (8, 17, 33); M > 64 reuses the 64-row tile. Elsewhere nothing is compiled
+    per shape: one call. (A variant-less candidate, as before, called at M = 1 only and
+    left the GEMM modules to the first requests.)"""
+    from mlx_w8a8.kernels import reference
+
+    name = "mlx_qmm" if bits == 8 else "mlx_qmm4"
+    layer = w8.Linear(256, 128, bias=False, per_channel=False, bits=bits)
+    layer.kernel = name
+    on_cpu = warmup._plan(layer, 300, mx.bfloat16)[0]
+    assert [m for m, _ in on_cpu[0][1]] == [1]
+    monkeypatch.setattr(reference, "_on_cuda", lambda: True)
+    plans = warmup._plan(layer, 300, mx.bfloat16)[0]
+    assert [m for m, _ in plans[0][1]] == [1, 8, 17, 33]
+    assert [parts[0][2] for _, parts in plans[0][1]] == ["gemv", 16, 32, 64]
+    short = warmup._plan(layer, 20, mx.bfloat16)[0]
+    assert [m for m, _ in short[0][1]] == [1, 8, 17]

@@ -59,6 +59,8 @@
 # and fast when its server met conc 32 first on a machine that had run the levels before:
 # the same arm twice on a fresh machine, each after the other, with MLX's compiled-module
 # cache (its on-disk PTX) listed after each and the server logs kept.
+# Part S: part R's first run after the fix (the warm-up calls mx.quantized_matmul at each
+# M tile MLX compiles, and a model pass), the server's own warm-up alone (--warm-tokens 0).
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
 set -u
 export PYTHONUNBUFFERED=1
@@ -182,6 +184,13 @@ if [ "$part" = "r" ]; then
     ls -l --time-style=+%T "${TMPDIR:-/tmp}"/mlx/*/ptx >> "$L" 2>&1
     cp serve-models/server_w8a8-8bit.log "$O/r${i}_server.log"
   done
+fi
+if [ "$part" = "s" ]; then
+  run 350 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 1,8,32 --max-tokens 128 --arms w8a8-8bit --warm-tokens 0 --json "$O/s.json"
+  echo "===== $(date +%T) the PTX cache after part S" >> "$L"
+  ls -l --time-style=+%T "${TMPDIR:-/tmp}"/mlx/*/ptx | grep -v '\.cu$\|\.txt$' >> "$L" 2>&1
+  cp serve-models/server_w8a8-8bit.log "$O/s_server.log"
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \

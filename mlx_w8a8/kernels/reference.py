@@ -17,6 +17,8 @@ of ``docs/numerics.md``. The candidate is named ``exact`` so that a tuning table
 
 from __future__ import annotations
 
+from typing import Hashable
+
 import mlx.core as mx
 
 from ..weight import GROUPED4
@@ -390,6 +392,29 @@ def qmm4_supports(problem) -> bool:
     return takes_4bit(problem) and qmm_supports(problem)
 
 
+# MLX's CUDA ``quantized_matmul`` (0.32, affine, a weight row of two or more groups) runs
+# its precompiled GEMV where M < 8 and otherwise a CUTLASS GEMM compiled at run time, one
+# module per M tile (the next power of two of M, clamped to 16..64), dtype, bits and group
+# size. Each module compiled for about a minute on an NVIDIA H100's host (MLX keeps them
+# in its on-disk PTX cache after that), so a layer served through it must be warmed up
+# at each tile: :func:`qmm_variant`. Hazard: this mirrors MLX's dispatch
+# (``mlx/backend/cuda/quantized``); a key too fine only costs a warm-up call more.
+QMM_GEMV_ROWS = 8
+QMM_TILES = (16, 32, 64)
+
+
+def qmm_variant(problem) -> Hashable:
+    """What ``mx.quantized_matmul`` compiles for ``problem`` (``Candidate.variant``): on
+    MLX's CUDA backend ``"gemv"`` for M < :data:`QMM_GEMV_ROWS`, else the GEMM's M tile;
+    elsewhere one key (Metal and the CPU compile nothing per shape)."""
+    if not _on_cuda():
+        return "precompiled"
+    if problem.m < QMM_GEMV_ROWS:
+        return "gemv"
+    tile = 1 << (problem.m - 1).bit_length()
+    return min(max(tile, QMM_TILES[0]), QMM_TILES[-1])
+
+
 def qmm4_linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     """W4A16: ``mx.quantized_matmul`` with ``bits=4`` on the stored 4-bit weights."""
     y = mx.quantized_matmul(
@@ -426,6 +451,7 @@ registry.register(
         run=qmm_linear,
         bind=qmm_bind,
         supports=qmm8_supports,
+        variant=qmm_variant,
         digest=_digest(qmm_linear, qmm_bind, params=f"mx.quantized_matmul {mx.__version__}"),
         w8a8=False,
     )
@@ -440,6 +466,7 @@ registry.register(
         run=qmm4_linear,
         bind=qmm4_bind,
         supports=qmm4_supports,
+        variant=qmm_variant,
         digest=_digest(qmm4_linear, qmm4_bind, params=f"mx.quantized_matmul bits=4 {mx.__version__}"),
         w8a8=False,
     )
