@@ -361,24 +361,32 @@ class W8A8Loader:
                 self.log(f"{self.prog}: model pass failed ({type(error).__name__}: {error}); "
                          f"the first requests compile the model's own kernels")
             else:
-                self.log(f"{self.prog}: model pass (prefill of 4 tokens, one decode step) in "
-                         f"{time.perf_counter() - start:.2f} s")
+                self.log(f"{self.prog}: model pass (a prefill and a decode step, then two "
+                         f"sequences batched) in {time.perf_counter() - start:.2f} s")
         from .summary import summary
 
         self.log(summary(model).splitlines()[0])
         return (model, tokenizer, config) if wanted_config else (model, tokenizer)
 
 
+# The model pass's batched generation: two prompts of unequal lengths (the shorter one
+# left-padded) and unequal budgets (one sequence leaves the batch before the other).
+_PASS_PROMPTS = ([0, 1, 2, 3], [4, 5, 6])
+_PASS_TOKENS = (3, 2)
+
+
 def model_pass(model, prog: str) -> None:
-    """Run ``model`` once as mlx-lm does: a prefill of 4 tokens into its KV cache
-    (``mlx_lm.models.cache.make_prompt_cache``) and one decode step on the token
-    ``mx.argmax`` picks (uint32, as mlx-lm's samplers return it).
+    """Run ``model`` as mlx-lm does, on a few tokens: a prefill of 4 tokens into its KV
+    cache (``mlx_lm.models.cache.make_prompt_cache``) and one decode step on the token
+    ``mx.argmax`` picks (uint32, as mlx-lm's samplers return it); then, where mlx-lm has
+    it, a short generation of two sequences together by ``mlx_lm.generate.BatchGenerator``
+    (the server's continuous batching: padded prompts, a sequence leaving the batch).
 
     MLX compiles a kernel on its first call in a process, and on CUDA it compiles at run
     time (cached on disk after that): besides the linears that :func:`mlx_w8a8.warm_up`
     covers, the model's own ops (the embedding's gathers for int32 and uint32 tokens,
-    fused activations) took seconds each on a fresh NVIDIA H100 host. Kernels that only
-    the server's batching and sampling use are not reached.
+    fused activations, the batch cache's gathers) took seconds each on a fresh NVIDIA
+    H100 host, inside the first requests.
 
     Args:
         model: an mlx-lm model (called as ``model(tokens, cache=cache)``).
@@ -388,9 +396,22 @@ def model_pass(model, prog: str) -> None:
     from .plans import clear_shared_activations
 
     cache = mlx_lm_module(prog, "mlx_lm.models.cache").make_prompt_cache(model)
-    logits = model(mx.array([[0, 1, 2, 3]], dtype=mx.int32), cache=cache)
+    logits = model(mx.array([_PASS_PROMPTS[0]], dtype=mx.int32), cache=cache)
     token = mx.argmax(logits[:, -1, :], axis=-1)
     mx.eval(model(token[:, None], cache=cache))
+    batch_generator = getattr(mlx_lm_module(prog, "mlx_lm.generate"), "BatchGenerator", None)
+    if batch_generator is not None:
+        n = len(_PASS_PROMPTS)
+        gen = batch_generator(model, max_tokens=max(_PASS_TOKENS), completion_batch_size=n,
+                              prefill_batch_size=n)
+        try:
+            gen.insert([list(p) for p in _PASS_PROMPTS], list(_PASS_TOKENS))
+            for _ in range(4 * max(_PASS_TOKENS)):  # bounded: it ends after the budgets
+                if not gen.next_generated():
+                    break
+        finally:
+            mx.synchronize(gen.stream)
+            gen.close()
     siblings.clear()  # nothing later may take the pass's memoised activations
     clear_shared_activations()
 

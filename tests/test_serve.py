@@ -151,7 +151,7 @@ def test_server_logs_its_layers_and_warms_up_before_opening_the_port(server):
     converted = next(i for i, ln in enumerate(lines) if "15 linear layers converted to W8A8" in ln)
     warm = next(i for i, ln in enumerate(lines) if "warm-up for 1..8 rows" in ln)
     passed = next(i for i, ln in enumerate(lines)
-                  if "model pass (prefill of 4 tokens, one decode step) in" in ln)
+                  if "model pass (a prefill and a decode step, then two sequences batched) in" in ln)
     opened = next(i for i, ln in enumerate(lines) if "Starting httpd" in ln)
     # The summary names the kernel at decode (M=1) and prefill (M=512).
     assert "M=1: " in lines[summary] and "M=512: " in lines[summary]
@@ -379,13 +379,15 @@ def test_patched_restores_the_module_load_and_names_the_tuning_table(tmp_path):
 
 
 def test_model_pass_prefills_and_decodes_through_every_linear():
-    """The server's model pass calls each W8A8 linear at M = 4 (its prefill) and M = 1
-    (the decode step on the argmax token), the shapes it runs on the model's own ops."""
+    """The server's model pass calls each W8A8 linear at [1, 4] (its prefill) and [1, 1]
+    (the decode step on the argmax token), then as mlx-lm's BatchGenerator batches two
+    prompts of 4 and 3 tokens: [2, 3] (their padded prefill but the last tokens) and
+    [2, 1] (the decode steps; [1, 1] once the shorter budget is spent)."""
     model = tiny_lm.converted()
     linears = [m for _, m in model.named_modules() if isinstance(m, w8.Linear)]
     serving.model_pass(model, "prog")
     for layer in linears:
-        assert {key[0][:2] for key in layer._decisions} == {(1, 4), (1, 1)}, layer
+        assert {key[0][:2] for key in layer._decisions} == {(1, 4), (1, 1), (2, 3), (2, 1)}, layer
 
 
 def test_a_failing_model_pass_is_logged_and_the_model_still_served():
