@@ -25,20 +25,28 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # 6144 x 4096 and gate+up 28672 x 4096; measured 2026-12-01, the tune logs are listed
     # in bench/results/README.md);
     # tests/test_prior.py checks that these rules pick the table's kernel family (W8A8 or
-    # mx.quantized_matmul) on every entry at M >= 16. Within the family the rules name a
-    # GEMM (the cp.async GEMM below M = 128, the TMA GEMM from 128 on); where another
-    # kernel won, the first named took at most 1.06x its time in that race.
-    # - M < 16: no rule, mx.quantized_matmul. At M = 8 the race split between the W8A8
-    #   GEMV and GEMM by shape; at M = 1 the model's own decode loop (the decode check on
-    #   all 32 layers) kept no W8A8 kernel (the GEMVs that won the per-shape race: 0.95x-
-    #   0.99x, p25 0.91x-0.95x), decode being host-bound and a custom kernel launch
-    #   costing more host time than a built-in op (docs/cuda.md).
+    # mx.quantized_matmul) on every entry at M >= 8. Within the family the rules name a
+    # GEMM (the TMA GEMM at M = 8-15, the cp.async GEMM at 16-127, the TMA GEMM from 128
+    # on); where another kernel won, the first named took at most 1.07x its time in that
+    # race.
+    # - M < 8: no rule, mx.quantized_matmul (MLX's GEMV there). At M = 1 the model's own
+    #   decode loop (the decode check on all 32 layers) kept no W8A8 kernel (the GEMVs
+    #   that won the per-shape race: 0.95x-0.99x, p25 0.91x-0.95x), decode being
+    #   host-bound and a custom kernel launch costing more host time than a built-in op
+    #   (docs/cuda.md). M = 2-7 was not measured.
+    # - M = 8-15: the TMA GEMM. At M = 8 a W8A8 kernel won every shape's race (the table
+    #   holds it for each: the TMA GEMM at 1.15-2.43x mx.quantized_matmul, within 1.07x
+    #   of the GEMV where that won); M = 9-15 lies between that and M = 16. Without the
+    #   rule an H100 (no table of its own) ran batched decode at B = 8 through
+    #   mx.quantized_matmul: 0.86x bf16 on 32 layers (bench/results/h100_2026-12-05_f.log,
+    #   part Q). The rule has not been timed in a model yet.
     # - M >= 16, every shape: a W8A8 kernel (M = 16: 1.10-2.44x mx.quantized_matmul,
     #   M = 64: 1.44-3.00x, M = 128: 1.51-4.26x; the prefill check on all 32 layers kept
     #   every one it checked against mx.quantized_matmul in the model's prefill at T = 16,
     #   64, 128, 512, 2048, and the sibling check kept q+k+v and gate+up as one launch at
     #   each of them).
     ("cuda", "linear", "per_channel"): [
+        (8, 15, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
         (16, 127, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm")),
         (128, None, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
     ],
