@@ -190,9 +190,20 @@ def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(c
                                      "model.layers.1.self_attn.v_proj"}
     hit = check_env.lookup(qkv)
     assert hit.choice == "mlx_qmm" and not hit.entry["decode_check"]["kept"]
-    for layer in (attn.q_proj, attn.k_proj, attn.v_proj):  # alone from now on
+    # q/k/v run alone from now on, each on its own shape's decision. q_proj's shape
+    # (128 x 128) is o_proj's, judged alone on group_slow, and k/v (64 x 128) borrow from
+    # it (256 x 128 is beyond the borrowing ratio): that candidate runs a single layer as
+    # fast as mx.quantized_matmul, so that verdict is timing noise, and q/k/v follow
+    # whichever it was (one full CI run in about twenty kept it).
+    # A kept verdict is judged again in a second pass with q/k/v alone on it; the last
+    # verdict is the table's.
+    alone = [g for g in result.groups if (g.problem.n, g.problem.k) == (128, 128)]
+    assert alone and any(path.endswith("o_proj") for path in alone[0].layers)
+    expected = alone[-1].tuned if alone[-1].kept else "mlx_qmm"
+    for layer in (attn.q_proj, attn.k_proj, attn.v_proj):
         name, source = layer.decision(1, mx.float32)
-        assert name == "mlx_qmm" and "siblings" not in source and layer.kernel is None
+        assert "siblings" not in source and layer.kernel is None
+        assert name == expected, (layer, name, source)
 
 
 def test_a_sibling_launch_is_judged_against_its_members_alone_on_their_own_kernels(check_env):
