@@ -61,6 +61,8 @@
 # cache (its on-disk PTX) listed after each and the server logs kept.
 # Part S: part R's first run after the fix (the warm-up calls mx.quantized_matmul at each
 # M tile MLX compiles, and a model pass), the server's own warm-up alone (--warm-tokens 0).
+# Part T (not run yet): the five-arm server comparison again with each arm's unmeasured
+# warm-up pass (serve_compare's default since part S) at levels 8 and 32.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
 set -u
 export PYTHONUNBUFFERED=1
@@ -191,6 +193,11 @@ if [ "$part" = "s" ]; then
   echo "===== $(date +%T) the PTX cache after part S" >> "$L"
   ls -l --time-style=+%T "${TMPDIR:-/tmp}"/mlx/*/ptx | grep -v '\.cu$\|\.txt$' >> "$L" 2>&1
   cp serve-models/server_w8a8-8bit.log "$O/s_server.log"
+fi
+if [ "$part" = "t" ]; then
+  run 580 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit,w8a8-8bit-pc \
+    --json "$O/t_serve.json"
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
