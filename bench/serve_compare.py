@@ -49,8 +49,9 @@ Usage::
     python bench/serve_compare.py --model llama-3-8b --layers 32 --folders /data/serve \\
         --levels 1,8,32 --max-tokens 128 --json serve.json
 
-Exit status 0 when every request of every arm succeeded, 1 otherwise, 2 for bad
-arguments.
+``--json`` is rewritten after every arm (``"complete": false`` until the last), so a run
+stopped partway keeps the arms it finished. Exit status 0 when every request of every
+arm succeeded, 1 otherwise, 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -315,6 +316,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
             status = stop(proc)
         results[arm] = {"startup_s": ready, "warm_up_s": warm, "exit_status": status,
                         "levels": rows}
+        if args.json:  # after every arm: a run stopped later keeps the arms it finished
+            write_json(args, levels, extra, results, ratios(results), complete=False)
     table = ratios(results)
     if table:
         say("ratios (output tok/s: > 1 the W8A8 server is faster; TTFT: < 1 it answers sooner)")
@@ -323,13 +326,22 @@ def main(argv: list[str] | None = None, out=None) -> int:
                 f"{serve_bench._fmt(r['output_tokens_per_s'], '.2f')}x, TTFT "
                 f"{serve_bench._fmt(r['ttft_median'], '.2f')}x")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"model": args.model, "layers": args.layers, "levels": levels,
-                       "max_tokens": args.max_tokens, "warm_tokens": args.warm_tokens,
-                       "server_args": extra,
-                       "backlog": args.backlog,
-                       "arms": results, "ratios": table}, f, indent=2)
+        write_json(args, levels, extra, results, table, complete=True)
     return 0 if ok else 1
+
+
+def write_json(args, levels, extra, results, table, complete: bool) -> None:
+    """Write the run's report to ``args.json`` (through a temporary file and a rename,
+    so an interrupted write leaves the previous report); ``complete`` is false until
+    every arm has run."""
+    doc = {"model": args.model, "layers": args.layers, "levels": levels,
+           "max_tokens": args.max_tokens, "warm_tokens": args.warm_tokens,
+           "server_args": extra, "backlog": args.backlog, "complete": complete,
+           "arms": results, "ratios": table}
+    tmp = f"{args.json}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, args.json)
 
 
 if __name__ == "__main__":

@@ -549,6 +549,7 @@ def test_serve_compare_runs_every_arm_after_its_warm_up_pass(tmp_path, capsys):
     text = capsys.readouterr().out
     assert rc == 0, text
     report = json.loads(out.read_text())
+    assert report["complete"] is True
     assert set(report["arms"]) == {"mlx_lm-8bit", "w8a8", "w8a8-8bit", "w8a8-8bit-pc", "w4a8"}
     assert {p.name for p in (tmp_path / "f").iterdir() if p.is_dir()} == {"bf16", "q8", "q4"}
     for arm in report["arms"].values():
@@ -575,6 +576,34 @@ def test_serve_compare_runs_every_arm_after_its_warm_up_pass(tmp_path, capsys):
     assert "reusing" in text and "warm-up pass" not in text
     assert json.loads(out.read_text())["arms"]["w8a8"]["warm_up_s"] is None
     assert posts("w8a8") == 1
+
+
+def test_serve_compare_keeps_the_arms_it_finished_when_stopped(tmp_path, monkeypatch, capsys):
+    """A run stopped while starting its second arm (a time limit, a failed start) leaves
+    a JSON report of the first arm, marked incomplete."""
+    import serve_compare
+
+    config = dict(tiny_lm.args_for("llama", hidden=64, inter=128)[1].__dict__)
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                      if v is not None}))
+    real_start = serve_compare.start
+
+    def start(arm, *args, **kwargs):
+        if arm == "w8a8-8bit":
+            raise KeyboardInterrupt  # what `timeout -s INT` delivers
+        return real_start(arm, *args, **kwargs)
+
+    monkeypatch.setattr(serve_compare, "start", start)
+    out = tmp_path / "serve.json"
+    with pytest.raises(KeyboardInterrupt):
+        serve_compare.main(["--model", str(tmp_path / "config.json"), "--folders",
+                            str(tmp_path / "f"), "--arms", "w8a8,w8a8-8bit", "--levels", "1",
+                            "--requests", "1", "--max-tokens", "2", "--warm-tokens", "0",
+                            "--startup", str(STARTUP_S), "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and list(report["arms"]) == ["w8a8"]
+    assert report["arms"]["w8a8"]["levels"][0]["ok"] == 1
+    assert not (tmp_path / "serve.json.tmp").exists()
 
 
 def test_serve_compare_refuses_bad_arguments(tmp_path, capsys):
