@@ -38,7 +38,7 @@ once it accepts connections (loading and warm-up are reported, not timed into a 
 Before its measured levels each arm serves one unmeasured pass of every level at
 ``--warm-tokens`` output tokens (default 16, with another prompt): MLX compiles a kernel
 at its first call, on CUDA at run time (a CUTLASS module of ``mx.quantized_matmul`` took
-about a minute on an NVIDIA H100's host, then cached on disk), so without the pass the
+about 40 s on a fresh NVIDIA H100 host, then cached on disk), so without the pass the
 levels time whichever arm first meets a kernel on that machine.
 Per level the output is serve_bench's row; then, for each ``w8a8*`` arm against each
 ``mlx_lm-*`` arm, the ratio of aggregate output tokens/s (> 1: the W8A8 server is faster)

@@ -395,7 +395,7 @@ def qmm4_supports(problem) -> bool:
 # MLX's CUDA ``quantized_matmul`` (0.32, affine, a weight row of two or more groups) runs
 # its precompiled GEMV where M < 8 and otherwise a CUTLASS GEMM compiled at run time, one
 # module per M tile (the next power of two of M, clamped to 16..64), dtype, bits and group
-# size. Each module compiled for about a minute on an NVIDIA H100's host (MLX keeps them
+# size. Each module compiled for about 40 s on a fresh NVIDIA H100 host (MLX keeps them
 # in its on-disk PTX cache after that), so a layer served through it must be warmed up
 # at each tile: :func:`qmm_variant`. Hazard: this mirrors MLX's dispatch
 # (``mlx/backend/cuda/quantized``); a key too fine only costs a warm-up call more.
