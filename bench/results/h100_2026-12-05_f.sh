@@ -63,6 +63,8 @@
 # M tile MLX compiles, and a model pass), the server's own warm-up alone (--warm-tokens 0).
 # Part T (not run yet): the five-arm server comparison again with each arm's unmeasured
 # warm-up pass (serve_compare's default since part S) at levels 8 and 32.
+# Part V (not run yet): issue 49's batched-decode rows from bf16 (4 layers, shipped table
+# or prior): Llama-3-8B and Qwen2.5-7B shapes at B = 4, 16, 64.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
 set -u
 export PYTHONUNBUFFERED=1
@@ -198,6 +200,12 @@ if [ "$part" = "t" ]; then
   run 580 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit,w8a8-8bit-pc \
     --json "$O/t_serve.json"
+fi
+if [ "$part" = "v" ]; then
+  for model in llama-3-8b qwen2.5-7b; do
+    run 180 python3 -m mlx_w8a8.bench --model $model --layers 4 --tokens 128 --decode 32 \
+      --batch 4,16,64 --rounds 4 --warm-up
+  done
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
