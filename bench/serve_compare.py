@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
     paths = write_folders(args.model, args.layers, folders, args.seed, say,
                           tuple(dict.fromkeys(ARMS[a][1] for a in arms)))
     extra = args.server_args.split()
+    requests_for = lambda level: (  # noqa: E731
+        args.requests or min(2 * level, serve_bench.MAX_REQUESTS))
     results: dict[str, dict] = {}
     ok = True
     for arm in arms:
@@ -296,14 +298,13 @@ def main(argv: list[str] | None = None, out=None) -> int:
             if args.warm_tokens:
                 t0 = time.perf_counter()
                 for level in levels:
-                    requests = args.requests or min(2 * level, serve_bench.MAX_REQUESTS)
-                    serve_bench.run_level(url, "completions", level, requests, WARM_PROMPT,
-                                          args.warm_tokens, args.timeout)
+                    serve_bench.run_level(url, "completions", level, requests_for(level),
+                                          WARM_PROMPT, args.warm_tokens, args.timeout)
                 warm = time.perf_counter() - t0
                 say(f"   warm-up pass (every level, {args.warm_tokens} tokens per request, "
                     f"not measured): {warm:.1f} s")
             for level in levels:
-                requests = args.requests or min(2 * level, serve_bench.MAX_REQUESTS)
+                requests = requests_for(level)
                 row = serve_bench.run_level(url, "completions", level, requests, args.prompt,
                                             args.max_tokens, args.timeout)
                 rows.append(row)

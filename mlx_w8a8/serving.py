@@ -392,8 +392,7 @@ def model_pass(model, prog: str) -> None:
         model: an mlx-lm model (called as ``model(tokens, cache=cache)``).
         prog: the command named in errors.
     """
-    from . import siblings
-    from .plans import clear_shared_activations
+    from .warmup import forget_memos
 
     cache = mlx_lm_module(prog, "mlx_lm.models.cache").make_prompt_cache(model)
     logits = model(mx.array([_PASS_PROMPTS[0]], dtype=mx.int32), cache=cache)
@@ -412,8 +411,7 @@ def model_pass(model, prog: str) -> None:
         finally:
             mx.synchronize(gen.stream)
             gen.close()
-    siblings.clear()  # nothing later may take the pass's memoised activations
-    clear_shared_activations()
+    forget_memos()
 
 
 def _check_hook(module, prog: str) -> Callable:

@@ -156,6 +156,13 @@ def _check(model, max_tokens, dtype) -> None:
         )
 
 
+def forget_memos() -> None:
+    """Drop this thread's memoised activations and sibling outputs: after calls on inputs
+    made only to compile (a warm-up, a model pass), nothing later may take them."""
+    siblings.clear()
+    clear_shared_activations()
+
+
 def warm_up(
     model: nn.Module,
     max_tokens: int = 2048,
@@ -215,9 +222,7 @@ def warm_up(
                 where = "+".join([paths[0]] + [p.rsplit(".", 1)[-1] for p in paths[1:]])
                 print(f"[{_OP}] {where or '<model>'} M={m}: {', '.join(kernels)} {seconds:.2f} s",
                       file=sys.stderr, flush=True)
-    # Forget the warm-up inputs' memoised activations (nothing later may take them).
-    siblings.clear()
-    clear_shared_activations()
+    forget_memos()
     total = time.perf_counter() - start
     if progress:
         print(f"[{_OP}] {len(compiled)} calls for {layers} layers ({len(plans)} groups) in "
