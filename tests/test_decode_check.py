@@ -194,9 +194,8 @@ def test_a_sibling_launch_that_slows_decode_is_judged_under_its_summed_problem(c
     # (128 x 128) is o_proj's, judged alone on group_slow, and k/v (64 x 128) borrow from
     # it (256 x 128 is beyond the borrowing ratio): that candidate runs a single layer as
     # fast as mx.quantized_matmul, so that verdict is timing noise, and q/k/v follow
-    # whichever it was (one full CI run in about twenty kept it).
-    # A kept verdict is judged again in a second pass with q/k/v alone on it; the last
-    # verdict is the table's.
+    # whichever it was (a fresh-clone CI run once kept it). A kept verdict is judged
+    # again in a second pass with q/k/v alone on it; the last verdict is the table's.
     alone = [g for g in result.groups if (g.problem.n, g.problem.k) == (128, 128)]
     assert alone and any(path.endswith("o_proj") for path in alone[0].layers)
     expected = alone[-1].tuned if alone[-1].kept else "mlx_qmm"
