@@ -231,6 +231,38 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
                             cuda) is None
 
 
+def test_cuda_rules_for_batched_decode_agree_with_the_h100_tune():
+    """The per-channel rules at M = 2-7 summarize a tune on an H100 at M = 2, 4, 8 (prior.py
+    cites it), 7 Llama-3-8B shapes: at M = 2 and 4 the rule's kernel is the measured one
+    or within 1.15x of it, and faster than mx.quantized_matmul (by at least 1.05x), on
+    every weight from 4096 x 4096; the smaller weight keeps mx.quantized_matmul, which won it.
+    At M = 8 the rule's TMA GEMM is within 1.15x of the fastest on all 7."""
+    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "bench", "results")
+    doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
+    (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
+    entries = [e for e in section["entries"] if e["weight_format"] == "per_channel"]
+    assert len(entries) == 21 and {e["m_bucket"] for e in entries} == {2, 4, 8}
+    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+    for e in entries:
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "per_channel",
+                          e["group_size"])
+        picked = prior.choose("cuda", problem, cuda)
+        times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
+        if e["n"] * e["k"] < 4096 * 4096 and e["m_bucket"] < 8:
+            assert picked is None and e["choice"] == "mlx_qmm", e
+            continue
+        assert picked is not None and picked.name != "mlx_qmm", e
+        assert times[picked.name] <= 1.15 * min(times.values()), (e["m_bucket"], e["n"], e["k"])
+        if e["m_bucket"] < 8:
+            assert times["mlx_qmm"] >= 1.05 * times[picked.name], (e["m_bucket"], e["n"], e["k"])
+    for m, name in ((3, "cuda_int8_gemv"), (5, "cuda_w8a8_gemm_tma"), (7, "cuda_w8a8_gemm_tma")):
+        wide = Problem("linear", m, 14336, 4096, "bfloat16", "per_channel", 64)
+        assert prior.choose("cuda", wide, cuda).name == name
+    assert prior.choose("cuda", Problem("linear", 1, 14336, 4096, "bfloat16", "per_channel", 64),
+                        cuda) is None  # decode at batch 1: host-bound, mx.quantized_matmul
+
+
 RAW_TABLES = ("h200_2026-12-01_s18_b_raw.json", "h200_2026-12-01_s18_c_raw.json")
 
 

@@ -66,6 +66,11 @@
 # Part V (not run yet): issue 49's batched-decode rows from bf16 (4 layers, shipped table
 # or prior): Llama-3-8B and Qwen2.5-7B shapes at B = 4, 16, 64.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
+# Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
+# at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
+# Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
+# (gs64) at the decode sizes M = 2 ... 64, where the prior has no rule for mlx-lm 8-bit
+# weights; the server comparison's bf16 and W8A8 arms after the rule.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -206,6 +211,18 @@ if [ "$part" = "v" ]; then
     run 180 python3 -m mlx_w8a8.bench --model $model --layers 4 --tokens 128 --decode 32 \
       --batch 4,16,64 --rounds 4 --warm-up
   done
+fi
+if [ "$part" = "x" ]; then
+  for model in llama-3-8b qwen2.5-7b; do
+    run 120 python3 -m mlx_w8a8.bench --model $model --layers 4 --tokens 128 --decode 32 \
+      --batch 4,16,64 --rounds 4 --warm-up
+  done
+  rm -f tmp_t/x.json
+  run 150 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 \
+    --m 2,4,8,16,32,64 --table tmp_t/x.json --no-progress --sibling-check off --prefill-check off
+  cp tmp_t/x.json "$O/x_table.json"
+  run 240 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 8,32 --max-tokens 128 --arms mlx_lm-bf16,w8a8 --json "$O/x_serve.json"
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \

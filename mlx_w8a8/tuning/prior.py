@@ -29,11 +29,22 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # GEMM (the TMA GEMM at M = 8-15, the cp.async GEMM at 16-127, the TMA GEMM from 128
     # on); where another kernel won, the first named took at most 1.07x its time in that
     # race.
-    # - M < 8: no rule, mx.quantized_matmul (MLX's GEMV there). At M = 1 the model's own
-    #   decode loop (the decode check on all 32 layers) kept no W8A8 kernel (the GEMVs
-    #   that won the per-shape race: 0.95x-0.99x, p25 0.91x-0.95x), decode being
-    #   host-bound and a custom kernel launch costing more host time than a built-in op
-    #   (docs/cuda.md). M = 2-7 was not measured.
+    # - M = 1: no rule, mx.quantized_matmul (MLX's GEMV there). The model's own decode
+    #   loop (the decode check on all 32 layers) kept no W8A8 kernel (the GEMVs that won
+    #   the per-shape race: 0.95x-0.99x, p25 0.91x-0.95x), decode being host-bound and a
+    #   custom kernel launch costing more host time than a built-in op (docs/cuda.md).
+    # - M = 2-7 (batched decode of a few sequences), weights from 4096 x 4096: measured on
+    #   an NVIDIA H100 80GB HBM3 (tune --model llama-3-8b --m 2,4,8, kept in
+    #   bench/results/h100_2026-12-05_f_table.json, part W of h100_2026-12-05_f.log).
+    #   MLX's GEMV slows with each row (4096 x 14336: 86.8 us at M = 2, 141 us at M = 4;
+    #   the lm_head 520 and 983 us) while the W8A8 kernels barely do: the fused GEMV won
+    #   all 6 such shapes at M = 2 (1.08-2.26x mx.quantized_matmul) and 4 of 6 at M = 4
+    #   (1.20-1.81x; the TMA GEMM or the cp.async GEMM won the others, the GEMV within
+    #   1.14x of them and 2.3-3.6x faster than mx.quantized_matmul); at M = 8 the TMA
+    #   GEMM won 4 of them. So the GEMV at M = 2-4 and the TMA GEMM at 5-7 (between
+    #   the measured 4 and 8). 1024 x 4096 keeps mx.quantized_matmul (it won at M = 2
+    #   and 4: 42 against 46-49 us). Without the rule batched decode at B = 4 ran 0.52x
+    #   bf16 on the Llama-3-8B and Qwen2.5-7B shapes (4 layers, part V of the same log).
     # - M = 8-15: the TMA GEMM. At M = 8 a W8A8 kernel won every shape's race (the table
     #   holds it for each: the TMA GEMM at 1.15-2.43x mx.quantized_matmul, within 1.07x
     #   of the GEMV where that won); M = 9-15 lies between that and M = 16. Without the
@@ -46,6 +57,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   64, 128, 512, 2048, and the sibling check kept q+k+v and gate+up as one launch at
     #   each of them).
     ("cuda", "linear", "per_channel"): [
+        (2, 4, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws",
+                             "cuda_w8a8_gemm")),
+        (5, 7, 4096 * 4096, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
         (8, 15, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
         (16, 127, 0, ("cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm")),
         (128, None, 0, ("cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm")),
