@@ -469,23 +469,33 @@ def main(argv: list[str] | None = None, out=None) -> int:
         status = unsaved(tuner, batch.measured(), target, out)
     elif failures and not rows:
         status = 1
-    if args.model and wants_decode_check(args, m_values):
-        if saved < measured or failures:
-            print("decode check skipped: not every problem was measured", file=out)
-        else:
-            status = decode_check(args, tuner, out) or status
-    # The prefill-length checks, in order (the prefill check leaves sibling launches to
-    # the sibling check's verdicts).
-    for name, flag, check, needs_groups in (
-            ("sibling check", args.sibling_check, "check_siblings", True),
-            ("prefill check", args.prefill_check, "check_prefill", False)):
-        prefill = check_tokens(flag, args, m_values, needs_groups)
-        if not (args.model and prefill):
-            continue
-        if saved < measured or failures:
-            print(f"{name} skipped: not every problem was measured", file=out)
-        else:
-            status = prefill_check(name, check, args, tuner, out, prefill) or status
+    stage = "decode check"
+    try:
+        if args.model and wants_decode_check(args, m_values):
+            if saved < measured or failures:
+                print("decode check skipped: not every problem was measured", file=out)
+            else:
+                status = decode_check(args, tuner, out) or status
+        # The prefill-length checks, in order (the prefill check leaves sibling launches
+        # to the sibling check's verdicts).
+        for stage, flag, check, needs_groups in (
+                ("sibling check", args.sibling_check, "check_siblings", True),
+                ("prefill check", args.prefill_check, "check_prefill", False)):
+            prefill = check_tokens(flag, args, m_values, needs_groups)
+            if not (args.model and prefill):
+                continue
+            if saved < measured or failures:
+                print(f"{stage} skipped: not every problem was measured", file=out)
+            else:
+                status = prefill_check(stage, check, args, tuner, out, prefill) or status
+    except KeyboardInterrupt:
+        # The measured entries were written before any check began: say so, or a user
+        # told "0 entries saved" measures them all again.
+        what = (f"the {saved} measured entries are saved in {target}" if saved
+                else f"nothing was measured in this run (its entries were in {target})")
+        return fail(f"interrupted in the {stage}: {what}, without the verdicts of the "
+                    f"{stage} and the checks after it (the same command without --force "
+                    f"runs the checks and measures nothing again)", 130)
     if args.export:
         status = export(target, args.export, out) or status
     if args.show:

@@ -263,6 +263,41 @@ def test_cuda_rules_for_batched_decode_agree_with_the_h100_tune():
                         cuda) is None  # decode at batch 1: host-bound, mx.quantized_matmul
 
 
+def test_cuda_rules_for_grouped_batched_decode_agree_with_the_h100_tune():
+    """The group-wise 8-bit rules at decode sizes summarize a tune on an H100 at M = 2, 4,
+    8, 16, 32, 64 (prior.py cites it), 7 Llama-3-8B shapes: wherever a rule picks a W8A8
+    kernel it is the measured fastest or within 1.10x of it (at M = 2 and 4 also faster
+    than mx.quantized_matmul); where none picks one (1024 x 4096 at M = 2 and 4, and M = 16)
+    mx.quantized_matmul stays, and at M = 16 no W8A8 kernel was within 1.10x of the
+    fastest on every shape."""
+    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "bench", "results")
+    doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
+    (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
+    entries = [e for e in section["entries"] if e["weight_format"] == "grouped"]
+    assert len(entries) == 42 and {e["m_bucket"] for e in entries} == {2, 4, 8, 16, 32, 64}
+    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+    slow_at_16: dict[str, int] = {}
+    for e in entries:
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
+                          e["group_size"])
+        picked = prior.choose("cuda", problem, cuda)
+        times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
+        best = min(times.values())
+        if e["m_bucket"] == 16:
+            assert picked is None, e
+            for name, t in times.items():
+                slow_at_16[name] = slow_at_16.get(name, 0) + (t > 1.10 * best)
+            continue
+        if picked is None:
+            assert e["m_bucket"] < 8 and e["n"] * e["k"] < 4096 * 4096 and e["choice"] == "mlx_qmm", e
+            continue
+        assert times[picked.name] <= 1.10 * best, (e["m_bucket"], e["n"], e["k"], picked.name)
+        if e["m_bucket"] <= 4:
+            assert times["mlx_qmm"] > times[picked.name], e
+    assert all(count > 0 for name, count in slow_at_16.items() if name != "exact"), slow_at_16
+
+
 RAW_TABLES = ("h200_2026-12-01_s18_b_raw.json", "h200_2026-12-01_s18_c_raw.json")
 
 

@@ -427,6 +427,41 @@ def test_decode_check_runs_when_asked_on_the_model_with_the_tuner(
         assert "decode check on" in text and "nothing to check" in text
 
 
+def test_interrupt_in_a_check_says_the_measured_entries_are_saved(tmp_path, monkeypatch, capsys):
+    # The entries are written before any check begins; an interrupt in a check must not
+    # report "0 entries saved" (a user would measure them all again), and the same
+    # command then runs the check without measuring anything again.
+    pytest.importorskip("mlx_lm")
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning.decode_check import DecodeCheck
+
+    checks = []
+
+    def interrupted(model, tuner, **kw):
+        checks.append("interrupted")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuning, "check_decode", interrupted)
+    path = str(tmp_path / "t.json")
+    argv = ["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
+            "--check-layers", "1", "--table", path] + TINY
+    code, text = run(argv)
+    err = capsys.readouterr().err
+    saved = len(entries_of(path))
+    assert code == 130 and checks == ["interrupted"] and saved >= 5, (text, err)
+    assert f"interrupted in the decode check: the {saved} measured entries are saved" in err
+    assert "0 entries saved" not in err and "Traceback" not in err
+
+    def completes(model, tuner, **kw):
+        checks.append("ran")
+        return DecodeCheck((), 16, 6, {}, 0)
+
+    monkeypatch.setattr(tuning, "check_decode", completes)
+    code, text = run(argv)
+    assert code == 0 and checks[-1] == "ran", text
+    assert f", 0 to measure, into {path}" in text and len(entries_of(path)) == saved
+
+
 @pytest.mark.parametrize("layers,hint", [(1, True), (2, False)])
 def test_decode_check_says_how_many_blocks_it_ran(layers, hint, tmp_path, monkeypatch):
     """The report names the blocks checked out of the model's; below the full depth it

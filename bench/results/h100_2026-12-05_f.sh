@@ -61,10 +61,10 @@
 # cache (its on-disk PTX) listed after each and the server logs kept.
 # Part S: part R's first run after the fix (the warm-up calls mx.quantized_matmul at each
 # M tile MLX compiles, and a model pass), the server's own warm-up alone (--warm-tokens 0).
-# Part T (not run yet): the five-arm server comparison again with each arm's unmeasured
-# warm-up pass (serve_compare's default since part S) at levels 8 and 32.
-# Part V (not run yet): issue 49's batched-decode rows from bf16 (4 layers, shipped table
-# or prior): Llama-3-8B and Qwen2.5-7B shapes at B = 4, 16, 64.
+# Part T: the five-arm server comparison again with each arm's unmeasured warm-up pass
+# (serve_compare's default since part S) at levels 8 and 32.
+# Part V: batched decode from bf16 (4 layers, shipped table or prior): Llama-3-8B and
+# Qwen2.5-7B shapes at B = 4, 16, 64.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.

@@ -72,8 +72,22 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   mx.quantized_matmul; 0.32-0.46x the per-channel TMA GEMM's speed on the large
     #   shapes at M = 2048, docs/cuda.md).
     # - M = 16: no rule: mx.quantized_matmul, the W8A8 GEMV or the TMA GEMM won by shape.
+    # Batched decode sizes, measured on an NVIDIA H100 80GB HBM3 (same versions): tune
+    # --model llama-3-8b --format grouped --group-size 64 --m 2,4,8,16,32,64 (part X of
+    # bench/results/h100_2026-12-05_f.log, entries kept in h100_2026-12-05_f_table.json,
+    # which tests/test_prior.py checks these rules against). Not yet timed in a model.
+    # - M = 2-8: the W8A8 GEMV (at M = 2 and 4 it won all 6 shapes from 4096 x 4096,
+    #   1.06-3.15x mx.quantized_matmul; at M = 8 it won 5 of 7, 1.04-2.80x, and took at
+    #   most 1.10x the winner's time on the other 2), except for weights below 4096 x 4096
+    #   at M = 2-7: 1024 x 4096 kept mx.quantized_matmul there (it won at M = 2 and 4).
+    # - M = 9-31: no rule (at M = 16 the GEMV, mx.quantized_matmul and the TMA GEMM each
+    #   lost some shape by 1.10-1.57x).
+    # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
+    #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x).
     ("cuda", "linear", "grouped"): [
-        (128, None, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
+        (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
+        (32, None, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
