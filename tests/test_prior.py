@@ -195,19 +195,26 @@ def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
     assert checked == 15  # 5 single-layer shapes x M = 128, 512, 2048
 
 
+def _h100_entries(weight_format: str) -> tuple[list[dict], list[Candidate]]:
+    """The ``weight_format`` entries of the recorded H100 tunes
+    (bench/results/h100_2026-12-05_f_table.json, which prior.py cites) and the linear
+    candidates a CUDA machine has."""
+    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "bench", "results")
+    doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
+    (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
+    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+    return [e for e in section["entries"] if e["weight_format"] == weight_format], cuda
+
+
 def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
     """The CUDA rules for MLX's 4-bit weights summarize two recorded tune runs on an H100
     (prior.py cites them), 7 Llama-3-8B shapes each: at M = 128, 512, 2048 they pick the
     measured kernel, the 4-bit TMA GEMM, on all 21 entries; at M = 4 the 4-bit GEMV
     exactly where it was measured fastest (the weights from 4096 x 4096); at M = 1 and 16
     nothing (M = 1: no gain in the model's decode; M = 16: a split by shape)."""
-    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "bench", "results")
-    doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
-    (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
-    entries = [e for e in section["entries"] if e["weight_format"] == "grouped4"]
+    entries, cuda = _h100_entries("grouped4")
     assert len(entries) == 42 and {e["m_bucket"] for e in entries} == {1, 4, 16, 128, 512, 2048}
-    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
     gemvs = 0
     for e in entries:
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped4",
@@ -237,13 +244,8 @@ def test_cuda_rules_for_batched_decode_agree_with_the_h100_tune():
     or within 1.15x of it, and faster than mx.quantized_matmul (by at least 1.05x), on
     every weight from 4096 x 4096; the smaller weight keeps mx.quantized_matmul, which won it.
     At M = 8 the rule's TMA GEMM is within 1.15x of the fastest on all 7."""
-    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "bench", "results")
-    doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
-    (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
-    entries = [e for e in section["entries"] if e["weight_format"] == "per_channel"]
+    entries, cuda = _h100_entries("per_channel")
     assert len(entries) == 21 and {e["m_bucket"] for e in entries} == {2, 4, 8}
-    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
     for e in entries:
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "per_channel",
                           e["group_size"])
@@ -270,13 +272,8 @@ def test_cuda_rules_for_grouped_batched_decode_agree_with_the_h100_tune():
     than mx.quantized_matmul); where none picks one (1024 x 4096 at M = 2 and 4, and M = 16)
     mx.quantized_matmul stays, and at M = 16 no W8A8 kernel was within 1.10x of the
     fastest on every shape."""
-    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "bench", "results")
-    doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
-    (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
-    entries = [e for e in section["entries"] if e["weight_format"] == "grouped"]
+    entries, cuda = _h100_entries("grouped")
     assert len(entries) == 42 and {e["m_bucket"] for e in entries} == {2, 4, 8, 16, 32, 64}
-    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
     slow_at_16: dict[str, int] = {}
     for e in entries:
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
