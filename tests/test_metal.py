@@ -341,6 +341,135 @@ def test_nax_tile_refused_by_the_pipeline_is_retried_smaller(rng, monkeypatch):
     assert attempts == [512, 128, 128]  # refused once, then straight to the smaller tile
 
 
+def test_nax_tile_refused_at_evaluation_is_retried_smaller(rng, monkeypatch):
+    """MLX checks the threadgroup size when it encodes the kernel, at evaluation, not when
+    the kernel is called: the first launch of a pipeline is evaluated on the spot, so a
+    refusal then is retried with the 64 x 64 tile too (without that evaluation the
+    refused array would reach the caller)."""
+    monkeypatch.setattr(metal, "_refused", set())
+    monkeypatch.setattr(metal, "_launched", set())
+    attempts, refused = [], []  # the refused outputs, kept alive (their ids stay unique)
+
+    def lazy_refusal(kernel, *, inputs, threadgroup, **_):
+        attempts.append(threadgroup[0])
+        a, b = (np.array(x).astype(np.int64) for x in inputs[:2])
+        out = mx.array((a @ b.T).astype(np.int32))
+        if threadgroup[0] > 448:
+            refused.append(out)
+        return [out]
+
+    real_eval = mx.eval
+
+    def evaluate(*arrays):
+        if any(x is r for x in arrays for r in refused):
+            raise ValueError("[metal::Device] Thread group size (512) is greater than  the maximum "
+                             "allowed threads per threadgroup (448).")
+        real_eval(*arrays)
+
+    monkeypatch.setattr(metal.mx, "eval", evaluate)
+    previous = metal.set_executor(lazy_refusal)
+    try:
+        for _ in range(2):
+            a, b = oracle.random_int8(rng, (40, 64)), oracle.random_int8(rng, (24, 64))
+            c = metal.nax_int8_matmul(mx.array(a), mx.array(b), tile="128x128")
+            assert all(c is not r for r in refused)
+            np.testing.assert_array_equal(np.array(c), oracle.int8_matmul(a, b))
+    finally:
+        metal.set_executor(previous)
+    assert attempts == [512, 128, 128]
+
+
+def test_nax_probe_names_a_tile_that_ran_smaller(monkeypatch):
+    """A tile whose pipeline refused its threadgroup size runs as 64 x 64 (as it will in
+    use): the probe still turns NAX on, but does not call that tile exact."""
+    monkeypatch.setattr(metal, "_refused", set())
+    monkeypatch.setattr(metal, "_launched", set())
+    previous = metal.set_executor(refusing_executor(448, []))
+    try:
+        ok, why, definitive = metal.run_nax_probe()
+    finally:
+        metal.set_executor(previous)
+    assert ok and definitive, why
+    exact, _, smaller = why.partition("; ")
+    assert "128x128" not in exact and "64x128" in exact and "32x128" in exact
+    assert smaller == "tiles 128x128 refused by their pipelines' threadgroup limit run as 64x64"
+
+
+def recording_executor(calls):
+    """Stand-in for MLX that records each launch (kernel name, template, inputs) and
+    returns zeros: for launch contracts, not numbers."""
+    def run(kernel, *, inputs, template, output_shapes, output_dtypes, **_):
+        calls.append((kernel, dict(template), inputs))
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+    return run
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("nax", [True, False])
+def test_grouped_gemms_read_scales_and_offsets_group_major(bits, nax):
+    """The grouped GEMMs' epilogue lanes read neighbouring columns of one group, so the
+    scales and offsets go to the kernel as [G, N] (MLX stores [N, G], a stride of G per
+    column, as Cider avoids): equal values, transposed, contiguous. The emulated runs
+    hold the numbers; a kernel and a layout reverted together would still compute them
+    right, and only this contract sees it."""
+    n, k, gs = 48, 256, 64
+    w = QuantizedWeight.from_float(mx.random.normal((n, k)), group_size=gs, per_channel=False, bits=bits)
+    calls = []
+    previous = metal.set_executor(recording_executor(calls))
+    try:
+        with metal.override(metal=True, nax=nax):
+            run = metal.grouped_w8a8_linear if bits == 8 else metal.w4a8_linear
+            mx.eval(run(mx.ones((40, k), dtype=mx.float16), w, None))
+    finally:
+        metal.set_executor(previous)
+    (gemm,) = [c for c in calls if "TB" in c[1]]  # the GEMM (the quantize has no weight type)
+    inputs = dict(zip(metal._GEMM_INPUTS, gemm[2]))
+    want_s = np.array(w.scales.astype(mx.float32)).T
+    assert inputs["ws"].shape == (k // gs, n) and np.array_equal(np.array(inputs["ws"]), want_s)
+    assert inputs["wo"].shape == (k // gs, n)
+    assert gemm[1]["GS"] == gs and gemm[1]["MODE"] == 2
+
+
+def test_one_instantiation_per_tile_for_every_per_channel_group_size():
+    """The GEMM's template holds what changes its code and nothing else: no swizzle (the
+    kernel computes it from the grid) and the group size only for grouped weights (MODE
+    2), so per-channel weights of group size 32, 64 and 128 and the raw int8 GEMM
+    compile one NAX pipeline per tile, not one per group size."""
+    calls = []
+    previous = metal.set_executor(recording_executor(calls))
+    try:
+        with metal.override(metal=True, nax=True):
+            for gs in (32, 64, 128):
+                w = QuantizedWeight.from_float(mx.random.normal((64, 256)), group_size=gs, per_channel=True)
+                for m in (8, 300):  # a small grid and one past 8 M tiles (swizzled)
+                    mx.eval(metal.nax_w8a8_linear(mx.ones((m, 256), dtype=mx.float16), w, None, tile="64x64"))
+    finally:
+        metal.set_executor(previous)
+    templates = {tuple(sorted(c[1].items())) for c in calls if "BM" in c[1]}
+    assert len(templates) == 1, templates
+    (template,) = templates
+    assert not any("SWZ" in name or "SWIZZLE" in name for name, _ in template)
+    assert dict(template)["GS"] == 32 and dict(template)["MODE"] == 1
+
+
+def test_nax_edge_blocks_guard_only_the_ragged_operand():
+    """Speed, which results cannot show: a SIMD-group on the last M tile takes the
+    guarded (per-element bounds-checked) loads for A only, and B keeps its unguarded
+    loads while its N range is whole, and the other way round (as MLX's NAX GEMM
+    guards only the unaligned operand). Read from the kernel source: A's loads branch on
+    a flag of rows alone, B's on a flag of columns alone."""
+    from mlx_w8a8.kernels import sources
+
+    src = sources.read("metal", "nax_gemm.metal")
+    assert "const bool a_inside = m_sg + SM <= M;" in src
+    assert "const bool b_inside = n_sg + SN <= N;" in src
+    a_at, b_at = src.index("if (a_inside && full_k) {"), src.index("if (b_inside && full_k) {")
+    a_loads = src[a_at:b_at]
+    assert "fa[" in a_loads and "fb[" not in a_loads and "b_inside" not in a_loads
+    b_loads = src[b_at:src.index("op.run(", b_at)]
+    assert "fb[" in b_loads and "a_inside" not in b_loads
+
+
 def test_nax_tile_other_errors_are_not_retried(monkeypatch):
     monkeypatch.setattr(metal, "_refused", set())
     monkeypatch.setattr(metal, "_launched", set())

@@ -729,3 +729,29 @@ def test_dump_writes_the_generated_source_for_apples_compiler(tmp_path, monkeypa
     assert "2 kernel sources, 0 failed to compile (dry run)" in out
     full = (tmp_path / "custom_kernel_probe_float_float.with_preamble.metal").read_text()
     assert full.startswith(metal_compile.PREAMBLE) and "[[kernel]] void custom_kernel_probe_float_float" in full
+
+
+@pytest.mark.parametrize("tests_status,want", [(0, 0), (1, 1)])
+def test_metal_compile_fails_when_the_emulated_tests_fail(tests_status, want, tmp_path, monkeypatch, capsys):
+    """A failing emulated test stops before its later launches, so the dump can lack
+    kernels: the compile job must then fail even when every dumped source compiles (the
+    dry run compiles nothing and fails nothing itself)."""
+    from metal_emu import metal_compile
+
+    def dump(folder):
+        (folder / "custom_kernel_probe_float_float.metal").write_text("// a dumped source\n")
+        return tests_status
+
+    monkeypatch.setattr(metal_compile, "dump", dump)
+    assert metal_compile.main([str(tmp_path), "--dry-run"]) == want
+    err = capsys.readouterr().err
+    assert ("the emulated tests exited with status 1" in err) == bool(tests_status)
+
+
+def test_metal_compile_dumps_the_checks_emulated_run_too():
+    """The check's emulated run (every Metal candidate at the check's shapes) is among
+    the tests whose launches are dumped for Apple's compiler."""
+    from metal_emu import metal_compile
+
+    source = (metal_compile.ROOT / "tests" / "test_check.py").read_text()
+    assert f"def {metal_compile.CHECK_TEST}(" in source

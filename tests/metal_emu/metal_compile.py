@@ -4,7 +4,8 @@ One command, on a Mac with Xcode for macOS 26 (Metal 4; no GPU needed)::
 
     python tests/metal_emu/metal_compile.py build/metal-src
 
-1. runs ``tests/test_metal.py`` (the emulated runs, ``-k "not gpu"``) with
+1. runs ``tests/test_metal.py`` (the emulated runs, ``-k "not gpu"``) and the emulated
+   run of ``python -m mlx_w8a8.check`` in ``tests/test_check.py`` with
    ``METAL_EMU_DUMP=build/metal-src``: the emulator's executor writes the exact
    source MLX generates for every kernel instantiation it runs (``capture_source``: header,
    signature with the address space of every input, body, explicit instantiation), one
@@ -14,7 +15,9 @@ One command, on a Mac with Xcode for macOS 26 (Metal 4; no GPU needed)::
 
        xcrun -sdk macosx metal -std=metal4.0 -fno-fast-math -I <mlx>/include -c K.metal -o K.air
 
-Exit status 1 when a source fails to compile (or none was dumped). ``--no-tests``
+Exit status 1 when a source fails to compile, none was dumped, or the emulated tests
+failed (a failing test stops before its later launches, so the dump may lack kernels;
+the sources that were dumped are compiled all the same). ``--no-tests``
 compiles what the folder already holds; ``--dry-run`` dumps and prints the commands
 without compiling (it runs on any OS: the dump needs only MLX and clang).
 """
@@ -30,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DUMP_ENV = "METAL_EMU_DUMP"
+# python -m mlx_w8a8.check's run of every Metal candidate, emulated (its shapes add kernels).
+CHECK_TEST = "test_check_runs_every_metal_candidate_in_the_emulator"
 PREAMBLE = '#include "mlx/backend/metal/kernels/utils.h"  // MLX prepends metal::utils() to every metal_kernel\n'
 
 
@@ -44,8 +49,9 @@ def dump(folder: Path) -> int:
     """Run the emulated Metal tests with the dump on; returns pytest's exit status."""
     env = dict(os.environ, **{DUMP_ENV: str(folder)})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_metal.py"),
-           "-k", "not gpu"]
+    tests = ROOT / "tests"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests / "test_metal.py"),
+           str(tests / "test_check.py") + "::" + CHECK_TEST, "-k", "not gpu"]
     print("$", DUMP_ENV + "=" + str(folder), " ".join(cmd), flush=True)
     return subprocess.run(cmd, env=env, cwd=ROOT).returncode
 
@@ -89,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tests", action="store_true", help="compile what the folder holds; dump nothing")
     parser.add_argument("--dry-run", action="store_true", help="print the compile commands, run none")
     args = parser.parse_args(argv)
+    rc = 0
     if not args.no_tests:
         args.folder.mkdir(parents=True, exist_ok=True)
         rc = dump(args.folder.resolve())
-        print(f"tests exited with status {rc} (the dump is what matters here)")
-    return 1 if compile_all(args.folder, args.dry_run) else 0
+        if rc != 0:
+            print(f"the emulated tests exited with status {rc}: the dump may lack the kernels of "
+                  f"the launches after a failure (compiling what was dumped)", file=sys.stderr)
+    failed = compile_all(args.folder, args.dry_run)
+    return 1 if failed or rc != 0 else 0
 
 
 if __name__ == "__main__":
