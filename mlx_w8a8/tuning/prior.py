@@ -38,7 +38,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   bench/results/h100_2026-12-05_f_table.json, part W of h100_2026-12-05_f.log).
     #   MLX's GEMV slows with each row (4096 x 14336: 86.8 us at M = 2, 141 us at M = 4;
     #   the lm_head 520 and 983 us) while the W8A8 kernels barely do: the fused GEMV won
-    #   all 6 such shapes at M = 2 (1.08-2.26x mx.quantized_matmul) and 4 of 6 at M = 4
+    #   all 6 such shapes at M = 2 (1.08-2.26x mx.quantized_matmul) and 3 of 6 at M = 4
     #   (1.20-1.81x; the TMA GEMM or the cp.async GEMM won the others, the GEMV within
     #   1.14x of them and 2.3-3.6x faster than mx.quantized_matmul); at M = 8 the TMA
     #   GEMM won 4 of them. So the GEMV at M = 2-4 and the TMA GEMM at 5-7 (between
@@ -81,7 +81,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   most 1.10x the winner's time on the other 2), except for weights below 4096 x 4096
     #   at M = 2-7: 1024 x 4096 kept mx.quantized_matmul there (it won at M = 2 and 4).
     # - M = 9-31: no rule (at M = 16 the GEMV, mx.quantized_matmul and the TMA GEMM each
-    #   lost some shape by 1.10-1.57x).
+    #   took 1.33x the winner's time or more on some shape).
     # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
     #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x).
     ("cuda", "linear", "grouped"): [
