@@ -66,6 +66,13 @@
 # Part V: batched decode from bf16 (4 layers, shipped table or prior): Llama-3-8B and
 # Qwen2.5-7B shapes at B = 4, 16, 64.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
+# Parts Y, Y2, Z and Z2 (not run yet; for an NVIDIA H200, each one call): Y re-measures
+# the shipped table's per-channel entries into a fresh table, now with the batched-decode
+# buckets M = 2 and 4 (the decode check on all 32 layers at M = 1, then the sibling and
+# prefill checks at M >= 16); Y2 the group-wise gs64 entries at M = 2 ... 2048 into
+# another; Z the batched-decode rows of issue 49 (4 layers: Llama-3-8B, Qwen2.5-7B and
+# Phi-3-mini shapes at B = 4, 16, 64; 32 layers at B = 32); Z2 the four-arm server
+# comparison.
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
@@ -223,6 +230,34 @@ if [ "$part" = "x" ]; then
   cp tmp_t/x.json "$O/x_table.json"
   run 240 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 8,32 --max-tokens 128 --arms mlx_lm-bf16,w8a8 --json "$O/x_serve.json"
+fi
+if [ "$part" = "y" ]; then
+  rm -f tmp_t/y.json
+  run 300 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
+    --table tmp_t/y.json --no-progress
+  cp tmp_t/y.json "$O/y_table.json"
+  run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
+    --table tmp_t/y.json --no-progress
+  cp tmp_t/y.json "$O/y_table.json"
+fi
+if [ "$part" = "y2" ]; then
+  rm -f tmp_t/y2.json
+  run 560 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 \
+    --m 2,4,8,16,32,64,128,512,2048 --table tmp_t/y2.json --no-progress
+  cp tmp_t/y2.json "$O/y2_table.json"
+fi
+if [ "$part" = "z" ]; then
+  for model in llama-3-8b qwen2.5-7b phi-3-mini; do
+    run 130 python3 -m mlx_w8a8.bench --model $model --layers 4 --tokens 128 --decode 32 \
+      --batch 4,16,64 --rounds 4 --warm-up
+  done
+  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
+    --batch 32 --rounds 3 --warm-up
+fi
+if [ "$part" = "z2" ]; then
+  run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit \
+    --json "$O/z2_serve.json"
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
