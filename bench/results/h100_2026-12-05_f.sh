@@ -72,7 +72,8 @@
 # prefill checks at M >= 16); Y2 the group-wise gs64 entries at M = 2 ... 2048 into
 # another; Z the batched-decode rows of issue 49 (4 layers: Llama-3-8B, Qwen2.5-7B and
 # Phi-3-mini shapes at B = 4, 16, 64; 32 layers at B = 32); Z2 the four-arm server
-# comparison.
+# comparison; Z3 the same for mlx-lm 4-bit folders (mlx_lm.server and mlx_w8a8.server on
+# the 4-bit checkpoint, with mlx_lm.server on bf16 beside them).
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
@@ -258,6 +259,11 @@ if [ "$part" = "z2" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit \
     --json "$O/z2_serve.json"
+fi
+if [ "$part" = "z3" ]; then
+  run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-4bit,w4a8 \
+    --json "$O/z3_serve.json"
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
