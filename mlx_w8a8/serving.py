@@ -394,6 +394,13 @@ def model_pass(model, prog: str) -> None:
     """
     from .warmup import forget_memos
 
+    try:
+        _model_pass(model, prog)
+    finally:  # a pass that failed half-way left memos too: no request may take them
+        forget_memos()
+
+
+def _model_pass(model, prog: str) -> None:
     cache = mlx_lm_module(prog, "mlx_lm.models.cache").make_prompt_cache(model)
     logits = model(mx.array([_PASS_PROMPTS[0]], dtype=mx.int32), cache=cache)
     token = mx.argmax(logits[:, -1, :], axis=-1)
@@ -411,7 +418,6 @@ def model_pass(model, prog: str) -> None:
         finally:
             mx.synchronize(gen.stream)
             gen.close()
-    forget_memos()
 
 
 def _check_hook(module, prog: str) -> Callable:

@@ -412,6 +412,35 @@ def test_a_failing_model_pass_is_logged_and_the_model_still_served():
     assert len(failed) == 1 and "the first requests compile" in failed[0], lines
 
 
+def test_a_model_pass_that_fails_still_forgets_its_memos(monkeypatch):
+    """Memoised activations and sibling outputs of the pass's inputs are dropped even when
+    the pass fails half-way, so the first request cannot take them."""
+    from mlx_w8a8 import warmup
+
+    forgot = []
+    monkeypatch.setattr(warmup, "forget_memos", lambda: forgot.append(1))
+
+    class Half(nn.Module):  # its prefill runs, the decode step fails
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(64, 8)
+            self.calls = 0
+
+        def make_cache(self):  # mlx-lm's make_prompt_cache asks the model first
+            return []
+
+        def __call__(self, x, cache=None):
+            self.calls += 1
+            if self.calls > 1:
+                raise RuntimeError("decode step failed")
+            return self.proj(mx.zeros((1, x.shape[1], 64)))
+
+    model = Half()
+    with pytest.raises(RuntimeError, match="decode step failed"):
+        serving.model_pass(model, "prog")
+    assert model.calls == 2 and forgot == [1]
+
+
 def test_provider_loads_at_construction_with_the_server_warm_up_default():
     import argparse
 
