@@ -73,7 +73,9 @@
 # another; Z the batched-decode rows of issue 49 (4 layers: Llama-3-8B, Qwen2.5-7B and
 # Phi-3-mini shapes at B = 4, 16, 64; 32 layers at B = 32); Z2 the four-arm server
 # comparison; Z3 the same for mlx-lm 4-bit folders (mlx_lm.server and mlx_w8a8.server on
-# the 4-bit checkpoint, with mlx_lm.server on bf16 beside them).
+# the 4-bit checkpoint, with mlx_lm.server on bf16 beside them). Z4: the CUDA prior's
+# group-wise decode rules in a model for the first time: the 4-layer bench from mlx-lm
+# 8-bit and 4-bit gs64 checkpoints, decode at B = 1, 4, 16, 64 (no table).
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
@@ -254,6 +256,12 @@ if [ "$part" = "z" ]; then
   done
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
     --batch 32 --rounds 3 --warm-up
+fi
+if [ "$part" = "z4" ]; then
+  for w in 8bit-gs64 4bit-gs64; do
+    run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 --tokens 128 \
+      --decode 32 --batch 4,16,64 --rounds 4 --warm-up
+  done
 fi
 if [ "$part" = "z2" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
