@@ -66,8 +66,8 @@
 # Part V: batched decode from bf16 (4 layers, shipped table or prior): Llama-3-8B and
 # Qwen2.5-7B shapes at B = 4, 16, 64.
 # Part Q: batched decode B = 8 / 32 on 32 layers, then part H's exactness tests.
-# Parts Y, Y2, Z and Z2 (not run yet; for an NVIDIA H200, each one call): Y re-measures
-# the shipped table's per-channel entries into a fresh table, now with the batched-decode
+# Parts Y, Y2, Z and Z2 (for an NVIDIA H200, each one call; Z ran on an H100, the
+# others not yet): Y re-measures the shipped table's per-channel entries into a fresh table, now with the batched-decode
 # buckets M = 2 and 4 (the decode check on all 32 layers at M = 1, then the sibling and
 # prefill checks at M >= 16); Y2 the group-wise gs64 entries at M = 2 ... 2048 into
 # another; Z the batched-decode rows of issue 49 (4 layers: Llama-3-8B, Qwen2.5-7B and
@@ -75,7 +75,12 @@
 # comparison; Z3 the same for mlx-lm 4-bit folders (mlx_lm.server and mlx_w8a8.server on
 # the 4-bit checkpoint, with mlx_lm.server on bf16 beside them). Z4: the CUDA prior's
 # group-wise decode rules in a model for the first time: the 4-layer bench from mlx-lm
-# 8-bit and 4-bit gs64 checkpoints, decode at B = 1, 4, 16, 64 (no table).
+# 8-bit and 4-bit gs64 checkpoints, decode at B = 1, 4, 16, 64 (no table). Part Z5 (run
+# inline after Z4, its commands in the log): tune --format grouped4 at M = 8 ... 64, then
+# the 4-bit bench at B = 16, 64 with that table. Part Z6: the prior's 4-bit rules from
+# part Z5 (GEMV at M = 8-16, the TMA GEMM from 17) in the 4-bit bench with no table, then
+# decode at B = 1 from the 8-bit gs64 checkpoint in more rounds (its B = 1 ratio to
+# mlx-lm 8-bit, where both run mx.quantized_matmul, moved 0.86-1.00 in part Z4).
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
@@ -262,6 +267,12 @@ if [ "$part" = "z4" ]; then
     run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 --tokens 128 \
       --decode 32 --batch 4,16,64 --rounds 4 --warm-up
   done
+fi
+if [ "$part" = "z6" ]; then
+  run 220 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 4bit-gs64 --layers 4 \
+    --tokens 128 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
+  run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 128 --decode 64 --batch 16 --rounds 8 --warm-up
 fi
 if [ "$part" = "z2" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \

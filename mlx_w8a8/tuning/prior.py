@@ -91,23 +91,34 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
-    # grouped4 at M = 128, 512, 2048 and at M = 1, 4, 16 (bench/results/h100_2026-12-05_f.log);
+    # grouped4 at M = 128, 512, 2048, at M = 1, 4 (parts F and M of
+    # bench/results/h100_2026-12-05_f.log) and at M = 8, 16, 32, 64 (part Z5, checks off);
     # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
     # tests/test_prior.py checks these rules against. Not measured on an H200.
-    # - M >= 128: the 4-bit TMA GEMM won all 21 (1.15-2.66x mx.quantized_matmul at 4 bits).
-    # - M = 2-4: the 4-bit GEMV for weights from 4096 x 4096, measured at M = 4: it won
-    #   those 6 shapes (1.50-5.34x), lost 1024 x 4096 (0.88x); in the 4-layer model, batched
-    #   decode at B = 4 with it ran 1.69x mlx-lm 4-bit and 1.14x bf16 (same log). M = 2
-    #   and 3 lie between M = 4 and M = 1, where it won the weights from 4096 x 14336
-    #   (1.15-1.84x) and tied below.
+    # - M >= 32: the 4-bit TMA GEMM won all 7 shapes at M = 32 and 64 (1.06-2.22x
+    #   mx.quantized_matmul at 4 bits) and all 21 at M = 128, 512, 2048 (1.15-2.66x).
+    #   M = 17-31 lie between that and M = 16, where mx.quantized_matmul took 1.2-1.7x
+    #   less time than at M = 32 and the GEMM at most 1.3x less: the rule starts at 17.
+    # - M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
+    #   won the four from 1024 x 4096 to 4096 x 14336 (1.10-2.30x) and lost the three wide
+    #   ones (N >= 14336, K = 4096) to mx.quantized_matmul (87 against 99 us, 120 against
+    #   153 us, the lm_head 301 against 434 us), so that over a Llama-3-8B block's
+    #   launches (q+k+v, o, gate+up, down) it takes 405 us against mx.quantized_matmul's
+    #   518 and the TMA GEMM's 497. In the 4-layer model with part Z5's table (which keeps
+    #   mx.quantized_matmul on the three wide ones) batched decode at B = 16 ran 1.34x
+    #   bf16, against 0.76x with no rule (part Z4).
+    # - M = 2-7: the 4-bit GEMV for weights from 4096 x 4096: at M = 4 it won those 6
+    #   shapes (1.50-5.34x), lost 1024 x 4096 (0.88x), which it won at M = 8; in the
+    #   4-layer model, batched decode at B = 4 with it ran 1.69x mlx-lm 4-bit and 1.14x
+    #   bf16 (part J). M = 2 and 3 lie between M = 4 and M = 1, where it won the weights
+    #   from 4096 x 14336 (1.15-1.84x) and tied below.
     # - M = 1: no rule. The GEMV's per-shape wins gave no gain in the model's decode
     #   (1.00x mlx-lm 4-bit, p25 0.96x, with the M = 1, 4, 16 table): decode at batch 1 is
     #   host-bound, as for 8-bit weights.
-    # - M = 5-127: no rule. At M = 16 the GEMV won four shapes and lost the three widest
-    #   (N >= 14336: 0.71-0.83x); M = 5-15 and 17-127 were not measured.
     ("cuda", "linear", GROUPED4): [
-        (2, 4, 4096 * 4096, ("cuda_w4a8_gemv",)),
-        (128, None, 0, ("cuda_w4a8_gemm_tma",)),
+        (2, 7, 4096 * 4096, ("cuda_w4a8_gemv",)),
+        (8, 16, 0, ("cuda_w4a8_gemv",)),
+        (17, None, 0, ("cuda_w4a8_gemm_tma",)),
     ],
     # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
     # an NVIDIA H200 (MLX 0.32.4): tune --op int8_matmul / quantize_activation on the
