@@ -35,13 +35,14 @@ compared with the shipped kernel's once per shape and tile; a row says which dif
 With ``--grouped 32,64,128`` the arms are the group-wise TMA GEMM instead
 (``gemm_grouped.gemm_grouped_tma`` on weights ``mx.quantize`` wrote at those group sizes,
 ``--bits 8`` or ``4``), each tile of ``GROUPED_TMA_CONFIGS`` (``GROUPED4_TMA_CONFIGS``)
-also with the consumers' MMA order (``<tile>o``, ``GroupedTmaConfig.order``), whose
-outputs must equal the unordered tile's bit for bit (a row says which differ); with
+also with the consumers' MMA order (``<tile>o``, ``GroupedTmaConfig.order``; with
+``--live`` instead the rows-past-M skip, ``<tile>l``, ``GroupedTmaConfig.live``), whose
+outputs must equal the plain tile's bit for bit (a row says which differ); with
 ``mx.quantized_matmul`` at the same group size and bits and the bfloat16 product.
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
 [--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8] [--coop]
-[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4]]``. Needs a CUDA GPU and
+[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live]]``. Needs a CUDA GPU and
 torch with CUPTI.
 """
 
@@ -108,14 +109,18 @@ def main(argv=None) -> int:
                    "group-wise TMA GEMM's tiles, each also with MMA order (<tile>o)")
     p.add_argument("--bits", type=int, choices=(8, 4), default=8,
                    help="with --grouped: the weights' code width")
+    p.add_argument("--live", action="store_true", help="with --grouped: each tile also with "
+                   "the rows-past-M skip (<tile>l) instead of the MMA order")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
     if args.grouped:
         if args.int32 or args.kernel_dir or args.acc or args.stages or args.coop or args.tiles:
-            p.error("--grouped takes only --m, --kn, --reps and --bits")
+            p.error("--grouped takes only --m, --kn, --reps, --bits and --live")
         return grouped_gemms(ms, shapes, [int(v) for v in args.grouped.split(",")],
-                             args.bits, args.reps)
+                             args.bits, args.reps, "live" if args.live else "order")
+    if args.live:
+        p.error("--live needs --grouped")
     tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
     if args.tiles:
         unknown = sorted(set(args.tiles.split(",")) - set(tiles))
@@ -218,10 +223,11 @@ def with_cooperative(tiles: dict) -> dict:
     return out
 
 
-def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int) -> int:
-    """``--grouped``: the group-wise TMA GEMM's kernel time per tile, unordered and with
-    MMA order (``<tile>o``), against ``mx.quantized_matmul`` and bf16, per shape, group
-    size and M; ordered outputs compared with the unordered tile's, bit for bit."""
+def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order") -> int:
+    """``--grouped``: the group-wise TMA GEMM's kernel time per tile, plain and with
+    ``variant`` on (``"order"``: the MMA order, ``<tile>o``; ``"live"``: the rows-past-M
+    skip, ``<tile>l``), against ``mx.quantized_matmul`` and bf16, per shape, group size
+    and M; the variant's outputs compared with the plain tile's, bit for bit."""
     from mlx_w8a8.weight import QuantizedWeight
 
     configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
@@ -245,11 +251,11 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int) -> int:
                 row["quantize"] = timed(lambda: cuda_quantize.quantize_groups(x, gs)[2], reps)[0]
                 for name, cfg in configs.items():
                     plain = cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, cfg)
-                    ordered = cfg._replace(order=True)
+                    other, tag = cfg._replace(**{variant: True}), variant[0]
                     if not mx.array_equal(cuda_gemm_grouped.gemm_grouped_tma(
-                            xq, xs, xr, qw, None, mx.bfloat16, ordered), plain).item():
-                        differ.append(name + "o")
-                    for label, c in ((name, cfg), (name + "o", ordered)):
+                            xq, xs, xr, qw, None, mx.bfloat16, other), plain).item():
+                        differ.append(name + tag)
+                    for label, c in ((name, cfg), (name + tag, other)):
                         row[label] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                             xq, xs, xr, qw, None, mx.bfloat16, c), reps)[0]
                 best = min((v, kname) for kname, v in row.items()
@@ -257,7 +263,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int) -> int:
                 print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "
                       + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
-                      + (f"  | OUTPUT DIFFERS ordered vs not: {differ}" if differ else ""))
+                      + (f"  | OUTPUT DIFFERS {variant} vs plain: {differ}" if differ else ""))
     return 0
 
 

@@ -934,6 +934,37 @@ def test_grouped_tma_mma_order_is_the_same_arithmetic(rng, bits, group_size, m, 
         assert mx.array_equal(plain, ordered, equal_nan=True).item(), name
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("m,n,k,with_bias", [
+    (1, 264, 1024, False),  # one row: seven of the eight consumer warps own no row
+    (16, 392, 1152, True),  # warp 0's 16 rows exactly; 9 k-tiles: the ring wraps
+    (17, 40, 256, False),  # one row into warp 1; one tile
+    (64, 264, 128, True),  # warpgroup 1 owns no row; one k-tile
+    (65, 264, 512, False),  # one row into warpgroup 1
+    (200, 2176, 1024, True),  # a whole row tile, then one of 72 rows; more tiles than blocks
+])
+def test_grouped_tma_live_skips_only_rows_past_m(rng, bits, group_size, m, n, k, with_bias):
+    """Every tile with the rows-past-M skip (GroupedTmaConfig.live), alone and with the
+    MMA order: exact against the oracle and bit for bit the plain tile's output. A warp
+    that skipped rows it owns leaves them unstored (the oracle check fails on them); one
+    that left the stage release or the MMA order's barriers unbalanced hangs or faults
+    the launch."""
+    grouped_tma_tile(sorted(cuda_tiles.GROUPED_TMA_CONFIGS)[0])  # skips where it cannot run
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
+              else make_weight(rng, n, k, group_size, False, "bfloat16"))
+    x = activation(rng, m, k, "bfloat16")
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if with_bias else None
+    for name, cfg in sorted(configs.items()):
+        for live in (cfg._replace(live=True), cfg._replace(live=True, order=True)):
+            check_linear(rng, grouped_tma_run(live), m, n, k, "bfloat16", group_size, False,
+                         with_bias, "bfloat16", bits=bits)
+            plain = grouped_tma_run(cfg)(x, weight, bias)
+            assert mx.array_equal(plain, grouped_tma_run(live)(x, weight, bias),
+                                  equal_nan=True).item(), (name, live)
+
+
 @pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
     """Groups whose weight codes are all zero, stored as mx.quantize stores them (scale

@@ -220,9 +220,9 @@ def kernel_builds() -> list[KernelBuild]:
     # (4-bit per token, either width with activation groups; ORD below).
     for configs, stem, extra in (
             (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_grouped", ()),
-            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False), ("ORD", False))),
-            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True), ("ORD", False))),
-            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True), ("ORD", False)))):
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False), ("ORD", False), ("LIVE", False))),
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True), ("ORD", False), ("LIVE", False))),
+            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True), ("ORD", False), ("LIVE", False)))):
         for i, cfg in enumerate(configs.values()):
             for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
                 t = launch.FLOAT_DTYPES[(i + j) % 3]
@@ -242,13 +242,29 @@ def kernel_builds() -> list[KernelBuild]:
     # MMA order (ORD): every tile of either code width at group size 64, single and group3.
     for configs, bits in ((cuda_tiles.GROUPED_TMA_CONFIGS, 8), (cuda_tiles.GROUPED4_TMA_CONFIGS, 4)):
         for cfg in configs.values():
-            tpl = (("GS", 64),) + tuple(cfg.template()) + (("WB", bits), ("AG", False), ("ORD", True))
+            tpl = (("GS", 64),) + tuple(cfg.template()) + (("WB", bits), ("AG", False), ("ORD", True),
+                                                            ("LIVE", False))
             out.append(KernelBuild(cfg.file, "tma_groupwise", _grouped_tma_inputs("tma_groupwise"),
                                    (("y", "bfloat16"),), (("T", "bfloat16"),) + tpl))
             out.append(KernelBuild(cfg.file, "tma_groupwise_group3",
                                    _grouped_tma_group_inputs("_group3", 3),
                                    tuple((f"y{g}", "bfloat16") for g in range(3)),
                                    (("T", "bfloat16"),) + tpl))
+    # Rows past M skipped (LIVE): every tile of either code width, single at group size 32
+    # with a bias, group2 at 128, and once with activation groups and the MMA order.
+    for configs, bits in ((cuda_tiles.GROUPED_TMA_CONFIGS, 8), (cuda_tiles.GROUPED4_TMA_CONFIGS, 4)):
+        for cfg in configs.values():
+            for gs, body, extra in ((32, "tma_groupwise_bias", (("AG", False), ("ORD", False))),
+                                    (128, "tma_groupwise_group2", (("AG", False), ("ORD", False))),
+                                    (64, "tma_groupwise", (("AG", True), ("ORD", True)))):
+                tpl = ((("T", "bfloat16"), ("GS", gs)) + tuple(cfg.template())
+                       + (("WB", bits),) + extra + (("LIVE", True),))
+                if body.endswith("group2"):
+                    out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs("_group2", 2),
+                                           (("y0", "bfloat16"), ("y1", "bfloat16")), tpl))
+                else:
+                    out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body),
+                                           (("y", "bfloat16"),), tpl))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -1870,6 +1886,47 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert not _same_launches([bound], [gemm])
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_grouped_tma_live_tile_takes_the_groupwise_body_with_live(cuda_here, rng, bits):
+    """A tile with the rows-past-M skip (GroupedTmaConfig.live) launches the
+    ``tma_groupwise`` body with ``("LIVE", True)`` last in its template, else as the
+    plain tile (same arrays, grid, threads, shared memory); the plain 8-bit tile keeps
+    the shipped ``tma_grouped`` body and template (what the table measured), and every
+    ``tma_groupwise`` launch says ``("LIVE", False)`` when the skip is off."""
+    import mlx.core as mx
+
+    from mlx_w8a8.weight import QuantizedWeight
+
+    rec = cuda_here
+    m, n, k, gs = 40, 1000, 512, 64
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    if bits == 4:
+        wq, sq, bq = mx.quantize(w, group_size=gs, bits=4)
+        qw = QuantizedWeight(wq, sq, bq, gs, per_channel=False, bits=4)
+    else:
+        qw = QuantizedWeight.from_float(w, gs, per_channel=False)
+    x = mx.zeros((m, k), dtype=mx.bfloat16)
+    cfg = cuda_tiles.grouped_tma_tile_for(m, n, bits)
+    launches = {}
+    for live in (False, True):
+        xq, xs, xr = cuda_quantize.quantize_groups(x, gs)
+        start = len(rec.launches)
+        cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, cfg._replace(live=live))
+        (launches[live],) = rec.launches[start:]
+    plain, live = launches[False], launches[True]
+    assert live["name"] == "w8a8_gemm_grouped_ws_tma_groupwise"
+    assert live["template"][-1] == ("LIVE", True)
+    if bits == 8:
+        assert plain["name"] == "w8a8_gemm_grouped_ws_tma_grouped"
+        assert plain["template"] == [("T", mx.bfloat16), ("GS", gs)] + cfg.template()
+        assert live["template"][:-1] == plain["template"] + [("WB", 8), ("AG", False), ("ORD", False)]
+    else:
+        assert plain["template"][-1] == ("LIVE", False)
+        assert live["template"][:-1] == plain["template"][:-1]
+    for field in ("grid", "threadgroup", "shared_memory", "inputs", "outputs", "output_shapes"):
+        assert live[field] == plain[field], field
+
+
 @pytest.mark.parametrize("m,n,k,gs,dtype,has_bias", [
     (77, 1000, 512, 32, "float16", True),       # odd M, N not a multiple of any tile
     (2048, 4096, 4096, 64, "bfloat16", False),  # prefill: 128 x 128 tiles
@@ -1921,7 +1978,8 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["threadgroup"] == (384, 1, 1)
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
-                                ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False), ("ORD", False)]
+                                ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False), ("ORD", False),
+                                ("LIVE", False)]
     key, _, _ = cand.bind_stages(p, qw, bias)
     assert key == registry.get("linear", "cuda_w8a8_gemm_grouped_tma").stages(
         Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))[0]
@@ -1973,7 +2031,8 @@ def test_act_groups_tma_launch_plan(cuda_here, rng, fmt, m, n, k, gs, dtype, has
     assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_groupwise" + ("_bias" if has_bias else "")
     assert all(a is b for a, b in zip(gemm["arrays"][:3], acts))
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn), ("STAGES", cfg.stages),
-                                ("PW", cfg.producers), ("WB", bits), ("AG", True), ("ORD", False)]
+                                ("PW", cfg.producers), ("WB", bits), ("AG", True), ("ORD", False),
+                                ("LIVE", False)]
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     start = len(rec.launches)
     cand.run(x, qw, bias)

@@ -96,10 +96,11 @@ def grouped_terms(weight, bn: int) -> mx.array:
 
 def _body(cfg: GroupedTmaConfig, act_groups: bool) -> str:
     """The stem of the group-wise TMA GEMM's bodies: ``tma_grouped`` for 8-bit codes and
-    per-token scales without MMA order (the bodies the shipped table measured), else
-    ``tma_groupwise`` (code width, activation scaling and MMA order as template
-    arguments: :func:`_template`)."""
-    return "tma_grouped" if cfg.bits == 8 and not act_groups and not cfg.order else "tma_groupwise"
+    per-token scales without MMA order or the rows-past-M skip (the bodies the shipped
+    table measured), else ``tma_groupwise`` (code width, activation scaling, MMA order
+    and the skip as template arguments: :func:`_template`)."""
+    plain = cfg.bits == 8 and not act_groups and not cfg.order and not cfg.live
+    return "tma_grouped" if plain else "tma_groupwise"
 
 
 def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
@@ -107,7 +108,8 @@ def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
     """The template arguments of the group-wise TMA GEMM's launch (:func:`_body`)."""
     template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
     if _body(cfg, act_groups) == "tma_groupwise":
-        template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order)]
+        template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order),
+                     ("LIVE", cfg.live)]
     return template
 
 

@@ -253,13 +253,17 @@ class GroupedTmaConfig(NamedTuple):
     stages also hold the tile's packed rows (``bn * 64`` bytes) and a third mbarrier,
     and whose four producer warps expand the codes (``producers`` must be 4). ``order``:
     the consumer warpgroups take turns issuing their MMAs, each promoting under the
-    other's (``gemm_grouped_ws.cu``, MMA order; the same outputs bit for bit)."""
+    other's (``gemm_grouped_ws.cu``, MMA order; the same outputs bit for bit). ``live``:
+    a consumer warp whose 16 rows of a tile all lie past M skips its promotions and its
+    epilogue (``gemm_grouped_ws.cu``, rows past M; the same stored outputs bit for bit):
+    at M <= 64 half the consumer warps or more. Not yet run on a GPU: no policy picks it."""
 
     bn: int
     stages: int
     producers: int
     bits: int = 8
     order: bool = False
+    live: bool = False
 
     file = "gemm_grouped_ws.cu"
     bm = 128

@@ -65,6 +65,16 @@
 //    The arithmetic is unchanged: outputs equal the unordered kernel's bit for bit.
 //    Warpgroup 0's first group waits for nothing; warpgroup 1's last signal is not
 //    made (nothing would wait for it), so both barriers end balanced.
+//  * Rows past M (LIVE, template argument of the tma_groupwise bodies): a consumer warp
+//    owns 16 rows of each tile, and in a tile's last row block of a short M (decode
+//    batches: M <= 64 leaves warpgroup 1's four warps and M <= 16 seven of the eight
+//    without a row) a warp whose rows all lie past M would promote and stage values
+//    never stored: the promotion, a few CUDA-core instructions per accumulator and
+//    group, is what bounds this kernel. With LIVE such a warp (row_base >= M,
+//    warp-uniform) skips its promotions and its epilogue; it still issues its share of
+//    the warpgroup's wgmmas (warpgroup-collective), waits for them, keeps the MMA
+//    order's barriers and releases every stage as the others do. Stored outputs are
+//    unchanged bit for bit (the rows it skips are never stored).
 //  * Stage release: stage s holds k-tile kt's A, B and terms. After promoting kt's last
 //    group, each consumer warp arrives once on empty[s] (count 8): its wgmmas on the
 //    stage are complete (wait_group 0), and __syncwarp orders its lanes' shared-memory
@@ -341,7 +351,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
 template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
-          bool AG = false, bool ORD = false>
+          bool AG = false, bool ORD = false, bool LIVE = false>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -443,6 +453,9 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
     const GroupedMember<T> mb = member_of<BN>(ms, tn);
     const int row_base = tm * BM + wg * 64 + (warp & 3) * 16;
+    // LIVE: a warp whose 16 rows of this tile all lie past M promotes nothing and stores
+    // nothing (warp-uniform; below).
+    const bool live = !LIVE || row_base < M;
     const int32_t* r_lo = sums + static_cast<size_t>(min(row_base + (lane >> 2), M - 1)) * groups;
     const int32_t* r_hi = sums + static_cast<size_t>(min(row_base + (lane >> 2) + 8, M - 1)) * groups;
 #pragma unroll
@@ -498,31 +511,33 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         // as a float minus 1.5 * 2^23, exactly: an integer and a float add instead of an
         // I2F (a quarter-rate conversion on sm_90, BN / 2 per thread and group).
         constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
-        const float rlo = static_cast<float>(cur_lo), rhi = static_cast<float>(cur_hi);
-        // 4-bit codes are not offset (P = U, the terms hold the stored bias b).
-        constexpr int kShift = kW4 ? 0 : 128;
-        const int clo = 0x4B400000 - kShift * cur_lo, chi = 0x4B400000 - kShift * cur_hi;
+        if (live) {
+          const float rlo = static_cast<float>(cur_lo), rhi = static_cast<float>(cur_hi);
+          // 4-bit codes are not offset (P = U, the terms hold the stored bias b).
+          constexpr int kShift = kW4 ? 0 : 128;
+          const int clo = 0x4B400000 - kShift * cur_lo, chi = 0x4B400000 - kShift * cur_hi;
 #pragma unroll
-        for (int c = 0; c < BN / 8; ++c) {
-          const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
-          const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
-          const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
-          const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
-          const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
-          if constexpr (AG) {
-            // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R,
-            // one for the group's term, one for the chain (docs/numerics.md).
-            f[4 * c] = __fmaf_rn(tcur_lo, __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo)), f[4 * c]);
-            f[4 * c + 1] = __fmaf_rn(tcur_lo, __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo)), f[4 * c + 1]);
-            f[4 * c + 2] = __fmaf_rn(tcur_hi, __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi)), f[4 * c + 2]);
-            f[4 * c + 3] = __fmaf_rn(tcur_hi, __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi)), f[4 * c + 3]);
-          } else {
-            f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
-            f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
-            f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
-            f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
+          for (int c = 0; c < BN / 8; ++c) {
+            const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+            const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+            const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+            const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+            const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+            if constexpr (AG) {
+              // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R,
+              // one for the group's term, one for the chain (docs/numerics.md).
+              f[4 * c] = __fmaf_rn(tcur_lo, __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo)), f[4 * c]);
+              f[4 * c + 1] = __fmaf_rn(tcur_lo, __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo)), f[4 * c + 1]);
+              f[4 * c + 2] = __fmaf_rn(tcur_hi, __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi)), f[4 * c + 2]);
+              f[4 * c + 3] = __fmaf_rn(tcur_hi, __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi)), f[4 * c + 3]);
+            } else {
+              f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
+              f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
+              f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
+              f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
+            }
           }
-        }
+        }  // live
         tcur_lo = tnext_lo;
         tcur_hi = tnext_hi;
         cur_lo = next_lo;
@@ -538,7 +553,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) bits[i] = __float_as_int(f[i]);
     const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
-    ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
+    if (live) ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
   }
 }
 
@@ -600,34 +615,36 @@ w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
 // The group-wise TMA GEMM with its code width WB (8, or 4: MLX's 4-bit weights, packed
 // w [N, K/8] uint32) and activation scaling AG (0: per token, xs [..., 1]; 1: per token
 // and group, xs [M, K / GS] f32 from the quantize's `groups` body) as template
-// arguments; inputs as tma_grouped (wt: gemm_grouped.grouped_terms for the width).
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG, ORD>(
+// arguments, with the MMA order ORD and the rows-past-M skip LIVE (the consumers'
+// paragraphs above); inputs as tma_grouped (wt: gemm_grouped.grouped_terms for the
+// width).
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
                                {w_shape[0]}, {wmap}});
 
 // @@ body tma_groupwise_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG, ORD>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
                                {w_shape[0]}, {wmap}});
 
 // @@ body tma_groupwise_group2
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG, ORD>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
 // @@ body tma_groupwise_group2_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG, ORD>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
 // @@ body tma_groupwise_group3
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -636,7 +653,7 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD>(
         {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
 
 // @@ body tma_groupwise_group3_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
