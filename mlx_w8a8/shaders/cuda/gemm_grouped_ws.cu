@@ -543,8 +543,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         cur_lo = next_lo;
         cur_hi = next_hi;
       }
-      // k-tile kt is read (its wgmmas complete, its terms loaded by every lane): release
-      // its stage, one arrive per warp.
+      // k-tile kt is read (its wgmmas complete, its terms loaded by every lane of a live
+      // warp): release its stage, one arrive per warp.
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
     }
