@@ -91,7 +91,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
-    # grouped4 at M = 128, 512, 2048, at M = 1, 4 (parts F and M of
+    # grouped4 at M = 128, 512, 2048, at M = 1, 4 (parts F and J of
     # bench/results/h100_2026-12-05_f.log) and at M = 8, 16, 32, 64 (part Z5, checks off);
     # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
     # tests/test_prior.py checks these rules against. Not measured on an H200.
@@ -101,10 +101,10 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   less time than at M = 32 and the GEMM at most 1.3x less: the rule starts at 17.
     # - M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
     #   won the four from 1024 x 4096 to 4096 x 14336 (1.10-2.30x) and lost the three wide
-    #   ones (N >= 14336, K = 4096) to mx.quantized_matmul (87 against 99 us, 120 against
-    #   153 us, the lm_head 301 against 434 us), so that over a Llama-3-8B block's
-    #   launches (q+k+v, o, gate+up, down) it takes 405 us against mx.quantized_matmul's
-    #   518 and the TMA GEMM's 497. In the 4-layer model with part Z5's table (which keeps
+    #   ones (N >= 14336, K = 4096) to mx.quantized_matmul (its 87, 120 and, on the
+    #   lm_head, 301 us against the GEMV's 99, 153 and 434 us), so that over a block's
+    #   launches (Llama-3-8B's q+k+v, o, gate+up, down) it takes 405 us against
+    #   mx.quantized_matmul's 518 and the TMA GEMM's 497. In the 4-layer model with part Z5's table (which keeps
     #   mx.quantized_matmul on the three wide ones) batched decode at B = 16 ran 1.34x
     #   bf16, against 0.76x with no rule (part Z4) and 1.12x with these rules (part Z6;
     #   B = 64: 0.92x, against 0.55x with no rule).
