@@ -287,6 +287,20 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
     return layers
 
 
+def _on_cuda() -> bool:
+    """Whether MLX runs on its CUDA backend here (its GPU is an NVIDIA one)."""
+    cuda = getattr(mx, "cuda", None)
+    return bool(cuda is not None and cuda.is_available())
+
+
+def _grouped_8bit_layers(model: nn.Module) -> int:
+    """How many of ``model``'s W8A8 layers hold group-wise 8-bit weights."""
+    from .nn import Linear
+
+    return sum(1 for _, m in model.named_modules()
+               if isinstance(m, Linear) and m.format == "grouped" and m.bits == 8)
+
+
 def _activation_dtype(model: nn.Module) -> mx.Dtype:
     from .nn import Linear
 
@@ -339,6 +353,13 @@ class W8A8Loader:
             from .requantize import per_channel
 
             self.log(f"{self.prog}: {where}: {per_channel(model).describe()}")
+        elif _on_cuda():
+            grouped = _grouped_8bit_layers(model)
+            if grouped:
+                self.log(f"{self.prog}: {where}: {grouped} group-wise 8-bit layers run as "
+                         f"stored; on CUDA their prefill GEMM has about half the per-channel "
+                         f"GEMM's speed (docs/cuda.md): --per-channel requantizes them onto "
+                         f"it and reports what that costs in accuracy")
         # Hazard: MLX's streams belong to the thread that made them, and mlx-lm's server
         # runs the model on a generation thread of its own. Arrays the conversion left
         # lazy would be evaluated there on this thread's stream ("There is no Stream(cpu,

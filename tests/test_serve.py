@@ -342,7 +342,7 @@ def test_loader_keeps_saved_activation_groups_and_sets_them_on_request(tmp_path)
     assert options.act_scales == "group" and rest == ["--model", "x"]
 
 
-def test_loader_requantizes_an_8bit_folder_per_channel_on_request(tmp_path, capsys):
+def test_loader_requantizes_an_8bit_folder_per_channel_on_request(tmp_path, capsys, monkeypatch):
     # --per-channel: the stock 8-bit folder's group-wise layers become per-channel int8
     # (the fastest W8A8 kernels) and the log says what the second rounding cost; the
     # model stays close to the group-wise one. With --act-groups it is a usage error.
@@ -364,6 +364,16 @@ def test_loader_requantizes_an_8bit_folder_per_channel_on_request(tmp_path, caps
     want = np.array(grouped(tokens).astype(mx.float32)).astype(np.float64)
     got = np.array(served(tokens).astype(mx.float32)).astype(np.float64)
     assert 20 < oracle.sqnr_db(want, got) < float("inf")  # close, but requantized
+    # Without --per-channel, on CUDA (where the group-wise GEMM is the slower one), the log
+    # names the flag; on another backend it says nothing of it.
+    for cuda, want in ((False, 0), (True, 1)):
+        hints = []
+        monkeypatch.setattr(serving, "_on_cuda", lambda cuda=cuda: cuda)
+        serving.W8A8Loader(load, serving.ServeOptions(), "prog", hints.append)(str(stock))
+        hints = [ln for ln in hints if "--per-channel" in ln]
+        assert len(hints) == want, hints
+        if want:
+            assert "15 group-wise 8-bit layers run as stored" in hints[0], hints
     options, rest, _ = serving.split_argv("prog", ["--per-channel", "--model", "x"])
     assert options.per_channel and rest == ["--model", "x"]
     with pytest.raises(SystemExit):
