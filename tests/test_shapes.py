@@ -53,9 +53,10 @@ def test_bucket_is_next_power_of_two_capped():
 def test_nearest_bucket_snaps_in_log_space():
     measured = [1, 16, 512]
     assert shapes.nearest_bucket(1, measured) == 1
-    # bucket 4 is 2 octaves from both 1 and 16: a tie goes to the larger bucket
-    assert shapes.nearest_bucket(3, measured) == 16
-    assert shapes.nearest_bucket(2, measured) == 1       # bucket 2: 1 octave from 1, 3 from 16
+    assert shapes.nearest_bucket(3, [2, 8]) == 8         # bucket 4: a tie goes to the larger
+    # bucket 2 is 1 octave from 1 and 3 from 16, but the M = 1 bucket speaks only for M = 1
+    assert shapes.nearest_bucket(2, measured) == 16
+    assert shapes.nearest_bucket(1, [2, 16]) is None     # and M = 1 hears only it
     assert shapes.nearest_bucket(5, measured) == 16      # bucket 8: 3 from 1, 1 from 16
     assert shapes.nearest_bucket(100, measured) == 512   # bucket 128: 3 from 16, 2 from 512
     assert shapes.nearest_bucket(4000, measured) == 512

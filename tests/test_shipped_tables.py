@@ -94,6 +94,19 @@ def test_decode_runs_quantized_matmul_and_prefill_a_w8a8_gemm(as_h200, n, k):
     assert source == "table" and name.startswith("cuda_w8a8_gemm"), (name, source)
 
 
+@pytest.mark.parametrize("n, k", LLAMA_3_8B)
+def test_batched_decode_of_two_rows_does_not_take_the_decode_verdict(as_h200, n, k):
+    # The table has no M = 2 bucket. The M = 1 entries keep mx.quantized_matmul (the
+    # decode check's verdict on decode at batch 1); M = 2 takes the M = 8 entry, a W8A8
+    # kernel, as M = 3 and 4 do, never the M = 1 verdict (tuning/tuner.py
+    # MAX_BUCKET_OCTAVES: MLX's GEMV slows with each row).
+    tuning.use_tuner(as_h200)
+    for m in (2, 3, 4):
+        hit = as_h200.lookup(Problem("linear", m, n, k, "bfloat16", "per_channel", 64))
+        assert hit is not None and hit.entry["m_bucket"] == 8, (m, hit and hit.entry["m_bucket"])
+        assert hit.choice != "mlx_qmm", (m, hit.choice)
+
+
 @pytest.mark.parametrize("n, want", [(6144, [False, True, True, True, True]),
                                      (28672, [False, True, True, True, True])])
 def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):

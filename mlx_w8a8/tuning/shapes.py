@@ -224,7 +224,10 @@ def bucket(m: int, cap: int = M_CAP) -> int:
 
 
 def nearest_bucket(m: int, measured, cap: int = M_CAP) -> int | None:
-    """The measured bucket nearest to ``bucket(m)`` in log2 distance (ties: larger).
+    """The measured bucket nearest to ``bucket(m)`` in log2 distance (ties: larger),
+    the M = 1 bucket apart: it is the answer only for ``m == 1``, and ``m == 1`` has no
+    other (decode at batch 1 is decided in the model's own decode loop; its choice says
+    nothing about batched rows, nor theirs about it).
 
     Args:
         m: the token count at run time.
@@ -233,7 +236,7 @@ def nearest_bucket(m: int, measured, cap: int = M_CAP) -> int | None:
     Returns:
         The bucket to use, or ``None`` if ``measured`` is empty.
     """
-    measured = sorted(set(int(b) for b in measured))
+    measured = sorted(b for b in set(int(b) for b in measured) if (b == 1) == (m == 1))
     if not measured:
         return None
     target = math.log2(bucket(m, cap))
