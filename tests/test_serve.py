@@ -274,32 +274,18 @@ def test_loader_converts_what_mlx_w8a8_load_converts(folders):
     assert len(loader(str(folders["mixed"]), return_config=True)) == 3
 
 
-def test_loader_converts_a_stock_mlx_lm_8bit_folder(tmp_path):
-    # What mlx_lm.convert -q --q-bits 8 writes: 8-bit QuantizedLinear everywhere.
+@pytest.mark.parametrize("bits, fmt", [(8, "grouped"), (4, "grouped4")])
+def test_loader_converts_a_stock_mlx_lm_folder_as_stored(tmp_path, bits, fmt):
+    # What mlx_lm.convert -q writes (--q-bits 8, or the default 4): affine QuantizedLinear
+    # everywhere. The server's loader makes each an mlx_w8a8.Linear on the arrays as
+    # stored (no int8 copy: the packed uint32 codes, scales and biases themselves) whose
+    # logits track stock mlx-lm's W8A16 / W4A16 model (per-token int8 activations).
     from mlx_lm.utils import load
 
-    model, config = _tiny(seed=2)
-    nn.quantize(model, group_size=64, bits=8)
-    config = dict(config, quantization={"group_size": 64, "bits": 8, "mode": "affine"})
-    folder = tiny_lm.folder(tmp_path / "q8", model, config)
-    loader = serving.W8A8Loader(load, serving.ServeOptions(), "prog", lambda line: None)
-    converted, _ = loader(str(folder))
-    kinds = _linear_kinds(converted)
-    assert set(kinds.values()) == {"Linear"} and len(kinds) == 15
-    assert all(isinstance(m, w8.Linear) for p, m in converted.named_modules() if p in kinds)
-
-
-def test_loader_converts_a_stock_mlx_lm_4bit_folder_as_stored(tmp_path):
-    # What mlx_lm.convert -q writes by default: 4-bit QuantizedLinear everywhere. The
-    # server's loader makes each a 4-bit mlx_w8a8.Linear on the arrays as stored (no
-    # int8 copy: the packed [N, K / 8] uint32 codes, scales and biases themselves) whose
-    # logits track stock mlx-lm's W4A16 model (W4A8: per-token int8 activations).
-    from mlx_lm.utils import load
-
-    model, config = _tiny(seed=3)
-    nn.quantize(model, group_size=64, bits=4)
-    config = dict(config, quantization={"group_size": 64, "bits": 4, "mode": "affine"})
-    folder = tiny_lm.folder(tmp_path / "q4", model, config)
+    model, config = _tiny(seed=bits)
+    nn.quantize(model, group_size=64, bits=bits)
+    config = dict(config, quantization={"group_size": 64, "bits": bits, "mode": "affine"})
+    folder = tiny_lm.folder(tmp_path / f"q{bits}", model, config)
     loader = serving.W8A8Loader(load, serving.ServeOptions(), "prog", lambda line: None)
     converted, tokenizer = loader(str(folder))
     stock, _ = load(str(folder))
@@ -308,14 +294,13 @@ def test_loader_converts_a_stock_mlx_lm_4bit_folder_as_stored(tmp_path):
     stock_layers = dict(stock.named_modules())
     for p, m in converted.named_modules():
         if p in kinds:
-            assert isinstance(m, w8.Linear) and m.bits == 4 and m.format == "grouped4", p
+            assert isinstance(m, w8.Linear) and m.bits == bits and m.format == fmt, p
             ref = stock_layers[p]
             assert m.weight.dtype == mx.uint32 and m.weight.shape == ref.weight.shape, p
             assert np.array_equal(np.array(m.weight), np.array(ref.weight)), p
     tokens = mx.array([tokenizer.encode("a tiny prompt")])
     got, want = np.array(converted(tokens), np.float64), np.array(stock(tokens), np.float64)
-    sqnr = 10 * np.log10(np.sum(want ** 2) / np.sum((got - want) ** 2))
-    assert np.isfinite(got).all() and sqnr > 20, sqnr
+    assert np.isfinite(got).all() and oracle.sqnr_db(want, got) > 20
 
 
 def test_loader_keeps_saved_activation_groups_and_sets_them_on_request(tmp_path):
