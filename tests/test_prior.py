@@ -196,16 +196,30 @@ def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
     assert checked == 15  # 5 single-layer shapes x M = 128, 512, 2048
 
 
-def _h100_entries(weight_format: str) -> tuple[list[dict], list[Candidate]]:
+def _cuda_linears() -> list[Candidate]:
+    """The linear candidates a CUDA machine has."""
+    return [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
+
+
+def _h100_decisions(weight_format: str) -> list[tuple[dict, Candidate | None, dict[str, float]]]:
     """The ``weight_format`` entries of the recorded H100 tunes
-    (bench/results/h100_2026-12-05_f_table.json, which prior.py cites) and the linear
-    candidates a CUDA machine has."""
+    (bench/results/h100_2026-12-05_f_table.json, which prior.py cites), each with the
+    prior's pick among the linear candidates a CUDA machine has (``None``: no rule) and
+    the entry's median times by candidate."""
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "bench", "results")
     doc = table.read(os.path.join(results, "h100_2026-12-05_f_table.json"))
     (section,) = [s for s in doc["sections"] if s["device"]["device_name"] == "NVIDIA H100 80GB HBM3"]
-    cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
-    return [e for e in section["entries"] if e["weight_format"] == weight_format], cuda
+    cuda = _cuda_linears()
+    out = []
+    for e in section["entries"]:
+        if e["weight_format"] != weight_format:
+            continue
+        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], weight_format,
+                          e["group_size"])
+        times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
+        out.append((e, prior.choose("cuda", problem, cuda), times))
+    return out
 
 
 def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
@@ -216,17 +230,14 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
     weights from 4096 x 4096); at M = 16 the GEMV, which lost the three wide shapes but
     makes a Llama-3-8B block's launches fastest in sum; at M = 1 nothing (no gain in the
     model's decode)."""
-    entries, cuda = _h100_entries("grouped4")
-    assert len(entries) == 63
-    assert {e["m_bucket"] for e in entries} == {1, 4, 8, 16, 32, 64, 128, 512, 2048}
+    decisions = _h100_decisions("grouped4")
+    cuda = _cuda_linears()
+    assert len(decisions) == 63
+    assert {e["m_bucket"] for e, _, _ in decisions} == {1, 4, 8, 16, 32, 64, 128, 512, 2048}
     gemvs = 0
     block = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # q+k+v, o, gate+up, down
     block_sum: dict[str, float] = {}
-    for e in entries:
-        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped4",
-                          e["group_size"])
-        picked = prior.choose("cuda", problem, cuda)
-        times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
+    for e, picked, times in decisions:
         assert e["reference"] == "mlx_qmm4", e
         if e["m_bucket"] >= 32:
             assert picked is not None and picked.name == e["choice"] == "cuda_w4a8_gemm_tma", e
@@ -263,13 +274,10 @@ def test_cuda_rules_for_batched_decode_agree_with_the_h100_tune():
     or within 1.15x of it, and faster than mx.quantized_matmul (by at least 1.05x), on
     every weight from 4096 x 4096; the smaller weight keeps mx.quantized_matmul, which won it.
     At M = 8 the rule's TMA GEMM is within 1.15x of the fastest on all 7."""
-    entries, cuda = _h100_entries("per_channel")
-    assert len(entries) == 21 and {e["m_bucket"] for e in entries} == {2, 4, 8}
-    for e in entries:
-        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "per_channel",
-                          e["group_size"])
-        picked = prior.choose("cuda", problem, cuda)
-        times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
+    decisions = _h100_decisions("per_channel")
+    cuda = _cuda_linears()
+    assert len(decisions) == 21 and {e["m_bucket"] for e, _, _ in decisions} == {2, 4, 8}
+    for e, picked, times in decisions:
         if e["n"] * e["k"] < 4096 * 4096 and e["m_bucket"] < 8:
             assert picked is None and e["choice"] == "mlx_qmm", e
             continue
@@ -291,14 +299,10 @@ def test_cuda_rules_for_grouped_batched_decode_agree_with_the_h100_tune():
     than mx.quantized_matmul); where none picks one (1024 x 4096 at M = 2 and 4, and M = 16)
     mx.quantized_matmul stays, and at M = 16 no W8A8 kernel was within 1.10x of the
     fastest on every shape."""
-    entries, cuda = _h100_entries("grouped")
-    assert len(entries) == 42 and {e["m_bucket"] for e in entries} == {2, 4, 8, 16, 32, 64}
+    decisions = _h100_decisions("grouped")
+    assert len(decisions) == 42 and {e["m_bucket"] for e, _, _ in decisions} == {2, 4, 8, 16, 32, 64}
     slow_at_16: dict[str, int] = {}
-    for e in entries:
-        problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
-                          e["group_size"])
-        picked = prior.choose("cuda", problem, cuda)
-        times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
+    for e, picked, times in decisions:
         best = min(times.values())
         if e["m_bucket"] == 16:
             assert picked is None, e
