@@ -104,10 +104,10 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   ones (N >= 14336, K = 4096) to mx.quantized_matmul (its 87, 120 and, on the
     #   lm_head, 301 us against the GEMV's 99, 153 and 434 us), so that over a block's
     #   launches (Llama-3-8B's q+k+v, o, gate+up, down) it takes 405 us against
-    #   mx.quantized_matmul's 518 and the TMA GEMM's 497. In the 4-layer model with part Z5's table (which keeps
-    #   mx.quantized_matmul on the three wide ones) batched decode at B = 16 ran 1.34x
-    #   bf16, against 0.76x with no rule (part Z4) and 1.12x with these rules (part Z6;
-    #   B = 64: 0.92x, against 0.55x with no rule).
+    #   mx.quantized_matmul's 518 and the TMA GEMM's 497. In the 4-layer model with
+    #   part Z5's table (which keeps mx.quantized_matmul on the three wide ones) batched
+    #   decode at B = 16 ran 1.34x bf16, against 0.76x with no rule (part Z4) and 1.12x
+    #   with these rules (part Z6; B = 64: 0.92x, against 0.55x with no rule).
     # - M = 2-7: the 4-bit GEMV for weights from 4096 x 4096: at M = 4 it won those 6
     #   shapes (1.50-5.34x), lost 1024 x 4096 (0.88x), which it won at M = 8; in the
     #   4-layer model, batched decode at B = 4 with it ran 1.69x mlx-lm 4-bit and 1.14x
