@@ -288,17 +288,19 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
 
 
 def _on_cuda() -> bool:
-    """Whether MLX runs on its CUDA backend here (its GPU is an NVIDIA one)."""
-    cuda = getattr(mx, "cuda", None)
-    return bool(cuda is not None and cuda.is_available())
+    """Whether the model runs on MLX's CUDA backend (the tuner's backend of the default
+    device)."""
+    from .tuning.table import backend
+
+    return backend() == "cuda"
 
 
 def _grouped_8bit_layers(model: nn.Module) -> int:
-    """How many of ``model``'s W8A8 layers hold group-wise 8-bit weights."""
+    """How many of ``model``'s W8A8 layers hold group-wise 8-bit weights (format
+    ``"grouped"``: 4-bit ones are ``"grouped4"``)."""
     from .nn import Linear
 
-    return sum(1 for _, m in model.named_modules()
-               if isinstance(m, Linear) and m.format == "grouped" and m.bits == 8)
+    return sum(1 for _, m in model.named_modules() if isinstance(m, Linear) and m.format == "grouped")
 
 
 def _activation_dtype(model: nn.Module) -> mx.Dtype:
