@@ -223,11 +223,17 @@ def bucket(m: int, cap: int = M_CAP) -> int:
     return min(1 << (int(m) - 1).bit_length(), cap)
 
 
+def decode_apart(measured_bucket: int, m: int) -> bool:
+    """Whether an entry of ``measured_bucket`` may speak for ``m`` as far as batch 1 goes:
+    the M = 1 bucket only for ``m == 1``, and ``m == 1`` only by it (decode at batch 1 is
+    decided in the model's own decode loop; its choice says nothing about batched rows,
+    nor theirs about it)."""
+    return (measured_bucket == 1) == (m == 1)
+
+
 def nearest_bucket(m: int, measured, cap: int = M_CAP) -> int | None:
     """The measured bucket nearest to ``bucket(m)`` in log2 distance (ties: larger),
-    the M = 1 bucket apart: it is the answer only for ``m == 1``, and ``m == 1`` has no
-    other (decode at batch 1 is decided in the model's own decode loop; its choice says
-    nothing about batched rows, nor theirs about it).
+    among those :func:`decode_apart` lets speak for ``m``.
 
     Args:
         m: the token count at run time.
@@ -236,7 +242,7 @@ def nearest_bucket(m: int, measured, cap: int = M_CAP) -> int | None:
     Returns:
         The bucket to use, or ``None`` if ``measured`` is empty.
     """
-    measured = sorted(b for b in set(int(b) for b in measured) if (b == 1) == (m == 1))
+    measured = sorted(b for b in set(int(b) for b in measured) if decode_apart(b, m))
     if not measured:
         return None
     target = math.log2(bucket(m, cap))

@@ -50,7 +50,7 @@ BORROW_MAX_RATIO = 2.0
 # An entry speaks for M within this many octaves of its bucket (4x): a prefill
 # measurement at M = 128 says nothing about decode at M = 1, and vice versa. Beyond
 # it the borrowed decision or the prior decides. The M = 1 bucket is apart (an entry
-# there speaks only for M = 1, and M = 1 only hears it; shapes.nearest_bucket): the
+# there speaks only for M = 1, and M = 1 only hears it; shapes.decode_apart): the
 # decode check decides it in the model's own host-bound decode loop, where it kept
 # mx.quantized_matmul, whose GEMV slows with each row; on an NVIDIA H100 at M = 2 it
 # took 1.05-2.3x the W8A8 kernels' time on the weights from 4096 x 4096 (part W of
@@ -433,7 +433,7 @@ class Tuner:
         for order, (layer, path, entry) in enumerate(found):
             if abs(math.log2(entry["m_bucket"]) - target) > MAX_BUCKET_OCTAVES:
                 continue  # measured too far from this M to say anything about it
-            if (entry["m_bucket"] == 1) != (problem.m == 1):
+            if not shapes.decode_apart(entry["m_bucket"], problem.m):
                 continue  # decode at batch 1 and batched rows speak only for themselves
             choice = registry.find(problem.op, entry["choice"])
             if choice is None:
