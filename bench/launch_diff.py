@@ -358,6 +358,21 @@ def compare(old: dict, new: dict, limit: int = 40) -> list[str]:
     return lines
 
 
+def tally(old: dict, new: dict) -> str:
+    """How the differing keys fall by candidate and M (``cand M=17: 12``): whether a
+    change reached only the problems it meant to (a tile policy for some M)."""
+    ra, rb = old["records"], new["records"]
+    counts: dict[tuple[str, int], int] = {}
+    for key in set(ra) | set(rb):
+        if ra.get(key) == rb.get(key):
+            continue
+        cand = next((p for p in key.split("|") if p.startswith(("cuda_", "mlx_", "exact"))), "?")
+        m = re.search(r"\bm=(\d+)", key)
+        slot = (cand, int(m.group(1)) if m else -1)
+        counts[slot] = counts.get(slot, 0) + 1
+    return "; ".join(f"{c} M={m if m >= 0 else '?'}: {n}" for (c, m), n in sorted(counts.items()))
+
+
 def summary(doc: dict) -> str:
     records = doc["records"]
     launches = sum(len(v) for v in records.values() if isinstance(v, list))
@@ -412,6 +427,7 @@ def main(argv=None) -> int:
     print(f"this tree: {summary(docs[1])}")
     if lines:
         print("\n".join(lines))
+        print("differing keys by candidate and M: " + tally(*docs))
         return 1
     print("same")
     return 0

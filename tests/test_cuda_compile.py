@@ -1850,7 +1850,11 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert quant["template"] == [("T", x.dtype), ("GS", gs)]
     assert quant["output_shapes"] == [(m, k), (m, 1), (m * groups + 64,)]
     assert quant["output_dtypes"] == [mx.int8, mx.float32, mx.int32]
-    assert gemm["name"] == "w8a8_gemm_grouped_ws_tma_grouped" + ("_bias" if has_bias else "")
+    # M = 17-112 leaves consumer warps without rows: the tile skips them (GroupedTmaConfig.live),
+    # which only the tma_groupwise body does; else the shipped table's tma_grouped body.
+    assert cfg.live == (17 <= m <= 112)
+    body = "tma_groupwise" if cfg.live else "tma_grouped"
+    assert gemm["name"] == "w8a8_gemm_grouped_ws_" + body + ("_bias" if has_bias else "")
     names = ["xq", "xs", "xr", "w", "wt"] + (["bias"] if has_bias else []) + ["wmap"]
     assert gemm["inputs"] == names and gemm["outputs"] == ["y"]
     arrays = dict(zip(names, gemm["arrays"]))
@@ -1871,8 +1875,9 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["threadgroup"] == (cfg.threads, 1, 1)
     assert gemm["grid"] == (min(tiles, launch.SMS) * cfg.threads, 1, 1)
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
+    skip = [("WB", 8), ("AG", False), ("ORD", False), ("LIVE", True)] if cfg.live else []
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
-                                ("STAGES", cfg.stages), ("PW", cfg.producers)]
+                                ("STAGES", cfg.stages), ("PW", cfg.producers)] + skip
     assert gemm["output_shapes"] == [(m, n)] and gemm["output_dtypes"] == [x.dtype]
     assert cand.variant(p) == (dtype, has_bias, gs, cfg)
     # The bound form: the quantize's outputs are the GEMM's activations, as they are.
@@ -1956,7 +1961,9 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if has_bias else None
     x = mx.zeros((m, k), dtype=getattr(mx, dtype))
     cfg = cuda_tiles.grouped_tma_tile_for(m, n, 4)
-    assert cfg.bits == 4 and cfg.producers == 4 and cfg in cuda_tiles.GROUPED4_TMA_CONFIGS.values()
+    assert cfg.bits == 4 and cfg.producers == 4
+    assert cfg._replace(live=False) in cuda_tiles.GROUPED4_TMA_CONFIGS.values()
+    assert cfg.live == (17 <= m <= 112)  # the rows-past-M skip where warps have no row
     groups = k // gs
     start = len(rec.launches)
     y = cand.run(x, qw, bias)
@@ -1979,7 +1986,7 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
                                 ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False), ("ORD", False),
-                                ("LIVE", False)]
+                                ("LIVE", cfg.live)]
     key, _, _ = cand.bind_stages(p, qw, bias)
     assert key == registry.get("linear", "cuda_w8a8_gemm_grouped_tma").stages(
         Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))[0]
@@ -2032,7 +2039,7 @@ def test_act_groups_tma_launch_plan(cuda_here, rng, fmt, m, n, k, gs, dtype, has
     assert all(a is b for a, b in zip(gemm["arrays"][:3], acts))
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn), ("STAGES", cfg.stages),
                                 ("PW", cfg.producers), ("WB", bits), ("AG", True), ("ORD", False),
-                                ("LIVE", False)]
+                                ("LIVE", cfg.live)]
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     start = len(rec.launches)
     cand.run(x, qw, bias)
@@ -2083,6 +2090,26 @@ def test_grouped_tma_tile_follows_the_output():
     assert pick(128, 4096).bn == 32  # 128 tiles of 128 x 32; 64 of 128 x 64
     assert pick(256, 4096).bn == 64  # 128 tiles of 128 x 64
     assert pick(1, 96).bn == 32
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_grouped_tma_tile_skips_idle_warps_only_in_one_row_tile(bits):
+    """The rows-past-M skip (GroupedTmaConfig.live) is on exactly at M = 17-112: there the
+    one 128-row tile leaves a consumer warp (16 rows each) without a row (measured faster
+    at M = 16 and 64 on an H200, tiles.grouped_tma_tile_for); at M = 113-128 every warp
+    has a row, past 128 the plain tile stays (unmeasured there), and at M <= 16 it stays
+    for the shipped table's M = 16 bucket, which timed the plain tile. The skip changes
+    nothing else of the tile."""
+    pick = cuda_tiles.grouped_tma_tile_for
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    for m, live in [(1, False), (2, False), (16, False), (17, True), (32, True), (64, True),
+                    (65, True), (112, True), (113, False), (128, False), (129, False),
+                    (200, False), (2048, False)]:
+        for n in (96, 4096, 14336):
+            cfg = pick(m, n, bits)
+            assert cfg.live == live, (m, n, bits, cfg)
+            assert cfg._replace(live=False) in configs.values() and cfg.bits == bits
+            assert cuda_tiles.tiles_filling(m, n, configs.values()) == cfg._replace(live=False)
 
 
 def test_grouped_terms_are_where_the_kernel_reads_them(rng):

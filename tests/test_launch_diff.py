@@ -47,3 +47,17 @@ def test_a_launch_missing_from_one_tree_is_reported():
     new = _doc()
     del new["records"]["cuda_w8a8_gemm_ws|supports|P"]
     assert any("only in the first tree" in line for line in launch_diff.compare(_doc(), new))
+
+
+def test_the_tally_counts_only_differing_keys_by_candidate_and_m():
+    """A launch differing at one M and a verdict at another are counted apart; equal keys
+    and keys without an M are not lost (``?``)."""
+    old, new = _doc(), _doc()
+    for doc, grid in ((old, [1024, 1, 1]), (new, [2048, 1, 1])):
+        launch = dict(doc["records"]["sm90|cuda_w8a8_gemm_ws|bind|P|None"][0], grid=grid)
+        doc["records"]["sm90|cuda_w8a8_gemm_tma|run|Problem(m=17, n=8)"] = [launch]
+        doc["records"]["sm90|cuda_w8a8_gemm_tma|run|Problem(m=128, n=8)"] = [old["records"][
+            "sm90|cuda_w8a8_gemm_ws|bind|P|None"][0]]
+    new["records"]["cuda_w8a8_gemm_ws|supports|P"] = False
+    assert launch_diff.tally(old, new) == "cuda_w8a8_gemm_tma M=17: 1; cuda_w8a8_gemm_ws M=?: 1"
+    assert launch_diff.tally(old, old) == ""
