@@ -83,7 +83,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import models, siblings
+from . import backends, models, siblings
 from .tuning import render, table
 # The timing primitives, shared with the tuner's model checks; re-exported here.
 from .tuning.model_timing import (WARMUP, alternate, batch_decode, batch_decode_loop,
@@ -190,7 +190,7 @@ def settings(args) -> dict:
     """
     from .tuning import shapes
 
-    defaults = CPU_DEFAULTS if table.backend() == "cpu" else GPU_DEFAULTS
+    defaults = CPU_DEFAULTS if backends.name() == "cpu" else GPU_DEFAULTS
     tokens = args.tokens if args.tokens is not None else defaults["tokens"]
     try:
         t_values = shapes.parse_m_list(tokens)
@@ -233,7 +233,7 @@ def batch_sizes(args, decode: int) -> list[int]:
     from .tuning import shapes
 
     given = getattr(args, "batch", None)
-    defaults = CPU_DEFAULTS if table.backend() == "cpu" else GPU_DEFAULTS
+    defaults = CPU_DEFAULTS if backends.name() == "cpu" else GPU_DEFAULTS
     text = defaults["batch"] if given is None else given
     if str(text).strip() == "0":
         return []

@@ -44,6 +44,7 @@ from typing import Callable, NamedTuple
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import backends
 from .weight import GROUP_SIZES
 
 CONFIG_KEY = "mlx_w8a8"  # the entry mlx_w8a8.save writes into config.json
@@ -287,14 +288,6 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
     return layers
 
 
-def _on_cuda() -> bool:
-    """Whether the model runs on MLX's CUDA backend (the tuner's backend of the default
-    device)."""
-    from .tuning.table import backend
-
-    return backend() == "cuda"
-
-
 def _grouped_8bit_layers(model: nn.Module) -> int:
     """How many of ``model``'s W8A8 layers hold group-wise 8-bit weights (format
     ``"grouped"``: 4-bit ones are ``"grouped4"``)."""
@@ -355,7 +348,7 @@ class W8A8Loader:
             from .requantize import per_channel
 
             self.log(f"{self.prog}: {where}: {per_channel(model).describe()}")
-        elif _on_cuda():
+        elif backends.on_cuda():
             grouped = _grouped_8bit_layers(model)
             if grouped:
                 self.log(f"{self.prog}: {where}: {grouped} group-wise 8-bit layers run as "

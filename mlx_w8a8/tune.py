@@ -36,6 +36,7 @@ import os
 import sys
 import time
 
+from . import backends
 from .kernels import capabilities
 from .kernels.registry import Problem
 from .tuning import decode_check as decode_check_mod
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
             except table.TableError as error:
                 return fail(f"cannot record into the table: {error}; "
                             f"{unwritable_advice(args.table)}", 1)
-        backend = table.backend()
+        backend = backends.name()
         print(f"tuning {len(runnable)} problem(s), {todo} to measure, into {target} "
               f"({backend}, {tuner.key['device'].get('device_name', '?')})", file=out)
         # A capability that is off here leaves its kernels out of every race below.
@@ -507,7 +508,7 @@ def wants_decode_check(args, m_values) -> bool:
     """Whether ``--decode-check`` applies: M = 1 tuned, one rank, and on (auto: a GPU)."""
     if args.decode_check == "off" or 1 not in m_values or args.tp != 1:
         return False
-    return args.decode_check == "on" or table.backend() != "cpu"
+    return args.decode_check == "on" or backends.name() != "cpu"
 
 
 # Prefill lengths the sibling and prefill checks measure: the M values tuned from here up.
@@ -521,7 +522,7 @@ def check_tokens(flag: str, args, m_values, needs_groups: bool = False) -> list[
     groups as one launch where ``needs_groups``)."""
     if flag == "off" or args.tp != 1:
         return []
-    if flag == "auto" and (table.backend() == "cpu"
+    if flag == "auto" and (backends.name() == "cpu"
                            or (needs_groups and not linears.group_launch_available())):
         return []
     return [m for m in m_values if m >= CHECK_MIN_M]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mlx_w8a8
-from mlx_w8a8 import bench, modelbench
+from mlx_w8a8 import backends, bench, modelbench
 
 # A tiny Llama (two blocks, untied lm_head 256x64): the real architecture at a size
 # where every measurement takes milliseconds.
@@ -626,12 +626,10 @@ def test_help_lists_weights_and_batch(capsys, monkeypatch):
 
 def test_batched_rows_by_default_on_a_gpu_only(monkeypatch):
     # the CPU's default run stays short; a GPU's has the B = 16 row of a server's load
-    from mlx_w8a8.tuning import table
-
     args = bench.build_parser().parse_args(["--model", "x"])
-    monkeypatch.setattr(table, "backend", lambda: "cpu")
+    monkeypatch.setattr(backends, "name", lambda: "cpu")
     assert modelbench.batch_sizes(args, decode=4) == []
-    monkeypatch.setattr(table, "backend", lambda: "cuda")
+    monkeypatch.setattr(backends, "name", lambda: "cuda")
     assert modelbench.batch_sizes(args, decode=64) == [16]
     assert modelbench.batch_sizes(args, decode=0) == []  # no decode steps, no batched rows
     args.batch = "0"

@@ -7,6 +7,7 @@ import mlx.nn as nn
 import pytest
 
 import mlx_w8a8
+from mlx_w8a8 import backends
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate, Problem
 from mlx_w8a8.tuning import prior, table
@@ -67,7 +68,7 @@ def test_shipped_rules_name_registered_kernels():
 def test_cpu_default_is_the_exact_w8a8_kernel(empty_tables):
     # Measured on MLX's CPU backend (prior.py cites the figures): W8A8 exact is faster
     # and more accurate than mx.quantized_matmul for per-channel weights.
-    if table.backend() != "cpu":
+    if backends.name() != "cpu":
         pytest.skip("the CPU rule applies to MLX's CPU backend")
     layer = mlx_w8a8.Linear.from_linear(nn.Linear(64, 32), group_size=32)
     assert layer.decision(1) == (registry.EXACT, "prior")
@@ -116,7 +117,7 @@ def test_cpu_rules_for_activation_groups_pick_the_measured_kernels(empty_tables)
     log = "tune_cpu_act_groups_2026-12-05.json"
     assert len(_cpu_rule_agrees_with(log, "grouped", tie=1.06)) == 5
     assert len(_cpu_rule_agrees_with(log, "grouped4")) == 5
-    if table.backend() == "cpu":
+    if backends.name() == "cpu":
         for bits, w16 in ((8, "mlx_qmm"), (4, "mlx_qmm4")):
             layer = mlx_w8a8.Linear(64, 32, group_size=32, per_channel=False, bits=bits,
                                     act_scales="group")
@@ -133,7 +134,7 @@ def test_cpu_rules_for_4bit_weights_pick_the_measured_kernels(empty_tables):
     assert all(e["reference"] == "mlx_qmm4" for e in entries)
     assert sorted({e["choice"] for e in entries}) == ["exact_w4a8", "mlx_qmm4"]
     assert len(entries) == 11 and {e["m_bucket"] for e in entries} == {1, 2, 4, 8, 16, 128}
-    if table.backend() == "cpu":  # the rule applies to MLX's CPU backend
+    if backends.name() == "cpu":  # the rule applies to MLX's CPU backend
         layer = mlx_w8a8.Linear(64, 32, group_size=32, bits=4)
         assert layer.decision(1) == ("mlx_qmm4", "prior")
         assert layer.decision(4) == ("exact_w4a8", "prior")  # batched decode

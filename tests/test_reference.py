@@ -6,6 +6,7 @@ import pytest
 
 import mlx_w8a8 as w8
 import oracle
+from mlx_w8a8 import backends
 from mlx_w8a8.kernels import reference
 
 
@@ -92,11 +93,11 @@ def test_qmm_is_not_chosen_where_mlx_cuda_kernel_is_wrong(monkeypatch):
     layer = w8.Linear(64, 32, group_size=64, per_channel=False)
     # no prior rule at M = 4 (the CPU's M = 1 rule kept): the fallback decides there
     monkeypatch.setitem(prior.RULES, ("cpu", "linear", "grouped"), [(1, 1, 0, ("mlx_qmm",))])
-    monkeypatch.setattr(reference, "_on_cuda", lambda: False)  # a CPU or Metal backend
+    monkeypatch.setattr(backends, "on_cuda", lambda: False)  # a CPU or Metal backend
     registry.invalidate()
     assert qmm.handles(problem(4, 64, 64))
     assert layer.decision(4, mx.bfloat16) == ("mlx_qmm", "fallback")
-    monkeypatch.setattr(reference, "_on_cuda", lambda: True)
+    monkeypatch.setattr(backends, "on_cuda", lambda: True)
     registry.invalidate()
     assert not qmm.handles(problem(4, 64, 64)) and not qmm.handles(problem(256, 128, 128))
     assert qmm.handles(problem(1, 64, 64)) and qmm.handles(problem(4, 128, 64))

@@ -29,7 +29,7 @@ pytest.importorskip("tokenizers", reason="installed with mlx-lm")
 
 import mlx_w8a8 as w8  # noqa: E402
 from mlx_w8a8 import generate as w8_generate  # noqa: E402
-from mlx_w8a8 import serving  # noqa: E402
+from mlx_w8a8 import backends, serving  # noqa: E402
 
 import oracle  # noqa: E402
 import tiny_lm  # noqa: E402
@@ -353,7 +353,7 @@ def test_loader_requantizes_an_8bit_folder_per_channel_on_request(tmp_path, caps
     # names the flag; on another backend it says nothing of it.
     for cuda, want in ((False, 0), (True, 1)):
         hints = []
-        monkeypatch.setattr(serving, "_on_cuda", lambda cuda=cuda: cuda)
+        monkeypatch.setattr(backends, "on_cuda", lambda cuda=cuda: cuda)
         serving.W8A8Loader(load, serving.ServeOptions(), "prog", hints.append)(str(stock))
         hints = [ln for ln in hints if "--per-channel" in ln]
         assert len(hints) == want, hints

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 import mlx_w8a8
-from mlx_w8a8 import tune
+from mlx_w8a8 import backends, tune
 from mlx_w8a8.tuning import table
 from mlx_w8a8.tuning.tuner import Tuner
 
@@ -92,7 +92,7 @@ def test_capabilities_that_are_off_are_named_before_measuring(tmp_path, monkeypa
     monkeypatch.setattr(tune, "capabilities", caps)
     code, text = run(["--shapes", "2x32x64", "--table", str(tmp_path / "t.json")] + TINY)
     assert code == 0, text
-    assert asked == [table.backend()]
+    assert asked == [backends.name()]
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("tuning 1 problem(s)"))
     assert lines[start + 1] == ("  cuda_tma is off here (ModuleNotFoundError: No module "
@@ -175,7 +175,7 @@ def test_show_and_export(tmp_path):
     code, text = run(["--table", path, "--export", dest])
     assert code == 0 and "exported 1 entries" in text
     doc = table.read(dest)
-    assert len(doc["sections"]) == 1 and doc["sections"][0]["backend"] == table.backend()
+    assert len(doc["sections"]) == 1 and doc["sections"][0]["backend"] == backends.name()
 
 
 def test_errors_are_reported_not_raised(tmp_path):

@@ -11,7 +11,7 @@ import mlx.nn as nn
 import pytest
 
 import mlx_w8a8 as w8
-from mlx_w8a8 import siblings, warmup
+from mlx_w8a8 import backends, siblings, warmup
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.kernels.registry import Candidate
 
@@ -278,14 +278,12 @@ def test_mlx_qmm_is_warmed_at_each_tile_mlx_compiles_on_cuda(monkeypatch, bits):
     each tile (8, 17, 33); M > 64 reuses the 64-row tile. Elsewhere nothing is compiled
     per shape: one call. (A variant-less candidate, as before, called at M = 1 only and
     left the GEMM modules to the first requests.)"""
-    from mlx_w8a8.kernels import reference
-
     name = "mlx_qmm" if bits == 8 else "mlx_qmm4"
     layer = w8.Linear(256, 128, bias=False, per_channel=False, bits=bits)
     layer.kernel = name
     on_cpu = warmup._plan(layer, 300, mx.bfloat16)[0]
     assert [m for m, _ in on_cpu[0][1]] == [1]
-    monkeypatch.setattr(reference, "_on_cuda", lambda: True)
+    monkeypatch.setattr(backends, "on_cuda", lambda: True)
     plans = warmup._plan(layer, 300, mx.bfloat16)[0]
     assert [m for m, _ in plans[0][1]] == [1, 8, 17, 33]
     assert [parts[0][2] for _, parts in plans[0][1]] == ["gemv", 16, 32, 64]

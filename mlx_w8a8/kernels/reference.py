@@ -21,6 +21,7 @@ from typing import Hashable
 
 import mlx.core as mx
 
+from .. import backends
 from ..weight import GROUPED4
 from . import registry, sources
 
@@ -356,14 +357,6 @@ registry.register(
 )
 
 
-def _on_cuda() -> bool:
-    """Whether calls run on MLX's CUDA backend now (the default device is a CUDA GPU)."""
-    try:
-        return mx.default_device().type == mx.DeviceType.gpu and mx.cuda.is_available()
-    except Exception:  # an MLX without the cuda module
-        return False
-
-
 def qmm_supports(problem) -> bool:
     """Whether ``mx.quantized_matmul`` gives the right product for ``problem`` here.
 
@@ -376,7 +369,7 @@ def qmm_supports(problem) -> bool:
     (group size 64 or 128 up to K = 4096) and group size 32 (K = 32-4096) were right,
     and so was float32 at K = 128 with group size 128. Such a layer runs the exact W8A8
     kernel instead (``registry.fallback``)."""
-    return not (problem.m > 1 and problem.k <= (problem.group_size or 0) and _on_cuda())
+    return not (problem.m > 1 and problem.k <= (problem.group_size or 0) and backends.on_cuda())
 
 
 def qmm8_supports(problem) -> bool:
@@ -407,7 +400,7 @@ def qmm_variant(problem) -> Hashable:
     """What ``mx.quantized_matmul`` compiles for ``problem`` (``Candidate.variant``): on
     MLX's CUDA backend ``"gemv"`` for M < :data:`QMM_GEMV_ROWS`, else the GEMM's M tile;
     elsewhere one key (Metal and the CPU compile nothing per shape)."""
-    if not _on_cuda():
+    if not backends.on_cuda():
         return "precompiled"
     if problem.m < QMM_GEMV_ROWS:
         return "gemv"

@@ -50,7 +50,7 @@ from typing import Any, Iterable
 
 import mlx.core as mx
 
-from .. import cachedir
+from .. import backends, cachedir
 from ..kernels.registry import ACT_SCALES, OPS, WEIGHT_FORMATS
 from . import locks
 from .timing import PRUNE_RATIO
@@ -211,32 +211,6 @@ def describe_entry(entry: Any, i: int | None = None, j: int | None = None) -> st
 # --- identity -------------------------------------------------------------------------
 
 
-def _device(device: Any) -> Any:
-    """``device`` as an ``mx.Device`` (``mx.gpu`` is a type; ``None`` the default)."""
-    if device is None:
-        return mx.default_device()
-    return mx.Device(device) if isinstance(device, mx.DeviceType) else device
-
-
-def backend(device: Any = None) -> str:
-    """``"cpu"``, ``"metal"`` or ``"cuda"``: what ``device`` runs on (default: MLX's
-    default device, which ``with mx.stream(s)`` sets to the stream's device)."""
-    device = _device(device)
-    if device.type == mx.DeviceType.cpu:
-        return "cpu"
-    try:
-        if mx.metal.is_available():
-            return "metal"
-    except Exception:
-        pass
-    try:
-        if mx.cuda.is_available():
-            return "cuda"
-    except Exception:
-        pass
-    return "gpu"
-
-
 # ``mx.device_info()`` keys that are not the device model: state that changes between
 # processes (free memory) and the serial of one physical unit (a table measured on one
 # H200 applies to every H200).
@@ -266,14 +240,14 @@ def device_key(device: Any = None) -> dict[str, Any]:
     so a process using the CPU and a GPU reads and writes each device's own section.
     Computed once per device and process; do not modify the returned dict.
     """
-    device = _device(device)
+    device = backends.device(device)
     name = str(device)
     key = _device_keys.get(name)
     if key is None:
         from .._version import __version__
 
         key = {
-            "backend": backend(device),
+            "backend": backends.name(device),
             "device": device_identity(device),
             "mlx_version": mx.__version__,
             "package_version": __version__,

@@ -86,7 +86,10 @@ def load(file: str) -> tuple[str, dict[str, str]]:
 
 
 def cuda_available() -> bool:
-    """True when MLX has a CUDA device and uses the GPU by default."""
+    """True when MLX has a CUDA device and uses the GPU by default: the answer of
+    :func:`mlx_w8a8.backends.on_cuda`, probed here apart because this function is every
+    CUDA kernel's ``available`` and so part of its digest (``kernel.digest``): moving it
+    would stale every tuning table without changing a launch."""
     try:
         return bool(mx.cuda.is_available()) and mx.default_device().type == mx.gpu
     except Exception:  # a CPU-only build without mx.cuda, or a broken probe
