@@ -1401,6 +1401,19 @@ def test_candidate_digests_follow_the_compiled_code_not_comments(monkeypatch):
 
 
 # Kernel files: requirements and text ------------------------------------------------------
+def test_digests_leave_out_the_registry_glue_and_the_gpu_probe():
+    """A CUDA digest follows what a kernel launches, not how it is handed to the registry
+    (``kernel.candidate``) or how a machine is probed for a GPU (``launch.cuda_available``,
+    the candidates' ``available``): neither is reached from a definition class, so editing
+    them leaves every tuning table fresh. The registered candidate's ``available`` is
+    still the probe."""
+    for k in cuda.KERNELS:
+        reached = sources.closure((type(k),), cuda_kernel.DIGEST_MODULES)
+        assert not [name for name in reached if name.endswith(
+            (".cuda_available", ".candidate", ".digest", ".closure_digest"))], k.name
+        assert registry.get(k.op, k.name).available is launch.cuda_available
+
+
 def test_grouped_tma_digest_is_its_own(monkeypatch):
     """The group-wise TMA candidates' digests (the 8-bit one, its 4-bit and its
     activation-group forms: one kernel file) follow their kernel file and the ws.cuh header it requires; a code edit

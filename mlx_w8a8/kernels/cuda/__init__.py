@@ -27,7 +27,7 @@ from .gemm import Int8Gemm, W8A8Gemm
 from .gemm_grouped import ActGroupsTma, W4A8GemmTma, W8A8GemmGrouped, W8A8GemmGroupedTma
 from .gemm_ws import Int8GemmTma, Int8GemmWs, W8A8GemmTma, W8A8GemmWs
 from .gemv import Int8Gemv, W4A8Gemv
-from .kernel import CudaKernel
+from .kernel import CudaKernel, candidate
 from .quantize import Quantize
 
 # Every CUDA kernel, in registration order.
@@ -55,7 +55,7 @@ def status() -> dict[str, tuple[bool, str]]:
 def register(kernel: CudaKernel) -> registry.Candidate:
     """Register ``kernel``'s candidate, with the capabilities it needs (``status()``)."""
     registry.needs(kernel.name, *kernel.needs)
-    return registry.register(kernel.candidate())
+    return registry.register(candidate(kernel))
 
 
 for _kernel in KERNELS:

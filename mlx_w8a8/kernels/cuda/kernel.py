@@ -187,17 +187,6 @@ class CudaKernel:
         run = one.bound()
         return key, _bound_quantize(quantize), lambda acts: run(*acts[:takes])
 
-    def candidate(self) -> registry.Candidate:
-        """This kernel as the registry's candidate; its digest :func:`digest`."""
-        linear = self.op == "linear"
-        return registry.Candidate(
-            name=self.name, backend="cuda", op=self.op, run=self.run, supports=self.supports,
-            can_implement=self.can_implement, digest=digest(type(self)),
-            available=launch.cuda_available, stages=self.stages if linear else None,
-            bind_stages=self.bind if linear else None,
-            bind_group=self.bind_group if linear and self.groups else None,
-            variant=self.variant, act_scales=self.act_scales)
-
 
 def linear_problem(x: mx.array, weight, bias) -> registry.Problem:
     """The ``linear`` problem of ``x`` ``[..., K]`` on ``weight`` and ``bias``."""
@@ -316,3 +305,22 @@ def digest(definition: type) -> str:
     (its methods, its base classes' and every helper of :data:`DIGEST_MODULES` they
     reach) and the kernel files named in that code (:func:`kernel_texts`)."""
     return sources.closure_digest((definition,), DIGEST_MODULES, (".cu",), kernel_texts)
+
+
+# The registry's candidate ---------------------------------------------------------------
+def candidate(kernel: CudaKernel) -> registry.Candidate:
+    """``kernel`` as the registry's candidate, its digest :func:`digest` of its class.
+
+    Kept out of the class on purpose: the digest follows the definition class and what it
+    reaches, and this glue (how the registry is handed the methods, how a machine is
+    probed for a CUDA GPU: ``launch.cuda_available``) changes nothing a launch computes,
+    so editing it must not stale a tuning table."""
+    linear = kernel.op == "linear"
+    return registry.Candidate(
+        name=kernel.name, backend="cuda", op=kernel.op, run=kernel.run,
+        supports=kernel.supports, can_implement=kernel.can_implement,
+        digest=digest(type(kernel)), available=launch.cuda_available,
+        stages=kernel.stages if linear else None,
+        bind_stages=kernel.bind if linear else None,
+        bind_group=kernel.bind_group if linear and kernel.groups else None,
+        variant=kernel.variant, act_scales=kernel.act_scales)
