@@ -311,6 +311,10 @@ GROUPED4_TMA_CONFIGS = {
 }
 
 
+# Where grouped_tma_tile_for turns the rows-past-M skip on (its docstring says why).
+LIVE_M = range(17, GroupedTmaConfig.bm - 16 + 1)
+
+
 def grouped_tma_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     """The group-wise TMA GEMM's tile for an ``M x N`` output (:func:`tiles_filling`
     over ``GROUPED_TMA_CONFIGS``, or ``GROUPED4_TMA_CONFIGS`` for 4-bit weights), with
@@ -330,6 +334,3 @@ def grouped_tma_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     cfg = tiles_filling(m, n, (GROUPED4_TMA_CONFIGS if bits == 4 else GROUPED_TMA_CONFIGS).values())
     return cfg._replace(live=m in LIVE_M)
 
-
-# Where grouped_tma_tile_for turns the rows-past-M skip on.
-LIVE_M = range(17, GroupedTmaConfig.bm - 16 + 1)
