@@ -83,7 +83,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # - M = 9-31: no rule (at M = 16 the GEMV, mx.quantized_matmul and the TMA GEMM each
     #   took 1.33x the winner's time or more on some shape).
     # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
-    #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x).
+    #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
+    #   before its tile skipped idle warps at M = 17-112 (tiles.LIVE_M), which made it
+    #   faster there (0.77-0.98x kernel time at M = 16 and 64 on an H200).
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
@@ -96,7 +98,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
     # tests/test_prior.py checks these rules against. Not measured on an H200.
     # - M >= 32: the 4-bit TMA GEMM won all 7 shapes at M = 32 and 64 (1.06-2.22x
-    #   mx.quantized_matmul at 4 bits) and all 21 at M = 128, 512, 2048 (1.15-2.66x).
+    #   mx.quantized_matmul at 4 bits) and all 21 at M = 128, 512, 2048 (1.15-2.66x),
+    #   before its tile skipped idle warps at M = 17-112 (tiles.LIVE_M; not yet timed
+    #   with 4-bit codes).
     #   M = 17-31 lie between that and M = 16, where mx.quantized_matmul took 1.2-1.7x
     #   less time than at M = 32 and the GEMM at most 1.3x less: the rule starts at 17.
     # - M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
