@@ -18,8 +18,9 @@ Both on a Hopper GPU with tensor maps, on a Hopper GPU without them and on anoth
 The sweep: every (N, K) of ``mlx_w8a8/tables/nvidia-h200.json`` and of the Llama-3-8B,
 Qwen2.5-7B (``mlx_w8a8.tuning.shapes``) and Phi-3-mini projections, a few small and odd
 shapes and K past the unsigned-code bound; M in 1, 2, 3, 8, 16, 17, 64, 100, 128, 512,
-1000, 2048; float16, bfloat16 and float32; per-channel and grouped weights (group 32, 64,
-128); with and without bias; the models' q/k/v and gate/up as sibling groups.
+1000, 2048; float16, bfloat16 and float32; per-channel, group-wise 8-bit and MLX 4-bit
+weights (group 32, 64, 128; a tree without the 4-bit format records none); with and
+without bias; the models' q/k/v and gate/up as sibling groups.
 
 Usage: ``python bench/launch_diff.py COMMIT`` prints ``same`` (exit 0) or the
 differences (exit 1). ``--quick`` sweeps fewer M and shapes.
@@ -42,7 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M_LIST = (1, 2, 3, 8, 16, 17, 64, 100, 128, 512, 1000, 2048)
 M_QUICK = (1, 3, 16, 128, 2048)
 DTYPES = ("float16", "bfloat16", "float32")
-FORMATS = (("per_channel", None), ("grouped", 32), ("grouped", 64), ("grouped", 128))
+FORMATS = (("per_channel", None), ("grouped", 32), ("grouped", 64), ("grouped", 128),
+           ("grouped4", 32), ("grouped4", 64), ("grouped4", 128))
 # Phi-3-mini (hidden 3072, intermediate 8192, 32 heads of 96, no GQA): its fused qkv and
 # gate_up projections, o and down, and its unfused q/k/v as siblings.
 PHI3 = [(9216, 3072), (3072, 3072), (16384, 3072), (3072, 8192)]
@@ -171,10 +173,17 @@ def _weight(n: int, k: int, fmt: str, gs: int | None, dtype, cache: dict):
             cache.clear()
         g = gs or (128 if k % 128 == 0 else 64 if k % 64 == 0 else 32)
         scales = mx.broadcast_to(mx.ones((1, 1), dtype=dtype), (n, k // g))
-        codes = mx.broadcast_to(mx.zeros((1, 1), dtype=mx.uint32), (n, k // 4))
-        cache[key] = QuantizedWeight(codes, scales,
-                                     -128 * scales if fmt == "per_channel" else scales,
-                                     g, per_channel=fmt == "per_channel")
+        bits = 4 if fmt == "grouped4" else 8
+        codes = mx.broadcast_to(mx.zeros((1, 1), dtype=mx.uint32), (n, k * bits // 32))
+        offsets = -128 * scales if fmt == "per_channel" else scales
+        if bits == 4:  # a tree before the 4-bit format has no such weight: None, not driven
+            try:
+                cache[key] = QuantizedWeight(codes, scales, offsets, g, per_channel=False, bits=4)
+            except TypeError:
+                cache[key] = None
+        else:
+            cache[key] = QuantizedWeight(codes, scales, offsets, g,
+                                         per_channel=fmt == "per_channel")
     return cache[key]
 
 
@@ -246,6 +255,8 @@ def record(quick: bool, out: str) -> None:
                     for dt in DTYPES:
                         dtype = getattr(mx, dt)
                         w = _weight(n, k, fmt, gs, dtype, weights)
+                        if w is None:
+                            continue
                         for has_bias in (False, True):
                             b = mx.zeros((n,), dtype=dtype) if has_bias else None
                             for m in ms:
@@ -276,6 +287,8 @@ def record(quick: bool, out: str) -> None:
                     for dt in DTYPES:
                         dtype = getattr(mx, dt)
                         ws = [_weight(n, k, fmt, gs, dtype, weights) for n, _ in members]
+                        if None in ws:
+                            continue
                         for has_bias in (False, True):
                             pairs_wb = [(w, mx.zeros((w.n,), dtype=dtype) if has_bias else None)
                                         for w in ws]
