@@ -81,3 +81,38 @@ def test_int8_matmul_is_exact_where_float32_sums_are_not(rng):
     assert abs(want[0][0]) > 2**24  # the float32 mutant would round here
     f32 = (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.int64)
     assert f32.tolist() != want
+
+
+def test_group_sums_are_exact_per_group(rng):
+    """``group_sums`` weights each group's integer sum by its own scale: with scales that
+    are powers of two (2^g for group g) the float64 result is an integer, equal to the
+    int64 computation; extreme codes make the group sums as large as the kernels meet."""
+    m, n, gs, groups = 5, 7, 64, 4
+    q = rng.integers(-127, 128, size=(m, gs * groups))
+    q[0] = 127
+    c = rng.integers(-128, 128, size=(n, gs * groups))
+    c[0] = -128
+    s = np.tile(2.0 ** np.arange(groups), (n, 1))
+    want = sum((q[:, g * gs:(g + 1) * gs] @ c[:, g * gs:(g + 1) * gs].T) << g
+               for g in range(groups))
+    got = oracle.group_sums(q, c, gs, s)
+    assert np.array_equal(got, want.astype(np.float64))
+
+
+def test_group_sums_with_row_scales_and_offsets(rng):
+    """``sum_g t_mg (s_ng P_mng + o_ng R_mg)`` against the formula summed element by
+    element (float64; the two orders agree to float64 rounding)."""
+    m, n, gs, groups = 3, 4, 32, 3
+    q = rng.integers(-127, 128, size=(m, gs * groups))
+    c = rng.integers(0, 16, size=(n, gs * groups))
+    s, o = rng.standard_normal((n, groups)), rng.standard_normal((n, groups))
+    t = rng.random((m, groups))
+    want = np.zeros((m, n))
+    for i in range(m):
+        for j in range(n):
+            for g in range(groups):
+                cols = slice(g * gs, (g + 1) * gs)
+                p = float(np.dot(q[i, cols], c[j, cols]))
+                want[i, j] += t[i, g] * (s[j, g] * p + o[j, g] * float(q[i, cols].sum()))
+    got = oracle.group_sums(q, c, gs, s, t=t, o=o)
+    assert np.allclose(got, want, rtol=1e-12, atol=1e-9)
