@@ -379,7 +379,7 @@ def tally(old: dict, new: dict) -> str:
     for key in set(ra) | set(rb):
         if ra.get(key) == rb.get(key):
             continue
-        cand = next((p for p in key.split("|") if p.startswith(("cuda_", "mlx_", "exact"))), "?")
+        cand = next((p for p in key.split("|") if p.startswith("cuda_")), "?")  # CUDA only
         m = re.search(r"\bm=(\d+)", key)
         slot = (cand, int(m.group(1)) if m else -1)
         counts[slot] = counts.get(slot, 0) + 1

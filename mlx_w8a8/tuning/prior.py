@@ -84,8 +84,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   took 1.33x the winner's time or more on some shape).
     # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
     #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
-    #   before its tile skipped idle warps at M = 17-112 (tiles.LIVE_M), which made it
-    #   faster there (0.77-0.98x kernel time at M = 16 and 64 on an H200).
+    #   before its tile skipped idle warps at M = 17-112 (tiles.grouped_tma_tile_for),
+    #   which only made it faster there.
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
