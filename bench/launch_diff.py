@@ -23,7 +23,8 @@ weights (group 32, 64, 128; a tree without the 4-bit format records none); with 
 without bias; the models' q/k/v and gate/up as sibling groups.
 
 Usage: ``python bench/launch_diff.py COMMIT`` prints ``same`` (exit 0) or the
-differences (exit 1). ``--quick`` sweeps fewer M and shapes.
+differences (exit 1). ``--quick`` sweeps fewer M and shapes. After the differences it prints how they fall by
+candidate and M, and by candidate and what differs (launch fields, or the variant key).
 """
 
 from __future__ import annotations
@@ -386,6 +387,33 @@ def tally(old: dict, new: dict) -> str:
     return "; ".join(f"{c} M={m if m >= 0 else '?'}: {n}" for (c, m), n in sorted(counts.items()))
 
 
+def field_tally(old: dict, new: dict) -> str:
+    """What differs in the differing keys, by candidate: the launch fields (``header``,
+    ``name``, ``template`` ...) of launch lists of equal length, ``launches`` where the
+    count differs, else the record's kind (``variant``, ``supports``), each with its
+    number of keys (``cand: header+name 40; variant 12``): whether a change reached a
+    candidate's launches or only the texts its kernels' names derive from."""
+    ra, rb = old["records"], new["records"]
+    counts: dict[tuple[str, str], int] = {}
+    for key in set(ra) | set(rb):
+        a, b = ra.get(key), rb.get(key)
+        if a == b:
+            continue
+        parts = key.split("|")
+        at = next((i for i, p in enumerate(parts) if p.startswith("cuda_")), None)
+        cand = parts[at] if at is not None else "?"
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                what = "launches"
+            else:
+                what = "+".join(sorted({f for la, lb in zip(a, b) for f in set(la) | set(lb)
+                                        if la.get(f) != lb.get(f)}))
+        else:
+            what = parts[at + 1] if at is not None and at + 1 < len(parts) else "record"
+        counts[(cand, what)] = counts.get((cand, what), 0) + 1
+    return "; ".join(f"{c}: {w} {n}" for (c, w), n in sorted(counts.items()))
+
+
 def summary(doc: dict) -> str:
     records = doc["records"]
     launches = sum(len(v) for v in records.values() if isinstance(v, list))
@@ -441,6 +469,7 @@ def main(argv=None) -> int:
     if lines:
         print("\n".join(lines))
         print("differing keys by candidate and M: " + tally(*docs))
+        print("what differs, by candidate: " + field_tally(*docs))
         return 1
     print("same")
     return 0

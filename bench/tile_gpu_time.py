@@ -36,13 +36,16 @@ With ``--grouped 32,64,128`` the arms are the group-wise TMA GEMM instead
 (``gemm_grouped.gemm_grouped_tma`` on weights ``mx.quantize`` wrote at those group sizes,
 ``--bits 8`` or ``4``), each tile of ``GROUPED_TMA_CONFIGS`` (``GROUPED4_TMA_CONFIGS``)
 also with the consumers' MMA order (``<tile>o``, ``GroupedTmaConfig.order``; with
-``--live`` instead the rows-past-M skip, ``<tile>l``, ``GroupedTmaConfig.live``), whose
-outputs must equal the plain tile's bit for bit (a row says which differ); with
-``mx.quantized_matmul`` at the same group size and bits and the bfloat16 product.
+``--live`` instead the rows-past-M skip, ``<tile>l``, ``GroupedTmaConfig.live``; with
+``--pipe`` instead each pipelined-promotion run the tile takes at that K and group size,
+``<tile>p2`` / ``<tile>p4``, ``GroupedTmaConfig.pipe``, and with ``--live --pipe`` those
+runs with the skip too, ``<tile>lp2`` ...), whose outputs must equal the plain tile's bit
+for bit (a row says which differ); with ``mx.quantized_matmul`` at the same group size
+and bits and the bfloat16 product.
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
 [--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8] [--coop]
-[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live]]``. Needs a CUDA GPU and
+[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live] [--pipe]]``. Needs a CUDA GPU and
 torch with CUPTI.
 """
 
@@ -111,16 +114,20 @@ def main(argv=None) -> int:
                    help="with --grouped: the weights' code width")
     p.add_argument("--live", action="store_true", help="with --grouped: each tile also with "
                    "the rows-past-M skip (<tile>l) instead of the MMA order")
+    p.add_argument("--pipe", action="store_true", help="with --grouped: each tile also with "
+                   "each pipelined-promotion run it takes (<tile>p2, <tile>p4) instead of "
+                   "the MMA order (with --live: also with the skip, <tile>lp2 ...)")
     args = p.parse_args(argv)
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
     if args.grouped:
         if args.int32 or args.kernel_dir or args.acc or args.stages or args.coop or args.tiles:
-            p.error("--grouped takes only --m, --kn, --reps, --bits and --live")
+            p.error("--grouped takes only --m, --kn, --reps, --bits, --live and --pipe")
+        variant = "+".join(v for v, on in (("live", args.live), ("pipe", args.pipe)) if on)
         return grouped_gemms(ms, shapes, [int(v) for v in args.grouped.split(",")],
-                             args.bits, args.reps, "live" if args.live else "order")
-    if args.live:
-        p.error("--live needs --grouped")
+                             args.bits, args.reps, variant or "order")
+    if args.live or args.pipe:
+        p.error("--live and --pipe need --grouped")
     tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
     if args.tiles:
         unknown = sorted(set(args.tiles.split(",")) - set(tiles))
@@ -223,11 +230,26 @@ def with_cooperative(tiles: dict) -> dict:
     return out
 
 
+def grouped_variants(cfg, variant: str, k: int, gs: int) -> list[tuple[str, object]]:
+    """The ``(label suffix, tile)`` pairs ``--grouped`` times beside tile ``cfg``:
+    ``"order"`` the MMA order (``o``), ``"live"`` the rows-past-M skip (``l``),
+    ``"pipe"`` each pipelined-promotion run ``cfg`` takes at ``k`` and ``gs`` (``p2``,
+    ``p4``), ``"live+pipe"`` the skip and those runs with and without it."""
+    if variant in ("order", "live"):
+        return [(variant[0], cfg._replace(**{variant: True}))]
+    runs = [r for r in cuda_tiles.PIPE_RUNS[cfg.bn] if (k // gs) % r == 0]
+    out = [(f"p{r}", cfg._replace(pipe=r)) for r in runs]
+    if variant == "live+pipe":
+        out = [("l", cfg._replace(live=True))] + out + [
+            (f"lp{r}", cfg._replace(pipe=r, live=True)) for r in runs]
+    return out
+
+
 def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order") -> int:
     """``--grouped``: the group-wise TMA GEMM's kernel time per tile, plain and with
-    ``variant`` on (``"order"``: the MMA order, ``<tile>o``; ``"live"``: the rows-past-M
-    skip, ``<tile>l``), against ``mx.quantized_matmul`` and bf16, per shape, group size
-    and M; the variant's outputs compared with the plain tile's, bit for bit."""
+    ``variant`` on (:func:`grouped_variants`), against ``mx.quantized_matmul`` and bf16,
+    per shape, group size and M; each variant's outputs compared with the plain tile's,
+    bit for bit."""
     from mlx_w8a8.weight import QuantizedWeight
 
     configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
@@ -251,11 +273,13 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                 row["quantize"] = timed(lambda: cuda_quantize.quantize_groups(x, gs)[2], reps)[0]
                 for name, cfg in configs.items():
                     plain = cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, cfg)
-                    other, tag = cfg._replace(**{variant: True}), variant[0]
-                    if not mx.array_equal(cuda_gemm_grouped.gemm_grouped_tma(
-                            xq, xs, xr, qw, None, mx.bfloat16, other), plain).item():
-                        differ.append(name + tag)
-                    for label, c in ((name, cfg), (name + tag, other)):
+                    arms = [(name, cfg)]
+                    for tag, other in grouped_variants(cfg, variant, k, gs):
+                        if not mx.array_equal(cuda_gemm_grouped.gemm_grouped_tma(
+                                xq, xs, xr, qw, None, mx.bfloat16, other), plain).item():
+                            differ.append(name + tag)
+                        arms.append((name + tag, other))
+                    for label, c in arms:
                         row[label] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                             xq, xs, xr, qw, None, mx.bfloat16, c), reps)[0]
                 best = min((v, kname) for kname, v in row.items()

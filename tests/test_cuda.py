@@ -965,6 +965,44 @@ def test_grouped_tma_live_skips_only_rows_past_m(rng, bits, group_size, m, n, k,
                                   equal_nan=True).item(), (name, live)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("m,n,k,with_bias", [
+    (300, 392, 2560, True),  # tails in M and N; 20 k-tiles: the ring wraps, runs cross stages
+    (129, 264, 256, False),  # two k-tiles: at group size 128 one run is the tile's groups
+    (1, 40, 1024, False),  # one tile, one row: a single block
+    (64, 264, 512, True),  # with the skip below: warpgroup 1 owns no row
+    (1100, 2176, 1024, True),  # more tiles than blocks: runs restart on every tile
+])
+def test_grouped_tma_pipelined_promotion_is_the_same_arithmetic(rng, bits, group_size, m, n,
+                                                                 k, with_bias):
+    """Every tile with every pipelined-promotion run it takes (GroupedTmaConfig.pipe:
+    two int32 sets, each group promoted under the next group's wgmmas) at this K and
+    group size, alone and with the rows-past-M skip: exact against the oracle, and bit
+    for bit the plain tile's output. A promotion that read a set before its wgmmas
+    completed, a stage released while a wgmma still read it, or a run that lost a
+    group's R differs from the plain tile; a stage never released hangs the launch."""
+    grouped_tma_tile(sorted(cuda_tiles.GROUPED_TMA_CONFIGS)[0])  # skips where it cannot run
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
+              else make_weight(rng, n, k, group_size, False, "bfloat16"))
+    x = activation(rng, m, k, "bfloat16")
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if with_bias else None
+    runs = 0
+    for name, cfg in sorted(configs.items()):
+        plain = grouped_tma_run(cfg)(x, weight, bias)
+        for run in cuda_tiles.PIPE_RUNS[cfg.bn]:
+            if (k // group_size) % run:
+                continue
+            for piped in (cfg._replace(pipe=run), cfg._replace(pipe=run, live=True)):
+                runs += 1
+                check_linear(rng, grouped_tma_run(piped), m, n, k, "bfloat16", group_size,
+                             False, with_bias, "bfloat16", bits=bits)
+                assert mx.array_equal(plain, grouped_tma_run(piped)(x, weight, bias),
+                                      equal_nan=True).item(), (name, piped)
+    assert runs > 0
+
+
 @pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
     """Groups whose weight codes are all zero, stored as mx.quantize stores them (scale
@@ -1287,6 +1325,21 @@ def _check_act_groups(rng, run, m, n, k, dtype, group_size, with_bias, bits):
     assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
     want, bound = oracle.linear_act_groups(host(x), weight, None if bias is None else host(bias))
     oracle.assert_close(y, want, bound, dtype)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("m,n,k,group_size,dtype", [
+    (33, 257, 1152, 32, "float16"), (1000, 384, 1024, 64, "bfloat16")])
+def test_act_groups_pipelined_promotion(rng, bits, m, n, k, group_size, dtype):
+    """Activation groups (t_mg loaded one group ahead as R is) with the pipelined
+    promotion on every tile's longest run: against the activation-group oracle."""
+    grouped_tma_tile("gtma128")
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    for cfg in configs.values():
+        run = cuda_tiles.pipe_run(cfg, k, group_size)
+        assert run
+        _check_act_groups(rng, _act_groups_run(cfg._replace(pipe=run)), m, n, k, dtype,
+                          group_size, True, bits)
 
 
 @pytest.mark.parametrize("bits", [8, 4])

@@ -220,9 +220,9 @@ def kernel_builds() -> list[KernelBuild]:
     # (4-bit per token, either width with activation groups; ORD below).
     for configs, stem, extra in (
             (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_grouped", ()),
-            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False), ("ORD", False), ("LIVE", False))),
-            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True), ("ORD", False), ("LIVE", False))),
-            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True), ("ORD", False), ("LIVE", False)))):
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", False), ("ORD", False), ("LIVE", False), ("PIPE", 0))),
+            (cuda_tiles.GROUPED4_TMA_CONFIGS, "tma_groupwise", (("WB", 4), ("AG", True), ("ORD", False), ("LIVE", False), ("PIPE", 0))),
+            (cuda_tiles.GROUPED_TMA_CONFIGS, "tma_groupwise", (("WB", 8), ("AG", True), ("ORD", False), ("LIVE", False), ("PIPE", 0)))):
         for i, cfg in enumerate(configs.values()):
             for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
                 t = launch.FLOAT_DTYPES[(i + j) % 3]
@@ -243,7 +243,7 @@ def kernel_builds() -> list[KernelBuild]:
     for configs, bits in ((cuda_tiles.GROUPED_TMA_CONFIGS, 8), (cuda_tiles.GROUPED4_TMA_CONFIGS, 4)):
         for cfg in configs.values():
             tpl = (("GS", 64),) + tuple(cfg.template()) + (("WB", bits), ("AG", False), ("ORD", True),
-                                                            ("LIVE", False))
+                                                            ("LIVE", False), ("PIPE", 0))
             out.append(KernelBuild(cfg.file, "tma_groupwise", _grouped_tma_inputs("tma_groupwise"),
                                    (("y", "bfloat16"),), (("T", "bfloat16"),) + tpl))
             out.append(KernelBuild(cfg.file, "tma_groupwise_group3",
@@ -258,10 +258,31 @@ def kernel_builds() -> list[KernelBuild]:
                                     (128, "tma_groupwise_group2", (("AG", False), ("ORD", False))),
                                     (64, "tma_groupwise", (("AG", True), ("ORD", True)))):
                 tpl = ((("T", "bfloat16"), ("GS", gs)) + tuple(cfg.template())
-                       + (("WB", bits),) + extra + (("LIVE", True),))
+                       + (("WB", bits),) + extra + (("LIVE", True), ("PIPE", 0)))
                 if body.endswith("group2"):
                     out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs("_group2", 2),
                                            (("y0", "bfloat16"), ("y1", "bfloat16")), tpl))
+                else:
+                    out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body),
+                                           (("y", "bfloat16"),), tpl))
+    # Pipelined promotion (PIPE): every tile of either code width with every run it takes
+    # (PIPE_RUNS), the group size, body, activation groups and the skip rotating over them
+    # (the two int32 sets are where spills and serialized wgmmas would show).
+    variants = ((64, "tma_groupwise", False, False), (128, "tma_groupwise_group3_bias", False, True),
+                (32, "tma_groupwise_bias", True, False), (64, "tma_groupwise_group2", False, True))
+    v = 0
+    for configs, bits in ((cuda_tiles.GROUPED_TMA_CONFIGS, 8), (cuda_tiles.GROUPED4_TMA_CONFIGS, 4)):
+        for cfg in configs.values():
+            for run in cuda_tiles.PIPE_RUNS[cfg.bn]:
+                gs, body, ag, live = variants[v % len(variants)]
+                v += 1
+                tpl = ((("T", "bfloat16"), ("GS", gs)) + tuple(cfg.template())
+                       + (("WB", bits), ("AG", ag), ("ORD", False), ("LIVE", live), ("PIPE", run)))
+                members = 3 if "_group3" in body else 2 if "_group2" in body else 0
+                if members:
+                    suffix = body[len("tma_groupwise"):]
+                    out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(suffix, members),
+                                           tuple((f"y{g}", "bfloat16") for g in range(members)), tpl))
                 else:
                     out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body),
                                            (("y", "bfloat16"),), tpl))
@@ -438,6 +459,13 @@ def _compile(build: KernelBuild, workdir: str, index: int) -> tuple[int, str]:
 BUILDS = kernel_builds()
 
 
+def _spill_bytes(line: str) -> int:
+    """The spill stores of one of ptxas's ``N bytes stack frame, N bytes spill stores, N
+    bytes spill loads`` lines."""
+    found = re.search(r"(\d+) bytes spill stores", line)
+    return int(found.group(1)) if found else 0
+
+
 def test_every_build_has_a_block_size():
     """block_threads finds each build's launch block (one tile config per GEMM build)."""
     sizes = {_label(b): block_threads(b) for b in BUILDS}
@@ -477,14 +505,25 @@ def test_kernels_compile_for_sm90a(tmp_path):
         # The TMA tiles with a producer warpgroup hand its registers to the consumers
         # (setmaxnreg): at ptxas's cap of 168 their bias and sibling bodies spilled up to
         # 868 bytes in the epilogue; with 232 none may.
-        if build.body.startswith("tma_") and dict(build.template).get("PW") == 4 and spills:
+        # One exception: with the pipelined promotion's second int32 set, the 4-bit
+        # 128-wide sibling bodies with LIVE keep two tile counts in 8 bytes of local
+        # memory, stored before the warp roles split and loaded once per role (outside
+        # every loop: cuobjdump -sass of that build); a spill in the mainloop is larger.
+        setup_only = (dict(build.template).get("PIPE") and
+                      all(_spill_bytes(ln) <= 8 for ln in spills))
+        if (build.body.startswith("tma_") and dict(build.template).get("PW") == 4 and spills
+                and not setup_only):
             spilled.append(f"{_label(build)}: {'; '.join(spills)}")
         # ptxas compiles a kernel whose wgmma pipeline it cannot prove safe by waiting
         # after every wgmma (C7520, "wgmma.mma_async instructions are serialized"): it
         # still runs and is exact, so only this check sees it. A branch around the
         # consumers' wgmma in gemm_ws.cu did that and cost 1.4x on an H200.
+        # Likewise a warpgroup.arrive / wait that ptxas injects (C7519, C7517) to guard
+        # accumulator registers that non-wgmma code copies between a set's wgmmas (an
+        # accumulator set live into its first wgmma did that in the pipelined promotion).
         serialized += [f"{_label(build)}: {ln.strip()}" for ln in log.splitlines()
-                       if "C7520" in ln or "are serialized" in ln]
+                       if any(code in ln for code in ("C7520", "C7517", "C7519"))
+                       or "are serialized" in ln]
         # A block whose threads need more registers than an SM has (64 K 32-bit registers
         # on sm_90) does not launch, and MLX reports nothing: the outputs keep whatever
         # memory held (the FMA-remainder quantize, 71 registers, at 1024 threads for
@@ -1888,7 +1927,7 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["threadgroup"] == (cfg.threads, 1, 1)
     assert gemm["grid"] == (min(tiles, launch.SMS) * cfg.threads, 1, 1)
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
-    skip = [("WB", 8), ("AG", False), ("ORD", False), ("LIVE", True)] if cfg.live else []
+    skip = [("WB", 8), ("AG", False), ("ORD", False), ("LIVE", True), ("PIPE", 0)] if cfg.live else []
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
                                 ("STAGES", cfg.stages), ("PW", cfg.producers)] + skip
     assert gemm["output_shapes"] == [(m, n)] and gemm["output_dtypes"] == [x.dtype]
@@ -1905,12 +1944,16 @@ def test_grouped_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_grouped_tma_live_tile_takes_the_groupwise_body_with_live(cuda_here, rng, bits):
-    """A tile with the rows-past-M skip (GroupedTmaConfig.live) launches the
-    ``tma_groupwise`` body with ``("LIVE", True)`` last in its template, else as the
-    plain tile (same arrays, grid, threads, shared memory); the plain 8-bit tile keeps
-    the shipped ``tma_grouped`` body and template (what the table measured), and every
-    ``tma_groupwise`` launch says ``("LIVE", False)`` when the skip is off."""
+@pytest.mark.parametrize("option,name,value", [("live", "LIVE", True), ("pipe", "PIPE", 2),
+                                               ("pipe", "PIPE", 4)])
+def test_grouped_tma_tile_options_take_the_groupwise_body(cuda_here, rng, bits, option, name,
+                                                          value):
+    """A tile with the rows-past-M skip (GroupedTmaConfig.live) or the pipelined
+    promotion (``pipe``) launches the ``tma_groupwise`` body with that template argument
+    set, else as the plain tile (same arrays, grid, threads, shared memory); the plain
+    8-bit tile keeps the shipped ``tma_grouped`` body and template (what the table
+    measured), and every ``tma_groupwise`` launch ends ``("LIVE", False), ("PIPE", 0)``
+    when both are off."""
     import mlx.core as mx
 
     from mlx_w8a8.weight import QuantizedWeight
@@ -1924,25 +1967,41 @@ def test_grouped_tma_live_tile_takes_the_groupwise_body_with_live(cuda_here, rng
     else:
         qw = QuantizedWeight.from_float(w, gs, per_channel=False)
     x = mx.zeros((m, k), dtype=mx.bfloat16)
-    cfg = cuda_tiles.grouped_tma_tile_for(m, n, bits)
+    cfg = cuda_tiles.grouped_tma_tile_for(m, n, bits)._replace(live=False)
+    assert value in cuda_tiles.PIPE_RUNS[cfg.bn] or option == "live"
     launches = {}
-    for live in (False, True):
+    for on in (False, True):
         xq, xs, xr = cuda_quantize.quantize_groups(x, gs)
         start = len(rec.launches)
-        cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, cfg._replace(live=live))
-        (launches[live],) = rec.launches[start:]
-    plain, live = launches[False], launches[True]
-    assert live["name"] == "w8a8_gemm_grouped_ws_tma_groupwise"
-    assert live["template"][-1] == ("LIVE", True)
+        tile = cfg._replace(**{option: value}) if on else cfg
+        cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, tile)
+        (launches[on],) = rec.launches[start:]
+    plain, opt = launches[False], launches[True]
+    assert opt["name"] == "w8a8_gemm_grouped_ws_tma_groupwise"
+    want = {"LIVE": False, "PIPE": 0, name: value}
+    assert opt["template"][-2:] == [("LIVE", want["LIVE"]), ("PIPE", want["PIPE"])]
     if bits == 8:
         assert plain["name"] == "w8a8_gemm_grouped_ws_tma_grouped"
         assert plain["template"] == [("T", mx.bfloat16), ("GS", gs)] + cfg.template()
-        assert live["template"][:-1] == plain["template"] + [("WB", 8), ("AG", False), ("ORD", False)]
+        assert opt["template"][:-2] == plain["template"] + [("WB", 8), ("AG", False), ("ORD", False)]
     else:
-        assert plain["template"][-1] == ("LIVE", False)
-        assert live["template"][:-1] == plain["template"][:-1]
+        assert plain["template"][-2:] == [("LIVE", False), ("PIPE", 0)]
+        assert opt["template"][:-2] == plain["template"][:-2]
     for field in ("grid", "threadgroup", "shared_memory", "inputs", "outputs", "output_shapes"):
-        assert live[field] == plain[field], field
+        assert opt[field] == plain[field], field
+
+
+@pytest.mark.parametrize("bn,k,gs,want", [
+    (128, 4096, 64, 2),  # 64 groups; runs of 4 spill at bn = 128
+    (64, 4096, 64, 4), (32, 14336, 128, 4),  # 112 groups
+    (64, 384, 128, 0),  # 3 groups: no run divides them
+    (32, 768, 128, 2),  # 6 groups: 4 does not divide them
+])
+def test_pipe_run_takes_the_longest_run_dividing_the_groups(bn, k, gs, want):
+    """pipe_run: the longest of the tile's PIPE_RUNS that divides K / group_size (the
+    kernel runs a tile's groups in whole runs), 0 where none does."""
+    cfg = next(c for c in cuda_tiles.GROUPED_TMA_CONFIGS.values() if c.bn == bn)
+    assert cuda_tiles.pipe_run(cfg, k, gs) == want
 
 
 @pytest.mark.parametrize("m,n,k,gs,dtype,has_bias", [
@@ -1999,7 +2058,7 @@ def test_w4a8_tma_launch_plan(cuda_here, rng, m, n, k, gs, dtype, has_bias):
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn),
                                 ("STAGES", cfg.stages), ("PW", 4), ("WB", 4), ("AG", False), ("ORD", False),
-                                ("LIVE", cfg.live)]
+                                ("LIVE", cfg.live), ("PIPE", 0)]
     key, _, _ = cand.bind_stages(p, qw, bias)
     assert key == registry.get("linear", "cuda_w8a8_gemm_grouped_tma").stages(
         Problem("linear", m, n, k, dtype, "grouped", gs, has_bias))[0]
@@ -2052,7 +2111,7 @@ def test_act_groups_tma_launch_plan(cuda_here, rng, fmt, m, n, k, gs, dtype, has
     assert all(a is b for a, b in zip(gemm["arrays"][:3], acts))
     assert gemm["template"] == [("T", x.dtype), ("GS", gs), ("BN", cfg.bn), ("STAGES", cfg.stages),
                                 ("PW", cfg.producers), ("WB", bits), ("AG", True), ("ORD", False),
-                                ("LIVE", cfg.live)]
+                                ("LIVE", cfg.live), ("PIPE", 0)]
     assert gemm["shared_memory"] == cfg.shared_memory(gs) <= H200_SHARED_MEMORY
     start = len(rec.launches)
     cand.run(x, qw, bias)
@@ -2280,6 +2339,17 @@ def test_grouped_tma_refuses_what_it_cannot_take(cuda_here, rng):
         cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, grouped, None, mx.bfloat16)
     with pytest.raises(ValueError, match=op + " the tile must be a GroupedTmaConfig"):
         cuda_gemm_grouped.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, cuda_tiles.TMA_CONFIGS["tma64"])
+    # The pipelined promotion: runs the tile cannot take (spills at bn = 128), runs that
+    # do not divide K / group_size (8 groups here), and with the MMA order.
+    wide, narrow = cuda_tiles.GROUPED_TMA_CONFIGS["gtma128"], cuda_tiles.GROUPED_TMA_CONFIGS["gtma64"]
+    for bad in (wide._replace(pipe=4), narrow._replace(pipe=3), narrow._replace(pipe=2, order=True)):
+        with pytest.raises(ValueError, match=op + f" pipe must be one of .* got pipe={bad.pipe}"):
+            cuda_gemm_grouped.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, bad)
+    six = QuantizedWeight.from_float(mx.concatenate([w, w[:, :192]], axis=1), 128, per_channel=False)
+    with pytest.raises(ValueError, match=op + " pipe .* divide K / group_size = 6"):
+        cuda_gemm_grouped.gemm_grouped_tma_spec(4, 768, six, None, mx.bfloat16, narrow._replace(pipe=4))
+    for good in (wide._replace(pipe=2), narrow._replace(pipe=4)):
+        assert cuda_gemm_grouped.gemm_grouped_tma_spec(4, 512, grouped, None, mx.bfloat16, good)
     with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_quantize\] group_size"):
         cuda_quantize.quantize_groups(x, 48)
 

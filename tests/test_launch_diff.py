@@ -61,3 +61,21 @@ def test_the_tally_counts_only_differing_keys_by_candidate_and_m():
     new["records"]["cuda_w8a8_gemm_ws|supports|P"] = False
     assert launch_diff.tally(old, new) == "cuda_w8a8_gemm_tma M=17: 1; cuda_w8a8_gemm_ws M=?: 1"
     assert launch_diff.tally(old, old) == ""
+
+
+def test_the_field_tally_names_what_differs_per_candidate():
+    """A launch whose grid changed is told apart from one whose header alone changed, a
+    changed launch count and a changed verdict are named as such, and equal keys are not
+    counted."""
+    old, new = _doc(), _doc()
+    base = old["records"]["sm90|cuda_w8a8_gemm_ws|bind|P|None"][0]
+    old["records"]["sm90|cuda_w8a8_gemm_tma|run|Q"] = [dict(base)]
+    new["records"]["sm90|cuda_w8a8_gemm_tma|run|Q"] = [dict(base, grid=[7, 1, 1])]
+    new["records"]["sm90|cuda_w8a8_gemm_ws|bind|P|None"] = [dict(base, header="h2", name="n2")]
+    old["records"]["sm90|cuda_int8_gemv|run|R"] = [dict(base)]
+    new["records"]["sm90|cuda_int8_gemv|run|R"] = [dict(base), dict(base)]
+    new["records"]["cuda_w8a8_gemm_ws|supports|P"] = False
+    assert launch_diff.field_tally(old, new) == (
+        "cuda_int8_gemv: launches 1; cuda_w8a8_gemm_tma: grid 1; "
+        "cuda_w8a8_gemm_ws: header+name 1; cuda_w8a8_gemm_ws: supports 1")
+    assert launch_diff.field_tally(old, old) == ""

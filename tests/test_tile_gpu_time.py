@@ -89,3 +89,19 @@ def test_variant_tiles_keep_the_shipped_ones_and_add_only_what_fits():
     co = tile_gpu_time.with_cooperative(tiles)
     assert co["tma128ppc"] == tiles["tma128pp"]._replace(pingpong=False)
     assert set(co) == {"tma32", "tma128pp", "tma128ppc"}  # a cooperative tile has no variant
+
+
+def test_grouped_variants_time_only_runs_the_tile_takes():
+    """--grouped's arms beside each tile: the MMA order or the skip alone, or each
+    pipelined-promotion run the tile takes at K and the group size (a run that does not
+    divide K / group_size, or 4 at bn = 128, would be refused by the launcher), with
+    --live also each run with the skip."""
+    wide, narrow = cuda_tiles.GROUPED_TMA_CONFIGS["gtma128"], cuda_tiles.GROUPED_TMA_CONFIGS["gtma32"]
+    assert tile_gpu_time.grouped_variants(wide, "order", 4096, 64) == [("o", wide._replace(order=True))]
+    assert tile_gpu_time.grouped_variants(narrow, "live", 4096, 64) == [("l", narrow._replace(live=True))]
+    assert tile_gpu_time.grouped_variants(wide, "pipe", 4096, 64) == [("p2", wide._replace(pipe=2))]
+    assert [t for t, _ in tile_gpu_time.grouped_variants(narrow, "pipe", 4096, 64)] == ["p2", "p4"]
+    assert [t for t, _ in tile_gpu_time.grouped_variants(narrow, "pipe", 768, 128)] == ["p2"]  # 6 groups
+    both = tile_gpu_time.grouped_variants(narrow, "live+pipe", 4096, 128)
+    assert [t for t, _ in both] == ["l", "p2", "p4", "lp2", "lp4"]
+    assert both[-1][1] == narrow._replace(pipe=4, live=True)

@@ -33,6 +33,7 @@ from .tiles import (
     GROUPED_TMA_K_MULTIPLE,
     GemmConfig,
     GroupedTmaConfig,
+    PIPE_RUNS,
     grouped_tile_for,
     grouped_tma_tile_for,
     tiles,
@@ -99,7 +100,7 @@ def _body(cfg: GroupedTmaConfig, act_groups: bool) -> str:
     per-token scales without MMA order or the rows-past-M skip (the bodies the shipped
     table measured), else ``tma_groupwise`` (code width, activation scaling, MMA order
     and the skip as template arguments: :func:`_template`)."""
-    plain = cfg.bits == 8 and not act_groups and not cfg.order and not cfg.live
+    plain = cfg.bits == 8 and not act_groups and not cfg.order and not cfg.live and not cfg.pipe
     return "tma_grouped" if plain else "tma_groupwise"
 
 
@@ -109,7 +110,7 @@ def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
     template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
     if _body(cfg, act_groups) == "tma_groupwise":
         template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order),
-                     ("LIVE", cfg.live)]
+                     ("LIVE", cfg.live), ("PIPE", cfg.pipe)]
     return template
 
 
@@ -125,7 +126,9 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
         ValueError: for M < 1, a per-channel weight, a group size other than 32, 64 or
             128, K not a multiple of 128 (or not the weight's, or not below 2^17), or a
             tile not of ``GROUPED_TMA_CONFIGS``' kind (``GROUPED4_TMA_CONFIGS``' for a
-            4-bit weight).
+            4-bit weight), or a pipelined-promotion run the tile cannot take
+            (``GroupedTmaConfig.pipe``: not in ``PIPE_RUNS``, not dividing
+            ``K / group_size``, or with ``order``).
     """
     cfg = _grouped_tma_checked(m, k, weight,
                                config or grouped_tma_tile_for(m, weight.n, weight.bits))
@@ -154,6 +157,12 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
         raise ValueError(f"{op} the tile must be a GroupedTmaConfig of the weight's "
                          f"{weight.bits}-bit codes (GROUPED_TMA_CONFIGS, "
                          f"GROUPED4_TMA_CONFIGS), got {cfg}")
+    if cfg.pipe and (cfg.order or cfg.pipe not in PIPE_RUNS.get(cfg.bn, ())
+                     or (k // weight.group_size) % cfg.pipe):
+        raise ValueError(f"{op} pipe must be one of {PIPE_RUNS.get(cfg.bn, ())} for a "
+                         f"{cfg.bn}-wide tile, divide K / group_size = "
+                         f"{k // weight.group_size} and come without order, got "
+                         f"pipe={cfg.pipe}, order={cfg.order}")
     return cfg
 
 

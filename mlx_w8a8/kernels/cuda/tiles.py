@@ -257,7 +257,11 @@ class GroupedTmaConfig(NamedTuple):
     a consumer warp whose 16 rows of a tile all lie past M skips its promotions and its
     epilogue (``gemm_grouped_ws.cu``, rows past M; the same stored outputs bit for bit):
     at M <= 64 half the consumer warps or more. :func:`grouped_tma_tile_for` turns it
-    on at M = 17-112 (``LIVE_M``)."""
+    on at M = 17-112 (``LIVE_M``). ``pipe`` (2 or 4; 0 off): a consumer warpgroup
+    promotes each group under its next group's MMAs, in runs of ``pipe`` groups (two
+    int32 sets; ``gemm_grouped_ws.cu``, pipelined promotion; the same outputs bit for
+    bit): ``pipe`` must divide ``K / group_size``, 4 only where ``bn <= 64``
+    (``PIPE_RUNS``), never with ``order``. No tile policy turns it on yet."""
 
     bn: int
     stages: int
@@ -265,6 +269,7 @@ class GroupedTmaConfig(NamedTuple):
     bits: int = 8
     order: bool = False
     live: bool = False
+    pipe: int = 0
 
     file = "gemm_grouped_ws.cu"
     bm = 128
@@ -309,6 +314,20 @@ GROUPED4_TMA_CONFIGS = {
     "g4tma64": GroupedTmaConfig(64, 6, 4, 4),
     "g4tma32": GroupedTmaConfig(32, 8, 4, 4),
 }
+
+
+# The group-wise TMA GEMM's pipelined promotion: the run lengths the kernel takes, by
+# tile width (three int32 / float32 sets of 64 registers at bn = 128 leave no room for
+# runs of 4: ptxas spills them).
+PIPE_RUNS = {128: (2,), 64: (2, 4), 32: (2, 4)}
+
+
+def pipe_run(cfg: GroupedTmaConfig, k: int, group_size: int) -> int:
+    """The longest pipelined-promotion run (``GroupedTmaConfig.pipe``) tile ``cfg`` can
+    take at ``K`` and ``group_size``: one of ``PIPE_RUNS[cfg.bn]`` dividing
+    ``K / group_size``, or 0 where none does."""
+    runs = [r for r in PIPE_RUNS[cfg.bn] if (k // group_size) % r == 0]
+    return max(runs, default=0)
 
 
 # Where grouped_tma_tile_for turns the rows-past-M skip on (its docstring says why).

@@ -51,10 +51,23 @@
 //    read above the wait), then the promotion f += s P + o R. The next group's
 //    wgmma.fence orders the promotion's reads of the set before its wgmmas overwrite it.
 //    DeepGEMM's promotion order: the tensor cores idle during a warpgroup's promotion
-//    while the other warpgroup's MMAs may run. Overlapping a warpgroup's own promotion
-//    with its next group's MMAs (two int32 sets, wait_group 1) made ptxas serialize
-//    every wgmma (C7514: non-wgmma instructions reading accumulator registers inside a
-//    wgmma pipeline stage), so it is not done.
+//    while the other warpgroup's MMAs may run (PIPE below overlaps its own).
+//  * Pipelined promotion (PIPE = 2 or 4, template argument of the tma_groupwise bodies;
+//    0: off). A tile's groups run in runs of PIPE (the launcher's invariant: PIPE
+//    divides K / GS). Within a run, group g + u's wgmmas go into int32 set u % 2 (two
+//    sets: BN / 2 more registers), the next group's are issued and committed before
+//    wgmma.wait_group 1, and group g + u is promoted while they run; the run's last
+//    group waits with wait_group 0. The arithmetic is unchanged (outputs equal the
+//    plain tile's bit for bit); PIPE - 1 of every PIPE promotions overlap the
+//    warpgroup's own MMAs. Two hazards of ptxas shape it: a wgmma whose accumulators
+//    are still in flight across the loop's back edge while later code reads them (one
+//    run per iteration, both sets ending it with wait_group 0, was the fix; an in-flight
+//    set across the back edge made ptxas serialize every wgmma, C7514), and a set whose
+//    stale values are live into its next first wgmma (NVVM then copies them into the
+//    instruction's registers and ptxas injects a warpgroup wait, C7517): the sets are
+//    declared per run and each group's first wgmma is wgmma_first (write-only d).
+//    PIPE = 4 at BN = 128 spills (three sets of 64 registers), so the launcher allows
+//    it only at BN <= 64.
 //  * MMA order (ORD, template argument of the tma_groupwise bodies): left alone, the
 //    two warpgroups issue a group's MMAs together, the tensor cores run both sets
 //    interleaved, both complete at once and both promote while the tensor cores idle:
@@ -132,7 +145,8 @@
 // tile.
 //
 // Invariants the launcher guarantees (kernels/cuda/gemm_grouped.py _grouped_tma_checked,
-// gemm_grouped_tma_spec): K % 128 == 0, 0 < K < 2^17, GS in {32, 64, 128}; blocks of
+// gemm_grouped_tma_spec): K % 128 == 0, 0 < K < 2^17, GS in {32, 64, 128}, with PIPE
+// (K / GS) % PIPE == 0 and BN <= 64 where PIPE == 4; blocks of
 // exactly 256 + 32 PW threads, at most one per SM (PW = 4 where WB = 4); the tile's code
 // width that of the weight (GroupedTmaConfig.bits); dynamic shared memory
 // GroupedTmaConfig.shared_memory(GS); with AG, xs holds [M, K / GS] scales.
@@ -188,8 +202,54 @@ __device__ __forceinline__ uint2 expand4(uint32_t w) {
   return make_uint2(__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362));
 }
 
-// The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
-// Rows past M get scale 0 and columns past N bias 0 (never stored).
+// f += s P + o R for one group's int32 set `d` (AG: f += t (s P + o R)), the stage's
+// terms at shared address `ts` (group j of the k-tile: its (s, o) for the tile's BN
+// columns from ts + j BN 8), its rows' R (and t): the
+// promotion of the consumers' paragraph, identical wherever a group is promoted. The
+// caller has completed the set's wgmmas (wgmma.wait_group) and pinned its registers.
+// P = U - 128 R is exact in int32 and |P| <= 127 * 128 * 128 = 2^21, so float(P) is
+// (U - 128 R + 0x4B400000) read as a float minus 1.5 * 2^23, exactly: an integer and a
+// float add instead of an I2F (a quarter-rate conversion on sm_90, BN / 2 per thread and
+// group). 4-bit codes are not offset (P = U, the terms hold the stored bias b).
+template <int BN, bool W4, bool AG>
+__device__ __forceinline__ void grouped_promote(float (&f)[BN / 2], const int (&d)[BN / 2],
+                                                uint32_t ts, int j, int tq, int r_lo, int r_hi,
+                                                float t_lo, float t_hi) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
+  const float rlo = static_cast<float>(r_lo), rhi = static_cast<float>(r_hi);
+  constexpr int kShift = W4 ? 0 : 128;
+  const int clo = 0x4B400000 - kShift * r_lo, chi = 0x4B400000 - kShift * r_hi;
+#pragma unroll
+  for (int c = 0; c < BN / 8; ++c) {
+    const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
+    const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
+    const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
+    const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
+    const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
+    if constexpr (AG) {
+      // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R,
+      // one for the group's term, one for the chain (docs/numerics.md).
+      f[4 * c] = __fmaf_rn(t_lo, __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo)), f[4 * c]);
+      f[4 * c + 1] = __fmaf_rn(t_lo, __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo)), f[4 * c + 1]);
+      f[4 * c + 2] = __fmaf_rn(t_hi, __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi)), f[4 * c + 2]);
+      f[4 * c + 3] = __fmaf_rn(t_hi, __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi)), f[4 * c + 3]);
+    } else {
+      f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
+      f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
+      f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
+      f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
+    }
+  }
+}
+
+
+// Pin: the compiler may not move reads of `d` above the wgmma.wait_group just before.
+template <int BN>
+__device__ __forceinline__ void pin_set(int (&d)[BN / 2]) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // Named barriers 1 and 2 (0 is __syncthreads'), for the consumers' MMA order (ORD):
 // `count` threads in all arrive, those of bar_sync waiting for the rest. Warp-uniform
 // calls only; `count` a multiple of 32.
@@ -200,6 +260,8 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
+// Rows past M get scale 0 and columns past N bias 0 (never stored).
 template <bool HAS_BIAS, bool AG = false>
 struct GroupedEpilogue {
   using Value = float;
@@ -351,7 +413,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
 template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
-          bool AG = false, bool ORD = false, bool LIVE = false>
+          bool AG = false, bool ORD = false, bool LIVE = false, int PIPE = 0>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -360,6 +422,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
   static_assert(NM >= 1 && NM <= kMaxMembers, "1 to kMaxMembers members");
   static_assert(WB == 8 || (WB == 4 && PW == 4), "8-bit codes, or 4-bit ones expanded by 4 warps");
+  static_assert(PIPE == 0 || ((PIPE == 2 || PIPE == 4) && !ORD),
+                "runs of 2 or 4 groups, without the MMA order");
   constexpr bool kW4 = WB == 4;
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
@@ -473,81 +537,116 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       tcur_lo = t_lo[0];
       tcur_hi = t_hi[0];
     }
-#pragma unroll 1
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const int s = it % STAGES;
-      mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-      const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
-      const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
-      const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
-#pragma unroll 1
-      for (int j = 0; j < kGroups; ++j, ++seq) {  // j indexes addresses only: no register arrays
-        const int grp = kt * kGroups + j;
-        // ORD: wait until the other warpgroup's MMAs of its previous group completed
-        // (warpgroup 0's first group waits for nothing).
-        if constexpr (ORD)
-          if (wg == 1 || seq > 0) bar_sync(1 + wg, 256);
-        wgmma_fence();  // the promotion below read d: order it before the next writes
+    if constexpr (PIPE > 0) {
+      // Pipelined promotion (PIPE; the paragraph at the top of the file): runs of PIPE
+      // groups, each group's promotion under the next group's wgmmas but the run's last.
+      const int it0 = it;  // ring position of the tile's first k-tile
+      int next_lo = 0, next_hi = 0;  // the last issued group's R (and t)
+      float tnext_lo = 0.f, tnext_hi = 0.f;
+      auto issue = [&](int (&acc)[BN / 2], int g) {
+        const int pos = it0 + g / kGroups, j = g % kGroups, s = pos % STAGES;
+        if (j == 0) mbar_wait(full0 + 8 * s, (pos / STAGES) & 1);
+        const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+        const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+        wgmma_fence();  // this set's promotion two groups back: before the writes
+        wgmma_first<true, BN>(acc, sa, sb, j * kSteps);  // acc only written
 #pragma unroll
-        for (int ks = 0; ks < kSteps; ++ks)
-          wgmma_step<true, BN>(d, sa, sb, j * kSteps + ks, ks != 0);
+        for (int ks = 1; ks < kSteps; ++ks)
+          wgmma_step<true, BN>(acc, sa, sb, j * kSteps + ks, 1);
         wgmma_commit();
-        const int nxt = min(grp + 1, groups - 1);
-        const int next_lo = r_lo[nxt], next_hi = r_hi[nxt];
-        float tnext_lo = 0.f, tnext_hi = 0.f;
+        next_lo = r_lo[g];
+        next_hi = r_hi[g];
         if constexpr (AG) {
-          tnext_lo = t_lo[nxt];
-          tnext_hi = t_hi[nxt];
+          tnext_lo = t_lo[g];
+          tnext_hi = t_hi[g];
         }
-        wgmma_wait<0>();
-        // Pin: the compiler may not move reads of d above the wait.
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[i])::"memory");
-        // ORD: this group's MMAs are complete: the other warpgroup may issue its next.
-        if constexpr (ORD)
-          if (wg == 0 || seq < last) bar_arrive(2 - wg, 256);
-        // f += s P + o R as f = fma(o, R, fma(s, P, f)). P = U - 128 R is exact in int32
-        // and |P| <= 127 * 128 * 128 = 2^21, so float(P) is (U - 128 R + 0x4B400000) read
-        // as a float minus 1.5 * 2^23, exactly: an integer and a float add instead of an
-        // I2F (a quarter-rate conversion on sm_90, BN / 2 per thread and group).
-        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
-        if (live) {
-          const float rlo = static_cast<float>(cur_lo), rhi = static_cast<float>(cur_hi);
-          // 4-bit codes are not offset (P = U, the terms hold the stored bias b).
-          constexpr int kShift = kW4 ? 0 : 128;
-          const int clo = 0x4B400000 - kShift * cur_lo, chi = 0x4B400000 - kShift * cur_hi;
-#pragma unroll
-          for (int c = 0; c < BN / 8; ++c) {
-            const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
-            const float p0 = __fsub_rn(__int_as_float(d[4 * c] + clo), kRound);
-            const float p1 = __fsub_rn(__int_as_float(d[4 * c + 1] + clo), kRound);
-            const float p2 = __fsub_rn(__int_as_float(d[4 * c + 2] + chi), kRound);
-            const float p3 = __fsub_rn(__int_as_float(d[4 * c + 3] + chi), kRound);
-            if constexpr (AG) {
-              // f += t (s P + o R) as f = fma(t, fma(s, P, o R), f): one rounding for o R,
-              // one for the group's term, one for the chain (docs/numerics.md).
-              f[4 * c] = __fmaf_rn(tcur_lo, __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo)), f[4 * c]);
-              f[4 * c + 1] = __fmaf_rn(tcur_lo, __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo)), f[4 * c + 1]);
-              f[4 * c + 2] = __fmaf_rn(tcur_hi, __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi)), f[4 * c + 2]);
-              f[4 * c + 3] = __fmaf_rn(tcur_hi, __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi)), f[4 * c + 3]);
-            } else {
-              f[4 * c] = __fmaf_rn(t.y, rlo, __fmaf_rn(t.x, p0, f[4 * c]));
-              f[4 * c + 1] = __fmaf_rn(t.w, rlo, __fmaf_rn(t.z, p1, f[4 * c + 1]));
-              f[4 * c + 2] = __fmaf_rn(t.y, rhi, __fmaf_rn(t.x, p2, f[4 * c + 2]));
-              f[4 * c + 3] = __fmaf_rn(t.w, rhi, __fmaf_rn(t.z, p3, f[4 * c + 3]));
-            }
-          }
-        }  // live
-        tcur_lo = tnext_lo;
-        tcur_hi = tnext_hi;
+      };
+      // Group g's set, complete (the wait_group just before it); the k-tile's stage is
+      // released after its last group: the wgmmas in flight then read the next stage.
+      auto promote = [&](int (&acc)[BN / 2], int g) {
+        const int pos = it0 + g / kGroups, j = g % kGroups, s = pos % STAGES;
+        pin_set<BN>(acc);
+        if (live)
+          grouped_promote<BN, kW4, AG>(f, acc, smem_addr(term_smem + s * kTermBytes), j, tq,
+                                       cur_lo, cur_hi, tcur_lo, tcur_hi);
+        if (j == kGroups - 1) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty0 + 8 * s);
+        }
         cur_lo = next_lo;
         cur_hi = next_hi;
+        tcur_lo = tnext_lo;
+        tcur_hi = tnext_hi;
+      };
+#pragma unroll 1
+      for (int g = 0; g < groups; g += PIPE) {  // a run of PIPE groups (PIPE divides groups)
+        // The run's two int32 sets, dead between runs (each group's first wgmma has
+        // scale-d 0): no value of them crosses the loop's back edge.
+        int s0[BN / 2], s1[BN / 2];
+        issue(s0, g);
+        cur_lo = next_lo;
+        cur_hi = next_hi;
+        tcur_lo = tnext_lo;
+        tcur_hi = tnext_hi;
+#pragma unroll
+        for (int u = 0; u < PIPE; ++u) {  // group g + u is in set u % 2, in flight
+          if (u + 1 < PIPE) {
+            if (u % 2 == 0) issue(s1, g + u + 1);
+            else issue(s0, g + u + 1);
+            wgmma_wait<1>();  // group g + u complete, g + u + 1 in flight
+          } else {
+            wgmma_wait<0>();  // the run's last group complete
+          }
+          if (u % 2 == 0) promote(s0, g + u);
+          else promote(s1, g + u);
+        }
       }
-      // k-tile kt is read (its wgmmas complete, its terms loaded by every lane of a live
-      // warp): release its stage, one arrive per warp.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty0 + 8 * s);
-    }
+      it = it0 + ktiles;
+    } else {
+#pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+        const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+        const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+        const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
+#pragma unroll 1
+        for (int j = 0; j < kGroups; ++j, ++seq) {  // j indexes addresses only: no register arrays
+          const int grp = kt * kGroups + j;
+          // ORD: wait until the other warpgroup's MMAs of its previous group completed
+          // (warpgroup 0's first group waits for nothing).
+          if constexpr (ORD)
+            if (wg == 1 || seq > 0) bar_sync(1 + wg, 256);
+          wgmma_fence();  // the promotion below read d: order it before the next writes
+#pragma unroll
+          for (int ks = 0; ks < kSteps; ++ks)
+            wgmma_step<true, BN>(d, sa, sb, j * kSteps + ks, ks != 0);
+          wgmma_commit();
+          const int nxt = min(grp + 1, groups - 1);
+          const int next_lo = r_lo[nxt], next_hi = r_hi[nxt];
+          float tnext_lo = 0.f, tnext_hi = 0.f;
+          if constexpr (AG) {
+            tnext_lo = t_lo[nxt];
+            tnext_hi = t_hi[nxt];
+          }
+          wgmma_wait<0>();
+          pin_set<BN>(d);
+          // ORD: this group's MMAs are complete: the other warpgroup may issue its next.
+          if constexpr (ORD)
+            if (wg == 0 || seq < last) bar_arrive(2 - wg, 256);
+          if (live)
+            grouped_promote<BN, kW4, AG>(f, d, ts, j, tq, cur_lo, cur_hi, tcur_lo, tcur_hi);
+          tcur_lo = tnext_lo;
+          tcur_hi = tnext_hi;
+          cur_lo = next_lo;
+          cur_hi = next_hi;
+        }
+        // k-tile kt is read (its wgmmas complete, its terms loaded by every lane of a live
+        // warp): release its stage, one arrive per warp.
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty0 + 8 * s);
+      }
+    }  // PIPE
 
     int bits[BN / 2];
 #pragma unroll
@@ -615,36 +714,36 @@ w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
 // The group-wise TMA GEMM with its code width WB (8, or 4: MLX's 4-bit weights, packed
 // w [N, K/8] uint32) and activation scaling AG (0: per token, xs [..., 1]; 1: per token
 // and group, xs [M, K / GS] f32 from the quantize's `groups` body) as template
-// arguments, with the MMA order ORD and the rows-past-M skip LIVE (the consumers'
-// paragraphs above); inputs as tma_grouped (wt: gemm_grouped.grouped_terms for the
-// width).
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE>(
+// arguments, with the MMA order ORD, the rows-past-M skip LIVE and the pipelined
+// promotion PIPE (the consumers' paragraphs above); inputs as tma_grouped (wt:
+// gemm_grouped.grouped_terms for the width).
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE, PIPE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
                                {w_shape[0]}, {wmap}});
 
 // @@ body tma_groupwise_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE, PIPE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
                                {w_shape[0]}, {wmap}});
 
 // @@ body tma_groupwise_group2
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE, PIPE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
 // @@ body tma_groupwise_group2_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE, PIPE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 2>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
         {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
 
 // @@ body tma_groupwise_group3
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE>(
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE, PIPE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
@@ -653,7 +752,7 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE>(
         {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
 
 // @@ body tma_groupwise_group3_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE>(
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE, PIPE>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),

@@ -90,6 +90,18 @@ __device__ __forceinline__ void wgmma_k32(int (&d)[BN / 2], uint64_t da, uint64_
 #endif
 }
 
+// As W8A8_WGMMA with scale-d 0 and the accumulators as write-only operands ("=r"(d[i])
+// lists: W8A8_W*): the instruction reads no d, so no earlier value of d is live into it.
+#define W8A8_W4(i) "=r"(d[i]), "=r"(d[i + 1]), "=r"(d[i + 2]), "=r"(d[i + 3])
+#define W8A8_W16(i) W8A8_W4(i), W8A8_W4(i + 4), W8A8_W4(i + 8), W8A8_W4(i + 12)
+#define W8A8_W32(i) W8A8_W16(i), W8A8_W16(i + 16)
+#define W8A8_W64(i) W8A8_W32(i), W8A8_W32(i + 32)
+#define W8A8_WGMMA_FIRST(N, TYPES, REGS, OUTS, DA, DB)                                  \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n" N "k32.s32." TYPES " {" REGS "}, %" DA \
+               ", %" DB ", 0;\n"                                                      \
+               : OUTS                                                                    \
+               : "l"(da), "l"(db))
+
 // k32 step `step` of a k-tile in common.cuh's layout: d (+)= A * B^T for A's 64 rows at
 // shared address sa and B's BN rows at sb, both descriptors at the step's 32-byte column
 // slice (step * 32 bytes into every 128-byte row).
@@ -97,6 +109,30 @@ template <bool U8, int BN>
 __device__ __forceinline__ void wgmma_step(int (&d)[BN / 2], uint32_t sa, uint32_t sb, int step,
                                            int accumulate) {
   wgmma_k32<U8, BN>(d, wgmma_desc(sa + step * 32), wgmma_desc(sb + step * 32), accumulate);
+}
+
+// d = A * B^T for k32 step `step` (wgmma_step with accumulate 0) with d write-only: a
+// register set that is dead before it (the group-wise GEMM's pipelined sets) then needs
+// no copy into the instruction's registers, which ptxas would otherwise fence with an
+// injected warpgroup.arrive / wait (C7519, C7517).
+template <bool U8, int BN>
+__device__ __forceinline__ void wgmma_first(int (&d)[BN / 2], uint32_t sa, uint32_t sb, int step) {
+  static_assert(BN == 128 || BN == 64 || BN == 32, "tile widths in use");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const uint64_t da = wgmma_desc(sa + step * 32), db = wgmma_desc(sb + step * 32);
+  if constexpr (BN == 128) {
+    if constexpr (U8) W8A8_WGMMA_FIRST("128", "s8.u8", W8A8_S64, W8A8_W64(0), "64", "65");
+    else W8A8_WGMMA_FIRST("128", "s8.s8", W8A8_S64, W8A8_W64(0), "64", "65");
+  } else if constexpr (BN == 64) {
+    if constexpr (U8) W8A8_WGMMA_FIRST("64", "s8.u8", W8A8_S32, W8A8_W32(0), "32", "33");
+    else W8A8_WGMMA_FIRST("64", "s8.s8", W8A8_S32, W8A8_W32(0), "32", "33");
+  } else {
+    if constexpr (U8) W8A8_WGMMA_FIRST("32", "s8.u8", W8A8_S16, W8A8_W16(0), "16", "17");
+    else W8A8_WGMMA_FIRST("32", "s8.s8", W8A8_S16, W8A8_W16(0), "16", "17");
+  }
+#else
+  __trap();
+#endif
 }
 
 __device__ __forceinline__ void wgmma_fence() {
