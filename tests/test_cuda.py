@@ -934,6 +934,18 @@ def test_grouped_tma_mma_order_is_the_same_arithmetic(rng, bits, group_size, m, 
         assert mx.array_equal(plain, ordered, equal_nan=True).item(), name
 
 
+def _grouped_tma_operands(rng, bits, m, n, k, group_size, with_bias):
+    """The tiles of ``bits``-wide codes and fresh bfloat16 operands (weight, x, bias or
+    None) for a group-wise TMA GEMM test; skips where the GEMM cannot run."""
+    grouped_tma_tile(sorted(cuda_tiles.GROUPED_TMA_CONFIGS)[0])  # skips where it cannot run
+    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
+              else make_weight(rng, n, k, group_size, False, "bfloat16"))
+    x = activation(rng, m, k, "bfloat16")
+    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if with_bias else None
+    return configs, weight, x, bias
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 @pytest.mark.parametrize("m,n,k,with_bias", [
@@ -950,12 +962,7 @@ def test_grouped_tma_live_skips_only_rows_past_m(rng, bits, group_size, m, n, k,
     that skipped rows it owns leaves them unstored (the oracle check fails on them); one
     that left the stage release or the MMA order's barriers unbalanced hangs or faults
     the launch."""
-    grouped_tma_tile(sorted(cuda_tiles.GROUPED_TMA_CONFIGS)[0])  # skips where it cannot run
-    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
-    weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
-              else make_weight(rng, n, k, group_size, False, "bfloat16"))
-    x = activation(rng, m, k, "bfloat16")
-    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if with_bias else None
+    configs, weight, x, bias = _grouped_tma_operands(rng, bits, m, n, k, group_size, with_bias)
     for name, cfg in sorted(configs.items()):
         for live in (cfg._replace(live=True), cfg._replace(live=True, order=True)):
             check_linear(rng, grouped_tma_run(live), m, n, k, "bfloat16", group_size, False,
@@ -982,12 +989,7 @@ def test_grouped_tma_pipelined_promotion_is_the_same_arithmetic(rng, bits, group
     for bit the plain tile's output. A promotion that read a set before its wgmmas
     completed, a stage released while a wgmma still read it, or a run that lost a
     group's R differs from the plain tile; a stage never released hangs the launch."""
-    grouped_tma_tile(sorted(cuda_tiles.GROUPED_TMA_CONFIGS)[0])  # skips where it cannot run
-    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
-    weight = (make_weight4(rng, n, k, group_size, "bfloat16") if bits == 4
-              else make_weight(rng, n, k, group_size, False, "bfloat16"))
-    x = activation(rng, m, k, "bfloat16")
-    bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16) if with_bias else None
+    configs, weight, x, bias = _grouped_tma_operands(rng, bits, m, n, k, group_size, with_bias)
     runs = 0
     for name, cfg in sorted(configs.items()):
         plain = grouped_tma_run(cfg)(x, weight, bias)
