@@ -237,7 +237,7 @@ def grouped_variants(cfg, variant: str, k: int, gs: int) -> list[tuple[str, obje
     ``p4``), ``"live+pipe"`` the skip and those runs with and without it."""
     if variant in ("order", "live"):
         return [(variant[0], cfg._replace(**{variant: True}))]
-    runs = [r for r in cuda_tiles.PIPE_RUNS[cfg.bn] if (k // gs) % r == 0]
+    runs = cuda_tiles.pipe_runs(cfg, k, gs)
     out = [(f"p{r}", cfg._replace(pipe=r)) for r in runs]
     if variant == "live+pipe":
         out = [("l", cfg._replace(live=True))] + out + [

@@ -36,6 +36,7 @@ from .tiles import (
     PIPE_RUNS,
     grouped_tile_for,
     grouped_tma_tile_for,
+    pipe_runs,
     tiles,
 )
 from .tma import weight_maps
@@ -157,8 +158,7 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
         raise ValueError(f"{op} the tile must be a GroupedTmaConfig of the weight's "
                          f"{weight.bits}-bit codes (GROUPED_TMA_CONFIGS, "
                          f"GROUPED4_TMA_CONFIGS), got {cfg}")
-    if cfg.pipe and (cfg.order or cfg.pipe not in PIPE_RUNS.get(cfg.bn, ())
-                     or (k // weight.group_size) % cfg.pipe):
+    if cfg.pipe and (cfg.order or cfg.pipe not in pipe_runs(cfg, k, weight.group_size)):
         raise ValueError(f"{op} pipe must be one of {PIPE_RUNS.get(cfg.bn, ())} for a "
                          f"{cfg.bn}-wide tile, divide K / group_size = "
                          f"{k // weight.group_size} and come without order, got "

@@ -322,12 +322,17 @@ GROUPED4_TMA_CONFIGS = {
 PIPE_RUNS = {128: (2,), 64: (2, 4), 32: (2, 4)}
 
 
+def pipe_runs(cfg: GroupedTmaConfig, k: int, group_size: int) -> list[int]:
+    """The pipelined-promotion runs (``GroupedTmaConfig.pipe``) tile ``cfg`` can take at
+    ``K`` and ``group_size``: those of ``PIPE_RUNS[cfg.bn]`` dividing ``K / group_size``."""
+    return [r for r in PIPE_RUNS.get(cfg.bn, ()) if (k // group_size) % r == 0]
+
+
 def pipe_run(cfg: GroupedTmaConfig, k: int, group_size: int) -> int:
     """The longest pipelined-promotion run (``GroupedTmaConfig.pipe``) tile ``cfg`` can
     take at ``K`` and ``group_size``: one of ``PIPE_RUNS[cfg.bn]`` dividing
     ``K / group_size``, or 0 where none does."""
-    runs = [r for r in PIPE_RUNS[cfg.bn] if (k // group_size) % r == 0]
-    return max(runs, default=0)
+    return max(pipe_runs(cfg, k, group_size), default=0)
 
 
 # Where grouped_tma_tile_for turns the rows-past-M skip on (its docstring says why).
