@@ -2184,6 +2184,71 @@ def test_grouped_tma_tile_skips_idle_warps_only_in_one_row_tile(bits):
             assert cuda_tiles.tiles_filling(m, n, configs.values()) == cfg._replace(live=False)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_grouped_tma_tile_pipelines_only_at_pipe_m(bits, monkeypatch):
+    """The pipelined promotion (GroupedTmaConfig.pipe) is on exactly at PIPE_M, with the
+    tile's longest run at K and the group size (pipe_run: 0 where none divides K /
+    group_size), and only when the caller gives both; nothing else of the tile changes.
+    PIPE_M is patched: the shipped policy's range is a measured choice, checked in
+    test_pipe_m_is_the_shipped_policy."""
+    pick = cuda_tiles.grouped_tma_tile_for
+    monkeypatch.setattr(cuda_tiles, "PIPE_M", range(100, 3000))
+    for m in (16, 99, 100, 128, 2048, 2999, 3000):
+        for n, k, gs in [(4096, 4096, 64), (14336, 4096, 128), (4096, 14336, 32),
+                         (96, 384, 128)]:  # 3 groups: no run divides them
+            plain = pick(m, n, bits)
+            cfg = pick(m, n, bits, k, gs)
+            want = cuda_tiles.pipe_run(plain, k, gs) if 100 <= m < 3000 else 0
+            assert cfg == plain._replace(pipe=want), (m, n, k, gs, cfg)
+            assert plain.pipe == 0 and pick(m, n, bits, k) == plain
+    assert pick(2048, 4096, bits, 4096, 64).pipe == 2  # bn 128: runs of 2 only
+    assert pick(2048, 4096, bits, 384, 128).pipe == 0
+
+
+def test_grouped_tma_launches_take_the_pipe_policy(cuda_here, monkeypatch, rng):
+    """Every default launch of the group-wise TMA GEMM passes K and the group size to
+    grouped_tma_tile_for: with PIPE_M patched to cover M, the candidates' tiles, the
+    single-weight spec and the sibling spec (on the summed N) all launch PIPE =
+    pipe_run of their tile (runs of 4 at these 128 x 32 tiles, 8 groups), and with it
+    empty PIPE = 0."""
+    import mlx.core as mx
+
+    from mlx_w8a8.kernels.registry import Problem
+    from mlx_w8a8.weight import QuantizedWeight
+
+    m, n, k, gs = 128, 256, 512, 64
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    weights = [QuantizedWeight.from_float(w, gs, per_channel=False, bits=b) for b in (8, 4)]
+
+    def run(bits, total_n):  # what the policy gives when it is on
+        return cuda_tiles.pipe_run(cuda_tiles.grouped_tma_tile_for(m, total_n, bits), k, gs)
+
+    assert run(8, n) == 4 and run(4, n) == 4 and run(8, 2 * n) == 4
+    for on in (False, True):
+        monkeypatch.setattr(cuda_tiles, "PIPE_M", range(1, 4096) if on else range(0))
+        for kind, fmt, bits in [(cuda_gemm_grouped.W8A8GemmGroupedTma, "grouped", 8),
+                                (cuda_gemm_grouped.W4A8GemmTma, "grouped4", 4),
+                                (cuda_gemm_grouped.ActGroupsTma, "grouped4", 4)]:
+            p = Problem("linear", m, n, k, "bfloat16", fmt, gs, False)
+            assert kind().tile(p).pipe == (run(bits, n) if on else 0), (kind, on)
+        for qw in weights:
+            single = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, qw, None, mx.bfloat16)
+            group = cuda_gemm_grouped.gemm_grouped_tma_group_spec(m, k, [(qw, None), (qw, None)],
+                                                                  mx.bfloat16)
+            for spec, total_n in ((single, n), (group, 2 * n)):
+                want = run(qw.bits, total_n) if on else 0
+                # (the plain 8-bit body, tma_grouped, has no PIPE argument: 0)
+                assert dict(spec.template).get("PIPE", 0) == want, (qw.bits, on, spec.template)
+
+
+def test_pipe_m_is_the_shipped_policy():
+    """The shipped policy: PIPE_M is empty until the pipelined promotion is timed on a
+    GPU (the shipped H200 table's group-wise entries timed the plain tile)."""
+    assert list(cuda_tiles.PIPE_M) == []
+    assert all(cuda_tiles.grouped_tma_tile_for(m, n, bits, 4096, 64).pipe == 0
+               for m in (1, 64, 128, 512, 2048, 8192) for n in (4096, 14336) for bits in (8, 4))
+
+
 def test_grouped_terms_are_where_the_kernel_reads_them(rng):
     """A model of the kernel's index math on grouped_terms' array: the producer's bulk
     copy for tile column tn and k-tile kt starts at float ((tn G + kt kGroups) BN 2),

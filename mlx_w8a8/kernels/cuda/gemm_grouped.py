@@ -132,7 +132,8 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
             ``K / group_size``, or with ``order``).
     """
     cfg = _grouped_tma_checked(m, k, weight,
-                               config or grouped_tma_tile_for(m, weight.n, weight.bits))
+                               config or grouped_tma_tile_for(m, weight.n, weight.bits, k,
+                                                             weight.group_size))
     frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
                                     out_dtype, cfg, leading_shape(m, lead), act_groups)
     tail = (weight.q, grouped_terms(weight, cfg.bn))
@@ -258,7 +259,7 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                              f"{w.per_channel}, K={w.k}, group_size={w.group_size}, "
                              f"bits={w.bits} (first: {first.group_size}, {first.bits})")
     ns = tuple(w.n for w, _ in members)
-    cfg = config or grouped_tma_tile_for(m, sum(ns), first.bits)
+    cfg = config or grouped_tma_tile_for(m, sum(ns), first.bits, k, first.group_size)
     for w, _ in members:  # each member alone must be a valid launch (K, group size, tile)
         _grouped_tma_checked(m, k, w, cfg)
     frame = _gemm_grouped_tma_group_frame(m, k, ns, has_bias, first.group_size,
@@ -335,7 +336,7 @@ class W8A8GemmGroupedTma(W8A8GemmGrouped):
     needs = ("cuda_sm90", "cuda_tma")
 
     def tile(self, p: registry.Problem):
-        return grouped_tma_tile_for(p.m, p.n)
+        return grouped_tma_tile_for(p.m, p.n, 8, p.k, p.group_size)
 
     def refusals(self, p: registry.Problem):
         yield from super().refusals(p)
@@ -371,7 +372,7 @@ class W4A8GemmTma(W8A8GemmGroupedTma):
     formats = ("grouped4",)
 
     def tile(self, p: registry.Problem):
-        return grouped_tma_tile_for(p.m, p.n, 4)
+        return grouped_tma_tile_for(p.m, p.n, 4, p.k, p.group_size)
 
 
 class ActGroupsTma(W8A8GemmGroupedTma):
@@ -387,7 +388,8 @@ class ActGroupsTma(W8A8GemmGroupedTma):
     act_scales = ("group",)
 
     def tile(self, p: registry.Problem):
-        return grouped_tma_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8)
+        return grouped_tma_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8,
+                                    p.k, p.group_size)
 
     def activations(self, p: registry.Problem, lead=None):
         return (("cuda_act_groups", p.group_size),

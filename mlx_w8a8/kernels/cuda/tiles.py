@@ -261,7 +261,8 @@ class GroupedTmaConfig(NamedTuple):
     promotes each group under its next group's MMAs, in runs of ``pipe`` groups (two
     int32 sets; ``gemm_grouped_ws.cu``, pipelined promotion; the same outputs bit for
     bit): ``pipe`` must divide ``K / group_size``, 4 only where ``bn <= 64``
-    (``PIPE_RUNS``), never with ``order``. No tile policy turns it on yet."""
+    (``PIPE_RUNS``), never with ``order``. :func:`grouped_tma_tile_for` turns it on at
+    ``PIPE_M`` (nowhere yet)."""
 
     bn: int
     stages: int
@@ -338,8 +339,13 @@ def pipe_run(cfg: GroupedTmaConfig, k: int, group_size: int) -> int:
 # Where grouped_tma_tile_for turns the rows-past-M skip on (its docstring says why).
 LIVE_M = range(17, GroupedTmaConfig.bm - 16 + 1)
 
+# Where grouped_tma_tile_for turns the pipelined promotion on, with the tile's longest
+# run (pipe_run): nowhere until it is timed on a GPU.
+PIPE_M = range(0)
 
-def grouped_tma_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
+
+def grouped_tma_tile_for(m: int, n: int, bits: int = 8, k: int | None = None,
+                         group_size: int | None = None) -> GroupedTmaConfig:
     """The group-wise TMA GEMM's tile for an ``M x N`` output (:func:`tiles_filling`
     over ``GROUPED_TMA_CONFIGS``, or ``GROUPED4_TMA_CONFIGS`` for 4-bit weights), with
     the rows-past-M skip (``live``) at ``LIVE_M``: where M leaves at least one consumer
@@ -354,7 +360,14 @@ def grouped_tma_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     skip, and that was not measured. M <= 16 keeps it too, though the skip was faster
     there: the shipped H200 table's M = 16 bucket measured the plain tile (its entries
     stay valid only while that bucket launches what they timed), and no prior rule
-    picks this GEMM below M = 17."""
+    picks this GEMM below M = 17.
+
+    With ``k`` and ``group_size`` given, the pipelined promotion (``pipe``) at
+    ``PIPE_M``, the tile's longest run (:func:`pipe_run`; none where no run divides
+    ``K / group_size``)."""
     cfg = tiles_filling(m, n, (GROUPED4_TMA_CONFIGS if bits == 4 else GROUPED_TMA_CONFIGS).values())
-    return cfg._replace(live=m in LIVE_M)
+    cfg = cfg._replace(live=m in LIVE_M)
+    if k is not None and group_size is not None and m in PIPE_M:
+        cfg = cfg._replace(pipe=pipe_run(cfg, k, group_size))
+    return cfg
 
