@@ -95,6 +95,9 @@
 # M = 64), then group sizes 32 and 128 at M = 2048 (8-bit).
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
+# Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
+# T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
+# promotion from M = 128 with the tile's longest run), each in its own process.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
 # (gs64) at the decode sizes M = 2 ... 64, where the prior has no rule for mlx-lm 8-bit
 # weights; the server comparison's bf16 and W8A8 arms after the rule.
@@ -316,6 +319,14 @@ if [ "$part" = "z2" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit \
     --json "$O/z2_serve.json"
+fi
+if [ "$part" = "pipe2" ]; then  # the 4-layer prefill, tile policy as shipped, then with PIPE_M patched
+  for w in 8bit-gs64 4bit-gs64; do
+    args="--model llama-3-8b --weights $w --layers 4 --tokens 512,2048 --decode 0 --batch 0 --rounds 4 --warm-up"
+    run 110 python3 -m mlx_w8a8.bench $args
+    run 110 python3 -c "import runpy, sys; import mlx_w8a8.kernels.cuda.tiles as t; \
+t.PIPE_M = range(128, 1 << 20); sys.argv[0] = 'bench'; runpy.run_module('mlx_w8a8.bench', run_name='__main__')" $args
+  done
 fi
 if [ "$part" = "z3" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
