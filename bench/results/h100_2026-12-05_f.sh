@@ -89,10 +89,10 @@
 # M = 17-112: the 4-bit timing at M = 16 and 64, then batched decode B = 16 / 64 from the
 # mlx-lm 4-bit and B = 64 from the 8-bit gs64 checkpoint (4 layers, no table on an H100).
 # Part PIPE: the group-wise TMA GEMM's pipelined promotion (GroupedTmaConfig.pipe: two
-# int32 sets, each group promoted under the next group's wgmmas), first run: its tests
-# (exact, bit for bit the plain tile), then its kernel time against the plain tiles at
-# prefill and decode sizes, 8- and 4-bit codes at group size 64 (with the skip too at
-# M = 64), then group sizes 32 and 128 at M = 2048 (8-bit).
+# int32 sets, each group promoted under the next group's wgmmas), first run: its kernel
+# time against the plain tiles at prefill and decode sizes (outputs compared bit for bit),
+# 8- and 4-bit codes at group size 64 (with the skip too at M = 64), then group sizes 32
+# and 128 at M = 2048 (8-bit). Part PIPET: its tests (exact, bit for bit the plain tile).
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
@@ -304,8 +304,10 @@ if [ "$part" = "live2" ]; then  # after the skip's policy (M = 17-112): 4-bit ke
   run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 128 --decode 32 --batch 64 --rounds 4 --warm-up
 fi
-if [ "$part" = "pipe" ]; then  # pipelined promotion: tests, then kernel A/B
+if [ "$part" = "pipet" ]; then  # pipelined promotion: its exactness tests
   run 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "pipelined"
+fi
+if [ "$part" = "pipe" ]; then  # pipelined promotion: kernel A/B (outputs compared bit for bit)
   for bits in 8 4; do
     run 120 python3 bench/tile_gpu_time.py --grouped 64 --pipe --bits $bits --m 2048,512 \
       --kn 4096x14336,14336x4096,4096x4096
