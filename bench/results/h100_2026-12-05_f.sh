@@ -95,6 +95,8 @@
 # and 128 at M = 2048 (8-bit). Part PIPET: its tests (exact, bit for bit the plain tile).
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
+# Part PIPE3: the pipelined promotion with the skip at M = 64 for group sizes 32 and 128
+# (8-bit) and for 4-bit codes at group size 64.
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
 # T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
 # promotion from M = 128 with the tile's longest run), each in its own process.
@@ -321,6 +323,12 @@ if [ "$part" = "z2" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit \
     --json "$O/z2_serve.json"
+fi
+if [ "$part" = "pipe3" ]; then  # with the skip at M = 64: group sizes 32 and 128, 4-bit codes
+  run 50 python3 bench/tile_gpu_time.py --grouped 32,128 --live --pipe --bits 8 --m 64 \
+    --kn 4096x14336,14336x4096
+  run 40 python3 bench/tile_gpu_time.py --grouped 64 --live --pipe --bits 4 --m 64 \
+    --kn 4096x14336,14336x4096
 fi
 if [ "$part" = "pipe2" ]; then  # the 4-layer prefill, tile policy as shipped, then with PIPE_M patched
   for w in 8bit-gs64 4bit-gs64; do
