@@ -96,7 +96,9 @@
 # Part W (run inline after parts T, V and M, its commands in the log): tune per-channel
 # at M = 2, 4, 8 (the CUDA prior had no rule below 8), then part H's exactness tests.
 # Part PIPE3: the pipelined promotion with the skip at M = 64 for group sizes 32 and 128
-# (8-bit) and for 4-bit codes at group size 64.
+# (8-bit) and for 4-bit codes at group size 64. Limits: part PIPE's first run (H100) took
+# 54-57 s for 6 rows of 9 arms at group size 64; its group sizes 32 / 128 command got one
+# row of four in 90 s (each tile, run and group size compiles on first use).
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
 # T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
 # promotion from M = 128 with the tile's longest run), each in its own process.
@@ -316,7 +318,7 @@ if [ "$part" = "pipe" ]; then  # pipelined promotion: kernel A/B (outputs compar
   done
   run 60 python3 bench/tile_gpu_time.py --grouped 64 --live --pipe --bits 8 --m 64 \
     --kn 4096x14336,14336x4096
-  run 90 python3 bench/tile_gpu_time.py --grouped 32,128 --pipe --bits 8 --m 2048 \
+  run 200 python3 bench/tile_gpu_time.py --grouped 32,128 --pipe --bits 8 --m 2048 \
     --kn 4096x14336,14336x4096
 fi
 if [ "$part" = "z2" ]; then
@@ -325,9 +327,9 @@ if [ "$part" = "z2" ]; then
     --json "$O/z2_serve.json"
 fi
 if [ "$part" = "pipe3" ]; then  # with the skip at M = 64: group sizes 32 and 128, 4-bit codes
-  run 50 python3 bench/tile_gpu_time.py --grouped 32,128 --live --pipe --bits 8 --m 64 \
+  run 120 python3 bench/tile_gpu_time.py --grouped 32,128 --live --pipe --bits 8 --m 64 \
     --kn 4096x14336,14336x4096
-  run 40 python3 bench/tile_gpu_time.py --grouped 64 --live --pipe --bits 4 --m 64 \
+  run 70 python3 bench/tile_gpu_time.py --grouped 64 --live --pipe --bits 4 --m 64 \
     --kn 4096x14336,14336x4096
 fi
 if [ "$part" = "pipe2" ]; then  # the 4-layer prefill, tile policy as shipped, then with PIPE_M patched
