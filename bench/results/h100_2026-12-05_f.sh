@@ -102,6 +102,8 @@
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
 # T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
 # promotion from M = 128 with the tile's longest run), each in its own process.
+# Part ALL: every case of tests/test_cuda.py (12 workers), then the 4-layer Llama-3-8B
+# prefill from bf16 (per-channel, shipped table) for the no-regression check of issue 46.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
 # (gs64) at the decode sizes M = 2 ... 64, where the prior has no rule for mlx-lm 8-bit
 # weights; the server comparison's bf16 and W8A8 arms after the rule.
@@ -325,6 +327,12 @@ if [ "$part" = "z2" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-8bit,w8a8,w8a8-8bit \
     --json "$O/z2_serve.json"
+fi
+if [ "$part" = "all" ]; then  # the whole CUDA exactness suite, then the per-channel prefill
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12" || echo "")
+  run 420 python3 -m pytest -q $N -p no:cacheprovider -rs tests/test_cuda.py
+  run 130 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 --decode 0 \
+    --batch 0 --rounds 4 --warm-up
 fi
 if [ "$part" = "pipe3" ]; then  # with the skip at M = 64: group sizes 32 and 128, 4-bit codes
   run 120 python3 bench/tile_gpu_time.py --grouped 32,128 --live --pipe --bits 8 --m 64 \
