@@ -102,6 +102,8 @@
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
 # T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
 # promotion from M = 128 with the tile's longest run), each in its own process.
+# Part Y16: part Y's second command alone (M >= 16: prefill and batched sizes, with the
+# sibling and prefill checks), into a fresh table, for a call too short for both.
 # Part ALL: every case of tests/test_cuda.py (12 workers), then the 4-layer Llama-3-8B
 # prefill from bf16 (per-channel, shipped table) for the no-regression check of issue 46.
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
@@ -268,6 +270,12 @@ if [ "$part" = "y" ]; then
   run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
     --table tmp_t/y.json --no-progress
   cp tmp_t/y.json "$O/y_table.json"
+fi
+if [ "$part" = "y16" ]; then  # part Y's second command alone (M >= 16), into a fresh table
+  rm -f tmp_t/y16.json
+  run 270 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
+    --table tmp_t/y16.json --no-progress
+  cp tmp_t/y16.json "$O/y16_table.json"
 fi
 if [ "$part" = "y2" ]; then
   rm -f tmp_t/y2.json
