@@ -340,9 +340,9 @@ def pipe_run(cfg: GroupedTmaConfig, k: int, group_size: int) -> int:
 LIVE_M = range(17, GroupedTmaConfig.bm - 16 + 1)
 
 # Where grouped_tma_tile_for turns the pipelined promotion on, with the tile's longest
-# run (pipe_run): nowhere until its exactness tests (tests/test_cuda.py -k pipelined) pass
-# on a GPU. Timed on an H100 (docs/cuda.md): 0.97-1.00x the plain tile at prefill (8-bit,
-# group size 64), slower at 4 bits and group size 32, 0.90-0.97x with the skip at M = 64.
+# run (pipe_run): nowhere. Exact on an H100 (tests/test_cuda.py -k pipelined); timed there
+# (docs/cuda.md) at 0.97-1.00x the plain tile at prefill (8-bit, group size 64), slower at
+# 4 bits and group size 32, 0.90-1.02x with the skip at M = 64: too little for a rule.
 PIPE_M = range(0)
 
 
