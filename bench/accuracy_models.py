@@ -33,12 +33,14 @@ from mlx_w8a8.tokens import batches, text_tokens
 
 VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_grouped_recipe",
             "w8a8_requantized", "w8a8_requantized_recipe", "w8a8_act_groups", "w4a16", "w4a8",
-            "w4a8_recipe", "w4a8_act_groups")
+            "w4a8_recipe", "w4a8_act_groups", "w8a8_requantized4")
 # built from the mlx-lm N-bit model (gs 64), as its checkpoints hold it; *_requantized*:
-# its 8-bit layers then requantized to per-channel int8 (load(per_channel=True))
+# its group-wise layers then requantized to per-channel int8 (load(per_channel=True)),
+# from the 4-bit model for w8a8_requantized4
 FROM_CHECKPOINT = ("w8a16", "w8a8_grouped", "w8a8_grouped_recipe", "w8a8_requantized",
                    "w8a8_requantized_recipe", "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe",
-                   "w4a8_act_groups")
+                   "w4a8_act_groups", "w8a8_requantized4")
+FROM_4BIT = ("w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups", "w8a8_requantized4")
 
 
 def dequantized(model: nn.Module) -> nn.Module:
@@ -68,7 +70,7 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
     if variant == "float":
         return model
     if variant in FROM_CHECKPOINT:
-        nn.quantize(model, group_size=64, bits=4 if variant.startswith("w4") else 8,
+        nn.quantize(model, group_size=64, bits=4 if variant in FROM_4BIT else 8,
                     class_predicate=lambda p, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
         skip = {"lm_head": "w8a16"}
         with_recipe = variant.endswith("_recipe")
@@ -80,7 +82,7 @@ def build(folder: Path, variant: str, dtype, calib, log, dequantize: bool = Fals
             w8.quantize(model, skip=skip, act_scales="group", kernel="exact_act_groups")
         elif variant.startswith("w4a8"):  # its 4-bit layers as stored, on the exact W4A8 kernel
             w8.quantize(model, skip=skip, kernel="exact_w4a8")
-        elif variant.startswith("w8a8"):  # its 8-bit layers as stored (group-wise), per-token
+        elif variant.startswith("w8a8"):  # its layers as stored (group-wise), per-token
             w8.quantize(model, skip=skip, kernel="exact")
             if "requantized" in variant:
                 log(requantize.per_channel(model).describe())

@@ -312,11 +312,12 @@ def load(path: str | Path, model: nn.Module | None = None, strict: bool = True,
             model is built with ``mlx_lm.utils.load_model`` (needs mlx-lm) and its 8-bit
             layers are converted.
         strict: passed to ``load_weights`` (every parameter must match).
-        per_channel: requantize group-wise 8-bit layers (an mlx-lm 8-bit checkpoint's)
-            to symmetric per-channel int8, the format of the fastest W8A8 kernels, at a
-            small accuracy cost: :func:`mlx_w8a8.requantize.per_channel`, whose report
-            (weight SQNR per layer) is logged at INFO on the ``mlx_w8a8`` logger; call
-            it yourself with tokens for the logits' SQNR too. Default: ``False``.
+        per_channel: requantize group-wise layers (an mlx-lm 8-bit or 4-bit
+            checkpoint's) to symmetric per-channel int8, the format of the fastest W8A8
+            kernels, at a small accuracy cost (and twice the memory of 4-bit weights):
+            :func:`mlx_w8a8.requantize.per_channel`, whose report (weight SQNR per layer,
+            bytes) is logged at INFO on the ``mlx_w8a8`` logger; call it yourself with
+            tokens for the logits' SQNR too. Default: ``False``.
         act_scales: ``"token"`` or ``"group"``: set every W8A8 layer's
             :attr:`mlx_w8a8.Linear.act_scales` (``"group"``: group-wise layers only,
             so not with ``per_channel=True``). Default: as the checkpoint says (per token

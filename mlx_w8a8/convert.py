@@ -101,9 +101,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="weights per scale of layers quantized from float, and of the "
                    "W8A16 layers (default: 64)")
     p.add_argument("--per-channel", action="store_true",
-                   help="requantize the group-wise 8-bit layers of an mlx-lm 8-bit --model to "
-                   "per-channel int8 (the fastest W8A8 kernels) and print what it cost "
-                   "(weight SQNR; logits SQNR on the calibration text when given)")
+                   help="requantize the group-wise layers of an mlx-lm 8-bit or 4-bit --model "
+                   "to per-channel int8 (the fastest W8A8 kernels; 4-bit weights double) and "
+                   "print what it cost (weight SQNR and bytes; logits SQNR on the "
+                   "calibration text when given)")
     p.add_argument("--grouped", action="store_true",
                    help="group-wise affine weights instead of symmetric per-channel int8")
     p.add_argument("--act-groups", action="store_true",
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--outliers sets the recipe's outlier channels: it needs --calibration "
                      "and no --smooth")
     if args.per_channel and (args.grouped or args.act_groups):
-        parser.error("--per-channel (requantize 8-bit layers per channel) and --grouped "
+        parser.error("--per-channel (requantize group-wise layers per channel) and --grouped "
                      "or --act-groups (group-wise weights) contradict each other; give one")
     try:
         convert(

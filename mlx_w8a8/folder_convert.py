@@ -182,7 +182,7 @@ def convert(
         seq_len, samples, batch_size: calibration windows.
         log: where progress lines go.
         force: write into a non-empty ``out`` (see :func:`check_convert_arguments`).
-        requantize_per_channel: requantize group-wise 8-bit layers (an 8-bit
+        requantize_per_channel: requantize group-wise layers (an 8-bit or 4-bit
             ``model_path``) to per-channel int8 and log the cost
             (:func:`mlx_w8a8.requantize.per_channel`).
         act_scales: ``"token"`` or ``"group"`` (group-wise weights: ``per_channel``

@@ -1,12 +1,14 @@
-"""Group-wise 8-bit layers requantized to symmetric per-channel int8, with what it cost.
+"""Group-wise layers requantized to symmetric per-channel int8, with what it cost.
 
-An mlx-lm 8-bit checkpoint stores ``w = s_g q + b_g`` per group of 32, 64 or 128 inputs.
-The per-channel W8A8 kernels (one scale per output row) are the fastest this package
-has, so a user who prefers speed to the last bit of fidelity can requantize each row:
-dequantize the stored weight (exact in float32) and quantize it again with one
+An mlx-lm 8-bit or 4-bit checkpoint stores ``w = s_g q + b_g`` per group of 32, 64 or
+128 inputs. The per-channel W8A8 kernels (one scale per output row) are the fastest this
+package has, so a user who prefers speed to the last bit of fidelity can requantize each
+row: dequantize the stored weight (exact in float32) and quantize it again with one
 symmetric scale per row. That is a second rounding, and group-wise scales fit a row
 better than one scale does, so :func:`per_channel` reports the cost: the weight SQNR of
-each layer and, given tokens, the logits SQNR of the model against its group-wise self.
+each layer, the weights' bytes before and after (a 4-bit layer's double: its codes
+become 8 bits wide) and, given tokens, the logits SQNR of the model against its
+group-wise self.
 """
 
 from __future__ import annotations
@@ -33,10 +35,14 @@ class Requantized:
             float64 on the host; ``inf`` where nothing changed).
         logits_sqnr_db: the model's logits against the group-wise model's on the tokens
             given, in dB; ``None`` without tokens.
+        bytes_before, bytes_after: the requantized layers' weight bytes (codes, scales
+            and biases; not the layers' float biases) before and after.
     """
 
     weight_sqnr_db: dict[str, float]
     logits_sqnr_db: float | None = None
+    bytes_before: int = 0
+    bytes_after: int = 0
 
     @property
     def layers(self) -> int:
@@ -51,10 +57,22 @@ class Requantized:
         median = values[len(values) // 2]
         worst = min(self.weight_sqnr_db, key=self.weight_sqnr_db.get)
         text = (f"{self.layers} group-wise layers requantized to per-channel int8: weight "
-                f"SQNR median {median:.1f} dB, worst {values[0]:.1f} dB ({worst})")
+                f"SQNR median {median:.1f} dB, worst {values[0]:.1f} dB ({worst}); their "
+                f"weights {_size(self.bytes_before)} -> {_size(self.bytes_after)}")
         if self.logits_sqnr_db is not None:
             text += f"; logits SQNR {self.logits_sqnr_db:.1f} dB against the group-wise model"
         return text
+
+
+def _size(n: int) -> str:
+    for unit, step in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= step:
+            return f"{n / step:.2f} {unit}"
+    return f"{n} B"
+
+
+def _nbytes(qw: QuantizedWeight) -> int:
+    return sum(a.nbytes for a in (qw.q, qw.scales, qw.biases) if a is not None)
 
 
 def _sqnr_db(ref, new) -> float:
@@ -94,14 +112,15 @@ def per_channel(
     tokens: mx.array | None = None,
     class_predicate: Callable[[str, Linear], bool] | None = None,
 ) -> Requantized:
-    """Requantize the group-wise :class:`mlx_w8a8.Linear` layers of ``model`` to
-    symmetric per-channel int8, in place.
+    """Requantize the group-wise :class:`mlx_w8a8.Linear` layers of ``model`` (8-bit
+    and 4-bit codes) to symmetric per-channel int8, in place.
 
     Each weight is dequantized in float32 (``s_g q + b_g``, as the group-wise kernels
-    compute it) and quantized with one
-    scale per row, ``s_n = max_k |w_nk| / 127``, stored in the scales' dtype, so the model keeps its 8-bit memory size and stock
-    mlx-lm still loads a saved copy as an 8-bit model. Sibling groups (q/k/v, gate/up)
-    are linked again, since the members' format changed.
+    compute it) and quantized with one scale per row, ``s_n = max_k |w_nk| / 127``,
+    stored in the scales' dtype, in MLX's affine 8-bit layout: an 8-bit layer keeps its
+    memory size, a 4-bit layer's weight doubles (the report says by how much), and stock
+    mlx-lm loads a saved copy as 8-bit layers. Sibling groups (q/k/v, gate/up) are
+    linked again, since the members' format changed.
 
     Args:
         model: a model whose layers were converted by :func:`mlx_w8a8.quantize` or
@@ -110,7 +129,9 @@ def per_channel(
             before and after (one forward pass each; ``model(tokens)`` must return
             logits).
         class_predicate: ``(path, layer) -> bool``; only layers where it is true are
-            requantized. Default: every group-wise layer.
+            requantized. Default: every group-wise layer (``format`` ``"grouped"`` or
+            ``"grouped4"``); e.g. ``lambda p, l: l.format == "grouped"`` keeps the 4-bit
+            layers as they are.
 
     Returns:
         A :class:`Requantized` report.
@@ -131,9 +152,10 @@ def per_channel(
         before = model(tokens).astype(mx.float32)
         mx.eval(before)
     report: dict[str, float] = {}
+    sizes = [0, 0]
 
     def convert(path, layer):
-        if not isinstance(layer, Linear) or layer.format != "grouped":
+        if not isinstance(layer, Linear) or layer.format not in ("grouped", "grouped4"):
             return layer
         if class_predicate is not None and not class_predicate(path, layer):
             return layer
@@ -146,6 +168,8 @@ def per_channel(
         old = layer.quantized_weight
         new, w, w_new = _requantize(old)
         report[path] = _sqnr_db(w, w_new)
+        sizes[0] += _nbytes(old)
+        sizes[1] += _nbytes(new)
         out = Linear.from_weight(new, layer["bias"] if "bias" in layer else None)
         # What the layer was set to run with stays: its forced kernel and the outlier
         # channels a recipe chose (their share is computed from the new weight's columns).
@@ -162,4 +186,4 @@ def per_channel(
     if before is not None:
         after = model(tokens).astype(mx.float32)
         logits = _sqnr_db(before, after)
-    return Requantized(dict(sorted(report.items())), logits)
+    return Requantized(dict(sorted(report.items())), logits, sizes[0], sizes[1])

@@ -23,9 +23,10 @@ What is converted (the same layers :func:`mlx_w8a8.load` converts):
 - with ``--quantize``: also the float ``nn.Linear`` layers (a float folder quantized on
   load, symmetric per-channel, ``--q-group-size`` for layers whose K it divides).
 
-With ``--per-channel`` the group-wise 8-bit layers (an mlx-lm 8-bit folder's) are then
-requantized to symmetric per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`: the
-fastest W8A8 kernels, at the cost of a second rounding, logged as weight SQNR).
+With ``--per-channel`` the group-wise layers (an mlx-lm 8-bit or 4-bit folder's) are
+then requantized to symmetric per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`:
+the fastest W8A8 kernels, at the cost of a second rounding, logged as weight SQNR with
+the weights' bytes; 4-bit weights double).
 
 A model with no layer to convert is an error (``--quantize`` is the way to serve a float
 folder): serving it unconverted is exactly what these command lines exist to avoid.
@@ -69,8 +70,8 @@ class ServeOptions(NamedTuple):
         act_scales: ``"group"`` gives every converted layer activation groups
             (:attr:`mlx_w8a8.Linear.act_scales`; float layers then quantize group-wise);
             ``None`` keeps what an mlx_w8a8 checkpoint saved (per token otherwise).
-        per_channel: requantize the converted group-wise 8-bit layers to symmetric
-            per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`); not with
+        per_channel: requantize the converted group-wise layers (8-bit and 4-bit codes)
+            to symmetric per-channel int8 (:func:`mlx_w8a8.requantize.per_channel`); not with
             ``act_scales="group"``.
         backlog: the server's listen backlog (connections waiting to be accepted;
             ``mlx_w8a8.server`` only, :data:`DEFAULT_BACKLOG`), or ``None`` (not a server).
@@ -173,9 +174,10 @@ def add_flags(parser: argparse.ArgumentParser, server: bool = False) -> None:
                             "W8A8 layer (group-wise weights: an mlx-lm 8-bit or 4-bit folder, "
                             "or --quantize); closer to W8A16 accuracy (docs/accuracy.md)")
     group.add_argument("--per-channel", action="store_true",
-                       help="requantize the group-wise 8-bit layers (an mlx-lm 8-bit folder's) "
-                            "to per-channel int8 on load: the fastest W8A8 kernels, at the cost "
-                            "of a second rounding (each layer's weight SQNR is logged; "
+                       help="requantize the group-wise layers (an mlx-lm 8-bit or 4-bit "
+                            "folder's) to per-channel int8 on load: the fastest W8A8 kernels, "
+                            "at the cost of a second rounding and, for 4-bit weights, twice "
+                            "their memory (the weight SQNR and bytes are logged; "
                             "docs/serving.md)")
     group.add_argument("--warm-up-tokens", type=int, default=None, metavar="N",
                        help="compile the kernels for 1..N rows per linear before serving; "
@@ -288,12 +290,15 @@ def convert_loaded(model: nn.Module, config: dict, options: ServeOptions, prog: 
     return layers
 
 
-def _grouped_8bit_layers(model: nn.Module) -> int:
-    """How many of ``model``'s W8A8 layers hold group-wise 8-bit weights (format
-    ``"grouped"``: 4-bit ones are ``"grouped4"``)."""
+def _grouped_layers(model: nn.Module) -> dict[str, int]:
+    """How many of ``model``'s W8A8 layers hold group-wise weights, by code width:
+    ``{"8-bit": layers of format "grouped", "4-bit": of format "grouped4"}``, the
+    widths with none left out."""
     from .nn import Linear
 
-    return sum(1 for _, m in model.named_modules() if isinstance(m, Linear) and m.format == "grouped")
+    formats = [m.format for _, m in model.named_modules() if isinstance(m, Linear)]
+    counts = {"8-bit": formats.count("grouped"), "4-bit": formats.count("grouped4")}
+    return {width: n for width, n in counts.items() if n}
 
 
 def _activation_dtype(model: nn.Module) -> mx.Dtype:
@@ -349,12 +354,14 @@ class W8A8Loader:
 
             self.log(f"{self.prog}: {where}: {per_channel(model).describe()}")
         elif backends.on_cuda():
-            grouped = _grouped_8bit_layers(model)
+            grouped = _grouped_layers(model)
             if grouped:
-                self.log(f"{self.prog}: {where}: {grouped} group-wise 8-bit layers run as "
-                         f"stored; on CUDA their prefill GEMM has about half the per-channel "
-                         f"GEMM's speed (docs/cuda.md): --per-channel requantizes them onto "
-                         f"it and reports what that costs in accuracy")
+                which = " and ".join(f"{n} group-wise {width}" for width, n in grouped.items())
+                memory = " (4-bit weights: twice their memory)" if "4-bit" in grouped else ""
+                self.log(f"{self.prog}: {where}: {which} layers run as stored; on CUDA their "
+                         f"prefill GEMM has half the per-channel GEMM's speed or less "
+                         f"(docs/cuda.md): --per-channel requantizes them onto it{memory} and "
+                         f"reports what that costs in accuracy")
         # Hazard: MLX's streams belong to the thread that made them, and mlx-lm's server
         # runs the model on a generation thread of its own. Arrays the conversion left
         # lazy would be evaluated there on this thread's stream ("There is no Stream(cpu,

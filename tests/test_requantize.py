@@ -1,10 +1,11 @@
-"""requantize.per_channel: group-wise 8-bit layers to per-channel int8, with the cost."""
+"""requantize.per_channel: group-wise 8-bit and 4-bit layers to per-channel int8, with the cost."""
 
 import math
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 import pytest
 
 import mlx_w8a8 as w8
@@ -54,6 +55,58 @@ def test_rows_become_per_channel_and_match_the_numpy_oracle(rng):
     assert 20 < sqnr < 60  # a real, finite cost: the test data is not already per-channel
     # the bias is carried over
     assert layer.bias.dtype == mx.bfloat16
+
+
+def _four_bit_layer(rng, n=48, k=256, group_size=64, dtype=mx.bfloat16):
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w[:, :group_size] *= 8.0
+    q, s, b = mx.quantize(mx.array(w).astype(dtype), group_size=group_size, bits=4)
+    layer = nn.QuantizedLinear(k, n, bias=False, group_size=group_size, bits=4)
+    layer.weight, layer.scales, layer.biases = q, s, b
+    return layer
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_four_bit_rows_become_per_channel_and_match_the_numpy_oracle(rng, group_size):
+    # An mlx-lm 4-bit layer (format "grouped4") is requantized too: its codes unpacked
+    # here by numpy from the uint32 words (code j of a word in bits 4j..4j+3), not by the
+    # package, and its weight bytes reported (the codes double: 4 -> 8 bits).
+    n, k = 48, 256
+    model = nn.Sequential(_four_bit_layer(rng, n, k, group_size))
+    words = np.array(model.layers[0].weight).astype(np.uint64)
+    s = np.array(model.layers[0].scales.astype(mx.float32), np.float64)
+    b = np.array(model.layers[0].biases.astype(mx.float32), np.float64)
+    before = sum(a.nbytes for a in (model.layers[0].weight, model.layers[0].scales,
+                                    model.layers[0].biases))
+    w8.quantize(model)
+    assert model.layers[0].format == "grouped4"
+    codes = np.stack([(words >> (4 * j)) & 15 for j in range(8)], axis=-1).reshape(n, k)
+    w_grouped = (codes.reshape(n, -1, group_size) * s[..., None] + b[..., None]).reshape(n, k)
+    report = requantize.per_channel(model)
+    layer = model.layers[0]
+    assert layer.format == "per_channel" and list(report.weight_sqnr_db) == ["layers.0"]
+    scale = np.array(mx.array((np.abs(w_grouped).max(1, keepdims=True) / 127).astype(
+        np.float32)).astype(mx.bfloat16).astype(mx.float32), np.float64)
+    want = np.clip(np.rint(w_grouped / scale), -127, 127) * scale
+    qw = layer.quantized_weight
+    got = (np.array(qw.int8(), np.float64)
+           * np.array(qw.channel_scales, np.float64).reshape(-1, 1))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    sqnr = 10 * np.log10((w_grouped ** 2).sum() / ((w_grouped - want) ** 2).sum())
+    assert report.weight_sqnr_db["layers.0"] == pytest.approx(sqnr, abs=0.05)
+    assert 20 < sqnr < 80
+    after = sum(a.nbytes for a in (qw.q, qw.scales, qw.biases) if a is not None)
+    assert (report.bytes_before, report.bytes_after) == (before, after)
+    assert after - before == n * k // 2  # the codes' half byte each; scales stay per group
+    assert "their weights" in report.describe() and "->" in report.describe()
+
+
+def test_a_predicate_keeps_the_four_bit_layers(rng):
+    model = nn.Sequential(_grouped_layer(rng, n=16, k=128), _four_bit_layer(rng, n=16, k=128))
+    w8.quantize(model)
+    report = requantize.per_channel(model, class_predicate=lambda p, l: l.format == "grouped")
+    assert report.layers == 1
+    assert [layer.format for layer in model.layers] == ["per_channel", "grouped4"]
 
 
 def test_outlier_channels_and_a_forced_kernel_are_kept(rng):
@@ -118,34 +171,47 @@ def test_tokens_must_be_two_dimensional(rng):
         requantize.per_channel(model, tokens=mx.array([1, 2, 3]))
 
 
-def _eight_bit_folder(tmp_path, rng):
+def _eight_bit_folder(tmp_path, rng, bits=8):
     from mlx_lm.utils import save_config, save_model
 
     from mlx_w8a8.tokens import write_byte_tokenizer
 
     model, config = tiny_lm.model("llama", rng=rng)
-    nn.quantize(model, group_size=64, bits=8)
-    folder = tmp_path / "eight-bit"
+    nn.quantize(model, group_size=64, bits=bits)
+    folder = tmp_path / f"{bits}-bit"
     folder.mkdir()
     save_model(folder, model)
-    save_config({**config, "quantization": {"group_size": 64, "bits": 8, "mode": "affine"}},
+    save_config({**config, "quantization": {"group_size": 64, "bits": bits, "mode": "affine"}},
                 folder / "config.json")
     write_byte_tokenizer(folder)
     return folder
 
 
-def test_load_per_channel_requantizes_an_mlx_lm_8bit_checkpoint(tmp_path, rng, caplog):
+@pytest.mark.parametrize("bits", [8, 4])
+def test_load_per_channel_requantizes_an_mlx_lm_checkpoint(tmp_path, rng, caplog, bits):
     import logging
 
-    folder = _eight_bit_folder(tmp_path, rng)
-    grouped, _ = w8.load(folder)
+    from mlx_lm.utils import load_model
+
+    folder = _eight_bit_folder(tmp_path, rng, bits)
+    grouped, config = w8.load(folder)
     formats = {layer.format for _, layer in grouped.named_modules() if isinstance(layer, Linear)}
-    assert formats == {"grouped"}
+    assert formats == {"grouped" if bits == 8 else "grouped4"}
     caplog.set_level(logging.INFO, logger="mlx_w8a8")
     model, _ = w8.load(folder, per_channel=True)
     formats = {layer.format for _, layer in model.named_modules() if isinstance(layer, Linear)}
     assert formats == {"per_channel"}
     assert any("requantized to per-channel" in r.getMessage() for r in caplog.records)
+    # Saved, the requantized model is an 8-bit checkpoint stock mlx-lm loads with the
+    # same weights (the 4-bit folder's config must not describe its layers any more).
+    out = tmp_path / "saved"
+    w8.save(model, out, config, source=folder)
+    stock, _ = load_model(out)
+    ours = dict(tree_flatten(model.parameters()))
+    theirs = dict(tree_flatten(stock.parameters()))
+    assert ours.keys() == theirs.keys()
+    assert all(mx.array_equal(ours[key], theirs[key]).item() for key in ours)
+    assert theirs["model.layers.0.mlp.down_proj.weight"].shape[1] == 256 // 4  # 8-bit words
 
 
 def test_convert_per_channel_from_an_8bit_folder_prints_the_cost(tmp_path, rng, capsys):

@@ -366,6 +366,30 @@ def test_loader_requantizes_an_8bit_folder_per_channel_on_request(tmp_path, caps
     assert "exclude each other" in capsys.readouterr().err
 
 
+def test_loader_names_per_channel_for_a_4bit_folder_and_requantizes_it(tmp_path, monkeypatch):
+    # A 4-bit folder's layers ("grouped4") get the same hint on CUDA, with their memory
+    # cost, and --per-channel requantizes them (the log gives the bytes: they double).
+    from mlx_lm.utils import load
+
+    model, config = _tiny(seed=5)
+    nn.quantize(model, group_size=64, bits=4)
+    stock = tiny_lm.folder(tmp_path / "q4", model,
+                           dict(config, quantization={"group_size": 64, "bits": 4, "mode": "affine"}))
+    hints = []
+    monkeypatch.setattr(backends, "on_cuda", lambda: True)
+    serving.W8A8Loader(load, serving.ServeOptions(), "prog", hints.append)(str(stock))
+    hints = [ln for ln in hints if "--per-channel" in ln]
+    assert len(hints) == 1 and "15 group-wise 4-bit layers run as stored" in hints[0], hints
+    assert "twice their memory" in hints[0]
+    lines = []
+    served, _ = serving.W8A8Loader(load, serving.ServeOptions(per_channel=True), "prog",
+                                   lines.append)(str(stock))
+    formats = {layer.format for _, layer in served.named_modules() if isinstance(layer, w8.Linear)}
+    assert formats == {"per_channel"}
+    line = next(ln for ln in lines if "requantized to per-channel int8" in ln)
+    assert "15 group-wise layers" in line and "their weights" in line, line
+
+
 def test_loader_refuses_adapters(folders):
     from mlx_lm.utils import load
 
