@@ -16,7 +16,8 @@ variants from the same weights, as ``--weights`` says (:data:`WEIGHT_FORMATS`):
   ``8bit-gsG-per-channel`` then requantizes them per channel
   (:func:`mlx_w8a8.requantize.per_channel`); for ``4bit-gsG``, the 4-bit layers
   converted where this version of ``mlx_w8a8.quantize`` converts them, else the
-  mlx-lm 4-bit model itself (the output says so). ``--kernel`` forces one kernel;
+  mlx-lm 4-bit model itself (the output says so); ``4bit-gsG-per-channel`` then
+  requantizes them per channel (8-bit codes: twice the 4-bit weights' bytes). ``--kernel`` forces one kernel;
 - with ``--outliers N``, ``mlx_w8a8-outliers``: the mlx_w8a8 model converted again, N
   input channels of every layer kept out of its int8 activations (the accuracy recipe's
   split, channels evenly spaced): the column ``outliers / w8a8`` is what the split costs.
@@ -112,7 +113,8 @@ CPU_DEFAULTS = {"tokens": "1,16", "decode": 4, "prompt": 8, "rounds": 2, "batch"
 # is the other kind of value.
 WEIGHT_FORMATS = ("bf16", "8bit-gs32", "8bit-gs64", "8bit-gs128", "8bit-gs32-per-channel",
                   "8bit-gs64-per-channel", "8bit-gs128-per-channel", "4bit-gs32", "4bit-gs64",
-                  "4bit-gs128")
+                  "4bit-gs128", "4bit-gs32-per-channel", "4bit-gs64-per-channel",
+                  "4bit-gs128-per-channel")
 
 
 def variant_names(bits: int = BITS) -> tuple[str, str, str]:
@@ -140,7 +142,7 @@ def add_arguments(p) -> None:
                    "64), 8bit-gs32/64/128 (an mlx-lm 8-bit checkpoint of the same weights, "
                    "converted as mlx_w8a8.load does: group-wise), 8bit-gs32/64/128-per-channel "
                    "(the same, then requantized per channel), 4bit-gs32/64/128 (an mlx-lm 4-bit "
-                   "checkpoint), or an mlx-lm quantized model folder (then --model may be left "
+                   "checkpoint; -per-channel as for 8 bits), or an mlx-lm quantized model folder (then --model may be left "
                    "out); the mlx-lm baseline has the format's bits and group size")
     g.add_argument("--layers", type=int, help="keep the first L transformer blocks")
     g.add_argument("--tokens", help="prefill lengths T, comma-separated")
@@ -263,7 +265,8 @@ class Weights:
         bits: bits of the mlx-lm baseline (of the checkpoint, for a folder).
         group_size: its group size.
         per_channel: the mlx_w8a8 variant holds symmetric per-channel int8 (quantized
-            from float for ``bf16``, requantized for ``8bit-gsG-per-channel``).
+            from float for ``bf16``, requantized for ``8bit-gsG-per-channel`` and
+            ``4bit-gsG-per-channel``).
         source: ``"float"`` (mlx_w8a8 quantizes the float weights), ``"quantized"``
             (mlx_w8a8 converts the mlx-lm checkpoint made here from the float weights)
             or ``"checkpoint"`` (a quantized mlx-lm folder).

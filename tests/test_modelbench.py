@@ -462,6 +462,11 @@ def test_each_weights_format_builds_the_variants_it_says(tiny128, fmt):
                 for key in ("weight", "scales", "biases"):
                     assert mx.array_equal(m[key], lm_layers[path][key]), (path, key)
         want_w8 = oracle_bytes(TINY128, (8, g), (8, g))
+    elif fmt.endswith("per-channel"):  # the 4-bit layers requantized: 8-bit codes
+        assert said == [] and len(converted) == len(_linear_shapes(TINY128))
+        assert {(m.format, m.group_size, m.bits) for m in converted.values()} == {
+            ("per_channel", g, 8)}
+        want_w8 = oracle_bytes(TINY128, (8, g), (4, g))  # the embedding stays 4-bit
     elif converted:  # a version whose quantize converts 4-bit layers
         assert said == [] and {m.bits for m in converted.values()} == {4}
         want_w8 = oracle_bytes(TINY128, (4, g), (4, g))

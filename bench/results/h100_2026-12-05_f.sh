@@ -102,6 +102,8 @@
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
 # T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
 # promotion from M = 128 with the tile's longest run), each in its own process.
+# Part Q4PC: the 4-layer bench from an mlx-lm 4-bit gs64 checkpoint requantized per channel
+# (load(per_channel=True)), then as stored, in one call.
 # Part Y16: part Y's second command alone (M >= 16: prefill and batched sizes, with the
 # sibling and prefill checks), into a fresh table, for a call too short for both.
 # Part ALL: every case of tests/test_cuda.py (12 workers), then the 4-layer Llama-3-8B
@@ -270,6 +272,12 @@ if [ "$part" = "y" ]; then
   run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
     --table tmp_t/y.json --no-progress
   cp tmp_t/y.json "$O/y_table.json"
+fi
+if [ "$part" = "q4pc" ]; then  # an mlx-lm 4-bit checkpoint requantized per channel, against as stored
+  for w in 4bit-gs64-per-channel 4bit-gs64; do
+    run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 32 --batch 16 --rounds 3 --warm-up
+  done
 fi
 if [ "$part" = "y16" ]; then  # part Y's second command alone (M >= 16), into a fresh table
   rm -f tmp_t/y16.json
