@@ -33,14 +33,15 @@ from mlx_w8a8.tokens import batches, text_tokens
 
 VARIANTS = ("float", "w8a8", "recipe", "w8a16", "w8a8_grouped", "w8a8_grouped_recipe",
             "w8a8_requantized", "w8a8_requantized_recipe", "w8a8_act_groups", "w4a16", "w4a8",
-            "w4a8_recipe", "w4a8_act_groups", "w8a8_requantized4")
+            "w4a8_recipe", "w4a8_act_groups", "w8a8_requantized4", "w8a8_requantized4_recipe")
 # built from the mlx-lm N-bit model (gs 64), as its checkpoints hold it; *_requantized*:
 # its group-wise layers then requantized to per-channel int8 (load(per_channel=True)),
 # from the 4-bit model for w8a8_requantized4
 FROM_CHECKPOINT = ("w8a16", "w8a8_grouped", "w8a8_grouped_recipe", "w8a8_requantized",
                    "w8a8_requantized_recipe", "w8a8_act_groups", "w4a16", "w4a8", "w4a8_recipe",
-                   "w4a8_act_groups", "w8a8_requantized4")
-FROM_4BIT = ("w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups", "w8a8_requantized4")
+                   "w4a8_act_groups", "w8a8_requantized4", "w8a8_requantized4_recipe")
+FROM_4BIT = ("w4a16", "w4a8", "w4a8_recipe", "w4a8_act_groups", "w8a8_requantized4",
+             "w8a8_requantized4_recipe")
 
 
 def dequantized(model: nn.Module) -> nn.Module:
