@@ -15,15 +15,16 @@ from mlx_w8a8.nn import Linear
 import tiny_lm
 
 
-def _grouped_layer(rng, n=48, k=256, group_size=64, dtype=mx.bfloat16):
+def _grouped_layer(rng, n=48, k=256, group_size=64, dtype=mx.bfloat16, bits=8, bias=True):
     # Rows whose groups have very different ranges: where group-wise scales fit better
     # than one scale per row, so the requantization visibly costs something.
     w = rng.standard_normal((n, k)).astype(np.float32)
     w[:, :group_size] *= 8.0
-    q, s, b = mx.quantize(mx.array(w).astype(dtype), group_size=group_size, bits=8)
-    layer = nn.QuantizedLinear(k, n, bias=True, group_size=group_size, bits=8)
+    q, s, b = mx.quantize(mx.array(w).astype(dtype), group_size=group_size, bits=bits)
+    layer = nn.QuantizedLinear(k, n, bias=bias, group_size=group_size, bits=bits)
     layer.weight, layer.scales, layer.biases = q, s, b
-    layer.bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(dtype)
+    if bias:
+        layer.bias = mx.array(rng.standard_normal(n).astype(np.float32)).astype(dtype)
     return layer
 
 
@@ -57,22 +58,13 @@ def test_rows_become_per_channel_and_match_the_numpy_oracle(rng):
     assert layer.bias.dtype == mx.bfloat16
 
 
-def _four_bit_layer(rng, n=48, k=256, group_size=64, dtype=mx.bfloat16):
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    w[:, :group_size] *= 8.0
-    q, s, b = mx.quantize(mx.array(w).astype(dtype), group_size=group_size, bits=4)
-    layer = nn.QuantizedLinear(k, n, bias=False, group_size=group_size, bits=4)
-    layer.weight, layer.scales, layer.biases = q, s, b
-    return layer
-
-
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 def test_four_bit_rows_become_per_channel_and_match_the_numpy_oracle(rng, group_size):
     # An mlx-lm 4-bit layer (format "grouped4") is requantized too: its codes unpacked
     # here by numpy from the uint32 words (code j of a word in bits 4j..4j+3), not by the
     # package, and its weight bytes reported (the codes double: 4 -> 8 bits).
     n, k = 48, 256
-    model = nn.Sequential(_four_bit_layer(rng, n, k, group_size))
+    model = nn.Sequential(_grouped_layer(rng, n, k, group_size, bits=4, bias=False))
     words = np.array(model.layers[0].weight).astype(np.uint64)
     s = np.array(model.layers[0].scales.astype(mx.float32), np.float64)
     b = np.array(model.layers[0].biases.astype(mx.float32), np.float64)
@@ -102,7 +94,8 @@ def test_four_bit_rows_become_per_channel_and_match_the_numpy_oracle(rng, group_
 
 
 def test_a_predicate_keeps_the_four_bit_layers(rng):
-    model = nn.Sequential(_grouped_layer(rng, n=16, k=128), _four_bit_layer(rng, n=16, k=128))
+    model = nn.Sequential(_grouped_layer(rng, n=16, k=128),
+                          _grouped_layer(rng, n=16, k=128, bits=4, bias=False))
     w8.quantize(model)
     report = requantize.per_channel(model, class_predicate=lambda p, l: l.format == "grouped")
     assert report.layers == 1
