@@ -1,6 +1,7 @@
 """requantize.per_channel: group-wise 8-bit and 4-bit layers to per-channel int8, with the cost."""
 
 import math
+import re
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -207,10 +208,11 @@ def test_load_per_channel_requantizes_an_mlx_lm_checkpoint(tmp_path, rng, caplog
     assert theirs["model.layers.0.mlp.down_proj.weight"].shape[1] == 256 // 4  # 8-bit words
 
 
-def test_convert_per_channel_from_an_8bit_folder_prints_the_cost(tmp_path, rng, capsys):
+@pytest.mark.parametrize("bits", [8, 4])
+def test_convert_per_channel_from_an_mlx_lm_folder_prints_the_cost(tmp_path, rng, capsys, bits):
     from mlx_w8a8 import convert
 
-    folder = _eight_bit_folder(tmp_path, rng)
+    folder = _eight_bit_folder(tmp_path, rng, bits)
     text = tmp_path / "calib.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
     out = tmp_path / "out"
@@ -219,6 +221,11 @@ def test_convert_per_channel_from_an_8bit_folder_prints_the_cost(tmp_path, rng, 
                          "--skip"]) == 0
     printed = capsys.readouterr().out
     assert "requantized to per-channel int8" in printed and "logits SQNR" in printed
+    # the weights' bytes: the same for 8-bit codes, the codes' twice for 4-bit ones (per
+    # weight: 1 or 1/2 byte, plus a float32 scale and bias per group of 64)
+    before, after = re.search(r"their weights ([\d.]+) KiB -> ([\d.]+) KiB", printed).groups()
+    want = 1.0 if bits == 8 else (1 + 8 / 64) / (0.5 + 8 / 64)
+    assert float(after) / float(before) == pytest.approx(want, rel=1e-3)
     model, _ = w8.load(out)
     formats = {layer.format for _, layer in model.named_modules() if isinstance(layer, Linear)}
     assert formats == {"per_channel"}
