@@ -304,13 +304,13 @@ def _read_config(folder: Path) -> dict:
 
 def load(path: str | Path, model: nn.Module | None = None, strict: bool = True,
          per_channel: bool = False, act_scales: str | None = None):
-    """Load a checkpoint written by :func:`save`, or any mlx-lm 8-bit checkpoint.
+    """Load a checkpoint written by :func:`save`, or any mlx-lm 8-bit or 4-bit checkpoint.
 
     Args:
         path: the checkpoint folder.
         model: an instance of the architecture with float layers. If ``None``, the
             model is built with ``mlx_lm.utils.load_model`` (needs mlx-lm) and its 8-bit
-            layers are converted.
+            and 4-bit layers are converted.
         strict: passed to ``load_weights`` (every parameter must match).
         per_channel: requantize group-wise layers (an mlx-lm 8-bit or 4-bit
             checkpoint's) to symmetric per-channel int8, the format of the fastest W8A8
