@@ -765,8 +765,8 @@ def run(args, stream, out, emit) -> int:
     print(f"weights: {weights.describe()}", file=out)
     bf16_bytes = nbytes(variants["bf16"])
     print("parameters: " + ", ".join(
-        f"{n} {_fmt_bytes(nbytes(m))} ({nbytes(m) / bf16_bytes:.2f}x bf16)" if n != "bf16"
-        else f"{n} {_fmt_bytes(nbytes(m))}" for n, m in variants.items()), file=out)
+        f"{n} {render.fmt_bytes(nbytes(m))} ({nbytes(m) / bf16_bytes:.2f}x bf16)" if n != "bf16"
+        else f"{n} {render.fmt_bytes(nbytes(m))}" for n, m in variants.items()), file=out)
     for line in said:
         print(f"note: {line}", file=out)
     if warmed is not None:
@@ -839,13 +839,6 @@ def _share_switch():
 
 def _fmt_speed(stats) -> str:
     return "-" if not stats else f"{stats['median']:.4g}"
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
 
 
 def _fmt_db(value) -> str:

@@ -22,6 +22,7 @@ import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
 from .nn import Linear
+from .tuning.render import fmt_bytes
 from .weight import QuantizedWeight
 
 
@@ -58,17 +59,10 @@ class Requantized:
         worst = min(self.weight_sqnr_db, key=self.weight_sqnr_db.get)
         text = (f"{self.layers} group-wise layers requantized to per-channel int8: weight "
                 f"SQNR median {median:.1f} dB, worst {values[0]:.1f} dB ({worst}); their "
-                f"weights {_size(self.bytes_before)} -> {_size(self.bytes_after)}")
+                f"weights {fmt_bytes(self.bytes_before)} -> {fmt_bytes(self.bytes_after)}")
         if self.logits_sqnr_db is not None:
             text += f"; logits SQNR {self.logits_sqnr_db:.1f} dB against the group-wise model"
         return text
-
-
-def _size(n: int) -> str:
-    for unit, step in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= step:
-            return f"{n / step:.2f} {unit}"
-    return f"{n} B"
 
 
 def _nbytes(qw: QuantizedWeight) -> int:

@@ -104,3 +104,12 @@ def test_entries_note_a_candidate_pruned_within_reach():
     assert row.endswith("tma pruned within reach: tune measures it again")
     e["candidates"]["tma"]["median_ns"] = 8e5  # 2.2x: beyond reach, no note
     assert "within reach" not in render.entries([("", e)])
+
+
+def test_fmt_bytes_uses_binary_units_from_their_boundary():
+    # 1023 bytes stay bytes; each unit starts at its power of 1024 (not 1000)
+    assert render.fmt_bytes(0) == "0 B" and render.fmt_bytes(1023) == "1023 B"
+    assert render.fmt_bytes(1024) == "1 KiB" and render.fmt_bytes(1000 * 1024) == "1000 KiB"
+    assert render.fmt_bytes(3 << 19) == "1.5 MiB" and render.fmt_bytes(1 << 20) == "1 MiB"
+    assert render.fmt_bytes(int(1.9 * (1 << 30))) == "1.9 GiB"
+    assert render.fmt_bytes(int(123.4 * (1 << 20))) == "123 MiB"

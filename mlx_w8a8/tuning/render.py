@@ -1,4 +1,4 @@
-"""Text output of the command lines: durations, ratios, aligned tables, error lines.
+"""Text output of the command lines: durations, sizes, ratios, aligned tables, error lines.
 
 One renderer for ``python -m mlx_w8a8.tune`` and ``python -m mlx_w8a8.bench`` (the
 tuning-table view, the qualification summary and the model benchmark's table).
@@ -22,6 +22,16 @@ def fmt_ns(ns) -> str:
         if ns >= scale:
             return f"{ns / scale:.3g} {unit}"
     return f"{ns:.0f} ns"
+
+
+def fmt_bytes(n: int) -> str:
+    """``n`` bytes in binary units (``"1.9 GiB"``; three significant digits, whole
+    numbers from 100 on: ``"1000 KiB"``, not ``"1e+03 KiB"``)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+    return f"{n} B"
 
 
 def spread(ratios: Sequence[float]) -> tuple[float, float, float] | None:
