@@ -17,7 +17,8 @@ variants from the same weights, as ``--weights`` says (:data:`WEIGHT_FORMATS`):
   (:func:`mlx_w8a8.requantize.per_channel`); for ``4bit-gsG``, the 4-bit layers
   converted where this version of ``mlx_w8a8.quantize`` converts them, else the
   mlx-lm 4-bit model itself (the output says so); ``4bit-gsG-per-channel`` then
-  requantizes them per channel (8-bit codes: twice the 4-bit weights' bytes). ``--kernel`` forces one kernel;
+  requantizes them per channel (8-bit codes: twice the 4-bit weights' bytes).
+  ``--kernel`` forces one kernel;
 - with ``--outliers N``, ``mlx_w8a8-outliers``: the mlx_w8a8 model converted again, N
   input channels of every layer kept out of its int8 activations (the accuracy recipe's
   split, channels evenly spaced): the column ``outliers / w8a8`` is what the split costs.
@@ -142,8 +143,9 @@ def add_arguments(p) -> None:
                    "64), 8bit-gs32/64/128 (an mlx-lm 8-bit checkpoint of the same weights, "
                    "converted as mlx_w8a8.load does: group-wise), 8bit-gs32/64/128-per-channel "
                    "(the same, then requantized per channel), 4bit-gs32/64/128 (an mlx-lm 4-bit "
-                   "checkpoint; -per-channel as for 8 bits), or an mlx-lm quantized model folder (then --model may be left "
-                   "out); the mlx-lm baseline has the format's bits and group size")
+                   "checkpoint; -per-channel as for 8 bits), or an mlx-lm quantized model "
+                   "folder (then --model may be left out); the mlx-lm baseline has the "
+                   "format's bits and group size")
     g.add_argument("--layers", type=int, help="keep the first L transformer blocks")
     g.add_argument("--tokens", help="prefill lengths T, comma-separated")
     g.add_argument("--decode", type=int, help="decode steps N (0: no decode measurement)")
