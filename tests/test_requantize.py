@@ -1,4 +1,4 @@
-"""requantize.per_channel: group-wise 8-bit and 4-bit layers to per-channel int8, with the cost."""
+"""requantize.per_channel: group-wise layers (8-bit, 4-bit) to per-channel int8, with the cost."""
 
 import math
 import re
@@ -165,7 +165,7 @@ def test_tokens_must_be_two_dimensional(rng):
         requantize.per_channel(model, tokens=mx.array([1, 2, 3]))
 
 
-def _eight_bit_folder(tmp_path, rng, bits=8):
+def _mlx_lm_folder(tmp_path, rng, bits=8):
     from mlx_lm.utils import save_config, save_model
 
     from mlx_w8a8.tokens import write_byte_tokenizer
@@ -187,7 +187,7 @@ def test_load_per_channel_requantizes_an_mlx_lm_checkpoint(tmp_path, rng, caplog
 
     from mlx_lm.utils import load_model
 
-    folder = _eight_bit_folder(tmp_path, rng, bits)
+    folder = _mlx_lm_folder(tmp_path, rng, bits)
     grouped, config = w8.load(folder)
     formats = {layer.format for _, layer in grouped.named_modules() if isinstance(layer, Linear)}
     assert formats == {"grouped" if bits == 8 else "grouped4"}
@@ -212,7 +212,7 @@ def test_load_per_channel_requantizes_an_mlx_lm_checkpoint(tmp_path, rng, caplog
 def test_convert_per_channel_from_an_mlx_lm_folder_prints_the_cost(tmp_path, rng, capsys, bits):
     from mlx_w8a8 import convert
 
-    folder = _eight_bit_folder(tmp_path, rng, bits)
+    folder = _mlx_lm_folder(tmp_path, rng, bits)
     text = tmp_path / "calib.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
     out = tmp_path / "out"
