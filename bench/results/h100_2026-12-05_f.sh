@@ -102,6 +102,9 @@
 # Part PIPE2: the 4-layer Llama-3-8B prefill from mlx-lm 8- and 4-bit gs64 checkpoints at
 # T = 512 / 2048, the tile policy as shipped, then with tiles.PIPE_M = 128.. (the pipelined
 # promotion from M = 128 with the tile's longest run), each in its own process.
+# Parts ALL, G, PIPE3 and LIVE2 ran on one NVIDIA H100 (tree f4b9a1c; DEADLINE=570, 560
+# and 540): PIPE3's group size 32 / 128 command was cut by its limit after one row, and
+# LIVE2's last command (the 8-bit bench) by its limit.
 # Part Q4PC: the 4-layer bench from an mlx-lm 4-bit gs64 checkpoint requantized per channel
 # (load(per_channel=True)), then as stored, in one call.
 # Part Y16: part Y's second command alone (M >= 16: prefill and batched sizes, with the
