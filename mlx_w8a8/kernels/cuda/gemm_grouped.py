@@ -335,8 +335,9 @@ class W8A8GemmGroupedTma(W8A8GemmGrouped):
     name = "cuda_w8a8_gemm_grouped_tma"
     needs = ("cuda_sm90", "cuda_tma")
 
-    def tile(self, p: registry.Problem):
-        return grouped_tma_tile_for(p.m, p.n, 8, p.k, p.group_size)
+    def tile(self, p: registry.Problem):  # the code width by the weight's format
+        return grouped_tma_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8,
+                                    p.k, p.group_size)
 
     def refusals(self, p: registry.Problem):
         yield from super().refusals(p)
@@ -371,9 +372,6 @@ class W4A8GemmTma(W8A8GemmGroupedTma):
     name = "cuda_w4a8_gemm_tma"
     formats = ("grouped4",)
 
-    def tile(self, p: registry.Problem):
-        return grouped_tma_tile_for(p.m, p.n, 4, p.k, p.group_size)
-
 
 class ActGroupsTma(W8A8GemmGroupedTma):
     """``cuda_act_groups_gemm_tma`` (``linear`` with ``act_scales="group"``: one
@@ -386,10 +384,6 @@ class ActGroupsTma(W8A8GemmGroupedTma):
     name = "cuda_act_groups_gemm_tma"
     formats = ("grouped", "grouped4")
     act_scales = ("group",)
-
-    def tile(self, p: registry.Problem):
-        return grouped_tma_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8,
-                                    p.k, p.group_size)
 
     def activations(self, p: registry.Problem, lead=None):
         return (("cuda_act_groups", p.group_size),
