@@ -43,10 +43,18 @@ runs with the skip too, ``<tile>lp2`` ...), whose outputs must equal the plain t
 for bit (a row says which differ); with ``mx.quantized_matmul`` at the same group size
 and bits and the bfloat16 product.
 
+``--grouped`` also takes ``--kernel-dir DIR`` (and ``--template``): each tile is then also
+timed built from a changed ``gemm_grouped_ws.cu`` (or header) in DIR, named ``<tile>+``,
+its outputs compared with the plain tile's.
+
+With ``--once`` nothing is timed: each arm is built and evaluated twice, without the
+profiler, so that a kernel profiler can attach (``ncu -k regex:grouped python
+bench/tile_gpu_time.py --once --grouped 64 --m 2048 --kn 4096x14336``).
+
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
 [--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8] [--coop]
-[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live] [--pipe]]``. Needs a CUDA GPU and
-torch with CUPTI.
+[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live] [--pipe]] [--once]``.
+Needs a CUDA GPU and torch with CUPTI (not with ``--once``).
 """
 
 from __future__ import annotations
@@ -73,9 +81,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_timeline import kernels_of  # noqa: E402
 
 
+# --once: build and evaluate each arm twice, time nothing (for a kernel profiler).
+ONCE = False
+
+
 def timed(fn, reps: int) -> tuple[float, float]:
     """Median over ``reps`` evaluated calls of (kernel time of the call, of which
-    quantize kernels), in microseconds."""
+    quantize kernels), in microseconds; ``(0, 0)`` under ``--once``, after two calls."""
+    if ONCE:
+        for _ in range(2):
+            mx.eval(fn())
+        mx.synchronize()
+        return 0.0, 0.0
     from torch.profiler import ProfilerActivity, profile
 
     mx.eval(fn())  # compile, warm
@@ -117,15 +134,25 @@ def main(argv=None) -> int:
     p.add_argument("--pipe", action="store_true", help="with --grouped: each tile also with "
                    "each pipelined-promotion run it takes (<tile>p2, <tile>p4) instead of "
                    "the MMA order (with --live: also with the skip, <tile>lp2 ...)")
+    p.add_argument("--once", action="store_true", help="time nothing: evaluate each arm "
+                   "twice without the profiler (for ncu)")
     args = p.parse_args(argv)
+    global ONCE
+    ONCE = args.once
     ms = [int(v) for v in args.m.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.kn.split(",")]
+    if args.template and not args.kernel_dir:
+        p.error("--template needs --kernel-dir")
+    extra = [(name, int(value)) for name, value in
+             (item.split("=", 1) for item in args.template.split(",") if item)]
     if args.grouped:
-        if args.int32 or args.kernel_dir or args.acc or args.stages or args.coop or args.tiles:
-            p.error("--grouped takes only --m, --kn, --reps, --bits, --live and --pipe")
+        if args.int32 or args.acc or args.stages or args.coop or args.tiles:
+            p.error("--grouped takes only --m, --kn, --reps, --bits, --live, --pipe, "
+                    "--kernel-dir, --template and --once")
         variant = "+".join(v for v, on in (("live", args.live), ("pipe", args.pipe)) if on)
         return grouped_gemms(ms, shapes, [int(v) for v in args.grouped.split(",")],
-                             args.bits, args.reps, variant or "order")
+                             args.bits, args.reps, variant or "order",
+                             args.kernel_dir, extra)
     if args.live or args.pipe:
         p.error("--live and --pipe need --grouped")
     tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
@@ -140,12 +167,8 @@ def main(argv=None) -> int:
         tiles = with_stages(tiles, [int(v) for v in args.stages.split(",")])
     if args.coop:
         tiles = with_cooperative(tiles)
-    if args.template and not args.kernel_dir:
-        p.error("--template needs --kernel-dir")
     if args.kernel_dir and args.int32:
         p.error("--kernel-dir times the per-channel GEMM, not --int32's")
-    extra = [(name, int(value)) for name, value in
-             (item.split("=", 1) for item in args.template.split(",") if item)]
     if args.int32:
         return int32_gemms(ms, shapes, tiles, args.reps)
     rng = np.random.default_rng(0)
@@ -245,11 +268,24 @@ def grouped_variants(cfg, variant: str, k: int, gs: int) -> list[tuple[str, obje
     return out
 
 
-def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order") -> int:
+def changed_grouped_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
+    """The group-wise TMA GEMM launch (bfloat16 out, no bias) on tile ``cfg`` built from
+    the kernel files in ``folder`` (``cuda_bench.kernel_text_from``), with the template
+    arguments ``extra`` appended."""
+    from cuda_bench import kernel_text_from
+
+    with kernel_text_from(folder):
+        spec = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, weight, None, mx.bfloat16, cfg)
+    return spec._replace(template=spec.template + extra)
+
+
+def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order",
+                  kernel_dir: str = "", extra=()) -> int:
     """``--grouped``: the group-wise TMA GEMM's kernel time per tile, plain and with
-    ``variant`` on (:func:`grouped_variants`), against ``mx.quantized_matmul`` and bf16,
-    per shape, group size and M; each variant's outputs compared with the plain tile's,
-    bit for bit."""
+    ``variant`` on (:func:`grouped_variants`), and built from ``kernel_dir``'s files
+    (``<tile>+``, :func:`changed_grouped_spec`) where given, against
+    ``mx.quantized_matmul`` and bf16, per shape, group size and M; each variant's outputs
+    compared with the plain tile's, bit for bit."""
     from mlx_w8a8.weight import QuantizedWeight
 
     configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
@@ -282,6 +318,11 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                     for label, c in arms:
                         row[label] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                             xq, xs, xr, qw, None, mx.bfloat16, c), reps)[0]
+                    if kernel_dir:
+                        spec = changed_grouped_spec(kernel_dir, list(extra), m, k, qw, cfg)
+                        if not mx.array_equal(spec.launch(xq, xs, xr)[0], plain).item():
+                            differ.append(name + "+")
+                        row[name + "+"] = timed(lambda: spec.launch(xq, xs, xr)[0], reps)[0]
                 best = min((v, kname) for kname, v in row.items()
                            if kname not in ("bf16", "qmm", "quantize"))
                 print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "

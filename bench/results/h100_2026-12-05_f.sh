@@ -114,6 +114,13 @@
 # Part X: part V again with the prior's M = 2-7 rule from part W; tune --format grouped
 # (gs64) at the decode sizes M = 2 ... 64, where the prior has no rule for mlx-lm 8-bit
 # weights; the server comparison's bf16 and W8A8 arms after the rule.
+# Part NCU: where the group-wise TMA GEMM's time goes, 8-bit gs64 at M = 2048, K = 4096,
+# N = 14336: Nsight Compute's full set on the plain and MMA-ordered gtma128 launches and on
+# the per-channel tma256 launch (details as text, the per-SASS-instruction source page as
+# CSV, into $OUT), then two probe kernels timed against the shipped one in one process
+# (tile_gpu_time --kernel-dir; their outputs differ by design): the promotion reduced to
+# one add per accumulator (exp/nopromo) and its terms made constants, no shared-memory
+# loads (exp/noterm). The probes' files are in the call's tree, not in the repository.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -371,6 +378,20 @@ if [ "$part" = "z3" ]; then
   run 570 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 1,8,32 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-4bit,w4a8 \
     --json "$O/z3_serve.json"
+fi
+if [ "$part" = "ncu" ]; then  # the group-wise TMA GEMM under Nsight Compute, then the probes
+  NC="ncu -f --set full --import-source no"
+  G="--m 2048 --kn 4096x14336"
+  run 240 $NC -o "$O/ncu_g" -k regex:grouped_ws -c 2 python3 bench/tile_gpu_time.py --once --grouped 64 $G
+  run 120 $NC -o "$O/ncu_pc" -k regex:gemm_ws -c 1 python3 bench/tile_gpu_time.py --once --tiles tma256 $G
+  for r in ncu_g ncu_pc; do
+    ncu -i "$O/$r.ncu-rep" --page details > "$O/$r.txt" 2>&1
+    ncu -i "$O/$r.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$r.sass.csv.gz"
+    rm -f "$O/$r.ncu-rep"
+  done
+  for v in nopromo noterm; do
+    run 90 python3 bench/tile_gpu_time.py --grouped 64 $G --reps 5 --kernel-dir exp/$v
+  done
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
