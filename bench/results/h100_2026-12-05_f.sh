@@ -119,8 +119,8 @@
 # the per-channel tma256 launch (details as text, the per-SASS-instruction source page as
 # CSV, into $OUT), then two probe kernels timed against the shipped one in one process
 # (tile_gpu_time --kernel-dir; their outputs differ by design): the promotion reduced to
-# one add per accumulator (exp/nopromo) and its terms made constants, no shared-memory
-# loads (exp/noterm). The probes' files are in the call's tree, not in the repository.
+# one add per accumulator (exp/nopromo), its terms made constants, no shared-memory
+# loads (exp/noterm), and no MMAs, the promotion alone (exp/nomma). The probes' files are in the call's tree, not in the repository.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -389,7 +389,7 @@ if [ "$part" = "ncu" ]; then  # the group-wise TMA GEMM under Nsight Compute, th
     ncu -i "$O/$r.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$r.sass.csv.gz"
     rm -f "$O/$r.ncu-rep"
   done
-  for v in nopromo noterm; do
+  for v in nopromo noterm nomma; do
     run 90 python3 bench/tile_gpu_time.py --grouped 64 $G --reps 5 --kernel-dir exp/$v
   done
 fi
