@@ -120,7 +120,11 @@
 # CSV, into $OUT), then two probe kernels timed against the shipped one in one process
 # (tile_gpu_time --kernel-dir; their outputs differ by design): the promotion reduced to
 # one add per accumulator (exp/nopromo), its terms made constants, no shared-memory
-# loads (exp/noterm), and no MMAs, the promotion alone (exp/nomma). The probes' files are in the call's tree, not in the repository.
+# loads (exp/noterm), and no MMAs, the promotion alone (exp/nomma); then a candidate
+# change, R (and t) copied by cp.async two groups ahead into a per-warp ring instead of
+# register loads one group ahead (exp/rk; outputs must equal the shipped kernel's), at
+# M = 16 and 2048, 8- and 4-bit codes. The probes' files are in the call's tree, not in
+# the repository.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -391,6 +395,10 @@ if [ "$part" = "ncu" ]; then  # the group-wise TMA GEMM under Nsight Compute, th
   done
   for v in nopromo noterm nomma; do
     run 90 python3 bench/tile_gpu_time.py --grouped 64 $G --reps 5 --kernel-dir exp/$v
+  done
+  for bits in 8 4; do
+    run 120 python3 bench/tile_gpu_time.py --grouped 64 --bits $bits --m 16,2048 \
+      --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/rk
   done
 fi
 if [ "$part" = "q" ]; then
