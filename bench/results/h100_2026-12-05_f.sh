@@ -125,12 +125,12 @@
 # register loads one group ahead (exp/rk; outputs must equal the shipped kernel's), at
 # M = 16 and 2048, 8- and 4-bit codes. The probes' files are in the call's tree, not in
 # the repository.
-# Part CS: a candidate change from part NCU's finding (the terms' LDS are 70% of the
-# group-wise GEMM's shared-memory wavefronts): each consumer warpgroup covers all 128 rows
-# of the tile in two m64 blocks and half its columns, so one terms load serves 4 rows
-# instead of 2 (exp/cs, template argument CS; outputs must equal the shipped tile's bit for
-# bit): kernel times beside the shipped tiles, 8- and 4-bit codes at group size 64, M =
-# 2048 and 512, then 8-bit at group sizes 32 and 128.
+# Part CS: the column split (GroupedTmaConfig.split, tile_gpu_time --split), from part
+# NCU's finding (the terms' LDS are 70% of the group-wise GEMM's shared-memory
+# wavefronts): each consumer warpgroup covers all 128 rows of the tile in two m64 blocks and
+# half its columns, so one terms load serves 4 rows instead of 2 (outputs must equal the
+# plain tile's bit for bit). Kernel times beside the plain tiles, 8-bit codes at group size
+# 64, M = 2048 and 512; its exactness tests; 4-bit codes; 8-bit at group sizes 32 and 128.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -407,12 +407,14 @@ if [ "$part" = "ncu" ]; then  # the group-wise TMA GEMM under Nsight Compute, th
       --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/rk
   done
 fi
-if [ "$part" = "cs" ]; then  # the column-split consumers (exp/cs) against the shipped tiles
-  S="--kn 4096x14336,14336x4096,4096x4096 --reps 5 --kernel-dir exp/cs --template CS=1"
-  run 150 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048,512 $S
-  run 150 python3 bench/tile_gpu_time.py --grouped 64 --bits 4 --m 2048,512 $S
-  run 120 python3 bench/tile_gpu_time.py --grouped 32,128 --bits 8 --m 2048 \
-    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/cs --template CS=1
+if [ "$part" = "cs" ]; then  # the column split against the plain tiles, then its tests
+  S="--kn 4096x14336,14336x4096,4096x4096 --reps 5 --split"
+  run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048,512 $S
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "split_is_the_same"
+  run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits 4 --m 2048,512 $S
+  run 90 python3 bench/tile_gpu_time.py --grouped 32,128 --bits 8 --m 2048 \
+    --kn 4096x14336,14336x4096 --reps 5 --split
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
