@@ -130,7 +130,7 @@
 # wavefronts): each consumer warpgroup covers all 128 rows of the tile in two m64 blocks and
 # half its columns, so one terms load serves 4 rows instead of 2 (outputs must equal the
 # plain tile's bit for bit). Kernel times beside the plain tiles, 8-bit codes at group size
-# 64, M = 2048 and 512; its exactness tests; 4-bit codes; 8-bit at group sizes 32 and 128.
+# 64 and M = 2048 (the two large Llama-3-8B shapes); its exactness tests; 4-bit codes; M = 512.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -408,13 +408,12 @@ if [ "$part" = "ncu" ]; then  # the group-wise TMA GEMM under Nsight Compute, th
   done
 fi
 if [ "$part" = "cs" ]; then  # the column split against the plain tiles, then its tests
-  S="--kn 4096x14336,14336x4096,4096x4096 --reps 5 --split"
-  run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048,512 $S
+  S="--kn 4096x14336,14336x4096 --reps 5 --split"
+  run 60 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048 $S
   N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
-  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "split_is_the_same"
-  run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits 4 --m 2048,512 $S
-  run 90 python3 bench/tile_gpu_time.py --grouped 32,128 --bits 8 --m 2048 \
-    --kn 4096x14336,14336x4096 --reps 5 --split
+  run 160 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "split_is_the_same"
+  run 50 python3 bench/tile_gpu_time.py --grouped 64 --bits 4 --m 2048 $S
+  run 90 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 512 $S
 fi
 if [ "$part" = "q" ]; then
   run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --tokens 128 --decode 16 \
