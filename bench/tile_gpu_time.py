@@ -39,11 +39,9 @@ also with the consumers' MMA order (``<tile>o``, ``GroupedTmaConfig.order``; wit
 ``--live`` instead the rows-past-M skip, ``<tile>l``, ``GroupedTmaConfig.live``; with
 ``--pipe`` instead each pipelined-promotion run the tile takes at that K and group size,
 ``<tile>p2`` / ``<tile>p4``, ``GroupedTmaConfig.pipe``, and with ``--live --pipe`` those
-runs with the skip too, ``<tile>lp2`` ...; with ``--split`` instead the column split,
-``<tile>c``, ``GroupedTmaConfig.split``, on the tiles 64 wide or more, and with ``--live
---split`` the skip alone and with it, ``<tile>l``, ``<tile>lc``), whose outputs must equal
-the plain tile's bit for bit (a row says which differ); with ``mx.quantized_matmul`` at
-the same group size and bits and the bfloat16 product.
+runs with the skip too, ``<tile>lp2`` ...), whose outputs must equal the plain tile's bit
+for bit (a row says which differ); with ``mx.quantized_matmul`` at the same group size
+and bits and the bfloat16 product.
 
 ``--grouped`` also takes ``--kernel-dir DIR`` (and ``--template``): each tile is then also
 timed built from a changed ``gemm_grouped_ws.cu`` (or header) in DIR, named ``<tile>+``,
@@ -136,8 +134,6 @@ def main(argv=None) -> int:
     p.add_argument("--pipe", action="store_true", help="with --grouped: each tile also with "
                    "each pipelined-promotion run it takes (<tile>p2, <tile>p4) instead of "
                    "the MMA order (with --live: also with the skip, <tile>lp2 ...)")
-    p.add_argument("--split", action="store_true", help="with --grouped: each tile 64 wide "
-                   "or more also with the column split (<tile>c) instead of the MMA order")
     p.add_argument("--once", action="store_true", help="time nothing: evaluate each arm "
                    "twice without the profiler (for ncu)")
     args = p.parse_args(argv)
@@ -153,15 +149,12 @@ def main(argv=None) -> int:
         if args.int32 or args.acc or args.stages or args.coop or args.tiles:
             p.error("--grouped takes only --m, --kn, --reps, --bits, --live, --pipe, "
                     "--kernel-dir, --template and --once")
-        if args.split and args.pipe:
-            p.error("--split comes without --pipe (the column split takes no pipelined run)")
-        variant = "+".join(v for v, on in (("live", args.live), ("pipe", args.pipe),
-                                           ("split", args.split)) if on)
+        variant = "+".join(v for v, on in (("live", args.live), ("pipe", args.pipe)) if on)
         return grouped_gemms(ms, shapes, [int(v) for v in args.grouped.split(",")],
                              args.bits, args.reps, variant or "order",
                              args.kernel_dir, extra)
-    if args.live or args.pipe or args.split:
-        p.error("--live, --pipe and --split need --grouped")
+    if args.live or args.pipe:
+        p.error("--live and --pipe need --grouped")
     tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
     if args.tiles:
         unknown = sorted(set(args.tiles.split(",")) - set(tiles))
@@ -264,17 +257,9 @@ def grouped_variants(cfg, variant: str, k: int, gs: int) -> list[tuple[str, obje
     """The ``(label suffix, tile)`` pairs ``--grouped`` times beside tile ``cfg``:
     ``"order"`` the MMA order (``o``), ``"live"`` the rows-past-M skip (``l``),
     ``"pipe"`` each pipelined-promotion run ``cfg`` takes at ``k`` and ``gs`` (``p2``,
-    ``p4``), ``"live+pipe"`` the skip and those runs with and without it; ``"split"``
-    the column split (``c``, tiles 64 wide or more), ``"live+split"`` the skip alone and
-    with it (``l``, ``lc``)."""
+    ``p4``), ``"live+pipe"`` the skip and those runs with and without it."""
     if variant in ("order", "live"):
         return [(variant[0], cfg._replace(**{variant: True}))]
-    if variant in ("split", "live+split"):
-        out = [("l", cfg._replace(live=True))] if variant == "live+split" else []
-        if cfg.bn >= 64:
-            out += [("c", cfg._replace(split=True))] + (
-                [("lc", cfg._replace(split=True, live=True))] if variant == "live+split" else [])
-        return out
     runs = cuda_tiles.pipe_runs(cfg, k, gs)
     out = [(f"p{r}", cfg._replace(pipe=r)) for r in runs]
     if variant == "live+pipe":

@@ -1005,46 +1005,6 @@ def test_grouped_tma_pipelined_promotion_is_the_same_arithmetic(rng, bits, group
     assert runs > 0
 
 
-@pytest.mark.parametrize("bits", [8, 4])
-@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
-@pytest.mark.parametrize("m,n,k,with_bias", [
-    (300, 392, 1152, True),  # tails in M and N, 9 k-tiles: the ring wraps
-    (1, 264, 1024, False),  # one row: the second m64 block of every warp owns no row
-    (65, 264, 512, False),  # one row into the second block
-    (129, 40, 128, True),  # one k-tile; N < the tile: the second warpgroup's columns past N
-    (1100, 2176, 1024, True),  # more tiles than blocks (persistent loop)
-])
-def test_grouped_tma_split_is_the_same_arithmetic(rng, bits, group_size, m, n, k, with_bias):
-    """Every tile 64 wide or more with the column split (GroupedTmaConfig.split: each
-    warpgroup all 128 rows, half the columns), alone and with the rows-past-M skip: exact
-    against the oracle and bit for bit the plain tile's output. A block promoted with
-    another block's R, a terms load at the wrong column offset or a stage released
-    early differs; a warp skipping a block it owns leaves its rows unstored; one sibling
-    launch (group2) equals its members' own launches."""
-    configs, weight, x, bias = _grouped_tma_operands(rng, bits, m, n, k, group_size, with_bias)
-    split = 0
-    for name, cfg in sorted(configs.items()):
-        if cfg.bn < 64:
-            continue
-        plain = grouped_tma_run(cfg)(x, weight, bias)
-        for tile in (cfg._replace(split=True), cfg._replace(split=True, live=True)):
-            split += 1
-            check_linear(rng, grouped_tma_run(tile), m, n, k, "bfloat16", group_size, False,
-                         with_bias, "bfloat16", bits=bits)
-            assert mx.array_equal(plain, grouped_tma_run(tile)(x, weight, bias),
-                                  equal_nan=True).item(), (name, tile)
-        tile = cfg._replace(split=True)
-        other = (make_weight4(rng, 264, k, group_size, "bfloat16") if bits == 4
-                 else make_weight(rng, 264, k, group_size, False, "bfloat16"))
-        xq, xs, xr = cuda_quantize.quantize_groups(x, group_size)
-        outs = cuda_gemm_grouped.gemm_grouped_tma_group_spec(
-            m, k, [(weight, bias), (other, None)], x.dtype, tile).launch(xq, xs, xr)
-        for y, (w, b) in zip(outs, [(weight, bias), (other, None)]):
-            alone = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, w, b, x.dtype, tile).launch(xq, xs, xr)[0]
-            assert mx.array_equal(y, alone, equal_nan=True).item(), name
-    assert split > 0
-
-
 @pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
 def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
     """Groups whose weight codes are all zero, stored as mx.quantize stores them (scale

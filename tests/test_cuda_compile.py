@@ -286,36 +286,6 @@ def kernel_builds() -> list[KernelBuild]:
                 else:
                     out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body),
                                            (("y", "bfloat16"),), tpl))
-    # Column split (tma_split*): the 128- and 64-wide tiles of either code width, a body,
-    # group size, activation groups and the skip rotating over them (two m64 blocks' sets
-    # and 4 rows' R per thread: where spills would show).
-    variants = ((64, "tma_split", False, False), (128, "tma_split_group3_bias", False, True),
-                (32, "tma_split_bias", True, False), (64, "tma_split_group2", True, True))
-    v = 0
-    for configs, bits in ((cuda_tiles.GROUPED_TMA_CONFIGS, 8), (cuda_tiles.GROUPED4_TMA_CONFIGS, 4)):
-        for cfg in configs.values():
-            if cfg.bn < 64:
-                continue
-            gs, body, ag, live = variants[v % len(variants)]
-            v += 1
-            tpl = ((("T", "bfloat16"), ("GS", gs)) + tuple(cfg.template())
-                   + (("WB", bits), ("AG", ag), ("ORD", False), ("LIVE", live), ("PIPE", 0)))
-            members = 3 if "_group3" in body else 2 if "_group2" in body else 0
-            if members:
-                suffix = body[len("tma_split"):]
-                out.append(KernelBuild(cfg.file, body, _grouped_tma_group_inputs(suffix, members),
-                                       tuple((f"y{g}", "bfloat16") for g in range(members)), tpl))
-            else:
-                out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body),
-                                       (("y", "bfloat16"),), tpl))
-    wide = cuda_tiles.GROUPED_TMA_CONFIGS["gtma128"]
-    for gs, suffix in ((128, "_group3"), (32, "_group2_bias")):  # the other sibling bodies
-        members = int(suffix[len("_group")])
-        tpl = ((("T", "float16"), ("GS", gs)) + tuple(wide.template())
-               + (("WB", 8), ("AG", False), ("ORD", False), ("LIVE", False), ("PIPE", 0)))
-        out.append(KernelBuild(wide.file, "tma_split" + suffix,
-                               _grouped_tma_group_inputs(suffix, members),
-                               tuple((f"y{g}", "float16") for g in range(members)), tpl))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -2019,54 +1989,6 @@ def test_grouped_tma_tile_options_take_the_groupwise_body(cuda_here, rng, bits, 
         assert opt["template"][:-2] == plain["template"][:-2]
     for field in ("grid", "threadgroup", "shared_memory", "inputs", "outputs", "output_shapes"):
         assert opt[field] == plain[field], field
-
-
-@pytest.mark.parametrize("bits", [8, 4])
-def test_grouped_tma_split_takes_the_split_body(cuda_here, rng, bits):
-    """A tile with the column split (GroupedTmaConfig.split) launches the ``tma_split``
-    body with ``tma_groupwise``'s template arguments and the plain tile's arrays, grid,
-    threads and shared memory (the same ring and terms: only the consumers' rows and
-    columns change); a split the kernel cannot take (a 32-wide tile, with the MMA order or
-    a pipelined run) is refused with the op's name and the value received."""
-    import mlx.core as mx
-
-    from mlx_w8a8.weight import QuantizedWeight
-
-    rec = cuda_here
-    m, n, k, gs = 300, 1000, 512, 64
-    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
-    if bits == 4:
-        wq, sq, bq = mx.quantize(w, group_size=gs, bits=4)
-        qw = QuantizedWeight(wq, sq, bq, gs, per_channel=False, bits=4)
-    else:
-        qw = QuantizedWeight.from_float(w, gs, per_channel=False)
-    configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
-    x = mx.zeros((m, k), dtype=mx.bfloat16)
-    for cfg in configs.values():
-        launches = {}
-        for tile in (cfg, cfg._replace(split=True)):
-            xq, xs, xr = cuda_quantize.quantize_groups(x, gs)
-            start = len(rec.launches)
-            if tile.split and tile.bn < 64:
-                with pytest.raises(ValueError, match=r"cuda_w8a8_gemm_grouped_tma.*split.*bn=32"):
-                    cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, tile)
-                continue
-            cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, tile)
-            (launches[tile.split],) = rec.launches[start:]
-        if cfg.bn < 64:
-            continue
-        plain, split = launches[False], launches[True]
-        assert split["name"] == "w8a8_gemm_grouped_ws_tma_split"
-        assert split["template"] == ([("T", mx.bfloat16), ("GS", gs)] + cfg.template()
-                                     + [("WB", bits), ("AG", False), ("ORD", False),
-                                        ("LIVE", False), ("PIPE", 0)])
-        for field in ("grid", "threadgroup", "shared_memory", "inputs", "outputs", "output_shapes"):
-            assert split[field] == plain[field], field
-        xq, xs, xr = cuda_quantize.quantize_groups(x, gs)
-        for bad in (dict(order=True), dict(pipe=2)):
-            with pytest.raises(ValueError, match="split"):
-                cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16,
-                                                   cfg._replace(split=True, **bad))
 
 
 @pytest.mark.parametrize("bn,k,gs,want", [

@@ -100,10 +100,7 @@ def _body(cfg: GroupedTmaConfig, act_groups: bool) -> str:
     """The stem of the group-wise TMA GEMM's bodies: ``tma_grouped`` for 8-bit codes and
     per-token scales without MMA order or the rows-past-M skip (the bodies the shipped
     table measured), else ``tma_groupwise`` (code width, activation scaling, MMA order
-    and the skip as template arguments: :func:`_template`); ``tma_split`` for the column
-    split (``GroupedTmaConfig.split``, the same template arguments as ``tma_groupwise``)."""
-    if cfg.split:
-        return "tma_split"
+    and the skip as template arguments: :func:`_template`)."""
     plain = cfg.bits == 8 and not act_groups and not cfg.order and not cfg.live and not cfg.pipe
     return "tma_grouped" if plain else "tma_groupwise"
 
@@ -112,7 +109,7 @@ def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
               out_dtype: mx.Dtype) -> list:
     """The template arguments of the group-wise TMA GEMM's launch (:func:`_body`)."""
     template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
-    if _body(cfg, act_groups) != "tma_grouped":
+    if _body(cfg, act_groups) == "tma_groupwise":
         template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order),
                      ("LIVE", cfg.live), ("PIPE", cfg.pipe)]
     return template
@@ -132,8 +129,7 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
             tile not of ``GROUPED_TMA_CONFIGS``' kind (``GROUPED4_TMA_CONFIGS``' for a
             4-bit weight), or a pipelined-promotion run the tile cannot take
             (``GroupedTmaConfig.pipe``: not in ``PIPE_RUNS``, not dividing
-            ``K / group_size``, or with ``order``), or a column split the tile cannot
-            take (``GroupedTmaConfig.split``: ``bn`` 32, or with ``order`` or ``pipe``).
+            ``K / group_size``, or with ``order``).
     """
     cfg = _grouped_tma_checked(m, k, weight,
                                config or grouped_tma_tile_for(m, weight.n, weight.bits, k,
@@ -168,9 +164,6 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
                          f"{cfg.bn}-wide tile, divide K / group_size = "
                          f"{k // weight.group_size} and come without order, got "
                          f"pipe={cfg.pipe}, order={cfg.order}")
-    if cfg.split and (cfg.bn < 64 or cfg.order or cfg.pipe):
-        raise ValueError(f"{op} split needs a tile of bn 128 or 64 without order or pipe, "
-                         f"got bn={cfg.bn}, order={cfg.order}, pipe={cfg.pipe}")
     return cfg
 
 

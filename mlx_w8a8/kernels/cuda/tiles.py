@@ -262,10 +262,7 @@ class GroupedTmaConfig(NamedTuple):
     int32 sets; ``gemm_grouped_ws.cu``, pipelined promotion; the same outputs bit for
     bit): ``pipe`` must divide ``K / group_size``, 4 only where ``bn <= 64``
     (``PIPE_RUNS``), never with ``order``. :func:`grouped_tma_tile_for` turns it on at
-    ``PIPE_M`` (nowhere yet). ``split``: each consumer warpgroup computes all 128 rows
-    of the tile and half its columns (bodies ``tma_split*``; ``gemm_grouped_ws.cu``,
-    column split; the same outputs bit for bit), so one terms load serves 4 rows:
-    ``bn`` 128 or 64, never with ``order`` or ``pipe``."""
+    ``PIPE_M`` (nowhere yet)."""
 
     bn: int
     stages: int
@@ -274,7 +271,6 @@ class GroupedTmaConfig(NamedTuple):
     order: bool = False
     live: bool = False
     pipe: int = 0
-    split: bool = False
 
     file = "gemm_grouped_ws.cu"
     bm = 128

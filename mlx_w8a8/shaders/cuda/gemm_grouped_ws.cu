@@ -88,15 +88,6 @@
 //    the warpgroup's wgmmas (warpgroup-collective), waits for them, keeps the MMA
 //    order's barriers and releases every stage as the others do. Stored outputs are
 //    unchanged bit for bit (the rows it skips are never stored).
-//  * Column split (CS, template argument of the tma_split bodies; BN >= 64, without ORD
-//    or PIPE): warpgroup wg computes all 128 rows of the tile, as two m64 blocks (int32
-//    sets d[0, BN / 4) and d[BN / 4, BN / 2), m64n(BN / 2) wgmmas on A's two halves), and
-//    columns [wg BN / 2, (wg + 1) BN / 2). A thread then holds 4 rows of BN / 4 columns
-//    instead of 2 rows of BN / 2, so one 16-byte terms load serves 4 rows: half the
-//    promotion's shared-memory loads, which are most of the kernel's shared-memory
-//    wavefronts (the wgmmas read A twice as often instead). Each group's arithmetic is
-//    unchanged, so outputs equal the plain tile's bit for bit. R (and t) are loaded for
-//    4 rows; LIVE skips a block whose warp rows lie past M.
 //  * Stage release: stage s holds k-tile kt's A, B and terms. After promoting kt's last
 //    group, each consumer warp arrives once on empty[s] (count 8): its wgmmas on the
 //    stage are complete (wait_group 0), and __syncwarp orders its lanes' shared-memory
@@ -251,54 +242,6 @@ __device__ __forceinline__ void grouped_promote(float (&f)[BN / 2], const int (&
   }
 }
 
-
-// CS: grouped_promote for a warpgroup covering the tile's 128 rows in two m64 blocks and
-// BNW of its columns from col0: one terms load serves both blocks' rows (4 per thread).
-// Block b's set is d[b BNW / 2 ..], its rows' R r_lo[b], r_hi[b] (t likewise); a block
-// whose warp rows lie past M is skipped (live[b], warp-uniform).
-template <int BNW, int BN, bool W4, bool AG>
-__device__ __forceinline__ void grouped_promote2(float (&f)[BN / 2], const int (&d)[BN / 2],
-                                                 uint32_t ts, int j, int tq, int col0,
-                                                 const int (&r_lo)[2], const int (&r_hi)[2],
-                                                 const float (&t_lo)[2], const float (&t_hi)[2],
-                                                 const bool (&live)[2]) {
-  static_assert(2 * BNW == BN, "two m64 blocks of BNW columns");
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, bits 0x4B400000
-  constexpr int kShift = W4 ? 0 : 128;
-  float rlo[2], rhi[2];
-  int clo[2], chi[2];
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    rlo[b] = static_cast<float>(r_lo[b]);
-    rhi[b] = static_cast<float>(r_hi[b]);
-    clo[b] = 0x4B400000 - kShift * r_lo[b];
-    chi[b] = 0x4B400000 - kShift * r_hi[b];
-  }
-#pragma unroll
-  for (int c = 0; c < BNW / 8; ++c) {
-    const float4 t = lds_f4(ts + (j * BN + col0 + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      if (!live[b]) continue;
-      const int i = b * (BNW / 2) + 4 * c;
-      const float p0 = __fsub_rn(__int_as_float(d[i] + clo[b]), kRound);
-      const float p1 = __fsub_rn(__int_as_float(d[i + 1] + clo[b]), kRound);
-      const float p2 = __fsub_rn(__int_as_float(d[i + 2] + chi[b]), kRound);
-      const float p3 = __fsub_rn(__int_as_float(d[i + 3] + chi[b]), kRound);
-      if constexpr (AG) {
-        f[i] = __fmaf_rn(t_lo[b], __fmaf_rn(t.x, p0, __fmul_rn(t.y, rlo[b])), f[i]);
-        f[i + 1] = __fmaf_rn(t_lo[b], __fmaf_rn(t.z, p1, __fmul_rn(t.w, rlo[b])), f[i + 1]);
-        f[i + 2] = __fmaf_rn(t_hi[b], __fmaf_rn(t.x, p2, __fmul_rn(t.y, rhi[b])), f[i + 2]);
-        f[i + 3] = __fmaf_rn(t_hi[b], __fmaf_rn(t.z, p3, __fmul_rn(t.w, rhi[b])), f[i + 3]);
-      } else {
-        f[i] = __fmaf_rn(t.y, rlo[b], __fmaf_rn(t.x, p0, f[i]));
-        f[i + 1] = __fmaf_rn(t.w, rlo[b], __fmaf_rn(t.z, p1, f[i + 1]));
-        f[i + 2] = __fmaf_rn(t.y, rhi[b], __fmaf_rn(t.x, p2, f[i + 2]));
-        f[i + 3] = __fmaf_rn(t.w, rhi[b], __fmaf_rn(t.z, p3, f[i + 3]));
-      }
-    }
-  }
-}
 
 // Pin: the compiler may not move reads of `d` above the wgmma.wait_group just before.
 template <int BN>
@@ -470,7 +413,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
 template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
-          bool AG = false, bool ORD = false, bool LIVE = false, int PIPE = 0, bool CS = false>
+          bool AG = false, bool ORD = false, bool LIVE = false, int PIPE = 0>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -593,88 +536,6 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       t_hi = row_scale + (r_hi - sums);
       tcur_lo = t_lo[0];
       tcur_hi = t_hi[0];
-    }
-    if constexpr (CS && BN >= 64) {
-      // CS: warpgroup wg computes columns [wg BNW, wg BNW + BNW) of all 128 rows, as two
-      // m64 blocks (sets d[0 .. BNW/2) and d[BNW/2 .. BN/2)); one terms load per column
-      // pair serves 4 rows.
-      static_assert(PIPE == 0 && !ORD, "CS without the pipelined promotion or MMA order");
-      constexpr int BNW = BN / 2;
-      const int col0 = wg * BNW;
-      int rb[2];
-      bool lv[2];
-      const int32_t* rp_lo[2];
-      const int32_t* rp_hi[2];
-      int c_lo[2], c_hi[2];
-      float tc_lo[2] = {0.f, 0.f}, tc_hi[2] = {0.f, 0.f};
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        rb[b] = tm * BM + b * 64 + (warp & 3) * 16;
-        lv[b] = !LIVE || rb[b] < M;
-        rp_lo[b] = sums + static_cast<size_t>(min(rb[b] + (lane >> 2), M - 1)) * groups;
-        rp_hi[b] = sums + static_cast<size_t>(min(rb[b] + (lane >> 2) + 8, M - 1)) * groups;
-        c_lo[b] = rp_lo[b][0];
-        c_hi[b] = rp_hi[b][0];
-        if constexpr (AG) {
-          tc_lo[b] = row_scale[rp_lo[b] - sums];
-          tc_hi[b] = row_scale[rp_hi[b] - sums];
-        }
-      }
-#pragma unroll 1
-      for (int kt = 0; kt < ktiles; ++kt, ++it) {
-        const int s = it % STAGES;
-        mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-        const uint32_t sa = smem_addr(smem + s * kStageBytes);
-        const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK) + col0 * kBK;
-        const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
-#pragma unroll 1
-        for (int j = 0; j < kGroups; ++j) {
-          const int grp = kt * kGroups + j;
-          wgmma_fence();
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            int(&db)[BNW / 2] = *reinterpret_cast<int(*)[BNW / 2]>(d + b * (BNW / 2));
-#pragma unroll
-            for (int ks = 0; ks < kSteps; ++ks)
-              wgmma_step<true, BNW>(db, sa + b * 64 * kBK, sb, j * kSteps + ks, ks != 0);
-          }
-          wgmma_commit();
-          const int nxt = min(grp + 1, groups - 1);
-          int n_lo[2], n_hi[2];
-          float tn_lo[2] = {0.f, 0.f}, tn_hi[2] = {0.f, 0.f};
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            n_lo[b] = rp_lo[b][nxt];
-            n_hi[b] = rp_hi[b][nxt];
-            if constexpr (AG) {
-              tn_lo[b] = row_scale[rp_lo[b] - sums + nxt];
-              tn_hi[b] = row_scale[rp_hi[b] - sums + nxt];
-            }
-          }
-          wgmma_wait<0>();
-          pin_set<BN>(d);
-          grouped_promote2<BNW, BN, kW4, AG>(f, d, ts, j, tq, col0, c_lo, c_hi, tc_lo, tc_hi, lv);
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            c_lo[b] = n_lo[b];
-            c_hi[b] = n_hi[b];
-            tc_lo[b] = tn_lo[b];
-            tc_hi[b] = tn_hi[b];
-          }
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty0 + 8 * s);
-      }
-      const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        int bits[BNW / 2];
-#pragma unroll
-        for (int i = 0; i < BNW / 2; ++i) bits[i] = __float_as_int(f[b * (BNW / 2) + i]);
-        if (lv[b]) ws_epilogue<BNW>(bits, epi, mb.out, rb[b], mb.tn * BN + col0, M, mb.n, lane,
-                                    stage_buf);
-      }
-      continue;  // the next tile
     }
     if constexpr (PIPE > 0) {
       // Pipelined promotion (PIPE; the paragraph at the top of the file): runs of PIPE
@@ -892,53 +753,6 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE, PIPE>(
 
 // @@ body tma_groupwise_group3_bias
 w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE, PIPE>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 3>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
-         reinterpret_cast<const int8_t*>(w2)},
-        {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
-        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
-
-// @@ body tma_split
-// tma_groupwise with the column split CS (the consumers' paragraph above): each consumer
-// warpgroup computes all 128 rows of the tile, as two m64 blocks, and half its columns
-// (BN >= 64; without ORD or PIPE); inputs as tma_groupwise.
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE, PIPE, true>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
-                               {w_shape[0]}, {wmap}});
-
-// @@ body tma_split_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, AG, ORD, LIVE, PIPE, true>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
-                               {w_shape[0]}, {wmap}});
-
-// @@ body tma_split_group2
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE, PIPE, true>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 2>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
-        {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
-
-// @@ body tma_split_group2_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, AG, ORD, LIVE, PIPE, true>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 2>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
-        {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
-
-// @@ body tma_split_group3
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE, PIPE, true>(
-    xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 3>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
-         reinterpret_cast<const int8_t*>(w2)},
-        {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
-        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
-
-// @@ body tma_split_group3_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, AG, ORD, LIVE, PIPE, true>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
