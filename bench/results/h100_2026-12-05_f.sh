@@ -123,8 +123,9 @@
 # loads (exp/noterm), and no MMAs, the promotion alone (exp/nomma); then a candidate
 # change, R (and t) copied by cp.async two groups ahead into a per-warp ring instead of
 # register loads one group ahead (exp/rk; outputs must equal the shipped kernel's), at
-# M = 16 and 2048, 8- and 4-bit codes. The probes' files are in the call's tree, not in
-# the repository.
+# M = 16 and 2048, 8- and 4-bit codes. The probes' files were in the call's tree, not in the
+# repository: `python bench/grouped_probes.py exp` writes the same three files; exp/rk
+# was slower and is not kept (docs/cuda.md).
 # Part CS: the column split (GroupedTmaConfig.split, tile_gpu_time --split), from part
 # NCU's finding (the terms' LDS are 70% of the group-wise GEMM's shared-memory
 # wavefronts): each consumer warpgroup covers all 128 rows of the tile in two m64 blocks and

@@ -1,0 +1,78 @@
+"""Probe kernels of the group-wise TMA GEMM: copies of ``gemm_grouped_ws.cu`` with one part
+of the work removed, for ``bench/tile_gpu_time.py --grouped 64 --kernel-dir DIR/<probe>``,
+which times each beside the shipped kernel in one process (their outputs differ by
+design: they measure where the time goes, not a result).
+
+- ``nopromo``: the promotion reduced to one float add per accumulator (the MMAs, the
+  loads and the epilogue stay);
+- ``noterm``: the promotion's arithmetic with its ``(s, o)`` terms constants instead of
+  shared-memory loads;
+- ``nomma``: no wgmma (the int32 set keeps made-up values), the promotion and everything
+  else as shipped.
+
+Usage: ``python bench/grouped_probes.py DIR`` writes ``DIR/<probe>/gemm_grouped_ws.cu``.
+Each edit is checked to apply exactly once, so a changed kernel file stops it with an
+error instead of a probe that measures something else. Needs no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mlx_w8a8.kernels import sources  # noqa: E402
+
+FILE = "gemm_grouped_ws.cu"
+LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = lds_f4("
+TERMS = "const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1"
+MMAS = """#pragma unroll
+          for (int ks = 0; ks < kSteps; ++ks)
+            wgmma_step<true, BN>(d, sa, sb, j * kSteps + ks, ks != 0);
+          wgmma_commit();"""
+SETS = """  int d[BN / 2];
+  float f[BN / 2];"""
+
+
+def once(text: str, old: str, new: str) -> str:
+    if text.count(old) != 1:
+        raise SystemExit(f"[grouped_probes] {FILE} no longer has exactly one {old[:60]!r}")
+    return text.replace(old, new)
+
+
+def probes(text: str) -> dict[str, str]:
+    """``{probe: kernel file text}`` (the module docstring says what each removes)."""
+    start = text.index(LOOP)
+    end = text.index("\n}\n", start)  # the promotion loop closes grouped_promote
+    nop = ("#pragma unroll\n  for (int i = 0; i < BN / 2; ++i) f[i] += __int_as_float(d[i]);\n"
+           "  (void)ts; (void)j; (void)tq; (void)clo; (void)chi; (void)rlo; (void)rhi;"
+           " (void)t_lo; (void)t_hi;")
+    noterm = once(text[start:end], TERMS,
+                  "const float4 t = make_float4(1.f + c, 0.5f, 2.f + c, 0.25f);"
+                  "  // probe: no terms loads")
+    nomma = once(text, MMAS, "          (void)sa; (void)sb;  // probe: no MMAs, the set keeps its values\n"
+                             "          wgmma_commit();")
+    nomma = once(nomma, SETS, SETS + "\n#pragma unroll\n"
+                 "  for (int i = 0; i < BN / 2; ++i) d[i] = i * (tid + 1);"
+                 "  // probe: the set never written by MMAs")
+    return {"nopromo": text[:start] + nop + text[end:],
+            "noterm": text[:start] + noterm + text[end:],
+            "nomma": nomma}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", help="where to write <probe>/gemm_grouped_ws.cu")
+    args = p.parse_args(argv)
+    for name, text in probes(sources.read("cuda", FILE)).items():
+        os.makedirs(os.path.join(args.dir, name), exist_ok=True)
+        with open(os.path.join(args.dir, name, FILE), "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"{args.dir}/{name}/{FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
