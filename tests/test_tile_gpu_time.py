@@ -14,7 +14,7 @@ import mlx.core as mx
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 import tile_gpu_time  # noqa: E402
-from kernel_recorder import record_launches  # noqa: E402
+from kernel_recorder import fake_tensor_maps, record_launches  # noqa: E402
 
 from mlx_w8a8.kernels.cuda import gemm as cuda_gemm, launch, tiles as cuda_tiles  # noqa: E402
 from mlx_w8a8.kernels import sources  # noqa: E402
@@ -105,3 +105,44 @@ def test_grouped_variants_time_only_runs_the_tile_takes():
     both = tile_gpu_time.grouped_variants(narrow, "live+pipe", 4096, 128)
     assert [t for t, _ in both] == ["l", "p2", "p4", "lp2", "lp4"]
     assert both[-1][1] == narrow._replace(pipe=4, live=True)
+
+
+def test_grouped_changed_arm_builds_from_the_folder(builds, tmp_path, rng, monkeypatch):
+    """--grouped --kernel-dir: the group-wise TMA GEMM's launch on a tile built from a
+    changed gemm_grouped_ws.cu (header and body), with the extra template arguments
+    appended; the package's own launch afterwards carries neither."""
+    fake_tensor_maps(monkeypatch)
+    text = sources.read("cuda", "gemm_grouped_ws.cu")
+    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
+    text = text.replace("// @@ body tma_grouped\n", "// @@ body tma_grouped\n" + BODY_MARK + "\n", 1)
+    assert BODY_MARK in text and HEADER_MARK in text
+    (tmp_path / "gemm_grouped_ws.cu").write_text(text, encoding="utf-8")
+    w = mx.array(rng.standard_normal((264, 512)).astype(np.float32))
+    weight = QuantizedWeight.from_float(w, 64, per_channel=False)
+    cfg = cuda_tiles.GROUPED_TMA_CONFIGS["gtma128"]
+    spec = tile_gpu_time.changed_grouped_spec(str(tmp_path), [("X", 1)], 130, 512, weight, cfg)
+    assert spec.template[-1] == ("X", 1)
+    assert spec.template[:-1] == [("T", mx.bfloat16), ("GS", 64)] + cfg.template()
+    built = builds.builds[-1]
+    assert BODY_MARK in built["source"] and HEADER_MARK in header_text(built["header"])
+    from mlx_w8a8.kernels.cuda import gemm_grouped as cuda_gemm_grouped
+
+    shipped = cuda_gemm_grouped.gemm_grouped_tma_spec(130, 512, weight, None, mx.bfloat16, cfg)
+    built = builds.builds[-1]
+    assert BODY_MARK not in built["source"] and HEADER_MARK not in header_text(built["header"])
+    assert shipped.template == spec.template[:-1]
+
+
+def test_once_evaluates_each_arm_twice_and_times_nothing(monkeypatch):
+    """--once (for a kernel profiler): each arm is evaluated twice, no profiler is
+    imported, and the row reads zeros."""
+    calls = []
+
+    def arm():
+        calls.append(1)
+        return mx.zeros((2,))
+
+    monkeypatch.setattr(tile_gpu_time, "ONCE", True)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
+    assert tile_gpu_time.timed(arm, 5) == (0.0, 0.0)
+    assert len(calls) == 2

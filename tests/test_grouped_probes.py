@@ -1,0 +1,62 @@
+"""``bench/grouped_probes.py``: each probe of the group-wise TMA GEMM removes exactly the
+work it names from the shipped kernel file and nothing else; a kernel file the edits no
+longer fit stops it with an error, not a probe that measures something else."""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import grouped_probes  # noqa: E402
+
+from mlx_w8a8.kernels import sources  # noqa: E402
+
+
+LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = "
+
+
+def promotion(text: str) -> str:
+    """grouped_promote's column loop (the first whose terms are a float4 t)."""
+    start = text.index(LOOP)
+    assert text.count(LOOP) == 1
+    return text[start:text.index("\n}\n", start)]
+
+
+def test_each_probe_removes_only_its_part():
+    shipped = sources.read("cuda", grouped_probes.FILE)
+    probes = grouped_probes.probes(shipped)
+    assert set(probes) == {"nopromo", "noterm", "nomma"}
+    loop = promotion(shipped)
+    before, after = shipped.split(loop)
+    # nopromo: the promotion's loop replaced by one add per accumulator, the rest as shipped
+    nop = probes["nopromo"]
+    assert nop.startswith(before) and nop.endswith(after) and grouped_probes.LOOP not in nop
+    assert "f[i] += __int_as_float(d[i]);" in nop[len(before):len(nop) - len(after)]
+    # noterm: the same loop with constant terms, its arithmetic kept
+    nt = promotion(probes["noterm"])
+    assert "lds_f4" not in nt and "make_float4(1.f + c" in nt
+    assert nt.count("__fmaf_rn") == loop.count("__fmaf_rn") and nt.count("__fsub_rn") == 4
+    assert probes["noterm"] == before + nt + after
+    # nomma: no wgmma in the plain path (the pipelined path keeps its own), the promotion
+    # as shipped
+    assert shipped.count("wgmma_step<true, BN>(d, sa, sb") == 1
+    assert probes["nomma"].count("wgmma_step<true, BN>(d, sa, sb") == 0
+    assert promotion(probes["nomma"]) == loop
+
+
+def test_a_kernel_file_the_edits_no_longer_fit_stops_it():
+    shipped = sources.read("cuda", grouped_probes.FILE)
+    changed = shipped.replace("wgmma_step<true, BN>(d, sa, sb, j * kSteps + ks, ks != 0);",
+                              "wgmma_step<true, BN>(d, sa, sb, j * kSteps + ks, ks > 0);")
+    with pytest.raises(SystemExit, match="no longer has exactly one"):
+        grouped_probes.probes(changed)
+
+
+def test_writes_one_folder_per_probe(tmp_path, capsys):
+    assert grouped_probes.main([str(tmp_path)]) == 0
+    for name in ("nopromo", "noterm", "nomma"):
+        assert (tmp_path / name / grouped_probes.FILE).is_file()
+    assert capsys.readouterr().out.count(grouped_probes.FILE) == 3
