@@ -117,7 +117,7 @@
 # Part NCU: where the group-wise TMA GEMM's time goes, 8-bit gs64 at M = 2048, K = 4096,
 # N = 14336: Nsight Compute's full set on the plain and MMA-ordered gtma128 launches and on
 # the per-channel tma256 launch (details as text, the per-SASS-instruction source page as
-# CSV, into the output folder, O), then two probe kernels timed against the shipped one in one process
+# CSV, into the output folder, O), then three probe kernels timed against the shipped one in one process
 # (tile_gpu_time --kernel-dir; their outputs differ by design): the promotion reduced to
 # one add per accumulator (exp/nopromo), its terms made constants, no shared-memory
 # loads (exp/noterm), and no MMAs, the promotion alone (exp/nomma); then a candidate
