@@ -204,16 +204,24 @@ def main(argv=None) -> int:
     return 0
 
 
-def changed_gemm_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
-    """The per-channel GEMM launch (unsigned codes, bfloat16 out) on tile ``cfg`` built
-    from the kernel files in ``folder`` (``cuda_bench.kernel_text_from``), with the
-    template arguments ``extra`` appended; its outputs must equal the package's launch
-    bit for bit (``main`` compares one launch and names the tiles that differ)."""
+def built_from(folder: str, extra: list, make):
+    """The ``LaunchSpec`` ``make()`` returns, built from the kernel files in ``folder``
+    where it has them (``cuda_bench.kernel_text_from``), with the template arguments
+    ``extra`` appended."""
     from cuda_bench import kernel_text_from
 
     with kernel_text_from(folder):
-        spec = cuda_gemm.gemm_per_channel_spec(m, k, weight, None, mx.bfloat16, cfg, unsigned=True)
+        spec = make()
     return spec._replace(template=spec.template + extra)
+
+
+def changed_gemm_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
+    """The per-channel GEMM launch (unsigned codes, bfloat16 out) on tile ``cfg`` built
+    from the kernel files in ``folder`` with the template arguments ``extra`` appended
+    (:func:`built_from`); its outputs must equal the package's launch bit for bit
+    (``main`` compares one launch and names the tiles that differ)."""
+    return built_from(folder, extra, lambda: cuda_gemm.gemm_per_channel_spec(
+        m, k, weight, None, mx.bfloat16, cfg, unsigned=True))
 
 
 def with_accumulators(tiles: dict, counts: list[int]) -> dict:
@@ -270,13 +278,10 @@ def grouped_variants(cfg, variant: str, k: int, gs: int) -> list[tuple[str, obje
 
 def changed_grouped_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
     """The group-wise TMA GEMM launch (bfloat16 out, no bias) on tile ``cfg`` built from
-    the kernel files in ``folder`` (``cuda_bench.kernel_text_from``), with the template
-    arguments ``extra`` appended."""
-    from cuda_bench import kernel_text_from
-
-    with kernel_text_from(folder):
-        spec = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, weight, None, mx.bfloat16, cfg)
-    return spec._replace(template=spec.template + extra)
+    the kernel files in ``folder`` with the template arguments ``extra`` appended
+    (:func:`built_from`)."""
+    return built_from(folder, extra, lambda: cuda_gemm_grouped.gemm_grouped_tma_spec(
+        m, k, weight, None, mx.bfloat16, cfg))
 
 
 def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order",
@@ -328,7 +333,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                 print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "
                       + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
-                      + (f"  | OUTPUT DIFFERS {variant} vs plain: {differ}" if differ else ""))
+                      + (f"  | OUTPUT DIFFERS from the plain tile: {differ}" if differ else ""))
     return 0
 
 
