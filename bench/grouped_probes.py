@@ -26,7 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlx_w8a8.kernels import sources  # noqa: E402
 
 FILE = "gemm_grouped_ws.cu"
-LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = lds_f4("
+# grouped_promote's column loop: the one whose terms are a float4 t (shipped: loaded by
+# lds_f4; the noterm probe: constants).
+LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = "
 TERMS = "const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1"
 MMAS = """#pragma unroll
           for (int ks = 0; ks < kSteps; ++ks)
@@ -44,6 +46,8 @@ def once(text: str, old: str, new: str) -> str:
 
 def probes(text: str) -> dict[str, str]:
     """``{probe: kernel file text}`` (the module docstring says what each removes)."""
+    if text.count(LOOP) != 1:
+        raise SystemExit(f"[grouped_probes] {FILE} no longer has exactly one {LOOP[:60]!r}")
     start = text.index(LOOP)
     end = text.index("\n}\n", start)  # the promotion loop closes grouped_promote
     nop = ("#pragma unroll\n  for (int i = 0; i < BN / 2; ++i) f[i] += __int_as_float(d[i]);\n"

@@ -15,13 +15,10 @@ import grouped_probes  # noqa: E402
 from mlx_w8a8.kernels import sources  # noqa: E402
 
 
-LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = "
-
-
 def promotion(text: str) -> str:
-    """grouped_promote's column loop (the first whose terms are a float4 t)."""
-    start = text.index(LOOP)
-    assert text.count(LOOP) == 1
+    """grouped_promote's column loop (grouped_probes.LOOP, once in the file)."""
+    assert text.count(grouped_probes.LOOP) == 1
+    start = text.index(grouped_probes.LOOP)
     return text[start:text.index("\n}\n", start)]
 
 
