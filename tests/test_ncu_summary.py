@@ -39,7 +39,8 @@ def test_sums_reasons_and_wavefronts_per_kernel():
     assert (name, name2) == ("k_grouped", "k_channel") and len(rows) == 4 and len(rows2) == 1
     text = ncu_summary.summary(name, rows, top=2)
     assert "warp-stall samples 13" in text
-    assert "barrier" in text and " 6  46.2%" in text  # 6 of 13 samples; Not Issued left out
+    assert "barrier" in text and " 6  46.2%" in text  # 6 of 13 samples
+    assert "Not Issued" not in text  # the not-issued breakdown repeats samples: left out
     assert "short_sb" in text and " 4  30.8%" in text
     # "1,600" read as 1600; the predicate does not hide the opcode.
     assert "shared-memory wavefronts 4000: LDS 3200 (80%), IGMMA 800 (20%)" in text
