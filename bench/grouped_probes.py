@@ -8,7 +8,12 @@ design: they measure where the time goes, not a result).
 - ``noterm``: the promotion's arithmetic with its ``(s, o)`` terms constants instead of
   shared-memory loads;
 - ``nomma``: no wgmma (the int32 set keeps made-up values), the promotion and everything
-  else as shipped.
+  else as shipped;
+- ``sonly``: the promotion that would remain if the offset term ``o R`` left the
+  mainloop (for instance as bfloat16 wgmmas before it): per accumulator the integer
+  add and float subtract of the exact conversion and one FMA by ``s``, the terms loaded
+  as ``s`` alone (8 bytes per column pair instead of 16). The rows' ``R`` are loaded as
+  shipped and not used.
 
 Usage: ``python bench/grouped_probes.py DIR`` writes ``DIR/<probe>/gemm_grouped_ws.cu``.
 Each edit is checked to apply exactly once, so a changed kernel file stops it with an
@@ -61,9 +66,23 @@ def probes(text: str) -> dict[str, str]:
     nomma = once(nomma, SETS, SETS + "\n#pragma unroll\n"
                  "  for (int i = 0; i < BN / 2; ++i) d[i] = i * (tid + 1);"
                  "  // probe: the set never written by MMAs")
+    p = [f"    const float p{i} = __fsub_rn(__int_as_float(d[4 * c + {i}] + 0x4B400000), kRound);\n"
+         for i in range(4)]
+    sonly = ("#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n"
+             "    float2 s;  // probe: s0, s1 alone\n"
+             "    asm volatile(\"ld.volatile.shared.v2.f32 {%0, %1}, [%2];\\n\"\n"
+             "                 : \"=f\"(s.x), \"=f\"(s.y) : \"r\"(ts + (j * BN + 8 * c + 2 * tq) * 4));\n"
+             + "".join(p) +
+             "    f[4 * c] = __fmaf_rn(s.x, p0, f[4 * c]);\n"
+             "    f[4 * c + 1] = __fmaf_rn(s.y, p1, f[4 * c + 1]);\n"
+             "    f[4 * c + 2] = __fmaf_rn(s.x, p2, f[4 * c + 2]);\n"
+             "    f[4 * c + 3] = __fmaf_rn(s.y, p3, f[4 * c + 3]);\n"
+             "  }\n"
+             "  (void)clo; (void)chi; (void)rlo; (void)rhi; (void)t_lo; (void)t_hi;")
     return {"nopromo": text[:start] + nop + text[end:],
             "noterm": text[:start] + noterm + text[end:],
-            "nomma": nomma}
+            "nomma": nomma,
+            "sonly": text[:start] + sonly + text[end:]}
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,7 @@ def promotion(text: str) -> str:
 def test_each_probe_removes_only_its_part():
     shipped = sources.read("cuda", grouped_probes.FILE)
     probes = grouped_probes.probes(shipped)
-    assert set(probes) == {"nopromo", "noterm", "nomma"}
+    assert set(probes) == {"nopromo", "noterm", "nomma", "sonly"}
     loop = promotion(shipped)
     before, after = shipped.split(loop)
     # nopromo: the promotion's loop replaced by one add per accumulator, the rest as shipped
@@ -42,6 +42,18 @@ def test_each_probe_removes_only_its_part():
     assert shipped.count("wgmma_step<true, BN>(d, sa, sb") == 1
     assert probes["nomma"].count("wgmma_step<true, BN>(d, sa, sb") == 0
     assert promotion(probes["nomma"]) == loop
+    # sonly: per accumulator the exact conversion without the R shift and one FMA by s,
+    # s loaded alone (8 bytes per column pair); no offset term, the rest as shipped
+    sp = probes["sonly"]
+    assert sp.startswith(before) and sp.endswith(after) and grouped_probes.LOOP not in sp
+    so = sp[len(before):len(sp) - len(after)]
+    assert "lds_f4" not in so and so.count("ld.volatile.shared.v2.f32") == 1
+    assert so.count("__fsub_rn") == 4 and so.count("+ 0x4B400000)") == 4
+    for i, sc in enumerate("xyxy"):  # accumulator i: its own p_i, its column's s
+        acc = "f[4 * c]" if i == 0 else f"f[4 * c + {i}]"
+        assert f"{acc} = __fmaf_rn(s.{sc}, p{i}, {acc});" in so
+    assert so.count("__fmaf_rn") == 4 and "rlo" not in so.split("(void)")[0]
+    assert "(j * BN + 8 * c + 2 * tq) * 4" in so  # s alone: 4 bytes per column
 
 
 def test_a_kernel_file_the_edits_no_longer_fit_stops_it():
@@ -54,6 +66,6 @@ def test_a_kernel_file_the_edits_no_longer_fit_stops_it():
 
 def test_writes_one_folder_per_probe(tmp_path, capsys):
     assert grouped_probes.main([str(tmp_path)]) == 0
-    for name in ("nopromo", "noterm", "nomma"):
+    for name in ("nopromo", "noterm", "nomma", "sonly"):
         assert (tmp_path / name / grouped_probes.FILE).is_file()
-    assert capsys.readouterr().out.count(grouped_probes.FILE) == 3
+    assert capsys.readouterr().out.count(grouped_probes.FILE) == 4

@@ -135,6 +135,10 @@
 # Part CS ran on an NVIDIA H100 (tree fad022e, DEADLINE=220): the split was slower, and
 # was removed after it (git keeps it: commit 71e2fae); the 4-bit timing was cut by its
 # limit and the M = 512 one not run.
+# Part SONLY: the probe bench/grouped_probes.py writes as exp/sonly (the promotion that
+# would remain with the offset term o R out of the mainloop: the exact conversion and one
+# FMA by s per accumulator, s loaded alone) timed beside the shipped kernel, 8- and 4-bit
+# codes at group size 64, M = 512 / 2048 (its outputs differ by design).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -409,6 +413,13 @@ if [ "$part" = "ncu" ]; then  # the group-wise TMA GEMM under Nsight Compute, th
   for bits in 8 4; do
     run 120 python3 bench/tile_gpu_time.py --grouped 64 --bits $bits --m 16,2048 \
       --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/rk
+  done
+fi
+if [ "$part" = "sonly" ]; then  # the promotion without the offset term (probe), beside the shipped kernel
+  python3 bench/grouped_probes.py exp > /dev/null
+  for bits in 8 4; do
+    run 90 python3 bench/tile_gpu_time.py --grouped 64 --bits $bits --m 512,2048 \
+      --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/sonly
   done
 fi
 if [ "$part" = "cs" ]; then  # the column split against the plain tiles, then its tests
