@@ -136,6 +136,8 @@
 # Part CS ran on an NVIDIA H100 (tree fad022e, DEADLINE=220): the split was slower, and
 # was removed after it (git keeps it: commit 71e2fae); the 4-bit timing was cut by its
 # limit and the M = 512 one not run.
+# Part YDC: part Y's first command again on part Y's output table (tmp_t/y.json copied
+# back into the tree): its decode check, which part Y's limit had cut, measuring nothing again.
 # Part SONLY: the probe bench/grouped_probes.py writes as exp/sonly (the promotion that
 # would remain with the offset term o R out of the mainloop: the exact conversion and one
 # FMA by s per accumulator, s loaded alone) timed beside the shipped kernel, 8- and 4-bit
@@ -301,6 +303,11 @@ json.dump(t, open('tmp_t/y.json', 'w'), indent=1)"
     --table tmp_t/y.json --no-progress
   cp tmp_t/y.json "$O/y_table.json"
   run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
+    --table tmp_t/y.json --no-progress
+  cp tmp_t/y.json "$O/y_table.json"
+fi
+if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
+  run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
     --table tmp_t/y.json --no-progress
   cp tmp_t/y.json "$O/y_table.json"
 fi
