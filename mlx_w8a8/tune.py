@@ -42,7 +42,7 @@ from .kernels.registry import Problem
 from .tuning import decode_check as decode_check_mod
 from .tuning import gate, linears, render, shapes, table, timing
 from .tuning.batch import Batch
-from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner
+from .tuning.tuner import MIN_IMPROVEMENT_BPS, TuneConfig, Tuner, _now
 from .weight import GROUPED4
 
 PROG = "mlx_w8a8.tune"
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         status = unsaved(tuner, batch.measured(), target, out)
     elif failures and not rows:
         status = 1
-    stage = "decode check"
+    stage, since = "decode check", _now()
     try:
         if args.model and wants_decode_check(args, m_values):
             if saved < measured or failures:
@@ -488,12 +488,21 @@ def main(argv: list[str] | None = None, out=None) -> int:
             if saved < measured or failures:
                 print(f"{stage} skipped: not every problem was measured", file=out)
             else:
+                since = _now()
                 status = prefill_check(stage, check, args, tuner, out, prefill) or status
     except KeyboardInterrupt:
         # The measured entries were written before any check began: say so, or a user
-        # told "0 entries saved" measures them all again.
+        # told "0 entries saved" measures them all again. The decode check records each
+        # batch size's verdicts as it finishes them, so some of its verdicts may be saved.
         what = (f"the {saved} measured entries are saved in {target}" if saved
                 else f"nothing was measured in this run (its entries were in {target})")
+        kept = verdicts_since(target, stage, since)
+        if kept:
+            return fail(f"interrupted in the {stage}: {what}, with the {kept} verdict(s) the "
+                        f"{stage} recorded before it; the rest of it and the checks after it "
+                        f"did not run (the same command without --force runs the checks "
+                        f"again where a choice is not the reference, and measures nothing "
+                        f"again)", 130)
         return fail(f"interrupted in the {stage}: {what}, without the verdicts of the "
                     f"{stage} and the checks after it (the same command without --force "
                     f"runs the checks and measures nothing again)", 130)
@@ -502,6 +511,20 @@ def main(argv: list[str] | None = None, out=None) -> int:
     if args.show:
         status = show(args.show, out) or status
     return status
+
+
+def verdicts_since(path: str, stage: str, since: str) -> int:
+    """How many entries of the table at ``path`` hold a verdict of ``stage`` (``"decode
+    check"`` -> ``decode_check``) recorded at or after ``since`` (``_now()``'s ISO form,
+    whole seconds, UTC); 0 when the table cannot be read."""
+    key = stage.replace(" ", "_")
+    try:
+        doc = table.read(path)
+    except table.TableError:
+        return 0
+    return sum(1 for section in (doc or {}).get("sections", ())
+               for entry in section.get("entries", ())
+               if str((entry.get(key) or {}).get("checked_at", "")) >= since)
 
 
 def wants_decode_check(args, m_values) -> bool:

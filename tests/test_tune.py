@@ -462,6 +462,40 @@ def test_interrupt_in_a_check_says_the_measured_entries_are_saved(tmp_path, monk
     assert f", 0 to measure, into {path}" in text and len(entries_of(path)) == saved
 
 
+def test_interrupt_in_the_decode_check_counts_the_verdicts_it_saved(tmp_path, monkeypatch,
+                                                                      capsys):
+    # The decode check records each batch size's verdicts as it finishes them: an
+    # interrupt after some must say they are saved (not "without the verdicts"), and
+    # count only this run's (a verdict from an earlier run is not one of them).
+    pytest.importorskip("mlx_lm")
+    import json
+
+    from mlx_w8a8 import tuning
+    from mlx_w8a8.tuning.tuner import _now
+
+    path = str(tmp_path / "t.json")
+
+    def records_two_then_interrupted(model, tuner, **kw):
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        entries = doc["sections"][0]["entries"]
+        for e, at in zip(entries, (_now(), _now(), "2026-01-01T00:00:00+00:00")):
+            e["decode_check"] = {"tuned": e["choice"], "reference": e["reference"],
+                                 "ratio": 0.97, "p25": 0.95, "kept": False, "steps": 32,
+                                 "rounds": 20, "min_improvement_bps": 200.0, "checked_at": at}
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuning, "check_decode", records_two_then_interrupted)
+    code, text = run(["--model", tiny_model(tmp_path), "--m", "1", "--decode-check", "on",
+                      "--check-layers", "1", "--table", path] + TINY)
+    err = capsys.readouterr().err
+    assert code == 130, (text, err)
+    assert "with the 2 verdict(s) the decode check recorded before it" in err, err
+    assert "without the verdicts" not in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("layers,hint", [(1, True), (2, False)])
 def test_decode_check_says_how_many_blocks_it_ran(layers, hint, tmp_path, monkeypatch):
     """The report names the blocks checked out of the model's; below the full depth it
