@@ -1,11 +1,15 @@
-"""What the shipped tables decide, as a device of that kind would see them: for the
-Llama-3-8B projections on the H200 table, decode runs mx.quantized_matmul unless the
-model's decode check kept the per-shape winner (the shipped table's check on all 32
-layers kept none: the GEMVs of lm_head, gate+up, down and gate/up were replaced at
-0.95-0.99x with p25 under 1.00x; bench/results/h200_2026-12-01_s20_f_tune18.log), and
-prefill a W8A8 GEMM; the sibling groups' summed shapes (q+k+v, gate+up) prefill as one
-launch of a kernel with a multi-weight form where the sibling check kept it (on all 32
-layers: every prefill size; bench/results/h200_2026-12-01_s20_d_tune.log)."""
+"""What the shipped tables decide, as a device of that kind would see them: every table
+fresh for this tree's kernels, every choice other than its race's winner explained by a
+model check's verdict. For the Llama-3-8B projections on each table, decode runs
+mx.quantized_matmul unless the model's decode check kept the per-shape winner (the H200
+table's check on all 32 layers kept none: the GEMVs of lm_head, gate+up, down and gate/up
+were replaced at 0.95-0.99x with p25 under 1.00x;
+bench/results/h200_2026-12-01_s20_f_tune18.log), and prefill a W8A8 GEMM. On the H200
+table the sibling groups' summed shapes (q+k+v, gate+up) prefill as one launch of a
+kernel with a multi-weight form where the sibling check kept it (on all 32 layers: every
+prefill size; bench/results/h200_2026-12-01_s20_d_tune.log)."""
+
+import os
 
 import attrs
 import pytest
@@ -19,11 +23,30 @@ from mlx_w8a8.tuning.tuner import Tuner
 LLAMA_3_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
 
 
+# Every table the package ships (one device each), by file name.
+SHIPPED = sorted(os.path.basename(p) for p in table.shipped_table_paths())
+
+
+def shipped_path(name: str) -> str:
+    paths = [p for p in table.shipped_table_paths() if p.endswith(name)]
+    assert paths, f"{name} ships with the package"
+    return paths[0]
+
+
 @pytest.fixture
 def as_h200(monkeypatch):
-    paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
-    assert paths, "the H200 table ships with the package"
-    doc = table.read(paths[0])
+    yield from _as_device(monkeypatch, "nvidia-h200.json")
+
+
+@pytest.fixture(params=SHIPPED)
+def as_shipped(request, monkeypatch):
+    """(the table's file name, a tuner that sees the device the table describes)"""
+    for tuner in _as_device(monkeypatch, request.param):
+        yield request.param, tuner
+
+
+def _as_device(monkeypatch, name: str):
+    doc = table.read(shipped_path(name))
     key = {f: doc["sections"][0][f] for f in ("backend", "device", "mlx_version", "package_version")}
     monkeypatch.setattr(table, "device_key", lambda device=None: key)
     # The CUDA candidates are registered everywhere but only available with a GPU
@@ -43,20 +66,28 @@ def as_h200(monkeypatch):
     tuning.install()
 
 
-def test_the_h200_table_is_fresh_for_the_kernels_in_this_tree(as_h200):
+def test_each_shipped_table_is_fresh_for_the_kernels_in_this_tree(as_shipped):
     # A kernel edit without re-tuning stales the shipped entries: this catches it.
-    doc = table.read([p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")][0])
-    entries = doc["sections"][0]["entries"]
-    assert entries and all(as_h200._fresh(e, None) for e in entries)
+    name, tuner = as_shipped
+    doc = table.read(shipped_path(name))
+    (section,) = doc["sections"]  # one device per shipped file
+    assert section["entries"] and all(tuner._fresh(e, None) for e in section["entries"])
 
 
-def test_every_entry_that_overrode_its_race_says_why(as_h200):
-    # Only the model checks (decode at M = 1, prefill at M >= 16) may set a choice other
-    # than the per-shape race's, and they leave their verdict in the entry; the race
-    # itself picks the fastest, or a multi-weight form within the margin of it.
-    doc = table.read([p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")][0])
+def test_the_h200_table_leaves_out_the_buckets_its_readme_says(as_h200):
+    doc = table.read(shipped_path("nvidia-h200.json"))
     entries = doc["sections"][0]["entries"]
     assert not [e for e in entries if e["m_bucket"] in (2, 4)], "left out: tables/README.md"
+
+
+def test_every_entry_that_overrode_its_race_says_why(as_shipped):
+    # Only the model checks (decode at M = 1 and batched decode of B = M sequences at
+    # M = 2 ... 64, prefill at M >= 16) may set a choice other than the per-shape race's,
+    # and they leave their verdict in the entry; the race itself picks the fastest, or a
+    # multi-weight form within the margin of it.
+    name, _ = as_shipped
+    doc = table.read(shipped_path(name))
+    entries = doc["sections"][0]["entries"]
     checked = 0
     for e in entries:
         times = {n: c["median_ns"] for n, c in e["candidates"].items() if "median_ns" in c}
@@ -65,7 +96,8 @@ def test_every_entry_that_overrode_its_race_says_why(as_h200):
         prefill = e.get("prefill_check")
         if check is not None:
             checked += 1
-            assert e["m_bucket"] == 1 and check["tuned"] != e["reference"]
+            assert e["m_bucket"] == check.get("batch", 1) <= 64, (e["m_bucket"], check)
+            assert check["tuned"] != e["reference"]
             assert e["choice"] == (check["tuned"] if check["kept"] else e["reference"])
         elif prefill is not None and prefill["switched"]:
             # the prefill check switched it to its challenger in the model's own prefill
@@ -82,15 +114,16 @@ def test_every_entry_that_overrode_its_race_says_why(as_h200):
 
 
 @pytest.mark.parametrize("n, k", LLAMA_3_8B)
-def test_decode_runs_quantized_matmul_and_prefill_a_w8a8_gemm(as_h200, n, k):
+def test_decode_runs_quantized_matmul_and_prefill_a_w8a8_gemm(as_shipped, n, k):
+    _, tuner = as_shipped
     problem = lambda m: Problem("linear", m, n, k, "bfloat16", "per_channel", 64)  # noqa: E731
-    tuning.use_tuner(as_h200)
+    tuning.use_tuner(tuner)
     decode = registry.decide(problem(1))
     if decode[0].name != "mlx_qmm":  # only where the model's decode check kept it
-        entry = as_h200.lookup(problem(1)).entry
+        entry = tuner.lookup(problem(1)).entry
         assert entry["decode_check"]["kept"] and decode == (
             registry.get("linear", entry["choice"]), "table"), (decode, entry.get("decode_check"))
-    name, source = as_h200.decide(problem(2048))
+    name, source = tuner.decide(problem(2048))
     assert source == "table" and name.startswith("cuda_w8a8_gemm"), (name, source)
 
 
