@@ -142,6 +142,11 @@
 # would remain with the offset term o R out of the mainloop: the exact conversion and one
 # FMA by s per accumulator, s loaded alone) timed beside the shipped kernel, 8- and 4-bit
 # codes at group size 64, M = 512 / 2048 (its outputs differ by design).
+# Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
+# d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
+# command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
+# SONLY's 4-bit timing by its limit; YDC's output table, its H100 section, ships as
+# mlx_w8a8/tables/nvidia-h100.json.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
