@@ -496,6 +496,29 @@ def test_interrupt_in_the_decode_check_counts_the_verdicts_it_saved(tmp_path, mo
     assert "without the verdicts" not in err and "Traceback" not in err
 
 
+def test_verdicts_since_counts_one_stage_from_a_time_and_survives_a_bad_table(tmp_path,
+                                                                              monkeypatch):
+    from mlx_w8a8.tune import verdicts_since
+    from mlx_w8a8.tuning import table as table_mod
+
+    at = "2026-12-06T04:39:26+00:00"
+    doc = {"schema": 1, "sections": [{"entries": [
+        {"decode_check": {"checked_at": at}},
+        {"decode_check": {"checked_at": "2026-12-06T04:39:25+00:00"}},  # before: not counted
+        {"sibling_check": {"checked_at": "2026-12-06T04:40:00+00:00"}},  # another stage
+        {}]}]}
+    # the counting alone (these entries are not whole table entries)
+    monkeypatch.setattr(table_mod, "read", lambda path: doc)
+    assert verdicts_since("t.json", "decode check", at) == 1
+    assert verdicts_since("t.json", "sibling check", at) == 1
+    assert verdicts_since("t.json", "prefill check", at) == 0
+    monkeypatch.undo()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert verdicts_since(str(bad), "decode check", at) == 0  # unreadable: no count, no error
+    assert verdicts_since(str(tmp_path / "missing.json"), "decode check", at) == 0
+
+
 @pytest.mark.parametrize("layers,hint", [(1, True), (2, False)])
 def test_decode_check_says_how_many_blocks_it_ran(layers, hint, tmp_path, monkeypatch):
     """The report names the blocks checked out of the model's; below the full depth it
