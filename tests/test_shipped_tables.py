@@ -35,18 +35,18 @@ def shipped_path(name: str) -> str:
 
 @pytest.fixture
 def as_h200(monkeypatch):
-    yield from _as_device(monkeypatch, "nvidia-h200.json")
+    yield from _as_device(monkeypatch, table.read(shipped_path("nvidia-h200.json")))
 
 
 @pytest.fixture(params=SHIPPED)
 def as_shipped(request, monkeypatch):
-    """(the table's file name, a tuner that sees the device the table describes)"""
-    for tuner in _as_device(monkeypatch, request.param):
-        yield request.param, tuner
+    """(the shipped table, as read; a tuner that sees the device the table describes)"""
+    doc = table.read(shipped_path(request.param))
+    for tuner in _as_device(monkeypatch, doc):
+        yield doc, tuner
 
 
-def _as_device(monkeypatch, name: str):
-    doc = table.read(shipped_path(name))
+def _as_device(monkeypatch, doc: dict):
     key = {f: doc["sections"][0][f] for f in ("backend", "device", "mlx_version", "package_version")}
     monkeypatch.setattr(table, "device_key", lambda device=None: key)
     # The CUDA candidates are registered everywhere but only available with a GPU
@@ -68,8 +68,7 @@ def _as_device(monkeypatch, name: str):
 
 def test_each_shipped_table_is_fresh_for_the_kernels_in_this_tree(as_shipped):
     # A kernel edit without re-tuning stales the shipped entries: this catches it.
-    name, tuner = as_shipped
-    doc = table.read(shipped_path(name))
+    doc, tuner = as_shipped
     (section,) = doc["sections"]  # one device per shipped file
     assert section["entries"] and all(tuner._fresh(e, None) for e in section["entries"])
 
@@ -85,8 +84,7 @@ def test_every_entry_that_overrode_its_race_says_why(as_shipped):
     # M = 2 ... 64, prefill at M >= 16) may set a choice other than the per-shape race's,
     # and they leave their verdict in the entry; the race itself picks the fastest, or a
     # multi-weight form within the margin of it.
-    name, _ = as_shipped
-    doc = table.read(shipped_path(name))
+    doc, _ = as_shipped
     entries = doc["sections"][0]["entries"]
     checked = 0
     for e in entries:

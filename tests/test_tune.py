@@ -468,7 +468,6 @@ def test_interrupt_in_the_decode_check_counts_the_verdicts_it_saved(tmp_path, mo
     # interrupt after some must say they are saved (not "without the verdicts"), and
     # count only this run's (a verdict from an earlier run is not one of them).
     pytest.importorskip("mlx_lm")
-    import json
 
     from mlx_w8a8 import tuning
     from mlx_w8a8.tuning.tuner import _now
