@@ -142,6 +142,10 @@
 # would remain with the offset term o R out of the mainloop: the exact conversion and one
 # FMA by s per accumulator, s loaded alone) timed beside the shipped kernel, 8- and 4-bit
 # codes at group size 64, M = 512 / 2048 (its outputs differ by design).
+# Part YH (for an NVIDIA H200): part Y with its commands in the other order: M >= 16
+# (sibling and prefill checks) first, then the 4-layer prefill bench from bf16 with that
+# table (issue 46's no-regression check), then M = 1-8 with the decode check until DEADLINE
+# (each batch size's verdicts are kept as it ends; part YDC finishes a cut check).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -309,6 +313,20 @@ json.dump(t, open('tmp_t/y.json', 'w'), indent=1)"
   cp tmp_t/y.json "$O/y_table.json"
   run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
     --table tmp_t/y.json --no-progress
+  cp tmp_t/y.json "$O/y_table.json"
+fi
+if [ "$part" = "yh" ]; then  # part Y in the order that saves the most when cut: M >= 16 and the model
+  # bench with its table first, then M = 1-8 and the decode check (verdicts kept per batch size)
+  python3 -c "import json; t = json.load(open('mlx_w8a8/tables/nvidia-h200.json'))
+for s in t['sections']: s['entries'] = [e for e in s['entries'] if e['weight_format'] != 'per_channel']
+json.dump(t, open('tmp_t/y.json', 'w'), indent=1)"
+  run 270 python3 -m mlx_w8a8.tune --model llama-3-8b --m 2048,512,128,64,32,16 \
+    --table tmp_t/y.json --no-progress
+  cp tmp_t/y.json "$O/y_table.json"
+  run 100 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 --decode 0 \
+    --batch 0 --rounds 4 --warm-up --table tmp_t/y.json
+  run $(( ${DEADLINE:-600} - SECONDS - 10 )) python3 -m mlx_w8a8.tune --model llama-3-8b \
+    --m 1,2,4,8 --pairs 8 --check-layers 32 --table tmp_t/y.json --no-progress
   cp tmp_t/y.json "$O/y_table.json"
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
