@@ -146,6 +146,10 @@
 # (sibling and prefill checks) first, then the 4-layer prefill bench from bf16 with that
 # table (issue 46's no-regression check), then M = 1-8 with the decode check until DEADLINE
 # (each batch size's verdicts are kept as it ends; part YDC finishes a cut check).
+# Part HDC (for an NVIDIA H100): the 4-layer bench from bf16 with the shipped H100 table
+# (prefill T = 512 / 2048, decode B = 1, 4, 16, 64), then part YDC's command on a copy of
+# that table: its B <= 16 entries already hold verdicts (mx.quantized_matmul, nothing left
+# to judge there), so the check times what its runs' limits cut, B = 32 and 64.
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -328,6 +332,14 @@ json.dump(t, open('tmp_t/y.json', 'w'), indent=1)"
   run $(( ${DEADLINE:-600} - SECONDS - 10 )) python3 -m mlx_w8a8.tune --model llama-3-8b \
     --m 1,2,4,8 --pairs 8 --check-layers 32 --table tmp_t/y.json --no-progress
   cp tmp_t/y.json "$O/y_table.json"
+fi
+if [ "$part" = "hdc" ]; then  # the model with the shipped H100 table, then its decode check's B = 32 / 64
+  run 170 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 --decode 32 \
+    --batch 4,16,64 --rounds 4 --warm-up
+  cp mlx_w8a8/tables/nvidia-h100.json tmp_t/h.json
+  run $(( ${DEADLINE:-600} - SECONDS - 10 )) python3 -m mlx_w8a8.tune --model llama-3-8b \
+    --m 1,2,4,8 --pairs 8 --check-layers 32 --table tmp_t/h.json --no-progress
+  cp tmp_t/h.json "$O/h_table.json"
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
