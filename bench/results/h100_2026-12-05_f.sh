@@ -150,6 +150,11 @@
 # (prefill T = 512 / 2048, decode B = 1, 4, 16, 64), then part YDC's command on a copy of
 # that table: its B <= 16 entries already hold verdicts (mx.quantized_matmul, nothing left
 # to judge there), so the check times what its runs' limits cut, B = 32 and 64.
+# Part BDP: bench/batched_decode_probe.py (part HDC's bench decoded B = 4 at 0.80x bf16 on
+# the H100 table's mx.quantized_matmul, where part Z's W8A8 kernels had run 1.25-1.29x):
+# on 4 Llama-3-8B layers at B = 4 and 16, the batched decode with every linear on
+# mx.quantized_matmul, on the race's choices, and with the down projections alone on
+# theirs, then the decode check's verdicts on the same model and table.
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -340,6 +345,10 @@ if [ "$part" = "hdc" ]; then  # the model with the shipped H100 table, then its 
   run $(( ${DEADLINE:-600} - SECONDS - 10 )) python3 -m mlx_w8a8.tune --model llama-3-8b \
     --m 1,2,4,8 --pairs 8 --check-layers 32 --table tmp_t/h.json --no-progress
   cp tmp_t/h.json "$O/h_table.json"
+fi
+if [ "$part" = "bdp" ]; then  # does the decode check see what the batched decode sees?
+  run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 bench/batched_decode_probe.py \
+    --model llama-3-8b --layers 4 --batch 4,16 --rounds 8 --steps 32 --prompt 16
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \

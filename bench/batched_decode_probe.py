@@ -1,0 +1,128 @@
+"""Batched decode at B rows per linear: does the decode check see what the model sees?
+
+On a model of a preset's dimensions (random weights, bf16, per-channel W8A8 layers),
+for each batch size B: the per-shape race at M = B for every shape the decode step runs
+(its sibling sums included) into a fresh table (M = 1 entries pinned to
+``mx.quantized_matmul``, so the check's B = 1 pass has nothing to judge); then the
+model's batched decode (``tuning.model_timing.batch_decode``, mlx-lm's BatchGenerator)
+in alternating rounds with
+
+- ``qmm``: every linear forced onto ``mx.quantized_matmul``,
+- ``tuned``: every linear on the table's choice at M = B,
+- ``down``: the down projections on theirs, every other linear on ``mx.quantized_matmul``;
+
+and last the decode check itself (``tuning.check_decode``, nothing recorded) on the same
+model and table at the same B. Per-step milliseconds are medians over the rounds.
+
+    python bench/batched_decode_probe.py --model llama-3-8b --layers 4 --batch 4,16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import mlx.core as mx
+
+from mlx_w8a8 import models, quantize, tuning
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.tuning import linears, model_timing
+from mlx_w8a8.tuning.tuner import Tuner
+
+QMM = "mlx_qmm"
+
+
+def problems_at(layers, m: int) -> dict:
+    """Every problem a decode step of ``m`` rows decides: each layer's own and each
+    sibling group's summed one."""
+    found = {}
+    for _, layer in layers:
+        p = layer.problem(m, mx.bfloat16)
+        found[p] = p
+        group = layer._group_problem(m, mx.bfloat16)
+        if group is not None:
+            found[group[1]] = group[1]
+    return found
+
+
+def arrange(layers, arm: str) -> None:
+    for path, layer in layers:
+        if arm == "qmm":
+            want = QMM
+        elif arm == "tuned":
+            want = None
+        else:  # "down"
+            want = None if path.endswith("down_proj") else QMM
+        if layer.kernel != want:
+            layer.kernel = want
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--batch", default="4,16", help="batch sizes B, comma-separated")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=8)
+    args = p.parse_args(argv)
+    batches = [int(b) for b in args.batch.split(",")]
+
+    model, _, label = models.build(args.model, layers=args.layers, dtype=mx.bfloat16)
+    quantize(model, per_channel=True)
+    mx.eval(model.parameters())
+    layers = linears.w8a8_linears(model)
+    path = os.path.join(tempfile.mkdtemp(), "probe.json")
+    tuner = Tuner(table_path=path, use_cache=False, use_shipped=False)
+    tuning.use_tuner(tuner)
+    print(f"{label}: {args.layers} layer(s), {len(layers)} linears; device "
+          f"{mx.default_device()}; table {os.path.basename(path)} (fresh)", flush=True)
+    qmm = registry.get("linear", QMM)
+    for problem in problems_at(layers, 1):
+        entry = tuner.measure(problem, candidates=[qmm])
+        tuner.record(tuner.claim(problem), entry)
+    vocab = model_timing.vocab_size(model, "batched_decode_probe")
+    for b in batches:
+        t0 = time.perf_counter()
+        for problem in problems_at(layers, b):
+            out = tuner.tune(problem)
+            times = {n: c.get("median_ns") for n, c in out.entry["candidates"].items()}
+            print(f"B = {b}: {problem.n}x{problem.k} -> {out.choice} "
+                  f"(mlx_qmm {times.get(QMM, 0) / 1e3:.1f} us, "
+                  f"choice {times.get(out.choice, 0) / 1e3:.1f} us)", flush=True)
+        print(f"B = {b}: race at M = {b} in {time.perf_counter() - t0:.0f} s", flush=True)
+        prompts = mx.array([[(7 * i + 3 + 11 * s) % min(vocab, 256) for i in range(args.prompt)]
+                            for s in range(b)], dtype=mx.uint32)
+        arms = ["qmm", "tuned", "down"]
+
+        def measure(arm: str) -> float:
+            arrange(layers, arm)
+            return model_timing.batch_decode(model, prompts, args.steps) / args.steps
+
+        for arm in arms:  # untimed: plans built, kernels compiled
+            measure(arm)
+        seconds = model_timing.alternate(arms, args.rounds, measure)
+        med = {a: statistics.median(seconds[a]) for a in arms}
+        ratios = {a: statistics.median(q / s for q, s in zip(seconds["qmm"], seconds[a]))
+                  for a in arms}
+        print(f"B = {b}: per step (median of {args.rounds} rounds): "
+              + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({ratios[a]:.2f}x qmm)" for a in arms),
+              flush=True)
+        arrange(layers, "tuned")
+        for _, layer in layers:
+            layer.kernel = None
+        t0 = time.perf_counter()
+        result = tuning.check_decode(model, tuner, batches=(b,), rounds=args.rounds,
+                                     extra_rounds=0, record=False, steps=args.steps,
+                                     prompt=args.prompt)
+        print(result.describe(), flush=True)
+        print(f"B = {b}: decode check in {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
