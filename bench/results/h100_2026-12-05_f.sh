@@ -155,6 +155,11 @@
 # on 4 Llama-3-8B layers at B = 4 and 16, the batched decode with every linear on
 # mx.quantized_matmul, on the race's choices, and with the down projections alone on
 # theirs, then the decode check's verdicts on the same model and table.
+# Parts HDC and BDP ran on NVIDIA H100s (trees 5de71e4 and 50b5843; DEADLINE=570 and 440),
+# then, inline (its command in the log, part BDP32), the probe on all 32 layers at B = 4:
+# there the direct rounds found the down projections on their W8A8 kernel 1.18x faster
+# and every linear on the race's choices 1.25x, where the decode check that followed on
+# the same model said 0.97x (p25 0.68x) and replaced them all (docs/tuning.md).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
