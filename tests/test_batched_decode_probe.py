@@ -1,0 +1,47 @@
+"""bench/batched_decode_probe.py on a tiny model on this CPU: every arm timed, the race's
+choices at M = B recorded, and the decode check's verdicts printed for the same B."""
+
+import importlib.util
+import io
+import json
+import os
+from contextlib import redirect_stdout
+
+import pytest
+
+pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_probe():
+    path = os.path.join(HERE, "..", "bench", "batched_decode_probe.py")
+    spec = importlib.util.spec_from_file_location("batched_decode_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = load_probe().main(["--model", str(folder), "--layers", "1", "--batch", "2",
+                                  "--steps", "2", "--prompt", "3", "--rounds", "2"])
+    text = out.getvalue()
+    assert code == 0, text
+    # the race at M = 2 for each distinct N x K of the step: lm_head and gate/up, down,
+    # q and o, k and v (sibling sums only where a kernel launches groups: not on a CPU)
+    races = [ln for ln in text.splitlines() if ln.startswith("B = 2: ") and " -> " in ln]
+    assert sorted(ln.split(":")[1].split("->")[0].strip() for ln in races) == [
+        "128x64", "256x64", "32x64", "64x128", "64x64"]
+    (arms,) = [ln for ln in text.splitlines() if "per step (median of 2 rounds)" in ln]
+    for arm in ("qmm ", "tuned ", "down "):
+        assert arm in arms, arms
+    assert "qmm " in arms.split(",")[0] and "(1.00x qmm)" in arms.split(",")[0]
+    assert "decode check (2 steps x 2 paired rounds" in text
