@@ -633,10 +633,11 @@ def batched_checks(args) -> tuple[int, ...]:
     on``, none with ``auto``.
 
     Hazard: on 32 Llama-3-8B layers of an H100 the batched pass judged every W8A8 kernel at
-    B = 2-16 no faster (0.95-1.04x, p25 down to 0.68x) and replaced it, where the same
-    model's batched decode timed directly in the same process ran 1.18x faster at B = 4
-    with only the down projections on theirs (bench/batched_decode_probe.py,
-    docs/tuning.md). Until the batched pass agrees with that, ``auto`` leaves it out."""
+    B = 2-16 no faster (0.95-1.04x) and replaced it, where the same model's batched decode
+    timed directly in one process ran 1.18x faster at B = 4 with only the down
+    projections on theirs, and the check run right after said 0.97x (p25 0.68x)
+    (bench/batched_decode_probe.py, docs/tuning.md). Until the batched pass agrees with
+    direct timing, ``auto`` leaves it out."""
     return decode_check_mod.BATCHES if args.decode_check == "on" else ()
 
 
