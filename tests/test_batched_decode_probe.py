@@ -3,13 +3,13 @@ choices at M = B recorded, and the decode check's verdicts printed for the same 
 
 import importlib.util
 import io
-import json
 import os
 from contextlib import redirect_stdout
 
 import pytest
 
 pytest.importorskip("mlx_lm.models.llama", reason="mlx-lm is part of the test extra")
+import tiny_lm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -23,12 +23,7 @@ def load_probe():
 
 
 def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
-    folder = tmp_path / "tiny-llama"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}))
+    folder = tiny_lm.config_folder(tmp_path / "tiny-llama")
     out = io.StringIO()
     with redirect_stdout(out):
         code = load_probe().main(["--model", str(folder), "--layers", "1", "--batch", "2",

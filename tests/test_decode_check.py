@@ -422,7 +422,6 @@ def test_tune_decode_check_flags_cover_the_batched_check(tmp_path, monkeypatch, 
     batched verdicts disagreed with the model's batched decode timed directly
     (tune.batched_checks)."""
     import io
-    import json
 
     import types
 
@@ -439,12 +438,7 @@ def test_tune_decode_check_flags_cover_the_batched_check(tmp_path, monkeypatch, 
         return [], {}, 0
 
     monkeypatch.setattr(decode_check, "_check_at", check_at)
-    folder = tmp_path / "tiny-llama"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}))
+    folder = tiny_lm.config_folder(tmp_path / "tiny-llama")
     out = io.StringIO()
     code = tune.main(["--model", str(folder), "--m", "1", "--decode-check", flag,
                       "--check-rounds", "4", "--sibling-check", "off", "--prefill-check", "off",

@@ -66,6 +66,19 @@ def folder(path: Path, m, config: dict, tokenizer: bool = True) -> Path:
     return path
 
 
+def config_folder(path: Path) -> Path:
+    """A model folder holding only the ``config.json`` of a one-block Llama (hidden 64,
+    vocab 256): the commands that take ``--model PATH`` build it with random weights."""
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}))
+    return path
+
+
 def text_file(path: Path, n_bytes: int = 4096) -> Path:
     """A small local text file: Python source from the standard library (json's
     decoder), repeated to ``n_bytes``."""
