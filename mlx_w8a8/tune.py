@@ -131,10 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "whose choice is not the reference, the same in the model's batched decode "
                    "of B = M sequences (mlx-lm's BatchGenerator, the server's batching). "
                    "Per-shape timing adds host and device time, a decode step overlaps them "
-                   "(docs/tuning.md). auto: on a GPU, batch 1 alone (the batched verdicts "
-                   "disagreed with the model's own batched decode timed directly; on: every "
-                   "batch size) (on a CPU one bfloat16 decode step of a 7B-class block takes "
-                   "seconds)")
+                   "(docs/tuning.md). auto: the B = 1 pass alone, on a GPU (the batched "
+                   "pass's verdicts disagreed with the model's batched decode timed "
+                   "directly); on: both passes, also on a CPU, where one bfloat16 decode "
+                   "step of a 7B-class block takes seconds")
     p.add_argument("--sibling-check", default="auto", choices=("auto", "on", "off"),
                    help="with --model: prefill the model (its first --check-layers blocks) "
                    "at each measured M >= 16 with its sibling groups (q/k/v, gate/up) as "

@@ -85,12 +85,9 @@ def test_the_h200_table_leaves_out_the_buckets_its_readme_says(as_h200):
 
 
 def test_no_shipped_choice_rests_on_a_batched_decode_replacement(as_shipped):
-    # The decode check's batched pass (B >= 2) replaced every W8A8 kernel at B = 2-16 of
-    # 32 Llama-3-8B layers on an H100 (0.95-1.04x), where the same model's batched decode
-    # at B = 4, timed directly in the same process, ran 1.18x faster with only the down
-    # projections on their W8A8 kernel, and the check that followed said 0.97x (p25 0.68x)
-    # (bench/batched_decode_probe.py; part BDP32 of bench/results/h100_2026-12-05_f.log).
-    # Such entries are left out of the shipped tables (tables/README.md).
+    # The decode check's batched pass (B >= 2) disagreed with the model's batched decode
+    # timed directly (tune.batched_checks, docs/tuning.md): entries whose choice one of
+    # its replacements set are left out of the shipped tables (tables/README.md).
     doc, _ = as_shipped
     replaced = [(e["m_bucket"], e["n"], e["k"]) for e in doc["sections"][0]["entries"]
                 if (e.get("decode_check") or {}).get("batch", 1) >= 2
