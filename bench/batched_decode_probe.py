@@ -36,19 +36,6 @@ from mlx_w8a8.tuning.tuner import Tuner
 QMM = "mlx_qmm"
 
 
-def problems_at(layers, m: int) -> dict:
-    """Every problem a decode step of ``m`` rows decides: each layer's own and each
-    sibling group's summed one."""
-    found = {}
-    for _, layer in layers:
-        p = layer.problem(m, mx.bfloat16)
-        found[p] = p
-        group = layer._group_problem(m, mx.bfloat16)
-        if group is not None:
-            found[group[1]] = group[1]
-    return found
-
-
 def arrange(layers, arm: str) -> None:
     for path, layer in layers:
         if arm == "qmm":
@@ -81,22 +68,23 @@ def main(argv=None) -> int:
     tuning.use_tuner(tuner)
     print(f"{label}: {args.layers} layer(s), {len(layers)} linears; device "
           f"{mx.default_device()}; table {os.path.basename(path)} (fresh)", flush=True)
+    # the tune command's problems: every distinct shape, sibling sums included
+    shape_list = linears.model_shapes(model)[0]
     qmm = registry.get("linear", QMM)
-    for problem in problems_at(layers, 1):
+    for problem in linears.problems(shape_list, [1]):
         entry = tuner.measure(problem, candidates=[qmm])
         tuner.record(tuner.claim(problem), entry)
     vocab = model_timing.vocab_size(model, "batched_decode_probe")
     for b in batches:
         t0 = time.perf_counter()
-        for problem in problems_at(layers, b):
+        for problem in linears.problems(shape_list, [b]):
             out = tuner.tune(problem)
             times = {n: c.get("median_ns") for n, c in out.entry["candidates"].items()}
             print(f"B = {b}: {problem.n}x{problem.k} -> {out.choice} "
                   f"(mlx_qmm {times.get(QMM, 0) / 1e3:.1f} us, "
                   f"choice {times.get(out.choice, 0) / 1e3:.1f} us)", flush=True)
         print(f"B = {b}: race at M = {b} in {time.perf_counter() - t0:.0f} s", flush=True)
-        prompts = mx.array([[(7 * i + 3 + 11 * s) % min(vocab, 256) for i in range(args.prompt)]
-                            for s in range(b)], dtype=mx.uint32)
+        prompts = model_timing.prompt_tokens(vocab, args.prompt, rows=b)  # the check's
         arms = ["qmm", "tuned", "down"]
 
         def measure(arm: str) -> float:
@@ -112,9 +100,7 @@ def main(argv=None) -> int:
         print(f"B = {b}: per step (median of {args.rounds} rounds): "
               + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({ratios[a]:.2f}x qmm)" for a in arms),
               flush=True)
-        arrange(layers, "tuned")
-        for _, layer in layers:
-            layer.kernel = None
+        arrange(layers, "tuned")  # nothing forced: the check arranges its own variants
         t0 = time.perf_counter()
         result = tuning.check_decode(model, tuner, batches=(b,), rounds=args.rounds,
                                      extra_rounds=0, record=False, steps=args.steps,

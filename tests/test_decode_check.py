@@ -472,3 +472,18 @@ def test_batched_check_with_members_alone_on_a_kernel_of_few_rows(check_env):
     assert judged and all(g.tuned == "staged" and not g.kept for g in judged)
     assert all(layer.kernel is None for layer in (attn.q_proj, attn.k_proj, attn.v_proj))
     assert attn.q_proj.siblings.enabled  # the check gives the group back as it found it
+
+
+def test_prompt_tokens_are_the_checks_fixed_distinct_prompts():
+    # Every check (and bench/batched_decode_probe.py) times these tokens: a batch's rows
+    # must differ (B distinct prompts, as a server's batch), stay below the vocabulary
+    # and 256, and row 0 is the single prompt of the decode, sibling and prefill checks.
+    from mlx_w8a8.tuning import model_timing
+
+    one = model_timing.prompt_tokens(1000, 9)
+    assert one.shape == (1, 9) and one.dtype == mx.uint32
+    assert one[0].tolist() == [(7 * i + 3) % 256 for i in range(9)]
+    batch = model_timing.prompt_tokens(100, 9, rows=4)
+    assert batch.shape == (4, 9) and max(batch.reshape(-1).tolist()) < 100
+    assert batch[0].tolist() == [(7 * i + 3) % 100 for i in range(9)]
+    assert len({tuple(r) for r in batch.tolist()}) == 4

@@ -308,7 +308,7 @@ def check_decode(
                          f"(convert it with mlx_w8a8.quantize first)")
     tuner = tuner or get_tuner()
     vocab = model_timing.vocab_size(model, OP)
-    tokens = mx.array([(7 * i + 3) % min(vocab, 256) for i in range(prompt)], dtype=mx.uint32)
+    tokens = model_timing.prompt_tokens(vocab, prompt)[0]
     loop = model_timing.decode_loop()[1]
 
     def decode() -> float:
@@ -324,8 +324,7 @@ def check_decode(
             run, label, prefix = decode, "decode check", ""
         else:
             # B distinct prompts of equal length: the server's batch, one token each per step
-            prompts = mx.array([[(7 * i + 3 + 11 * b) % min(vocab, 256) for i in range(prompt)]
-                                for b in range(m)], dtype=mx.uint32)
+            prompts = model_timing.prompt_tokens(vocab, prompt, rows=m)
             bloop = model_timing.batch_decode_loop()[1]
 
             def run(prompts=prompts, bloop=bloop) -> float:

@@ -50,6 +50,15 @@ def vocab_size(model: nn.Module, op: str) -> int:
     raise ValueError(f"[{op}] the model has no token embedding to feed a prompt through")
 
 
+def prompt_tokens(vocab: int, length: int, rows: int = 1) -> mx.array:
+    """The timed prompts of the model checks: ``[rows, length]`` uint32 token ids below
+    ``min(vocab, 256)``, a fixed pattern (every check and its probes time the same
+    tokens), each row shifted so a batch's prompts are distinct."""
+    top = min(vocab, 256)
+    return mx.array([[(7 * i + 3 + 11 * r) % top for i in range(length)] for r in range(rows)],
+                    dtype=mx.uint32)
+
+
 def prefill(model: nn.Module, tokens: mx.array) -> tuple[float, mx.array]:
     """One forward of ``tokens`` ``[1, T]`` into a fresh KV cache; ``(seconds, logits)``."""
     from mlx_lm.models.cache import make_prompt_cache

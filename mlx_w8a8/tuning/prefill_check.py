@@ -37,7 +37,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import attrs
-import mlx.core as mx
 import mlx.nn as nn
 
 from ..kernels import registry
@@ -239,7 +238,7 @@ def check_prefill(
     seconds: dict[int, dict[str, list[float]]] = {}
     path_of = {id(layer): path for path, layer in layers}
     for t in tokens:
-        prompt = mx.array([[(7 * i + 3) % min(vocab, 256) for i in range(t)]], dtype=mx.uint32)
+        prompt = model_timing.prompt_tokens(vocab, t)
         model_timing.prefill(model, prompt)  # every layer meets M = t and decides
         # Layer groups: layers deciding alone by the same entry of this length.
         groups: dict[Problem, list[tuple[str, Any]]] = {}

@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Callable
 
 import attrs
-import mlx.core as mx
 import mlx.nn as nn
 
 from .. import siblings
@@ -145,7 +144,7 @@ def check_siblings(
         groups = _groups_at(model, t)
         if not groups:
             continue
-        prompt = mx.array([[(7 * i + 3) % min(vocab, 256) for i in range(t)]], dtype=mx.uint32)
+        prompt = model_timing.prompt_tokens(vocab, t)
 
         def measure(name: str) -> float:
             siblings.launch_together(name == "together")
