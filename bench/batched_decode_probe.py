@@ -10,9 +10,16 @@ in alternating rounds with
 - ``qmm``: every linear forced onto ``mx.quantized_matmul``,
 - ``tuned``: every linear on the table's choice at M = B,
 - ``down``: the down projections on theirs, every other linear on ``mx.quantized_matmul``;
+- ``tuned-down``: every linear on the table's choice but the down projections, on
+  ``mx.quantized_matmul`` (the decode check's variant for them);
+- ``apart``: sibling layers (q/k/v, gate/up) each launched alone on its own decision,
+  every other linear on ``mx.quantized_matmul`` (what the check once judged every group
+  against: each added to this arrangement);
+- ``apart+down``: the same with the down projections on their choice;
 
 and last the decode check itself (``tuning.check_decode``, nothing recorded) on the same
-model and table at the same B. Per-step milliseconds are medians over the rounds.
+model and table at the same B. Per-step milliseconds are medians over the rounds; a
+gain is the median of the paired per-round ratios.
 
     python bench/batched_decode_probe.py --model llama-3-8b --layers 4 --batch 4,16
 """
@@ -28,7 +35,7 @@ import time
 
 import mlx.core as mx
 
-from mlx_w8a8 import models, quantize, tuning
+from mlx_w8a8 import models, quantize, siblings, tuning
 from mlx_w8a8.kernels import registry
 from mlx_w8a8.tuning import linears, model_timing
 from mlx_w8a8.tuning.tuner import Tuner
@@ -36,14 +43,21 @@ from mlx_w8a8.tuning.tuner import Tuner
 QMM = "mlx_qmm"
 
 
+ARMS = ("qmm", "tuned", "down", "tuned-down", "apart", "apart+down")
+
+
 def arrange(layers, arm: str) -> None:
+    siblings.launch_together(not arm.startswith("apart"))
     for path, layer in layers:
-        if arm == "qmm":
-            want = QMM
-        elif arm == "tuned":
+        down = path.endswith("down_proj")
+        if arm == "tuned" or (down and arm in ("down", "apart+down")):
             want = None
-        else:  # "down"
-            want = None if path.endswith("down_proj") else QMM
+        elif arm == "tuned-down":
+            want = QMM if down else None
+        elif arm.startswith("apart") and layer.siblings is not None:
+            want = None  # alone, on its own decision
+        else:
+            want = QMM
         if layer.kernel != want:
             layer.kernel = want
 
@@ -85,7 +99,7 @@ def main(argv=None) -> int:
                   f"choice {times.get(out.choice, 0) / 1e3:.1f} us)", flush=True)
         print(f"B = {b}: race at M = {b} in {time.perf_counter() - t0:.0f} s", flush=True)
         prompts = model_timing.prompt_tokens(vocab, args.prompt, rows=b)  # the check's
-        arms = ["qmm", "tuned", "down"]
+        arms = list(ARMS)
 
         def measure(arm: str) -> float:
             arrange(layers, arm)
@@ -94,13 +108,18 @@ def main(argv=None) -> int:
         for arm in arms:  # untimed: plans built, kernels compiled
             measure(arm)
         seconds = model_timing.alternate(arms, args.rounds, measure)
+
+        def gain(slow: str, fast: str) -> float:
+            return statistics.median(s / f for s, f in zip(seconds[slow], seconds[fast]))
+
         med = {a: statistics.median(seconds[a]) for a in arms}
-        ratios = {a: statistics.median(q / s for q, s in zip(seconds["qmm"], seconds[a]))
-                  for a in arms}
         print(f"B = {b}: per step (median of {args.rounds} rounds): "
-              + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({ratios[a]:.2f}x qmm)" for a in arms),
+              + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({gain('qmm', a):.2f}x qmm)" for a in arms),
               flush=True)
-        arrange(layers, "tuned")  # nothing forced: the check arranges its own variants
+        print(f"B = {b}: the down projections' gain: added to qmm {gain('qmm', 'down'):.2f}x, "
+              f"taken off tuned {gain('tuned-down', 'tuned'):.2f}x, added to apart "
+              f"{gain('apart', 'apart+down'):.2f}x", flush=True)
+        arrange(layers, "tuned")  # nothing forced, siblings together: the check arranges its own
         t0 = time.perf_counter()
         result = tuning.check_decode(model, tuner, batches=(b,), rounds=args.rounds,
                                      extra_rounds=0, record=False, steps=args.steps,

@@ -36,7 +36,8 @@ def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
     assert sorted(ln.split(":")[1].split("->")[0].strip() for ln in races) == [
         "128x64", "256x64", "32x64", "64x128", "64x64"]
     (arms,) = [ln for ln in text.splitlines() if "per step (median of 2 rounds)" in ln]
-    for arm in ("qmm ", "tuned ", "down "):
-        assert arm in arms, arms
-    assert "qmm " in arms.split(",")[0] and "(1.00x qmm)" in arms.split(",")[0]
+    timed = [part.split(":")[-1].split()[0] for part in arms.split(",")]
+    assert timed == ["qmm", "tuned", "down", "tuned-down", "apart", "apart+down"], arms
+    assert "(1.00x qmm)" in arms.split(",")[0]
+    assert "B = 2: the down projections' gain: added to qmm " in text
     assert "decode check (2 steps x 2 paired rounds" in text

@@ -142,12 +142,53 @@ def test_a_kernel_must_win_most_rounds_not_just_the_median(check_env, monkeypatc
     registry.register(Candidate(name="fast", backend="any", op="linear", run=QMM.run,
                                 digest="d-fast", w8a8=False))
     choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
+    # "tuned" takes group_seconds; each group taken off it runs at 1.0
     monkeypatch.setattr(model_timing, "alternate", lambda names, rounds, measure, on_round=None: {
-        n: [1.0] * 6 if n == "reference" else group_seconds for n in names})
+        n: group_seconds if n == "tuned" else [1.0] * 6 for n in names})
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6, record=False)
     assert result.groups  # down_proj's shape, and those borrowing its decision
     for g in result.groups:
         assert g.kept is kept and (g.low >= 1.0) is kept and g.ratio > 1.02
+
+
+def test_groups_are_judged_off_the_tuned_model_where_gains_do_not_add(check_env, monkeypatch):
+    """A step costs the larger of its host and device totals, so one group's gain can
+    show only with another's: here gate/up/lm_head's kernel saves host time and
+    down_proj's device time; either alone leaves the step at the other bound (1.00x),
+    both make it 1.12x faster. Judged by adding each to an all-reference model, both
+    would be replaced; taken off the tuned model, each costs 1.12x, so both stay."""
+    from mlx_w8a8.tuning import linears, model_timing
+
+    model = tiny_lm.converted()
+    for name in ("host_light", "device_light"):
+        registry.register(Candidate(name=name, backend="any", op="linear", run=QMM.run,
+                                    digest=f"d-{name}", w8a8=False))
+    mlp = model.model.layers[0].mlp
+    attn = model.model.layers[0].self_attn
+    choose_at_m1(check_env, mlp.gate_proj, "host_light")  # 256x128: gate, up, lm_head
+    choose_at_m1(check_env, mlp.down_proj, "device_light")  # 128x256: down
+    choose_at_m1(check_env, attn.q_proj, "mlx_qmm")  # 128x128: q, o (no borrowing)
+    choose_at_m1(check_env, attn.k_proj, "mlx_qmm")  # 64x128: k, v
+    cost = {"mlx_qmm": (1.0, 1.0), "host_light": (0.2, 1.0), "device_light": (1.0, 0.2)}
+    real = model_timing.decode
+
+    def decode(model, tokens, steps, loop=None):
+        real(model, tokens, 1, loop)  # the layers meet M = 1 and decide
+        host = device = 0.0
+        for _, layer in linears.w8a8_linears(model):
+            h, d = cost[layer.kernel or layer.decision(1, mx.float32)[0]]
+            host, device = host + h, device + d
+        return max(host, device) * 1e-3
+
+    monkeypatch.setattr(model_timing, "decode", decode)
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=4, batches=())
+    assert sorted(g.tuned for g in result.groups) == ["device_light", "host_light"]
+    for g in result.groups:
+        assert g.kept and g.ratio == pytest.approx(g.low) and g.ratio > 1.1
+    assert mlp.gate_proj.decision(1, mx.float32)[0] == "host_light"
+    assert mlp.down_proj.decision(1, mx.float32)[0] == "device_light"
+    assert check_env.lookup(mlp.down_proj.problem(1, mx.float32)).entry[
+        "decode_check"]["judged_in"] == "tuned"
 
 
 # Sibling launches (q/k/v, gate/up as one launch): decided, judged and rewritten under the
@@ -266,10 +307,9 @@ def test_extend_unsettled_adds_rounds_only_where_median_and_quartile_disagree():
         measured.append(name)
         return {"base": 1.0, "unsettled": 0.8}[name]  # any other variant would raise
 
-    assert extend_unsettled(seconds, "base", ["faster", "unsettled", "slower"], 0, measure,
-                            200) == [] and measured == []  # 0 extra rounds: none
-    assert extend_unsettled(seconds, "base", ["faster", "unsettled", "slower"], 6, measure,
-                            200) == ["unsettled"]
+    pairs = [("base", v) for v in ("faster", "unsettled", "slower")]
+    assert extend_unsettled(seconds, pairs, 0, measure, 200) == [] and measured == []
+    assert extend_unsettled(seconds, pairs, 6, measure, 200) == ["base", "unsettled"]
     assert sorted(measured) == ["base"] * 6 + ["unsettled"] * 6
     assert {v: len(s) for v, s in seconds.items()} == {"base": 12, "faster": 6,
                                                        "unsettled": 12, "slower": 6}
@@ -278,6 +318,27 @@ def test_extend_unsettled_adds_rounds_only_where_median_and_quartile_disagree():
         assert paired_verdict(seconds["base"], seconds[v], 200) == verdicts[v]
     # 10 of 12 rounds faster now: the lower quartile is a faster round
     assert paired_verdict(seconds["base"], seconds["unsettled"], 200)[2]
+
+
+def test_extend_unsettled_pairs_one_variant_with_several_bases():
+    # The decode check's shape: one "tuned" variant against each group taken off it. Only
+    # the bases whose pair is unsettled run again, "tuned" once per round beside them.
+    from mlx_w8a8.tuning.decode_check import extend_unsettled, paired_verdict
+
+    seconds = {"tuned": [1.0] * 6, "off 0": [1.2] * 6, "off 1": [1.25] * 4 + [0.95] * 2,
+               "off 2": [1.3] * 4 + [0.9] * 2}
+    measured = []
+
+    def measure(name):
+        measured.append(name)
+        return {"tuned": 1.0, "off 1": 1.25, "off 2": 1.3}[name]
+
+    pairs = [(f"off {i}", "tuned") for i in range(3)]
+    assert extend_unsettled(seconds, pairs, 4, measure, 200) == ["off 1", "tuned", "off 2"]
+    assert sorted(measured) == ["off 1"] * 4 + ["off 2"] * 4 + ["tuned"] * 4
+    assert {v: len(s) for v, s in seconds.items()} == {"tuned": 10, "off 0": 6, "off 1": 10,
+                                                       "off 2": 10}
+    assert all(paired_verdict(seconds[b], seconds[v], 200)[2] for b, v in pairs)
 
 
 @pytest.mark.parametrize("extra,kept,rounds", [(None, True, 12), (3, True, 9), (0, False, 6)])
@@ -290,7 +351,8 @@ def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monke
                                 digest="d-fast", w8a8=False))
     problem = choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
     calls = []
-    monkeypatch.setattr(model_timing, "alternate", tiny_lm.unsettled_then_faster("reference", calls))
+    monkeypatch.setattr(model_timing, "alternate",
+                        tiny_lm.unsettled_then_faster(None, calls, fast="tuned"))
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6,
                                  extra_rounds=extra)
     assert result.groups and result.rounds == 6
@@ -298,8 +360,9 @@ def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monke
     if extra == 0:
         assert len(calls) == 1
     else:
-        # one more call: the reference and every unsettled group, the extra rounds
-        assert calls[1] == (["reference"] + [f"group {i}" for i in range(len(result.groups))],
+        # one more call: every unsettled pair's variants, "tuned" once, the extra rounds
+        assert calls[1] == (["without group 0", "tuned"]
+                            + [f"without group {i}" for i in range(1, len(result.groups))],
                             rounds - 6)
     entry = check_env.lookup(problem).entry
     assert entry["decode_check"]["rounds"] == rounds and entry["decode_check"]["kept"] is kept
@@ -376,7 +439,7 @@ def test_batched_verdicts_follow_the_b1_rule(check_env, monkeypatch, group_secon
 
     def alternate(names, rounds, measure, on_round=None):
         calls.append(len(names))
-        return {n: [1.0] * 6 if n == "reference" else list(group_seconds) for n in names}
+        return {n: list(group_seconds) if n == "tuned" else [1.0] * 6 for n in names}
 
     monkeypatch.setattr(model_timing, "alternate", alternate)
     seen = batch_sizes_timed(monkeypatch)
@@ -392,7 +455,7 @@ def test_batched_verdicts_follow_the_b1_rule(check_env, monkeypatch, group_secon
         assert entry["decode_check"].get("batch") == batch
         assert entry["choice"] == ("fast" if kept else "mlx_qmm")
     assert any(name.startswith("B = 8 ") for name in result.seconds)
-    assert "reference" in result.seconds  # B = 1's variants keep their names
+    assert "tuned" in result.seconds  # B = 1's variants keep their names
 
 
 def test_batched_check_can_be_left_out(check_env, monkeypatch):

@@ -128,14 +128,17 @@ def record_choice(tuner, problem, choice: str, candidates=None):
 
 
 
-def unsettled_then_faster(base: str, calls: list):
+def unsettled_then_faster(base: str | None, calls: list, fast: str | None = None):
     """A stand-in for ``model_timing.alternate`` for the model checks' second look: its
-    first call (6 rounds) makes every variant but ``base`` 1.25x faster in 4 rounds and
-    1.05x slower in 2 (median 1.25x, lower quartile 0.95x: unsettled), every later call
-    faster in all its rounds. ``calls`` receives ``(names, rounds)`` per call."""
+    first call (6 rounds) makes every variant but ``base`` (or, given ``fast``, that
+    variant alone, every other at the base's speed: the decode check's ``tuned`` against
+    each group taken off) 1.25x faster in 4 rounds and 1.05x slower in 2 (median 1.25x,
+    lower quartile 0.95x: unsettled), every later call faster in all its rounds.
+    ``calls`` receives ``(names, rounds)`` per call."""
     def alternate(names, rounds, measure, on_round=None):
         calls.append((list(names), rounds))
         variant = [0.8] * 4 + [1.05] * 2 if len(calls) == 1 else [0.8] * rounds
         assert len(variant) == rounds, "the first call must be the check's 6 rounds"
-        return {n: [1.0] * rounds if n == base else list(variant) for n in names}
+        return {n: list(variant) if (n == fast if fast is not None else n != base)
+                else [1.0] * rounds for n in names}
     return alternate

@@ -160,6 +160,11 @@
 # there the direct rounds found the down projections on their W8A8 kernel 1.18x faster
 # and every linear on the race's choices 1.25x, where the decode check that followed on
 # the same model said 0.97x (p25 0.68x) and replaced them all (docs/tuning.md).
+# Part BDC (for an NVIDIA H100): the decode check judging each group by taking it off the
+# tuned model (was: by adding it to an all-reference one). The probe on all 32 layers at
+# B = 4 with the arms that split the two (the down projections added to the former
+# reference, "apart", and taken off the tuned model), then the 4-layer bench from bf16
+# with the shipped H100 table (its batched entries left out after part BDP32).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -354,6 +359,12 @@ fi
 if [ "$part" = "bdp" ]; then  # does the decode check see what the batched decode sees?
   run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 bench/batched_decode_probe.py \
     --model llama-3-8b --layers 4 --batch 4,16 --rounds 8 --steps 32 --prompt 16
+fi
+if [ "$part" = "bdc" ]; then  # the check off the tuned model, against direct timing; then the bench
+  run 330 python3 bench/batched_decode_probe.py --model llama-3-8b --layers 32 --batch 4 \
+    --rounds 8 --steps 32 --prompt 16
+  run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 -m mlx_w8a8.bench --model llama-3-8b \
+    --layers 4 --tokens 512,2048 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \

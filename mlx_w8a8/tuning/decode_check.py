@@ -15,10 +15,11 @@ So :func:`check_decode` runs the model's own decode loop (``mlx_lm``'s
 ``generate_step``, or :func:`mlx_w8a8.tuning.model_timing.generate_steps` where it cannot be
 imported) in paired, alternating rounds:
 
-- ``reference``: every layer group whose M = 1 decision is not the reference kernel
-  (``mx.quantized_matmul``) forced to it;
-- one variant per such group: that group on its tuned kernel, the others on the
-  reference.
+- ``tuned``: every layer on its tuned kernel, as the tables decide it (what runs once
+  the check keeps everything);
+- one variant per layer group whose decision is not the reference kernel
+  (``mx.quantized_matmul``): that group alone taken off its tuned kernel, every other
+  group left on its own (``without group i``).
 
 Sibling layers that run as one launch (:mod:`mlx_w8a8.siblings`: q/k/v, gate/up) are
 decided by their summed problem's entry, so they are grouped, judged and rewritten under
@@ -27,16 +28,24 @@ entry says the reference), not necessarily on the reference itself. Where a repl
 sibling launch leaves members on kernels other than the reference, a second pass judges
 those decisions the same way.
 
-A group keeps its tuned kernel only if its variant decodes faster than ``reference`` by
-the tuner's margin (median of the per-round ratios) and in at least three rounds of four
-(lower quartile of the ratios >= 1); otherwise its M = 1 entry is
-rewritten with the reference as the choice. Where the median passes and the quartile
-does not, the verdict is unsettled rather than lost: as many rounds again (by default)
-are run for that group and the reference, and the rule is applied to all of them
-(:func:`extend_unsettled`, shared with the sibling and prefill checks). Either way the
-entry records what the check saw (``decode_check``). Groups are judged one at a time
-against the same reference, not in combination: a deliberate simplification (a second
-variant per pair of groups would grow as the square of the groups).
+A group keeps its tuned kernel only if ``tuned`` decodes faster than its variant by the
+tuner's margin (median of the per-round ratios) and in at least three rounds of four
+(lower quartile of the ratios >= 1); otherwise its entry is rewritten with the reference
+as the choice. Where the median passes and the quartile does not, the verdict is
+unsettled rather than lost: as many rounds again (by default) are run for that variant
+and ``tuned``, and the rule is applied to all of them (:func:`extend_unsettled`, shared
+with the sibling and prefill checks). Either way the entry records what the check saw
+(``decode_check``).
+
+Invariant: each group is judged by taking it off the configuration the tables decide,
+not by adding it to an all-reference one. A step costs about the larger of its host and
+device totals, so effects do not add: where the reference arrangement is bound by the
+host (every sibling launch split into its members' launches, each with its own
+activation quantize), a group that saves device time shows no gain on it and would be
+replaced, though it makes the tuned model faster. Measured so on 32 Llama-3-8B layers at
+B = 4 on an NVIDIA H100 (``bench/batched_decode_probe.py``, docs/tuning.md). Groups are
+judged one at a time, not in combination: a deliberate simplification (a variant per
+pair of groups would grow as the square of the groups).
 
 Batched decode (mlx-lm's server decodes up to 32 sequences at once by default) runs its
 linears at M = B rows per step, so for each batch size B in ``batches`` (2 .. 64) the
@@ -93,8 +102,8 @@ class GroupResult:
         layers: module paths of the group's layers.
         tuned: the kernel the tables chose for it.
         reference: the reference kernel.
-        ratio: median over rounds of ``seconds(reference) / seconds(this group tuned)``
-            (> 1: the tuned kernel made decode faster).
+        ratio: median over rounds of ``seconds(the group off its tuned kernel) /
+            seconds(the group on it)`` (> 1: the tuned kernel made decode faster).
         low: the lower quartile of those ratios.
         kept: whether the tuned kernel stays (``ratio`` >= the margin and ``low`` >= 1).
         rounds: the paired rounds the verdict rests on (the check's rounds, more where
@@ -139,7 +148,8 @@ class DecodeCheck:
             return ("decode check: every M = 1 decision, and every decision of a measured "
                     "M = 2 .. 64 bucket, is the reference; nothing to check")
         lines = [f"decode check ({self.steps} steps x {self.rounds} paired rounds; "
-                 f"> 1.00x: the tuned kernel decoded faster than the reference):"]
+                 f"> 1.00x: the model decoded faster with the group on its tuned kernel than "
+                 f"with it taken off, every other group on its own):"]
         for g in self.groups:
             p = g.problem
             verdict = "kept" if g.kept else f"replaced by {g.reference}"
@@ -202,33 +212,37 @@ def unsettled(ratio: float, low: float, min_improvement_bps: float) -> bool:
     return _past_margin(ratio, min_improvement_bps) and low < 1.0
 
 
-def extend_unsettled(seconds: dict[str, list[float]], base: str, variants, extra: int,
+def extend_unsettled(seconds: dict[str, list[float]], pairs, extra: int,
                      measure: Callable[[str], float], min_improvement_bps: float,
                      progress: Callable[[str], None] | None = None,
                      label: str = "check") -> list[str]:
-    """The model checks' second look: where a variant's verdict against ``base`` is
-    :func:`unsettled`, ``extra`` more paired, alternating rounds of ``base`` and those
-    variants (``model_timing.alternate``), appended to ``seconds``; the verdict is then
+    """The model checks' second look: where the verdict of a pair ``(base, variant)``
+    (:func:`paired_verdict` of ``seconds[base]`` and ``seconds[variant]``) is
+    :func:`unsettled`, ``extra`` more paired, alternating rounds of the names of every
+    such pair (``model_timing.alternate``), appended to ``seconds``; the verdict is then
     taken over all rounds. A verdict that median and quartile agree on is final after
     the first rounds. ``progress`` gets ``"<label> extra round i/extra"`` after each
-    round. Returns the variants extended.
+    round. Returns the names extended, in the order they were first named.
 
-    Pairing stays by round: ``base`` gains rounds that only the extended variants share,
-    and :func:`paired_verdict` pairs a shorter variant with ``base``'s first rounds,
-    which are its own."""
+    Pairing stays by round: a name shared by several pairs (one base against several
+    variants, or one variant against several bases) gains rounds that only the extended
+    names share, and :func:`paired_verdict` pairs a shorter list with the first rounds
+    of the longer one, which are its own."""
     from . import model_timing
 
     if extra <= 0:
         return []
-    names = [v for v in variants
-             if unsettled(*paired_verdict(seconds[base], seconds[v], min_improvement_bps)[:2],
-                          min_improvement_bps)]
+    names: list[str] = []
+    for base, variant in pairs:
+        if unsettled(*paired_verdict(seconds[base], seconds[variant], min_improvement_bps)[:2],
+                     min_improvement_bps):
+            names += [n for n in (base, variant) if n not in names]
     if names:
         def on_round(r, order, secs):
             if progress is not None:
                 progress(f"{label} extra round {r + 1}/{extra}")
 
-        more = model_timing.alternate([base, *names], extra, measure, on_round)
+        more = model_timing.alternate(names, extra, measure, on_round)
         for name, secs in more.items():
             seconds[name].extend(secs)
     return names
@@ -333,7 +347,7 @@ def check_decode(
             label, prefix = f"decode check B = {m}", f"B = {m} "
         results_m, seconds_m, recorded_m = _check_at(
             m, run, layers, dtypes, tuner, rounds, extra_rounds, min_improvement_bps, record,
-            progress, label, {"steps": steps, "rounds": rounds,
+            progress, label, {"steps": steps, "rounds": rounds, "judged_in": "tuned",
                               "min_improvement_bps": min_improvement_bps,
                               **({"batch": m} if m > 1 else {})})
         if m > 1 and results_m:
@@ -409,8 +423,9 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
             break
 
         problems = list(groups)
-        # variant name -> the group left on its tuned kernel (None: every group forced)
-        variants = {"reference": None, **{f"group {i}": p for i, p in enumerate(problems)}}
+        # variant name -> the group taken off its tuned kernel (None: every group on it)
+        variants = {"tuned": None,
+                    **{f"without group {i}": p for i, p in enumerate(problems)}}
         names = list(variants)
 
         # Sibling groups this check turned off (each member alone on its own decisions).
@@ -420,19 +435,19 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
         off: dict[int, Any] = {}
 
         def arrange(name: str) -> None:
-            keep = variants[name]
+            drop = variants[name]
             for p in problems:
                 for _, layer in groups[p]:
                     if id(layer) in alone:  # off: the group launch disabled
                         group = layer.siblings
-                        if (p == keep) != group.enabled:
-                            if p != keep:
+                        if (p != drop) != group.enabled:
+                            if p == drop:
                                 off[id(group)] = group
-                            group.enabled = p == keep
+                            group.enabled = p != drop
                             group.reset()
                         continue
                     # Off: the reference, forced.
-                    want = None if p == keep else reference[p]
+                    want = reference[p] if p == drop else None
                     if layer.kernel != want:
                         layer.kernel = want
 
@@ -440,6 +455,7 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
             arrange(name)
             return run()
 
+        pairs = [(f"without group {i}", "tuned") for i in range(len(problems))]
         try:
             for name in names:  # untimed: plans built, kernels compiled
                 measure(name)
@@ -449,8 +465,8 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
                     progress(f"{label} round {r + 1}/{rounds}")
 
             seconds = model_timing.alternate(names, rounds, measure, on_round)
-            extend_unsettled(seconds, "reference", names[1:], extra_rounds, measure,
-                             min_improvement_bps, progress, label)
+            extend_unsettled(seconds, pairs, extra_rounds, measure, min_improvement_bps,
+                             progress, label)
         finally:
             for p in problems:
                 for _, layer in groups[p]:
@@ -463,11 +479,11 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
 
         results = []
         for i, p in enumerate(problems):
-            ratio, low, kept = paired_verdict(seconds["reference"], seconds[f"group {i}"],
+            ratio, low, kept = paired_verdict(*(seconds[n] for n in pairs[i]),
                                               min_improvement_bps)
             results.append(GroupResult(
                 p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
-                kept, len(seconds[f"group {i}"]),
+                kept, min(len(seconds[n]) for n in pairs[i]),
             ))
         if record:
             recorded += record_verdicts(tuner, results, "decode_check", details, OP)

@@ -309,8 +309,8 @@ def check_prefill(
             for name in variants:  # untimed: plans built, kernels compiled
                 measure(name)
             times = model_timing.alternate(list(variants), rounds, measure, on_round)
-            extend_unsettled(times, "decided", list(variants)[1:], extra_rounds, measure,
-                             min_improvement_bps, progress, f"prefill check T={t}")
+            extend_unsettled(times, [("decided", v) for v in list(variants)[1:]], extra_rounds,
+                             measure, min_improvement_bps, progress, f"prefill check T={t}")
         finally:
             for p in groups:
                 for _, layer in groups[p]:

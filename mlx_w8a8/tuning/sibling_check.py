@@ -164,7 +164,7 @@ def check_siblings(
                 progress(f"sibling check T={t} round {r + 1}/{rounds}")
 
         times = model_timing.alternate(["together", "alone"], rounds, measure, on_round)
-        extend_unsettled(times, "alone", ["together"], extra_rounds, measure,
+        extend_unsettled(times, [("alone", "together")], extra_rounds, measure,
                          min_improvement_bps, progress, f"sibling check T={t}")
         seconds[t] = times
         ratio, low, kept = paired_verdict(times["alone"], times["together"],
