@@ -165,6 +165,10 @@
 # B = 4 with the arms that split the two (the down projections added to the former
 # reference, "apart", and taken off the tuned model), then the 4-layer bench from bf16
 # with the shipped H100 table (its batched entries left out after part BDP32).
+# Part BDC2: the decode check as it was before part BDC (judging each group by adding it
+# to the all-reference model; the file of commit 4f3d96c, loaded as a module beside the
+# package's) and as it is, twice each, alternating, on one model and race table: the probe
+# on all 32 layers at B = 4 as in part BDC, its check call running the four in turn.
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -365,6 +369,36 @@ if [ "$part" = "bdc" ]; then  # the check off the tuned model, against direct ti
     --rounds 8 --steps 32 --prompt 16
   run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 -m mlx_w8a8.bench --model llama-3-8b \
     --layers 4 --tokens 512,2048 --decode 32 --batch 4,16,64 --rounds 4 --warm-up
+fi
+if [ "$part" = "bdc2" ]; then  # the former check and the present one, alternating, one model
+  [ -s tmp_t/decode_check_4f3d96c.py ] || git show 4f3d96c:mlx_w8a8/tuning/decode_check.py > tmp_t/decode_check_4f3d96c.py
+  run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 - <<'PY'
+import importlib.util
+import sys
+
+from mlx_w8a8 import tuning
+
+spec = importlib.util.spec_from_file_location("mlx_w8a8.tuning.decode_check_4f3d96c",
+                                              "tmp_t/decode_check_4f3d96c.py")
+former = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(former)
+present = tuning.check_decode
+
+
+def both(*args, **kw):
+    for name, check in (("present", present), ("former", former.check_decode)) * 2:
+        result = check(*args, **kw)
+        print(f"{name} check:\n{result.describe()}", flush=True)
+    return result
+
+
+tuning.check_decode = both
+spec = importlib.util.spec_from_file_location("probe", "bench/batched_decode_probe.py")
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+sys.exit(probe.main(["--model", "llama-3-8b", "--layers", "32", "--batch", "4", "--rounds", "8",
+                     "--steps", "32", "--prompt", "16"]))
+PY
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
