@@ -62,6 +62,17 @@ def arrange(layers, arm: str) -> None:
             layer.kernel = want
 
 
+def host_us_per_op(count: int = 20000) -> float:
+    """Microseconds the host takes to build one small MLX op (``mx.add`` on two scalars,
+    not evaluated): the host's speed at what a decode step's Python does most, printed so
+    that runs on different machines can be told apart."""
+    a, b = mx.array(1.0), mx.array(2.0)
+    start = time.perf_counter()
+    for _ in range(count):
+        mx.add(a, b)
+    return (time.perf_counter() - start) / count * 1e6
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-3-8b")
@@ -81,7 +92,8 @@ def main(argv=None) -> int:
     tuner = Tuner(table_path=path, use_cache=False, use_shipped=False)
     tuning.use_tuner(tuner)
     print(f"{label}: {args.layers} layer(s), {len(layers)} linears; device "
-          f"{mx.default_device()}; table {os.path.basename(path)} (fresh)", flush=True)
+          f"{mx.default_device()}; table {os.path.basename(path)} (fresh); host "
+          f"{host_us_per_op():.2f} us per op built", flush=True)
     # the tune command's problems: every distinct shape, sibling sums included
     shape_list = linears.model_shapes(model)[0]
     qmm = registry.get("linear", QMM)
@@ -114,8 +126,9 @@ def main(argv=None) -> int:
 
         med = {a: statistics.median(seconds[a]) for a in arms}
         print(f"B = {b}: per step (median of {args.rounds} rounds): "
-              + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({gain('qmm', a):.2f}x qmm)" for a in arms),
-              flush=True)
+              + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({gain('qmm', a):.2f}x qmm; rounds "
+                          f"{min(seconds[a]) * 1e3:.2f}..{max(seconds[a]) * 1e3:.2f})"
+                          for a in arms), flush=True)
         print(f"B = {b}: the down projections' gain: added to qmm {gain('qmm', 'down'):.2f}x, "
               f"taken off tuned {gain('tuned-down', 'tuned'):.2f}x, added to apart "
               f"{gain('apart', 'apart+down'):.2f}x", flush=True)

@@ -38,6 +38,7 @@ def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
     (arms,) = [ln for ln in text.splitlines() if "per step (median of 2 rounds)" in ln]
     timed = [part.split(":")[-1].split()[0] for part in arms.split(",")]
     assert timed == ["qmm", "tuned", "down", "tuned-down", "apart", "apart+down"], arms
-    assert "(1.00x qmm)" in arms.split(",")[0]
+    assert "(1.00x qmm; rounds " in arms.split(",")[0]
+    assert " us per op built" in text.splitlines()[0]
     assert "B = 2: the down projections' gain: added to qmm " in text
     assert "decode check (2 steps x 2 paired rounds" in text

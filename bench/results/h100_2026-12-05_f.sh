@@ -169,6 +169,9 @@
 # to the all-reference model; the file of commit 4f3d96c, loaded as a module beside the
 # package's) and as it is, twice each, alternating, on one model and race table: the probe
 # on all 32 layers at B = 4 as in part BDC, its check call running the four in turn.
+# Part BDC3: is the batched verdict the host's? The probe as in part BDC (6 rounds; it now
+# prints the host's microseconds per MLX op built and each arm's fastest and slowest
+# round), then again pinned to cores 0-1 with a busy loop on each, the host's share halved.
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -399,6 +402,14 @@ spec.loader.exec_module(probe)
 sys.exit(probe.main(["--model", "llama-3-8b", "--layers", "32", "--batch", "4", "--rounds", "8",
                      "--steps", "32", "--prompt", "16"]))
 PY
+fi
+if [ "$part" = "bdc3" ]; then  # the probe on its host as it is, then on half of two cores
+  P="bench/batched_decode_probe.py --model llama-3-8b --layers 32 --batch 4 --rounds 6 --steps 32 --prompt 16"
+  run 200 python3 $P
+  taskset -c 0 sh -c 'while :; do :; done' & h0=$!
+  taskset -c 1 sh -c 'while :; do :; done' & h1=$!
+  run $(( ${DEADLINE:-600} - SECONDS - 5 )) taskset -c 0,1 python3 $P
+  kill $h0 $h1
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
