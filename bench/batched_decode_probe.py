@@ -16,10 +16,13 @@ in alternating rounds with
   every other linear on ``mx.quantized_matmul`` (what the check once judged every group
   against: each added to this arrangement);
 - ``apart+down``: the same with the down projections on their choice;
+- ``qmm-nogc``, ``tuned-nogc``: ``qmm`` and ``tuned`` with Python's cyclic garbage
+  collector disabled while the decode runs;
 
 and last the decode check itself (``tuning.check_decode``, nothing recorded) on the same
 model and table at the same B. Per-step milliseconds are medians over the rounds; a
-gain is the median of the paired per-round ratios.
+gain is the median of the paired per-round ratios. For each arm the probe also prints the
+time the cyclic collector took per round (``gc.callbacks``) and its full collections.
 
     python bench/batched_decode_probe.py --model llama-3-8b --layers 4 --batch 4,16
 """
@@ -27,6 +30,7 @@ gain is the median of the paired per-round ratios.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -43,10 +47,32 @@ from mlx_w8a8.tuning.tuner import Tuner
 QMM = "mlx_qmm"
 
 
-ARMS = ("qmm", "tuned", "down", "tuned-down", "apart", "apart+down")
+ARMS = ("qmm", "tuned", "down", "tuned-down", "apart", "apart+down", "qmm-nogc", "tuned-nogc")
+NOGC = "-nogc"
+
+
+class CollectorClock:
+    """A ``gc.callbacks`` entry: seconds spent in the cyclic collector and the number of
+    full (generation 2) collections since :meth:`reset`."""
+
+    def __init__(self):
+        self.reset()
+        self._start = None
+
+    def reset(self) -> None:
+        self.seconds, self.full = 0.0, 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self.full += info["generation"] == 2
+            self._start = None
 
 
 def arrange(layers, arm: str) -> None:
+    arm = arm.removesuffix(NOGC)
     siblings.launch_together(not arm.startswith("apart"))
     for path, layer in layers:
         down = path.endswith("down_proj")
@@ -112,14 +138,28 @@ def main(argv=None) -> int:
         print(f"B = {b}: race at M = {b} in {time.perf_counter() - t0:.0f} s", flush=True)
         prompts = model_timing.prompt_tokens(vocab, args.prompt, rows=b)  # the check's
         arms = list(ARMS)
+        clock = CollectorClock()
+        collector = {a: [] for a in arms}  # (seconds, full collections) per round
 
         def measure(arm: str) -> float:
             arrange(layers, arm)
-            return model_timing.batch_decode(model, prompts, args.steps) / args.steps
+            clock.reset()
+            if arm.endswith(NOGC):
+                gc.disable()
+            try:
+                step = model_timing.batch_decode(model, prompts, args.steps) / args.steps
+            finally:
+                gc.enable()
+            collector[arm].append((clock.seconds, clock.full))
+            return step
 
-        for arm in arms:  # untimed: plans built, kernels compiled
-            measure(arm)
-        seconds = model_timing.alternate(arms, args.rounds, measure)
+        gc.callbacks.append(clock)
+        try:
+            for arm in arms:  # untimed: plans built, kernels compiled
+                measure(arm)
+            seconds = model_timing.alternate(arms, args.rounds, measure)
+        finally:
+            gc.callbacks.remove(clock)
 
         def gain(slow: str, fast: str) -> float:
             return statistics.median(s / f for s, f in zip(seconds[slow], seconds[fast]))
@@ -129,6 +169,11 @@ def main(argv=None) -> int:
               + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({gain('qmm', a):.2f}x qmm; rounds "
                           f"{min(seconds[a]) * 1e3:.2f}..{max(seconds[a]) * 1e3:.2f})"
                           for a in arms), flush=True)
+        timed = {a: collector[a][1:] for a in arms}  # the untimed call's left out
+        print(f"B = {b}: cyclic collector per round (median ms; full collections in all "
+              f"rounds): " + ", ".join(
+                  f"{a} {statistics.median(t for t, _ in timed[a]) * 1e3:.1f} "
+                  f"({sum(f for _, f in timed[a])})" for a in arms), flush=True)
         print(f"B = {b}: the down projections' gain: added to qmm {gain('qmm', 'down'):.2f}x, "
               f"taken off tuned {gain('tuned-down', 'tuned'):.2f}x, added to apart "
               f"{gain('apart', 'apart+down'):.2f}x", flush=True)

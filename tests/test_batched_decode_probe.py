@@ -37,8 +37,27 @@ def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
         "128x64", "256x64", "32x64", "64x128", "64x64"]
     (arms,) = [ln for ln in text.splitlines() if "per step (median of 2 rounds)" in ln]
     timed = [part.split(":")[-1].split()[0] for part in arms.split(",")]
-    assert timed == ["qmm", "tuned", "down", "tuned-down", "apart", "apart+down"], arms
+    assert timed == ["qmm", "tuned", "down", "tuned-down", "apart", "apart+down", "qmm-nogc",
+                     "tuned-nogc"], arms
+    (collector,) = [ln for ln in text.splitlines() if "cyclic collector per round" in ln]
+    assert "tuned-nogc 0.0 (0)" in collector, collector  # disabled: no collection timed
     assert "(1.00x qmm; rounds " in arms.split(",")[0]
     assert " us per op built" in text.splitlines()[0]
     assert "B = 2: the down projections' gain: added to qmm " in text
     assert "decode check (2 steps x 2 paired rounds" in text
+
+
+def test_collector_clock_times_each_collection_and_counts_full_ones():
+    import gc
+
+    clock = load_probe().CollectorClock()
+    gc.callbacks.append(clock)
+    try:
+        gc.collect(0)
+        assert clock.full == 0 and clock.seconds > 0
+        gc.collect()  # a full collection
+        assert clock.full == 1
+        clock.reset()
+        assert (clock.seconds, clock.full) == (0.0, 0)
+    finally:
+        gc.callbacks.remove(clock)

@@ -172,6 +172,10 @@
 # Part BDC3: is the batched verdict the host's? The probe as in part BDC (6 rounds; it now
 # prints the host's microseconds per MLX op built and each arm's fastest and slowest
 # round), then again pinned to cores 0-1 with a busy loop on each, the host's share halved.
+# Part BDC4: the probe as in part BDC3's first command, 8 rounds, with two more arms, qmm
+# and tuned with Python's cyclic collector disabled during the decode, and the collector's
+# time per round for every arm (part BDC3: the tuned arms' rounds spread 7.8-13.7 ms, the
+# qmm arm's 15.1-15.5).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -410,6 +414,10 @@ if [ "$part" = "bdc3" ]; then  # the probe on its host as it is, then on half of
   taskset -c 1 sh -c 'while :; do :; done' & h1=$!
   run $(( ${DEADLINE:-600} - SECONDS - 5 )) taskset -c 0,1 python3 $P
   kill $h0 $h1
+fi
+if [ "$part" = "bdc4" ]; then  # the probe with the collector's time, and arms without it
+  run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 bench/batched_decode_probe.py \
+    --model llama-3-8b --layers 32 --batch 4 --rounds 8 --steps 32 --prompt 16
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
