@@ -176,6 +176,8 @@
 # and tuned with Python's cyclic collector disabled during the decode, and the collector's
 # time per round for every arm (part BDC3: the tuned arms' rounds spread 7.8-13.7 ms, the
 # qmm arm's 15.1-15.5).
+# Part BDC5: part BDC4's probe, 6 rounds, with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0:
+# every kernel launched on its own; part BDC4 ruled the collector out, 2.6 ms per round).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -418,6 +420,11 @@ fi
 if [ "$part" = "bdc4" ]; then  # the probe with the collector's time, and arms without it
   run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 bench/batched_decode_probe.py \
     --model llama-3-8b --layers 32 --batch 4 --rounds 8 --steps 32 --prompt 16
+fi
+if [ "$part" = "bdc5" ]; then  # the probe without CUDA graphs
+  MLX_USE_CUDA_GRAPHS=0 run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 \
+    bench/batched_decode_probe.py --model llama-3-8b --layers 32 --batch 4 --rounds 6 \
+    --steps 32 --prompt 16
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
