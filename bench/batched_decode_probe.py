@@ -169,6 +169,8 @@ def main(argv=None) -> int:
               + ", ".join(f"{a} {med[a] * 1e3:.2f} ms ({gain('qmm', a):.2f}x qmm; rounds "
                           f"{min(seconds[a]) * 1e3:.2f}..{max(seconds[a]) * 1e3:.2f})"
                           for a in arms), flush=True)
+        print(f"B = {b}: rounds in order (ms per step): " + "; ".join(
+            f"{a} " + " ".join(f"{t * 1e3:.1f}" for t in seconds[a]) for a in arms), flush=True)
         timed = {a: collector[a][1:] for a in arms}  # the untimed call's left out
         print(f"B = {b}: cyclic collector per round (median ms; full collections in all "
               f"rounds): " + ", ".join(

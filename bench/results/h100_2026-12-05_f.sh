@@ -178,6 +178,8 @@
 # qmm arm's 15.1-15.5).
 # Part BDC5: part BDC4's probe, 6 rounds, with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0:
 # every kernel launched on its own; part BDC4 ruled the collector out, 2.6 ms per round).
+# Part BDC6: part BDC5's probe with CUDA graphs on (as by default), printing every arm's
+# rounds in order (part BDC5: without graphs the tuned arms' rounds still spread, 8.3-14.8 ms).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
@@ -425,6 +427,10 @@ if [ "$part" = "bdc5" ]; then  # the probe without CUDA graphs
   MLX_USE_CUDA_GRAPHS=0 run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 \
     bench/batched_decode_probe.py --model llama-3-8b --layers 32 --batch 4 --rounds 6 \
     --steps 32 --prompt 16
+fi
+if [ "$part" = "bdc6" ]; then  # the probe, every arm's rounds in order
+  run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 bench/batched_decode_probe.py \
+    --model llama-3-8b --layers 32 --batch 4 --rounds 6 --steps 32 --prompt 16
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
