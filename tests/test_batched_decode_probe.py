@@ -40,7 +40,7 @@ def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
     assert timed == ["qmm", "tuned", "down", "tuned-down", "apart", "apart+down", "qmm-nogc",
                      "tuned-nogc"], arms
     (order,) = [ln for ln in text.splitlines() if "rounds in order (ms per step)" in ln]
-    assert all(len(part.split()) == 3 for part in order.split(": ", 1)[1].split("; ")), order
+    assert all(len(part.split()) == 3 for part in order.split("step): ", 1)[1].split("; ")), order
     (collector,) = [ln for ln in text.splitlines() if "cyclic collector per round" in ln]
     assert "tuned-nogc 0.0 (0)" in collector, collector  # disabled: no collection timed
     assert "(1.00x qmm; rounds " in arms.split(",")[0]
