@@ -632,12 +632,12 @@ def batched_checks(args) -> tuple[int, ...]:
     """The batch sizes B >= 2 the decode check judges: all of them with ``--decode-check
     on``, none with ``auto``.
 
-    Hazard: on 32 Llama-3-8B layers of an H100 the batched pass judged every W8A8 kernel at
-    B = 2-16 no faster (0.95-1.04x) and replaced it, where the same model's batched decode
-    timed directly in one process ran 1.18x faster at B = 4 with only the down
-    projections on theirs, and the check run right after said 0.97x (p25 0.68x)
-    (bench/batched_decode_probe.py, docs/tuning.md). Until the batched pass agrees with
-    direct timing, ``auto`` leaves it out."""
+    Hazard: in the batched decode of 32 Llama-3-8B layers on an NVIDIA H100, one
+    group's share of a step lies below the noise of steps on W8A8 kernels: over seven
+    runs the check's per-group verdicts at B = 4 fell either way (0.67-1.21x, all
+    replaced in four runs) while the race's choices as a whole decoded 1.25-2.13x faster
+    than ``mx.quantized_matmul`` in six of them (bench/batched_decode_probe.py,
+    docs/tuning.md). So ``auto`` leaves the batched pass out."""
     return decode_check_mod.BATCHES if args.decode_check == "on" else ()
 
 

@@ -99,7 +99,8 @@ def test_no_shipped_choice_rests_on_a_batched_decode_replacement(as_shipped):
 def test_the_h100_table_decodes_batches_on_w8a8_kernels(as_h100, n, k):
     # Batched decode of B = 2-16 rows: the race's W8A8 kernels (or the prior's, at M = 2-4
     # where the table has no entry), not mx.quantized_matmul, whose time grows with each
-    # row on sm_90 (1.25x slower per step on 32 layers at B = 4 in part BDP32).
+    # row on sm_90 (1.25-2.13x slower per step on 32 layers at B = 4 in six runs of seven:
+    # docs/tuning.md).
     tuning.use_tuner(as_h100)
     for m in (2, 3, 4, 8, 16):
         candidate, source = registry.decide(Problem("linear", m, n, k, "bfloat16", "per_channel", 64))

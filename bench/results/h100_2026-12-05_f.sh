@@ -180,6 +180,8 @@
 # every kernel launched on its own; part BDC4 ruled the collector out, 2.6 ms per round).
 # Part BDC6: part BDC5's probe with CUDA graphs on (as by default), printing every arm's
 # rounds in order (part BDC5: without graphs the tuned arms' rounds still spread, 8.3-14.8 ms).
+# Parts BDC to BDC6 ran on NVIDIA H100s, each on a fresh one but BDC5 (trees d509332,
+# b0e467b (its header says d509332+), 31c4827, 76b3884, 0907402, 80af95f).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
 # d2996af, 5621e21; DEADLINE=585, 200, 470): Y's decode check was cut by its first
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and

@@ -42,10 +42,14 @@ not by adding it to an all-reference one. A step costs about the larger of its h
 device totals, so effects do not add: where the reference arrangement is bound by the
 host (every sibling launch split into its members' launches, each with its own
 activation quantize), a group that saves device time shows no gain on it and would be
-replaced, though it makes the tuned model faster. Measured so on 32 Llama-3-8B layers at
-B = 4 on an NVIDIA H100 (``bench/batched_decode_probe.py``, docs/tuning.md). Groups are
-judged one at a time, not in combination: a deliberate simplification (a variant per
-pair of groups would grow as the square of the groups).
+replaced, though it makes the tuned model faster (``tests/test_decode_check.py`` builds
+such a model). Groups are judged one at a time, not in combination: a deliberate
+simplification (a variant per pair of groups would grow as the square of the groups).
+
+Hazard: a group's share of a step must stand out of the step's noise. In the batched
+decode of 32 Llama-3-8B layers on an NVIDIA H100, steps on W8A8 kernels spread by up to
+2x between rounds, and per-group verdicts fell either way from run to run while the
+whole table's gain held (docs/tuning.md); ``tune`` runs the batched pass only when asked.
 
 Batched decode (mlx-lm's server decodes up to 32 sequences at once by default) runs its
 linears at M = B rows per step, so for each batch size B in ``batches`` (2 .. 64) the
