@@ -103,7 +103,8 @@ ENTRY_SCHEMA: dict[str, tuple[str, Any]] = {
     "candidates": ("an object of candidate name -> object", lambda v: isinstance(v, dict) and all(
         isinstance(name, str) and isinstance(c, dict) for name, c in v.items())),
     # The decode check's verdict; "batch" (absent: B = 1) names the batched decode of B
-    # sequences that judged an M = B entry.
+    # sequences that judged an M = B entry; "judged_in": "tuned" (absent: the group was
+    # added to an all-reference model) says the group was taken off the tuned model.
     "decode_check": ("an object whose batch, where present, is an integer >= 2",
                      lambda v: isinstance(v, dict) and (
                          "batch" not in v or (_is_int(v["batch"]) and v["batch"] >= 2))),
