@@ -151,29 +151,16 @@ def test_a_kernel_must_win_most_rounds_not_just_the_median(check_env, monkeypatc
         assert g.kept is kept and (g.low >= 1.0) is kept and g.ratio > 1.02
 
 
-def test_groups_are_judged_off_the_tuned_model_where_gains_do_not_add(check_env, monkeypatch):
-    """A step costs the larger of its host and device totals, so one group's gain can
-    show only with another's: here gate/up/lm_head's kernel saves host time and
-    down_proj's device time; either alone leaves the step at the other bound (1.00x),
-    both make it 1.12x faster. Judged by adding each to an all-reference model, both
-    would be replaced; taken off the tuned model, each costs 1.12x, so both stay."""
+def host_and_device_decode(monkeypatch, cost):
+    """Make the check's decode step cost the larger of its host and device totals, each
+    a sum over the linears of ``cost[kernel] = (host, device)`` for the kernel the layer
+    runs (the real loop runs one step first, so every layer meets M = 1 and decides)."""
     from mlx_w8a8.tuning import linears, model_timing
 
-    model = tiny_lm.converted()
-    for name in ("host_light", "device_light"):
-        registry.register(Candidate(name=name, backend="any", op="linear", run=QMM.run,
-                                    digest=f"d-{name}", w8a8=False))
-    mlp = model.model.layers[0].mlp
-    attn = model.model.layers[0].self_attn
-    choose_at_m1(check_env, mlp.gate_proj, "host_light")  # 256x128: gate, up, lm_head
-    choose_at_m1(check_env, mlp.down_proj, "device_light")  # 128x256: down
-    choose_at_m1(check_env, attn.q_proj, "mlx_qmm")  # 128x128: q, o (no borrowing)
-    choose_at_m1(check_env, attn.k_proj, "mlx_qmm")  # 64x128: k, v
-    cost = {"mlx_qmm": (1.0, 1.0), "host_light": (0.2, 1.0), "device_light": (1.0, 0.2)}
     real = model_timing.decode
 
     def decode(model, tokens, steps, loop=None):
-        real(model, tokens, 1, loop)  # the layers meet M = 1 and decide
+        real(model, tokens, 1, loop)
         host = device = 0.0
         for _, layer in linears.w8a8_linears(model):
             h, d = cost[layer.kernel or layer.decision(1, mx.float32)[0]]
@@ -181,14 +168,62 @@ def test_groups_are_judged_off_the_tuned_model_where_gains_do_not_add(check_env,
         return max(host, device) * 1e-3
 
     monkeypatch.setattr(model_timing, "decode", decode)
+
+
+def two_groups(check_env, gate_kernel, down_kernel):
+    """A tiny model whose table chooses ``gate_kernel`` for gate/up/lm_head (256x128),
+    ``down_kernel`` for down (128x256) and the reference for the other shapes."""
+    model = tiny_lm.converted()
+    for name in (gate_kernel, down_kernel):
+        registry.register(Candidate(name=name, backend="any", op="linear", run=QMM.run,
+                                    digest=f"d-{name}", w8a8=False))
+    mlp, attn = model.model.layers[0].mlp, model.model.layers[0].self_attn
+    choose_at_m1(check_env, mlp.gate_proj, gate_kernel)
+    choose_at_m1(check_env, mlp.down_proj, down_kernel)
+    choose_at_m1(check_env, attn.q_proj, "mlx_qmm")  # 128x128: q, o (no borrowing)
+    choose_at_m1(check_env, attn.k_proj, "mlx_qmm")  # 64x128: k, v
+    return model, mlp
+
+
+def test_decisions_that_gain_only_together_are_kept_as_a_whole(check_env, monkeypatch):
+    """A step costs the larger of its host and device totals, so one group's gain can
+    show only with another's: here gate/up/lm_head's kernel saves host time and
+    down_proj's device time; either alone leaves the step at the other bound (1.00x),
+    both make it 1.12x faster. Judged by adding each to an all-reference model, both
+    would be replaced; the table as a whole beats the reference, so both stay."""
+    model, mlp = two_groups(check_env, "host_light", "device_light")
+    host_and_device_decode(monkeypatch, {
+        "mlx_qmm": (1.0, 1.0), "host_light": (0.2, 1.0), "device_light": (1.0, 0.2)})
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=4, batches=())
     assert sorted(g.tuned for g in result.groups) == ["device_light", "host_light"]
     for g in result.groups:
-        assert g.kept and g.ratio == pytest.approx(g.low) and g.ratio > 1.1
+        assert g.kept and g.whole and g.ratio == pytest.approx(g.low) and g.ratio > 1.1
+    assert "as a whole -> kept" in result.describe()
     assert mlp.gate_proj.decision(1, mx.float32)[0] == "host_light"
     assert mlp.down_proj.decision(1, mx.float32)[0] == "device_light"
-    assert check_env.lookup(mlp.down_proj.problem(1, mx.float32)).entry[
-        "decode_check"]["judged_in"] == "tuned"
+    check = check_env.lookup(mlp.down_proj.problem(1, mx.float32)).entry["decode_check"]
+    assert check["judged_in"] == "whole" and check["kept"]
+
+
+def test_a_group_that_helps_is_kept_from_a_table_that_as_a_whole_does_not(check_env,
+                                                                         monkeypatch):
+    """Device-bound steps: gate/up/lm_head's kernel costs more device time, down_proj's
+    less; together they lose to the reference (0.91x), so each is judged by taking it
+    off the tuned model alone: gate/up/lm_head's is replaced, down_proj's kept."""
+    model, mlp = two_groups(check_env, "device_heavy", "device_light")
+    host_and_device_decode(monkeypatch, {
+        "mlx_qmm": (1.0, 2.0), "device_heavy": (1.0, 3.0), "device_light": (1.0, 1.0)})
+    result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=4, batches=())
+    verdicts = {g.tuned: g for g in result.groups}
+    assert set(verdicts) == {"device_heavy", "device_light"}
+    assert not verdicts["device_heavy"].kept and verdicts["device_heavy"].ratio < 1.0
+    assert verdicts["device_light"].kept and verdicts["device_light"].ratio > 1.02
+    assert not any(g.whole for g in result.groups)
+    assert {"every group tuned", "every group on the reference", "tuned"} <= set(result.seconds)
+    assert mlp.gate_proj.decision(1, mx.float32)[0] == "mlx_qmm"
+    assert mlp.down_proj.decision(1, mx.float32)[0] == "device_light"
+    check = check_env.lookup(mlp.down_proj.problem(1, mx.float32)).entry["decode_check"]
+    assert check["judged_in"] == "tuned" and check["kept"]
 
 
 # Sibling launches (q/k/v, gate/up as one launch): decided, judged and rewritten under the
@@ -351,19 +386,21 @@ def test_an_unsettled_verdict_is_judged_again_over_extra_rounds(check_env, monke
                                 digest="d-fast", w8a8=False))
     problem = choose_at_m1(check_env, model.model.layers[0].mlp.down_proj, "fast")
     calls = []
+    whole = ["every group on the reference", "every group tuned"]
     monkeypatch.setattr(model_timing, "alternate",
-                        tiny_lm.unsettled_then_faster(None, calls, fast="tuned"))
+                        tiny_lm.unsettled_then_faster(None, calls, fast=whole[1]))
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6,
                                  extra_rounds=extra)
     assert result.groups and result.rounds == 6
     assert all(g.kept is kept and g.rounds == rounds for g in result.groups)
     if extra == 0:
-        assert len(calls) == 1
+        # unsettled, so not kept as a whole: each group judged alone (at the reference's
+        # speed there, as this stand-in times every other variant)
+        assert [names for names, _ in calls] == [whole, ["tuned"] + [
+            f"without group {i}" for i in range(len(result.groups))]]
     else:
-        # one more call: every unsettled pair's variants, "tuned" once, the extra rounds
-        assert calls[1] == (["without group 0", "tuned"]
-                            + [f"without group {i}" for i in range(1, len(result.groups))],
-                            rounds - 6)
+        # one more call: the whole table's two variants, the extra rounds; kept as a whole
+        assert calls[1] == (whole, rounds - 6) and len(calls) == 2
     entry = check_env.lookup(problem).entry
     assert entry["decode_check"]["rounds"] == rounds and entry["decode_check"]["kept"] is kept
     assert (f"{rounds} rounds" in result.describe()) is (rounds != 6)
@@ -439,23 +476,26 @@ def test_batched_verdicts_follow_the_b1_rule(check_env, monkeypatch, group_secon
 
     def alternate(names, rounds, measure, on_round=None):
         calls.append(len(names))
-        return {n: list(group_seconds) if n == "tuned" else [1.0] * 6 for n in names}
+        return {n: list(group_seconds) if n in ("tuned", "every group tuned") else [1.0] * 6
+                for n in names}
 
     monkeypatch.setattr(model_timing, "alternate", alternate)
     seen = batch_sizes_timed(monkeypatch)
     result = tuning.check_decode(model, check_env, steps=2, prompt=3, rounds=6, extra_rounds=0)
     # B = 2 and 4 snap to the M = 1 or 8 entries, B = 16 .. 64 to the M = 8 one: skipped
     assert set(seen) == {8} and result.batches == (8,)
-    assert {g.problem.m for g in result.groups} == {1, 8} and len(calls) == 2
+    # per M: the whole table's two variants, then (not kept as a whole) each group's
+    assert {g.problem.m for g in result.groups} == {1, 8}
+    assert calls == ([2, 2] if kept else [2, 1 + len(result.groups) // 2] * 2)
     for g in result.groups:
-        assert g.kept is kept
+        assert g.kept is kept and g.whole is kept
     for p, batch in ((p1, None), (p8, 8)):
         entry = check_env.lookup(p).entry
         assert entry["decode_check"]["kept"] is kept
         assert entry["decode_check"].get("batch") == batch
         assert entry["choice"] == ("fast" if kept else "mlx_qmm")
     assert any(name.startswith("B = 8 ") for name in result.seconds)
-    assert "tuned" in result.seconds  # B = 1's variants keep their names
+    assert "every group tuned" in result.seconds  # B = 1's variants keep their names
 
 
 def test_batched_check_can_be_left_out(check_env, monkeypatch):

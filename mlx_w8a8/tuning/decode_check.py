@@ -13,43 +13,51 @@ entries chose the W8A8 GEMV for gate/up and lm_head decoded at 0.80x the
 
 So :func:`check_decode` runs the model's own decode loop (``mlx_lm``'s
 ``generate_step``, or :func:`mlx_w8a8.tuning.model_timing.generate_steps` where it cannot be
-imported) in paired, alternating rounds:
+imported) in paired, alternating rounds, first on the decisions as a whole:
 
-- ``tuned``: every layer on its tuned kernel, as the tables decide it (what runs once
-  the check keeps everything);
-- one variant per layer group whose decision is not the reference kernel
-  (``mx.quantized_matmul``): that group alone taken off its tuned kernel, every other
-  group left on its own (``without group i``).
+- ``every group tuned``: every layer on its tuned kernel, as the tables decide it;
+- ``every group on the reference``: every layer group whose decision is not the
+  reference kernel (``mx.quantized_matmul``) forced onto it, sibling members included.
+
+Where the first decodes faster than the second by the tuner's margin (median of the
+per-round ratios) and in at least three rounds of four (lower quartile of the ratios
+>= 1), every group keeps its kernel (``whole``). Otherwise each group is judged alone,
+in more rounds of
+
+- ``tuned``: every layer on its tuned kernel, as above;
+- one variant per group: that group alone taken off its tuned kernel, every other group
+  left on its own (``without group i``);
+
+and keeps its kernel only if ``tuned`` decodes faster than its variant by the same rule;
+a group that does not has its entry rewritten with the reference as the choice. Where
+the median passes and the quartile does not, the verdict is unsettled rather than lost:
+as many rounds again (by default) are run for the pair, and the rule is applied to all
+of them (:func:`extend_unsettled`, shared with the sibling and prefill checks). Either
+way the entry records what the check saw (``decode_check``, with ``judged_in``:
+``whole`` or ``tuned``).
 
 Sibling layers that run as one launch (:mod:`mlx_w8a8.siblings`: q/k/v, gate/up) are
 decided by their summed problem's entry, so they are grouped, judged and rewritten under
-that problem; off, each member runs alone on its own decision (what runs once the summed
-entry says the reference), not necessarily on the reference itself. Where a replaced
-sibling launch leaves members on kernels other than the reference, a second pass judges
-those decisions the same way.
+that problem; taken off alone, each member runs alone on its own decision (what runs
+once the summed entry says the reference), not necessarily on the reference itself.
+Where a replaced sibling launch leaves members on kernels other than the reference, a
+second pass judges those decisions the same way.
 
-A group keeps its tuned kernel only if ``tuned`` decodes faster than its variant by the
-tuner's margin (median of the per-round ratios) and in at least three rounds of four
-(lower quartile of the ratios >= 1); otherwise its entry is rewritten with the reference
-as the choice. Where the median passes and the quartile does not, the verdict is
-unsettled rather than lost: as many rounds again (by default) are run for that variant
-and ``tuned``, and the rule is applied to all of them (:func:`extend_unsettled`, shared
-with the sibling and prefill checks). Either way the entry records what the check saw
-(``decode_check``).
+Invariants, both because a step costs about the larger of its host and device totals,
+so gains do not add (``tests/test_decode_check.py`` builds models of each case):
 
-Invariant: each group is judged by taking it off the configuration the tables decide,
-not by adding it to an all-reference one. A step costs about the larger of its host and
-device totals, so effects do not add: where the reference arrangement is bound by the
-host (every sibling launch split into its members' launches, each with its own
-activation quantize), a group that saves device time shows no gain on it and would be
-replaced, though it makes the tuned model faster (``tests/test_decode_check.py`` builds
-such a model). Groups are judged one at a time, not in combination: a deliberate
-simplification (a variant per pair of groups would grow as the square of the groups).
+- The whole first: one group's share of a step may lie below the step's noise where the
+  decisions together do not. In the batched decode of 32 Llama-3-8B layers on an NVIDIA
+  H100, steps on W8A8 kernels spread by up to 2x between rounds; over seven runs the
+  per-group verdicts fell either way while every linear on its tuned kernel decoded
+  1.25-2.13x faster than on the reference in six (docs/tuning.md). The price: a group
+  that costs a little is kept with the others when they win as a whole.
+- Alone, a group is taken off the configuration the tables decide, not added to an
+  all-reference one: where the reference arrangement is bound by the host, a group that
+  saves device time shows no gain there, though the tuned model needs it.
 
-Hazard: a group's share of a step must stand out of the step's noise. In the batched
-decode of 32 Llama-3-8B layers on an NVIDIA H100, steps on W8A8 kernels spread by up to
-2x between rounds, and per-group verdicts fell either way from run to run while the
-whole table's gain held (docs/tuning.md); ``tune`` runs the batched pass only when asked.
+Groups are judged one at a time, not in every combination: a deliberate simplification
+(a variant per pair of groups would grow as the square of the groups).
 
 Batched decode (mlx-lm's server decodes up to 32 sequences at once by default) runs its
 linears at M = B rows per step, so for each batch size B in ``batches`` (2 .. 64) the
@@ -91,6 +99,8 @@ ROUNDS = 20
 # The sibling and prefill checks' paired rounds per prefill length (their ROUNDS, and
 # tune's --prefill-rounds default).
 PREFILL_ROUNDS = 10
+# arrange()'s variant with every group's layers on the reference (the whole table's baseline).
+EVERY = object()
 # Batch sizes of the batched decode check: mlx-lm's server decodes up to 32 sequences at
 # once by default, and tune --model measures M = 2 .. 64 on a GPU.
 BATCHES = (2, 4, 8, 16, 32, 64)
@@ -112,6 +122,8 @@ class GroupResult:
         kept: whether the tuned kernel stays (``ratio`` >= the margin and ``low`` >= 1).
         rounds: the paired rounds the verdict rests on (the check's rounds, more where
             they left it unsettled: :func:`extend_unsettled`).
+        whole: the verdict is that of the check's decisions as a whole (every group
+            tuned against every group on the reference), ``ratio`` and ``low`` theirs.
     """
 
     problem: Problem
@@ -122,6 +134,7 @@ class GroupResult:
     low: float
     kept: bool
     rounds: int
+    whole: bool = False
 
 
 @attrs.frozen
@@ -152,8 +165,9 @@ class DecodeCheck:
             return ("decode check: every M = 1 decision, and every decision of a measured "
                     "M = 2 .. 64 bucket, is the reference; nothing to check")
         lines = [f"decode check ({self.steps} steps x {self.rounds} paired rounds; "
-                 f"> 1.00x: the model decoded faster with the group on its tuned kernel than "
-                 f"with it taken off, every other group on its own):"]
+                 f"> 1.00x: the model decoded faster on the tuned kernels: every group "
+                 f"against every group on the reference (as a whole), else each group "
+                 f"against it alone taken off):"]
         for g in self.groups:
             p = g.problem
             verdict = "kept" if g.kept else f"replaced by {g.reference}"
@@ -161,7 +175,7 @@ class DecodeCheck:
             lines.append(
                 f"  {batch}{p.n}x{p.k} ({len(g.layers)} layer(s), e.g. {g.layers[0]}): "
                 f"{g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x{more_rounds(g.rounds, self.rounds)})"
-                f" -> {verdict}"
+                f"{' as a whole' if g.whole else ''} -> {verdict}"
             )
         return "\n".join(lines)
 
@@ -351,7 +365,7 @@ def check_decode(
             label, prefix = f"decode check B = {m}", f"B = {m} "
         results_m, seconds_m, recorded_m = _check_at(
             m, run, layers, dtypes, tuner, rounds, extra_rounds, min_improvement_bps, record,
-            progress, label, {"steps": steps, "rounds": rounds, "judged_in": "tuned",
+            progress, label, {"steps": steps, "rounds": rounds,
                               "min_improvement_bps": min_improvement_bps,
                               **({"batch": m} if m > 1 else {})})
         if m > 1 and results_m:
@@ -427,70 +441,79 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
             break
 
         problems = list(groups)
-        # variant name -> the group taken off its tuned kernel (None: every group on it)
-        variants = {"tuned": None,
-                    **{f"without group {i}": p for i, p in enumerate(problems)}}
-        names = list(variants)
-
         # Sibling groups this check turned off (each member alone on its own decisions).
         # Hazard: a member is not forced onto its M = B decision, which may be a kernel of
         # few rows (a GEMV): the batched loop also prefills the B prompts together, at
-        # M = B x prompt rows, where the member must decide as usual.
+        # M = B x prompt rows, where the member must decide as usual. (Forced onto the
+        # reference, as in the whole table's reference variant, it serves every M.)
         off: dict[int, Any] = {}
 
-        def arrange(name: str) -> None:
-            drop = variants[name]
+        def arrange(drop) -> None:
+            """``drop``: the group taken off its tuned kernel, ``None`` (none) or
+            :data:`EVERY` (every group's layers on the reference, sibling members too)."""
             for p in problems:
                 for _, layer in groups[p]:
-                    if id(layer) in alone:  # off: the group launch disabled
-                        group = layer.siblings
-                        if (p != drop) != group.enabled:
-                            if p == drop:
+                    want = reference[p] if drop is EVERY or p == drop else None
+                    if id(layer) in alone:  # a member: off, the group launch disabled
+                        want = reference[p] if drop is EVERY else None
+                        group, enabled = layer.siblings, p != drop
+                        if enabled != group.enabled:
+                            if not enabled:
                                 off[id(group)] = group
-                            group.enabled = p != drop
+                            group.enabled = enabled
                             group.reset()
-                        continue
-                    # Off: the reference, forced.
-                    want = reference[p] if p == drop else None
                     if layer.kernel != want:
                         layer.kernel = want
 
-        def measure(name: str) -> float:
-            arrange(name)
-            return run()
-
-        pairs = [(f"without group {i}", "tuned") for i in range(len(problems))]
-        try:
-            for name in names:  # untimed: plans built, kernels compiled
-                measure(name)
+        def time_variants(variants: dict, pairs: list) -> dict:
+            """Paired, alternating rounds of ``variants`` (name -> ``drop`` of
+            :func:`arrange`), more where a pair's verdict is unsettled."""
+            def measure(name: str) -> float:
+                arrange(variants[name])
+                return run()
 
             def on_round(r, order, secs):
                 if progress is not None:
                     progress(f"{label} round {r + 1}/{rounds}")
 
-            seconds = model_timing.alternate(names, rounds, measure, on_round)
-            extend_unsettled(seconds, pairs, extra_rounds, measure, min_improvement_bps,
-                             progress, label)
-        finally:
-            for p in problems:
-                for _, layer in groups[p]:
-                    if layer.kernel is not None:
-                        layer.kernel = None
-            for group in off.values():
-                if not group.enabled:
-                    group.enabled = True
-                    group.reset()
+            try:
+                for name in variants:  # untimed: plans built, kernels compiled
+                    measure(name)
+                seconds = model_timing.alternate(list(variants), rounds, measure, on_round)
+                extend_unsettled(seconds, pairs, extra_rounds, measure, min_improvement_bps,
+                                 progress, label)
+            finally:
+                for p in problems:
+                    for _, layer in groups[p]:
+                        if layer.kernel is not None:
+                            layer.kernel = None
+                for group in off.values():
+                    if not group.enabled:
+                        group.enabled = True
+                        group.reset()
+            return seconds
 
-        results = []
-        for i, p in enumerate(problems):
-            ratio, low, kept = paired_verdict(*(seconds[n] for n in pairs[i]),
-                                              min_improvement_bps)
-            results.append(GroupResult(
-                p, tuple(path for path, _ in groups[p]), tuned[p], reference[p], ratio, low,
-                kept, min(len(seconds[n]) for n in pairs[i]),
-            ))
+        def result(p, pair, seconds, whole=False) -> GroupResult:
+            ratio, low, kept = paired_verdict(*(seconds[n] for n in pair), min_improvement_bps)
+            return GroupResult(p, tuple(path for path, _ in groups[p]), tuned[p], reference[p],
+                               ratio, low, kept, min(len(seconds[n]) for n in pair), whole)
+
+        # First the decisions as a whole, against every one of them on the reference.
+        whole = ("every group on the reference", "every group tuned")
+        seconds = time_variants(dict(zip(whole, (EVERY, None))), [whole])
+        results = [result(p, whole, seconds, whole=True) for p in problems]
+        judged = "whole"
+        if not results[0].kept:
+            # Then each group, taken off the tuned model alone.
+            variants = {"tuned": None,
+                        **{f"without group {i}": p for i, p in enumerate(problems)}}
+            pairs = [(f"without group {i}", "tuned") for i in range(len(problems))]
+            seconds.update(time_variants(variants, pairs))
+            results = [result(p, pair, seconds) for p, pair in zip(problems, pairs)]
+            judged = "tuned"
         if record:
-            recorded += record_verdicts(tuner, results, "decode_check", details, OP)
+            recorded += record_verdicts(tuner, results, "decode_check",
+                                        {**details, "judged_in": judged}, OP)
         suffix = "" if not passes else f" (pass {len(passes) + 1})"
         passes.append(results)
         all_seconds.update({name + suffix: secs for name, secs in seconds.items()})
