@@ -126,15 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list the problems (and which are already in the table), measure nothing")
     p.add_argument("--decode-check", default="auto", choices=("auto", "on", "off"),
                    help="with --model and M = 1: run the model's own decode loop (its first "
-                   "--check-layers blocks) and keep a tuned M = 1 kernel only where it makes "
-                   "decode faster than mx.quantized_matmul; then, for each measured M = 2 .. 64 "
-                   "whose choice is not the reference, the same in the model's batched decode "
-                   "of B = M sequences (mlx-lm's BatchGenerator, the server's batching). "
-                   "Per-shape timing adds host and device time, a decode step overlaps them "
-                   "(docs/tuning.md). auto: the B = 1 pass alone, on a GPU (the batched "
-                   "pass's verdicts disagreed with the model's batched decode timed "
-                   "directly); on: both passes, also on a CPU, where one bfloat16 decode "
-                   "step of a 7B-class block takes seconds")
+                   "--check-layers blocks) and keep the tuned M = 1 kernels only where they "
+                   "make decode faster than mx.quantized_matmul, as a whole, else each "
+                   "alone; then, for each measured M = 2 .. 64 whose choice is not the "
+                   "reference, the same in the model's batched decode of B = M sequences "
+                   "(mlx-lm's BatchGenerator, the server's batching). Per-shape timing adds "
+                   "host and device time, a decode step overlaps them (docs/tuning.md). "
+                   "auto: the B = 1 pass alone, on a GPU (the batched pass's per-group "
+                   "verdicts did not repeat on a 32-layer model); on: both passes, also on a "
+                   "CPU, where one bfloat16 decode step of a 7B-class block takes seconds")
     p.add_argument("--sibling-check", default="auto", choices=("auto", "on", "off"),
                    help="with --model: prefill the model (its first --check-layers blocks) "
                    "at each measured M >= 16 with its sibling groups (q/k/v, gate/up) as "

@@ -180,6 +180,10 @@
 # every kernel launched on its own; part BDC4 ruled the collector out, 2.6 ms per round).
 # Part BDC6: part BDC5's probe with CUDA graphs on (as by default), printing every arm's
 # rounds in order (part BDC5: without graphs the tuned arms' rounds still spread, 8.3-14.8 ms).
+# Part BDCW (for an NVIDIA H100): the decode check judging each batch size's decisions as
+# a whole first, on a GPU: the probe on 32 layers at B = 4 and 16 (its check call is the
+# check as it is), then the tune of the H100 table's batched buckets with the batched pass
+# on (the shipped file has no M = 2-16 entries; its output is the candidate for them).
 # Parts BDC to BDC6 ran on NVIDIA H100s, each on a fresh one but BDC5 (trees d509332,
 # b0e467b (its header says d509332+), 31c4827, 76b3884, 0907402, 80af95f).
 # Parts Y, SONLY and YDC ran on one NVIDIA H100, asked for as an H200 (trees d2996af,
@@ -433,6 +437,15 @@ fi
 if [ "$part" = "bdc6" ]; then  # the probe, every arm's rounds in order
   run $(( ${DEADLINE:-600} - SECONDS - 5 )) python3 bench/batched_decode_probe.py \
     --model llama-3-8b --layers 32 --batch 4 --rounds 6 --steps 32 --prompt 16
+fi
+if [ "$part" = "bdcw" ]; then  # the whole-first check on a GPU: probe, then the batched tune
+  run 260 python3 bench/batched_decode_probe.py --model llama-3-8b --layers 32 --batch 4,16 \
+    --rounds 8 --steps 32 --prompt 16
+  cp mlx_w8a8/tables/nvidia-h100.json tmp_t/w.json
+  run $(( ${DEADLINE:-600} - SECONDS - 10 )) python3 -m mlx_w8a8.tune --model llama-3-8b \
+    --m 1,2,4,8,16 --pairs 8 --check-layers 32 --decode-check on --sibling-check off \
+    --prefill-check off --table tmp_t/w.json --no-progress
+  cp tmp_t/w.json "$O/w_table.json"
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \
