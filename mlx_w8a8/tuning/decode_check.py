@@ -465,23 +465,24 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
                     if layer.kernel != want:
                         layer.kernel = want
 
-        def time_variants(variants: dict, pairs: list) -> dict:
+        def time_variants(variants: dict, pairs: list, stage: str) -> dict:
             """Paired, alternating rounds of ``variants`` (name -> ``drop`` of
-            :func:`arrange`), more where a pair's verdict is unsettled."""
+            :func:`arrange`), more where a pair's verdict is unsettled; progress
+            messages name ``stage``."""
             def measure(name: str) -> float:
                 arrange(variants[name])
                 return run()
 
             def on_round(r, order, secs):
                 if progress is not None:
-                    progress(f"{label} round {r + 1}/{rounds}")
+                    progress(f"{label}, {stage}: round {r + 1}/{rounds}")
 
             try:
                 for name in variants:  # untimed: plans built, kernels compiled
                     measure(name)
                 seconds = model_timing.alternate(list(variants), rounds, measure, on_round)
                 extend_unsettled(seconds, pairs, extra_rounds, measure, min_improvement_bps,
-                                 progress, label)
+                                 progress, f"{label}, {stage}:")
             finally:
                 for p in problems:
                     for _, layer in groups[p]:
@@ -500,7 +501,7 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
 
         # First the decisions as a whole, against every one of them on the reference.
         whole = ("every group on the reference", "every group tuned")
-        seconds = time_variants(dict(zip(whole, (EVERY, None))), [whole])
+        seconds = time_variants(dict(zip(whole, (EVERY, None))), [whole], "as a whole")
         results = [result(p, whole, seconds, whole=True) for p in problems]
         judged = "whole"
         if not results[0].kept:
@@ -508,7 +509,7 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
             variants = {"tuned": None,
                         **{f"without group {i}": p for i, p in enumerate(problems)}}
             pairs = [(f"without group {i}", "tuned") for i in range(len(problems))]
-            seconds.update(time_variants(variants, pairs))
+            seconds.update(time_variants(variants, pairs, "each group"))
             results = [result(p, pair, seconds) for p, pair in zip(problems, pairs)]
             judged = "tuned"
         if record:
