@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -383,11 +384,10 @@ def block_threads(build: KernelBuild) -> int:
     return found.pop()
 
 
-def wrap(build: KernelBuild) -> str:
-    """The full translation unit MLX would hand to NVRTC for ``build``."""
-    header, bodies = launch.load(build.file)  # the text the launchers pass to MLX
-    body = bodies[build.body]
-    name = f"custom_kernel_w8a8_{build.file[:-3]}_{build.body}"
+def _kernel_text(build: KernelBuild, name: str) -> str:
+    """``build``'s ``__global__`` function named ``name``, as MLX writes it around the
+    body (in ``mlx::core::cu``, after the file's header)."""
+    body = launch.load(build.file)[1][build.body]
     params = []
     for arg, dtype, ndim in build.inputs:
         params.append(f"    const {CUDA_TYPES[dtype]}* {arg}")
@@ -408,12 +408,54 @@ def wrap(build: KernelBuild) -> str:
             consts.append(f"  constexpr int {key} = {value};")
         else:
             consts.append(f"  using {key} = {CUDA_TYPES[value]};")
-    return (
-        DEFAULT_HEADER + header
-        + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
-        + f"__global__ void {name}(\n" + ",\n".join(params) + ") {\n"
-        + "\n".join(consts) + "\n\n" + body + "\n}\n\n} // namespace mlx::core::cu\n"
-    )
+    return (f"__global__ void {name}(\n" + ",\n".join(params) + ") {\n"
+            + "\n".join(consts) + "\n\n" + body + "\n}\n\n")
+
+
+def _unit(file: str, kernels: list[str]) -> str:
+    """A translation unit of ``file``'s header and ``kernels`` (from :func:`_kernel_text`)."""
+    return (DEFAULT_HEADER + launch.load(file)[0]
+            + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
+            + "".join(kernels) + "} // namespace mlx::core::cu\n")
+
+
+def wrap(build: KernelBuild) -> str:
+    """The full translation unit MLX would hand to NVRTC for ``build``."""
+    name = f"custom_kernel_w8a8_{build.file[:-3]}_{build.body}"
+    return _unit(build.file, [_kernel_text(build, name)])
+
+
+def batch_marker(j: int) -> str:
+    """What the name of a batch's ``j``-th kernel carries, unique in the batch (it
+    survives C++ name mangling, so ptxas's lines about the kernel name it)."""
+    return f"custom_kernel_b{j:03d}_"
+
+
+def wrap_batch(builds: list[KernelBuild]) -> str:
+    """One translation unit holding every build of ``builds`` (one file's), each kernel
+    as :func:`wrap` writes it but named by :func:`batch_marker`: nvcc's fixed cost (its
+    front end reading the CUDA headers, about 4 s a unit on two cores) is paid once for
+    them all, and ptxas still compiles, allocates and reports each kernel on its own."""
+    assert len({b.file for b in builds}) == 1, "a batch holds one file's builds"
+    return _unit(builds[0].file, [
+        _kernel_text(b, f"{batch_marker(j)}w8a8_{b.file[:-3]}_{b.body}")
+        for j, b in enumerate(builds)])
+
+
+def split_log(log: str, count: int) -> list[str]:
+    """Each of a batch's ``count`` kernels' part of ptxas's ``-v`` log: the lines from
+    its ``Compiling entry function`` on to the next one's, and any line naming it (a
+    warning about it); lines about no kernel (the front end's, before the first entry)
+    go to every part."""
+    parts: list[list[str]] = [[] for _ in range(count)]
+    current = None
+    for line in log.splitlines():
+        named = [j for j in range(count) if batch_marker(j) in line]
+        if "Compiling entry function" in line:
+            current = named[0] if named else None
+        for j in (named or ([current] if current is not None else range(count))):
+            parts[j].append(line)
+    return ["\n".join(p) for p in parts]
 
 
 def _label(build: KernelBuild) -> str:
@@ -427,13 +469,19 @@ NVCC_CACHE = os.environ.get("MLX_W8A8_NVCC_CACHE") or os.path.join(
     tempfile.gettempdir(), "mlx_w8a8_nvcc_cache")
 
 
+# Builds per translation unit (batches): fewer units cost less front end, more keep the
+# compile jobs busy and make a cache miss recompile less.
+BATCH = 12
+
+
 @functools.lru_cache(maxsize=1)
 def _nvcc_version() -> str:
     return subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout
 
 
-def _compile(build: KernelBuild, workdir: str, index: int) -> tuple[int, str]:
-    text = wrap(build)
+def _nvcc(text: str, workdir: str, index) -> tuple[int, str]:
+    """Compile ``text`` for sm_90a with ptxas's ``-v`` report: ``(status, log)``,
+    remembered by digest when it succeeds."""
     flags = [ARCH, "-std=c++17", "-Xptxas", "-v", "-c"]
     key = hashlib.sha256("\0".join([text, STAND_IN_UTILS, " ".join(flags), _nvcc_version()])
                          .encode()).hexdigest()[:32]
@@ -454,6 +502,29 @@ def _compile(build: KernelBuild, workdir: str, index: int) -> tuple[int, str]:
             f.write(log)
         os.replace(tmp, done)
     return proc.returncode, log
+
+
+def _compile(build: KernelBuild, workdir: str, index) -> tuple[int, str]:
+    return _nvcc(wrap(build), workdir, index)
+
+
+def _compile_batch(builds: list[KernelBuild], workdir: str, index: int) -> list[tuple[int, str]]:
+    """Each build's ``(status, log)``, the batch compiled as one unit; where that fails,
+    each build alone, so that a failure names the kernel it is in."""
+    rc, log = _nvcc(wrap_batch(builds), workdir, f"b{index}")
+    if rc != 0:
+        return [_compile(b, workdir, f"b{index}_{j}") for j, b in enumerate(builds)]
+    cached = log.startswith("(compiled before")
+    return [(0, ("(compiled before, same digest) " if cached else "") + part)
+            for part in split_log(log, len(builds))]
+
+
+def batches(builds: list[KernelBuild], size: int = BATCH) -> list[list[int]]:
+    """``builds``' indices in batches of one file's builds, at most ``size`` each."""
+    by_file: dict[str, list[int]] = {}
+    for i, b in enumerate(builds):
+        by_file.setdefault(b.file, []).append(i)
+    return [ids[i:i + size] for ids in by_file.values() for i in range(0, len(ids), size)]
 
 
 BUILDS = kernel_builds()
@@ -486,15 +557,65 @@ def test_every_shipped_kernel_file_has_builds():
         assert covered == set(bodies), f"{file}: bodies never compiled: {set(bodies) - covered}"
 
 
+def test_split_log_gives_each_batched_kernel_its_own_lines():
+    # ptxas -v on a batch of three: a warning naming kernel 2 printed before its entry, a
+    # spill in kernel 0's section, a front-end line about none of them.
+    m = [f"_ZN3mlx4core2cu40{batch_marker(j)}w8a8_gemv_channelEPKa" for j in range(3)]
+    log = "\n".join([
+        "k.cu(64): warning #177-D: variable declared but never referenced",
+        f"ptxas info    : (C7520) wgmma.mma_async instructions are serialized in the function '{m[2]}'",
+        f"ptxas info    : Compiling entry function '{m[0]}' for 'sm_90a'",
+        f"ptxas info    : Function properties for {m[0]}",
+        "    8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads",
+        "ptxas info    : Used 232 registers",
+        f"ptxas info    : Compiling entry function '{m[1]}' for 'sm_90a'",
+        "ptxas info    : Used 40 registers",
+        f"ptxas info    : Compiling entry function '{m[2]}' for 'sm_90a'",
+        "ptxas info    : Used 168 registers",
+    ])
+    parts = split_log(log, 3)
+    assert all("warning #177-D" in p for p in parts)
+    assert ["spill stores" in p for p in parts] == [True, False, False]
+    assert ["are serialized" in p for p in parts] == [False, False, True]
+    assert [re.findall(r"Used (\d+) registers", p) for p in parts] == [["232"], ["40"], ["168"]]
+
+
+def test_a_failed_batch_is_compiled_build_by_build(monkeypatch, tmp_path):
+    # The batch's unit fails: each build compiles alone, so the failure names its kernel.
+    builds = [b for b in BUILDS if b.file == "quantize.cu"][:3]
+    calls = []
+
+    def nvcc(text, workdir, index):
+        calls.append(index)
+        if str(index).count("_") == 0:  # the batch's unit
+            return 1, "error in the unit"
+        return (1, "error: here") if index == "b7_1" else (0, "ptxas info    : Used 30 registers")
+
+    monkeypatch.setattr(sys.modules[__name__], "_nvcc", nvcc)
+    out = _compile_batch(builds, str(tmp_path), 7)
+    assert calls == ["b7", "b7_0", "b7_1", "b7_2"]
+    assert [rc for rc, _ in out] == [0, 1, 0] and out[1][1] == "error: here"
+
+
+def test_batches_hold_one_file_each_and_every_build_once():
+    groups = batches(BUILDS, 5)
+    assert sorted(i for g in groups for i in g) == list(range(len(BUILDS)))
+    assert all(0 < len(g) <= 5 and len({BUILDS[i].file for i in g}) == 1 for g in groups)
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: CUDA kernels not compiled here")
 def test_kernels_compile_for_sm90a(tmp_path):
     inc = tmp_path / "mlx" / "backend" / "cuda" / "device"
     inc.mkdir(parents=True)
     (inc / "utils.cuh").write_text(STAND_IN_UTILS)
     jobs = max(1, min(8, os.cpu_count() or 1))
+    groups = batches(BUILDS)
     with ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(lambda ib: _compile(ib[1], str(tmp_path), ib[0]),
-                                enumerate(BUILDS)))
+        done = list(pool.map(
+            lambda ig: _compile_batch([BUILDS[i] for i in ig[1]], str(tmp_path), ig[0]),
+            enumerate(groups)))
+    by_index = {i: out for ids, outs in zip(groups, done) for i, out in zip(ids, outs)}
+    results = [by_index[i] for i in range(len(BUILDS))]
     failures, serialized, spilled, oversized = [], [], [], []
     for build, (rc, log) in zip(BUILDS, results):
         spills = [ln.strip() for ln in log.splitlines() if "spill" in ln and not ln.strip().startswith("0 bytes")]
