@@ -363,6 +363,68 @@ def test_address_space_pass_reads_locations_in_order():
     assert harness.address_space_casts(dump) == [(3, "device float *"), (4, "void *")]
 
 
+def reference_casts(dump: str, file: str = "kernel.metal") -> list[tuple[int, str]]:
+    """The pass's oracle: every line's location tokens followed in order from the
+    dump's start (what harness.address_space_casts computes reading back from each
+    cast only)."""
+    import re
+
+    found, cur_file, cur_line = [], None, 0
+    for text in dump.splitlines():
+        first = None
+        for m in harness._LOC.finditer(text):
+            if m.group(2) is not None:
+                cur_file, cur_line = m.group(2), int(m.group(3))
+            elif m.group(1) is not None:
+                cur_line = int(m.group(1))
+            if first is None:
+                first = (cur_file, cur_line)
+        if "<AddressSpaceConversion>" in text and first is not None and first[0] == file:
+            kind = re.search(r"'([^']*)' <AddressSpaceConversion>", text)
+            found.append((first[1], kind.group(1) if kind else "?"))
+    return found
+
+
+def random_dump(rng, lines: int, file_rate: float = 0.04, cast_rate: float = 0.15) -> str:
+    """A clang-like AST dump: nodes whose locations name a file only now and then
+    (long runs of line:/col: tokens, which the pass must read back across), some
+    without locations, some casts between address spaces."""
+    files = ["kernel.metal", "/x/metal_emu.h", "/usr/include/c++/v1/cmath"]
+
+    def token():
+        r = rng.random()
+        if r < file_rate:
+            return f"{files[rng.integers(3)]}:{rng.integers(1, 500)}:{rng.integers(1, 80)}"
+        if r < 0.5:
+            return f"line:{rng.integers(1, 500)}:{rng.integers(1, 80)}"
+        return f"col:{rng.integers(1, 80)}"
+
+    out = []
+    for _ in range(lines):
+        r = rng.random()
+        if r < 0.05:
+            out.append("  <<<NULL>>>")
+            continue
+        node = f"{'  ' * int(rng.integers(0, 6))}Expr <{token()}, {token()}>"
+        if r < 0.05 + cast_rate:
+            node += " 'device float *' <AddressSpaceConversion>"
+        out.append(node)
+    return "\n".join(out)
+
+
+def test_address_space_pass_matches_reading_every_location(rng):
+    # Dumps of tens of megabytes are read back from each cast only; on any dump the
+    # casts found are those of following every location from the start.
+    dumps = [random_dump(rng, n) for n in (1, 50, 3000, 8000)]
+    # files named about 100 KB apart, few casts (as in clang's dumps of the kernels)
+    dumps.append(random_dump(rng, 20000, file_rate=0.0003, cast_rate=0.002))
+    dumps.append("\n".join(["Expr <line:7:1, col:2> 'void *' <AddressSpaceConversion>"] * 3))
+    for dump in dumps:
+        assert harness.address_space_casts(dump) == reference_casts(dump)
+    assert any(harness.address_space_casts(d) for d in dumps)  # casts in kernel.metal found
+    assert reference_casts(dumps[-1]) == []  # no file named before: not kernel.metal's
+
+
 @pytest.mark.parametrize("name, size, body", CAST_PROBES[:3] + [
     ("device_vector_cast_ok", 8, "out[1] = float(((const device char4*)inp)[0].x);")],
     ids=[p[0] for p in CAST_PROBES[:3]] + ["device_vector_cast_ok"])

@@ -34,6 +34,7 @@ code (shapes, grids, template arguments) runs unchanged, with emulation instead 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -383,22 +384,51 @@ def address_space_casts(dump: str, file: str = "kernel.metal") -> list[tuple[int
         dump: clang's text AST dump (``-Xclang -ast-dump``). It prints a location's file
             only when it differs from the last location printed and its line only when
             that differs, so the locations are followed in order to know each node's.
+
+    A dump runs to tens of megabytes (the emulator's runtime and the C++ library) and
+    holds a handful of such casts; so only the dump before each cast is read, back to
+    the last location that names a file (:func:`_location_of`), never the whole of it.
     """
     found = []
-    cur_file, cur_line = None, 0
-    for text in dump.splitlines():
-        first = None
-        for m in _LOC.finditer(text):
+    at = dump.find("<AddressSpaceConversion>")
+    while at >= 0:
+        start = dump.rfind("\n", 0, at) + 1
+        end = dump.find("\n", at)
+        text = dump[start:] if end < 0 else dump[start:end]
+        where = _location_of(dump, start, text)
+        if where is not None and where[0] == file:
+            kind = re.search(r"'([^']*)' <AddressSpaceConversion>", text)
+            found.append((where[1], kind.group(1) if kind else "?"))
+        at = dump.find("<AddressSpaceConversion>", len(dump) if end < 0 else end)
+    return found
+
+
+def _location_of(dump: str, start: int, text: str) -> tuple[str | None, int] | None:
+    """``(file, line)`` of the line ``text`` beginning at offset ``start`` of ``dump``:
+    where its first location token leaves the locations followed in order from the
+    dump's start (``None``: the line has none). Locations are tokens of one line, so
+    following them from any line start that precedes a token naming a file gives the
+    same state: the window read grows back from ``start`` until it holds one."""
+    first = _LOC.search(text)
+    if first is None:
+        return None
+    if first.group(2) is not None:
+        return first.group(2), int(first.group(3))
+    cur_file, cur_line, width = None, 0, 1 << 14
+    while True:
+        lo = 0 if width >= start else dump.rfind("\n", 0, start - width) + 1
+        cur_file, cur_line, named = None, 0, False
+        for m in _LOC.finditer(dump, lo, start):
             if m.group(2) is not None:
-                cur_file, cur_line = m.group(2), int(m.group(3))
+                cur_file, cur_line, named = m.group(2), int(m.group(3)), True
             elif m.group(1) is not None:
                 cur_line = int(m.group(1))
-            if first is None:
-                first = (cur_file, cur_line)
-        if "<AddressSpaceConversion>" in text and first is not None and first[0] == file:
-            kind = re.search(r"'([^']*)' <AddressSpaceConversion>", text)
-            found.append((first[1], kind.group(1) if kind else "?"))
-    return found
+        if named or lo == 0:
+            break
+        width *= 4
+    if first.group(1) is not None:
+        cur_line = int(first.group(1))
+    return cur_file, cur_line
 
 
 def check_address_spaces(tu: str) -> None:
@@ -436,12 +466,24 @@ def check_address_spaces(tu: str) -> None:
     stamp.write_text("ok\n")
 
 
+# One clang compiles a kernel while another runs the address-space pass on it.
+_COMPILER = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+
 def build(source: str):
     """The loaded emulation library for a generated Metal source (compiled once), after
-    the address-space pass (:func:`check_address_spaces`)."""
+    the address-space pass (:func:`check_address_spaces`).
+
+    The library is compiled while the pass runs; it is loaded only once the pass has
+    accepted the source, and the pass's refusal is raised before any compile error (a
+    library cached from a refused source is never loaded: every build runs the pass)."""
     tu = translate(source)
-    check_address_spaces(tu)
-    return _load(str(compile_cpp(tu)))
+    compiled = _COMPILER.submit(compile_cpp, tu)
+    try:
+        check_address_spaces(tu)
+    finally:
+        concurrent.futures.wait([compiled])  # no clang left running past the call
+    return _load(str(compiled.result()))
 
 
 # --------------------------------------------------------------------------------------
