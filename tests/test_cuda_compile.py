@@ -469,6 +469,8 @@ NVCC_CACHE = os.environ.get("MLX_W8A8_NVCC_CACHE") or os.path.join(
     tempfile.gettempdir(), "mlx_w8a8_nvcc_cache")
 
 
+# What a log read back from the cache starts with.
+CACHED = "(compiled before, same digest) "
 # Builds per translation unit (batches): fewer units cost less front end, more keep the
 # compile jobs busy and make a cache miss recompile less.
 BATCH = 12
@@ -488,7 +490,7 @@ def _nvcc(text: str, workdir: str, index) -> tuple[int, str]:
     done = os.path.join(NVCC_CACHE, key + ".log")
     if os.path.exists(done):
         with open(done) as f:
-            return 0, "(compiled before, same digest) " + f.read()
+            return 0, CACHED + f.read()
     src = os.path.join(workdir, f"k{index}.cu")
     with open(src, "w") as f:
         f.write(text)
@@ -514,9 +516,9 @@ def _compile_batch(builds: list[KernelBuild], workdir: str, index: int) -> list[
     rc, log = _nvcc(wrap_batch(builds), workdir, f"b{index}")
     if rc != 0:
         return [_compile(b, workdir, f"b{index}_{j}") for j, b in enumerate(builds)]
-    cached = log.startswith("(compiled before")
-    return [(0, ("(compiled before, same digest) " if cached else "") + part)
-            for part in split_log(log, len(builds))]
+    cached = log.startswith(CACHED)
+    return [(0, (CACHED if cached else "") + part)
+            for part in split_log(log.removeprefix(CACHED), len(builds))]
 
 
 def batches(builds: list[KernelBuild], size: int = BATCH) -> list[list[int]]:

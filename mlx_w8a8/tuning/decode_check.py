@@ -453,9 +453,10 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
             :data:`EVERY` (every group's layers on the reference, sibling members too)."""
             for p in problems:
                 for _, layer in groups[p]:
-                    want = reference[p] if drop is EVERY or p == drop else None
-                    if id(layer) in alone:  # a member: off, the group launch disabled
-                        want = reference[p] if drop is EVERY else None
+                    member = id(layer) in alone  # off: the group launch disabled
+                    want = (reference[p] if drop is EVERY or (p == drop and not member)
+                            else None)
+                    if member:
                         group, enabled = layer.siblings, p != drop
                         if enabled != group.enabled:
                             if not enabled:

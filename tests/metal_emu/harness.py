@@ -414,7 +414,7 @@ def _location_of(dump: str, start: int, text: str) -> tuple[str | None, int] | N
         return None
     if first.group(2) is not None:
         return first.group(2), int(first.group(3))
-    cur_file, cur_line, width = None, 0, 1 << 14
+    width = 1 << 14
     while True:
         lo = 0 if width >= start else dump.rfind("\n", 0, start - width) + 1
         cur_file, cur_line, named = None, 0, False
