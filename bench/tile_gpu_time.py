@@ -41,7 +41,9 @@ also with the consumers' MMA order (``<tile>o``, ``GroupedTmaConfig.order``; wit
 ``<tile>p2`` / ``<tile>p4``, ``GroupedTmaConfig.pipe``, and with ``--live --pipe`` those
 runs with the skip too, ``<tile>lp2`` ...), whose outputs must equal the plain tile's bit
 for bit (a row says which differ); with ``mx.quantized_matmul`` at the same group size
-and bits and the bfloat16 product.
+and bits, the bfloat16 product and the dequantizing GEMM on each of its tiles
+(``DEQUANT_CONFIGS``: ``gemm_dequant.gemm_dequant``, no quantize launch; the row gives its
+largest difference from ``mx.quantized_matmul`` relative to that output's largest).
 
 ``--grouped`` also takes ``--kernel-dir DIR`` (and ``--template``): each tile is then also
 timed built from a changed ``gemm_grouped_ws.cu`` (or header) in DIR, named ``<tile>+``,
@@ -71,6 +73,7 @@ import numpy as np  # noqa: E402
 
 from mlx_w8a8.kernels.cuda import (  # noqa: E402
     gemm as cuda_gemm,
+    gemm_dequant as cuda_gemm_dequant,
     gemm_grouped as cuda_gemm_grouped,
     quantize as cuda_quantize,
     tiles as cuda_tiles,
@@ -330,9 +333,20 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                         row[name + "+"] = timed(lambda: spec.launch(xq, xs, xr)[0], reps)[0]
                 best = min((v, kname) for kname, v in row.items()
                            if kname not in ("bf16", "qmm", "quantize"))
+                # The dequantizing GEMM (no quantize launch), each tile; its largest
+                # difference from mx.quantized_matmul relative to that output's largest.
+                ref = mx.quantized_matmul(x, wq, sq, bq, transpose=True, group_size=gs, bits=bits)
+                dq, rel = {}, 0.0
+                for name, cfg in cuda_tiles.DEQUANT_CONFIGS.items():
+                    got = cuda_gemm_dequant.gemm_dequant(x, qw, None, cfg)
+                    rel = max(rel, (mx.abs(got.astype(mx.float32) - ref.astype(mx.float32)).max()
+                                    / mx.abs(ref.astype(mx.float32)).max()).item())
+                    dq[name] = timed(lambda: cuda_gemm_dequant.gemm_dequant(x, qw, None, cfg), reps)[0]
+                dq_best = min((v, kname) for kname, v in dq.items())
                 print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "
-                      + "  ".join(f"{kname} {v:7.1f}" for kname, v in row.items())
+                      + "  ".join(f"{kname} {v:7.1f}" for kname, v in {**row, **dq}.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
+                      + f"  | dequant {dq_best[1]} {dq_best[0]:.1f} (max diff vs qmm {rel:.2g})"
                       + (f"  | OUTPUT DIFFERS from the plain tile: {differ}" if differ else ""))
     return 0
 

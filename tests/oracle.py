@@ -156,6 +156,46 @@ def linear4(x: np.ndarray, weight, bias: np.ndarray | None):
     return y, F32_SUM_RTOL * magnitude + 1e-30
 
 
+def round_to(v: np.ndarray, dtype: str) -> np.ndarray:
+    """``v`` (float64) rounded once to ``dtype``'s nearest value, ties to even, as float64:
+    float16 by numpy's correctly rounded conversion; bfloat16 (8 significant bits) from
+    ``v``'s own binary exponent. Normal-range bfloat16 values only (asserted)."""
+    if dtype == "float16":
+        return v.astype(np.float16).astype(np.float64)
+    assert dtype == "bfloat16", dtype
+    m, e = np.frexp(v)  # v = m 2^e, 0.5 <= |m| < 1
+    assert np.all((e >= -125) | (v == 0)), "bfloat16 subnormals are not modelled"
+    return np.ldexp(np.rint(m * 256.0) / 256.0, e)
+
+
+def linear_dequant(x: np.ndarray, weight, bias: np.ndarray | None, dtype: str):
+    """The dequantized linear (``docs/numerics.md``, dequantized weights) in float64 plus
+    the float32 summation allowance: each weight ``s q + b`` rounded once to ``dtype``
+    (scales and biases first rounded to ``dtype`` where stored in another), then
+    ``x @ w.T (+ bias)`` exactly. Codes read from the uint32 words as MLX documents them
+    (:func:`codes`, :func:`codes4`).
+
+    Returns:
+        ``(y, bound)`` as :func:`linear`; the bound allows ``K 2^-23 sum |x w|`` (every
+        float32 addition of the tensor cores' sum off by up to an ulp) and one rounding
+        of the bias addition.
+    """
+    c = (codes(weight) if weight.bits == 8 else codes4(weight)).astype(np.float64)
+    s = round_to(to_numpy(weight.scales).astype(np.float64), dtype)
+    b = round_to(to_numpy(weight.biases).astype(np.float64), dtype)
+    gs = weight.group_size
+    w = round_to(np.repeat(s, gs, axis=1) * c + np.repeat(b, gs, axis=1), dtype)
+    xf = x.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = xf @ w.T
+        magnitude = np.abs(xf) @ np.abs(w).T
+    bound = weight.k * 2.0**-23 * magnitude
+    if bias is not None:
+        y = y + bias.astype(np.float64)[None, :]
+        bound = bound + 2.0**-24 * (np.abs(y) + np.abs(bias.astype(np.float64))[None, :])
+    return y, bound + 1e-30
+
+
 def quantize_groups(x: np.ndarray, group_size: int):
     """Per-token, per-group int8 codes and float32 scales (``docs/numerics.md``,
     activation groups): :func:`quantize_rows` applied to each group of a row.

@@ -37,6 +37,7 @@ import mlx.core as mx
 from mlx_w8a8.kernels import registry, tensormap
 from mlx_w8a8.kernels.cuda import (
     gemm as cuda_gemm,
+    gemm_dequant as cuda_gemm_dequant,
     gemm_grouped as cuda_gemm_grouped,
     gemm_ws as cuda_gemm_ws,
     gemv as cuda_gemv,
@@ -1390,3 +1391,74 @@ def test_act_groups_tma_sibling_launch(rng, bits):
         assert mx.array_equal(y, alone, equal_nan=True).item(), n
         want, bound = oracle.linear_act_groups(host(x), w, None)
         oracle.assert_close(y, want, bound, "bfloat16")
+
+
+# The dequantizing GEMM (gemm_dequant.cu) --------------------------------------------------
+def dequant_tile(name: str) -> cuda_tiles.DequantConfig:
+    """``DEQUANT_CONFIGS[name]``; skipped (reason shown) off Hopper (wgmma)."""
+    if not launch.is_sm90():
+        pytest.skip("the dequantizing GEMM needs a Hopper GPU (sm_90a: wgmma)")
+    return cuda_tiles.DEQUANT_CONFIGS[name]
+
+
+def check_dequant(rng, run, m, n, k, dtype, group_size, bits, with_bias, scale_dtype=None):
+    """``run(x, weight, bias)`` against ``oracle.linear_dequant`` on fresh operands (the
+    activation's special rows included)."""
+    if bits == 4:
+        weight = make_weight4(rng, n, k, group_size, scale_dtype or dtype)
+    else:
+        weight = make_weight(rng, n, k, group_size, False, scale_dtype or dtype)
+    x = activation(rng, m, k, dtype)
+    bias = None
+    if with_bias:
+        bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+    y = run(x, weight, bias)
+    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
+    want, bound = oracle.linear_dequant(host(x), weight, None if bias is None else host(bias),
+                                        dtype)
+    oracle.assert_close(y, want, bound, dtype)
+
+
+# Why each shape: tails in M and N with 18 k-tiles (the 8-stage ring wraps twice); one row
+# (one token tile of 64 mostly past M); one k-tile; rows of 516 bytes (N = 258: the scalar
+# store path) and a partial feature tile; more tiles than blocks (the persistent loop
+# carries the ring's phases and the fragments' sets across tiles), an odd number of
+# k-tiles (the loop's second set idle on the last).
+DEQUANT_SHAPES = [(300, 392, 1152, True), (1, 264, 4096, False), (129, 264, 64, False),
+                  (33, 258, 128, True), (1100, 2176, 960, True)]
+
+
+@pytest.mark.parametrize("config", sorted(cuda_tiles.DEQUANT_CONFIGS))
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("shape", range(len(DEQUANT_SHAPES)))
+def test_dequant_gemm_every_tile(rng, config, bits, group_size, shape):
+    """Each tile forced, both code widths, every group size (2, 1 or half a group per
+    k-tile), both 16-bit dtypes (alternating by case)."""
+    m, n, k, with_bias = DEQUANT_SHAPES[shape]
+    if k % group_size:
+        pytest.skip(f"K = {k} holds no whole groups of {group_size}")
+    cfg = dequant_tile(config)
+    dtype = ("bfloat16", "float16")[(shape + bits // 4 + group_size // 32) % 2]
+    check_dequant(rng, lambda x, w, b: cuda_gemm_dequant.gemm_dequant(x, w, b, cfg),
+                  m, n, k, dtype, group_size, bits, with_bias)
+
+
+@pytest.mark.parametrize("bits,fmt", [(8, "grouped"), (4, "grouped4")])
+@pytest.mark.parametrize("scale_dtype,dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
+                                               ("float32", "bfloat16"), ("bfloat16", "float16")])
+def test_dequant_gemm_candidate(rng, bits, fmt, scale_dtype, dtype):
+    """The registered candidate (its own tile) with scales stored in the activation's
+    dtype and in another (rounded to it once, kept with the weight), leading shapes."""
+    dequant_tile("dq128")
+    cand = registry.get("linear", "cuda_dequant_gemm")
+    assert not cand.w8a8
+    assert cand.supports(Problem("linear", 300, 392, 1152, dtype, fmt, 64, True))
+    check_dequant(rng, cand.run, 300, 392, 1152, dtype, 64, bits, True, scale_dtype)
+    w = make_weight(rng, 264, 512, 64, False, scale_dtype) if bits == 8 else make_weight4(
+        rng, 264, 512, 64, scale_dtype)
+    x = activation(rng, 12, 512, dtype, specials=False).reshape(3, 4, 512)
+    y = cuda_gemm_dequant.gemm_dequant(x, w)
+    assert y.shape == (3, 4, 264)
+    want, bound = oracle.linear_dequant(host(x).reshape(12, 512), w, None, dtype)
+    oracle.assert_close(y.reshape(12, 264), want, bound, dtype)

@@ -363,6 +363,18 @@ def kernel_builds() -> list[KernelBuild]:
                    ("SMEM_BYTES", mm * 4096))
             out.append(KernelBuild("gemv.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
+    # The dequantizing GEMM: every dtype, code width and group size on the 128-token tile,
+    # the two bodies alternating; the 64-token tile on four of them.
+    for i, (t, bits, gs) in enumerate((t, b, g) for t in ("bfloat16", "float16")
+                                      for b in (8, 4) for g in (32, 64, 128)):
+        body = ("dequant", "dequant_bias")[i % 2]
+        ins = (("x", t, 2), ("w", "uint32", 2), ("ws", t, 2), ("wb", t, 2))
+        if body.endswith("bias"):
+            ins += (("bias", "float32", 1),)
+        for name in ("dq128", "dq64") if i % 3 == 0 else ("dq128",):
+            cfg = cuda_tiles.DEQUANT_CONFIGS[name]
+            out.append(KernelBuild(cfg.file, body, ins, (("y", t),),
+                                   (("T", t), ("BITS", bits), ("GS", gs), *cfg.template())))
     return out
 
 
@@ -378,7 +390,8 @@ def block_threads(build: KernelBuild) -> int:
     found = {cfg.threads for cfg in (*cuda_tiles.ALL_GEMM_CONFIGS.values(), *cuda_tiles.WS_CONFIGS.values(),
                                      *cuda_tiles.TMA_CONFIGS.values(),
                                      *cuda_tiles.GROUPED_TMA_CONFIGS.values(),
-                                     *cuda_tiles.GROUPED4_TMA_CONFIGS.values())
+                                     *cuda_tiles.GROUPED4_TMA_CONFIGS.values(),
+                                     *cuda_tiles.DEQUANT_CONFIGS.values())
              if cfg.file == build.file and set(cfg.template()) <= tpl}
     assert len(found) == 1, (_label(build), found)
     return found.pop()
@@ -1080,8 +1093,8 @@ def test_per_channel_path_follows_the_unsigned_k_bound(monkeypatch):
 def test_stages_launch_what_run_launches(monkeypatch):
     """Each CUDA linear candidate's two-stage form, recorded on CPU arrays: apply(quantize
     (x)) makes the same launches (kernel, template, grid, input shapes) as run(x); equal
-    act_keys come from quantize launches with the same outputs; the one-launch GEMV has no
-    stages, its two-launch form has."""
+    act_keys come from quantize launches with the same outputs; the one-launch GEMV and the
+    dequantizing GEMM (no quantize launch) have no stages, the two-launch GEMV has."""
     import mlx.core as mx
 
     from mlx_w8a8.kernels import registry
@@ -1114,6 +1127,9 @@ def test_stages_launch_what_run_launches(monkeypatch):
                 staged = cand.stages(problem)
                 if cand.name in ("cuda_int8_gemv", "cuda_w4a8_gemv") and cuda_gemv.gemv_fuses(m, k):
                     assert staged is None, (cand.name, m, k)
+                if staged is None:  # x taken as it is: the fused GEMV, the dequantizing GEMM
+                    definition = next(d for d in cuda.KERNELS if d.name == cand.name)
+                    assert definition.activations(problem) == (None, None), (cand.name, m, k)
                     continue
                 key, quant, apply = staged
                 start = len(rec.launches)
@@ -1274,7 +1290,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
-             "cuda_int8_gemv", "cuda_w4a8_gemv"]
+             "cuda_int8_gemv", "cuda_w4a8_gemv", "cuda_dequant_gemm"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1326,7 +1342,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias",
                  "w8a8_gemv_fused_grouped4", "w8a8_gemv_fused_grouped4_bias",
-                 "w8a8_gemv_grouped4"):
+                 "w8a8_gemv_grouped4", "w8a8_gemm_dequant_dequant",
+                 "w8a8_gemm_dequant_dequant_bias"):
         assert body in bodies, (body, sorted(bodies))
 
 
@@ -2760,7 +2777,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 11 and count > 5000, (sorted(names), count)
+    assert len(names) == 12 and count > 5000, (sorted(names), count)
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

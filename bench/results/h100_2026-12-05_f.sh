@@ -191,6 +191,10 @@
 # command's limit, YDC's by its own after B = 16 (no verdicts at B = 32 and 64), and
 # SONLY's 4-bit timing by its limit; YDC's output table, its H100 section, ships as
 # mlx_w8a8/tables/nvidia-h100.json.
+# Part DQ: the dequantizing GEMM (cuda_dequant_gemm, gemm_dequant.cu), first run on a
+# GPU: its tests (tests/test_cuda.py -k dequant), then its kernel time beside bf16,
+# mx.quantized_matmul and the group-wise TMA GEMM's tiles (bench/tile_gpu_time.py
+# --grouped), 8-bit and 4-bit codes at group size 64, 8-bit at 32 and 128.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -446,6 +450,18 @@ if [ "$part" = "bdcw" ]; then  # the whole-first check on a GPU: probe, then the
     --m 1,2,4,8,16 --pairs 8 --check-layers 32 --decode-check on --sibling-check off \
     --prefill-check off --table tmp_t/w.json --no-progress
   cp tmp_t/w.json "$O/w_table.json"
+fi
+if [ "$part" = "dq" ]; then  # the dequantizing GEMM, first run: its tests, then kernel times
+  run 300 python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda.py -k dequant
+  ok=$(tail -n 1 "$L")
+  if [ "${ok%% *}" = "rc=0" ]; then
+    for bits in 8 4; do
+      run 150 python3 bench/tile_gpu_time.py --grouped 64 --bits $bits --m 2048,512,128,16 \
+        --kn 4096x14336,14336x4096,4096x4096,4096x1024
+    done
+    run 120 python3 bench/tile_gpu_time.py --grouped 32,128 --m 2048,512 \
+      --kn 4096x14336,14336x4096
+  fi
 fi
 if [ "$part" = "ydc" ]; then  # part Y's first command again on its output (its limit cut the decode check)
   run 440 python3 -m mlx_w8a8.tune --model llama-3-8b --m 1,2,4,8 --pairs 8 --check-layers 32 \

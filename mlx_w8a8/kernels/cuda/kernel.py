@@ -288,7 +288,7 @@ DIGEST_MODULES = (
     "mlx_w8a8.kernels.cuda.tiles", "mlx_w8a8.kernels.cuda.tma",
     "mlx_w8a8.kernels.cuda.quantize", "mlx_w8a8.kernels.cuda.gemm",
     "mlx_w8a8.kernels.cuda.gemm_ws", "mlx_w8a8.kernels.cuda.gemm_grouped",
-    "mlx_w8a8.kernels.cuda.gemv", tensormap.__name__,
+    "mlx_w8a8.kernels.cuda.gemv", "mlx_w8a8.kernels.cuda.gemm_dequant", tensormap.__name__,
 )
 
 
@@ -323,4 +323,5 @@ def candidate(kernel: CudaKernel) -> registry.Candidate:
         stages=kernel.stages if linear else None,
         bind_stages=kernel.bind if linear else None,
         bind_group=kernel.bind_group if linear and kernel.groups else None,
-        variant=kernel.variant, act_scales=kernel.act_scales)
+        variant=kernel.variant, act_scales=kernel.act_scales,
+        w8a8=getattr(kernel, "w8a8", True))

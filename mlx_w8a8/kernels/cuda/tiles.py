@@ -373,3 +373,48 @@ def grouped_tma_tile_for(m: int, n: int, bits: int = 8, k: int | None = None,
         cfg = cfg._replace(pipe=pipe_run(cfg, k, group_size))
     return cfg
 
+
+
+# The dequantizing GEMM (gemm_dequant.cu) -------------------------------------------------
+class DequantConfig(NamedTuple):
+    """Tile of the dequantizing GEMM (``gemm_dequant.cu``): 128 weight rows (output
+    features, two m64 consumer warpgroups) x ``bn`` tokens (64 or 128: the wgmma's n),
+    a ``stages``-deep cp.async ring filled by a producer warpgroup."""
+
+    bn: int
+    stages: int
+
+    file = "gemm_dequant.cu"
+    bm = 128  # weight rows per tile
+    threads = 384
+
+    def stage_bytes(self, bits: int) -> int:
+        """One stage: ``bn`` activation rows of 128 bytes (64 16-bit values of K) and 128
+        weight rows of 64 8-bit or 4-bit codes."""
+        return self.bn * 128 + self.bm * 64 * bits // 8
+
+    def shared_memory(self, bits: int) -> int:
+        # Ring + 8 per-warp epilogue staging buffers (1 KiB) + full/empty mbarriers +
+        # 1024 bytes to round the ring's base up to the swizzle's 1024-byte atom.
+        return self.stages * self.stage_bytes(bits) + 8 * 1024 + 16 * self.stages + 1024
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("BN", self.bn), ("STAGES", self.stages)]
+
+
+# 8 stages of 24 KiB (128 tokens, 8-bit codes) fit an H100's or H200's 227 KiB beside the
+# staging; a consumer thread holds bn / 2 float32 sums and two fragment sets, 161-167
+# registers at bn = 128 under ws.cuh's cap of 168.
+DEQUANT_CONFIGS = {
+    "dq128": DequantConfig(128, 8),
+    "dq64": DequantConfig(64, 8),
+}
+
+# K per stage: whole k-tiles only.
+DEQUANT_K_MULTIPLE = 64
+
+
+def dequant_tile_for(m: int) -> DequantConfig:
+    """The token tile for ``M`` rows: 64 up to 64 rows (a 128-token tile would be mostly
+    rows past M), else 128."""
+    return DEQUANT_CONFIGS["dq64" if m <= 64 else "dq128"]
