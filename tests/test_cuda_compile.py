@@ -2925,3 +2925,67 @@ int main() {
     got = np.array(out.stdout.split(), dtype=np.int64)
     want = (x.astype(np.int64) * codes.astype(np.int64)).sum(axis=1)
     np.testing.assert_array_equal(got, want)
+
+
+# The dequantizing GEMM's launch plan (no GPU) ---------------------------------------------
+def test_dequant_tiles_fit_shared_memory():
+    """Every tile at both code widths: the ring's stages keep the swizzle's 1024-byte
+    alignment, and the dynamic shared memory fits sm_90's 227 KiB (a launch asking for
+    more fails at run time, not here)."""
+    for cfg in cuda_tiles.DEQUANT_CONFIGS.values():
+        for bits in (8, 4):
+            assert cfg.stage_bytes(bits) % 1024 == 0, (cfg, bits)
+            assert cfg.shared_memory(bits) <= 227 * 1024, (cfg, bits, cfg.shared_memory(bits))
+
+
+def test_dequant_refuses_with_the_reason(monkeypatch):
+    """What the dequantizing GEMM cannot run, each refusal naming the kernel, the value
+    and what is valid; a valid problem is accepted (on a patched Hopper probe)."""
+    from mlx_w8a8.kernels.cuda.gemm_dequant import DequantGemm
+    from mlx_w8a8.kernels.registry import Problem
+
+    monkeypatch.setattr(launch, "is_sm90", lambda: True)
+    kern = DequantGemm()
+    assert kern.can_implement(Problem("linear", 300, 392, 1152, "bfloat16", "grouped4", 32)) == (True, "")
+    cases = {
+        Problem("linear", 8, 64, 1024, "float32", "grouped", 64): "activation dtype must be one of",
+        Problem("linear", 8, 64, 1056, "bfloat16", "grouped", 32): "K must be a positive multiple of 64, got 1056",
+        Problem("linear", 8, 64, 1024, "float16", "per_channel", 64): "weight format must be one of",
+    }
+    for problem, why in cases.items():
+        ok, reason = kern.can_implement(problem)
+        assert not ok and reason.startswith("[mlx_w8a8.cuda_dequant_gemm]") and why in reason, reason
+    monkeypatch.setattr(launch, "is_sm90", lambda: False)
+    ok, reason = kern.can_implement(Problem("linear", 8, 64, 1024, "bfloat16", "grouped", 64))
+    assert not ok and "compute capability 9.x" in reason
+
+
+def test_dequant_spec_takes_the_stored_terms_or_rounds_them_once(monkeypatch):
+    """The launch reads the weight's own scales and biases where they are in x's dtype;
+    in another dtype a copy rounded once, kept with the weight (the same arrays on the
+    next launch); a dtype or K it cannot run is a ValueError naming the kernel."""
+    import mlx.core as mx
+
+    record_launches(monkeypatch)  # the spec builds its kernel object; nothing launches
+    launch._kernel.cache_clear()
+
+    from mlx_w8a8.kernels.cuda import gemm_dequant
+    from mlx_w8a8.weight import QuantizedWeight
+
+    w = mx.random.normal((128, 256))
+    for bits in (8, 4):
+        same = QuantizedWeight.from_float(w.astype(mx.bfloat16), 64, per_channel=False, bits=bits)
+        spec = gemm_dequant.gemm_dequant_spec(5, 256, same, None, mx.bfloat16)
+        assert spec.tail[1] is same.scales and spec.tail[2] is same.biases
+        assert dict(spec.template)["BITS"] == bits and dict(spec.template)["GS"] == 64
+        other = QuantizedWeight.from_float(w, 64, per_channel=False, bits=bits)  # float32 terms
+        first = gemm_dequant.gemm_dequant_spec(5, 256, other, mx.ones((128,)), mx.float16)
+        again = gemm_dequant.gemm_dequant_spec(300, 256, other, None, mx.float16)
+        assert first.tail[1].dtype == mx.float16 and first.tail[1] is again.tail[1]
+        assert first.tail[3].dtype == mx.float32  # the bias, as every CUDA linear reads it
+        assert mx.array_equal(first.tail[1], other.scales.astype(mx.float16)).item()
+    for args, why in (((5, 256, same, None, mx.float32), "the activation dtype"),
+                      ((5, 192, same, None, mx.bfloat16), "K must be the weight")):
+        with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_dequant_gemm\] " + why):
+            gemm_dequant.gemm_dequant_spec(*args)
+    launch._kernel.cache_clear()

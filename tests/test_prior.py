@@ -146,11 +146,14 @@ def test_cpu_rules_for_4bit_weights_pick_the_measured_kernels(empty_tables):
 
 def test_cuda_rules_agree_with_the_shipped_h200_table():
     """The CUDA rules summarize the shipped H200 table (prior.py cites it): on every entry
-    at M = 1 and M >= 8 (the table has none between; the rules for M = 2-7 come from an
-    H100 tune, checked below) they pick the table's kernel family: W8A8 on int8 activations (the GEMMs cuda_w8a8_gemm, _ws
-    and _tma, or the fused GEMV cuda_int8_gemv) or mx.quantized_matmul. Entries a sibling
-    check turned to mx.quantized_matmul decide how a group runs, not a single layer, and
-    are left out. Re-measuring the table without revisiting the rules fails here."""
+    they pick the table's kernel family: W8A8 on int8 activations (the GEMMs
+    cuda_w8a8_gemm, _ws and _tma, or the fused GEMV cuda_int8_gemv) or
+    mx.quantized_matmul; at M = 2-7 (the rules come from an H100 tune, checked below)
+    another family only where the rule's kernel took at most 1.10x the winner's time in
+    that entry's race (M = 2 on 4096 x 4096: a tie, 45.5 against 44.7 us). Entries a
+    sibling check turned to mx.quantized_matmul decide how a group runs, not a single
+    layer, and are left out. Re-measuring the table without revisiting the rules fails
+    here."""
     family = lambda name: (  # noqa: E731
         "w8a8" if name.startswith("cuda_w8a8_gemm") or name == "cuda_int8_gemv" else name)
     paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
@@ -160,16 +163,19 @@ def test_cuda_rules_agree_with_the_shipped_h200_table():
     for e in entries:
         if e["weight_format"] != "per_channel":
             continue
-        assert e["m_bucket"] == 1 or e["m_bucket"] >= 8, e
         if e.get("sibling_check") and not e["sibling_check"]["kept"]:
             continue  # a sibling group's verdict (its members run alone), not a layer's race
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "per_channel",
                           e["group_size"])
         picked = prior.choose("cuda", problem, cuda)
-        got = family(picked.name if picked else "mlx_qmm")
-        assert got == family(e["choice"]), (e["m_bucket"], e["n"], e["k"], e["choice"])
+        name = picked.name if picked else "mlx_qmm"
+        where = (e["m_bucket"], e["n"], e["k"], e["choice"], name)
+        if family(name) != family(e["choice"]):
+            times = e["candidates"]
+            assert 2 <= e["m_bucket"] <= 7, where
+            assert times[name]["median_ns"] <= 1.10 * times[e["choice"]]["median_ns"], where
         checked += 1
-    assert checked >= 32  # 7 shapes at M = 8 among them
+    assert checked >= 60  # 7 shapes at each of M = 1, 2, 4, 8 among them
 
 
 def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():

@@ -195,6 +195,12 @@
 # GPU: its tests (tests/test_cuda.py -k dequant), then its kernel time beside bf16,
 # mx.quantized_matmul and the group-wise TMA GEMM's tiles (bench/tile_gpu_time.py
 # --grouped), 8-bit and 4-bit codes at group size 64, 8-bit at 32 and 128.
+# Parts DQ, YH and ALL ran on one NVIDIA H200, in that order (tree a1b1822; DEADLINE=585
+# each): DQ's last command was cut by its limit after group size 32 on 4096 x 14336, ALL's
+# test run by its limit (735 passed, none failed); then ALL2 beside the script,
+# `timeout -s INT 360 python3 -m pytest -q -n 16 -p no:cacheprovider -rs tests/test_cuda.py
+# -k "not dequant"`, also cut (663 passed, none failed). YH's output table ships as
+# mlx_w8a8/tables/nvidia-h200.json.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
