@@ -382,9 +382,10 @@ def make_weight(rng, n, k, group_size, per_channel, scale_dtype) -> QuantizedWei
 
 
 def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, scale_dtype=None,
-                 bits=8):
+                 bits=8, oracle_of=None):
     """``run(x, weight, bias)`` against the oracle (``oracle.linear``; ``oracle.linear4``
-    for ``bits=4``: MLX's 4-bit weights, group-wise) on fresh random operands."""
+    for ``bits=4``: MLX's 4-bit weights, group-wise; or ``oracle_of(x, weight, bias)``)
+    on fresh random operands."""
     if bits == 4:
         weight = make_weight4(rng, n, k, group_size, scale_dtype or dtype)
     else:
@@ -396,7 +397,7 @@ def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, s
         bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
     y = run(x, weight, bias)
     assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
-    want, bound = (oracle.linear4 if bits == 4 else oracle.linear)(
+    want, bound = (oracle_of or (oracle.linear4 if bits == 4 else oracle.linear))(
         host(x), weight, None if bias is None else host(bias))
     oracle.assert_close(y, want, bound, dtype)
 
@@ -1402,21 +1403,10 @@ def dequant_tile(name: str) -> cuda_tiles.DequantConfig:
 
 
 def check_dequant(rng, run, m, n, k, dtype, group_size, bits, with_bias, scale_dtype=None):
-    """``run(x, weight, bias)`` against ``oracle.linear_dequant`` on fresh operands (the
-    activation's special rows included)."""
-    if bits == 4:
-        weight = make_weight4(rng, n, k, group_size, scale_dtype or dtype)
-    else:
-        weight = make_weight(rng, n, k, group_size, False, scale_dtype or dtype)
-    x = activation(rng, m, k, dtype)
-    bias = None
-    if with_bias:
-        bias = mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-    y = run(x, weight, bias)
-    assert y.dtype == x.dtype and tuple(y.shape) == (m, n)
-    want, bound = oracle.linear_dequant(host(x), weight, None if bias is None else host(bias),
-                                        dtype)
-    oracle.assert_close(y, want, bound, dtype)
+    """``run(x, weight, bias)`` against ``oracle.linear_dequant`` (check_linear's operands,
+    the activation's special rows included)."""
+    check_linear(rng, run, m, n, k, dtype, group_size, False, with_bias, scale_dtype, bits,
+                 oracle_of=lambda x, w, b: oracle.linear_dequant(x, w, b, dtype))
 
 
 # Why each shape: tails in M and N with 18 k-tiles (the 8-stage ring wraps twice); one row

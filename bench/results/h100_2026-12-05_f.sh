@@ -201,6 +201,9 @@
 # `timeout -s INT 360 python3 -m pytest -q -n 16 -p no:cacheprovider -rs tests/test_cuda.py
 # -k "not dequant"`, also cut (663 passed, none failed). YH's output table ships as
 # mlx_w8a8/tables/nvidia-h200.json.
+# Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
+# by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
+# whole file's run there that parts ALL and ALL2 did not finish within a call.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
@@ -550,6 +553,15 @@ if [ "$part" = "all" ]; then  # the whole CUDA exactness suite, then the per-cha
   run 420 python3 -m pytest -q $N -p no:cacheprovider -rs tests/test_cuda.py
   run 130 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 --decode 0 \
     --batch 0 --rounds 4 --warm-up
+fi
+if [ "$part" = "alla" ] || [ "$part" = "allb" ]; then  # tests/test_cuda.py in two halves, one per call
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 16" || echo "")
+  K="grouped or w4a8 or act_groups or gemv or dequant"
+  [ "$part" = "allb" ] && K="not ($K)"
+  # One BLAS thread per worker (the oracle's float64 products): 16 workers on 16 cores.
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+    run $(( ${DEADLINE:-600} - SECONDS - 10 )) python3 -m pytest -q $N -p no:cacheprovider -rs \
+    tests/test_cuda.py -k "$K"
 fi
 if [ "$part" = "pipe3" ]; then  # with the skip at M = 64: group sizes 32 and 128, 4-bit codes
   run 120 python3 bench/tile_gpu_time.py --grouped 32,128 --live --pipe --bits 8 --m 64 \
