@@ -116,3 +116,61 @@ def test_group_sums_with_row_scales_and_offsets(rng):
                 want[i, j] += t[i, g] * (s[j, g] * p + o[j, g] * float(q[i, cols].sum()))
     got = oracle.group_sums(q, c, gs, s, t=t, o=o)
     assert np.allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def test_round_to_bfloat16_is_round_to_nearest_even(rng):
+    """``oracle.round_to``'s bfloat16 rounding equals MLX's float32 -> bfloat16 conversion
+    (round to nearest, ties to even) on float32 values, ties included; truncation (a
+    mutant: ``np.trunc`` for ``np.rint``) fails on them."""
+    v = rng.standard_normal(4096).astype(np.float32) * np.float32(1e3)
+    ties = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, -(1 + 2.0**-8), 3 * 2.0**-9 * 1.5],
+                    dtype=np.float32)  # exactly halfway between two bfloat16 values
+    v = np.concatenate([v, ties, ties * np.float32(2.0**-20)])
+    want = np.array(mx.array(v).astype(mx.bfloat16).astype(mx.float32)).astype(np.float64)
+    got = oracle.round_to(v.astype(np.float64), "bfloat16")
+    assert np.array_equal(got, want)
+    m, e = np.frexp(v.astype(np.float64))
+    truncated = np.ldexp(np.trunc(m * 256.0) / 256.0, e)
+    assert not np.array_equal(truncated, want)
+
+
+def _dequant_case(rng, bits):
+    """A 4-bit or 8-bit group-wise weight (group size 32), bfloat16 activations and what a
+    float32 kernel of ``oracle.linear_dequant``'s formula returns for them."""
+    from mlx_w8a8.weight import QuantizedWeight
+
+    w = mx.array(rng.standard_normal((48, 128)).astype(np.float32) * 0.05).astype(mx.bfloat16)
+    qw = QuantizedWeight.from_float(w, 32, per_channel=False, bits=bits)
+    x = mx.array(rng.standard_normal((9, 128)).astype(np.float32)).astype(mx.bfloat16)
+    xf = np.array(x.astype(mx.float32)).astype(np.float64)
+    return qw, xf
+
+
+def _kernel_like(xf, qw, codes):
+    """float32 ``x @ round_bf16(s q + b).T`` from ``codes`` (``[N, K]``), rounded to bf16."""
+    s = np.array(qw.scales.astype(mx.float32)).astype(np.float64)
+    b = np.array(qw.biases.astype(mx.float32)).astype(np.float64)
+    w = oracle.round_to(np.repeat(s, 32, axis=1) * codes + np.repeat(b, 32, axis=1), "bfloat16")
+    y = (xf.astype(np.float32) @ w.astype(np.float32).T)
+    return mx.array(y).astype(mx.bfloat16)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_linear_dequant_catches_a_dropped_group_and_a_nibble_swap(rng, bits):
+    """The dequantized linear's oracle and bound, as the device tests use them: a float32
+    computation of the formula passes; the same with one group's weights zeroed, or (4-bit)
+    each byte's two codes swapped, fails."""
+    qw, xf = _dequant_case(rng, bits)
+    want, bound = oracle.linear_dequant(xf, qw, None, "bfloat16")
+    codes = (oracle.codes(qw) if bits == 8 else oracle.codes4(qw)).astype(np.float64)
+    oracle.assert_close(_kernel_like(xf, qw, codes), want, bound, "bfloat16")
+    s = np.array(qw.scales.astype(mx.float32)).astype(np.float64)
+    dropped = codes.copy()
+    dropped[:, 32:64] = -np.repeat(np.array(qw.biases.astype(mx.float32))[:, 1:2], 32, axis=1) / \
+        np.repeat(s[:, 1:2], 32, axis=1)  # s q + b = 0 over group 1
+    with pytest.raises(AssertionError):
+        oracle.assert_close(_kernel_like(xf, qw, dropped), want, bound, "bfloat16")
+    if bits == 4:
+        swapped = codes.reshape(codes.shape[0], -1, 2)[:, :, ::-1].reshape(codes.shape)
+        with pytest.raises(AssertionError):
+            oracle.assert_close(_kernel_like(xf, qw, swapped), want, bound, "bfloat16")

@@ -201,6 +201,8 @@
 # `timeout -s INT 360 python3 -m pytest -q -n 16 -p no:cacheprovider -rs tests/test_cuda.py
 # -k "not dequant"`, also cut (663 passed, none failed). YH's output table ships as
 # mlx_w8a8/tables/nvidia-h200.json.
+# Part DQP: the dequantizing GEMM's 128-token tile (8-bit gs64, M = 2048, 4096 x 14336)
+# under Nsight Compute's full set: where its 0.41x bf16 goes (part DQ).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -553,6 +555,13 @@ if [ "$part" = "all" ]; then  # the whole CUDA exactness suite, then the per-cha
   run 420 python3 -m pytest -q $N -p no:cacheprovider -rs tests/test_cuda.py
   run 130 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 --decode 0 \
     --batch 0 --rounds 4 --warm-up
+fi
+if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile
+  run 240 ncu -f --set full --import-source no -o "$O/ncu_dq" -k regex:gemm_dequant -c 1 \
+    python3 bench/tile_gpu_time.py --once --grouped 64 --m 2048 --kn 4096x14336
+  ncu -i "$O/ncu_dq.ncu-rep" --page details > "$O/ncu_dq.txt" 2>&1
+  ncu -i "$O/ncu_dq.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_dq.sass.csv.gz"
+  rm -f "$O/ncu_dq.ncu-rep"
 fi
 if [ "$part" = "alla" ] || [ "$part" = "allb" ]; then  # tests/test_cuda.py in two halves, one per call
   N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 16" || echo "")
