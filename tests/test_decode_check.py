@@ -220,6 +220,11 @@ def test_a_group_that_helps_is_kept_from_a_table_that_as_a_whole_does_not(check_
     assert verdicts["device_light"].kept and verdicts["device_light"].ratio > 1.02
     assert not any(g.whole for g in result.groups)
     assert {"every group tuned", "every group on the reference", "tuned"} <= set(result.seconds)
+    # The report says what the decisions did as a whole before each group's verdict.
+    lines = result.describe().splitlines()
+    assert lines[1].startswith("  as a whole: every group tuned 0.") and lines[1].endswith(
+        "-> each group judged alone:"), lines
+    assert sum("as a whole" in line for line in lines[1:]) == 1
     assert mlp.gate_proj.decision(1, mx.float32)[0] == "mlx_qmm"
     assert mlp.down_proj.decision(1, mx.float32)[0] == "device_light"
     check = check_env.lookup(mlp.down_proj.problem(1, mx.float32)).entry["decode_check"]

@@ -101,6 +101,9 @@ ROUNDS = 20
 PREFILL_ROUNDS = 10
 # arrange()'s variant with every group's layers on the reference (the whole table's baseline).
 EVERY = object()
+# The variants of the first stage, (base, variant): their seconds are DecodeCheck.seconds'
+# entries of these names (prefixed "B = <B> " for a batch size B).
+WHOLE = ("every group on the reference", "every group tuned")
 # Batch sizes of the batched decode check: mlx-lm's server decodes up to 32 sequences at
 # once by default, and tune --model measures M = 2 .. 64 on a GPU.
 BATCHES = (2, 4, 8, 16, 32, 64)
@@ -168,10 +171,20 @@ class DecodeCheck:
                  f"> 1.00x: the model decoded faster on the tuned kernels: every group "
                  f"against every group on the reference (as a whole), else each group "
                  f"against it alone taken off):"]
+        stated = set()  # the batch sizes whose stage "as a whole" has its line
         for g in self.groups:
             p = g.problem
             verdict = "kept" if g.kept else f"replaced by {g.reference}"
             batch = "" if p.m == 1 else f"B = {p.m} (batched decode, M = {p.m}): "
+            if not g.whole and p.m not in stated:
+                # Judged each group alone: say what the decisions as a whole did first.
+                stated.add(p.m)
+                prefix = "" if p.m == 1 else f"B = {p.m} "
+                pair = [self.seconds.get(prefix + name) for name in WHOLE]
+                if all(pair):
+                    ratio, low, _ = paired_verdict(*pair, 0.0)
+                    lines.append(f"  {batch}as a whole: every group tuned {ratio:.2f}x "
+                                 f"(p25 {low:.2f}x) -> each group judged alone:")
             lines.append(
                 f"  {batch}{p.n}x{p.k} ({len(g.layers)} layer(s), e.g. {g.layers[0]}): "
                 f"{g.tuned} {g.ratio:.2f}x (p25 {g.low:.2f}x{more_rounds(g.rounds, self.rounds)})"
@@ -501,9 +514,8 @@ def _check_at(m: int, run: Callable[[], float], layers, dtypes: dict, tuner: Tun
                                ratio, low, kept, min(len(seconds[n]) for n in pair), whole)
 
         # First the decisions as a whole, against every one of them on the reference.
-        whole = ("every group on the reference", "every group tuned")
-        seconds = time_variants(dict(zip(whole, (EVERY, None))), [whole], "as a whole")
-        results = [result(p, whole, seconds, whole=True) for p in problems]
+        seconds = time_variants(dict(zip(WHOLE, (EVERY, None))), [WHOLE], "as a whole")
+        results = [result(p, WHOLE, seconds, whole=True) for p in problems]
         judged = "whole"
         if not results[0].kept:
             # Then each group, taken off the tuned model alone.
