@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from ...weight import dtype_name
 from .. import registry
 from .kernel import CudaKernel, hopper, outputs, weight_format
 from .launch import SMS, LaunchSpec, _kernel, as_f32, leading_shape
@@ -47,7 +48,7 @@ def gemm_dequant_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
         ValueError: for another dtype, K or group size, naming the kernel.
     """
     op = "[mlx_w8a8.cuda_dequant_gemm]"
-    name = str(dtype).removeprefix("mlx.core.")
+    name = dtype_name(dtype)
     if name not in DEQUANT_DTYPES:
         raise ValueError(f"{op} the activation dtype must be one of {DEQUANT_DTYPES}, "
                          f"got {name}")
