@@ -17,7 +17,7 @@
 // group-wise W8A8 GEMM's promotion).
 //
 // Block: 384 threads, one block per SM, a persistent grid walking tiles of 128 features x
-// BN tokens (BN = 64, 128 or 256) in common.cuh's grouped order (token tiles fastest, so
+// BN tokens (BN = 64 or 128) in common.cuh's grouped order (token tiles fastest, so
 // blocks running together read the same weight tile).
 //  * Warps 8-11 produce: for every k-tile (64 elements of K) they wait until ring stage s
 //    is free (empty[s]), copy the tile's BN activation rows (128 bytes each, common.cuh's
@@ -158,7 +158,6 @@ __device__ __forceinline__ uint2 dq_lds2(uint32_t addr) {
 #define W8A8_DQ16(i) W8A8_DQ4(i), W8A8_DQ4(i + 4), W8A8_DQ4(i + 8), W8A8_DQ4(i + 12)
 #define W8A8_DQ32(i) W8A8_DQ16(i), W8A8_DQ16(i + 16)
 #define W8A8_DQ64(i) W8A8_DQ32(i), W8A8_DQ32(i + 32)
-#define W8A8_DQ128 W8A8_DQ64(0), W8A8_DQ64(64)
 #define W8A8_WGMMA_RS(N, TY, REGS, OUTS, A0, A1, A2, A3, DB, P)                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                            \
                "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" REGS "}, {%" \
@@ -169,15 +168,10 @@ __device__ __forceinline__ uint2 dq_lds2(uint32_t addr) {
 template <typename T, int BN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t db,
                                          int accumulate) {
-  static_assert(BN == 256 || BN == 128 || BN == 64, "token tiles in use");
+  static_assert(BN == 128 || BN == 64, "token tiles in use");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kBf16 = DqType<T>::kBf16;
-  if constexpr (BN == 256) {
-    if constexpr (kBf16)
-      W8A8_WGMMA_RS("256", "bf16", W8A8_S128, W8A8_DQ128, "128", "129", "130", "131", "132", "133");
-    else
-      W8A8_WGMMA_RS("256", "f16", W8A8_S128, W8A8_DQ128, "128", "129", "130", "131", "132", "133");
-  } else if constexpr (BN == 128) {
+  if constexpr (BN == 128) {
     if constexpr (kBf16)
       W8A8_WGMMA_RS("128", "bf16", W8A8_S64, W8A8_DQ64(0), "64", "65", "66", "67", "68", "69");
     else
