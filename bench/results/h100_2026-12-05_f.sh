@@ -201,6 +201,9 @@
 # `timeout -s INT 360 python3 -m pytest -q -n 16 -p no:cacheprovider -rs tests/test_cuda.py
 # -k "not dequant"`, also cut (663 passed, none failed). YH's output table ships as
 # mlx_w8a8/tables/nvidia-h200.json.
+# Part DQM: the tuner's race on Llama-3-8B's shapes with the dequantizing GEMM among the
+# candidates, 8-bit group size 32 and 4-bit group size 64 (checks off), each table then
+# in the 4-layer prefill bench from that checkpoint format.
 # Part DQP: the dequantizing GEMM's 128-token tile (8-bit gs64, M = 2048, 4096 x 14336)
 # under Nsight Compute's full set: where its 0.41x bf16 goes (part DQ).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
@@ -555,6 +558,18 @@ if [ "$part" = "all" ]; then  # the whole CUDA exactness suite, then the per-cha
   run 420 python3 -m pytest -q $N -p no:cacheprovider -rs tests/test_cuda.py
   run 130 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 512,2048 --decode 0 \
     --batch 0 --rounds 4 --warm-up
+fi
+if [ "$part" = "dqm" ]; then  # the dequantizing GEMM in the tuner's race and the model, 8-bit gs32 and 4-bit gs64
+  for fw in "grouped 32 8bit-gs32" "grouped4 64 4bit-gs64"; do
+    read -r fmt gs w <<< "$fw"
+    rm -f tmp_t/dqm_$fmt.json
+    run 150 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size $gs \
+      --m 2048,512,128 --table tmp_t/dqm_$fmt.json --no-progress --sibling-check off \
+      --prefill-check off --decode-check off
+    cp tmp_t/dqm_$fmt.json "$O/dqm_$fmt.json"
+    run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqm_$fmt.json
+  done
 fi
 if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile
   run 240 ncu -f --set full --import-source no -o "$O/ncu_dq" -k regex:gemm_dequant -c 1 \
