@@ -2989,3 +2989,15 @@ def test_dequant_spec_takes_the_stored_terms_or_rounds_them_once(monkeypatch):
         with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_dequant_gemm\] " + why):
             gemm_dequant.gemm_dequant_spec(*args)
     launch._kernel.cache_clear()
+
+
+def test_digests_follow_every_module_of_the_cuda_package():
+    """``DIGEST_MODULES`` names every module of ``mlx_w8a8.kernels.cuda`` (and the
+    tensor-map encoder): a kernel family added as a new module has its launch helpers
+    followed by its digest without anyone listing them (one left out, as
+    ``gemm_dequant`` would be, fails here)."""
+    import pkgutil
+
+    package = cuda.__name__
+    modules = {package} | {f"{package}.{m.name}" for m in pkgutil.iter_modules(cuda.__path__)}
+    assert modules <= set(cuda_kernel.DIGEST_MODULES), sorted(modules - set(cuda_kernel.DIGEST_MODULES))
