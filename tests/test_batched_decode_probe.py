@@ -46,7 +46,15 @@ def test_probe_times_every_arm_and_runs_the_check(tmp_path, check_env):
     assert "(1.00x qmm; rounds " in arms.split(",")[0]
     assert " us per op built" in text.splitlines()[0]
     assert "B = 2: the down projections' gain: added to qmm " in text
-    assert "decode check (2 steps x 2 paired rounds" in text
+    # The check judges what the race chose: its verdicts where a shape left the reference
+    # (on a CPU that depends on the race's timing), else nothing to check.
+    tuned = [ln for ln in races if not ln.split("->")[1].strip().startswith("mlx_qmm ")]
+    if tuned:
+        assert "decode check (2 steps x 2 paired rounds" in text
+        verdicts = text.split("decode check (", 1)[1]
+        assert all(f"{ln.split(':')[1].split('->')[0].strip()} (" in verdicts for ln in tuned), text
+    else:
+        assert "is the reference; nothing to check" in text, text
 
 
 def test_collector_clock_times_each_collection_and_counts_full_ones():
