@@ -76,6 +76,12 @@ struct DqType<__nv_bfloat16> {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
   }
+  // codes8's selectors for bytes i, i + 1 of a word (i even): byte i (and i + 1) under
+  // 0x4B000000's top bytes.
+  static __device__ __forceinline__ void selectors(int i, uint32_t& lo, uint32_t& hi) {
+    lo = 0x7440u | i;
+    hi = 0x7440u | (i + 1);
+  }
   // Bytes i, i + 1 of w (8-bit codes) as the pair {q_i, q_i+1}, exactly.
   static __device__ __forceinline__ uint32_t codes8(uint32_t w, uint32_t sel_lo, uint32_t sel_hi) {
     const float f0 = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, sel_lo)), 8388608.f);
@@ -94,23 +100,15 @@ struct DqType<__half> {
     asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
   }
+  // codes8's selector: bytes i, i + 1 interleaved with 0x64 bytes (one permute a pair).
+  static __device__ __forceinline__ void selectors(int i, uint32_t& lo, uint32_t& hi) {
+    lo = 0x4040u | i | ((i + 1) << 8);
+    hi = 0;
+  }
   static __device__ __forceinline__ uint32_t codes8(uint32_t w, uint32_t sel_lo, uint32_t) {
     return fma2(__byte_perm(w, 0x64646464u, sel_lo), kOne, kMinusMagic);
   }
 };
-
-// The selectors of codes8 for bytes i, i + 1 of a word (i even): bfloat16 reads byte i
-// (and i + 1) under 0x4B000000's top bytes; float16 interleaves both with 0x64 bytes.
-template <typename T>
-__device__ __forceinline__ void dq_selectors(int i, uint32_t& lo, uint32_t& hi) {
-  if constexpr (!DqType<T>::kBf16) {
-    lo = 0x4040u | i | ((i + 1) << 8);
-    hi = 0;
-  } else {
-    lo = 0x7440u | i;
-    hi = 0x7440u | (i + 1);
-  }
-}
 
 // The two 4-bit codes of byte `b` of w (low nibble first) as the pair {q_lo, q_hi}: the
 // byte alone (b in 0..3), times 4097 puts the high nibble at bits 16-19 (no carries: the
@@ -297,7 +295,7 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
   const uint16_t* wb16 = reinterpret_cast<const uint16_t*>(wbi);
   unsigned char* stage_buf = epi_smem + warp * kDqEpiBytes;
   uint32_t sel_lo, sel_hi;  // 8-bit: bytes 2 (tq & 1), + 1 of the fragment's words
-  dq_selectors<T>(2 * (tq & 1), sel_lo, sel_hi);
+  DqType<T>::selectors(2 * (tq & 1), sel_lo, sel_hi);
   const uint32_t sel4 = 0x4440u | tq;  // 4-bit: byte tq of the step's words
   // Byte offsets of the thread's rows in a stage's weight tile, at chunk 0.
   const int wx = BITS == 8 ? (r0 >> 1) & 3 : (r0 >> 2) & 1;  // the rows' swizzle (r0 + 8 alike)
