@@ -206,6 +206,9 @@
 # in the 4-layer prefill bench from that checkpoint format.
 # Part DQP: the dequantizing GEMM's 128-token tile (8-bit gs64, M = 2048, 4096 x 14336)
 # under Nsight Compute's full set: where its 0.41x bf16 goes (part DQ).
+# Part DQX: mx.dequantize + mx.matmul (candidate mlx_dequant_matmul) in the tuner's race on
+# Llama-3-8B's shapes at M = 2048, 512, 128 (checks off), 8-bit and 4-bit codes at group
+# size 64, each table then in the 4-layer prefill bench from that checkpoint format.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -569,6 +572,18 @@ if [ "$part" = "dqm" ]; then  # the dequantizing GEMM in the tuner's race and th
     cp tmp_t/dqm_$fmt.json "$O/dqm_$fmt.json"
     run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqm_$fmt.json
+  done
+fi
+if [ "$part" = "dqx" ]; then  # mx.dequantize + mx.matmul (mlx_dequant_matmul) in the race, then the model with that table
+  for fw in "grouped 64 8bit-gs64" "grouped4 64 4bit-gs64"; do
+    read -r fmt gs w <<< "$fw"
+    rm -f tmp_t/dqx_$fmt.json
+    run 150 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size $gs \
+      --m 2048,512,128 --table tmp_t/dqx_$fmt.json --no-progress --sibling-check off \
+      --prefill-check off --decode-check off
+    cp tmp_t/dqx_$fmt.json "$O/dqx_$fmt.json"
+    run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqx_$fmt.json
   done
 fi
 if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile

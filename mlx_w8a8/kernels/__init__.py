@@ -16,7 +16,7 @@ import logging
 import sys
 import warnings
 
-from . import reference, registry  # noqa: F401  (the pure-MLX candidates always exist)
+from . import dequant_matmul, reference, registry  # noqa: F401  (the pure-MLX candidates always exist)
 
 log = logging.getLogger("mlx_w8a8.kernels")
 

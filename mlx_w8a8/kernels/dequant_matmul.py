@@ -1,0 +1,112 @@
+"""``mlx_dequant_matmul``: MLX's affine weights dequantized for the call, then MLX's
+float matmul (W8A16 or W4A16, on every device MLX has).
+
+``y = x @ mx.dequantize(w).T (+ bias)``: one ``mx.dequantize`` of the stored codes,
+scales and biases (8-bit ``grouped`` or 4-bit ``grouped4`` weights, any group size),
+then one ``mx.matmul`` in the activation's dtype, the GEMM MLX runs for float weights.
+The weights stay as stored; the float weight is a temporary of the call.
+
+Why it exists: at prefill sizes MLX's ``quantized_matmul`` runs far below MLX's own
+float GEMM on CUDA (0.2-0.3x of it at M = 2048 on Llama-3-8B's shapes, MLX 0.32.4) and
+on the CPU, while dequantizing a weight costs one pass over it (read the codes, write
+``N * K`` floats). So past some M the two ops beat the fused one; where that M lies the
+tuner measures (the gate holds it to the user tolerance against float64, as
+``mlx_qmm``: it is not W8A8).
+
+Hazard: the dequantized weight is ``N * K`` elements of the scales' dtype, alive while
+its matmul runs (e.g. 117 MB for a 14336 x 4096 bfloat16 projection): a model whose
+layers run this candidate needs that much more memory at its peak, once per layer that
+runs at a time. At decode sizes it is slow (a full weight written per token), which is
+why no rule or table picks it there.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import backends
+from ..weight import GROUPED4
+from . import registry, sources
+
+NAME = "mlx_dequant_matmul"
+
+
+def _bits(problem) -> int:
+    return 4 if problem.weight_format == GROUPED4 else 8
+
+
+def supports(problem) -> bool:
+    """Group-wise affine weights (``grouped``, ``grouped4``) of any group size; on CUDA
+    not where a weight row is one group (``K <= group size``), the shape at which MLX
+    0.32.4's CUDA ``quantized_matmul`` was measured wrong (``reference.qmm_supports``):
+    ``mx.dequantize`` there has not been measured, so it is not offered."""
+    if problem.weight_format not in ("grouped", GROUPED4):
+        return False
+    return not (backends.on_cuda() and problem.k <= (problem.group_size or 0))
+
+
+def can_implement(problem) -> tuple[bool, str]:
+    """``supports`` with the reason a user reads (``registry.refusal``)."""
+    if problem.weight_format not in ("grouped", GROUPED4):
+        return False, (f"it takes group-wise affine weights (weight_format 'grouped' or "
+                       f"'{GROUPED4}'), got {problem.weight_format!r}")
+    if not supports(problem):
+        return False, (f"K = {problem.k} is one group of {problem.group_size} per weight "
+                       f"row, a shape not measured on CUDA; K must exceed the group size")
+    return True, ""
+
+
+def linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
+    """``x @ weight.dequantize().T (+ bias)``.
+
+    Args:
+        x: ``[M, K]`` float16/bfloat16/float32.
+        weight: a group-wise :class:`mlx_w8a8.weight.QuantizedWeight` (8 or 4 bits).
+        bias: ``[N]`` or ``None``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    w = weight.dequantize()
+    if w.dtype != x.dtype:
+        w = w.astype(x.dtype)
+    y = mx.matmul(x, w.T)
+    if bias is not None:
+        y = y + bias
+    return y if y.dtype == x.dtype else y.astype(x.dtype)
+
+
+def bind(layer, problem):
+    """``x -> y`` for ``layer`` (an ``mlx_w8a8.Linear``) on ``x`` ``[..., K]``: the same
+    two ops as :func:`linear`, the layer's arrays read at call time (``registry``'s
+    ``bind`` contract)."""
+    group, bits = layer.group_size, _bits(problem)
+    dtype = getattr(mx, problem.dtype)
+    has_bias = problem.has_bias
+
+    def run(x):
+        w = mx.dequantize(layer["weight"], layer["scales"], layer["biases"], group, bits)
+        if w.dtype != dtype:
+            w = w.astype(dtype)
+        y = mx.matmul(x, w.T)
+        if has_bias:
+            y = y + layer["bias"]
+        return y if y.dtype == dtype else y.astype(dtype)
+    return run
+
+
+registry.register(
+    registry.Candidate(
+        name=NAME,
+        backend="any",
+        op="linear",
+        run=linear,
+        bind=bind,
+        supports=supports,
+        can_implement=can_implement,
+        digest=sources.closure_digest(
+            (linear, bind, supports), (__name__,),
+            params=f"mx.dequantize + mx.matmul {mx.__version__}"),
+        w8a8=False,
+    )
+)
