@@ -168,6 +168,17 @@ def round_to(v: np.ndarray, dtype: str) -> np.ndarray:
     return np.ldexp(np.rint(m * 256.0) / 256.0, e)
 
 
+def dequantized(weight, dtype: str) -> np.ndarray:
+    """``[N, K]`` float64: each weight ``s q + b`` rounded once to ``dtype`` (scales and
+    biases first rounded to ``dtype`` where stored in another), the codes read as
+    :func:`codes` / :func:`codes4` read them."""
+    c = (codes(weight) if weight.bits == 8 else codes4(weight)).astype(np.float64)
+    s = round_to(to_numpy(weight.scales).astype(np.float64), dtype)
+    b = round_to(to_numpy(weight.biases).astype(np.float64), dtype)
+    gs = weight.group_size
+    return round_to(np.repeat(s, gs, axis=1) * c + np.repeat(b, gs, axis=1), dtype)
+
+
 def linear_dequant(x: np.ndarray, weight, bias: np.ndarray | None, dtype: str):
     """The dequantized linear (``docs/numerics.md``, dequantized weights) in float64 plus
     the float32 summation allowance: each weight ``s q + b`` rounded once to ``dtype``
@@ -180,11 +191,7 @@ def linear_dequant(x: np.ndarray, weight, bias: np.ndarray | None, dtype: str):
         float32 addition of the tensor cores' sum off by up to an ulp) and one rounding
         of the bias addition.
     """
-    c = (codes(weight) if weight.bits == 8 else codes4(weight)).astype(np.float64)
-    s = round_to(to_numpy(weight.scales).astype(np.float64), dtype)
-    b = round_to(to_numpy(weight.biases).astype(np.float64), dtype)
-    gs = weight.group_size
-    w = round_to(np.repeat(s, gs, axis=1) * c + np.repeat(b, gs, axis=1), dtype)
+    w = dequantized(weight, dtype)
     xf = x.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         y = xf @ w.T

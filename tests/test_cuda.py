@@ -36,6 +36,7 @@ import mlx.core as mx
 
 from mlx_w8a8.kernels import registry, tensormap
 from mlx_w8a8.kernels.cuda import (
+    dequant_matmul as cuda_dequant_matmul,
     gemm as cuda_gemm,
     gemm_dequant as cuda_gemm_dequant,
     gemm_grouped as cuda_gemm_grouped,
@@ -1452,3 +1453,53 @@ def test_dequant_gemm_candidate(rng, bits, fmt, scale_dtype, dtype):
     assert y.shape == (3, 4, 264)
     want, bound = oracle.linear_dequant(host(x).reshape(12, 512), w, None, dtype)
     oracle.assert_close(y.reshape(12, 264), want, bound, dtype)
+
+
+# cuda_dequant_matmul: the dequantize launch, then mx.matmul ------------------------------
+# Why each size: a thread's 16 codes a quarter of the smallest group (N = 1, K = 32: two
+# threads, one block mostly idle); rows of 72 chunks, so blocks end mid-row and the last
+# block is partial (264 x 1152); a weight whose words are not a multiple of the block.
+DEQUANTIZE_SHAPES = [(1, 32), (264, 1152), (70, 384)]
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_dequantize_writes_each_weight_rounded_once(rng, bits, group_size, dtype):
+    """The first step's weight equals the oracle's bit for bit: every code of every
+    group in place, T(s q + b) rounded once (scales stored in the activation's dtype)."""
+    for n, k in DEQUANTIZE_SHAPES:
+        if k % group_size:
+            continue
+        w = (make_weight(rng, n, k, group_size, False, dtype) if bits == 8
+             else make_weight4(rng, n, k, group_size, dtype))
+        got = host(cuda_dequant_matmul.dequantize(w, getattr(mx, dtype))).astype(np.float64)
+        want = oracle.dequantized(w, dtype)
+        assert got.shape == (n, k)
+        assert np.array_equal(got, want), (n, k, int((got != want).sum()))
+
+
+@pytest.mark.parametrize("bits,fmt", [(8, "grouped"), (4, "grouped4")])
+@pytest.mark.parametrize("scale_dtype,dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
+                                               ("float32", "bfloat16")])
+def test_dequant_matmul_candidate(rng, bits, fmt, scale_dtype, dtype):
+    """The registered candidate on the dequantizing GEMM's shapes (tails, one row, a
+    weight row of one group: K = 64 at group size 64), scales in the activation's dtype
+    and in another; bound with a leading shape, it returns what run returns."""
+    cand = registry.get("linear", "cuda_dequant_matmul")
+    assert not cand.w8a8
+    for m, n, k, with_bias in DEQUANT_SHAPES:
+        assert cand.supports(Problem("linear", m, n, k, dtype, fmt, 64, with_bias))
+        check_dequant(rng, cand.run, m, n, k, dtype, 64, bits, with_bias, scale_dtype)
+    w = make_weight(rng, 264, 512, 64, False, scale_dtype) if bits == 8 else make_weight4(
+        rng, 264, 512, 64, scale_dtype)
+    x = activation(rng, 12, 512, dtype, specials=False).reshape(3, 4, 512)
+    p = Problem("linear", 12, 264, 512, dtype, fmt, 64, False)
+    key, quantize, apply = cand.bind_stages(p, w, None, (3, 4))
+    assert key is None and quantize is None
+    y = apply(x)
+    assert y.shape == (3, 4, 264)
+    assert mx.array_equal(y.reshape(12, 264), cand.run(x.reshape(12, 512), w, None)).item()
+    want, bound = oracle.linear_dequant(host(x).reshape(12, 512), w, None, dtype)
+    oracle.assert_close(y.reshape(12, 264), want, bound, dtype)
+

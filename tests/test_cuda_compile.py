@@ -36,6 +36,7 @@ import pytest
 from kernel_recorder import fake_tensor_maps, record_launches
 from mlx_w8a8.kernels import cuda, registry, sources, tensormap
 from mlx_w8a8.kernels.cuda import (
+    dequant_matmul as cuda_dequant_matmul,
     gemm as cuda_gemm,
     gemm_grouped as cuda_gemm_grouped,
     gemm_ws as cuda_gemm_ws,
@@ -375,6 +376,13 @@ def kernel_builds() -> list[KernelBuild]:
             cfg = cuda_tiles.DEQUANT_CONFIGS[name]
             out.append(KernelBuild(cfg.file, body, ins, (("y", t),),
                                    (("T", t), ("BITS", bits), ("GS", gs), *cfg.template())))
+    # The dequantize kernel (cuda_dequant_matmul's first step): every dtype, code width
+    # and group size.
+    for t, bits, gs in ((t, b, g) for t in ("bfloat16", "float16") for b in (8, 4)
+                        for g in (32, 64, 128)):
+        out.append(KernelBuild("dequantize.cu", "dequantize",
+                               (("w", "uint32", 2), ("ws", t, 2), ("wb", t, 2)), (("y", t),),
+                               (("T", t), ("BITS", bits), ("GS", gs))))
     return out
 
 
@@ -386,6 +394,8 @@ def block_threads(build: KernelBuild) -> int:
         return cuda_quantize.QUANT_WARP_THREADS if build.body == "rowsum_warp" else cuda_quantize.QUANT_MAX_THREADS
     if build.file == "gemv.cu":
         return cuda_gemv.GEMV_THREADS
+    if build.file == "dequantize.cu":
+        return cuda_dequant_matmul.DEQUANTIZE_THREADS
     tpl = set(build.template)
     found = {cfg.threads for cfg in (*cuda_tiles.ALL_GEMM_CONFIGS.values(), *cuda_tiles.WS_CONFIGS.values(),
                                      *cuda_tiles.TMA_CONFIGS.values(),

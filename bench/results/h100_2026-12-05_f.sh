@@ -209,6 +209,9 @@
 # Part DQX: mx.dequantize + mx.matmul (candidate mlx_dequant_matmul) in the tuner's race on
 # Llama-3-8B's shapes at M = 2048, 512, 128 (checks off), 8-bit and 4-bit codes at group
 # size 64, each table then in the 4-layer prefill bench from that checkpoint format.
+# Part DQX ran on an NVIDIA H100 (tree f3b5e91, DEADLINE=585).
+# Part DQY: cuda_dequant_matmul (dequantize.cu, then mx.matmul), first run on a GPU: its
+# tests, then part DQX's races and benches with it among the candidates.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -584,6 +587,20 @@ if [ "$part" = "dqx" ]; then  # mx.dequantize + mx.matmul (mlx_dequant_matmul) i
     cp tmp_t/dqx_$fmt.json "$O/dqx_$fmt.json"
     run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqx_$fmt.json
+  done
+fi
+if [ "$part" = "dqy" ]; then  # cuda_dequant_matmul (dequantize.cu + mx.matmul): tests, race, model
+  run 120 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
+    -k "dequantize_writes or dequant_matmul_candidate"
+  for fw in "grouped 64 8bit-gs64" "grouped4 64 4bit-gs64"; do
+    read -r fmt gs w <<< "$fw"
+    rm -f tmp_t/dqy_$fmt.json
+    run 110 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size $gs \
+      --m 2048,512,128 --table tmp_t/dqy_$fmt.json --no-progress --sibling-check off \
+      --prefill-check off --decode-check off
+    cp tmp_t/dqy_$fmt.json "$O/dqy_$fmt.json"
+    run 100 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqy_$fmt.json
   done
 fi
 if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile

@@ -26,6 +26,7 @@ from __future__ import annotations
 from .. import registry, tensormap
 from . import launch
 from .gemm import Int8Gemm, W8A8Gemm
+from .dequant_matmul import DequantMatmul
 from .gemm_dequant import DequantGemm
 from .gemm_grouped import ActGroupsTma, W4A8GemmTma, W8A8GemmGrouped, W8A8GemmGroupedTma
 from .gemm_ws import Int8GemmTma, Int8GemmWs, W8A8GemmTma, W8A8GemmWs
@@ -37,7 +38,7 @@ from .quantize import Quantize
 KERNELS: tuple[CudaKernel, ...] = (
     Quantize(), Int8Gemm(), Int8GemmWs(), Int8GemmTma(), W8A8Gemm(), W8A8GemmWs(),
     W8A8GemmTma(), W8A8GemmGrouped(), W8A8GemmGroupedTma(), W4A8GemmTma(), ActGroupsTma(),
-    Int8Gemv(), W4A8Gemv(), DequantGemm(),
+    Int8Gemv(), W4A8Gemv(), DequantGemm(), DequantMatmul(),
 )
 
 

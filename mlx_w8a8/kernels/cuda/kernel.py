@@ -288,7 +288,8 @@ DIGEST_MODULES = (
     "mlx_w8a8.kernels.cuda.tiles", "mlx_w8a8.kernels.cuda.tma",
     "mlx_w8a8.kernels.cuda.quantize", "mlx_w8a8.kernels.cuda.gemm",
     "mlx_w8a8.kernels.cuda.gemm_ws", "mlx_w8a8.kernels.cuda.gemm_grouped",
-    "mlx_w8a8.kernels.cuda.gemv", "mlx_w8a8.kernels.cuda.gemm_dequant", tensormap.__name__,
+    "mlx_w8a8.kernels.cuda.gemv", "mlx_w8a8.kernels.cuda.gemm_dequant",
+    "mlx_w8a8.kernels.cuda.dequant_matmul", tensormap.__name__,
 )
 
 
