@@ -209,7 +209,8 @@
 # Part DQX: mx.dequantize + mx.matmul (candidate mlx_dequant_matmul) in the tuner's race on
 # Llama-3-8B's shapes at M = 2048, 512, 128 (checks off), 8-bit and 4-bit codes at group
 # size 64, each table then in the 4-layer prefill bench from that checkpoint format.
-# Part DQX ran on an NVIDIA H100 (tree f3b5e91, DEADLINE=585).
+# Parts DQP and DQX ran on NVIDIA H100s (trees 7196adc and f3b5e91, DEADLINE=300 and 585;
+# DQP's summaries made on this machine from the files it wrote, appended after it).
 # Part DQY: cuda_dequant_matmul (dequantize.cu, then mx.matmul), first run on a GPU: its
 # tests, then part DQX's races and benches with it among the candidates.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
