@@ -60,6 +60,10 @@ A B C, C B A, ...; the spread is p25..p75 of the per-round ratios):
   per step. By default B = 16 on a GPU, no batched rows on a CPU.
 - **SQNR** of each variant's prefill logits against the bfloat16 model's, in dB
   (``10 log10(sum(ref^2) / sum((x - ref)^2))`` over all positions and the vocabulary).
+- **working memory** of each variant's first prefill at each T: MLX's peak bytes during
+  it above those in use before it (activations, KV cache, temporaries such as the float
+  weight a dequantize-then-matmul layer makes per call), a ``working_bytes`` field of the
+  prefill summary and a line under the table.
 
 Output: a readable table on stdout, headed by the weights' format, each variant's
 parameter bytes and any note (e.g. 4-bit layers this version does not convert), and
@@ -560,6 +564,21 @@ def w8a8_layers(model: nn.Module) -> dict:
             "outliers": sum(m.outliers is not None for m in found)}
 
 
+def working_memory(fn, into: dict, name: str):
+    """``fn()``, evaluated, with ``into[name]`` set to the peak bytes MLX held during it
+    above those in use before it (``mx.get_peak_memory`` after ``mx.reset_peak_memory``):
+    activations, KV cache and temporaries such as a dequantized weight, not the
+    parameters (resident before)."""
+    mx.synchronize()
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    result = fn()
+    mx.eval(result)
+    mx.synchronize()
+    into[name] = max(0, mx.get_peak_memory() - before)
+    return result
+
+
 def nbytes(model: nn.Module) -> int:
     from mlx.utils import tree_flatten
 
@@ -685,6 +704,7 @@ def run(args, stream, out, emit) -> int:
         "mlx_lm": models.mlx_lm_mode(),
     }, stream)
     rows = []
+    working: dict[int, dict[str, int]] = {}
     warmed = None
     if cfg["warm_up"]:
         import mlx_w8a8
@@ -708,21 +728,24 @@ def run(args, stream, out, emit) -> int:
         pool = mx.random.randint(0, vocab, (1, _longest(cfg, t, names)),
                                  key=mx.random.key(1000 * seed + t)).astype(mx.int32)
         tokens = pool[:, :t]
-        # warm-up: the first call's logits give the SQNR
-        _, ref = prefill(variants["bf16"], tokens)
+        # warm-up: the first call's logits give the SQNR, its peak the working memory
+        work = {}
+        ref = working_memory(lambda: prefill(variants["bf16"], tokens)[1], work, "bf16")
         sqnr = {}
         for name in names[1:]:
-            _, logits = on(name, lambda m: prefill(m, tokens))
+            logits = working_memory(lambda: on(name, lambda m: prefill(m, tokens))[1], work, name)
             sqnr[name] = sqnr_db(ref, logits)
             del logits
         del ref
+        working[t] = work
         for _ in range(WARMUP - 1):
             for name in names:
                 on(name, lambda m: prefill(m, tokens))
         times = alternate(names, cfg["rounds"], lambda n: on(n, lambda m: prefill(m, tokens))[0],
                           record("prefill", t))
         summary = {"kind": "summary", "measure": "prefill", "tokens": t, **summarize(times, t),
-                   "sqnr_db": {n: _finite(v) for n, v in sqnr.items()}}
+                   "sqnr_db": {n: _finite(v) for n, v in sqnr.items()},
+                   "working_bytes": working[t]}
         emit(summary, stream)
         rows.append((f"prefill T={t}", summary))
         if cfg["new_lengths"]:
@@ -775,6 +798,10 @@ def run(args, stream, out, emit) -> int:
         print(f"mlx_w8a8.warm_up before the rounds: {warmed[0]} calls, {warmed[1]:.1f} s "
               f"(M = 1 ... {warmed[2]})", file=out)
     print(render_table(rows, names), file=out)
+    for t, work in working.items():
+        print(f"prefill T={t}, working memory (peak above the memory in use before its first "
+              "call): " + ", ".join(f"{n} {render.fmt_bytes(b)}" for n, b in work.items()),
+              file=out)
     for row, per_step in steps.items():
         print(f"{row}, seconds per step (median): " + ", ".join(
             f"{n} {1000 * t:.3g} ms" for n, t in per_step.items()), file=out)

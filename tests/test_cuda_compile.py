@@ -1300,7 +1300,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
-             "cuda_int8_gemv", "cuda_w4a8_gemv", "cuda_dequant_gemm"]
+             "cuda_int8_gemv", "cuda_w4a8_gemv", "cuda_dequant_gemm", "cuda_dequant_matmul"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1353,7 +1353,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias",
                  "w8a8_gemv_fused_grouped4", "w8a8_gemv_fused_grouped4_bias",
                  "w8a8_gemv_grouped4", "w8a8_gemm_dequant_dequant",
-                 "w8a8_gemm_dequant_dequant_bias"):
+                 "w8a8_gemm_dequant_dequant_bias", "w8a8_dequantize_dequantize"):
         assert body in bodies, (body, sorted(bodies))
 
 
