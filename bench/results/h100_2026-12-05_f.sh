@@ -604,6 +604,11 @@ if [ "$part" = "dqy" ]; then  # cuda_dequant_matmul (dequantize.cu + mx.matmul):
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqy_$fmt.json
   done
 fi
+if [ "$part" = "dqz" ]; then  # part DQY's failed candidate test, rewritten; its 8-bit bench (cut) again
+  run 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "dequant_matmul_candidate"
+  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table dqy_grouped.json
+fi
 if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile
   run 240 ncu -f --set full --import-source no -o "$O/ncu_dq" -k regex:gemm_dequant -c 1 \
     python3 bench/tile_gpu_time.py --once --grouped 64 --m 2048 --kn 4096x14336
