@@ -2787,7 +2787,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 12 and count > 5000, (sorted(names), count)
+    assert len(names) == 13 and count > 5000, (sorted(names), count)
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

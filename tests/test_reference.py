@@ -219,13 +219,15 @@ def test_activation_groups_cut_the_error_of_an_outlier_channel(rng, bits):
 
 
 def test_only_exact_act_groups_and_w8a16_take_activation_groups():
+    # (mlx_dequant_matmul is W8A16 / W4A16 too: it ignores act_scales, as mlx_qmm does.)
     # A per-token kernel must never run an act_scales="group" problem (its result would
     # be the other math): the registry refuses it centrally, and says why.
     from mlx_w8a8.kernels import registry
 
     for fmt, w16 in (("grouped", "mlx_qmm"), ("grouped4", "mlx_qmm4")):
         p = registry.Problem("linear", 16, 64, 256, "bfloat16", fmt, 64, False, "group")
-        assert {c.name for c in registry.candidates(p)} == {"exact_act_groups", w16}
+        assert {c.name for c in registry.candidates(p)} == {"exact_act_groups", w16,
+                                                            "mlx_dequant_matmul"}
         assert registry.exact_name(p) == "exact_act_groups"
         assert "per token only" in registry.refusal(registry.get("linear", registry.exact_name(
             registry.Problem("linear", 16, 64, 256, "bfloat16", fmt, 64))), p)

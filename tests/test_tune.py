@@ -848,6 +848,13 @@ def test_a_failed_write_names_its_reason_in_the_exit_message(tmp_path, capsys, m
     assert code == 1 and f"1 of 1 measured entries are not in {bad}: {bad}: not valid JSON" in err
 
 
+def raced_pairs(text: str) -> list[set[str]]:
+    """The ``{choice, challenger}`` of each prefill-check line at T = 16."""
+    import re
+
+    return [set(m.groups()) for m in re.finditer(r"T=16 .*?\): (\S+) -> (\S+) ", text)]
+
+
 def test_model_checks_of_the_4bit_format_run_4bit_layers(tmp_path):
     """tune --model --format grouped4: the shapes are 4-bit problems, and the model the
     checks time holds MLX's 4-bit layers (converted as stored), so the prefill check
@@ -859,8 +866,10 @@ def test_model_checks_of_the_4bit_format_run_4bit_layers(tmp_path):
     assert code == 0, text
     assert "64x64 grouped4 g32: o_proj, q_proj" in text
     assert {e["weight_format"] for e in entries_of(str(tmp_path / "t.json"))} == {"grouped4"}
-    raced = [line for line in text.splitlines() if "T=16" in line and "->" in line]
-    assert raced and all("mlx_qmm4" in line and "exact_w4a8" in line for line in raced), text
+    raced = raced_pairs(text)
+    # 4-bit layers: the 4-bit kernels and the format-blind W16 ones, never an 8-bit one.
+    assert raced and set().union(*raced) <= {"mlx_qmm4", "exact_w4a8", "mlx_dequant_matmul"}, text
+    assert all(pair & {"mlx_qmm4", "exact_w4a8"} for pair in raced), text
 
 
 def test_model_with_activation_groups_tunes_and_checks_their_problems(tmp_path, capsys):
@@ -876,9 +885,13 @@ def test_model_with_activation_groups_tunes_and_checks_their_problems(tmp_path, 
     entries = entries_of(path)
     assert entries and {(e["weight_format"], e.get("act_scales")) for e in entries} == {
         ("grouped", "group")}
-    assert all(set(e["candidates"]) == {"mlx_qmm", "exact_act_groups"} for e in entries)
-    raced = [line for line in text.splitlines() if "T=16" in line and "->" in line]
-    assert raced and all("exact_act_groups" in line for line in raced), text
+    assert all(set(e["candidates"]) == {"mlx_qmm", "exact_act_groups", "mlx_dequant_matmul"}
+               for e in entries)
+    raced = raced_pairs(text)
+    # Layers with activation groups: exact_act_groups and the W16 kernels (which ignore
+    # act_scales), never a per-token W8A8 kernel.
+    assert raced and set().union(*raced) <= {"mlx_qmm", "exact_act_groups",
+                                             "mlx_dequant_matmul"}, text
     capsys.readouterr()
     code, _ = run(["--model", tiny_model(tmp_path), "--m", "16", "--act-scales", "group",
                    "--table", path] + TINY)
