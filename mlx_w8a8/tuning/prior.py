@@ -88,10 +88,22 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
     #   before its tile skipped idle warps at M = 17-112 (tiles.grouped_tma_tile_for),
     #   which only made it faster there.
+    # Prefill sizes, measured on an NVIDIA H100 80GB HBM3 with the dequantize-then-matmul
+    # candidates in the race: tune --model llama-3-8b --format grouped --group-size 64
+    # --m 2048,512,128 (part DQY of bench/results/h100_2026-12-05_f.log; its M = 512 and
+    # 2048 entries kept in h100_2026-12-05_f_table.json, which tests/test_prior.py checks
+    # these rules against).
+    # - M >= 1024: cuda_dequant_matmul (one memory-bound dequantize launch, then MLX's
+    #   bfloat16 GEMM). At M = 2048 it won all 7 shapes, 1.19-1.46x the group-wise TMA
+    #   GEMM and 1.62-3.69x mx.quantized_matmul; at M = 512 the TMA GEMM took 0.94-1.11x
+    #   its time (the TMA GEMM kept there); M = 513-1023 lie between.
+    #   Its float weight is a temporary of each call (docs/cuda.md).
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
-        (32, None, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (32, 1023, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (1024, None, 0, ("cuda_dequant_matmul", "cuda_w8a8_gemm_grouped_tma",
+                         "cuda_w8a8_gemm_grouped")),
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
@@ -122,10 +134,20 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # - M = 1: no rule. The GEMV's per-shape wins gave no gain in the model's decode
     #   (1.00x mlx-lm 4-bit, p25 0.96x, with the M = 1, 4, 16 table): decode at batch 1 is
     #   host-bound, as for 8-bit weights.
+    # - M >= 512: cuda_dequant_matmul, from the race with the dequantize-then-matmul
+    #   candidates (part DQY, tune --format grouped4 --m 2048,512,128, its M = 512 and
+    #   2048 entries replacing part F's in h100_2026-12-05_f_table.json): at M = 2048 it
+    #   won all 7 shapes (1.23-1.79x the 4-bit TMA GEMM, 1.79-4.88x mx.quantized_matmul
+    #   at 4 bits), at M = 512 5 of 7, and took at most 1.18x the winner's time (the
+    #   dequantizing GEMM) on the other two; the 4-bit TMA GEMM took 0.98-1.41x its time
+    #   at M = 512. At M = 128 the race's winner was
+    #   the dequantizing GEMM on 4 of 7 shapes (by up to 1.22x over the 4-bit TMA GEMM,
+    #   which won the other 3): not a rule yet.
     ("cuda", "linear", GROUPED4): [
         (2, 7, 4096 * 4096, ("cuda_w4a8_gemv",)),
         (8, 16, 0, ("cuda_w4a8_gemv",)),
-        (17, None, 0, ("cuda_w4a8_gemm_tma",)),
+        (17, 511, 0, ("cuda_w4a8_gemm_tma",)),
+        (512, None, 0, ("cuda_dequant_matmul", "cuda_w4a8_gemm_tma")),
     ],
     # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
     # an NVIDIA H200 (MLX 0.32.4): tune --op int8_matmul / quantize_activation on the
