@@ -213,6 +213,9 @@
 # DQP's summaries made on this machine from the files it wrote, appended after it).
 # Part DQY: cuda_dequant_matmul (dequantize.cu, then mx.matmul), first run on a GPU: its
 # tests, then part DQX's races and benches with it among the candidates.
+# Part DQZ: part DQY's candidate test as rewritten after it failed there (MLX's float GEMM
+# is not float32-exact), then the 4-layer prefill from the 8-bit gs64 checkpoint on the
+# default path (no table on an H100 for group-wise weights: the CUDA prior's rules).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -604,10 +607,10 @@ if [ "$part" = "dqy" ]; then  # cuda_dequant_matmul (dequantize.cu + mx.matmul):
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqy_$fmt.json
   done
 fi
-if [ "$part" = "dqz" ]; then  # part DQY's failed candidate test, rewritten; its 8-bit bench (cut) again
+if [ "$part" = "dqz" ]; then  # part DQY's failed candidate test, rewritten; the 8-bit default path
   run 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "dequant_matmul_candidate"
-  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
-    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table dqy_grouped.json
+  run 160 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
 fi
 if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile
   run 240 ncu -f --set full --import-source no -o "$O/ncu_dq" -k regex:gemm_dequant -c 1 \
