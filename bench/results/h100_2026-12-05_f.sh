@@ -213,9 +213,14 @@
 # DQP's summaries made on this machine from the files it wrote, appended after it).
 # Part DQY: cuda_dequant_matmul (dequantize.cu, then mx.matmul), first run on a GPU: its
 # tests, then part DQX's races and benches with it among the candidates.
+# Part DQY ran on an NVIDIA H100 (tree 41425a3, DEADLINE=570; its header line says
+# 7196adc, the device copy's own git answering TREE=$(git rev-parse ...)): its 8-bit
+# bench was cut by its limit, and its cuda_dequant_matmul candidate test failed on the
+# float32-accumulation bound (rewritten since, part DQZ); the dequantize tests passed.
 # Part DQZ: part DQY's candidate test as rewritten after it failed there (MLX's float GEMM
 # is not float32-exact), then the 4-layer prefill from the 8-bit gs64 checkpoint on the
 # default path (no table on an H100 for group-wise weights: the CUDA prior's rules).
+# Not run yet (no device time was left).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
