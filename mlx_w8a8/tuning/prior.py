@@ -189,7 +189,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # by tests/test_prior.py): the exact W8A8 kernel 5.3-13.6x faster than
     # mx.quantized_matmul at M = 16 and 128 and 1.16-6.04x at M = 2, 4, 8 (batched
     # decode; 2026-12-05, same file); at M = 1 mx.quantized_matmul (0.92x and 0.55x for
-    # exact). M = 9-15 lie between the measured 8 and 16.
+    # exact). M = 9-15 lie between the measured 8 and 16. mlx_dequant_matmul
+    # (mx.dequantize, then a float32 matmul here) took 1.16-1.74x exact's time at M = 16
+    # and 128 (2026-12-06, same log): no rule.
     # With activation groups (act_scales="group": only exact_act_groups of the W8A8
     # kernels runs it) the same shapes (bench/results/tune_cpu_act_groups_2026-12-05.*,
     # checked by tests/test_prior.py): exact_act_groups 5.9-14.5x mx.quantized_matmul at
@@ -209,7 +211,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # checked by tests/test_prior.py): the exact W4A8 kernel 6.2-18.1x faster than
     # mx.quantized_matmul at 4 bits at M = 16 and 128 and 1.14-5.69x at M = 2, 4, 8
     # (2026-12-05, same file); at M = 1 mx.quantized_matmul (the exact kernel took 1.66x
-    # and 1.83x its time). M = 9-15 lie between the measured 8 and 16.
+    # and 1.83x its time). M = 9-15 lie between the measured 8 and 16. mlx_dequant_matmul
+    # took 1.15-1.62x exact_w4a8's time at M = 16 and 128 (2026-12-06, same log).
     ("cpu", "linear", GROUPED4): [
         (1, 1, 0, (QMM4,)),
         (2, 15, 0, (EXACT_W4A8,)),
