@@ -20,8 +20,8 @@ import mlx.core as mx
 
 from ...weight import dtype_name
 from .. import registry
-from .gemm_dequant import DEQUANT_DTYPES, DEQUANT_GROUP_SIZES, dequant_terms
-from .kernel import CudaKernel, linear_problem, outputs, weight_format
+from .gemm_dequant import DEQUANT_DTYPES, DEQUANT_GROUP_SIZES, dequant_refusals, dequant_terms
+from .kernel import CudaKernel, linear_problem
 from .launch import LaunchSpec, _kernel
 
 DEQUANTIZE_FILE = "dequantize.cu"
@@ -82,15 +82,8 @@ class DequantMatmul(CudaKernel):
     formats = ("grouped", "grouped4")
 
     def refusals(self, p: registry.Problem):
-        yield weight_format(p, *self.formats)
-        yield outputs(p)
-        if p.dtype not in DEQUANT_DTYPES:
-            yield f"the activation dtype must be one of {DEQUANT_DTYPES}, got {p.dtype}"
-        if p.m < 1:
-            yield f"M must be at least 1, got {p.m}"
-        if p.group_size not in DEQUANT_GROUP_SIZES:
-            yield f"the group size must be one of {DEQUANT_GROUP_SIZES}, got {p.group_size}"
-        if p.k < 1 or p.k % p.group_size:
+        yield from dequant_refusals(p, self.formats)
+        if p.k < 1 or p.k % p.group_size:  # (a group size of DEQUANT_GROUP_SIZES by now)
             yield f"K must be a positive multiple of the group size {p.group_size}, got {p.k}"
 
     def variant(self, p: registry.Problem):

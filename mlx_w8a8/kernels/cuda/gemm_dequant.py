@@ -19,6 +19,20 @@ DEQUANT_DTYPES = ("bfloat16", "float16")
 DEQUANT_GROUP_SIZES = (32, 64, 128)
 
 
+def dequant_refusals(p: registry.Problem, formats: tuple[str, ...]):
+    """The requirements both dequantizing kernels share (``CudaKernel.refusals``): a
+    group-wise format of ``formats``, N >= 1, a 16-bit float activation of at least one
+    row, a group size of :data:`DEQUANT_GROUP_SIZES`."""
+    yield weight_format(p, *formats)
+    yield outputs(p)
+    if p.dtype not in DEQUANT_DTYPES:
+        yield f"the activation dtype must be one of {DEQUANT_DTYPES}, got {p.dtype}"
+    if p.m < 1:
+        yield f"M must be at least 1, got {p.m}"
+    if p.group_size not in DEQUANT_GROUP_SIZES:
+        yield f"the group size must be one of {DEQUANT_GROUP_SIZES}, got {p.group_size}"
+
+
 def dequant_terms(weight, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
     """The weight's scales and biases in ``dtype`` (the activation's): the stored arrays
     where they already are, else a copy rounded to ``dtype`` once and kept with the
@@ -115,14 +129,7 @@ class DequantGemm(CudaKernel):
         return dequant_tile_for(p.m)
 
     def refusals(self, p: registry.Problem):
-        yield weight_format(p, *self.formats)
-        yield outputs(p)
-        if p.dtype not in DEQUANT_DTYPES:
-            yield f"the activation dtype must be one of {DEQUANT_DTYPES}, got {p.dtype}"
-        if p.m < 1:
-            yield f"M must be at least 1, got {p.m}"
-        if p.group_size not in DEQUANT_GROUP_SIZES:
-            yield f"the group size must be one of {DEQUANT_GROUP_SIZES}, got {p.group_size}"
+        yield from dequant_refusals(p, self.formats)
         if p.k < 1 or p.k % DEQUANT_K_MULTIPLE:
             yield f"K must be a positive multiple of {DEQUANT_K_MULTIPLE}, got {p.k}"
         yield hopper()
