@@ -90,3 +90,29 @@ def test_bound_layer_call_equals_run(rng):
     assert y.shape == (2, 3, 40) and y.dtype == mx.bfloat16
     w = QuantizedWeight(layer["weight"], layer["scales"], layer["biases"], 64, per_channel=False)
     assert mx.array_equal(y.reshape(6, 40), dequant_matmul.linear(x.reshape(6, 256), w, layer["bias"])).item()
+
+
+def test_the_float_weight_bound_refuses_larger_weights(monkeypatch):
+    """MLX_W8A8_DEQUANT_MAX_MB: a weight whose float copy would exceed it is refused by
+    both dequantize-then-matmul candidates (the reason names the variable), one within
+    it is not, 0 refuses every one; a value that is not a number is an error that
+    names it."""
+    small = Problem("linear", 512, 1024, 1024, "bfloat16", "grouped", 64)  # 2 MiB as bf16
+    large = Problem("linear", 512, 4096, 4096, "bfloat16", "grouped4", 64)  # 32 MiB
+    names = (dequant_matmul.NAME, "cuda_dequant_matmul")
+    monkeypatch.setenv(dequant_matmul.ENV_MAX_MB, "16")
+    for name in names:  # (can_implement: the CUDA one is unavailable on this machine)
+        cand = registry.get("linear", name)
+        ok, why = cand.can_implement(large)
+        assert not ok and "MLX_W8A8_DEQUANT_MAX_MB = 16" in why and "N = 4096" in why, why
+        assert not cand.supports(large)
+        assert cand.can_implement(small) == (True, "") and cand.supports(small)
+    assert dequant_matmul.NAME not in {c.name for c in registry.candidates(large)}
+    assert dequant_matmul.NAME in {c.name for c in registry.candidates(small)}
+    monkeypatch.setenv(dequant_matmul.ENV_MAX_MB, "0")
+    assert not registry.get("linear", dequant_matmul.NAME).supports(small)
+    monkeypatch.setenv(dequant_matmul.ENV_MAX_MB, "lots")
+    with pytest.raises(ValueError, match="MLX_W8A8_DEQUANT_MAX_MB must be a non-negative"):
+        dequant_matmul.temp_limit_bytes()
+    monkeypatch.delenv(dequant_matmul.ENV_MAX_MB)
+    assert registry.get("linear", dequant_matmul.NAME).supports(large)

@@ -20,10 +20,15 @@ Hazard: the dequantized weight is ``N * K`` elements of the scales' dtype, alive
 its matmul runs (e.g. 117 MB for a 14336 x 4096 bfloat16 projection): a model whose
 layers run this candidate needs that much more memory at its peak, once per layer that
 runs at a time. At decode sizes it is slow (a full weight written per token), which is
-why no rule or table picks it there.
+why no rule or table picks it there. ``MLX_W8A8_DEQUANT_MAX_MB`` bounds that float weight
+for this candidate and ``cuda_dequant_matmul`` (:func:`within_temp_limit`): a layer whose
+weight would exceed it is refused, so its decision falls to the next kernel (a table's
+choice that cannot run is passed over; a prior rule names the next).
 """
 
 from __future__ import annotations
+
+import os
 
 import mlx.core as mx
 
@@ -32,10 +37,48 @@ from ..weight import GROUPED4
 from . import registry, sources
 
 NAME = "mlx_dequant_matmul"
+# Environment variable: the largest float weight, in MiB (2^20 bytes), that a
+# dequantize-then-matmul kernel may make for one call; unset: no bound; 0: never.
+ENV_MAX_MB = "MLX_W8A8_DEQUANT_MAX_MB"
+
+
+def temp_limit_bytes() -> int | None:
+    """The bound of :data:`ENV_MAX_MB` in bytes, ``None`` where unset.
+
+    Raises:
+        ValueError: for a value that is not a non-negative number.
+    """
+    text = os.environ.get(ENV_MAX_MB, "").strip()
+    if not text:
+        return None
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise ValueError(f"[mlx_w8a8.dequant_matmul] {ENV_MAX_MB} must be a non-negative "
+                         f"number of MiB, got {text!r}")
+    return int(mb * (1 << 20))
+
+
+def within_temp_limit(problem, itemsize: int = 2) -> str | None:
+    """Why ``problem``'s float weight (``N * K`` values of ``itemsize`` bytes) exceeds
+    :data:`ENV_MAX_MB`, or ``None`` where it does not (read when a layer decides)."""
+    limit = temp_limit_bytes()
+    need = problem.n * problem.k * itemsize
+    if limit is None or need <= limit:
+        return None
+    return (f"its float weight ({need / (1 << 20):.1f} MiB for N = {problem.n}, "
+            f"K = {problem.k}) exceeds {ENV_MAX_MB} = {os.environ[ENV_MAX_MB]}")
 
 
 def _bits(problem) -> int:
     return 4 if problem.weight_format == GROUPED4 else 8
+
+
+def _itemsize(problem) -> int:
+    """Bytes per value of the float weight: the matmul's dtype (:func:`_compute_dtype`)."""
+    return _compute_dtype(getattr(mx, problem.dtype)).size
 
 
 def _compute_dtype(dtype: mx.Dtype) -> mx.Dtype:
@@ -50,6 +93,8 @@ def supports(problem) -> bool:
     ``mx.dequantize`` there has not been measured, so it is not offered."""
     if problem.weight_format not in ("grouped", GROUPED4):
         return False
+    if within_temp_limit(problem, _itemsize(problem)) is not None:
+        return False
     return not (backends.on_cuda() and problem.k <= (problem.group_size or 0))
 
 
@@ -58,6 +103,8 @@ def can_implement(problem) -> tuple[bool, str]:
     if problem.weight_format not in ("grouped", GROUPED4):
         return False, (f"it takes group-wise affine weights (weight_format 'grouped' or "
                        f"'{GROUPED4}'), got {problem.weight_format!r}")
+    if (why := within_temp_limit(problem, _itemsize(problem))) is not None:
+        return False, f"[mlx_w8a8.{NAME}] {why}"
     if not supports(problem):
         return False, (f"K = {problem.k} is one group of {problem.group_size} per weight "
                        f"row, a shape not measured on CUDA; K must exceed the group size")
@@ -115,7 +162,7 @@ registry.register(
         supports=supports,
         can_implement=can_implement,
         digest=sources.closure_digest(
-            (linear, bind, supports, _compute_dtype), (__name__,),
+            (linear, bind, supports, _compute_dtype, _itemsize), (__name__,),
             params=f"mx.dequantize + mx.matmul {mx.__version__}"),
         w8a8=False,
     )

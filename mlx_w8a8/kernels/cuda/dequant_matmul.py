@@ -10,8 +10,9 @@ weight. ``mlx_dequant_matmul`` is the same two steps with ``mx.dequantize``, whi
 
 Hazard: the float weight (``N * K`` values of the activation's dtype, 117 MB for a 14336
 x 4096 bfloat16 projection) lives while its matmul runs: memory at the model's peak that
-a layer running ``mx.quantized_matmul`` does not take. No rule or table picks it at
-decode sizes, where writing the whole weight per token is slow.
+a layer running ``mx.quantized_matmul`` does not take (``MLX_W8A8_DEQUANT_MAX_MB`` bounds
+it: ``mlx_w8a8.kernels.dequant_matmul``). No rule or table picks it at decode sizes,
+where writing the whole weight per token is slow.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import mlx.core as mx
 
 from ...weight import dtype_name
 from .. import registry
+from ..dequant_matmul import within_temp_limit
 from .gemm_dequant import DEQUANT_DTYPES, DEQUANT_GROUP_SIZES, dequant_refusals, dequant_terms
 from .kernel import CudaKernel, linear_problem
 from .launch import LaunchSpec, _kernel
@@ -85,6 +87,7 @@ class DequantMatmul(CudaKernel):
         yield from dequant_refusals(p, self.formats)
         if p.k < 1 or p.k % p.group_size:  # (a group size of DEQUANT_GROUP_SIZES by now)
             yield f"K must be a positive multiple of the group size {p.group_size}, got {p.k}"
+        yield within_temp_limit(p)  # 16-bit activations: 2 bytes a weight
 
     def variant(self, p: registry.Problem):
         # The dequantize kernel's template; cuBLAS compiles nothing per shape.
