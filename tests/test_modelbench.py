@@ -59,6 +59,9 @@ def test_every_length_is_reported_with_finite_ratios_and_sqnr(tiny, tmp_path):
         # quantized logits are close to bf16's but not identical to them
         assert set(s["sqnr_db"]) == {"mlx-lm-8bit", "mlx_w8a8"}
         assert all(v is not None and 15 < v < 80 for v in s["sqnr_db"].values()), s["sqnr_db"]
+        # every variant's prefill allocates something beyond its parameters (logits at least)
+        assert set(s["working_bytes"]) == set(modelbench.VARIANTS)
+        assert all(b > 0 for b in s["working_bytes"].values()), s["working_bytes"]
     rounds = [l for l in lines if l["kind"] == "round"]
     assert len(rounds) == 3 * 3
     # alternating order: A B C, C B A, A B C
@@ -66,7 +69,8 @@ def test_every_length_is_reported_with_finite_ratios_and_sqnr(tiny, tmp_path):
         list(modelbench.VARIANTS), list(modelbench.VARIANTS)[::-1], list(modelbench.VARIANTS)]
     (dec,) = [l for l in lines if l["kind"] == "decisions"]
     assert len(dec["layers"]) == 2 * 7 + 1 and "model.layers.1.mlp.down_proj" in dec["layers"]
-    for row in ("prefill T=1", "prefill T=8", "decode N=3 (prompt 4)", "w8a8 / 8-bit", "SQNR w8a8"):
+    for row in ("prefill T=1", "prefill T=8", "decode N=3 (prompt 4)", "w8a8 / 8-bit", "SQNR w8a8",
+                "prefill T=8, working memory (peak above the memory in use before its first call): bf16 "):
         assert row in text
 
 
@@ -676,3 +680,16 @@ def test_the_act_groups_variant_has_activation_groups(tiny):
         assert all(m.format != "per_channel" for m in layers)
     with pytest.raises(ValueError, match="--act-groups needs group-wise layers"):
         modelbench.make_variants(tiny, weights="8bit-gs64-per-channel", act_scales="group")
+
+
+def test_working_memory_is_the_peak_above_what_was_in_use():
+    """A call that holds a 4 MiB temporary above 1 MiB of result reports at least the
+    temporary; one that allocates nothing new reports (near) nothing."""
+    keep = mx.ones((256, 1024))  # resident before: not counted
+    mx.eval(keep)
+    work = {}
+    out = modelbench.working_memory(lambda: (mx.ones((1024, 1024)) * 2.0).sum(axis=0), work, "a")
+    assert out.shape == (1024,)
+    assert work["a"] >= 4 * (1 << 20), work
+    modelbench.working_memory(lambda: keep, work, "b")
+    assert work["b"] < (1 << 20), work
