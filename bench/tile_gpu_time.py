@@ -43,7 +43,9 @@ runs with the skip too, ``<tile>lp2`` ...), whose outputs must equal the plain t
 for bit (a row says which differ); with ``mx.quantized_matmul`` at the same group size
 and bits, the bfloat16 product and the dequantizing GEMM on each of its tiles
 (``DEQUANT_CONFIGS``: ``gemm_dequant.gemm_dequant``, no quantize launch; the row gives its
-largest difference from ``mx.quantized_matmul`` relative to that output's largest).
+largest difference from ``mx.quantized_matmul`` relative to that output's largest), and
+``cuda_dequant_matmul``'s dequantize launch alone (``dequantize``) and with its bf16 GEMM
+(``dqmm``).
 
 ``--grouped`` also takes ``--kernel-dir DIR`` (and ``--template``): each tile is then also
 timed built from a changed ``gemm_grouped_ws.cu`` (or header) in DIR, named ``<tile>+``,
@@ -72,6 +74,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mlx_w8a8.kernels.cuda import (  # noqa: E402
+    dequant_matmul as cuda_dequant_matmul,
     gemm as cuda_gemm,
     gemm_dequant as cuda_gemm_dequant,
     gemm_grouped as cuda_gemm_grouped,
@@ -343,6 +346,12 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                                     / mx.abs(ref.astype(mx.float32)).max()).item())
                     dq[name] = timed(lambda: cuda_gemm_dequant.gemm_dequant(x, qw, None, cfg), reps)[0]
                 dq_best = min((v, kname) for kname, v in dq.items())
+                # Dequantize, then MLX's bf16 GEMM (cuda_dequant_matmul): the dequantize
+                # launch alone, and the call (both kernels).
+                dq["dequantize"] = timed(
+                    lambda: cuda_dequant_matmul.dequantize(qw, mx.bfloat16), reps)[0]
+                dq["dqmm"] = timed(lambda: cuda_dequant_matmul.product(
+                    x, cuda_dequant_matmul.dequantize(qw, mx.bfloat16), None), reps)[0]
                 print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "
                       + "  ".join(f"{kname} {v:7.1f}" for kname, v in {**row, **dq}.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"

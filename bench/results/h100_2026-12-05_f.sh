@@ -221,6 +221,12 @@
 # is not float32-exact), then the 4-layer prefill from the 8-bit gs64 checkpoint on the
 # default path (no table on an H100 for group-wise weights: the CUDA prior's rules).
 # Not run yet (no device time was left).
+# Part DQW (for an NVIDIA H200): part DQZ's test with the dequantize tests, the kernel
+# times of the dequantize launch and of cuda_dequant_matmul beside the other group-wise
+# kernels (bench/tile_gpu_time.py --grouped), and the 4-layer prefill from the 8-bit and
+# 4-bit gs64 checkpoints on the default path (the shipped table, then the prior).
+# Part DQT (for an NVIDIA H200): the group-wise gs64 buckets M = 512 and 2048 that the
+# shipped table left out, tuned with every candidate (sibling check on) into a copy of it.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -616,6 +622,21 @@ if [ "$part" = "dqz" ]; then  # part DQY's failed candidate test, rewritten; the
   run 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "dequant_matmul_candidate"
   run 160 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+fi
+if [ "$part" = "dqw" ]; then  # on an NVIDIA H200: the dequantize-then-matmul path, then its table buckets
+  run 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
+    -k "dequant_matmul_candidate or dequantize_writes"
+  run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048,512 --kn 4096x14336,14336x4096 --reps 3
+  for w in 8bit-gs64 4bit-gs64; do  # the default path: the shipped table and the prior
+    run 140 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+  done
+fi
+if [ "$part" = "dqt" ]; then  # on an NVIDIA H200: the group-wise buckets the shipped table left out
+  cp mlx_w8a8/tables/nvidia-h200.json tmp_t/dqt.json
+  run 300 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 \
+    --m 2048,512 --table tmp_t/dqt.json --no-progress --prefill-check off --decode-check off
+  cp tmp_t/dqt.json "$O/dqt_nvidia-h200.json"
 fi
 if [ "$part" = "dqp" ]; then  # where the dequantizing GEMM's time goes: Nsight Compute, 128-token tile
   run 240 ncu -f --set full --import-source no -o "$O/ncu_dq" -k regex:gemm_dequant -c 1 \
