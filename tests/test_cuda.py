@@ -1484,7 +1484,8 @@ def test_dequantize_writes_each_weight_rounded_once(rng, bits, group_size, dtype
 # operands by up to 7 units in the output's last place, past oracle.linear_dequant's bound
 # (part DQY of bench/results/h100_2026-12-05_f.log). So the candidate is held to MLX's own
 # matmul on the oracle's weight, bit for bit, and to the float64 product within one
-# rounding of the output dtype relative to sum |x w| (each partial sum rounded to T).
+# rounding of the output dtype relative to sum |x w| (as if partial sums were rounded to T;
+# the cause was not examined).
 GEMM_PRECISION = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
 
 
