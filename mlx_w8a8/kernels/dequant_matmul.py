@@ -122,8 +122,18 @@ def linear(x: mx.array, weight, bias: mx.array | None) -> mx.array:
     Returns:
         ``[M, N]`` in ``x.dtype``.
     """
-    w = weight.dequantize()
-    at = _compute_dtype(x.dtype)
+    return product(x, weight.dequantize(), bias, _compute_dtype(x.dtype))
+
+
+def product(x: mx.array, w: mx.array, bias, at: mx.Dtype | None = None) -> mx.array:
+    """``x @ w.T (+ bias)`` computed in ``at`` (default ``x.dtype``), returned in
+    ``x.dtype``: the second step of both dequantize-then-matmul candidates.
+
+    Args:
+        x: ``[..., K]`` float; w: ``[N, K]`` float (any dtype: cast to ``at``);
+        bias: ``[N]`` or ``None``.
+    """
+    at = x.dtype if at is None else at
     if w.dtype != at:
         w = w.astype(at)
     y = mx.matmul(x if x.dtype == at else x.astype(at), w.T)
@@ -137,18 +147,12 @@ def bind(layer, problem):
     two ops as :func:`linear`, the layer's arrays read at call time (``registry``'s
     ``bind`` contract)."""
     group, bits = layer.group_size, _bits(problem)
-    dtype = getattr(mx, problem.dtype)
-    at = _compute_dtype(dtype)
+    at = _compute_dtype(getattr(mx, problem.dtype))
     has_bias = problem.has_bias
 
     def run(x):
         w = mx.dequantize(layer["weight"], layer["scales"], layer["biases"], group, bits)
-        if w.dtype != at:
-            w = w.astype(at)
-        y = mx.matmul(x if x.dtype == at else x.astype(at), w.T)
-        if has_bias:
-            y = y + layer["bias"]
-        return y if y.dtype == dtype else y.astype(dtype)
+        return product(x, w, layer["bias"] if has_bias else None, at)
     return run
 
 

@@ -21,7 +21,7 @@ import mlx.core as mx
 
 from ...weight import dtype_name
 from .. import registry
-from ..dequant_matmul import within_temp_limit
+from ..dequant_matmul import product, within_temp_limit
 from .gemm_dequant import DEQUANT_DTYPES, DEQUANT_GROUP_SIZES, dequant_refusals, dequant_terms
 from .kernel import CudaKernel, linear_problem
 from .launch import LaunchSpec, _kernel
@@ -60,14 +60,6 @@ def dequantize(weight, dtype: mx.Dtype) -> mx.array:
     """``weight`` ``[N, K]`` as a float array of ``dtype``, each value ``T(s q + b)``
     rounded once (:func:`dequantize_spec`)."""
     return dequantize_spec(weight, dtype).launch()[0]
-
-
-def product(x: mx.array, w: mx.array, bias) -> mx.array:
-    """``x @ w.T (+ bias)`` in ``x.dtype`` (``x`` ``[..., K]``, ``w`` ``[N, K]``)."""
-    y = mx.matmul(x, w.T)
-    if bias is not None:
-        y = y + bias
-    return y if y.dtype == x.dtype else y.astype(x.dtype)
 
 
 class DequantMatmul(CudaKernel):
@@ -109,6 +101,6 @@ class DequantMatmul(CudaKernel):
 
     def bind(self, p: registry.Problem, weight, bias, lead=None):
         """``(None, None, f)`` with ``f(x) -> y`` for ``x`` ``[*lead, K]``: the bound
-        dequantize launch, then :func:`product` (``CudaKernel.bind``'s contract)."""
+        dequantize launch, then ``dequant_matmul.product`` (``CudaKernel.bind``'s contract)."""
         weight_of = self.apply(p, weight, bias, lead).bound(slice(1))
         return None, None, lambda x: product(x, weight_of()[0], bias)

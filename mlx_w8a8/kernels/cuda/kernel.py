@@ -280,8 +280,9 @@ def tensor_maps() -> str | None:
 
 
 # The digest (registry.Candidate.digest) -----------------------------------------------
-# The modules whose code a CUDA kernel's digest follows (sources.closure): this package
-# and the tensor-map encoder. A definition class reaches its base classes, the launch
+# The modules whose code a CUDA kernel's digest follows (sources.closure): this package,
+# the tensor-map encoder and the matmul step cuda_dequant_matmul shares with
+# mlx_dequant_matmul (kernels/dequant_matmul.py). A definition class reaches its base classes, the launch
 # helpers its methods name and, through them, the constants and kernel files they read.
 DIGEST_MODULES = (
     "mlx_w8a8.kernels.cuda", "mlx_w8a8.kernels.cuda.kernel", "mlx_w8a8.kernels.cuda.launch",
@@ -289,7 +290,8 @@ DIGEST_MODULES = (
     "mlx_w8a8.kernels.cuda.quantize", "mlx_w8a8.kernels.cuda.gemm",
     "mlx_w8a8.kernels.cuda.gemm_ws", "mlx_w8a8.kernels.cuda.gemm_grouped",
     "mlx_w8a8.kernels.cuda.gemv", "mlx_w8a8.kernels.cuda.gemm_dequant",
-    "mlx_w8a8.kernels.cuda.dequant_matmul", tensormap.__name__,
+    "mlx_w8a8.kernels.cuda.dequant_matmul", "mlx_w8a8.kernels.dequant_matmul",
+    tensormap.__name__,
 )
 
 
