@@ -220,11 +220,13 @@
 # Part DQZ: part DQY's candidate test as rewritten after it failed there (MLX's float GEMM
 # is not float32-exact), then the 4-layer prefill from the 8-bit gs64 checkpoint on the
 # default path (no table on an H100 for group-wise weights: the CUDA prior's rules).
-# Not run yet (no device time was left).
-# Part DQW (for an NVIDIA H200): part DQZ's test with the dequantize tests, the kernel
-# times of the dequantize launch and of cuda_dequant_matmul beside the other group-wise
-# kernels (bench/tile_gpu_time.py --grouped), and the 4-layer prefill from the 8-bit and
-# 4-bit gs64 checkpoints on the default path (the shipped table, then the prior).
+# Part DQW (written for an NVIDIA H200): part DQZ's test with the dequantize tests, the
+# kernel times of the dequantize launch and of cuda_dequant_matmul beside the other
+# group-wise kernels (bench/tile_gpu_time.py --grouped), and the 4-layer prefill from the
+# 8-bit and 4-bit gs64 checkpoints on the default path (the shipped table on an H200, the
+# prior elsewhere).
+# Parts DQZ and DQW ran on an NVIDIA H100, one call each (tree 9521fe3, DEADLINE=560;
+# no H200 came), so DQW's benches there ran the prior's rules, as DQZ's.
 # Part DQT (for an NVIDIA H200): the group-wise gs64 buckets M = 512 and 2048 that the
 # shipped table left out, tuned with every candidate (sibling check on) into a copy of it.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
