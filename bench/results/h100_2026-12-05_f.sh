@@ -229,6 +229,10 @@
 # no H200 came), so DQW's benches there ran the prior's rules, as DQZ's.
 # Part DQT (for an NVIDIA H200): the group-wise gs64 buckets M = 512 and 2048 that the
 # shipped table left out, tuned with every candidate (sibling check on) into a copy of it.
+# Part DQO: the dequantize-then-matmul float weights made on a side stream, under the
+# float GEMMs (bench/dequant_overlap.py: modes off / side / next, alternating rounds),
+# from the 4-bit and 8-bit gs64 checkpoints, the prior's rules, then 8-bit with
+# cuda_dequant_matmul forced (its T = 512 runs the TMA GEMM by the rules).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -633,6 +637,11 @@ if [ "$part" = "dqw" ]; then  # on an NVIDIA H200: the dequantize-then-matmul pa
     run 140 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
   done
+fi
+if [ "$part" = "dqo" ]; then  # the float weights on a side stream
+  run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
+  run 150 python3 bench/dequant_overlap.py --weights 8bit-gs64 --tokens 512,2048 --rounds 5 \
+    --kernel cuda_dequant_matmul
 fi
 if [ "$part" = "dqt" ]; then  # on an NVIDIA H200: the group-wise buckets the shipped table left out
   cp mlx_w8a8/tables/nvidia-h200.json tmp_t/dqt.json
