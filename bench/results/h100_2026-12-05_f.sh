@@ -232,7 +232,10 @@
 # Part DQO: the dequantize-then-matmul float weights made on a side stream, under the
 # float GEMMs (bench/dequant_overlap.py: modes off / side / next, alternating rounds),
 # from the 4-bit and 8-bit gs64 checkpoints, the prior's rules, then 8-bit with
-# cuda_dequant_matmul forced (its T = 512 runs the TMA GEMM by the rules).
+# cuda_dequant_matmul forced (its T = 512 runs the TMA GEMM by the rules). Ran on an
+# NVIDIA H100 (tree b2d5771, the one holding bench/dequant_overlap.py and the overlap
+# modes, removed after it; DEADLINE=450; the header line's tree corrected from a
+# mistyped TREE value).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.

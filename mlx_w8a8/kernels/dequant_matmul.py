@@ -72,44 +72,6 @@ def within_temp_limit(problem, itemsize: int = 2) -> str | None:
             f"K = {problem.k}) exceeds {ENV_MAX_MB} = {os.environ[ENV_MAX_MB]}")
 
 
-# Where the float weight is made (read on every call): "off", in the call's own stream,
-# after the previous op; "side", on a second stream of the same device, free to run
-# under the float GEMMs (MLX orders the matmul after it); "next", the same but not
-# before the input of the previous call that made one is ready, so at most about one
-# layer ahead (the float weights alive stay about two).
-# Hazard: "side" puts no bound on how far ahead the weights are made: a forward may
-# hold every layer's float weight at once.
-OVERLAP_MODES = ("off", "side", "next")
-overlap = "off"
-_side: list = []  # the side stream, made on first use
-_last: list = [None]  # mode "next": the input of the previous call that made a weight
-
-
-def float_weight(make, weight_q: mx.array, x: mx.array) -> mx.array:
-    """``make(q)``: the float weight of a dequantize-then-matmul call on ``x``, made
-    from the weight's codes ``q`` on the stream :data:`overlap` says.
-
-    Args:
-        make: ``q -> [N, K]`` float array (``q`` the codes array as stored, or one that
-            MLX orders after another input: ``mx.depends``).
-        weight_q: the weight's codes.
-        x: the call's input (mode ``"next"`` keeps it for the next call).
-    """
-    mode = overlap
-    if mode == "off":
-        return make(weight_q)
-    if mode not in OVERLAP_MODES:
-        raise ValueError(f"[mlx_w8a8.dequant_matmul] overlap must be one of "
-                         f"{OVERLAP_MODES}, got {mode!r}")
-    if not _side:
-        _side.append(mx.new_stream(mx.default_device()))
-    prev = None
-    if mode == "next":
-        prev, _last[0] = _last[0], x
-    with mx.stream(_side[0]):
-        return make(weight_q if prev is None else mx.depends(weight_q, prev))
-
-
 def _bits(problem) -> int:
     return 4 if problem.weight_format == GROUPED4 else 8
 
@@ -189,8 +151,7 @@ def bind(layer, problem):
     has_bias = problem.has_bias
 
     def run(x):
-        w = float_weight(lambda q: mx.dequantize(q, layer["scales"], layer["biases"], group,
-                                                 bits), layer["weight"], x)
+        w = mx.dequantize(layer["weight"], layer["scales"], layer["biases"], group, bits)
         return product(x, w, layer["bias"] if has_bias else None, at)
     return run
 

@@ -21,7 +21,6 @@ import mlx.core as mx
 
 from ...weight import dtype_name
 from .. import registry
-from .. import dequant_matmul as _dq
 from ..dequant_matmul import product, within_temp_limit
 from .gemm_dequant import DEQUANT_DTYPES, DEQUANT_GROUP_SIZES, dequant_refusals, dequant_terms
 from .kernel import CudaKernel, linear_problem
@@ -103,11 +102,5 @@ class DequantMatmul(CudaKernel):
     def bind(self, p: registry.Problem, weight, bias, lead=None):
         """``(None, None, f)`` with ``f(x) -> y`` for ``x`` ``[*lead, K]``: the bound
         dequantize launch, then ``dequant_matmul.product`` (``CudaKernel.bind``'s contract)."""
-        spec = self.apply(p, weight, bias, lead)
-        weight_of = spec.bound(slice(1))
-
-        def make(q):  # the bound (replayed) launch unless q carries a dependency
-            if q is spec.tail[0]:
-                return weight_of()[0]
-            return spec._replace(tail=(q, *spec.tail[1:])).launch()[0]
-        return None, None, lambda x: product(x, _dq.float_weight(make, spec.tail[0], x), bias)
+        weight_of = self.apply(p, weight, bias, lead).bound(slice(1))
+        return None, None, lambda x: product(x, weight_of()[0], bias)
