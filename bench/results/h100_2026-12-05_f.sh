@@ -74,7 +74,8 @@
 # another; Z the batched-decode rows of issue 49 (4 layers: Llama-3-8B, Qwen2.5-7B and
 # Phi-3-mini shapes at B = 4, 16, 64; 32 layers at B = 32); Z2 the four-arm server
 # comparison; Z3 the same for mlx-lm 4-bit folders (mlx_lm.server and mlx_w8a8.server on
-# the 4-bit checkpoint, with mlx_lm.server on bf16 beside them). Z4: the CUDA prior's
+# the 4-bit checkpoint, with mlx_lm.server on bf16 beside them; ran on an NVIDIA H100,
+# tree 35928df, DEADLINE=585). Z4: the CUDA prior's
 # group-wise decode rules in a model for the first time: the 4-layer bench from mlx-lm
 # 8-bit and 4-bit gs64 checkpoints, decode at B = 1, 4, 16, 64 (no table). Part Z5 (run
 # inline after Z4, its commands in the log): tune --format grouped4 at M = 8 ... 64, then
