@@ -237,6 +237,9 @@
 # NVIDIA H100 (tree b2d5771, the one holding bench/dequant_overlap.py and the overlap
 # modes, removed after it; DEADLINE=450; the header line's tree corrected from a
 # mistyped TREE value).
+# Part T8: the 8-bit folder under mlx_w8a8.server again, with the CUDA prior's present
+# rules (the dequantize-then-matmul path from 1024 rows, batch-size rules), beside
+# mlx_lm.server on bf16 (levels 8 and 32, as part T; the W8A8 arm first).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -646,6 +649,10 @@ if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
   run 150 python3 bench/dequant_overlap.py --weights 8bit-gs64 --tokens 512,2048 --rounds 5 \
     --kernel cuda_dequant_matmul
+fi
+if [ "$part" = "t8" ]; then  # the 8-bit folder served, present rules, beside bf16
+  run 330 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 8,32 --max-tokens 128 --arms w8a8-8bit,mlx_lm-bf16 --json "$O/t8_serve.json"
 fi
 if [ "$part" = "dqt" ]; then  # on an NVIDIA H200: the group-wise buckets the shipped table left out
   cp mlx_w8a8/tables/nvidia-h200.json tmp_t/dqt.json
