@@ -239,7 +239,8 @@
 # mistyped TREE value).
 # Part T8: the 8-bit folder under mlx_w8a8.server again, with the CUDA prior's present
 # rules (the dequantize-then-matmul path from 1024 rows, batch-size rules), beside
-# mlx_lm.server on bf16 (levels 8 and 32, as part T; the W8A8 arm first).
+# mlx_lm.server on bf16 (levels 8 and 32, as part T; the W8A8 arm first). Ran on an
+# NVIDIA H100 (tree a8f6d98, DEADLINE=345).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
