@@ -6,11 +6,12 @@ exact int32 sum into float32 accumulators after its wgmmas; group size 32, 64 or
 ``cuda_w8a8_gemm_grouped_tma`` definitions; ``cuda_w4a8_gemm_tma``: the TMA GEMM on
 MLX's 4-bit weights as stored, their codes expanded to bytes on chip (exact on an H100);
 ``cuda_act_groups_gemm_tma``: either code width with one activation scale per token and
-group (not yet run on a GPU).
+group (exact on an H100, not yet timed).
 
 The TMA form is exact on an H200 (``tests/test_cuda.py``) and, measured there, in the
-shipped table and the CUDA prior from M = 128 (``docs/cuda.md``: 2.0-2.5x
-``mx.quantized_matmul``, 0.32-0.46x the per-channel TMA GEMM's speed at M = 2048).
+shipped table from M = 128 and in the CUDA prior's rules for M = 32-1023 (``docs/cuda.md``:
+2.0-2.5x ``mx.quantized_matmul``, 0.32-0.46x the per-channel TMA GEMM's speed at M = 2048,
+where ``cuda_dequant_matmul`` is faster).
 """
 
 from __future__ import annotations
