@@ -65,8 +65,10 @@ def fake_tensor_maps(monkeypatch) -> None:
     """Tensor maps encodable as on a machine with the CUDA driver (:func:`fake_prototype`),
     the launchers' cache of prototypes emptied; the caller empties it again after use."""
     from mlx_w8a8.kernels import tensormap
+    from mlx_w8a8.kernels.cuda import gemm_dequant
     from mlx_w8a8.kernels.cuda import tma as cuda_tma
 
     monkeypatch.setattr(tensormap, "prototype", fake_prototype)
     monkeypatch.setattr(tensormap, "available", lambda: True)
     cuda_tma._tma_prototypes.cache_clear()
+    gemm_dequant.dequant_prototypes.cache_clear()

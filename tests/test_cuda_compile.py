@@ -364,17 +364,18 @@ def kernel_builds() -> list[KernelBuild]:
                    ("SMEM_BYTES", mm * 4096))
             out.append(KernelBuild("gemv.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
-    # The dequantizing GEMM: every dtype, code width and group size on the 128-token tile,
-    # the two bodies alternating; the 64-token tile on four of them.
+    # The dequantizing GEMM: every dtype, code width and group size on the 128- and
+    # 256-token tiles, the two bodies alternating; the 64-token tile on four of them.
     for i, (t, bits, gs) in enumerate((t, b, g) for t in ("bfloat16", "float16")
                                       for b in (8, 4) for g in (32, 64, 128)):
         body = ("dequant", "dequant_bias")[i % 2]
-        ins = (("x", t, 2), ("w", "uint32", 2), ("ws", t, 2), ("wb", t, 2))
+        ins = (("x", t, 2), ("w", "uint32", 2), ("ws", t, 2), ("wb", t, 2),
+               ("proto", "uint8", 1))
         if body.endswith("bias"):
             ins += (("bias", "float32", 1),)
-        for name in ("dq128", "dq64") if i % 3 == 0 else ("dq128",):
+        for name in ("dq256", "dq128", "dq64") if i % 3 == 0 else ("dq256", "dq128"):
             cfg = cuda_tiles.DEQUANT_CONFIGS[name]
-            out.append(KernelBuild(cfg.file, body, ins, (("y", t),),
+            out.append(KernelBuild(cfg.file, body, ins, (("y", t), ("scratch", "uint8")),
                                    (("T", t), ("BITS", bits), ("GS", gs), *cfg.template())))
     # The dequantize kernel (cuda_dequant_matmul's first step): every dtype, code width
     # and group size.
@@ -648,17 +649,19 @@ def test_kernels_compile_for_sm90a(tmp_path):
         print(f"{_label(build)}: rc={rc} {'; '.join(regs)} {'; '.join(spills)}")
         if rc != 0:
             failures.append(f"{_label(build)}\n{log[-3000:]}")
-        # The TMA tiles with a producer warpgroup hand its registers to the consumers
-        # (setmaxnreg): at ptxas's cap of 168 their bias and sibling bodies spilled up to
-        # 868 bytes in the epilogue; with 232 none may.
+        # The TMA tiles with a producer warpgroup and the dequantizing GEMM hand the
+        # producers' registers to the consumers (setmaxnreg): at ptxas's cap of 168 the
+        # TMA tiles' bias and sibling bodies spilled up to 868 bytes in the epilogue;
+        # with 232 none may.
         # One exception: with the pipelined promotion's second int32 set, the 4-bit
         # 128-wide sibling bodies with LIVE keep two tile counts in 8 bytes of local
         # memory, stored before the warp roles split and loaded once per role (outside
         # every loop: cuobjdump -sass of that build); a spill in the mainloop is larger.
         setup_only = (dict(build.template).get("PIPE") and
                       all(_spill_bytes(ln) <= 8 for ln in spills))
-        if (build.body.startswith("tma_") and dict(build.template).get("PW") == 4 and spills
-                and not setup_only):
+        gives_registers = (build.body.startswith("tma_") and dict(build.template).get("PW") == 4
+                           or build.file == "gemm_dequant.cu")
+        if gives_registers and spills and not setup_only:
             spilled.append(f"{_label(build)}: {'; '.join(spills)}")
         # ptxas compiles a kernel whose wgmma pipeline it cannot prove safe by waiting
         # after every wgmma (C7520, "wgmma.mma_async instructions are serialized"): it
@@ -2992,7 +2995,21 @@ def test_dequant_spec_takes_the_stored_terms_or_rounds_them_once(monkeypatch):
         first = gemm_dequant.gemm_dequant_spec(5, 256, other, mx.ones((128,)), mx.float16)
         again = gemm_dequant.gemm_dequant_spec(300, 256, other, None, mx.float16)
         assert first.tail[1].dtype == mx.float16 and first.tail[1] is again.tail[1]
-        assert first.tail[3].dtype == mx.float32  # the bias, as every CUDA linear reads it
+        assert first.tail[4].dtype == mx.float32  # the bias, as every CUDA linear reads it
+        # The two maps' prototypes: x as [bn, 2K] bytes in bn-row boxes of 128 bytes
+        # (128-byte swizzle; the kernel writes M in), the codes as [N, K bits / 8] bytes
+        # in 128-row boxes of 8 bits bytes with the swizzle of that span (dq_wswz).
+        for spec_, m in ((first, 5), (again, 300)):
+            bn = dict(spec_.template)["BN"]
+            assert bn == gemm_dequant.dequant_tile_for(m).bn
+            assert read_prototypes(spec_.tail[3]) == [(bn, 512, bn),
+                                                      (128, 256 * bits // 8, 128)]
+            assert np.array(spec_.tail[3]).tobytes()[128 + 24:128 + 40] == np.array(
+                [8 * bits, 8 * bits], dtype=np.uint64).tobytes()
+            # One scratch slot of two maps per block, + 128 bytes to align the first.
+            blocks = spec_.grid[0] // spec_.threadgroup[0]
+            assert spec_.output_shapes[1] == ((2 * blocks + 1) * 128,)
+            assert spec_.output_dtypes[1] == mx.uint8
         assert mx.array_equal(first.tail[1], other.scales.astype(mx.float16)).item()
     for args, why in (((5, 256, same, None, mx.float32), "the activation dtype"),
                       ((5, 192, same, None, mx.bfloat16), "K must be the weight")):

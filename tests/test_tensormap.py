@@ -25,15 +25,17 @@ def test_sizes_the_map_cannot_describe_are_refused(monkeypatch, rows, k, box):
         tensormap.prototype.__wrapped__(rows, k, box)
 
 
-@pytest.mark.parametrize("box_k,swizzle", [(64, True), (8, False), (72, False), (144, False), (0, False)])
+@pytest.mark.parametrize("box_k,swizzle", [(64, True), (8, False), (72, False), (144, False), (0, False),
+                                           (32, 64), (64, 32), (128, 64), (64, 48)])
 def test_box_widths_the_map_cannot_describe_are_refused(monkeypatch, box_k, swizzle):
-    # A box row is a multiple of 16 bytes up to 128, and exactly 128 with the 128-byte
-    # swizzle (the 4-bit GEMM's packed boxes are 64 bytes, unswizzled).
+    # A box row is a multiple of 16 bytes up to 128, and exactly the swizzle's span when
+    # swizzled (128, 64 or 32 bytes; the 4-bit GEMM's packed boxes are 64 bytes,
+    # unswizzled); no other span exists.
     def no_driver():
         raise AssertionError("the driver was reached with an invalid box")
 
     monkeypatch.setattr(tensormap, "_driver", no_driver)
-    with pytest.raises(ValueError, match=r"\[mlx_w8a8.tensormap\] box_k .*got box_k=.*swizzle="):
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.tensormap\] (box_k|swizzle) .*got"):
         tensormap.prototype.__wrapped__(256, 512, 128, box_k, swizzle)
 
 
@@ -52,7 +54,11 @@ def test_an_unswizzled_64_byte_box_reaches_the_driver(monkeypatch):
     monkeypatch.setattr(tensormap, "_driver", lambda: (ffi, Lib()))
     tensormap.prototype.__wrapped__(4096, 2048, 128, 64, False)
     tensormap.prototype.__wrapped__(4096, 4096, 128)
-    assert calls == [([2048, 4096], [64, 128], 0), ([4096, 4096], [128, 128], 3)]
+    # The dequantizing GEMM's codes: 64- and 32-byte boxes with the swizzle of that span.
+    tensormap.prototype.__wrapped__(4096, 4096, 128, 64, 64)
+    tensormap.prototype.__wrapped__(4096, 2048, 128, 32, 32)
+    assert calls == [([2048, 4096], [64, 128], 0), ([4096, 4096], [128, 128], 3),
+                     ([4096, 4096], [64, 128], 2), ([2048, 4096], [32, 128], 1)]
 
 
 def test_no_driver_is_a_reason_not_an_error(monkeypatch):

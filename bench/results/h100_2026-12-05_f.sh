@@ -646,6 +646,14 @@ if [ "$part" = "dqw" ]; then  # on an NVIDIA H200: the dequantize-then-matmul pa
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
   done
 fi
+if [ "$part" = "dqt2" ]; then  # the dequantizing GEMM with TMA operands and the 256-token tile
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm"
+  for bits in 8 4; do
+    run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits $bits --m 2048,512 \
+      --kn 4096x14336,14336x4096 --reps 3
+  done
+fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
   run 150 python3 bench/dequant_overlap.py --weights 8bit-gs64 --tokens 512,2048 --rounds 5 \

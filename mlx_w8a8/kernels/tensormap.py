@@ -25,7 +25,8 @@ MAX_BOX_ROWS = 256  # the hardware's limit on a box dimension
 # cuda.h values (CUDA 12.0+, unchanged since).
 _UINT8 = 0  # CU_TENSOR_MAP_DATA_TYPE_UINT8
 _INTERLEAVE_NONE = 0
-_SWIZZLE_NONE, _SWIZZLE_128B = 0, 3
+# CU_TENSOR_MAP_SWIZZLE_* by the swizzle's span in bytes (0: none).
+_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read 0
 # The prototype's address: a placeholder the kernel replaces (aligned as the driver asks).
@@ -86,18 +87,22 @@ def available() -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def prototype(rows: int, k: int, box_rows: int, box_k: int = BOX_K, swizzle: bool = True) -> bytes:
+def prototype(rows: int, k: int, box_rows: int, box_k: int = BOX_K,
+              swizzle: bool | int = True) -> bytes:
     """The tensor map of a row-major ``[rows, k]`` int8 (or uint8) operand read in boxes
     of ``box_rows`` rows x ``box_k`` bytes of K (128, 128-byte swizzled: what wgmma
-    reads; or unswizzled, rows one after another: the 4-bit GEMM's packed codes), zeros
-    past its end; the address is a placeholder the kernel replaces.
+    reads; 64 or 32 with the swizzle of that span: the dequantizing GEMM's codes; or
+    unswizzled, rows one after another: the 4-bit GEMM's packed codes), zeros past its
+    end; the address is a placeholder the kernel replaces.
 
     Args:
         rows: the operand's rows (M for activations, N for weights), ``>= 1``.
         k: its row length in bytes, a positive multiple of 16 (the driver's stride rule).
         box_rows: rows per box, 1 to 256.
-        box_k: bytes of K per box row, a multiple of 16 up to 128 (128 when swizzled).
-        swizzle: the 128-byte swizzle, or none.
+        box_k: bytes of K per box row, a multiple of 16 up to 128 (the swizzle's span
+            when swizzled).
+        swizzle: ``True`` (the 128-byte swizzle), ``False`` or 0 (none), or the span of
+            the swizzle in bytes: 128, 64 or 32.
 
     Raises:
         ValueError: for sizes the map cannot describe, or when the driver refuses them
@@ -108,16 +113,20 @@ def prototype(rows: int, k: int, box_rows: int, box_k: int = BOX_K, swizzle: boo
         raise ValueError(f"{op} needs rows >= 1, K a positive multiple of 16 and 1 <= "
                          f"box_rows <= {MAX_BOX_ROWS}; got rows={rows}, K={k}, "
                          f"box_rows={box_rows}")
-    if box_k % 16 or not 16 <= box_k <= BOX_K or (swizzle and box_k != BOX_K):
-        raise ValueError(f"{op} box_k must be a multiple of 16 up to {BOX_K} ({BOX_K} when "
-                         f"swizzled), got box_k={box_k}, swizzle={swizzle}")
+    span = BOX_K if swizzle is True else int(swizzle)
+    if span not in _SWIZZLES:
+        raise ValueError(f"{op} swizzle must be True, False or a span of "
+                         f"{sorted(_SWIZZLES)} bytes, got {swizzle!r}")
+    if box_k % 16 or not 16 <= box_k <= BOX_K or (span and box_k != span):
+        raise ValueError(f"{op} box_k must be a multiple of 16 up to {BOX_K} (the swizzle's "
+                         f"span when swizzled), got box_k={box_k}, swizzle={swizzle}")
     ffi, lib = _driver()
     out = ffi.new("CUtensorMap*")
     status = lib.cuTensorMapEncodeTiled(
         out, _UINT8, 2, ffi.cast("void*", _PLACEHOLDER_ADDRESS),
         ffi.new("uint64_t[2]", [k, rows]), ffi.new("uint64_t[1]", [k]),
         ffi.new("uint32_t[2]", [box_k, box_rows]), ffi.new("uint32_t[2]", [1, 1]),
-        _INTERLEAVE_NONE, _SWIZZLE_128B if swizzle else _SWIZZLE_NONE, _L2_PROMOTION_256B,
+        _INTERLEAVE_NONE, _SWIZZLES[span], _L2_PROMOTION_256B,
         _OOB_FILL_ZEROS)
     if status != 0:
         raise ValueError(f"{op} cuTensorMapEncodeTiled refused rows={rows}, K={k}, "

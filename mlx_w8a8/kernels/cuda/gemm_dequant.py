@@ -6,11 +6,14 @@ definition.
 
 from __future__ import annotations
 
+import functools
+
 import mlx.core as mx
+import numpy as np
 
 from ...weight import dtype_name
-from .. import registry
-from .kernel import CudaKernel, hopper, outputs, weight_format
+from .. import registry, tensormap
+from .kernel import CudaKernel, hopper, outputs, tensor_maps, weight_format
 from .launch import SMS, LaunchSpec, _kernel, as_f32, leading_shape
 from .tiles import DEQUANT_K_MULTIPLE, DequantConfig, dequant_tile_for, tiles
 
@@ -43,6 +46,19 @@ def dequant_terms(weight, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
                           lambda: (weight.scales.astype(dtype), weight.biases.astype(dtype)))
 
 
+@functools.lru_cache(maxsize=1024)
+def dequant_prototypes(k: int, n: int, bits: int, bn: int) -> mx.array:
+    """The ``proto`` input (uint8 ``[256]``): the activations' map (``[bn, 2k]`` bytes,
+    placeholder rows the kernel replaces with M, boxes of ``bn`` rows x 128 bytes, the
+    128-byte swizzle), then the codes' (``[n, k bits / 8]`` bytes in boxes of 128 rows x
+    64 or 32 bytes, the swizzle of that span: ``gemm_dequant.cu``'s ``dq_wswz``).
+    Independent of M."""
+    row = k * bits // 8
+    raw = (tensormap.prototype(bn, 2 * k, bn)
+           + tensormap.prototype(n, row, DequantConfig.bm, 8 * bits, 8 * bits))
+    return mx.array(np.frombuffer(raw, dtype=np.uint8))
+
+
 def gemm_dequant_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
                       config: DequantConfig | None = None,
                       lead: tuple[int, ...] | None = None) -> LaunchSpec:
@@ -56,7 +72,8 @@ def gemm_dequant_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
         config: the tile; ``None``: :func:`dequant_tile_for`.
 
     Returns:
-        The spec; its launch on ``x`` returns ``[*lead, N]`` of ``dtype``.
+        The spec; its launch on ``x`` returns ``[*lead, N]`` of ``dtype`` (then the
+        blocks' tensor maps, a scratch output).
 
     Raises:
         ValueError: for another dtype, K or group size, naming the kernel.
@@ -76,20 +93,22 @@ def gemm_dequant_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
     lead = leading_shape(m, lead)
     n = weight.n
     ws, wb = dequant_terms(weight, dtype)
-    names = ("x", "w", "ws", "wb")
-    tail = [weight.q, ws, wb]
+    names = ("x", "w", "ws", "wb", "proto")
+    tail = [weight.q, ws, wb, dequant_prototypes(k, n, weight.bits, cfg.bn)]
     body = "dequant"
     if bias is not None:
         names += ("bias",)
         tail.append(as_f32(bias))
         body += "_bias"
-    kern = _kernel(cfg.file, body, names, ("y",), cfg.shared_memory(weight.bits))
+    kern = _kernel(cfg.file, body, names, ("y", "scratch"), cfg.shared_memory(weight.bits))
     # tiles() counts M / bm x N / bn; this tile is 128 features x bn tokens.
     blocks = min(tiles(n, m, cfg), SMS)
+    # Each block's two maps in its slot, + 128 bytes to align the first (tma.cuh).
+    scratch = (2 * blocks + 1) * tensormap.MAP_BYTES
     template = [("T", dtype), ("BITS", weight.bits), ("GS", weight.group_size),
                 *cfg.template()]
-    return LaunchSpec(kern, tuple(tail), template, [(*lead, n)], [dtype],
-                      (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
+    return LaunchSpec(kern, tuple(tail), template, [(*lead, n), (scratch,)],
+                      [dtype, mx.uint8], (blocks * cfg.threads, 1, 1), (cfg.threads, 1, 1))
 
 
 def gemm_dequant(x: mx.array, weight, bias=None, config: DequantConfig | None = None) -> mx.array:
@@ -113,13 +132,14 @@ def gemm_dequant(x: mx.array, weight, bias=None, config: DequantConfig | None = 
 class DequantGemm(CudaKernel):
     """``cuda_dequant_gemm`` (``linear``, MLX's group-wise affine 8-bit or 4-bit weights
     as stored, group size 32, 64 or 128, ``K % 64 == 0``, bfloat16 or float16
-    activations; Hopper): one launch, the weights dequantized on chip into the wgmma's
-    register operand and multiplied by ``x`` as it is, in float32 (``gemm_dequant.cu``).
-    Not W8A8: the product ``mx.quantized_matmul`` computes, at the tensor cores' 16-bit
-    rate; no copy of the weight."""
+    activations; Hopper with tensor maps): one launch, both operands brought by TMA, the
+    weights dequantized on chip into the wgmma's register operand and multiplied by ``x``
+    as it is, in float32 (``gemm_dequant.cu``). Not W8A8: the product
+    ``mx.quantized_matmul`` computes, at the tensor cores' 16-bit rate; no copy of the
+    weight."""
 
     name = "cuda_dequant_gemm"
-    needs = ("cuda_sm90",)
+    needs = ("cuda_sm90", "cuda_tma")
     # Not the W8A8 math (registry.Candidate.w8a8): the tuner's gate holds it to the
     # user-facing tolerance against mx.quantized_matmul, as mlx_qmm.
     w8a8 = False
@@ -133,6 +153,7 @@ class DequantGemm(CudaKernel):
         if p.k < 1 or p.k % DEQUANT_K_MULTIPLE:
             yield f"K must be a positive multiple of {DEQUANT_K_MULTIPLE}, got {p.k}"
         yield hopper()
+        yield tensor_maps()
 
     def variant(self, p: registry.Problem):
         return p.dtype, p.has_bias, p.weight_format, p.group_size, self.tile(p)

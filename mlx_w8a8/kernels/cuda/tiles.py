@@ -378,8 +378,8 @@ def grouped_tma_tile_for(m: int, n: int, bits: int = 8, k: int | None = None,
 # The dequantizing GEMM (gemm_dequant.cu) -------------------------------------------------
 class DequantConfig(NamedTuple):
     """Tile of the dequantizing GEMM (``gemm_dequant.cu``): 128 weight rows (output
-    features, two m64 consumer warpgroups) x ``bn`` tokens (64 or 128: the wgmma's n),
-    a ``stages``-deep cp.async ring filled by a producer warpgroup."""
+    features, two m64 consumer warpgroups) x ``bn`` tokens (64, 128 or 256: the wgmma's
+    n), a ``stages``-deep ring filled by TMA loads."""
 
     bn: int
     stages: int
@@ -394,18 +394,21 @@ class DequantConfig(NamedTuple):
         return self.bn * 128 + self.bm * 64 * bits // 8
 
     def shared_memory(self, bits: int) -> int:
-        # Ring + 8 per-warp epilogue staging buffers (1 KiB) + full/empty mbarriers +
-        # 1024 bytes to round the ring's base up to the swizzle's 1024-byte atom.
-        return self.stages * self.stage_bytes(bits) + 8 * 1024 + 16 * self.stages + 1024
+        # Ring + 8 per-warp epilogue staging buffers (1 KiB) + full/empty mbarriers + the
+        # two maps' staging (128-byte aligned) + 1024 bytes to round the ring's base up
+        # to the swizzle's 1024-byte atom.
+        return (self.stages * self.stage_bytes(bits) + 8 * 1024 + 16 * self.stages
+                + 128 + 2 * 128 + 1024)
 
     def template(self) -> list[tuple[str, int]]:
         return [("BN", self.bn), ("STAGES", self.stages)]
 
 
 # 8 stages of 24 KiB (128 tokens, 8-bit codes) fit an H100's or H200's 227 KiB beside the
-# staging; a consumer thread holds bn / 2 float32 sums and two fragment sets, 161-167
-# registers at bn = 128 under ws.cuh's cap of 168.
+# staging, 5 of 40 KiB (256 tokens); a consumer thread holds bn / 2 float32 sums and two
+# fragment sets (the producers give it their registers: up to 232).
 DEQUANT_CONFIGS = {
+    "dq256": DequantConfig(256, 5),
     "dq128": DequantConfig(128, 8),
     "dq64": DequantConfig(64, 8),
 }

@@ -17,13 +17,18 @@
 // group-wise W8A8 GEMM's promotion).
 //
 // Block: 384 threads, one block per SM, a persistent grid walking tiles of 128 features x
-// BN tokens (BN = 64 or 128) in common.cuh's grouped order (token tiles fastest, so
+// BN tokens (BN = 64, 128 or 256) in common.cuh's grouped order (token tiles fastest, so
 // blocks running together read the same weight tile).
-//  * Warps 8-11 produce: for every k-tile (64 elements of K) they wait until ring stage s
-//    is free (empty[s]), copy the tile's BN activation rows (128 bytes each, common.cuh's
-//    swizzle: wgmma's 128-byte swizzle) and its 128 weight rows (64 bytes of 8-bit codes
-//    or 32 of 4-bit ones, in the swizzle dq_wswz) with 16-byte cp.async copies (rows past
-//    M or N zero-filled), and arrive on full[s] (cp.async.mbarrier.arrive.noinc).
+//  * Warps 8-11 produce. They give their registers to the consumers (setmaxnreg 40 / 232,
+//    as ws.cuh's TMA producers: a consumer thread holds BN / 2 float32 sums and two
+//    fragment sets, 128 + 32 registers at BN = 256); warps 9-11 then leave. Warp 8 makes
+//    the launch's two tensor maps (tma.cuh: the activations as bytes [M, 2K] in boxes of
+//    BN rows x 128 bytes, 128-byte swizzle, wgmma's B layout; the codes as bytes
+//    [N, K BITS / 8] in boxes of 128 rows x 64 or 32 bytes, TMA's 64- or 32-byte swizzle,
+//    which is dq_wswz) in this block's slot of the scratch output, and its lane 0 issues,
+//    per k-tile (64 elements of K), after ring stage s is free (empty[s]), the two box
+//    loads completing on full[s] (armed with the stage's bytes: rows past M or N arrive
+//    as zeros and count in full).
 //  * Warps 0-7 consume, warpgroup wg the features [64 wg, 64 wg + 64) of the tile: per
 //    k-tile each thread builds its four m64k16 A fragments (rows 16 w + lane / 4 and 8
 //    below, columns 2 (lane % 4) + {0, 1} and 8 more, the mma.sync A layout) from the
@@ -36,20 +41,21 @@
 //    transposed through the warp's 1 KB staging buffer, then each lane stores one token's
 //    16 features (32 bytes, two 16-byte stores where N allows).
 //
-// Synchronization: full[s] (count 128: the producer threads' noinc arrivals; phase r of
-// stage s is k-tile r * STAGES + s, consumers wait on parity (i / STAGES) & 1), empty[s]
-// (count 8: one arrival per consumer warp once the MMAs reading the stage completed; the
-// producer's round r waits for parity ((i / STAGES) & 1) ^ 1, round 0 passing at once).
-// The fragments' shared-memory loads are generic-proxy reads of cp.async writes (both
-// proxies' order is full[s]'s); the activations are read by wgmma through the async proxy,
-// so every consumer thread executes fence.proxy.async after its full[s] wait.
+// Synchronization: full[s] (count 1: the producer's expect_tx arrive; the phase completes
+// when both boxes' bytes landed; phase r of stage s is k-tile r * STAGES + s, consumers
+// wait on parity (i / STAGES) & 1), empty[s] (count 8: one arrival per consumer warp once
+// the MMAs reading the stage completed; the producer's round r waits for parity
+// ((i / STAGES) & 1) ^ 1, round 0 passing at once). TMA writes through the async proxy
+// and completes on full[s], so the fragments' shared-memory loads after the wait see the
+// codes and the wgmmas the activations with no proxy fence.
 //
 // Codes to T: dequant.cuh (DqType, dq_codes4), shared with dequantize.cu.
 //
 // Invariants: K % 64 == 0 (whole k-tiles; group size 32, 64 or 128 divides K), scales and
-// biases of dtype T ([N, K / GS], row-major), M >= 1; launched with 384 threads and
-// STAGES * (BN * 128 + 128 * 8 BITS) + 8 * 1024 + 16 * STAGES + 1024 bytes of dynamic
-// shared memory (tiles.DequantConfig.shared_memory).
+// biases of dtype T ([N, K / GS], row-major), M >= 1; x and the codes 16-byte aligned (TMA);
+// proto holds the two maps' prototypes (gemm_dequant.dequant_prototypes, for this BN, K,
+// N and BITS) and scratch (2 gridDim.x + 1) 128 bytes; launched with 384 threads and
+// tiles.DequantConfig.shared_memory(BITS) bytes of dynamic shared memory.
 // @@ requires ws.cuh
 // @@ requires dequant.cuh
 
@@ -67,15 +73,6 @@ __device__ __forceinline__ int dq_wswz(int r, int c) {
   if constexpr (BITS == 8) return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
   else return r * 32 + ((c ^ ((r >> 2) & 1)) << 4);
 }
-
-// The producer's arrival on full[s] once its cp.async copies landed (.noinc: counted in
-// the barrier's 128), and its wait before leaving. The same instructions as gemm_ws.cu's
-// pair, which stay there: moving them into ws.cuh would change the digests of the kernels
-// in the shipped tuning tables.
-__device__ __forceinline__ void dq_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void dq_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t dq_lds(uint32_t addr) {
   uint32_t v;
@@ -95,6 +92,7 @@ __device__ __forceinline__ uint2 dq_lds2(uint32_t addr) {
 #define W8A8_DQ16(i) W8A8_DQ4(i), W8A8_DQ4(i + 4), W8A8_DQ4(i + 8), W8A8_DQ4(i + 12)
 #define W8A8_DQ32(i) W8A8_DQ16(i), W8A8_DQ16(i + 16)
 #define W8A8_DQ64(i) W8A8_DQ32(i), W8A8_DQ32(i + 32)
+#define W8A8_DQ128(i) W8A8_DQ64(i), W8A8_DQ64(i + 64)
 #define W8A8_WGMMA_RS(N, TY, REGS, OUTS, A0, A1, A2, A3, DB, P)                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                            \
                "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" REGS "}, {%" \
@@ -105,10 +103,17 @@ __device__ __forceinline__ uint2 dq_lds2(uint32_t addr) {
 template <typename T, int BN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t db,
                                          int accumulate) {
-  static_assert(BN == 128 || BN == 64, "token tiles in use");
+  static_assert(BN == 256 || BN == 128 || BN == 64, "token tiles in use");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kBf16 = DqType<T>::kBf16;
-  if constexpr (BN == 128) {
+  if constexpr (BN == 256) {
+    if constexpr (kBf16)
+      W8A8_WGMMA_RS("256", "bf16", W8A8_S128, W8A8_DQ128(0), "128", "129", "130", "131", "132",
+                    "133");
+    else
+      W8A8_WGMMA_RS("256", "f16", W8A8_S128, W8A8_DQ128(0), "128", "129", "130", "131", "132",
+                    "133");
+  } else if constexpr (BN == 128) {
     if constexpr (kBf16)
       W8A8_WGMMA_RS("128", "bf16", W8A8_S64, W8A8_DQ64(0), "64", "65", "66", "67", "68", "69");
     else
@@ -159,7 +164,7 @@ __device__ __forceinline__ DqTerms dq_terms(uint32_t rs, uint32_t rb) {
 template <typename T, int BITS, int GS, int BN, int STAGES, bool HAS_BIAS>
 __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uint32_t* wq,
                                              const T* wsc, const T* wbi, const float* bias, T* y,
-                                             int N) {
+                                             int N, const uint8_t* proto, uint8_t* scratch) {
   static_assert(BITS == 8 || BITS == 4, "8-bit or 4-bit codes");
   static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
   constexpr int BM = kDqRows;
@@ -181,53 +186,43 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, 128);
+      mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, 8);
     }
   }
   __syncthreads();
 
   if (warp >= kWsProducerWarp) {
-    // Producer thread p copies chunk p % 8 of activation rows p / 8 + 16 i, and chunk
-    // p % C of weight rows p / C + (128 / C) i (C: a weight row's 16-byte chunks).
-    constexpr int kChunks = kWRow / 16;
-    constexpr int kWStep = 128 / kChunks;
-    const int p = tid - 32 * kWsProducerWarp;
-    const int achunk = p & 7, arow = p >> 3;
-    const int wchunk = p % kChunks, wrow = p / kChunks;
-    const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(wq);
-    const size_t wrow_bytes = (size_t)K * BITS / 8;
+    if (!ws_producer_start<true>(warp)) return;  // warps 9-11 gave their registers
+    // This block's two maps: made through shared memory after the barriers, published to
+    // its slot of the scratch output (warp-collective: every lane of warp 8).
+    unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES));
+    unsigned char* map_x = reinterpret_cast<unsigned char*>(tma_aligned(scratch)) +
+                           static_cast<size_t>(blockIdx.x) * 2 * kTmaMapBytes;
+    unsigned char* map_w = map_x + kTmaMapBytes;
+    tma_make_map(map_x, proto, x, M, BN, stage);
+    tma_make_map(map_w, proto + kTmaMapBytes, wq, 0, 0, stage + kTmaMapBytes);
+    if (lane != 0) return;
+    tma_acquire(map_x);
+    tma_acquire(map_w);
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
       tile_coords(tile, tiles_m, tiles_n, tm, tn);
-      const int m0 = tm * BN, n0 = tn * BM;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
-        const uint32_t sw = sa + kActBytes;
-#pragma unroll
-        for (int i = 0; i < BN / 16; ++i) {
-          const int r = arow + 16 * i, gm = m0 + r;
-          const bool ok = gm < M;
-          cp_async_16(sa + swz(r, achunk), ok ? x + (size_t)gm * K + kt * kDqK + achunk * 8 : x, ok);
-        }
-#pragma unroll
-        for (int i = 0; i < BM / kWStep; ++i) {
-          const int r = wrow + kWStep * i, gn = n0 + r;
-          const bool ok = gn < N;
-          cp_async_16(sw + dq_wswz<BITS>(r, wchunk),
-                      ok ? wbytes + gn * wrow_bytes + kt * kWRow + wchunk * 16 : wbytes, ok);
-        }
-        dq_arrive_noinc(full0 + 8 * s);
+        mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
+        tma_load_2d(sa, map_x, kt * 128, tm * BN, full0 + 8 * s);
+        tma_load_2d(sa + kActBytes, map_w, kt * kWRow, tn * BM, full0 + 8 * s);
       }
     }
-    dq_wait_all();
     return;
   }
 
   // Consumers.
+  setmaxnreg_inc<kWsConsumerRegs>();
   const int wg = warp >> 2, gq = lane >> 2, tq = lane & 3;
   const int r0 = 64 * wg + 16 * (warp & 3) + gq;  // this thread's first tile row; r0 + 8
   const uint16_t* ws16 = reinterpret_cast<const uint16_t*>(wsc);
@@ -260,7 +255,6 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
         dq_load_terms<GS>(ws16, wb16, nb, G, kt + 1, vb, rsb, rbb);
       }
       mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-      fence_proxy_async();
       const uint32_t sa = smem_addr(smem + s * kStageBytes);
       const uint32_t wa = sa + kActBytes + r0 * kWRow, wb = wa + 8 * kWRow;
 #pragma unroll
@@ -342,11 +336,14 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
 
 // @@ body dequant
 // x [..., K] (T), w [N, K * BITS / 32] uint32 (MLX's packed codes), ws, wb [N, K / GS]
-// (T: the stored scales and biases) -> y [..., N] (T).
+// (T: the stored scales and biases), proto uint8 [256] (the two maps' prototypes)
+// -> y [..., N] (T), scratch uint8 [(2 blocks + 1) * 128] (the blocks' maps).
 w8a8::gemm_dequant<T, BITS, GS, BN, STAGES, false>(
-    x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], w, ws, wb, nullptr, y, w_shape[0]);
+    x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], w, ws, wb, nullptr, y, w_shape[0],
+    proto, scratch);
 
 // @@ body dequant_bias
-// As dequant, plus bias [N] float32.
+// As dequant, with bias [N] float32 after proto.
 w8a8::gemm_dequant<T, BITS, GS, BN, STAGES, true>(
-    x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], w, ws, wb, bias, y, w_shape[0]);
+    x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], w, ws, wb, bias, y, w_shape[0],
+    proto, scratch);
