@@ -654,6 +654,18 @@ if [ "$part" = "dqt2" ]; then  # the dequantizing GEMM with TMA operands and the
       --kn 4096x14336,14336x4096 --reps 3
   done
 fi
+if [ "$part" = "dqr" ]; then  # part DQY's race again with the TMA dequantizing GEMM, then the model
+  for fw in "grouped 64 8bit-gs64" "grouped4 64 4bit-gs64"; do
+    read -r fmt gs w <<< "$fw"
+    rm -f tmp_t/dqr_$fmt.json
+    run 110 python3 -m mlx_w8a8.tune --model llama-3-8b --format $fmt --group-size $gs \
+      --m 2048,512,128 --table tmp_t/dqr_$fmt.json --no-progress --sibling-check off \
+      --prefill-check off --decode-check off
+    cp tmp_t/dqr_$fmt.json "$O/dqr_$fmt.json"
+    run 100 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqr_$fmt.json
+  done
+fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
   run 150 python3 bench/dequant_overlap.py --weights 8bit-gs64 --tokens 512,2048 --rounds 5 \
