@@ -1709,6 +1709,22 @@ def test_tile_choice_fills_the_sms(tile_for, configs):
     assert tile_for(1, 40).bn == 32  # nothing fills: the most tiles
 
 
+def test_dequant_tile_fills_the_sms_without_rows_past_m():
+    """The dequantizing GEMM's token tile (128 features x bn tokens): no wider than M
+    (64 always allowed: a wider tile's MMAs multiply rows that are not there), then the
+    widest that fills the SMs, else the narrowest (the H100 timings of docs/cuda.md: at
+    M = 512, 256 tokens on N = 14336 and 128 on N = 4096)."""
+    want = {(1, 14336): 64, (64, 128256): 64, (128, 14336): 128, (200, 4096): 64,
+            (256, 14336): 256, (512, 4096): 128, (512, 14336): 256, (512, 1024): 64,
+            (2048, 1024): 128, (2048, 4096): 256}
+    for (m, n), bn in want.items():
+        cfg = cuda_tiles.dequant_tile_for(m, n)
+        assert cfg.bn == bn and cfg in cuda_tiles.DEQUANT_CONFIGS.values(), (m, n, cfg)
+        assert cfg.bn <= max(m, 64)
+        wider = [c for c in cuda_tiles.DEQUANT_CONFIGS.values() if cfg.bn < c.bn <= m]
+        assert all(cuda_tiles.tiles(n, m, c) < cuda_tiles.WAVE_FILL * launch.SMS for c in wider)
+
+
 def test_tma_tile_takes_ping_pong_for_the_wide_tile_up_to_its_k_bound():
     """Where the fill rule gives the cooperative 128 x 256 tile, K <= PINGPONG_MAX_K takes
     the ping-pong 128 x 128 one (measured faster at K = 4096, slower at 14336:
@@ -3001,7 +3017,7 @@ def test_dequant_spec_takes_the_stored_terms_or_rounds_them_once(monkeypatch):
         # in 128-row boxes of 8 bits bytes with the swizzle of that span (dq_wswz).
         for spec_, m in ((first, 5), (again, 300)):
             bn = dict(spec_.template)["BN"]
-            assert bn == gemm_dequant.dequant_tile_for(m).bn
+            assert bn == gemm_dequant.dequant_tile_for(m, 128).bn
             assert read_prototypes(spec_.tail[3]) == [(bn, 512, bn),
                                                       (128, 256 * bits // 8, 128)]
             assert np.array(spec_.tail[3]).tobytes()[128 + 24:128 + 40] == np.array(

@@ -89,7 +89,7 @@ def gemm_dequant_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
     if weight.group_size not in DEQUANT_GROUP_SIZES:
         raise ValueError(f"{op} the group size must be one of {DEQUANT_GROUP_SIZES}, got "
                          f"{weight.group_size}")
-    cfg = config or dequant_tile_for(m)
+    cfg = config or dequant_tile_for(m, weight.n)
     lead = leading_shape(m, lead)
     n = weight.n
     ws, wb = dequant_terms(weight, dtype)
@@ -146,7 +146,7 @@ class DequantGemm(CudaKernel):
     formats = ("grouped", "grouped4")
 
     def tile(self, p: registry.Problem) -> DequantConfig:
-        return dequant_tile_for(p.m)
+        return dequant_tile_for(p.m, p.n)
 
     def refusals(self, p: registry.Problem):
         yield from dequant_refusals(p, self.formats)
