@@ -3026,7 +3026,8 @@ def test_dequant_spec_takes_the_stored_terms_or_rounds_them_once(monkeypatch):
             # One scratch slot of two maps per block, + 128 bytes to align the first;
             # clusters of two blocks, each on a pair of 128-feature tiles.
             blocks = spec_.grid[0] // spec_.threadgroup[0]
-            assert blocks == 2 and spec_.output_shapes[1] == ((2 * blocks + 1) * 128,)
+            assert blocks == 2 * -(-m // bn)  # one feature-tile pair (N = 128) per token tile
+            assert spec_.output_shapes[1] == ((2 * blocks + 1) * 128,)
             assert spec_.output_dtypes[1] == mx.uint8
         assert mx.array_equal(first.tail[1], other.scales.astype(mx.float16)).item()
     for args, why in (((5, 256, same, None, mx.float32), "the activation dtype"),
