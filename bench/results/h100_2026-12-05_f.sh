@@ -646,7 +646,7 @@ if [ "$part" = "dqw" ]; then  # on an NVIDIA H200: the dequantize-then-matmul pa
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
   done
 fi
-if [ "$part" = "dqt2" ]; then  # the dequantizing GEMM with TMA operands and the 256-token tile
+if [ "$part" = "dqt2" ] || [ "$part" = "dqc" ]; then  # the dequantizing GEMM: TMA operands, the 256-token tile (dqt2); clusters of two (dqc)
   N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
   run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm"
   for bits in 8 4; do
