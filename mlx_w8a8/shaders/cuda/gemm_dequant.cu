@@ -112,11 +112,14 @@ __device__ __forceinline__ void dq_cluster_sync() {
 }
 
 // Arrive on the mbarrier at the same shared-memory offset `bar` in block `rank` of the
-// cluster.
+// cluster. The arrive's default semantics (release at CTA scope), as CUTLASS's cluster
+// barrier: what it orders is that this warp's reads of the stage are done (its wgmmas
+// waited for, its fragment loads consumed), and .release.cluster compiled to a
+// MEMBAR.ALL.GPU before every such arrive, once per k-tile and warp.
 __device__ __forceinline__ void dq_arrive_remote(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
       "r"(rank)
       : "memory");
 }
