@@ -233,49 +233,63 @@ def _h100_decisions(weight_format: str) -> list[tuple[dict, Candidate | None, di
 
 
 def test_cuda_rules_for_grouped_prefill_agree_with_the_h100_race():
-    """From M = 1024 the group-wise 8-bit rule picks the dequantize-then-matmul kernel,
-    the measured fastest on all 7 Llama-3-8B shapes at M = 2048 of part DQY (1.19x the
-    group-wise TMA GEMM or more); at M = 512 it keeps the TMA GEMM, within 1.12x of the
-    fastest (the dequantize-then-matmul kernel or itself) on every shape."""
-    decisions = [d for d in _h100_decisions("grouped") if d[0]["m_bucket"] >= 512]
-    assert len(decisions) == 14 and {e["m_bucket"] for e, _, _ in decisions} == {512, 2048}
+    """From M = 512 the group-wise 8-bit rule picks the dequantizing GEMM for weights from
+    4096 x 4096 (no float copy) and the dequantize-then-matmul kernel for smaller ones;
+    at M = 128 the group-wise TMA GEMM. Part DQR's race (every candidate in it): the
+    picked kernel is the fastest or within 1.09x of it at M = 512 (1.15x at 128), within
+    1.05x at 2048, and fastest on 6 of 7 shapes at 512."""
+    decisions = [d for d in _h100_decisions("grouped") if d[0]["m_bucket"] >= 128]
+    assert len(decisions) == 21 and {e["m_bucket"] for e, _, _ in decisions} == {128, 512, 2048}
+    bound = {128: 1.151, 512: 1.09, 2048: 1.05}
+    fastest = {128: 0, 512: 0, 2048: 0}
     for e, picked, times in decisions:
+        assert "cuda_dequant_gemm" in times and "cuda_dequant_matmul" in times, e
         best = min(times.values())
-        if e["m_bucket"] == 2048:
-            assert picked.name == e["choice"] == "cuda_dequant_matmul", e
-            assert times["cuda_w8a8_gemm_grouped_tma"] >= 1.19 * times[picked.name], e
+        if e["m_bucket"] == 128:
+            want = "cuda_w8a8_gemm_grouped_tma"
         else:
-            assert picked.name == "cuda_w8a8_gemm_grouped_tma", e
-            assert times[picked.name] <= 1.12 * best, e
+            want = "cuda_dequant_gemm" if e["n"] * e["k"] >= 4096 * 4096 else "cuda_dequant_matmul"
+        assert picked.name == want, e
+        assert times[picked.name] <= bound[e["m_bucket"]] * best, e
+        fastest[e["m_bucket"]] += times[picked.name] == best
+    assert fastest[512] == 6
     cuda = _cuda_linears()
-    for m, name in ((1023, "cuda_w8a8_gemm_grouped_tma"), (1024, "cuda_dequant_matmul")):
-        problem = Problem("linear", m, 4096, 4096, "bfloat16", "grouped", 64)
+    for m, n, name in ((511, 4096, "cuda_w8a8_gemm_grouped_tma"), (512, 4096, "cuda_dequant_gemm"),
+                       (512, 1024, "cuda_dequant_matmul"), (4096, 14336, "cuda_dequant_gemm")):
+        problem = Problem("linear", m, n, 4096, "bfloat16", "grouped", 64)
         assert prior.choose("cuda", problem, cuda).name == name
 
 
 def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
     """The CUDA rules for MLX's 4-bit weights summarize four recorded tune runs on an
-    H100 (prior.py cites them), 7 Llama-3-8B shapes each: from M = 512 the
-    dequantize-then-matmul kernel, the measured one on all 7 at M = 2048 and 5 of 7 at
-    512 (at most 1.18x the winner's time on the others); at M = 32-128 the measured
-    kernel, the 4-bit TMA GEMM, on all 21 entries; at M = 8 the 4-bit GEMV, the
-    measured one on all 7; at M = 4 the GEMV exactly where it was measured fastest (the
-    weights from 4096 x 4096); at M = 16 the GEMV, which lost the three wide shapes but
-    makes a Llama-3-8B block's launches fastest in sum; at M = 1 nothing (no gain in the
-    model's decode)."""
+    H100 (prior.py cites them), 7 Llama-3-8B shapes each: from M = 128 the dequantizing
+    GEMM for weights from 4096 x 4096 (part DQR's race: the fastest, or within 1.12x of
+    it at M = 128, 1.05x at 512 and 1.02x at 2048), for smaller ones the 4-bit TMA GEMM
+    to M = 511 and then the dequantize-then-matmul kernel (within 1.06x); at M = 32-64
+    the measured kernel, the 4-bit TMA GEMM, on all 14 entries; at M = 8 the 4-bit GEMV,
+    the measured one on all 7; at M = 4 the GEMV exactly where it was measured fastest
+    (the weights from 4096 x 4096); at M = 16 the GEMV, which lost the three wide shapes
+    but makes a Llama-3-8B block's launches fastest in sum; at M = 1 nothing (no gain in
+    the model's decode)."""
     decisions = _h100_decisions("grouped4")
     cuda = _cuda_linears()
     assert len(decisions) == 63
     assert {e["m_bucket"] for e, _, _ in decisions} == {1, 4, 8, 16, 32, 64, 128, 512, 2048}
-    gemvs = 0
+    gemvs = dq_fastest = 0
     block = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # q+k+v, o, gate+up, down
     block_sum: dict[str, float] = {}
     for e, picked, times in decisions:
         assert e["reference"] == "mlx_qmm4", e
-        if e["m_bucket"] >= 512:  # part DQY's race, the dequantize-then-matmul kernels in it
-            assert picked.name == "cuda_dequant_matmul", e
-            assert times[picked.name] <= 1.18 * min(times.values()), e
-            assert e["m_bucket"] == 512 or e["choice"] == picked.name, e
+        if e["m_bucket"] >= 128:  # part DQR's race, both dequantizing kernels in it
+            assert "cuda_dequant_gemm" in times, e
+            if e["n"] * e["k"] >= 4096 * 4096:
+                want = "cuda_dequant_gemm"
+            else:
+                want = "cuda_w4a8_gemm_tma" if e["m_bucket"] < 512 else "cuda_dequant_matmul"
+            assert picked.name == want, e
+            bound = {128: 1.12, 512: 1.05, 2048: 1.02}[e["m_bucket"]] if want == "cuda_dequant_gemm" else 1.06
+            assert times[picked.name] <= bound * min(times.values()), e
+            dq_fastest += want == "cuda_dequant_gemm" and times[want] == min(times.values())
         elif e["m_bucket"] >= 32:
             assert picked is not None and picked.name == e["choice"] == "cuda_w4a8_gemm_tma", e
             assert e["speedup"] > 1.05
@@ -292,12 +306,16 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
         else:
             assert picked is None, e
     assert gemvs == 6 + 7
+    assert dq_fastest == 4 + 5 + 3  # of the 6 weights from 4096 x 4096 at M = 128, 512, 2048
     assert block_sum["cuda_w4a8_gemv"] < min(block_sum["mlx_qmm4"], block_sum["cuda_w4a8_gemm_tma"])
     for m in (2, 3, 5, 7):  # between the measured M = 1, 4 and 8
         wide = Problem("linear", m, 14336, 4096, "bfloat16", "grouped4", 64)
         assert prior.choose("cuda", wide, cuda).name == "cuda_w4a8_gemv"
-    for m, name in ((9, "cuda_w4a8_gemv"), (17, "cuda_w4a8_gemm_tma"), (127, "cuda_w4a8_gemm_tma")):
-        problem = Problem("linear", m, 4096, 4096, "bfloat16", "grouped4", 64)
+    for m, n, name in ((9, 4096, "cuda_w4a8_gemv"), (17, 4096, "cuda_w4a8_gemm_tma"),
+                       (127, 4096, "cuda_w4a8_gemm_tma"), (128, 4096, "cuda_dequant_gemm"),
+                       (128, 1024, "cuda_w4a8_gemm_tma"), (511, 1024, "cuda_w4a8_gemm_tma"),
+                       (512, 1024, "cuda_dequant_matmul"), (4096, 14336, "cuda_dequant_gemm")):
+        problem = Problem("linear", m, n, 4096, "bfloat16", "grouped4", 64)
         assert prior.choose("cuda", problem, cuda).name == name
     small = Problem("linear", 5, 1024, 4096, "bfloat16", "grouped4", 64)
     assert prior.choose("cuda", small, cuda) is None  # lost at M = 4, won at 8

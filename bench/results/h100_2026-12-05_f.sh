@@ -666,6 +666,12 @@ if [ "$part" = "dqr" ]; then  # part DQY's race again with the TMA dequantizing 
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/dqr_$fmt.json
   done
 fi
+if [ "$part" = "dqd" ]; then  # the default path (the prior's rules after part DQR, no table)
+  for w in 8bit-gs64 4bit-gs64; do
+    run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
+      --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+  done
+fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
   run 150 python3 bench/dequant_overlap.py --weights 8bit-gs64 --tokens 512,2048 --rounds 5 \

@@ -88,22 +88,30 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
     #   before its tile skipped idle warps at M = 17-112 (tiles.grouped_tma_tile_for),
     #   which only made it faster there.
-    # Prefill sizes, measured on an NVIDIA H100 80GB HBM3 with the dequantize-then-matmul
-    # candidates in the race: tune --model llama-3-8b --format grouped --group-size 64
-    # --m 2048,512,128 (part DQY of bench/results/h100_2026-12-05_f.log; its M = 512 and
-    # 2048 entries kept in h100_2026-12-05_f_table.json, which tests/test_prior.py checks
-    # these rules against).
-    # - M >= 1024: cuda_dequant_matmul (one memory-bound dequantize launch, then MLX's
-    #   bfloat16 GEMM). At M = 2048 it won all 7 shapes, 1.19-1.46x the group-wise TMA
-    #   GEMM and 1.62-3.69x mx.quantized_matmul; at M = 512 the TMA GEMM took 0.94-1.11x
-    #   its time (the TMA GEMM kept there); M = 513-1023 lie between.
-    #   Its float weight is a temporary of each call (docs/cuda.md).
+    # Prefill sizes, measured on an NVIDIA H100 80GB HBM3 with the dequantizing GEMM on
+    # TMA and the dequantize-then-matmul kernel in the race: tune --model llama-3-8b
+    # --format grouped --group-size 64 --m 2048,512,128 (part DQR of
+    # bench/results/h100_2026-12-05_f.log; its entries kept in h100_2026-12-05_f_table.json,
+    # which tests/test_prior.py checks these rules against).
+    # - M >= 512, weights from 4096 x 4096: cuda_dequant_gemm (no float copy of the
+    #   weight). At M = 512 it won 5 of these 6 shapes and took 1.09x the winner's time
+    #   (cuda_dequant_matmul) on q+k+v; at M = 2048 it won 2 and took at most 1.05x
+    #   cuda_dequant_matmul's time on the other 4, whose float weight the model then does
+    #   not hold (4 layers at T = 2048: 3.52 GiB of working memory with the race's table,
+    #   which took cuda_dequant_matmul there, against bf16's 1.1 GiB).
+    # - M >= 512, smaller weights (k and v, 1024 x 4096): cuda_dequant_matmul, the race's
+    #   winner at 512 and 2048 (cuda_dequant_gemm took 1.20x / 1.07x its time).
+    # - M = 32-511: the group-wise TMA GEMM. At M = 128 the dequantizing GEMM won 4 of 7
+    #   shapes by up to 1.15x, the TMA GEMM 2 (by up to 1.22x) and took at most 1.15x the
+    #   winner's time on all 7.
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
-        (32, 1023, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
-        (1024, None, 0, ("cuda_dequant_matmul", "cuda_w8a8_gemm_grouped_tma",
-                         "cuda_w8a8_gemm_grouped")),
+        (32, 511, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (512, None, 4096 * 4096, ("cuda_dequant_gemm", "cuda_dequant_matmul",
+                                  "cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (512, None, 0, ("cuda_dequant_matmul", "cuda_w8a8_gemm_grouped_tma",
+                        "cuda_w8a8_gemm_grouped")),
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
@@ -111,10 +119,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # bench/results/h100_2026-12-05_f.log) and at M = 8, 16, 32, 64 (part Z5, checks off);
     # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
     # tests/test_prior.py checks these rules against. Not measured on an H200.
-    # - M >= 32: the 4-bit TMA GEMM won all 7 shapes at M = 32 and 64 (1.06-2.22x
-    #   mx.quantized_matmul at 4 bits) and all 21 at M = 128, 512, 2048 (1.15-2.66x),
-    #   before its tile skipped idle warps at M = 17-112 (tiles.LIVE_M; not yet timed
-    #   with 4-bit codes).
+    # - M = 17-127 (smaller weights to 511, below): the 4-bit TMA GEMM won all 7 shapes at
+    #   M = 32 and 64 (1.06-2.22x mx.quantized_matmul at 4 bits), before its tile skipped
+    #   idle warps at M = 17-112 (tiles.LIVE_M; not yet timed with 4-bit codes).
     #   M = 17-31 lie between that and M = 16, where mx.quantized_matmul took 1.2-1.7x
     #   less time than at M = 32 and the GEMM at most 1.3x less: the rule starts at 17.
     # - M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
@@ -134,19 +141,23 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # - M = 1: no rule. The GEMV's per-shape wins gave no gain in the model's decode
     #   (1.00x mlx-lm 4-bit, p25 0.96x, with the M = 1, 4, 16 table): decode at batch 1 is
     #   host-bound, as for 8-bit weights.
-    # - M >= 512: cuda_dequant_matmul, from the race with the dequantize-then-matmul
-    #   candidates (part DQY, tune --format grouped4 --m 2048,512,128, its M = 512 and
-    #   2048 entries replacing part F's in h100_2026-12-05_f_table.json): at M = 2048 it
-    #   won all 7 shapes (1.23-1.79x the 4-bit TMA GEMM, 1.79-4.88x mx.quantized_matmul
-    #   at 4 bits), at M = 512 5 of 7, and took at most 1.18x the winner's time (the
-    #   dequantizing GEMM) on the other two; the 4-bit TMA GEMM took 0.98-1.41x its time
-    #   at M = 512. At M = 128 the race's winner was
-    #   the dequantizing GEMM on 4 of 7 shapes (by up to 1.22x over the 4-bit TMA GEMM,
-    #   which won the other 3): not a rule yet.
+    # - M >= 128, weights from 4096 x 4096: cuda_dequant_gemm, from the race with the
+    #   dequantizing GEMM on TMA (part DQR, tune --format grouped4 --m 2048,512,128, its
+    #   entries in h100_2026-12-05_f_table.json in place of parts F's and DQY's): it won
+    #   4 of these 6 shapes at M = 128 (on the other 2 it took at most 1.12x the 4-bit TMA
+    #   GEMM's time), 5 at 512 (1.05x cuda_dequant_matmul's on q+k+v) and 3 at 2048 (at
+    #   most 1.02x cuda_dequant_matmul's on the other 3), with no float copy of
+    #   the weight (4 layers at T = 2048 with the race's table: 2.29 GiB of working
+    #   memory, 3.96 GiB with cuda_dequant_matmul on every shape, part DQW).
+    # - Smaller weights (k and v, 1024 x 4096): the 4-bit TMA GEMM up to M = 511, then
+    #   cuda_dequant_matmul (mlx_dequant_matmul won all three M by at most 1.06x).
     ("cuda", "linear", GROUPED4): [
         (2, 7, 4096 * 4096, ("cuda_w4a8_gemv",)),
         (8, 16, 0, ("cuda_w4a8_gemv",)),
-        (17, 511, 0, ("cuda_w4a8_gemm_tma",)),
+        (17, 127, 0, ("cuda_w4a8_gemm_tma",)),
+        (128, None, 4096 * 4096, ("cuda_dequant_gemm", "cuda_dequant_matmul",
+                                  "cuda_w4a8_gemm_tma")),
+        (128, 511, 0, ("cuda_w4a8_gemm_tma",)),
         (512, None, 0, ("cuda_dequant_matmul", "cuda_w4a8_gemm_tma")),
     ],
     # CUDA, the raw ops (mlx_w8a8.int8_matmul, mlx_w8a8.quantize_activation), measured on
