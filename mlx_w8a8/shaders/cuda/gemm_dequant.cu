@@ -22,12 +22,11 @@
 // fastest, so clusters running together read the same weights). The cluster's two blocks
 // take the pair's feature tiles 2 p + rank on the same BN tokens: each TMA-loads half of
 // the tokens' box into both blocks' shared memory (multicast), so a block reads from L2
-// the activations of BN / 2 tokens per k-tile, not BN. Why: at BN = 256 the activations
-// are 32 of the stage's 40 KB (8-bit codes), and without the multicast the blocks' reads
-// from L2 (~40 bytes per SM and cycle against the MMAs' 1024 cycles a k-tile) were what
-// held the 256-token tile at 0.74x bfloat16's GEMM at M = 2048 on an NVIDIA H100. A pair
-// whose second feature tile lies past N still loads its half of the tokens (its partner
-// needs it) and computes zeros it never stores.
+// the activations of BN / 2 tokens per k-tile, not BN (at BN = 256 the activations are
+// 32 of a stage's 40 KB with 8-bit codes). On an NVIDIA H100 that took 2-4% off the
+// 256-token tile's time at M = 2048 (docs/cuda.md). A pair whose second feature tile lies
+// past N still loads its half of the tokens (its partner needs it) and computes zeros it
+// never stores.
 //  * Warps 8-11 produce. They give their registers to the consumers (setmaxnreg 40 / 232,
 //    as ws.cuh's TMA producers: a consumer thread holds BN / 2 float32 sums and two
 //    fragment sets, 128 + 32 registers at BN = 256). Warp 8 makes the launch's two
