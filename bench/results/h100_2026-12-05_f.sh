@@ -241,6 +241,16 @@
 # rules (the dequantize-then-matmul path from 1024 rows, batch-size rules), beside
 # mlx_lm.server on bf16 (levels 8 and 32, as part T; the W8A8 arm first). Ran on an
 # NVIDIA H100 (tree a8f6d98, DEADLINE=345).
+# Part DQT2: the dequantizing GEMM with both operands by TMA, a 256-token tile and the
+# producers' registers given to the consumers: its tests (-k dequant_gemm), then its
+# tiles' kernel times beside the other group-wise kernels, 8-bit and 4-bit gs64. Ran on an
+# NVIDIA H100 (tree eceae4b, DEADLINE=560).
+# Part DQC: part DQT2's commands on the clustered form (two blocks share each token tile
+# by TMA multicast). Part DQR: part DQY's races and 4-layer benches again with it.
+# Parts DQC and DQR ran in one call on an NVIDIA H100 (tree 8d648e1, DEADLINE=585); DQR's
+# two tables replaced part DQY's and F's group-wise M = 128-2048 entries in
+# h100_2026-12-05_f_table.json. Part DQD (the default path after the prior followed DQR)
+# has not run.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
