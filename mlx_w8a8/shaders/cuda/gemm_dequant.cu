@@ -322,6 +322,14 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
     dq_load_terms<GS>(ws16, wb16, na, G, 0, va, rsa, rba);
     dq_load_terms<GS>(ws16, wb16, nb, G, 0, vb, rsb, rbb);
 
+    // The stage of ring position it - 1, its MMAs complete: released in both blocks (one
+    // arrive per warp on this block's empty barrier and on the partner's).
+    auto release_previous = [&]() {
+      if (lane == 0) {
+        mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+        dq_arrive_remote(empty0 + 8 * ((it - 1) % STAGES), peer);
+      }
+    };
     // k-tile kt at ring position i: fragments into a, MMAs issued, k-tile kt - 1 released.
     auto kstep = [&](uint32_t (&a)[4][4], int kt) {
       const int s = it % STAGES;
@@ -360,10 +368,7 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
       wgmma_commit();
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile kt - 1's MMAs are done: its stage and fragments are free
-        if (lane == 0) {
-          mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-          dq_arrive_remote(empty0 + 8 * ((it - 1) % STAGES), peer);
-        }
+        release_previous();
       }
       ++it;
     };
@@ -372,10 +377,7 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
       if (kt + 1 < ktiles) kstep(a1, kt + 1);
     }
     wgmma_wait<0>();
-    if (lane == 0) {
-      mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-      dq_arrive_remote(empty0 + 8 * ((it - 1) % STAGES), peer);
-    }
+    release_previous();
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
 
