@@ -14,6 +14,14 @@ design: they measure where the time goes, not a result).
   add and float subtract of the exact conversion and one FMA by ``s``, the terms loaded
   as ``s`` alone (8 bytes per column pair instead of 16). The rows' ``R`` are loaded as
   shipped and not used.
+- ``denorm``: one FMA per accumulator and group, the int32 partial read as a float32
+  subnormal (``P * 2^-149`` for ``0 <= P < 2^23``) and multiplied by ``s`` (scaled by a
+  power of two in a real kernel), ``s`` loaded alone as in ``sonly``: the promotion of
+  a design with unsigned activation codes (``P >= 0``) and the offset term out of the
+  mainloop. FMAs by inline PTX without ``.ftz``, so subnormals are not flushed.
+- ``denorm2``: ``denorm`` with the offset term kept in the mainloop (a second FMA by
+  ``o`` and the row's ``R``, the ``(s, o)`` terms loaded as shipped): two FMAs per
+  accumulator and group.
 
 Usage: ``python bench/grouped_probes.py DIR`` writes ``DIR/<probe>/gemm_grouped_ws.cu``.
 Each edit is checked to apply exactly once, so a changed kernel file stops it with an
@@ -79,7 +87,31 @@ def probes(text: str) -> dict[str, str]:
              "    f[4 * c + 3] = __fmaf_rn(s.y, p3, f[4 * c + 3]);\n"
              "  }\n"
              "  (void)clo; (void)chi; (void)rlo; (void)rhi; (void)t_lo; (void)t_hi;")
+    fma = ("__device__ __forceinline__ float probe_fma(float a, float b, float c) {\n"
+           "  float r;  // fma.rn.f32 without .ftz: subnormal a is kept\n"
+           "  asm(\"fma.rn.f32 %0, %1, %2, %3;\" : \"=f\"(r) : \"f\"(a), \"f\"(b), \"f\"(c));\n"
+           "  return r;\n}\n\n")
+    head = text[:start]
+    fn = head.rindex("template <int BN")  # grouped_promote's template line
+    head = head[:fn] + fma + head[fn:]
+    denorm = ("#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n"
+              "    float2 s;  // probe: s0, s1 alone\n"
+              "    asm volatile(\"ld.volatile.shared.v2.f32 {%0, %1}, [%2];\\n\"\n"
+              "                 : \"=f\"(s.x), \"=f\"(s.y) : \"r\"(ts + (j * BN + 8 * c + 2 * tq) * 4));\n"
+              + "".join(f"    f[4 * c + {i}] = probe_fma(__int_as_float(d[4 * c + {i}]), s.{'xy'[i % 2]}, f[4 * c + {i}]);\n"
+                        for i in range(4)) +
+              "  }\n"
+              "  (void)clo; (void)chi; (void)rlo; (void)rhi; (void)t_lo; (void)t_hi;")
+    denorm2 = ("#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n"
+               "    const float4 t = lds_f4(ts + (j * BN + 8 * c + 2 * tq) * 8);  // s0, o0, s1, o1\n"
+               + "".join(f"    f[4 * c + {i}] = probe_fma({'t.y' if i % 2 == 0 else 't.w'}, {'rlo' if i < 2 else 'rhi'}, "
+                         f"probe_fma(__int_as_float(d[4 * c + {i}]), {'t.x' if i % 2 == 0 else 't.z'}, f[4 * c + {i}]));\n"
+                         for i in range(4)) +
+               "  }\n"
+               "  (void)clo; (void)chi; (void)t_lo; (void)t_hi;")
     return {"nopromo": text[:start] + nop + text[end:],
+            "denorm": head + denorm + text[end:],
+            "denorm2": head + denorm2 + text[end:],
             "noterm": text[:start] + noterm + text[end:],
             "nomma": nomma,
             "sonly": text[:start] + sonly + text[end:]}

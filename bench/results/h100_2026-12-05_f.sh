@@ -251,6 +251,10 @@
 # two tables replaced part DQY's and F's group-wise M = 128-2048 entries in
 # h100_2026-12-05_f_table.json. Part DQD (the default path after the prior followed DQR)
 # has not run.
+# Part DEN: the probes denorm and denorm2 of bench/grouped_probes.py (the promotion as one
+# FMA of the int32 partial read as a float32 subnormal, and that FMA beside the offset
+# term's) timed beside the shipped kernel, 8-bit codes at M = 512 / 2048 and 4-bit at 2048,
+# group size 64 (their outputs differ by design).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -681,6 +685,15 @@ if [ "$part" = "dqd" ]; then  # the default path (the prior's rules after part D
     run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights $w --layers 4 \
       --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
   done
+fi
+if [ "$part" = "den" ]; then  # the one- and two-FMA promotions (probes denorm, denorm2) beside the shipped kernel
+  python3 bench/grouped_probes.py exp > /dev/null
+  for probe in denorm denorm2; do
+    run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 512,2048 \
+      --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/$probe
+  done
+  run 70 python3 bench/tile_gpu_time.py --grouped 64 --bits 4 --m 2048 \
+    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/denorm
 fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
