@@ -334,6 +334,22 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                         if not mx.array_equal(spec.launch(xq, xs, xr)[0], plain).item():
                             differ.append(name + "+")
                         row[name + "+"] = timed(lambda: spec.launch(xq, xs, xr)[0], reps)[0]
+                # The subnormal promotion's tiles (their own quantize: codes a + 128), its
+                # largest difference from the plain 128-wide tile relative to that output's
+                # largest (the two forms round differently: docs/numerics.md).
+                uq = cuda_quantize.quantize_groups(x, gs, u8=True)
+                mx.eval(*uq)
+                base = cuda_gemm_grouped.gemm_grouped_tma(
+                    xq, xs, xr, qw, None, mx.bfloat16, next(iter(configs.values()))).astype(mx.float32)
+                sub_rel = 0.0
+                for name, cfg in cuda_tiles.SUB_TMA_CONFIGS.items():
+                    if cfg.bits != bits:
+                        continue
+                    got = cuda_gemm_grouped.gemm_grouped_tma(*uq, qw, None, mx.bfloat16, cfg)
+                    sub_rel = max(sub_rel, (mx.abs(got.astype(mx.float32) - base).max()
+                                            / mx.abs(base).max()).item())
+                    row[name] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
+                        *uq, qw, None, mx.bfloat16, cfg), reps)[0]
                 best = min((v, kname) for kname, v in row.items()
                            if kname not in ("bf16", "qmm", "quantize"))
                 # The dequantizing GEMM (no quantize launch), each tile; its largest
@@ -355,6 +371,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                 print(f"M={m:5d} K={k:6d} N={n:6d} gs={gs:3d}  "
                       + "  ".join(f"{kname} {v:7.1f}" for kname, v in {**row, **dq}.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
+                      + f"  | subnormal max diff vs the plain tile {sub_rel:.2g}"
                       + f"  | dequant {dq_best[1]} {dq_best[0]:.1f} (max diff vs qmm {rel:.2g})"
                       + (f"  | OUTPUT DIFFERS from the plain tile: {differ}" if differ else ""))
     return 0

@@ -156,6 +156,31 @@ def linear4(x: np.ndarray, weight, bias: np.ndarray | None):
     return y, F32_SUM_RTOL * magnitude + 1e-30
 
 
+def linear_subnormal(x: np.ndarray, weight, bias: np.ndarray | None):
+    """The subnormal promotion's oracle (``docs/numerics.md``): :func:`linear` (8-bit) or
+    :func:`linear4`'s value, with the allowance ``gamma(n_s) T_s`` added, ``T_s`` the
+    promotion's unsigned terms made positive, in float64 (``tuning.gate`` computes the
+    same on the device)."""
+    from mlx_w8a8.tuning.gate import gamma, subnormal_rounds
+
+    y, bound = (linear4 if weight.bits == 4 else linear)(x, weight, bias)
+    q, scale = quantize_rows(x)
+    c = (codes(weight) if weight.bits == 8 else codes4(weight)).astype(np.float64)
+    s = np.abs(to_numpy(weight.scales).astype(np.float64))
+    b = np.abs(to_numpy(weight.biases).astype(np.float64))
+    gs = weight.group_size
+    m, k = q.shape
+    qs = np.repeat(s, gs, axis=1) * c
+    a = q.astype(np.float64)
+    sums = np.abs(a.reshape(m, k // gs, gs).sum(-1))
+    with np.errstate(invalid="ignore"):
+        t_s = np.abs(scale.astype(np.float64)) * ((a + 128.0) @ qs.T + sums @ b.T
+                                                  + 128.0 * qs.sum(axis=1)[None, :])
+    if bias is not None:
+        t_s = t_s + np.abs(bias.astype(np.float64))[None, :]
+    return y, bound + gamma(subnormal_rounds(weight)) * np.nan_to_num(t_s)
+
+
 def round_to(v: np.ndarray, dtype: str) -> np.ndarray:
     """``v`` (float64) rounded once to ``dtype``'s nearest value, ties to even, as float64:
     float16 by numpy's correctly rounded conversion; bfloat16 (8 significant bits) from

@@ -1160,6 +1160,82 @@ def test_w8a8_grouped_tma_sibling_launch(rng, bits, config, ns, lead, dtype, wit
         oracle.assert_close(y.reshape(m, n), want, bound, dtype)
 
 
+# The subnormal promotion (cuda_w8a8_gemm_subnormal, cuda_w4a8_gemm_subnormal) -----------
+# Held to its own bound (oracle.linear_subnormal: docs/numerics.md, the subnormal
+# promotion); bfloat16 weights and activations (its offset pieces are bfloat16).
+def sub_tile(name: str) -> cuda_tiles.GroupedTmaConfig:
+    grouped_tma_tile("gtma128")  # skips where the TMA GEMMs are not offered
+    return cuda_tiles.SUB_TMA_CONFIGS[name]
+
+
+def sub_run(cfg: cuda_tiles.GroupedTmaConfig):
+    def run(x, weight, bias):
+        xq, xs, xr = cuda_quantize.quantize_groups(x, weight.group_size, u8=True)
+        return cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, weight, bias, x.dtype, cfg)
+    return run
+
+
+@pytest.mark.parametrize("name,bits", [("cuda_w8a8_gemm_subnormal", 8),
+                                       ("cuda_w4a8_gemm_subnormal", 4)])
+@pytest.mark.parametrize("m,n,k,group_size", [
+    (1, 264, 4096, 64),  # one row; G = 64: ten whole offset blocks and one of 4 groups
+    (33, 257, 1152, 32),  # N odd; blocks of 4 groups, 9 k-tiles: the ring wraps
+    (129, 264, 128, 128),  # one k-tile, one group: a block of one group
+    (1000, 384, 1024, 64),  # many row tiles
+    (300, 392, 896, 128),  # G = 7: a block of 6 and one of 1
+])
+def test_subnormal_candidate(rng, name, bits, m, n, k, group_size):
+    """The registered candidate (its own tile) against the oracle within the form's
+    bound, bias on odd M, the activation's special rows included."""
+    grouped_tma_tile("gtma128")
+    cand = registry.get("linear", name)
+    fmt = "grouped4" if bits == 4 else "grouped"
+    assert cand.supports(Problem("linear", m, n, k, "bfloat16", fmt, group_size, m % 2 == 1))
+    check_linear(rng, cand.run, m, n, k, "bfloat16", group_size, False, m % 2 == 1, "bfloat16",
+                 bits=bits, oracle_of=oracle.linear_subnormal)
+
+
+@pytest.mark.parametrize("config", sorted(cuda_tiles.SUB_TMA_CONFIGS))
+@pytest.mark.parametrize("group_size", cuda_tiles.GROUPED_TMA_GROUP_SIZES)
+@pytest.mark.parametrize("m,n,k,with_bias", [
+    (300, 392, 1152, True),  # tails in M and N, 9 k-tiles
+    (77, 40, 512, False),  # N < every tile
+    (1100, 2176, 1024, True),  # more tiles than blocks (persistent loop)
+])
+def test_subnormal_every_tile(rng, config, group_size, m, n, k, with_bias):
+    """Each tile forced, at each group size (blocks of 4 or 6 groups over 1-6 k-tiles)."""
+    cfg = sub_tile(config)
+    check_linear(rng, sub_run(cfg), m, n, k, "bfloat16", group_size, False, with_bias,
+                 "bfloat16", bits=cfg.bits, oracle_of=oracle.linear_subnormal)
+
+
+@pytest.mark.parametrize("config", sorted(cuda_tiles.SUB_TMA_CONFIGS))
+@pytest.mark.parametrize("ns,lead,with_bias,group_size", [
+    ((392, 40, 264), (300,), True, 64),
+    ((2176, 1024), (2, 550), False, 128),
+])
+def test_subnormal_sibling_launch(rng, config, ns, lead, with_bias, group_size):
+    """tma_subnormal_group2/3: each member's output equals its own launch bit for bit,
+    and the oracle within the form's bound."""
+    cfg = sub_tile(config)
+    k = 1024
+    m = int(np.prod(lead))
+    weights = [make_weight4(rng, n, k, group_size, "bfloat16") if cfg.bits == 4
+               else make_weight(rng, n, k, group_size, False, "bfloat16") for n in ns]
+    biases = [mx.array(rng.standard_normal(n).astype(np.float32)).astype(mx.bfloat16)
+              if with_bias else None for n in ns]
+    x = activation(rng, m, k, "bfloat16")
+    xq, xs, xr = cuda_quantize.quantize_groups(x.reshape(*lead, k), group_size, u8=True)
+    outs = cuda_gemm_grouped.gemm_grouped_tma_group_spec(
+        m, k, list(zip(weights, biases)), x.dtype, cfg, lead).launch(xq, xs, xr)
+    for y, w, b, n in zip(outs, weights, biases, ns):
+        alone = cuda_gemm_grouped.gemm_grouped_tma_spec(m, k, w, b, x.dtype, cfg, lead).launch(
+            xq, xs, xr)[0]
+        assert mx.array_equal(y, alone, equal_nan=True).item(), n
+        want, bound = oracle.linear_subnormal(host(x), w, None if b is None else host(b))
+        oracle.assert_close(y.reshape(m, n), want, bound, "bfloat16")
+
+
 # The 4-bit form of the group-wise TMA GEMM (cuda_w4a8_gemm_tma) -----------------------------
 # MLX's 4-bit weights as stored, the packed codes expanded on chip by the producer
 # warpgroup; held to the W4A8 oracle (oracle.linear4) as the 8-bit form is to oracle.linear.

@@ -151,6 +151,11 @@ def kernel_builds() -> list[KernelBuild]:
         out.append(KernelBuild("quantize.cu", "sums", (("x", "bfloat16", 2),),
                                (("q", "int8"), ("scale", "float32"), ("row_sums", "int32")),
                                (("T", "bfloat16"), ("GS", gs))))
+    # The subnormal promotion's quantize (codes as a + 128, uint8): every group size.
+    for gs in (32, 64, 128):
+        out.append(KernelBuild("quantize.cu", "sums_u8", (("x", "bfloat16", 2),),
+                               (("q", "uint8"), ("scale", "float32"), ("row_sums", "int32")),
+                               (("T", "bfloat16"), ("GS", gs))))
     # Activation groups' quantize: every dtype and group size.
     for i, t in enumerate(launch.FLOAT_DTYPES):
         for gs in (32, 64, 128):
@@ -288,6 +293,27 @@ def kernel_builds() -> list[KernelBuild]:
                 else:
                     out.append(KernelBuild(cfg.file, body, _grouped_tma_inputs(body),
                                            (("y", "bfloat16"),), tpl))
+    # The subnormal promotion (bodies tma_subnormal*, uint8 activation codes): every tile
+    # with every group size (GB: tiles.sub_groups), output types and bias spread across
+    # them; two sibling bodies on every tile, the four between them (the bfloat16 offset
+    # wgmma beside the u8 x u8 ones is where a serialized wgmma would show).
+    for i, cfg in enumerate(cuda_tiles.SUB_TMA_CONFIGS.values()):
+        sub = (("WB", cfg.bits),)
+        for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
+            t = launch.FLOAT_DTYPES[(i + j) % 3]
+            body = "tma_subnormal_bias" if (i + j) % 2 else "tma_subnormal"
+            ins = (("xq", "uint8", 2),) + _grouped_tma_inputs(body)[1:]
+            out.append(KernelBuild(cfg.file, body, ins, (("y", t),),
+                                   (("T", t), ("GS", gs)) + tuple(cfg.template()) + sub
+                                   + (("GB", cuda_tiles.sub_groups(gs)),)))
+        siblings = ((("_group3", 3, 64), ("_group2_bias", 2, 128)) if i % 2 == 0 else
+                    (("_group3_bias", 3, 32), ("_group2", 2, 64)))
+        for suffix, members, gs in siblings:
+            ins = (("xq", "uint8", 2),) + _grouped_tma_group_inputs(suffix, members)[1:]
+            out.append(KernelBuild(cfg.file, "tma_subnormal" + suffix, ins,
+                                   tuple((f"y{g}", "bfloat16") for g in range(members)),
+                                   (("T", "bfloat16"), ("GS", gs)) + tuple(cfg.template()) + sub
+                                   + (("GB", cuda_tiles.sub_groups(gs)),)))
     gemv_bodies = (("channel", None, None), ("channel_bias", None, None),
                    ("grouped", "float16", 32), ("grouped_bias", "bfloat16", 64))
     gemv_bodies += tuple(("fused_" + b, st, gs) for b, st, gs in gemv_bodies)
@@ -657,8 +683,14 @@ def test_kernels_compile_for_sm90a(tmp_path):
         # 128-wide sibling bodies with LIVE keep two tile counts in 8 bytes of local
         # memory, stored before the warp roles split and loaded once per role (outside
         # every loop: cuobjdump -sass of that build); a spill in the mainloop is larger.
-        setup_only = (dict(build.template).get("PIPE") and
-                      all(_spill_bytes(ln) <= 8 for ln in spills))
+        # Another: the 4-bit subnormal bodies' producer warpgroup (40 registers, the
+        # terms' extra offsets) keeps the grid stride and member pointers in up to 12
+        # bytes, stored before the tile loop and loaded once per tile, outside the k-tile
+        # loop (cuobjdump -sass of the 64 / group3 build).
+        tpl = dict(build.template)
+        setup_only = ((tpl.get("PIPE") and all(_spill_bytes(ln) <= 8 for ln in spills))
+                      or (build.body.startswith("tma_subnormal") and tpl.get("WB") == 4
+                          and all(_spill_bytes(ln) <= 12 for ln in spills)))
         gives_registers = (build.body.startswith("tma_") and dict(build.template).get("PW") == 4
                            or build.file == "gemm_dequant.cu")
         if gives_registers and spills and not setup_only:

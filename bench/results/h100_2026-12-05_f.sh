@@ -255,6 +255,10 @@
 # FMA of the int32 partial read as a float32 subnormal, and that FMA beside the offset
 # term's) timed beside the shipped kernel, 8-bit codes at M = 512 / 2048 and 4-bit at 2048,
 # group size 64 (their outputs differ by design).
+# Part SUB: the subnormal promotion (cuda_w8a8_gemm_subnormal, cuda_w4a8_gemm_subnormal;
+# bodies tma_subnormal*), first run on a GPU: its tests (tests/test_cuda.py -k
+# subnormal), then its tiles' kernel times beside the other group-wise kernels, 8-bit and
+# 4-bit codes at group size 64.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -694,6 +698,14 @@ if [ "$part" = "den" ]; then  # the one- and two-FMA promotions (probes denorm, 
   done
   run 70 python3 bench/tile_gpu_time.py --grouped 64 --bits 4 --m 2048 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/denorm
+fi
+if [ "$part" = "sub" ]; then  # the subnormal promotion: its exactness tests, then its tiles' kernel times
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+  run 240 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  for bits in 8 4; do
+    run 100 python3 bench/tile_gpu_time.py --grouped 64 --bits $bits --m 2048,512 \
+      --kn 4096x14336,14336x4096 --reps 5
+  done
 fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5

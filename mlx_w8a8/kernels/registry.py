@@ -152,6 +152,11 @@ class Candidate:
             ``run`` computes (default: per-token scales only). Checked centrally
             (:meth:`handles`, :func:`refusal`), so a kernel never meets activation
             scaling it was not written for.
+        bound_form: ``linear`` W8A8 candidates: which error bound of
+            ``docs/numerics.md`` their float32 arithmetic keeps: ``"epilogue"`` (the
+            ``2G + 4`` roundings of the group terms) or ``"subnormal"`` (the subnormal
+            promotion's, over its unsigned terms); the gate holds each to its own
+            (``tuning.gate.w8a8_bound``).
     """
 
     name: str
@@ -169,6 +174,8 @@ class Candidate:
     variant: Callable[[Problem], Hashable] | None = None
     w8a8: bool = True
     act_scales: tuple[str, ...] = ("token",)
+    bound_form: str = attrs.field(default="epilogue",
+                                  validator=attrs.validators.in_(("epilogue", "subnormal")))
 
     def handles(self, problem: Problem) -> bool:
         """True when this candidate can run ``problem`` on this machine now (a W8A8

@@ -453,7 +453,7 @@ class Bound:
 
 
 def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None,
-               act_scales: str = "token") -> Bound:
+               act_scales: str = "token", form: str = "epilogue") -> Bound:
     """``2 gamma(n) T``: how far two correct float32 W8A8 epilogues may differ (module
     docstring), ``[M, N]``, before any rounding to a 16-bit output dtype.
 
@@ -461,6 +461,10 @@ def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None,
         x: ``[M, K]`` float activation; weight: the ``[N, K]`` weight; bias: ``[N]``.
         act_scales: the problem's activation scaling: with ``"group"`` each code is
             weighed by its own group's scale ``t_mg`` in ``T`` (``docs/numerics.md``).
+        form: the challenger's ``Candidate.bound_form``: ``"subnormal"`` (grouped and
+            4-bit weights, per-token scales) allows ``gamma(2G + 4) T`` for the
+            reference and ``gamma(n_s) T_s`` for the challenger, the subnormal
+            promotion's own bound over its unsigned terms (:func:`subnormal_terms_sum`).
     """
     from ..kernels.reference import quantize_groups, quantize_rows  # the exact codes, scales
 
@@ -489,8 +493,50 @@ def w8a8_bound(x: mx.array, weight: QuantizedWeight, bias: mx.array | None,
     # T is itself a float32 matmul of non-negative terms (relative error <= gamma(K + 2)),
     # whose inputs MLX may round to TF32 (11 significant bits, MLX_ENABLE_TF32): 2^-9
     # covers both roundings of each product.
-    factor = 2.0 * gamma(rounds) * (1.0 + gamma(k + 2)) * (1.0 + 2.0**-9)
-    return Bound(t, factor)
+    factor = (1.0 + gamma(k + 2)) * (1.0 + 2.0**-9)
+    if form == "subnormal":
+        if weight.per_channel or act_scales != "token":
+            raise ValueError("[mlx_w8a8.w8a8_bound] the subnormal form's bound is of grouped "
+                             "weights and per-token scales, got per_channel="
+                             f"{weight.per_channel}, act_scales={act_scales!r}")
+        t_s = subnormal_terms_sum(q, scale, weight, bias)
+        return Bound(gamma(rounds) * t + gamma(subnormal_rounds(weight)) * t_s, factor)
+    if form != "epilogue":
+        raise ValueError(f"[mlx_w8a8.w8a8_bound] form must be 'epilogue' or 'subnormal', got "
+                         f"{form!r}")
+    return Bound(t, 2.0 * gamma(rounds) * factor)
+
+
+def subnormal_rounds(weight: QuantizedWeight) -> int:
+    """``n_s`` of the subnormal promotion (``docs/numerics.md``): with ``G`` groups in
+    offset blocks of ``GB`` (``kernels.cuda.tiles.sub_groups``), each product exact, the
+    ``G + blocks (2 GB + 3)`` terms summed in any order with every addition counted twice
+    (the tensor core's accumulation is not specified to round to nearest), ``GB`` more
+    for a block constant's float32 sum, and the row scale and the bias."""
+    from ..kernels.cuda.tiles import sub_groups  # the kernel's block size
+
+    groups, gb = weight.k // weight.group_size, sub_groups(weight.group_size)
+    blocks = -(-groups // gb)
+    return 2 * (groups + blocks * (2 * gb + 3)) + gb + 4
+
+
+def subnormal_terms_sum(q: mx.array, scale: mx.array, weight: QuantizedWeight,
+                        bias: mx.array | None) -> mx.array:
+    """``T_s``, ``[M, N]`` float32: the subnormal promotion's terms made positive,
+    ``|t_m| (sum_k (a_mk + 128) q_nk |s_ng(k)| + sum_g |A_mg| |b_ng| + 128 sum_k q_nk
+    |s_ng(k)|) + |bias_n|`` for the activation codes ``a`` (``q`` here) with scales
+    ``t`` (``scale``), the stored codes ``q_nk`` and their group sums ``A_mg``."""
+    n, k, gs = weight.n, weight.k, weight.group_size
+    m = q.shape[0]
+    codes = weight.codes().astype(mx.float32).reshape(n, k // gs, gs)
+    qs = (codes * mx.abs(weight.scales.astype(mx.float32))[..., None]).reshape(n, k)
+    a = q.astype(mx.float32)
+    sums = mx.abs(a.reshape(m, k // gs, gs).sum(axis=-1))
+    t_s = (mx.matmul(a + 128.0, qs.T) + mx.matmul(sums, mx.abs(weight.biases.astype(mx.float32)).T)
+           + 128.0 * qs.sum(axis=1)[None, :]) * mx.abs(scale)
+    if bias is not None:
+        t_s = t_s + mx.abs(bias.astype(mx.float32))
+    return t_s
 
 
 def _ulp(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -672,14 +718,14 @@ def run_gate(
             mx.eval(ref_out)
         except Exception as error:
             raise reference_failed(reference, error) from error
-        exact_out = bound = None
+        exact_out = None
+        bounds: dict[str, Bound] = {}  # by Candidate.bound_form, made on first use
         if staged and any(c.w8a8 for c in pending):
             try:
                 exact_out = exact.run(*args)
                 mx.eval(exact_out)
             except Exception as error:
                 raise reference_failed(exact, error) from error
-            bound = w8a8_bound(*args, problem.act_scales)
         for cand in pending:
             name = cand.name
             try:
@@ -700,7 +746,10 @@ def run_gate(
                 continue
             if exact_out is None or not cand.w8a8:
                 continue
-            passed, _, why = compare_w8a8(exact_out, out, bound, problem.dtype)
+            form = cand.bound_form
+            if form not in bounds:
+                bounds[form] = w8a8_bound(*args, problem.act_scales, form)
+            passed, _, why = compare_w8a8(exact_out, out, bounds[form], problem.dtype)
             if not passed:
                 verdicts[name] = reject(name, 2, worst[name], index, why, exact.name)
                 continue

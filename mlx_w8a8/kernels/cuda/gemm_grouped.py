@@ -38,6 +38,8 @@ from .tiles import (
     grouped_tile_for,
     grouped_tma_tile_for,
     pipe_runs,
+    sub_groups,
+    sub_tile_for,
     tiles,
 )
 from .tma import weight_maps
@@ -97,11 +99,90 @@ def grouped_terms(weight, bn: int) -> mx.array:
     return weight.derived(("cuda_grouped_terms", bn), make)
 
 
+def subnormal_terms(weight, bn: int) -> mx.array:
+    """The subnormal promotion's terms of ``weight`` (bfloat16 scales and biases) on tiles
+    ``bn`` wide: float32, flat, three sections (``gemm_grouped_ws.cu``, the subnormal
+    promotion; ``docs/numerics.md``), with ``E_n = 252 - e_n`` for ``e_n`` the biased
+    exponent of row ``n``'s largest ``|s|`` (clipped to 1 .. 229):
+
+    - ``S``: ``[tiles][G][bn]``, ``s_ng 2^E_n``, exactly (below ``2^126``);
+    - the pieces: ``[tiles][blocks][bn x 16]`` bfloat16 pairs in ``wgmma_desc_plain``'s
+      layout, one k16 step per block of ``GB`` groups (:func:`~.tiles.sub_groups`):
+      columns ``2 i``, ``2 i + 1`` the group's ``128 b'`` and ``b'`` with
+      ``b' = b 2^(E_n - 149)`` (exact: a power of two times a bfloat16), columns
+      ``2 GB .. 2 GB + 2`` the block's constant ``-128 sum_g s_g Q_g 2^(E_n - 149)``
+      (``Q_g`` the group's code sum; float32, in three bfloat16 pieces), the rest 0;
+    - the column scales: ``[tiles][bn]``, ``2^(149 - E_n)``.
+
+    Zeros past N. Made once per weight and tile width and kept with it, in MLX ops
+    (lazy, as :func:`grouped_terms`).
+
+    Raises:
+        ValueError: for scales or biases that are not bfloat16 (the pieces hold ``b``
+            exactly only in bfloat16).
+    """
+    if weight.scales.dtype != mx.bfloat16 or weight.biases.dtype != mx.bfloat16:
+        raise ValueError("[mlx_w8a8.cuda_w8a8_gemm_subnormal] the offset pieces need "
+                         "bfloat16 scales and biases, got "
+                         f"{weight.scales.dtype} / {weight.biases.dtype}")
+
+    def pow2(e):  # 2^e as float32 from its bits, e in [-126, 127]
+        return ((e + 127).astype(mx.uint32) << 23).view(mx.float32)
+
+    def bf16_pieces(v):  # three bfloat16 terms summing to float32 v (to 2^-24 |v|)
+        hi = v.astype(mx.bfloat16)
+        r = v - hi.astype(mx.float32)
+        mid = r.astype(mx.bfloat16)
+        lo = (r - mid.astype(mx.float32)).astype(mx.bfloat16)
+        return [hi, mid, lo]
+
+    def make():
+        n, gs = weight.n, weight.group_size
+        g = weight.k // gs
+        gb = sub_groups(gs)
+        blocks = -(-g // gb)
+        tiles_n = -(-n // bn)
+        pad = tiles_n * bn - n
+        s = weight.scales.astype(mx.float32)
+        b = weight.biases.astype(mx.float32)
+        smax = mx.max(mx.abs(s), axis=1, keepdims=True)
+        e = mx.clip(((smax.view(mx.uint32) >> 23) & 0xFF).astype(mx.int32), 1, 229)
+        big = 252 - e  # E_n: 23 .. 251, applied in two factors of at most 2^126
+        s_e = s * pow2(big // 2) * pow2(big - big // 2)
+        down = pow2(103 - e)  # 2^(E_n - 149)
+        b_e = b * down
+        q = weight.codes().astype(mx.float32).reshape(n, g, gs).sum(axis=-1)  # Q_g, exact
+        c = -128.0 * (s * q) * down  # each exact in float32
+        extra = blocks * gb - g
+        if extra:
+            zeros = mx.zeros((n, extra), dtype=mx.float32)
+            b_e, c = mx.concatenate([b_e, zeros], 1), mx.concatenate([c, zeros], 1)
+        const = c.reshape(n, blocks, gb).sum(axis=-1)  # [N, blocks]
+        cols = [mx.stack([128.0 * b_e, b_e], axis=-1).reshape(n, blocks, 2 * gb)]
+        cols += [p.astype(mx.float32)[..., None] for p in bf16_pieces(const)]
+        cols.append(mx.zeros((n, blocks, 16 - 2 * gb - 3), dtype=mx.float32))
+        pieces = mx.concatenate(cols, axis=-1).astype(mx.bfloat16)  # [N, blocks, 16]
+        scale = pow2(e - 103)[:, 0]
+        if pad:
+            s_e = mx.concatenate([s_e, mx.zeros((pad, g), dtype=mx.float32)])
+            pieces = mx.concatenate([pieces, mx.zeros((pad, blocks, 16), dtype=mx.bfloat16)])
+            scale = mx.concatenate([scale, mx.zeros((pad,), dtype=mx.float32)])
+        s_sec = s_e.reshape(tiles_n, bn, g).transpose(0, 2, 1).reshape(-1)
+        p_sec = (pieces.reshape(tiles_n, bn, blocks, 16).transpose(0, 2, 1, 3)
+                 .reshape(tiles_n, blocks, bn // 8, 8, 2, 8).transpose(0, 1, 2, 4, 3, 5)
+                 .reshape(-1).view(mx.float32))
+        return mx.concatenate([s_sec, p_sec, scale])
+    return weight.derived(("cuda_subnormal_terms", bn), make)
+
+
 def _body(cfg: GroupedTmaConfig, act_groups: bool) -> str:
     """The stem of the group-wise TMA GEMM's bodies: ``tma_grouped`` for 8-bit codes and
     per-token scales without MMA order or the rows-past-M skip (the bodies the shipped
-    table measured), else ``tma_groupwise`` (code width, activation scaling, MMA order
-    and the skip as template arguments: :func:`_template`)."""
+    table measured), ``tma_subnormal`` for the subnormal promotion (``cfg.sub``; code
+    width as a template argument), else ``tma_groupwise`` (code width, activation
+    scaling, MMA order and the skip as template arguments: :func:`_template`)."""
+    if cfg.sub:
+        return "tma_subnormal"
     plain = cfg.bits == 8 and not act_groups and not cfg.order and not cfg.live and not cfg.pipe
     return "tma_grouped" if plain else "tma_groupwise"
 
@@ -110,7 +191,9 @@ def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
               out_dtype: mx.Dtype) -> list:
     """The template arguments of the group-wise TMA GEMM's launch (:func:`_body`)."""
     template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
-    if _body(cfg, act_groups) == "tma_groupwise":
+    if cfg.sub:
+        template += [("WB", cfg.bits), ("GB", sub_groups(group_size))]
+    elif _body(cfg, act_groups) == "tma_groupwise":
         template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order),
                      ("LIVE", cfg.live), ("PIPE", cfg.pipe)]
     return template
@@ -137,10 +220,15 @@ def gemm_grouped_tma_spec(m: int, k: int, weight, bias, out_dtype: mx.Dtype,
                                                              weight.group_size))
     frame = _gemm_grouped_tma_frame(m, k, weight.n, bias is not None, weight.group_size,
                                     out_dtype, cfg, leading_shape(m, lead), act_groups)
-    tail = (weight.q, grouped_terms(weight, cfg.bn))
+    tail = (weight.q, _terms(weight, cfg))
     if bias is not None:
         tail += (as_f32(bias),)
     return framed(frame, tail + (weight_maps(weight, cfg.bn),))
+
+
+def _terms(weight, cfg: GroupedTmaConfig) -> mx.array:
+    """The terms array tile ``cfg`` reads: :func:`subnormal_terms` or :func:`grouped_terms`."""
+    return subnormal_terms(weight, cfg.bn) if cfg.sub else grouped_terms(weight, cfg.bn)
 
 
 def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
@@ -160,6 +248,9 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
         raise ValueError(f"{op} the tile must be a GroupedTmaConfig of the weight's "
                          f"{weight.bits}-bit codes (GROUPED_TMA_CONFIGS, "
                          f"GROUPED4_TMA_CONFIGS), got {cfg}")
+    if cfg.sub and (cfg.order or cfg.live or cfg.pipe):
+        raise ValueError(f"{op} the subnormal promotion (sub) comes without order, live and "
+                         f"pipe, got {cfg}")
     if cfg.pipe and (cfg.order or cfg.pipe not in pipe_runs(cfg, k, weight.group_size)):
         raise ValueError(f"{op} pipe must be one of {PIPE_RUNS.get(cfg.bn, ())} for a "
                          f"{cfg.bn}-wide tile, divide K / group_size = "
@@ -194,8 +285,9 @@ def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
     """Group-wise W8A8 GEMM on Hopper (``gemm_grouped_ws.cu``).
 
     Args:
-        xq: ``[..., K]`` int8 codes, ``xs`` ``[..., 1]`` float32 scales and ``xr`` the
-            group sums in a :func:`grouped_sums_shape` array: :func:`quantize_groups`.
+        xq: ``[..., K]`` int8 codes (uint8 ``a + 128`` for a ``sub`` tile), ``xs``
+            ``[..., 1]`` float32 scales and ``xr`` the group sums in a
+            :func:`grouped_sums_shape` array: :func:`quantize_groups`.
         weight: a grouped ``QuantizedWeight`` ``[N, K]`` (group size 32, 64 or 128,
             ``K % 128 == 0``).
         bias: ``[N]`` or ``None``.
@@ -216,6 +308,11 @@ def gemm_grouped_tma(xq, xs, xr, weight, bias, out_dtype,
     """
     k = xq.shape[-1]
     m = xq.size // k
+    codes = mx.uint8 if config is not None and config.sub else mx.int8
+    if xq.dtype != codes:
+        raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm_grouped_tma] the tile {config} reads "
+                         f"{codes} codes (quantize_groups(u8={codes == mx.uint8})), got "
+                         f"{xq.dtype}")
     want = grouped_sums_shape(m, k, weight.group_size)
     if xr.dtype != mx.int32 or tuple(xr.shape) != want:
         raise ValueError(f"[mlx_w8a8.cuda_w8a8_gemm_grouped_tma] the group sums must be an "
@@ -267,7 +364,7 @@ def gemm_grouped_tma_group_spec(m: int, k: int, members, out_dtype: mx.Dtype,
                                           out_dtype, cfg, leading_shape(m, lead), act_groups)
     tail = []
     for w, b in members:
-        tail += [w.q, grouped_terms(w, cfg.bn)] + ([] if b is None else [as_f32(b)])
+        tail += [w.q, _terms(w, cfg)] + ([] if b is None else [as_f32(b)])
     tail += [weight_maps(w, cfg.bn) for w, _ in members]
     return framed(frame, tuple(tail))
 
@@ -397,3 +494,38 @@ class ActGroupsTma(W8A8GemmGroupedTma):
     def apply_group(self, p: registry.Problem, members, lead=None):
         return (gemm_grouped_tma_group_spec(p.m, p.k, members, getattr(mx, p.dtype),
                                             self.tile(p), lead, act_groups=True),)
+
+
+class W8A8GemmSubnormal(W8A8GemmGroupedTma):
+    """``cuda_w8a8_gemm_subnormal`` (``linear``, grouped affine 8-bit weights with
+    bfloat16 scales and biases, group size 32, 64 or 128, ``K % 128 == 0``; Hopper with
+    tensor maps): the group-wise TMA GEMM with the subnormal promotion
+    (``gemm_grouped_ws.cu``, bodies ``tma_subnormal*``): the quantize's codes as
+    ``a + 128`` (``sums_u8``), u8 x u8 wgmmas, each group's non-negative int32 sum read
+    as a float32 subnormal and promoted by one FMA, the offset term on bfloat16 wgmmas
+    (:func:`subnormal_terms`); its own error bound (``docs/numerics.md``, the subnormal
+    promotion)."""
+
+    name = "cuda_w8a8_gemm_subnormal"
+    bound_form = "subnormal"
+
+    def tile(self, p: registry.Problem):
+        return sub_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8)
+
+    def refusals(self, p: registry.Problem):
+        yield from super().refusals(p)
+        if p.dtype != "bfloat16":
+            yield ("the offset pieces hold the biases exactly in bfloat16 only: bfloat16 "
+                   f"activations (and scales) needed, got {p.dtype}")
+
+    def activations(self, p: registry.Problem, lead=None):
+        return (("cuda_per_token", "sums_map_u8", p.group_size),
+                quantize_groups_spec(p.m, p.k, getattr(mx, p.dtype), p.group_size, lead, u8=True))
+
+
+class W4A8GemmSubnormal(W8A8GemmSubnormal):
+    """``cuda_w4a8_gemm_subnormal``: :class:`W8A8GemmSubnormal` on MLX's 4-bit weights as
+    stored (the codes expanded on chip as ``cuda_w4a8_gemm_tma``'s)."""
+
+    name = "cuda_w4a8_gemm_subnormal"
+    formats = ("grouped4",)

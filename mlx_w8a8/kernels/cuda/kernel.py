@@ -45,6 +45,7 @@ class CudaKernel:
     op: str = "linear"
     needs: tuple[str, ...] = ()
     act_scales: tuple[str, ...] = ("token",)  # the activation scalings it computes
+    bound_form: str = "epilogue"  # its error bound (registry.Candidate.bound_form)
 
     # What it can run -------------------------------------------------------------------
     def refusals(self, p: registry.Problem) -> Iterator[str | None]:
@@ -327,4 +328,4 @@ def candidate(kernel: CudaKernel) -> registry.Candidate:
         bind_stages=kernel.bind if linear else None,
         bind_group=kernel.bind_group if linear and kernel.groups else None,
         variant=kernel.variant, act_scales=kernel.act_scales,
-        w8a8=getattr(kernel, "w8a8", True))
+        w8a8=getattr(kernel, "w8a8", True), bound_form=kernel.bound_form)

@@ -4,8 +4,9 @@ per format, the row sums; its activation arrays, and the ``cuda_quantize`` defin
 Activation formats (``act_key``): ``("cuda_per_token", "rowsum")`` (one int8 array of
 codes, scales and row sums ``R_m``: :func:`rowsum_shape`), ``("cuda_per_token",
 "plain")`` (codes, scales), ``("cuda_per_token", "sums", group_size)`` (codes, scales and
-per-group sums) and ``("cuda_per_token", "sums_map", group_size)`` (the same, the sums
-followed by room for a tensor map: :func:`grouped_sums_shape`).
+per-group sums), ``("cuda_per_token", "sums_map", group_size)`` (the same, the sums
+followed by room for a tensor map: :func:`grouped_sums_shape`) and ``("cuda_per_token",
+"sums_map_u8", group_size)`` (the same with the codes as ``a + 128``, uint8).
 """
 
 from __future__ import annotations
@@ -102,15 +103,19 @@ def unpack_rowsum(xa: mx.array, lead: tuple[int, ...] | None = None):
 
 def quantize_spec(m: int, k: int, dtype: mx.Dtype, group_size: int | None = None,
                   row_sum: bool = False, warp: bool = False,
-                  lead: tuple[int, ...] | None = None) -> LaunchSpec:
+                  lead: tuple[int, ...] | None = None, u8: bool = False) -> LaunchSpec:
     """The launch of :func:`quantize` for ``[M, K]`` ``dtype`` activations, or
-    ``[*lead, K]`` ones (``prod(lead) == M``; outputs ``[*lead, ...]``)."""
-    return framed(_quantize_frame(m, k, dtype, group_size, row_sum, warp, leading_shape(m, lead)))
+    ``[*lead, K]`` ones (``prod(lead) == M``; outputs ``[*lead, ...]``). ``u8`` (with
+    ``group_size``): the codes as ``a + 128``, uint8 (``quantize.cu`` ``sums_u8``)."""
+    if u8 and group_size is None:
+        raise ValueError("[mlx_w8a8.cuda_quantize] u8=True exists with a group_size only")
+    return framed(_quantize_frame(m, k, dtype, group_size, row_sum, warp, leading_shape(m, lead),
+                                  u8))
 
 
 @functools.lru_cache(maxsize=FRAME_CACHE)
 def _quantize_frame(m: int, k: int, dtype: mx.Dtype, group_size: int | None, row_sum: bool,
-                    warp: bool, lead: tuple[int, ...]) -> LaunchSpec:
+                    warp: bool, lead: tuple[int, ...], u8: bool = False) -> LaunchSpec:
     """:func:`quantize_spec` (no weight: the whole launch is shared)."""
     if k % QUANT_K_MULTIPLE:
         raise ValueError(f"[mlx_w8a8.cuda_quantize] K must be a multiple of {QUANT_K_MULTIPLE}, "
@@ -136,10 +141,10 @@ def _quantize_frame(m: int, k: int, dtype: mx.Dtype, group_size: int | None, row
         kern = ("quantize.cu", "plain", ("x",), ("q", "scale"))
         shapes, dtypes = [(*lead, k), (*lead, 1)], [mx.int8, mx.float32]
     else:
-        kern = ("quantize.cu", "sums", ("x",), ("q", "scale", "row_sums"))
+        kern = ("quantize.cu", "sums_u8" if u8 else "sums", ("x",), ("q", "scale", "row_sums"))
         template.append(("GS", group_size))
         shapes = [(*lead, k), (*lead, 1), (*lead, k // group_size)]
-        dtypes = [mx.int8, mx.float32, mx.int32]
+        dtypes = [mx.uint8 if u8 else mx.int8, mx.float32, mx.int32]
     return LaunchSpec(kern, (), template, shapes, dtypes, (m * threads, 1, 1), (threads, 1, 1))
 
 
@@ -162,32 +167,36 @@ def _check_tma_group_size(k: int, group_size: int) -> None:
 
 
 def quantize_groups_spec(m: int, k: int, dtype: mx.Dtype, group_size: int,
-                         lead: tuple[int, ...] | None = None) -> LaunchSpec:
+                         lead: tuple[int, ...] | None = None, u8: bool = False) -> LaunchSpec:
     """The launch of :func:`quantize_groups`: the ``sums`` quantize of :func:`quantize`
     (the same kernel, the same bits) with its row sums in a :func:`grouped_sums_shape`
-    array."""
+    array. ``u8``: its ``sums_u8`` body, the codes written as ``a + 128`` (uint8; the
+    sums unchanged), for the subnormal promotion."""
     _check_tma_group_size(k, group_size)
-    spec = quantize_spec(m, k, dtype, group_size, lead=lead)
+    spec = quantize_spec(m, k, dtype, group_size, lead=lead, u8=u8)
     shapes = list(spec.output_shapes)
     shapes[2] = grouped_sums_shape(m, k, group_size)
     return spec._replace(output_shapes=shapes)
 
 
-def quantize_groups(x: mx.array, group_size: int):
+def quantize_groups(x: mx.array, group_size: int, u8: bool = False):
     """Per-token int8 quantization for the group-wise TMA GEMM.
 
     Args:
         x: ``[..., K]`` float16/bfloat16/float32, ``K`` a multiple of ``group_size``.
         group_size: 32, 64 or 128.
+        u8: the codes as ``a + 128`` (uint8): the subnormal promotion's activations.
 
     Returns:
-        ``(q, scale, xr)``: ``[..., K]`` int8, ``[..., 1]`` float32 and the group sums
-        ``[M * K / group_size + 64]`` int32 (:func:`grouped_sums_shape`; its first
-        ``M * K / group_size`` values are :func:`quantize`'s row sums, row-major).
+        ``(q, scale, xr)``: ``[..., K]`` int8 (uint8 with ``u8``), ``[..., 1]`` float32
+        and the group sums ``[M * K / group_size + 64]`` int32 (:func:`grouped_sums_shape`;
+        its first ``M * K / group_size`` values are :func:`quantize`'s row sums of the
+        signed codes, row-major).
     """
     k = x.shape[-1]
     m = x.size // k
-    return tuple(quantize_groups_spec(m, k, x.dtype, group_size, tuple(x.shape[:-1])).launch(x))
+    return tuple(quantize_groups_spec(m, k, x.dtype, group_size, tuple(x.shape[:-1]),
+                                      u8).launch(x))
 
 
 def quantize_act_groups_spec(m: int, k: int, dtype: mx.Dtype, group_size: int,

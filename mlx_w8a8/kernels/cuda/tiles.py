@@ -262,7 +262,11 @@ class GroupedTmaConfig(NamedTuple):
     int32 sets; ``gemm_grouped_ws.cu``, pipelined promotion; the same outputs bit for
     bit): ``pipe`` must divide ``K / group_size``, 4 only where ``bn <= 64``
     (``PIPE_RUNS``), never with ``order``. :func:`grouped_tma_tile_for` turns it on at
-    ``PIPE_M`` (nowhere yet)."""
+    ``PIPE_M`` (nowhere yet). ``sub``: the subnormal promotion (``gemm_grouped_ws.cu``,
+    bodies ``tma_subnormal*``; ``SUB_TMA_CONFIGS``): unsigned activation codes, one FMA
+    per accumulator and group, the offset term on bfloat16 wgmmas; a stage holds the
+    k-tile's ``S`` (4 bytes per column and group) and one offset block's pieces (32 bytes
+    per column), never with ``order``, ``live`` or ``pipe``."""
 
     bn: int
     stages: int
@@ -271,6 +275,7 @@ class GroupedTmaConfig(NamedTuple):
     order: bool = False
     live: bool = False
     pipe: int = 0
+    sub: bool = False
 
     file = "gemm_grouped_ws.cu"
     bm = 128
@@ -285,7 +290,8 @@ class GroupedTmaConfig(NamedTuple):
         per-warp epilogue staging buffers (2560 bytes), the full/empty mbarriers, room to
         stage 1 + MAX_SIBLINGS tensor maps with 128 bytes to align them, and 1024 bytes
         to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
-        terms = (128 // group_size) * self.bn * 8
+        groups = 128 // group_size
+        terms = groups * self.bn * 4 + self.bn * 32 if self.sub else groups * self.bn * 8
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
         four = self.bits == 4  # + the packed rows and the packed[s] mbarrier per stage
         packed, barriers = (self.bn * 64, 24) if four else (0, 16)
@@ -315,6 +321,31 @@ GROUPED4_TMA_CONFIGS = {
     "g4tma64": GroupedTmaConfig(64, 6, 4, 4),
     "g4tma32": GroupedTmaConfig(32, 8, 4, 4),
 }
+
+
+# The subnormal promotion (bodies tma_subnormal*): 8-bit codes on 128- and 64-wide tiles,
+# 4-bit ones on the 128-wide tile (its producer warpgroup expands them); as many stages as
+# fit 227 KiB at group size 32.
+SUB_TMA_CONFIGS = {
+    "gsub128": GroupedTmaConfig(128, 5, 4, sub=True),
+    "gsub64": GroupedTmaConfig(64, 7, 1, sub=True),
+    "g4sub128": GroupedTmaConfig(128, 4, 4, 4, sub=True),
+}
+
+
+def sub_groups(group_size: int) -> int:
+    """Groups per offset block of the subnormal promotion (template argument ``GB``): the
+    block's ``2 GB`` piece columns and 3 constant columns fit one k16 step, and a block is
+    whole k-tiles (``GB`` a multiple of ``128 / group_size``)."""
+    return 4 if group_size == 32 else 6
+
+
+def sub_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
+    """The subnormal promotion's tile for an ``M x N`` output: the 4-bit tile, or for
+    8-bit codes :func:`tiles_filling` over the 8-bit ones."""
+    if bits == 4:
+        return SUB_TMA_CONFIGS["g4sub128"]
+    return tiles_filling(m, n, [c for c in SUB_TMA_CONFIGS.values() if c.bits == 8])
 
 
 # The group-wise TMA GEMM's pipelined promotion: the run lengths the kernel takes, by

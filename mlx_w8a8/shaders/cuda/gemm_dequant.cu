@@ -75,6 +75,7 @@
 // bytes of dynamic shared memory.
 // @@ requires ws.cuh
 // @@ requires dequant.cuh
+// @@ requires wgmma_rs.cuh
 
 // Every kernel of this file runs in clusters of two blocks (ws.cuh's bounds, plus the
 // cluster: a compile-time cluster needs no launch attribute, which MLX could not pass).
@@ -147,50 +148,6 @@ __device__ __forceinline__ uint2 dq_lds2(uint32_t addr) {
   uint2 v;
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
   return v;
-}
-
-// wgmma.m64nNk16 with A from registers (four 32-bit registers of T pairs), B (the
-// activations, K-major, 128-byte swizzle) by descriptor, float32 accumulators d
-// (wgmma_k32's layout, float).
-#define W8A8_DQ4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define W8A8_DQ16(i) W8A8_DQ4(i), W8A8_DQ4(i + 4), W8A8_DQ4(i + 8), W8A8_DQ4(i + 12)
-#define W8A8_DQ32(i) W8A8_DQ16(i), W8A8_DQ16(i + 16)
-#define W8A8_DQ64(i) W8A8_DQ32(i), W8A8_DQ32(i + 32)
-#define W8A8_DQ128(i) W8A8_DQ64(i), W8A8_DQ64(i + 64)
-#define W8A8_WGMMA_RS(N, TY, REGS, OUTS, A0, A1, A2, A3, DB, P)                          \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                            \
-               "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" REGS "}, {%" \
-               A0 ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", p, 1, 1, 0;\n}\n"                 \
-               : OUTS                                                                      \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
-
-template <typename T, int BN>
-__device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t db,
-                                         int accumulate) {
-  static_assert(BN == 256 || BN == 128 || BN == 64, "token tiles in use");
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kBf16 = DqType<T>::kBf16;
-  if constexpr (BN == 256) {
-    if constexpr (kBf16)
-      W8A8_WGMMA_RS("256", "bf16", W8A8_S128, W8A8_DQ128(0), "128", "129", "130", "131", "132",
-                    "133");
-    else
-      W8A8_WGMMA_RS("256", "f16", W8A8_S128, W8A8_DQ128(0), "128", "129", "130", "131", "132",
-                    "133");
-  } else if constexpr (BN == 128) {
-    if constexpr (kBf16)
-      W8A8_WGMMA_RS("128", "bf16", W8A8_S64, W8A8_DQ64(0), "64", "65", "66", "67", "68", "69");
-    else
-      W8A8_WGMMA_RS("128", "f16", W8A8_S64, W8A8_DQ64(0), "64", "65", "66", "67", "68", "69");
-  } else {
-    if constexpr (kBf16)
-      W8A8_WGMMA_RS("64", "bf16", W8A8_S32, W8A8_DQ32(0), "32", "33", "34", "35", "36", "37");
-    else
-      W8A8_WGMMA_RS("64", "f16", W8A8_S32, W8A8_DQ32(0), "32", "33", "34", "35", "36", "37");
-  }
-#else
-  __trap();
-#endif
 }
 
 // One k-tile's (s, b) pairs of a row: for steps 0-1 (index 0) and 2-3 (index 1); equal
@@ -364,7 +321,7 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
-        wgmma_rs<T, BN>(d, a[ks], wgmma_desc(sa + ks * 32), kt != 0 || ks != 0);
+        wgmma_rs<DqType<T>::kBf16, BN>(d, a[ks], wgmma_desc(sa + ks * 32), kt != 0 || ks != 0);
       wgmma_commit();
       if (kt > 0) {
         wgmma_wait<1>();  // k-tile kt - 1's MMAs are done: its stage and fragments are free

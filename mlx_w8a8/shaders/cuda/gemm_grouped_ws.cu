@@ -7,6 +7,7 @@
 // tensor maps of tma.cuh and the wgmma of wgmma.cuh, all put before this header by the
 // launcher:
 // @@ requires ws.cuh
+// @@ requires wgmma_rs.cuh
 //
 // The math (docs/numerics.md, grouped W8A8 linear): with int8 activation codes a_mk
 // (row scale t_m), the stored unsigned weight codes q_nk in [0, 255], the group's scale
@@ -179,6 +180,13 @@ __device__ __forceinline__ float4 lds_f4(uint32_t addr) {
   return v;
 }
 
+// 8 bytes of shared memory at `addr` (8-byte aligned), volatile as lds_f4.
+__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
 // 16 bytes of shared memory at `addr` (16-byte aligned): a load, and a store.
 __device__ __forceinline__ uint4 lds_u4(uint32_t addr) {
   uint4 v;
@@ -243,11 +251,121 @@ __device__ __forceinline__ void grouped_promote(float (&f)[BN / 2], const int (&
 }
 
 
+// fma.rn.f32 without .ftz: a subnormal operand is used as it is, whatever the
+// compiler's flush-to-zero setting.
+__device__ __forceinline__ float fma_keep_subnormal(float a, float b, float c) {
+  float r;
+  asm("fma.rn.f32 %0, %1, %2, %3;\n" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
+}
+
+// SUB: f += S U for one group's int32 set d (U >= 0 and < 2^23, so its bits read as a
+// float32 are the subnormal U 2^-149), S_n = s_n 2^E_n the stage's terms (group j's BN
+// values from ts + 4 j BN): one fma per accumulator, the product exact inside it.
+template <int BN>
+__device__ __forceinline__ void subnormal_promote(float (&f)[BN / 2], const int (&d)[BN / 2],
+                                                  uint32_t ts, int j, int tq) {
+#pragma unroll
+  for (int c = 0; c < BN / 8; ++c) {
+    const float2 s = lds_f2(ts + (j * BN + 8 * c + 2 * tq) * 4);  // S_n, S_n+1
+    f[4 * c] = fma_keep_subnormal(__int_as_float(d[4 * c]), s.x, f[4 * c]);
+    f[4 * c + 1] = fma_keep_subnormal(__int_as_float(d[4 * c + 1]), s.y, f[4 * c + 1]);
+    f[4 * c + 2] = fma_keep_subnormal(__int_as_float(d[4 * c + 2]), s.x, f[4 * c + 2]);
+    f[4 * c + 3] = fma_keep_subnormal(__int_as_float(d[4 * c + 3]), s.y, f[4 * c + 3]);
+  }
+}
+
+// SUB: one A register of an offset block's k16 step for one row: the bfloat16 pair of
+// piece columns k, k + 1 (k even). Columns 2 i, 2 i + 1 (i < GB) hold the block's group
+// i code sum R = 128 (R >> 7) + (R & 127) as (R >> 7, R & 127), r the row's R of that
+// group (0 past the last group); columns 2 GB .. 2 GB + 2 are 1 (the block's constant in
+// three pieces), the rest 0. Every value is an integer of magnitude <= 128: exact in
+// bfloat16, whose bits are the float's top half.
+template <int GB>
+__device__ __forceinline__ uint32_t piece_pair(int k, int r) {
+  float lo = 0.f, hi = 0.f;  // columns k and k + 1
+  if (k < 2 * GB) {
+    lo = static_cast<float>(r >> 7);
+    hi = static_cast<float>(r & 127);
+  } else if (k == 2 * GB) {
+    lo = hi = 1.f;
+  } else if (k == 2 * GB + 2) {
+    lo = 1.f;
+  }
+  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xFFFF0000u);
+}
+
+// SUB's int8 wgmma: unsigned activation codes (a + 128) times the unsigned weight codes,
+// so every group's int32 sum is >= 0; otherwise wgmma_step.
+template <int BN>
+__device__ __forceinline__ void wgmma_uu_step(int (&d)[BN / 2], uint32_t sa, uint32_t sb, int step,
+                                              int accumulate) {
+  static_assert(BN == 128 || BN == 64 || BN == 32, "tile widths in use");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const uint64_t da = wgmma_desc(sa + step * 32), db = wgmma_desc(sb + step * 32);
+  if constexpr (BN == 128) W8A8_WGMMA("128", "u8.u8", W8A8_S64, W8A8_O64(0), "64", "65", "66");
+  else if constexpr (BN == 64) W8A8_WGMMA("64", "u8.u8", W8A8_S32, W8A8_O32(0), "32", "33", "34");
+  else W8A8_WGMMA("32", "u8.u8", W8A8_S16, W8A8_O16(0), "16", "17", "18");
+#else
+  __trap();
+#endif
+}
+
+// The terms stage s of k-tile kt carries for a tile column, in bytes: the kGroups (s, o)
+// pairs of BN columns; SUB: the kGroups rows of S, and at an offset block's first k-tile
+// the block's pieces (BN x 16 bfloat16, wgmma_desc_plain's layout) after them.
+template <bool SUB, int BN, int GS, int GB>
+__device__ __forceinline__ uint32_t stage_term_bytes(int kt) {
+  constexpr int kGroups = kBK / GS;
+  if constexpr (!SUB) return kGroups * BN * 8;
+  constexpr int kBlockTiles = GB / kGroups;
+  return kGroups * BN * 4 + (kt % kBlockTiles == 0 ? BN * 32 : 0);
+}
+
+// One tile column's terms in the member's terms array (gemm_grouped.grouped_terms; SUB:
+// gemm_grouped.subnormal_terms, whose sections are S [tiles][G][BN], the pieces
+// [tiles][blocks][BN * 16] bfloat16 and the column scales [tiles][BN], tiles =
+// ceil(n / BN)): where its groups start, and (SUB) its first block's pieces. Made once
+// per tile: the 4-bit producer warpgroup runs on kWsProducerRegs registers.
+struct TileTerms {
+  const float* groups;
+  const float* pieces;
+};
+template <bool SUB, int BN, int GB>
+__device__ __forceinline__ TileTerms tile_terms(const float* terms, int n, int tn, int groups) {
+  if constexpr (!SUB) return {terms + static_cast<size_t>(tn) * groups * BN * 2, nullptr};
+  const int tiles = (n + BN - 1) / BN, blocks = (groups + GB - 1) / GB;
+  return {terms + static_cast<size_t>(tn) * groups * BN,
+          terms + (static_cast<size_t>(tiles) * groups + static_cast<size_t>(tn) * blocks * 8) * BN};
+}
+
+// Issues the copies of stage_term_bytes(kt) into dst from the tile column's terms,
+// completing on bar.
+template <bool SUB, int BN, int GS, int GB>
+__device__ __forceinline__ void load_stage_terms(uint32_t dst, TileTerms tt, int kt, uint32_t bar) {
+  constexpr int kGroups = kBK / GS;
+  if constexpr (!SUB) {
+    bulk_load(dst, tt.groups + static_cast<size_t>(kt) * kGroups * BN * 2, kGroups * BN * 8, bar);
+  } else {
+    constexpr int kBlockTiles = GB / kGroups;
+    bulk_load(dst, tt.groups + static_cast<size_t>(kt) * kGroups * BN, kGroups * BN * 4, bar);
+    if (kt % kBlockTiles == 0)
+      bulk_load(dst + kGroups * BN * 4, tt.pieces + static_cast<size_t>(kt / kBlockTiles) * BN * 8,
+                BN * 32, bar);
+  }
+}
+
 // Pin: the compiler may not move reads of `d` above the wgmma.wait_group just before.
 template <int BN>
 __device__ __forceinline__ void pin_set(int (&d)[BN / 2]) {
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+template <int BN>
+__device__ __forceinline__ void pin_set(float (&f)[BN / 2]) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(f[i])::"memory");
 }
 
 // Named barriers 1 and 2 (0 is __syncthreads'), for the consumers' MMA order (ORD):
@@ -261,8 +379,10 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 }
 
 // The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
-// Rows past M get scale 0 and columns past N bias 0 (never stored).
-template <bool HAS_BIAS, bool AG = false>
+// Rows past M get scale 0 and columns past N bias 0 (never stored). SUB: each column's
+// accumulators carry the factor 2^(E_n - 149), taken off by its column scale 2^(149 - E_n)
+// (col_scale), exactly: a power of two.
+template <bool HAS_BIAS, bool AG = false, bool SUB = false>
 struct GroupedEpilogue {
   using Value = float;
   struct Row {
@@ -270,23 +390,27 @@ struct GroupedEpilogue {
   };
   struct Col {
     float bias;
+    float scale;
   };
   const float* row_scale;
   const float* bias;
+  const float* col_scale = nullptr;
 
   __device__ __forceinline__ Row row(int m, int M) const {
     if constexpr (AG) return Row{m < M ? 1.f : 0.f};  // t_mg is in the promotion
     return Row{m < M ? row_scale[m] : 0.f};
   }
   __device__ __forceinline__ Col col(int n, int N) const {
-    Col c{0.f};
+    Col c{0.f, 1.f};
     if constexpr (HAS_BIAS) {
       if (n < N) c.bias = bias[n];
     }
+    if constexpr (SUB) c.scale = col_scale[n];  // the tile column's: zero-padded past N
     return c;
   }
   __device__ __forceinline__ float operator()(int acc, Row r, Col c) const {
     float y = __int_as_float(acc) * r.scale;
+    if constexpr (SUB) y *= c.scale;
     if constexpr (HAS_BIAS) y += c.bias;
     return y;
   }
@@ -338,7 +462,7 @@ __device__ __forceinline__ GroupedMember<T> member_of(const GroupedMembers<T, NM
 // the terms and loads them, and arms packed[s] with the packed box and loads it; then all
 // 128 threads expand the packed rows into B's place of the stage and arrive on full[s],
 // one arrive per warp.
-template <int BN, int STAGES, int GS, typename T, int NM>
+template <int BN, int STAGES, int GS, bool SUB, int GB, typename T, int NM>
 __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, const int32_t* sums,
                                                  const GroupedMembers<T, NM>& ms,
                                                  unsigned char* smem, unsigned char* term_smem,
@@ -346,7 +470,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
   constexpr int BM = 128;
   constexpr int kGroups = kBK / GS;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  constexpr int kTermBytes = kGroups * BN * 8;
+  constexpr int kTermBytes = SUB ? kGroups * BN * 4 + BN * 32 : kGroups * BN * 8;
   constexpr int kPackRow = kBK / 2;  // packed bytes of a row per k-tile (the map's box)
   constexpr int kPackBytes = BN * kPackRow;
   constexpr int kChunks = BN / 32;  // 16-byte packed chunks per thread and k-tile
@@ -366,7 +490,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
     tma_make_maps(map_a, a, M, ms.b, ms.wmap, stage, map_b);
     if (loader) tma_acquire_maps(map_a, map_b);
   }
-  const uint32_t stage_tx = tma_box_rows_a(M) * kBK + kTermBytes;
+  const uint32_t a_tx = tma_box_rows_a(M) * kBK;
   // This thread's row of the tile and first packed chunk; chunks are visited rotated by
   // row / 2 so the 8 threads of a 16-byte load phase hit distinct banks (BN = 128).
   const int row = pt % BN, c0 = (pt / BN) * kChunks;
@@ -382,12 +506,11 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
       const uint32_t pk = smem_addr(pack_smem + s * kPackBytes);
       if (loader) {
         const GroupedMember<T> mb = member_of<BN>(ms, tn);
-        const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
-        mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
+        mbar_arrive_expect_tx(full0 + 8 * s, a_tx + stage_term_bytes<SUB, BN, GS, GB>(kt));
         tma_load_2d(sa, map_a, kt * kBK, tm * kTmaTileRowsA, full0 + 8 * s);
-        bulk_load(smem_addr(term_smem + s * kTermBytes),
-                  tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
-                  full0 + 8 * s);
+        load_stage_terms<SUB, BN, GS, GB>(smem_addr(term_smem + s * kTermBytes),
+                                          tile_terms<SUB, BN, GB>(mb.terms, mb.n, mb.tn, groups),
+                                          kt, full0 + 8 * s);
         // The packed box: BN rows x 64 bytes, all counted (rows past N read as zeros).
         mbar_arrive_expect_tx(packed0 + 8 * s, kPackBytes);
         tma_load_2d(pk, member_map(map_b, mb.g), kt * kPackRow, mb.tn * BN, packed0 + 8 * s);
@@ -413,7 +536,8 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 // a [M, K] int8 codes, row_scale [M] f32, sums [M * G] int32 then the map area (A's map),
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
 template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
-          bool AG = false, bool ORD = false, bool LIVE = false, int PIPE = 0>
+          bool AG = false, bool ORD = false, bool LIVE = false, int PIPE = 0, bool SUB = false,
+          int GB = 0>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -424,13 +548,18 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   static_assert(WB == 8 || (WB == 4 && PW == 4), "8-bit codes, or 4-bit ones expanded by 4 warps");
   static_assert(PIPE == 0 || ((PIPE == 2 || PIPE == 4) && !ORD),
                 "runs of 2 or 4 groups, without the MMA order");
+  static_assert(!SUB || (!AG && !ORD && !LIVE && PIPE == 0 && BN >= 64),
+                "the subnormal promotion alone, on tiles of 64 or more columns");
+  static_assert(!SUB || (GB > 0 && 2 * GB + 3 <= 16 && GB % (kBK / GS) == 0),
+                "an offset block: whole k-tiles, its pieces and constant in one k16 step");
   constexpr bool kW4 = WB == 4;
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
   constexpr int kGroups = kBK / GS;  // whole groups per k-tile
   constexpr int kSteps = GS / 32;    // k32 wgmma steps per group
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
-  constexpr int kTermBytes = kGroups * BN * 8;  // the k-tile's (s, o) pairs for BN columns
+  // The k-tile's (s, o) pairs for BN columns; SUB: its S rows and an offset block's pieces.
+  constexpr int kTermBytes = SUB ? kGroups * BN * 4 + BN * 32 : kGroups * BN * 8;
   constexpr int kPackBytes = kW4 ? BN * kBK / 2 : 0;  // a stage's packed 4-bit rows
   constexpr bool kRealloc = PW == 4;
   unsigned char* smem = wgmma_smem();
@@ -459,7 +588,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   if constexpr (kW4) {
     if (warp >= kWsProducerWarp) {
       setmaxnreg_dec<kWsProducerRegs>();  // all four warps stay: they expand the codes
-      grouped4_produce<BN, STAGES, GS>(a, M, K, sums, ms, smem, term_smem, pack_smem, bars);
+      grouped4_produce<BN, STAGES, GS, SUB, GB>(a, M, K, sums, ms, smem, term_smem, pack_smem, bars);
       return;
     }
   } else if (warp >= kWsProducerWarp) {
@@ -475,23 +604,22 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     tma_acquire_maps(map_a, map_b);
     // A's box has tma_box_rows_a(M) rows: below BM the stage rows past M keep stale bytes
     // that only reach accumulator rows >= M (gemm_ws.cu).
-    const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK + kTermBytes;
+    const uint32_t ab_tx = (tma_box_rows_a(M) + BN) * kBK;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
       tile_coords(tile, tiles_m, tiles_n, tm, tn);
       const GroupedMember<T> mb = member_of<BN>(ms, tn);
       const void* mb_map = member_map(map_b, mb.g);
-      // The tile column's terms: [G][BN][2] floats; k-tile kt's groups start at kt kGroups.
-      const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
+      const TileTerms tt = tile_terms<SUB, BN, GB>(mb.terms, mb.n, mb.tn, groups);
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
-        ws_tma_load_stage<BN>(sa, full0 + 8 * s, stage_tx, map_a, mb_map, kt, tm, mb.tn);
-        bulk_load(smem_addr(term_smem + s * kTermBytes),
-                  tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
-                  full0 + 8 * s);
+        ws_tma_load_stage<BN>(sa, full0 + 8 * s, ab_tx + stage_term_bytes<SUB, BN, GS, GB>(kt), map_a,
+                              mb_map, kt, tm, mb.tn);
+        load_stage_terms<SUB, BN, GS, GB>(smem_addr(term_smem + s * kTermBytes), tt, kt,
+                                          full0 + 8 * s);
       }
     }
     return;
@@ -537,7 +665,70 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       tcur_lo = t_lo[0];
       tcur_hi = t_hi[0];
     }
-    if constexpr (PIPE > 0) {
+    if constexpr (SUB) {
+      // The subnormal promotion (the paragraph at the top of the file): per offset block
+      // of GB groups one bfloat16 wgmma of the block's pieces into f, issued with the
+      // block's first group; per group the u8 x u8 wgmmas and one fma per accumulator.
+      constexpr int kBlockTiles = GB / kGroups;
+      // This thread's A columns 2 tq, 2 tq + 1 and 2 tq + 8, 2 tq + 9: the block's groups
+      // tq and tq + 4 where they are piece columns. pr: their R for the next block
+      // (rows lo, hi), loaded one block ahead.
+      const int c0 = 2 * tq, c1 = 2 * tq + 8;
+      auto block_sums = [&](int g0, int (&pr)[4]) {
+        const int g_a = g0 + c0 / 2, g_b = g0 + c1 / 2;
+        const bool ok_a = c0 < 2 * GB && g_a < groups, ok_b = c1 < 2 * GB && g_b < groups;
+        pr[0] = ok_a ? r_lo[g_a] : 0;
+        pr[1] = ok_a ? r_hi[g_a] : 0;
+        pr[2] = ok_b ? r_lo[g_b] : 0;
+        pr[3] = ok_b ? r_hi[g_b] : 0;
+      };
+      int pr[4];
+      block_sums(0, pr);
+      // One offset block per iteration, its bfloat16 wgmma unconditional at the top: f
+      // is then never the output of a wgmma in flight at a branch's merge (there NVVM
+      // copies the set, and ptxas guards the copy with an injected wait, C7519).
+#pragma unroll 1
+      for (int kb = 0; kb < ktiles; kb += kBlockTiles) {
+        const int s0 = it % STAGES;
+        mbar_wait(full0 + 8 * s0, (it / STAGES) & 1);
+        const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
+                               piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
+        block_sums((kb / kBlockTiles + 1) * GB, pr);
+        wgmma_fence();  // the promotions wrote f: before the wgmma reads it
+        wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
+                                                  kGroups * BN * 4), 1);
+        wgmma_commit();
+        const int kend = min(kb + kBlockTiles, ktiles);
+#pragma unroll 1
+        for (int kt = kb; kt < kend; ++kt, ++it) {
+          const int s = it % STAGES;
+          if (kt != kb) mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+          const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+          const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+          const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
+#pragma unroll 1
+          for (int j = 0; j < kGroups; ++j) {
+            wgmma_fence();  // the promotion below read d: before the next wgmmas write it
+#pragma unroll
+            for (int ks = 0; ks < kSteps; ++ks)
+              wgmma_uu_step<BN>(d, sa, sb, j * kSteps + ks, ks != 0);
+            wgmma_commit();
+            wgmma_wait<0>();  // this group's wgmmas and the block's offset wgmma
+            pin_set<BN>(d);
+            pin_set<BN>(f);
+            subnormal_promote<BN>(f, d, ts, j, tq);
+          }
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty0 + 8 * s);
+        }
+        // Nothing is pending here at run time (the block has a k-tile); on the path that
+        // skips the loop ptxas would otherwise inject a wait before f is read (C7517).
+        wgmma_wait<0>();
+        pin_set<BN>(f);
+      }
+      (void)cur_lo;
+      (void)cur_hi;
+    } else if constexpr (PIPE > 0) {
       // Pipelined promotion (PIPE; the paragraph at the top of the file): runs of PIPE
       // groups, each group's promotion under the next group's wgmmas but the run's last.
       const int it0 = it;  // ring position of the tile's first k-tile
@@ -651,7 +842,13 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     int bits[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) bits[i] = __float_as_int(f[i]);
-    const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
+    const float* col_scale = nullptr;  // SUB: the terms' last section, [tiles * BN]
+    if constexpr (SUB) {
+      const int cols = (mb.n + BN - 1) / BN;  // the member's tile columns
+      const int blocks = (groups + GB - 1) / GB;
+      col_scale = mb.terms + static_cast<size_t>(cols) * (groups + blocks * 8) * BN;
+    }
+    const GroupedEpilogue<HAS_BIAS, AG, SUB> epi{row_scale, mb.bias, col_scale};
     if (live) ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
   }
 }
@@ -704,6 +901,52 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3>(
 // @@ body tma_grouped_group3_bias
 w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
+
+// @@ body tma_subnormal
+// The subnormal promotion (SUB) with code width WB: xq [..., K] uint8 codes a + 128 (the
+// quantize's sums_u8 body), xs, xr as tma_grouped; wt: gemm_grouped.subnormal_terms.
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, false, false, false, 0, true, GB>(
+    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_subnormal_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, false, false, false, 0, true, GB>(
+    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
+                               {w_shape[0]}, {wmap}});
+
+// @@ body tma_subnormal_group2
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, false, false, false, 0, true, GB>(
+    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_subnormal_group2_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, false, false, false, 0, true, GB>(
+    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 2>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
+        {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
+
+// @@ body tma_subnormal_group3
+w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, false, false, false, 0, true, GB>(
+    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
+    w8a8::GroupedMembers<T, 3>{
+        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
+         reinterpret_cast<const int8_t*>(w2)},
+        {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
+        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
+
+// @@ body tma_subnormal_group3_bias
+w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, false, false, false, 0, true, GB>(
+    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
          reinterpret_cast<const int8_t*>(w2)},

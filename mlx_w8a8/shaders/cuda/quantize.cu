@@ -23,11 +23,13 @@
 namespace w8a8 {
 
 // RSUM (only with GS == 0): row_sums is [M] and receives the whole row's code sum;
-// |R_m| <= 127 K fits int32 for any K the launchers accept.
-template <typename T, int GS, bool RSUM = false>
+// |R_m| <= 127 K fits int32 for any K the launchers accept. U8 (only with GS > 0): the
+// codes are written as a + 128 (uint8; the sign bit flipped), the sums stay those of a.
+template <typename T, int GS, bool RSUM = false, bool U8 = false>
 __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float* scale,
                                              int32_t* row_sums) {
   static_assert(!(RSUM && GS > 0), "full-row sum and group sums are separate bodies");
+  static_assert(!U8 || GS > 0, "unsigned codes for the group sums' bodies");
   __shared__ uint32_t warp_max[32];
   __shared__ int warp_sum[32];
   const int row = blockIdx.x;
@@ -76,6 +78,10 @@ __device__ __forceinline__ void quantize_row(const T* x, int K, int8_t* q, float
     if (active) {
       uint32_t packed[2];
       sum = qz.codes8(f, packed);
+      if constexpr (U8) {
+        packed[0] ^= 0x80808080u;
+        packed[1] ^= 0x80808080u;
+      }
       *reinterpret_cast<uint2*>(qr + c * 8) = make_uint2(packed[0], packed[1]);
     }
     total += sum;
@@ -259,6 +265,12 @@ w8a8::rowsum_zero_tail(xa, qm, qk);
 // @@ body sums
 // As `plain`, plus row_sums [M, K / GS] int32.
 w8a8::quantize_row<T, GS>(x, x_shape[x_ndim - 1], q, scale, row_sums);
+
+// @@ body sums_u8
+// As `sums` with the codes written as a + 128: q [M, K] uint8 (the subnormal promotion's
+// activations, gemm_grouped_ws.cu).
+w8a8::quantize_row<T, GS, false, true>(x, x_shape[x_ndim - 1], reinterpret_cast<int8_t*>(q),
+                                       scale, row_sums);
 
 // @@ body rowsum_warp
 // As `rowsum` (the same array, the same bits), one warp per row: x [..., K] float (T).
