@@ -350,6 +350,9 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                                             / mx.abs(base).max()).item())
                     row[name] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                         *uq, qw, None, mx.bfloat16, cfg), reps)[0]
+                    if kernel_dir:
+                        spec = changed_grouped_spec(kernel_dir, list(extra), m, k, qw, cfg)
+                        row[name + "+"] = timed(lambda: spec.launch(*uq)[0], reps)[0]
                 best = min((v, kname) for kname, v in row.items()
                            if kname not in ("bf16", "qmm", "quantize"))
                 # The dequantizing GEMM (no quantize launch), each tile; its largest

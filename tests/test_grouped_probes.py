@@ -25,7 +25,8 @@ def promotion(text: str) -> str:
 def test_each_probe_removes_only_its_part():
     shipped = sources.read("cuda", grouped_probes.FILE)
     probes = grouped_probes.probes(shipped)
-    assert set(probes) == {"nopromo", "noterm", "nomma", "sonly"}
+    assert set(probes) == {"nopromo", "noterm", "nomma", "sonly", "denorm", "denorm2",
+                           "sub_nooff", "sub_s8", "sub_nopromo"}
     loop = promotion(shipped)
     before, after = shipped.split(loop)
     # nopromo: the promotion's loop replaced by one add per accumulator, the rest as shipped
@@ -64,8 +65,37 @@ def test_a_kernel_file_the_edits_no_longer_fit_stops_it():
         grouped_probes.probes(changed)
 
 
+def test_promotion_probes_change_their_part_only():
+    """denorm / denorm2: the promotion as one / two non-.ftz FMAs (the subnormal read of
+    the int32 set); the sub_* probes: the subnormal body without its offset wgmma, with
+    s8 x u8 types, with one add per accumulator; every other line as shipped."""
+    shipped = sources.read("cuda", grouped_probes.FILE)
+    probes = grouped_probes.probes(shipped)
+    loop = promotion(shipped)
+    before, after = shipped.split(loop)
+    for name, fmas in (("denorm", 4), ("denorm2", 8)):
+        text = probes[name]
+        assert text.endswith(after) and "probe_fma(float a" in text
+        body = text[text.index("#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {"):-len(after)]
+        assert body.count("probe_fma(") == fmas and "__int_as_float(d[4 * c" in body
+        assert ("lds_f4" in body) == (name == "denorm2")
+    assert "fma.rn.f32 %0" in probes["denorm"]  # no .ftz: the subnormal is kept
+
+    def changed(a, b):  # the lines of b not in a
+        return [ln for ln in b.splitlines() if ln not in a.splitlines()]
+    assert changed(shipped, probes["sub_nooff"]) == ["        (void)a;  // probe: no offset wgmma"]
+    assert "wgmma_rs<true, BN>(f, a" not in probes["sub_nooff"]
+    s8 = changed(shipped, probes["sub_s8"])
+    assert len(s8) == 3 and all('"s8.u8"' in ln for ln in s8) and '"u8.u8"' not in probes["sub_s8"]
+    nop = changed(shipped, probes["sub_nopromo"])
+    assert any("f[i] += __int_as_float(d[i]);" in ln for ln in nop)
+    assert "fma_keep_subnormal(__int_as_float" not in probes["sub_nopromo"]
+
+
 def test_writes_one_folder_per_probe(tmp_path, capsys):
     assert grouped_probes.main([str(tmp_path)]) == 0
-    for name in ("nopromo", "noterm", "nomma", "sonly"):
+    names = ("nopromo", "noterm", "nomma", "sonly", "denorm", "denorm2", "sub_nooff", "sub_s8",
+             "sub_nopromo")
+    for name in names:
         assert (tmp_path / name / grouped_probes.FILE).is_file()
-    assert capsys.readouterr().out.count(grouped_probes.FILE) == 4
+    assert capsys.readouterr().out.count(grouped_probes.FILE) == len(names)

@@ -379,10 +379,8 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 }
 
 // The grouped epilogue for ws_epilogue: `acc` holds a float32 accumulator's bits.
-// Rows past M get scale 0 and columns past N bias 0 (never stored). SUB: each column's
-// accumulators carry the factor 2^(E_n - 149), taken off by its column scale 2^(149 - E_n)
-// (col_scale), exactly: a power of two.
-template <bool HAS_BIAS, bool AG = false, bool SUB = false>
+// Rows past M get scale 0 and columns past N bias 0 (never stored).
+template <bool HAS_BIAS, bool AG = false>
 struct GroupedEpilogue {
   using Value = float;
   struct Row {
@@ -390,27 +388,56 @@ struct GroupedEpilogue {
   };
   struct Col {
     float bias;
-    float scale;
   };
   const float* row_scale;
   const float* bias;
-  const float* col_scale = nullptr;
 
   __device__ __forceinline__ Row row(int m, int M) const {
     if constexpr (AG) return Row{m < M ? 1.f : 0.f};  // t_mg is in the promotion
     return Row{m < M ? row_scale[m] : 0.f};
   }
   __device__ __forceinline__ Col col(int n, int N) const {
-    Col c{0.f, 1.f};
+    Col c{0.f};
     if constexpr (HAS_BIAS) {
       if (n < N) c.bias = bias[n];
     }
-    if constexpr (SUB) c.scale = col_scale[n];  // the tile column's: zero-padded past N
     return c;
   }
   __device__ __forceinline__ float operator()(int acc, Row r, Col c) const {
     float y = __int_as_float(acc) * r.scale;
-    if constexpr (SUB) y *= c.scale;
+    if constexpr (HAS_BIAS) y += c.bias;
+    return y;
+  }
+};
+
+// The subnormal promotion's epilogue (SUB): as GroupedEpilogue, each column's
+// accumulators carrying the factor 2^(E_n - 149), taken off by its column scale
+// 2^(149 - E_n) (col_scale: the terms' last section, zero past N), exactly: a power of two.
+template <bool HAS_BIAS>
+struct SubnormalEpilogue {
+  using Value = float;
+  struct Row {
+    float scale;
+  };
+  struct Col {
+    float bias, scale;
+  };
+  const float* row_scale;
+  const float* bias;
+  const float* col_scale;
+
+  __device__ __forceinline__ Row row(int m, int M) const {
+    return Row{m < M ? row_scale[m] : 0.f};
+  }
+  __device__ __forceinline__ Col col(int n, int N) const {
+    Col c{0.f, col_scale[n]};
+    if constexpr (HAS_BIAS) {
+      if (n < N) c.bias = bias[n];
+    }
+    return c;
+  }
+  __device__ __forceinline__ float operator()(int acc, Row r, Col c) const {
+    float y = __int_as_float(acc) * r.scale * c.scale;
     if constexpr (HAS_BIAS) y += c.bias;
     return y;
   }
@@ -842,14 +869,16 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     int bits[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) bits[i] = __float_as_int(f[i]);
-    const float* col_scale = nullptr;  // SUB: the terms' last section, [tiles * BN]
     if constexpr (SUB) {
       const int cols = (mb.n + BN - 1) / BN;  // the member's tile columns
       const int blocks = (groups + GB - 1) / GB;
-      col_scale = mb.terms + static_cast<size_t>(cols) * (groups + blocks * 8) * BN;
+      const SubnormalEpilogue<HAS_BIAS> epi{
+          row_scale, mb.bias, mb.terms + static_cast<size_t>(cols) * (groups + blocks * 8) * BN};
+      ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
+    } else {
+      const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
+      if (live) ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
     }
-    const GroupedEpilogue<HAS_BIAS, AG, SUB> epi{row_scale, mb.bias, col_scale};
-    if (live) ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
   }
 }
 
