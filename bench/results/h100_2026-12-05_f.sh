@@ -259,7 +259,8 @@
 # bodies tma_subnormal*), first run on a GPU: its tests (tests/test_cuda.py -k
 # subnormal), then its tiles' kernel times beside the other group-wise kernels, 8-bit and
 # 4-bit codes at group size 64.
-# Part SUBP: the probes sub_nooff, sub_s8 and sub_nopromo of bench/grouped_probes.py (the
+# Part SUBP: part SUB's tests again (the subnormal epilogue as its own struct), then the
+# probes sub_nooff, sub_s8 and sub_nopromo of bench/grouped_probes.py (the
 # subnormal body without its offset wgmma, with s8 x u8 wgmmas, with one add per
 # accumulator) timed beside its tiles (<tile>+), 8-bit codes, group size 64.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
@@ -710,7 +711,9 @@ if [ "$part" = "sub" ]; then  # the subnormal promotion: its exactness tests, th
       --kn 4096x14336,14336x4096 --reps 5
   done
 fi
-if [ "$part" = "subp" ]; then  # where the subnormal tile's time goes: probes beside it
+if [ "$part" = "subp" ]; then  # its tests again, then where the subnormal tile's time goes: probes beside it
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   python3 bench/grouped_probes.py exp > /dev/null
   for probe in sub_nooff sub_s8 sub_nopromo; do
     run 80 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048,512 \
