@@ -512,12 +512,13 @@ def subnormal_rounds(weight: QuantizedWeight) -> int:
     offset blocks of ``GB`` (``kernels.cuda.tiles.sub_groups``), each product exact, the
     ``G + blocks (2 GB + 3)`` terms summed in any order with every addition counted twice
     (the tensor core's accumulation is not specified to round to nearest), ``GB`` more
-    for a block constant's float32 sum, and the row scale and the bias."""
+    for a block constant's float32 sum, the sum of the group terms' and the offsets'
+    sets, the row scale and the bias."""
     from ..kernels.cuda.tiles import sub_groups  # the kernel's block size
 
     groups, gb = weight.k // weight.group_size, sub_groups(weight.group_size)
     blocks = -(-groups // gb)
-    return 2 * (groups + blocks * (2 * gb + 3)) + gb + 4
+    return 2 * (groups + blocks * (2 * gb + 3)) + gb + 5
 
 
 def subnormal_terms_sum(q: mx.array, scale: mx.array, weight: QuantizedWeight,

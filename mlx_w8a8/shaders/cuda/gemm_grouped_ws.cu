@@ -711,9 +711,16 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       };
       int pr[4];
       block_sums(0, pr);
-      // One offset block per iteration, its bfloat16 wgmma unconditional at the top: f
-      // is then never the output of a wgmma in flight at a branch's merge (there NVVM
-      // copies the set, and ptxas guards the copy with an injected wait, C7519).
+      // The offset blocks accumulate into their own float32 set o, added to f once at the
+      // tile's end: f stays out of the wgmma's operand list, so ptxas places it freely
+      // (as the bfloat16 wgmma's accumulators, f and d sat in matching register banks and
+      // every promotion fma read two operands from one bank).
+      float o[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) o[i] = 0.f;
+      // One offset block per iteration, its bfloat16 wgmma unconditional at the top: o is
+      // then never the output of a wgmma in flight at a branch's merge (there NVVM copies
+      // the set, and ptxas guards the copy with an injected wait, C7519).
 #pragma unroll 1
       for (int kb = 0; kb < ktiles; kb += kBlockTiles) {
         const int s0 = it % STAGES;
@@ -721,8 +728,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
         const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
                                piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
         block_sums((kb / kBlockTiles + 1) * GB, pr);
-        wgmma_fence();  // the promotions wrote f: before the wgmma reads it
-        wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
+        wgmma_fence();  // registers the wgmma reads (a, o) are written: before it
+        wgmma_rs<true, BN>(o, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
                                                   kGroups * BN * 4), 1);
         wgmma_commit();
         const int kend = min(kb + kBlockTiles, ktiles);
@@ -742,17 +749,18 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
             wgmma_commit();
             wgmma_wait<0>();  // this group's wgmmas and the block's offset wgmma
             pin_set<BN>(d);
-            pin_set<BN>(f);
             subnormal_promote<BN>(f, d, ts, j, tq);
           }
           __syncwarp();
           if (lane == 0) mbar_arrive(empty0 + 8 * s);
         }
         // Nothing is pending here at run time (the block has a k-tile); on the path that
-        // skips the loop ptxas would otherwise inject a wait before f is read (C7517).
+        // skips the loop ptxas would otherwise inject a wait before o is read (C7517).
         wgmma_wait<0>();
-        pin_set<BN>(f);
+        pin_set<BN>(o);
       }
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) f[i] += o[i];  // f: the groups' terms; o: the offsets
       (void)cur_lo;
       (void)cur_hi;
     } else if constexpr (PIPE > 0) {
