@@ -263,6 +263,9 @@
 # probes sub_nooff, sub_s8 and sub_nopromo of bench/grouped_probes.py (the
 # subnormal body without its offset wgmma, with s8 x u8 wgmmas, with one add per
 # accumulator) timed beside its tiles (<tile>+), 8-bit codes, group size 64.
+# Part SUBR: part DQR's 8-bit race (every candidate, the subnormal promotion's among
+# them) into a fresh table, then the 4-layer prefill bench from the 8-bit gs64 checkpoint
+# with it.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -719,6 +722,15 @@ if [ "$part" = "subp" ]; then  # its tests again, then where the subnormal tile'
     run 80 python3 bench/tile_gpu_time.py --grouped 64 --bits 8 --m 2048,512 \
       --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/$probe
   done
+fi
+if [ "$part" = "subr" ]; then  # part DQR's 8-bit race and bench with the subnormal promotion among the candidates
+  rm -f tmp_t/subr_grouped.json
+  run 130 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 \
+    --m 2048,512,128 --table tmp_t/subr_grouped.json --no-progress --sibling-check off \
+    --prefill-check off --decode-check off
+  cp tmp_t/subr_grouped.json "$O/subr_grouped.json"
+  run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/subr_grouped.json
 fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
