@@ -121,7 +121,7 @@ def probes(text: str) -> dict[str, str]:
     sub_nopromo = (text[:sub_body] + "#pragma unroll\n  for (int i = 0; i < BN / 2; ++i) "
                    "f[i] += __int_as_float(d[i]);  // probe: no promotion\n  (void)ts; (void)j; "
                    "(void)tq;" + text[sub_end:])
-    sub_nooff = once(text, """        wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
+    sub_nooff = once(text, """        wgmma_rs<true, BN>(o, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
                                                   kGroups * BN * 4), 1);""",
                      "        (void)a;  // probe: no offset wgmma")
     sub_s8 = text

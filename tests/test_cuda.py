@@ -1184,14 +1184,16 @@ def sub_run(cfg: cuda_tiles.GroupedTmaConfig):
     (1000, 384, 1024, 64),  # many row tiles
     (300, 392, 896, 128),  # G = 7: a block of 6 and one of 1
 ])
-def test_subnormal_candidate(rng, name, bits, m, n, k, group_size):
+@pytest.mark.parametrize("scale_dtype", ["bfloat16", "float16"])
+def test_subnormal_candidate(rng, name, bits, m, n, k, group_size, scale_dtype):
     """The registered candidate (its own tile) against the oracle within the form's
-    bound, bias on odd M, the activation's special rows included."""
+    bound, bias on odd M, the activation's special rows included; with float16 scales
+    (bfloat16 activations) through its epilogue-form launch (gemm_grouped.SignedCodes)."""
     grouped_tma_tile("gtma128")
     cand = registry.get("linear", name)
     fmt = "grouped4" if bits == 4 else "grouped"
     assert cand.supports(Problem("linear", m, n, k, "bfloat16", fmt, group_size, m % 2 == 1))
-    check_linear(rng, cand.run, m, n, k, "bfloat16", group_size, False, m % 2 == 1, "bfloat16",
+    check_linear(rng, cand.run, m, n, k, "bfloat16", group_size, False, m % 2 == 1, scale_dtype,
                  bits=bits, oracle_of=oracle.linear_subnormal)
 
 

@@ -428,6 +428,7 @@ def block_threads(build: KernelBuild) -> int:
                                      *cuda_tiles.TMA_CONFIGS.values(),
                                      *cuda_tiles.GROUPED_TMA_CONFIGS.values(),
                                      *cuda_tiles.GROUPED4_TMA_CONFIGS.values(),
+                                     *cuda_tiles.SUB_TMA_CONFIGS.values(),
                                      *cuda_tiles.DEQUANT_CONFIGS.values())
              if cfg.file == build.file and set(cfg.template()) <= tpl}
     assert len(found) == 1, (_label(build), found)
@@ -1153,7 +1154,7 @@ def test_stages_launch_what_run_launches(monkeypatch):
     rec = record_launches(monkeypatch)
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     launch._kernel.cache_clear()
-    w = mx.random.normal((264, 8192))
+    w = mx.random.normal((264, 8192)).astype(mx.bfloat16)  # bfloat16 scales: every candidate runs
     quantize_launches = {}
     try:
         for cand in registry.all_candidates():
@@ -1335,6 +1336,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     monkeypatch.setattr(launch, "is_sm90", lambda: True)  # the ws candidates' supports()
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
+             "cuda_w8a8_gemm_subnormal", "cuda_w4a8_gemm_subnormal",
              "cuda_int8_gemv", "cuda_w4a8_gemv", "cuda_dequant_gemm", "cuda_dequant_matmul"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
@@ -1640,8 +1642,9 @@ def test_digests_leave_out_the_registry_glue_and_the_gpu_probe():
 
 def test_grouped_tma_digest_is_its_own(monkeypatch):
     """The group-wise TMA candidates' digests (the 8-bit one, its 4-bit and its
-    activation-group forms: one kernel file) follow their kernel file and the ws.cuh header it requires; a code edit
-    in gemm_grouped_ws.cu leaves every other CUDA candidate's digest as it was (the
+    activation-group forms, and the subnormal promotion's, whose file requires this one)
+    follow their kernel file and the ws.cuh header it requires; a code edit in
+    gemm_grouped_ws.cu leaves every other CUDA candidate's digest as it was (the
     shipped H200 table is keyed by those)."""
     real = sources.read
     edits: dict[str, tuple[str, str]] = {}
@@ -1663,7 +1666,8 @@ def test_grouped_tma_digest_is_its_own(monkeypatch):
     monkeypatch.setattr(sources, "read", edited)
     base = digests()
     name = "cuda_w8a8_gemm_grouped_tma"
-    names = (name, "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma")
+    names = (name, "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma", "cuda_w8a8_gemm_subnormal",
+             "cuda_w4a8_gemm_subnormal")
     assert len(set(base.values())) == len(base)  # (the autouse fake maps enter them all)
     edits["gemm_grouped_ws.cu"] = ("namespace w8a8 {", "namespace w8a8 {\nconstexpr int kX = 1;")
     after = digests()
@@ -2838,7 +2842,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 13 and count > 5000, (sorted(names), count)
+    assert len(names) == 14 and count > 5000, (sorted(names), count)  # no grouped4 layer here
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

@@ -19,9 +19,10 @@ import pytest
 import mlx.core as mx
 
 import oracle
+from kernel_recorder import fake_tensor_maps, record_launches
 from mlx_w8a8 import QuantizedWeight
 from mlx_w8a8.kernels import registry
-from mlx_w8a8.kernels.cuda import gemm_grouped, tiles
+from mlx_w8a8.kernels.cuda import gemm_grouped, launch, tiles
 from mlx_w8a8.tuning import gate
 
 
@@ -232,3 +233,34 @@ def test_candidates_declare_their_form_and_dtype():
                                      group_size=64, per_channel=False)
     with pytest.raises(ValueError, match="bfloat16 scales"):
         gemm_grouped.subnormal_terms(w16, 64)
+
+
+def test_weights_without_bfloat16_scales_run_the_epilogue_form(rng, monkeypatch):
+    """A weight with float16 or float32 scales (bfloat16 activations) runs the group-wise
+    TMA GEMM of the epilogue form on the same quantize's codes, flipped back to int8
+    first (SignedCodes): the pieces could not hold its biases exactly. bfloat16 ones run
+    the subnormal bodies."""
+    from mlx_w8a8.kernels.cuda import tma as cuda_tma
+
+    fake_tensor_maps(monkeypatch)  # the weight's map array needs the driver's prototypes
+    record_launches(monkeypatch)  # kernel objects without MLX's CUDA backend
+    launch._kernel.cache_clear()
+    kernel = gemm_grouped.W8A8GemmSubnormal()
+    p = registry.Problem("linear", 256, 256, 1024, "bfloat16", "grouped", 64)
+    for dtype, sub in (("bfloat16", True), ("float16", False), ("float32", False)):
+        w = make_weight(rng, 256, 1024, 64, 8, dtype)
+        spec = kernel.apply(p, w, None)
+        assert isinstance(spec.kernel, gemm_grouped.SignedCodes) != sub, dtype
+        assert (dict(spec.template).get("GB") is not None) == sub, dtype
+    seen = {}
+
+    def fake(inputs, **kwargs):
+        seen["codes"] = inputs[0]
+        return ["y"]
+
+    codes = mx.array(np.array([0, 1, 127, 128, 129, 255], np.uint8))  # a + 128
+    assert gemm_grouped.SignedCodes(fake)(inputs=[codes, "xs"], grid=(1, 1, 1)) == ["y"]
+    assert seen["codes"].dtype == mx.int8
+    assert np.array(seen["codes"]).tolist() == [-128, -127, -1, 0, 1, 127]
+    cuda_tma._tma_prototypes.cache_clear()
+    launch._kernel.cache_clear()

@@ -84,7 +84,7 @@ def test_promotion_probes_change_their_part_only():
     def changed(a, b):  # the lines of b not in a
         return [ln for ln in b.splitlines() if ln not in a.splitlines()]
     assert changed(shipped, probes["sub_nooff"]) == ["        (void)a;  // probe: no offset wgmma"]
-    assert "wgmma_rs<true, BN>(f, a" not in probes["sub_nooff"]
+    assert "wgmma_rs<true, BN>(o, a" not in probes["sub_nooff"]
     s8 = changed(shipped, probes["sub_s8"])
     assert len(s8) == 3 and all('"s8.u8"' in ln for ln in s8) and '"u8.u8"' not in probes["sub_s8"]
     nop = changed(shipped, probes["sub_nopromo"])

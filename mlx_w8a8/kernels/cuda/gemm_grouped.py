@@ -504,7 +504,8 @@ class W8A8GemmSubnormal(W8A8GemmGroupedTma):
     ``a + 128`` (``sums_u8``), u8 x u8 wgmmas, each group's non-negative int32 sum read
     as a float32 subnormal and promoted by one FMA, the offset term on bfloat16 wgmmas
     (:func:`subnormal_terms`); its own error bound (``docs/numerics.md``, the subnormal
-    promotion)."""
+    promotion). A weight whose scales are not bfloat16 runs the epilogue form's kernel on
+    the same activations instead (:class:`SignedCodes`)."""
 
     name = "cuda_w8a8_gemm_subnormal"
     bound_form = "subnormal"
@@ -521,6 +522,44 @@ class W8A8GemmSubnormal(W8A8GemmGroupedTma):
     def activations(self, p: registry.Problem, lead=None):
         return (("cuda_per_token", "sums_map_u8", p.group_size),
                 quantize_groups_spec(p.m, p.k, getattr(mx, p.dtype), p.group_size, lead, u8=True))
+
+    def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
+        dtype = getattr(mx, p.dtype)
+        if subnormal_ready(weight):
+            return gemm_grouped_tma_spec(p.m, p.k, weight, bias, dtype, self.tile(p), lead)
+        spec = gemm_grouped_tma_spec(p.m, p.k, weight, bias, dtype, None, lead)
+        return spec._replace(kernel=SignedCodes(spec.kernel))
+
+    def apply_group(self, p: registry.Problem, members, lead=None):
+        dtype = getattr(mx, p.dtype)
+        if all(subnormal_ready(w) for w, _ in members):
+            return (gemm_grouped_tma_group_spec(p.m, p.k, members, dtype, self.tile(p), lead),)
+        spec = gemm_grouped_tma_group_spec(p.m, p.k, members, dtype, None, lead)
+        return (spec._replace(kernel=SignedCodes(spec.kernel)),)
+
+
+def subnormal_ready(weight) -> bool:
+    """Whether :func:`subnormal_terms` holds ``weight`` exactly: bfloat16 scales and
+    biases."""
+    return weight.scales.dtype == mx.bfloat16 and weight.biases.dtype == mx.bfloat16
+
+
+class SignedCodes:
+    """A kernel object taking the subnormal quantize's codes ``a + 128`` (uint8) where the
+    kernel it wraps reads ``a`` (int8): the first input flipped back (``^ 0x80``, one
+    elementwise op) before the launch. How the subnormal candidates run a weight whose
+    scales are not bfloat16 (its pieces could not hold the biases exactly): the group-wise
+    TMA GEMM of the epilogue form on the same activations, within that form's tighter
+    bound."""
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, inputs, **kwargs):
+        codes = (inputs[0] ^ 0x80).view(mx.int8)
+        return self.kernel(inputs=[codes, *inputs[1:]], **kwargs)
 
 
 class W4A8GemmSubnormal(W8A8GemmSubnormal):

@@ -277,8 +277,12 @@ class GroupedTmaConfig(NamedTuple):
     pipe: int = 0
     sub: bool = False
 
-    file = "gemm_grouped_ws.cu"
     bm = 128
+
+    @property
+    def file(self) -> str:
+        """The kernel file of its bodies (the subnormal promotion's are their own file)."""
+        return "gemm_subnormal.cu" if self.sub else "gemm_grouped_ws.cu"
 
     @property
     def threads(self) -> int:

@@ -7,7 +7,6 @@
 // tensor maps of tma.cuh and the wgmma of wgmma.cuh, all put before this header by the
 // launcher:
 // @@ requires ws.cuh
-// @@ requires wgmma_rs.cuh
 //
 // The math (docs/numerics.md, grouped W8A8 linear): with int8 activation codes a_mk
 // (row scale t_m), the stored unsigned weight codes q_nk in [0, 255], the group's scale
@@ -251,6 +250,15 @@ __device__ __forceinline__ void grouped_promote(float (&f)[BN / 2], const int (&
 }
 
 
+// wgmma_rs.cuh's register-A wgmma and unswizzled descriptor, declared here and defined
+// there: gemm_subnormal.cu (the SUB bodies) requires that header after this file's, so
+// the bodies of this file compile without it (its text in their translation units
+// changed ptxas's register numbering of every one of them: bench/sass_diff.py).
+template <bool BF16, int BN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t db,
+                                         int accumulate);
+__device__ __forceinline__ uint64_t wgmma_desc_plain(uint32_t smem_byte_addr);
+
 // fma.rn.f32 without .ftz: a subnormal operand is used as it is, whatever the
 // compiler's flush-to-zero setting.
 __device__ __forceinline__ float fma_keep_subnormal(float a, float b, float c) {
@@ -311,48 +319,38 @@ __device__ __forceinline__ void wgmma_uu_step(int (&d)[BN / 2], uint32_t sa, uin
 #endif
 }
 
-// The terms stage s of k-tile kt carries for a tile column, in bytes: the kGroups (s, o)
-// pairs of BN columns; SUB: the kGroups rows of S, and at an offset block's first k-tile
-// the block's pieces (BN x 16 bfloat16, wgmma_desc_plain's layout) after them.
-template <bool SUB, int BN, int GS, int GB>
-__device__ __forceinline__ uint32_t stage_term_bytes(int kt) {
-  constexpr int kGroups = kBK / GS;
-  if constexpr (!SUB) return kGroups * BN * 8;
-  constexpr int kBlockTiles = GB / kGroups;
+// SUB: the terms stage s of k-tile kt carries for a tile column, in bytes: the k-tile's
+// kGroups rows of S, and at an offset block's first k-tile the block's pieces (BN x 16
+// bfloat16, wgmma_desc_plain's layout) after them.
+template <int BN, int GS, int GB>
+__device__ __forceinline__ uint32_t sub_term_bytes(int kt) {
+  constexpr int kGroups = kBK / GS, kBlockTiles = GB / kGroups;
   return kGroups * BN * 4 + (kt % kBlockTiles == 0 ? BN * 32 : 0);
 }
 
-// One tile column's terms in the member's terms array (gemm_grouped.grouped_terms; SUB:
-// gemm_grouped.subnormal_terms, whose sections are S [tiles][G][BN], the pieces
-// [tiles][blocks][BN * 16] bfloat16 and the column scales [tiles][BN], tiles =
-// ceil(n / BN)): where its groups start, and (SUB) its first block's pieces. Made once
-// per tile: the 4-bit producer warpgroup runs on kWsProducerRegs registers.
-struct TileTerms {
-  const float* groups;
+// SUB: one tile column's terms in the member's terms array (gemm_grouped.subnormal_terms,
+// whose sections are S [tiles][G][BN], the pieces [tiles][blocks][BN * 16] bfloat16 and
+// the column scales [tiles][BN], tiles = ceil(n / BN)): where its S rows start and its
+// first block's pieces.
+struct SubTerms {
+  const float* s;
   const float* pieces;
 };
-template <bool SUB, int BN, int GB>
-__device__ __forceinline__ TileTerms tile_terms(const float* terms, int n, int tn, int groups) {
-  if constexpr (!SUB) return {terms + static_cast<size_t>(tn) * groups * BN * 2, nullptr};
+template <int BN, int GB>
+__device__ __forceinline__ SubTerms sub_terms(const float* terms, int n, int tn, int groups) {
   const int tiles = (n + BN - 1) / BN, blocks = (groups + GB - 1) / GB;
   return {terms + static_cast<size_t>(tn) * groups * BN,
           terms + (static_cast<size_t>(tiles) * groups + static_cast<size_t>(tn) * blocks * 8) * BN};
 }
 
-// Issues the copies of stage_term_bytes(kt) into dst from the tile column's terms,
-// completing on bar.
-template <bool SUB, int BN, int GS, int GB>
-__device__ __forceinline__ void load_stage_terms(uint32_t dst, TileTerms tt, int kt, uint32_t bar) {
-  constexpr int kGroups = kBK / GS;
-  if constexpr (!SUB) {
-    bulk_load(dst, tt.groups + static_cast<size_t>(kt) * kGroups * BN * 2, kGroups * BN * 8, bar);
-  } else {
-    constexpr int kBlockTiles = GB / kGroups;
-    bulk_load(dst, tt.groups + static_cast<size_t>(kt) * kGroups * BN, kGroups * BN * 4, bar);
-    if (kt % kBlockTiles == 0)
-      bulk_load(dst + kGroups * BN * 4, tt.pieces + static_cast<size_t>(kt / kBlockTiles) * BN * 8,
-                BN * 32, bar);
-  }
+// SUB: issues the copies of sub_term_bytes(kt) into dst, completing on bar.
+template <int BN, int GS, int GB>
+__device__ __forceinline__ void load_sub_terms(uint32_t dst, SubTerms st, int kt, uint32_t bar) {
+  constexpr int kGroups = kBK / GS, kBlockTiles = GB / kGroups;
+  bulk_load(dst, st.s + static_cast<size_t>(kt) * kGroups * BN, kGroups * BN * 4, bar);
+  if (kt % kBlockTiles == 0)
+    bulk_load(dst + kGroups * BN * 4, st.pieces + static_cast<size_t>(kt / kBlockTiles) * BN * 8,
+              BN * 32, bar);
 }
 
 // Pin: the compiler may not move reads of `d` above the wgmma.wait_group just before.
@@ -517,7 +515,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
     tma_make_maps(map_a, a, M, ms.b, ms.wmap, stage, map_b);
     if (loader) tma_acquire_maps(map_a, map_b);
   }
-  const uint32_t a_tx = tma_box_rows_a(M) * kBK;
+  const uint32_t stage_tx = tma_box_rows_a(M) * kBK + kTermBytes;
   // This thread's row of the tile and first packed chunk; chunks are visited rotated by
   // row / 2 so the 8 threads of a 16-byte load phase hit distinct banks (BN = 128).
   const int row = pt % BN, c0 = (pt / BN) * kChunks;
@@ -533,11 +531,21 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
       const uint32_t pk = smem_addr(pack_smem + s * kPackBytes);
       if (loader) {
         const GroupedMember<T> mb = member_of<BN>(ms, tn);
-        mbar_arrive_expect_tx(full0 + 8 * s, a_tx + stage_term_bytes<SUB, BN, GS, GB>(kt));
-        tma_load_2d(sa, map_a, kt * kBK, tm * kTmaTileRowsA, full0 + 8 * s);
-        load_stage_terms<SUB, BN, GS, GB>(smem_addr(term_smem + s * kTermBytes),
-                                          tile_terms<SUB, BN, GB>(mb.terms, mb.n, mb.tn, groups),
-                                          kt, full0 + 8 * s);
+        if constexpr (SUB) {
+          mbar_arrive_expect_tx(full0 + 8 * s,
+                                tma_box_rows_a(M) * kBK + sub_term_bytes<BN, GS, GB>(kt));
+          tma_load_2d(sa, map_a, kt * kBK, tm * kTmaTileRowsA, full0 + 8 * s);
+          load_sub_terms<BN, GS, GB>(smem_addr(term_smem + s * kTermBytes),
+                                     sub_terms<BN, GB>(mb.terms, mb.n, mb.tn, groups), kt,
+                                     full0 + 8 * s);
+        } else {
+          const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
+          mbar_arrive_expect_tx(full0 + 8 * s, stage_tx);
+          tma_load_2d(sa, map_a, kt * kBK, tm * kTmaTileRowsA, full0 + 8 * s);
+          bulk_load(smem_addr(term_smem + s * kTermBytes),
+                    tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
+                    full0 + 8 * s);
+        }
         // The packed box: BN rows x 64 bytes, all counted (rows past N read as zeros).
         mbar_arrive_expect_tx(packed0 + 8 * s, kPackBytes);
         tma_load_2d(pk, member_map(map_b, mb.g), kt * kPackRow, mb.tn * BN, packed0 + 8 * s);
@@ -631,22 +639,32 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     tma_acquire_maps(map_a, map_b);
     // A's box has tma_box_rows_a(M) rows: below BM the stage rows past M keep stale bytes
     // that only reach accumulator rows >= M (gemm_ws.cu).
-    const uint32_t ab_tx = (tma_box_rows_a(M) + BN) * kBK;
+    const uint32_t stage_tx = (tma_box_rows_a(M) + BN) * kBK + kTermBytes;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int tm, tn;
       tile_coords(tile, tiles_m, tiles_n, tm, tn);
       const GroupedMember<T> mb = member_of<BN>(ms, tn);
       const void* mb_map = member_map(map_b, mb.g);
-      const TileTerms tt = tile_terms<SUB, BN, GB>(mb.terms, mb.n, mb.tn, groups);
+      // The tile column's terms: [G][BN][2] floats; k-tile kt's groups start at kt kGroups.
+      const float* tile_terms = mb.terms + static_cast<size_t>(mb.tn) * groups * BN * 2;
+      SubTerms st{};
+      if constexpr (SUB) st = sub_terms<BN, GB>(mb.terms, mb.n, mb.tn, groups);
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
         const uint32_t sa = smem_addr(smem + s * kStageBytes);
-        ws_tma_load_stage<BN>(sa, full0 + 8 * s, ab_tx + stage_term_bytes<SUB, BN, GS, GB>(kt), map_a,
-                              mb_map, kt, tm, mb.tn);
-        load_stage_terms<SUB, BN, GS, GB>(smem_addr(term_smem + s * kTermBytes), tt, kt,
-                                          full0 + 8 * s);
+        if constexpr (SUB) {
+          ws_tma_load_stage<BN>(sa, full0 + 8 * s,
+                                stage_tx - kTermBytes + sub_term_bytes<BN, GS, GB>(kt), map_a,
+                                mb_map, kt, tm, mb.tn);
+          load_sub_terms<BN, GS, GB>(smem_addr(term_smem + s * kTermBytes), st, kt, full0 + 8 * s);
+        } else {
+          ws_tma_load_stage<BN>(sa, full0 + 8 * s, stage_tx, map_a, mb_map, kt, tm, mb.tn);
+          bulk_load(smem_addr(term_smem + s * kTermBytes),
+                    tile_terms + static_cast<size_t>(kt) * kGroups * BN * 2, kTermBytes,
+                    full0 + 8 * s);
+        }
       }
     }
     return;
@@ -938,52 +956,6 @@ w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3>(
 // @@ body tma_grouped_group3_bias
 w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3>(
     xq, w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 3>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
-         reinterpret_cast<const int8_t*>(w2)},
-        {wt0, wt1, wt2}, {bias0, bias1, bias2}, {y0, y1, y2},
-        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
-
-// @@ body tma_subnormal
-// The subnormal promotion (SUB) with code width WB: xq [..., K] uint8 codes a + 128 (the
-// quantize's sums_u8 body), xs, xr as tma_grouped; wt: gemm_grouped.subnormal_terms.
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 1, WB, false, false, false, 0, true, GB>(
-    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {nullptr}, {y},
-                               {w_shape[0]}, {wmap}});
-
-// @@ body tma_subnormal_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 1, WB, false, false, false, 0, true, GB>(
-    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 1>{{reinterpret_cast<const int8_t*>(w)}, {wt}, {bias}, {y},
-                               {w_shape[0]}, {wmap}});
-
-// @@ body tma_subnormal_group2
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 2, WB, false, false, false, 0, true, GB>(
-    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 2>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
-        {wt0, wt1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
-
-// @@ body tma_subnormal_group2_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 2, WB, false, false, false, 0, true, GB>(
-    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 2>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1)},
-        {wt0, wt1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}, {wmap0, wmap1}});
-
-// @@ body tma_subnormal_group3
-w8a8::gemm_grouped_ws<false, T, BN, STAGES, PW, GS, 3, WB, false, false, false, 0, true, GB>(
-    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
-    w8a8::GroupedMembers<T, 3>{
-        {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
-         reinterpret_cast<const int8_t*>(w2)},
-        {wt0, wt1, wt2}, {nullptr, nullptr, nullptr}, {y0, y1, y2},
-        {w0_shape[0], w1_shape[0], w2_shape[0]}, {wmap0, wmap1, wmap2}});
-
-// @@ body tma_subnormal_group3_bias
-w8a8::gemm_grouped_ws<true, T, BN, STAGES, PW, GS, 3, WB, false, false, false, 0, true, GB>(
-    reinterpret_cast<const int8_t*>(xq), w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1], xs, xr,
     w8a8::GroupedMembers<T, 3>{
         {reinterpret_cast<const int8_t*>(w0), reinterpret_cast<const int8_t*>(w1),
          reinterpret_cast<const int8_t*>(w2)},
