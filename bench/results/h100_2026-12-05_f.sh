@@ -266,8 +266,6 @@
 # Part SUBR: part DQR's 8-bit race (every candidate, the subnormal promotion's among
 # them) into a fresh table, then the 4-layer prefill bench from the 8-bit gs64 checkpoint
 # with it.
-# Part SUBF: part SUB's tests again on the bodies' own file (gemm_subnormal.cu), with
-# float16 scales too (the epilogue form's launch on the flipped codes).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
@@ -733,10 +731,6 @@ if [ "$part" = "subr" ]; then  # part DQR's 8-bit race and bench with the subnor
   cp tmp_t/subr_grouped.json "$O/subr_grouped.json"
   run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/subr_grouped.json
-fi
-if [ "$part" = "subf" ]; then  # the subnormal tests on the split file, float16 scales included
-  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
-  run 75 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
 fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5
