@@ -250,7 +250,8 @@
 # Parts DQC and DQR ran in one call on an NVIDIA H100 (tree 8d648e1, DEADLINE=585); DQR's
 # two tables replaced part DQY's and F's group-wise M = 128-2048 entries in
 # h100_2026-12-05_f_table.json. Part DQD (the default path after the prior followed DQR)
-# has not run.
+# ran after part DEN in one call on an NVIDIA H100 (tree 868bf17, DEADLINE=560): its
+# 8-bit bench was cut by its limit in the warm-up (no figure), its 4-bit bench ran.
 # Part DEN: the probes denorm and denorm2 of bench/grouped_probes.py (the promotion as one
 # FMA of the int32 partial read as a float32 subnormal, and that FMA beside the offset
 # term's) timed beside the shipped kernel, 8-bit codes at M = 512 / 2048 and 4-bit at 2048,
@@ -266,6 +267,12 @@
 # Part SUBR: part DQR's 8-bit race (every candidate, the subnormal promotion's among
 # them) into a fresh table, then the 4-layer prefill bench from the 8-bit gs64 checkpoint
 # with it.
+# Parts DEN (with DQD), SUB, SUBP, SUB again and SUBR ran on NVIDIA H100s, one call each
+# (trees 868bf17, 5a053ec, 57b999a, 320dd16, 5a47ee7; DEADLINE=560, 560, 420, 330, 260;
+# SUBP asked for an H200 and got an H100; SUBR's header line's tree corrected from a
+# mistyped TREE value). Part SUB's first run had the offset blocks accumulate into f,
+# its second into their own set (the shipped form); SUBP's probes are of the first. SUBR's
+# race table is printed in the log (not kept as a table file).
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.

@@ -124,6 +124,27 @@
 // activation groups). The bodies tma_grouped* (WB = 8, AG = false) are the ones the
 // shipped table measured; tma_groupwise* take WB and AG as template arguments.
 //
+// The subnormal promotion (SUB, template argument of gemm_grouped_ws; its bodies are
+// gemm_subnormal.cu's tma_subnormal*, either code width; docs/numerics.md, the subnormal
+// promotion). The activation codes arrive as u = a + 128 (uint8, the quantize's sums_u8
+// body) and the wgmmas are u8 x u8, so a group's int32 sum U = sum u q is >= 0 and below
+// 2^23 (255 * 255 * 128): its bits read as a float32 are the subnormal U 2^-149, and the
+// promotion is one fma per accumulator, f = fma(U as float, S_n, f) with S_n = s 2^E_n
+// (E_n per weight row, gemm_grouped.subnormal_terms), the product exact inside the fma
+// (fma.rn.f32 without .ftz: a flush-to-zero build would zero U). The rest of the group
+// term, b_g A_g - 128 s_g Q_g (A_g the quantize's sum of a, Q_g the weight's code sum),
+// is not in the mainloop: per offset block of GB groups (whole k-tiles, GB = 4 or 6) one
+// bfloat16 wgmma m64nBNk16 adds it into a third set o, A from registers (each row's A_g as
+// the exact pair (A_g >> 7, A_g & 127), and three columns of 1) against the block's
+// pieces in shared memory (columns 128 b', b' per group, b' = b 2^(E_n - 149), exact for
+// bfloat16 biases; the block's constant in three bfloat16 pieces; BN x 16, unswizzled),
+// which the producer copies with the block's first k-tile after the k-tile's S rows. The
+// tile's end adds o to f; the epilogue takes t_m and the column scale 2^(149 - E_n) off.
+// Per group the consumers issue the u8 x u8 wgmmas, wait, and run the fma loop: four
+// CUDA-core instructions per accumulator and group become one. o is its own set (not f):
+// as the bfloat16 wgmma's accumulators f and the int32 set sat in matching register banks
+// and each fma read two operands from one bank; on its own ptxas places f freely.
+//
 // Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
 // the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile
 // r * STAGES + s; empty[s] count 8 (the consumer warps). TMA and bulk copies write shared
