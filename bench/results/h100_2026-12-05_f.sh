@@ -272,7 +272,7 @@
 # SUBP asked for an H200 and got an H100; SUBR's header line's tree corrected from a
 # mistyped TREE value). Part SUB's first run had the offset blocks accumulate into f,
 # its second into their own set (the shipped form); SUBP's probes are of the first. SUBR's
-# race table is printed in the log (not kept as a table file).
+# 21 entries replaced part DQR's group-wise 8-bit ones in h100_2026-12-05_f_table.json.
 # Parts ALLA and ALLB (one call each, on an NVIDIA H200): tests/test_cuda.py in two halves
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
