@@ -539,6 +539,38 @@ def test_timed_launches_cycle_through_cold_weight_copies(env, cold_bytes, expect
         assert e["weight_copies"] == want == len(seen) == expect
 
 
+def test_every_weight_copy_is_met_before_the_timed_rounds(env):
+    # A layer binds its launches (and derives its kernel's arrays) on its first call per
+    # weight: the untimed warm-up must meet every copy, so no timed round pays for that.
+    # Mutant: warm-up left at its two calls, the third copy is first met in a round.
+    import attrs as _attrs
+
+    wbytes = gate.weight_nbytes(gate.make_weight(PROBLEM, 0))
+    calls, first_timed = [], []
+
+    def spy(x, w, b):
+        calls.append(id(w))
+        return QMM.run(x, w, b)
+
+    real = timing._launch
+
+    def launch(fn, inputs, start, count, link):
+        before = len(calls)
+        out = real(fn, inputs, start, count, link)
+        # the spy's timed samples, or its calibration launch after the warm-up
+        if len(calls) > before and (count > 1 or start >= len(inputs)):
+            first_timed.append(before)
+        return out
+
+    fake("spy", spy)
+    cfg = _attrs.evolve(FAST, cold_bytes=5 * wbytes, chain=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(timing, "_launch", launch)
+        e = tuner(env, config=cfg).measure(PROBLEM, candidates=only("spy"))
+    assert e["weight_copies"] == 5
+    assert first_timed and len(set(calls[:first_timed[0]])) == 5, (first_timed, calls)
+
+
 def test_bound_candidates_are_timed_as_layers_run_them(env, bound_spy):
     # A layer runs a candidate with bind_stages through launches prepared once per
     # weight; the tuner must time that (not run(), which builds each launch anew and

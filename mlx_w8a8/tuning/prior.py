@@ -107,9 +107,10 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # The same race again with the subnormal promotion in it (part SUBR; its 21 entries
     # replaced part DQR's group-wise 8-bit ones in h100_2026-12-05_f_table.json):
     # - M = 128-511, weights from 4096 x 14336: cuda_w8a8_gemm_subnormal, fastest on all
-    #   four at M = 128 (0.81-0.91x the group-wise TMA GEMM's time); on smaller weights it
-    #   ran 0.6-1.45 ms, pruned after one round (not explained: docs/cuda.md), so they
-    #   keep the TMA GEMM (within 1.17x of the fastest there).
+    #   four at M = 128 (0.81-0.91x the group-wise TMA GEMM's time); on smaller weights
+    #   the race pruned it after one round that also made the terms of weight copies its
+    #   warm-up had not met (docs/cuda.md; the tuner's warm-up meets every copy since), so
+    #   they keep the TMA GEMM until a race measures it there (within 1.17x of the fastest).
     # - M >= 512: the rules above; the subnormal GEMM won 3 of the 4 large shapes at
     #   M = 512 by 1-7% and none at 2048.
     ("cuda", "linear", "grouped"): [

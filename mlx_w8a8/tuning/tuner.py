@@ -722,9 +722,15 @@ class Tuner:
         )
         passing = [c for c in found if verdicts[c.name].passed]
         link = timing.linear_link if cfg.dependent and problem.op == "linear" else None
+        # Every input (each weight copy) runs untimed first: a layer's launches and the
+        # arrays its kernel derives from the weight are made on its first call per weight
+        # (registry.layer_run), which a timed round would otherwise charge. With many
+        # copies that made a candidate with costly derived arrays (the subnormal GEMM's
+        # terms) look slow enough in its first round to be pruned.
         result = timing.paired_measure(
             [(c.name, registry.layer_run(c, problem)) for c in passing], inputs, pairs=cfg.pairs,
-            warmup=cfg.warmup, chain=cfg.chain, max_chain=cfg.max_chain, progress=progress,
+            warmup=max(cfg.warmup, len(inputs)), chain=cfg.chain, max_chain=cfg.max_chain,
+            progress=progress,
             prune_ratio=cfg.prune_ratio, keep=(reference.name,), link=link,
         )
         times = result.timings
