@@ -516,8 +516,9 @@ class W8A8GemmSubnormal(W8A8GemmGroupedTma):
     def refusals(self, p: registry.Problem):
         yield from super().refusals(p)
         if p.dtype != "bfloat16":
-            yield ("the offset pieces hold the biases exactly in bfloat16 only: bfloat16 "
-                   f"activations (and scales) needed, got {p.dtype}")
+            yield ("bfloat16 activations only (the bfloat16 checkpoints, whose biases its "
+                   "bfloat16 offset pieces hold exactly; others run the group-wise TMA GEMM), "
+                   f"got {p.dtype}")
 
     def activations(self, p: registry.Problem, lead=None):
         return (("cuda_per_token", "sums_map_u8", p.group_size),
