@@ -57,7 +57,7 @@ bench/tile_gpu_time.py --once --grouped 64 --m 2048 --kn 4096x14336``).
 
 Usage: ``python bench/tile_gpu_time.py [--m 16,128,512] [--kn 4096x4096,4096x1024]
 [--reps 5] [--int32] [--tiles tma256,tma128pp] [--acc 2,4] [--stages 4,6,8] [--coop]
-[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live] [--pipe]] [--once]``.
+[--kernel-dir DIR [--template MI=2]] [--grouped 64 [--bits 4] [--live] [--pipe] [--sub]] [--once]``.
 Needs a CUDA GPU and torch with CUPTI (not with ``--once``).
 """
 
@@ -140,6 +140,8 @@ def main(argv=None) -> int:
     p.add_argument("--pipe", action="store_true", help="with --grouped: each tile also with "
                    "each pipelined-promotion run it takes (<tile>p2, <tile>p4) instead of "
                    "the MMA order (with --live: also with the skip, <tile>lp2 ...)")
+    p.add_argument("--sub", action="store_true", help="with --grouped: of the group-wise "
+                   "TMA GEMM's tiles only the subnormal promotion's")
     p.add_argument("--once", action="store_true", help="time nothing: evaluate each arm "
                    "twice without the profiler (for ncu)")
     args = p.parse_args(argv)
@@ -153,14 +155,14 @@ def main(argv=None) -> int:
              (item.split("=", 1) for item in args.template.split(",") if item)]
     if args.grouped:
         if args.int32 or args.acc or args.stages or args.coop or args.tiles:
-            p.error("--grouped takes only --m, --kn, --reps, --bits, --live, --pipe, "
+            p.error("--grouped takes only --m, --kn, --reps, --bits, --live, --pipe, --sub, "
                     "--kernel-dir, --template and --once")
         variant = "+".join(v for v, on in (("live", args.live), ("pipe", args.pipe)) if on)
         return grouped_gemms(ms, shapes, [int(v) for v in args.grouped.split(",")],
                              args.bits, args.reps, variant or "order",
-                             args.kernel_dir, extra)
-    if args.live or args.pipe:
-        p.error("--live and --pipe need --grouped")
+                             args.kernel_dir, extra, args.sub)
+    if args.live or args.pipe or args.sub:
+        p.error("--live, --pipe and --sub need --grouped")
     tiles = {**cuda_tiles.WS_CONFIGS, **cuda_tiles.TMA_CONFIGS}
     if args.tiles:
         unknown = sorted(set(args.tiles.split(",")) - set(tiles))
@@ -291,12 +293,13 @@ def changed_grouped_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
 
 
 def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order",
-                  kernel_dir: str = "", extra=()) -> int:
+                  kernel_dir: str = "", extra=(), sub_only: bool = False) -> int:
     """``--grouped``: the group-wise TMA GEMM's kernel time per tile, plain and with
     ``variant`` on (:func:`grouped_variants`), and built from ``kernel_dir``'s files
     (``<tile>+``, :func:`changed_grouped_spec`) where given, against
     ``mx.quantized_matmul`` and bf16, per shape, group size and M; each variant's outputs
-    compared with the plain tile's, bit for bit."""
+    compared with the plain tile's, bit for bit. ``sub_only``: of the group-wise TMA GEMM
+    only the subnormal promotion's tiles."""
     from mlx_w8a8.weight import QuantizedWeight
 
     configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
@@ -318,7 +321,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                 row["qmm"] = timed(lambda: mx.quantized_matmul(
                     x, wq, sq, bq, transpose=True, group_size=gs, bits=bits), reps)[0]
                 row["quantize"] = timed(lambda: cuda_quantize.quantize_groups(x, gs)[2], reps)[0]
-                for name, cfg in configs.items():
+                for name, cfg in ({} if sub_only else configs).items():
                     plain = cuda_gemm_grouped.gemm_grouped_tma(xq, xs, xr, qw, None, mx.bfloat16, cfg)
                     arms = [(name, cfg)]
                     for tag, other in grouped_variants(cfg, variant, k, gs):
@@ -341,7 +344,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                 mx.eval(*uq)
                 base = cuda_gemm_grouped.gemm_grouped_tma(
                     xq, xs, xr, qw, None, mx.bfloat16, next(iter(configs.values()))).astype(mx.float32)
-                sub_rel = 0.0
+                sub_rel = plus_rel = 0.0
                 for name, cfg in cuda_tiles.SUB_TMA_CONFIGS.items():
                     if cfg.bits != bits:
                         continue
@@ -351,7 +354,13 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                     row[name] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                         *uq, qw, None, mx.bfloat16, cfg), reps)[0]
                     if kernel_dir:
+                        # The changed kernel against this one: the largest difference
+                        # relative to the largest output (a summation order changed
+                        # moves bfloat16 roundings; a wrong term moves far more).
                         spec = changed_grouped_spec(kernel_dir, list(extra), m, k, qw, cfg)
+                        new = spec.launch(*uq)[0].astype(mx.float32)
+                        plus_rel = max(plus_rel, (mx.abs(new - got.astype(mx.float32)).max()
+                                                  / mx.abs(got.astype(mx.float32)).max()).item())
                         row[name + "+"] = timed(lambda: spec.launch(*uq)[0], reps)[0]
                 best = min((v, kname) for kname, v in row.items()
                            if kname not in ("bf16", "qmm", "quantize"))
@@ -375,6 +384,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                       + "  ".join(f"{kname} {v:7.1f}" for kname, v in {**row, **dq}.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
                       + f"  | subnormal max diff vs the plain tile {sub_rel:.2g}"
+                      + (f" (<tile>+ vs <tile>: {plus_rel:.2g})" if kernel_dir else "")
                       + f"  | dequant {dq_best[1]} {dq_best[0]:.1f} (max diff vs qmm {rel:.2g})"
                       + (f"  | OUTPUT DIFFERS from the plain tile: {differ}" if differ else ""))
     return 0
