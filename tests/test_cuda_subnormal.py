@@ -5,10 +5,10 @@ and a float32 model of the kernel's arithmetic on those terms against the float6
 within the form's bound (``docs/numerics.md``), with mutants the model must fail.
 
 The model follows the kernel step by step: per offset block one k16 step of the pieces
-into the offset set ``o`` (each product exact; the sum rounded once to float32 here, the
-bound allowing two roundings per term), per group one ``fma`` of the int32 sum
-``U = sum (a + 128) q`` read as the subnormal ``U 2^-149`` times ``S_n`` into ``f``, at
-the tile's end ``f + o``, then the product by ``t_m`` and the column scale.
+into a set of its own (each product exact; the sum rounded once to float32 here, the
+bound allowing two roundings per term), added to ``f``; then per group of the block one
+``fma`` of the int32 sum ``U = sum (a + 128) q`` read as the subnormal ``U 2^-149`` times
+``S_n`` into ``f``; at the tile's end the product by ``t_m`` and the column scale.
 """
 
 from __future__ import annotations
@@ -103,10 +103,10 @@ def model(x, weight, bias, bn, ftz=False, swap=False, drop_group=None):
     s_full = s_sec.transpose(0, 2, 1).reshape(-1, g)[:n]  # [N, G]
     p_full = pieces.transpose(0, 2, 1, 3).reshape(-1, pieces.shape[1], 16)[:n]  # [N, blocks, 16]
     f = np.zeros((m, n), np.float32)
-    o = np.zeros((m, n), np.float32)
     for blk in range(p_full.shape[1]):
         a = a_pieces(r, blk * gb, gb, g, swap)
-        o = (o.astype(np.float64) + a @ p_full[:, blk, :].T).astype(np.float32)
+        o = (a @ p_full[:, blk, :].T).astype(np.float32)
+        f = (f.astype(np.float64) + o).astype(np.float32)
         for j in range(blk * gb, min(g, (blk + 1) * gb)):
             if j == drop_group:
                 continue
@@ -114,7 +114,6 @@ def model(x, weight, bias, bn, ftz=False, swap=False, drop_group=None):
             assert d.min() >= 0 and d.max() < 2**23
             sub = 0.0 if ftz else np.ldexp(d.astype(np.float64), -149)
             f = (f.astype(np.float64) + sub * s_full[None, :, j]).astype(np.float32)
-    f = (f.astype(np.float64) + o).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         y = (f.astype(np.float64) * t.astype(np.float32)).astype(np.float32)
         y = (y.astype(np.float64) * col[:n][None, :]).astype(np.float32)

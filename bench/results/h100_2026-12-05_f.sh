@@ -278,11 +278,12 @@
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
 set -u
 # Part SPI: the subnormal promotion's mainloop pipelined (two int32 sets, each group's
-# promotion under the next group's wgmmas; the offset blocks' wgmma into a set of its own
-# added to f at the block's start) against the shipped one, kernel times (tile_gpu_time
-# --sub: the subnormal tiles, the dequantizing GEMM, bf16), the changed kernel files in
-# exp/v5 (the offset wgmma overlapping group 0's) and exp/v4 (waited for before it), then
-# the per-channel TMA GEMM's 256-wide tile on the same shapes.
+# promotion under the next group's wgmmas, the offset blocks' wgmma into f with the
+# block's first group) as the package has it, kernel times (tile_gpu_time --sub: the
+# subnormal tiles, the dequantizing GEMM, bf16) against the previous mainloop (<tile>+:
+# exp/sub_old, the kernel files of commit b148acd) and a variant with the offsets in a
+# set of their own (exp/v5); then the per-channel TMA GEMM's 256-wide tile on the same
+# shapes.
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
 mkdir -p "$O" tmp_t
@@ -745,14 +746,14 @@ if [ "$part" = "subr" ]; then  # part DQR's 8-bit race and bench with the subnor
   run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/subr_grouped.json
 fi
-if [ "$part" = "spi" ]; then  # the pipelined subnormal mainloop (exp/v5, exp/v4) against the shipped one
+if [ "$part" = "spi" ]; then  # the pipelined subnormal mainloop against the previous one (exp/sub_old) and exp/v5
   run 170 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
-    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/v5
+    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/sub_old
   run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 4 --m 2048,512 \
-    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/v5
+    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/sub_old
   run 60 python3 bench/tile_gpu_time.py --tiles tma256 --m 2048,512 --kn 4096x14336,14336x4096
   run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
-    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/v4
+    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/v5
 fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5

@@ -341,7 +341,7 @@ def sub_groups(group_size: int) -> int:
     """Groups per offset block of the subnormal promotion (template argument ``GB``): the
     block's ``2 GB`` piece columns and 3 constant columns fit one k16 step, and a block is
     whole k-tiles (``GB`` a multiple of ``128 / group_size``)."""
-    return 4 if group_size == 32 else 6
+    return {32: 4, 64: 6}.get(group_size, 4)
 
 
 def sub_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:

@@ -374,6 +374,16 @@ __device__ __forceinline__ void load_sub_terms(uint32_t dst, SubTerms st, int kt
               BN * 32, bar);
 }
 
+// SUB: a tile's mainloop (gemm_subnormal.cu, defined there for the reason wgmma_rs is):
+// f += every group's and offset block's terms of rows [64 wg, 64 wg + 64); `it` advances
+// by the tile's k-tiles.
+template <int BN, int STAGES, int GS, int GB>
+__device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsigned char* smem,
+                                               unsigned char* term_smem, uint32_t full0,
+                                               uint32_t empty0, int wg, int lane,
+                                               const int32_t* r_lo, const int32_t* r_hi,
+                                               int groups, int ktiles);
+
 // Pin: the compiler may not move reads of `d` above the wgmma.wait_group just before.
 template <int BN>
 __device__ __forceinline__ void pin_set(int (&d)[BN / 2]) {
@@ -732,74 +742,9 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       tcur_hi = t_hi[0];
     }
     if constexpr (SUB) {
-      // The subnormal promotion (the paragraph at the top of the file): per offset block
-      // of GB groups one bfloat16 wgmma of the block's pieces into f, issued with the
-      // block's first group; per group the u8 x u8 wgmmas and one fma per accumulator.
-      constexpr int kBlockTiles = GB / kGroups;
-      // This thread's A columns 2 tq, 2 tq + 1 and 2 tq + 8, 2 tq + 9: the block's groups
-      // tq and tq + 4 where they are piece columns. pr: their R for the next block
-      // (rows lo, hi), loaded one block ahead.
-      const int c0 = 2 * tq, c1 = 2 * tq + 8;
-      auto block_sums = [&](int g0, int (&pr)[4]) {
-        const int g_a = g0 + c0 / 2, g_b = g0 + c1 / 2;
-        const bool ok_a = c0 < 2 * GB && g_a < groups, ok_b = c1 < 2 * GB && g_b < groups;
-        pr[0] = ok_a ? r_lo[g_a] : 0;
-        pr[1] = ok_a ? r_hi[g_a] : 0;
-        pr[2] = ok_b ? r_lo[g_b] : 0;
-        pr[3] = ok_b ? r_hi[g_b] : 0;
-      };
-      int pr[4];
-      block_sums(0, pr);
-      // The offset blocks accumulate into their own float32 set o, added to f once at the
-      // tile's end: f stays out of the wgmma's operand list, so ptxas places it freely
-      // (as the bfloat16 wgmma's accumulators, f and d sat in matching register banks and
-      // every promotion fma read two operands from one bank).
-      float o[BN / 2];
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) o[i] = 0.f;
-      // One offset block per iteration, its bfloat16 wgmma unconditional at the top: o is
-      // then never the output of a wgmma in flight at a branch's merge (there NVVM copies
-      // the set, and ptxas guards the copy with an injected wait, C7519).
-#pragma unroll 1
-      for (int kb = 0; kb < ktiles; kb += kBlockTiles) {
-        const int s0 = it % STAGES;
-        mbar_wait(full0 + 8 * s0, (it / STAGES) & 1);
-        const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
-                               piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
-        block_sums((kb / kBlockTiles + 1) * GB, pr);
-        wgmma_fence();  // registers the wgmma reads (a, o) are written: before it
-        wgmma_rs<true, BN>(o, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
-                                                  kGroups * BN * 4), 1);
-        wgmma_commit();
-        const int kend = min(kb + kBlockTiles, ktiles);
-#pragma unroll 1
-        for (int kt = kb; kt < kend; ++kt, ++it) {
-          const int s = it % STAGES;
-          if (kt != kb) mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-          const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
-          const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
-          const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
-#pragma unroll 1
-          for (int j = 0; j < kGroups; ++j) {
-            wgmma_fence();  // the promotion below read d: before the next wgmmas write it
-#pragma unroll
-            for (int ks = 0; ks < kSteps; ++ks)
-              wgmma_uu_step<BN>(d, sa, sb, j * kSteps + ks, ks != 0);
-            wgmma_commit();
-            wgmma_wait<0>();  // this group's wgmmas and the block's offset wgmma
-            pin_set<BN>(d);
-            subnormal_promote<BN>(f, d, ts, j, tq);
-          }
-          __syncwarp();
-          if (lane == 0) mbar_arrive(empty0 + 8 * s);
-        }
-        // Nothing is pending here at run time (the block has a k-tile); on the path that
-        // skips the loop ptxas would otherwise inject a wait before o is read (C7517).
-        wgmma_wait<0>();
-        pin_set<BN>(o);
-      }
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) f[i] += o[i];  // f: the groups' terms; o: the offsets
+      // The subnormal promotion (the paragraph at the top of the file; gemm_subnormal.cu).
+      subnormal_tile<BN, STAGES, GS, GB>(f, it, smem, term_smem, full0, empty0, wg, lane, r_lo,
+                                         r_hi, groups, ktiles);
       (void)cur_lo;
       (void)cur_hi;
     } else if constexpr (PIPE > 0) {

@@ -5,6 +5,172 @@
 // @@ requires gemm_grouped_ws.cu
 // @@ requires wgmma_rs.cuh
 
+namespace w8a8 {
+
+// o = A (64 x 16, bfloat16 registers) * B (BN x 16)^T, B by descriptor db: wgmma_rs
+// with scale-d 0 and o write-only (o is dead before it: no copy into the instruction's
+// registers, no injected wait, C7517 / C7519).
+#define W8A8_WGMMA_RS_FIRST(N, REGS, OUTS, A0, A1, A2, A3, DB)                                \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n" N "k16.f32.bf16.bf16 {" REGS "}, {%" A0    \
+               ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", 0, 1, 1, 0;\n"                          \
+               : OUTS                                                                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+#define W8A8_WF4(i) "=f"(o[i]), "=f"(o[i + 1]), "=f"(o[i + 2]), "=f"(o[i + 3])
+#define W8A8_WF16(i) W8A8_WF4(i), W8A8_WF4(i + 4), W8A8_WF4(i + 8), W8A8_WF4(i + 12)
+#define W8A8_WF32(i) W8A8_WF16(i), W8A8_WF16(i + 16)
+#define W8A8_WF64(i) W8A8_WF32(i), W8A8_WF32(i + 32)
+template <int BN>
+__device__ __forceinline__ void wgmma_rs_first(float (&o)[BN / 2], const uint32_t (&a)[4], uint64_t db) {
+  static_assert(BN == 128 || BN == 64, "the subnormal tiles' widths");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (BN == 128)
+    W8A8_WGMMA_RS_FIRST("128", W8A8_S64, W8A8_WF64(0), "64", "65", "66", "67", "68");
+  else
+    W8A8_WGMMA_RS_FIRST("64", W8A8_S32, W8A8_WF32(0), "32", "33", "34", "35", "36");
+#else
+  __trap();
+#endif
+}
+
+// x, computed where this is in program order: the addresses derived from it are not
+// hoisted above the wgmmas before it (ptxas, unrolling a block's groups, otherwise kept
+// every group's descriptors live from its start and spilled).
+__device__ __forceinline__ int opaque(int x) {
+  int r;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+// One offset block of NT k-tiles (NT * kBK / GS groups) of a tile, pipelined. The block's
+// bfloat16 offset wgmma (into o, a set of its own) and its first group's u8 x u8 wgmmas
+// are issued together; wait_group 1 completes the offsets (group 0 still running) and
+// f += o. Then each group's successor is issued (into the other of two int32 sets)
+// before the group is waited for (wait_group 1) and promoted, so each promotion runs
+// under the next group's MMAs; the block's last group waits with wait_group 0.
+// Hazards this shape keeps clear of (ptxas, sm_90a):
+//  * no set is in flight across a loop's back edge (the block is unrolled, its sets
+//    declared in it and complete at its end; an in-flight set across a back edge made
+//    ptxas serialize every wgmma, C7514);
+//  * the groups' first wgmmas read their set (scale-d 0 by predicate, "+r" operands):
+//    with write-only operands (wgmma.cuh's wgmma_first) ptxas serialized every wgmma
+//    here for want of registers (C7512);
+//  * the offsets are not accumulated into f itself: with f an in-flight wgmma
+//    accumulator beside the two sets ptxas serialized them too (C7512).
+// o's registers are free once added: ptxas gives them to group 1's set.
+// `it` is the ring position of the block's first k-tile; a k-tile's stage is released
+// once its last group is promoted (the wgmma then in flight reads the next stage).
+template <int BN, int STAGES, int GS, int GB, int NT>
+__device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsigned char* smem,
+                                                unsigned char* term_smem, uint32_t full0,
+                                                uint32_t empty0, int wg, int lane,
+                                                const uint32_t (&a)[4]) {
+  constexpr int BM = 128;
+  constexpr int kGroups = kBK / GS, kSteps = GS / 32, kNG = NT * kGroups;
+  constexpr int kStageBytes = (BM + BN) * kBK;
+  constexpr int kTermBytes = kGroups * BN * 4 + BN * 32;
+  const int tq = lane & 3;
+  auto stage_of = [&](int u) { return (opaque(it) + u / kGroups) % STAGES; };
+  auto issue = [&](int (&d)[BN / 2], int u) {
+    const int pos = opaque(it) + u / kGroups, s = pos % STAGES, j = u % kGroups;
+    if (j == 0 && u != 0) mbar_wait(full0 + 8 * s, (pos / STAGES) & 1);
+    const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
+    const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
+    wgmma_fence();  // this set's promotion two groups back: before the writes
+    wgmma_uu_step<BN>(d, sa, sb, j * kSteps, 0);
+#pragma unroll
+    for (int ks = 1; ks < kSteps; ++ks) wgmma_uu_step<BN>(d, sa, sb, j * kSteps + ks, 1);
+    wgmma_commit();
+  };
+  auto promote = [&](int (&d)[BN / 2], int u) {
+    const int s = stage_of(u), j = u % kGroups;
+    pin_set<BN>(d);
+    subnormal_promote<BN>(f, d, smem_addr(term_smem + s * kTermBytes), j, tq);
+    if (j == kGroups - 1) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    }
+  };
+  {
+    const int s = it % STAGES;
+    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+    wgmma_fence();  // a was written by this thread: before the wgmma reads it
+    wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s * kTermBytes) +
+                                              kGroups * BN * 4), 1);
+    wgmma_commit();
+  }
+  int d0[BN / 2], d1[BN / 2];
+  issue(d0, 0);
+  wgmma_wait<1>();  // the offsets in f complete, group 0 in flight
+  pin_set<BN>(f);
+#pragma unroll
+  for (int u = 0; u < kNG; ++u) {  // group u is in set u % 2, in flight
+    if (u + 1 < kNG) {
+      if (u % 2 == 0) issue(d1, u + 1);
+      else issue(d0, u + 1);
+      wgmma_wait<1>();  // group u complete, u + 1 in flight
+    } else {
+      wgmma_wait<0>();  // the block's last group complete
+    }
+    if (u % 2 == 0) promote(d0, u);
+    else promote(d1, u);
+  }
+}
+
+// SUB: a tile's mainloop (declared in gemm_grouped_ws.cu): its offset blocks of GB groups
+// (kBlockTiles k-tiles) in order, the last one shorter where GB groups do not divide the
+// k-tiles. This thread's A columns 2 tq, 2 tq + 1 and 2 tq + 8, 2 tq + 9 are the block's
+// groups tq and tq + 4 where they are piece columns (piece_pair); their R (rows lo, hi) are
+// loaded one block ahead.
+template <int BN, int STAGES, int GS, int GB>
+__device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsigned char* smem,
+                                               unsigned char* term_smem, uint32_t full0,
+                                               uint32_t empty0, int wg, int lane,
+                                               const int32_t* r_lo, const int32_t* r_hi,
+                                               int groups, int ktiles) {
+  constexpr int kGroups = kBK / GS, kBlockTiles = GB / kGroups;
+  static_assert(kBlockTiles >= 1 && kBlockTiles <= 6, "an offset block of 1 to 6 k-tiles");
+  const int tq = lane & 3;
+  const int c0 = 2 * tq, c1 = 2 * tq + 8;
+  int pr[4];
+  auto block_sums = [&](int g0) {
+    const int g_a = g0 + c0 / 2, g_b = g0 + c1 / 2;
+    const bool ok_a = c0 < 2 * GB && g_a < groups, ok_b = c1 < 2 * GB && g_b < groups;
+    pr[0] = ok_a ? r_lo[g_a] : 0;
+    pr[1] = ok_a ? r_hi[g_a] : 0;
+    pr[2] = ok_b ? r_lo[g_b] : 0;
+    pr[3] = ok_b ? r_hi[g_b] : 0;
+  };
+  block_sums(0);
+  int kb = 0;
+#pragma unroll 1
+  for (; kb + kBlockTiles <= ktiles; kb += kBlockTiles, it += kBlockTiles) {
+    const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
+                           piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
+    block_sums((kb / kBlockTiles + 1) * GB);
+    subnormal_block<BN, STAGES, GS, GB, kBlockTiles>(f, it, smem, term_smem, full0, empty0, wg,
+                                                     lane, a);
+  }
+  const int rest = ktiles - kb;  // 0 .. kBlockTiles - 1 k-tiles in a shorter last block
+  if (rest > 0) {
+    const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
+                           piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
+    // The rest's k-tile count as a template argument (each an unrolled block).
+    if constexpr (kBlockTiles > 1) if (rest == 1)
+      subnormal_block<BN, STAGES, GS, GB, 1>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    if constexpr (kBlockTiles > 2) if (rest == 2)
+      subnormal_block<BN, STAGES, GS, GB, 2>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    if constexpr (kBlockTiles > 3) if (rest == 3)
+      subnormal_block<BN, STAGES, GS, GB, 3>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    if constexpr (kBlockTiles > 4) if (rest == 4)
+      subnormal_block<BN, STAGES, GS, GB, 4>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    if constexpr (kBlockTiles > 5) if (rest == 5)
+      subnormal_block<BN, STAGES, GS, GB, 5>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    it += rest;
+  }
+}
+
+}  // namespace w8a8
+
 // @@ body tma_subnormal
 // The subnormal promotion (SUB) with code width WB: xq [..., K] uint8 codes a + 128 (the
 // quantize's sums_u8 body), xs, xr as tma_grouped; wt: gemm_grouped.subnormal_terms.
