@@ -5,8 +5,8 @@ and a float32 model of the kernel's arithmetic on those terms against the float6
 within the form's bound (``docs/numerics.md``), with mutants the model must fail.
 
 The model follows the kernel step by step: per offset block one k16 step of the pieces
-into a set of its own (each product exact; the sum rounded once to float32 here, the
-bound allowing two roundings per term), added to ``f``; then per group of the block one
+accumulated into ``f`` (each product exact; the sum with ``f`` rounded once to float32
+here, the bound allowing two roundings per term); then per group of the block one
 ``fma`` of the int32 sum ``U = sum (a + 128) q`` read as the subnormal ``U 2^-149`` times
 ``S_n`` into ``f``; at the tile's end the product by ``t_m`` and the column scale.
 """
@@ -105,8 +105,7 @@ def model(x, weight, bias, bn, ftz=False, swap=False, drop_group=None):
     f = np.zeros((m, n), np.float32)
     for blk in range(p_full.shape[1]):
         a = a_pieces(r, blk * gb, gb, g, swap)
-        o = (a @ p_full[:, blk, :].T).astype(np.float32)
-        f = (f.astype(np.float64) + o).astype(np.float32)
+        f = (f.astype(np.float64) + a @ p_full[:, blk, :].T).astype(np.float32)
         for j in range(blk * gb, min(g, (blk + 1) * gb)):
             if j == drop_group:
                 continue
