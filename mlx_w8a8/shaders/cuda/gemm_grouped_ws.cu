@@ -133,17 +133,17 @@
 // (E_n per weight row, gemm_grouped.subnormal_terms), the product exact inside the fma
 // (fma.rn.f32 without .ftz: a flush-to-zero build would zero U). The rest of the group
 // term, b_g A_g - 128 s_g Q_g (A_g the quantize's sum of a, Q_g the weight's code sum),
-// is not in the mainloop: per offset block of GB groups (whole k-tiles, GB = 4 or 6) one
-// bfloat16 wgmma m64nBNk16 adds it into a third set o, A from registers (each row's A_g as
-// the exact pair (A_g >> 7, A_g & 127), and three columns of 1) against the block's
-// pieces in shared memory (columns 128 b', b' per group, b' = b 2^(E_n - 149), exact for
-// bfloat16 biases; the block's constant in three bfloat16 pieces; BN x 16, unswizzled),
-// which the producer copies with the block's first k-tile after the k-tile's S rows. The
-// tile's end adds o to f; the epilogue takes t_m and the column scale 2^(149 - E_n) off.
-// Per group the consumers issue the u8 x u8 wgmmas, wait, and run the fma loop: four
-// CUDA-core instructions per accumulator and group become one. o is its own set (not f):
-// as the bfloat16 wgmma's accumulators f and the int32 set sat in matching register banks
-// and each fma read two operands from one bank; on its own ptxas places f freely.
+// is not promoted per group: per offset block of GB groups (whole k-tiles; GB = 6 at
+// group size 64, else 4) one bfloat16 wgmma m64nBNk16 adds it into f, A from registers
+// (each row's A_g as the exact pair (A_g >> 7, A_g & 127), and three columns of 1)
+// against the block's pieces in shared memory (columns 128 b', b' per group,
+// b' = b 2^(E_n - 149), exact for bfloat16 biases; the block's constant in three
+// bfloat16 pieces; BN x 16, unswizzled), which the producer copies with the block's first
+// k-tile after the k-tile's S rows. The epilogue takes t_m and the column scale
+// 2^(149 - E_n) off. The consumers' mainloop is gemm_subnormal.cu's subnormal_tile: per
+// block the offset wgmma with the first group's u8 x u8 wgmmas, then each group's
+// promotion (one fma per accumulator where the other forms need four CUDA-core
+// instructions) under the next group's wgmmas, in two int32 sets.
 //
 // Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
 // the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile

@@ -7,31 +7,6 @@
 
 namespace w8a8 {
 
-// o = A (64 x 16, bfloat16 registers) * B (BN x 16)^T, B by descriptor db: wgmma_rs
-// with scale-d 0 and o write-only (o is dead before it: no copy into the instruction's
-// registers, no injected wait, C7517 / C7519).
-#define W8A8_WGMMA_RS_FIRST(N, REGS, OUTS, A0, A1, A2, A3, DB)                                \
-  asm volatile("wgmma.mma_async.sync.aligned.m64n" N "k16.f32.bf16.bf16 {" REGS "}, {%" A0    \
-               ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", 0, 1, 1, 0;\n"                          \
-               : OUTS                                                                         \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
-#define W8A8_WF4(i) "=f"(o[i]), "=f"(o[i + 1]), "=f"(o[i + 2]), "=f"(o[i + 3])
-#define W8A8_WF16(i) W8A8_WF4(i), W8A8_WF4(i + 4), W8A8_WF4(i + 8), W8A8_WF4(i + 12)
-#define W8A8_WF32(i) W8A8_WF16(i), W8A8_WF16(i + 16)
-#define W8A8_WF64(i) W8A8_WF32(i), W8A8_WF32(i + 32)
-template <int BN>
-__device__ __forceinline__ void wgmma_rs_first(float (&o)[BN / 2], const uint32_t (&a)[4], uint64_t db) {
-  static_assert(BN == 128 || BN == 64, "the subnormal tiles' widths");
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (BN == 128)
-    W8A8_WGMMA_RS_FIRST("128", W8A8_S64, W8A8_WF64(0), "64", "65", "66", "67", "68");
-  else
-    W8A8_WGMMA_RS_FIRST("64", W8A8_S32, W8A8_WF32(0), "32", "33", "34", "35", "36");
-#else
-  __trap();
-#endif
-}
-
 // x, computed where this is in program order: the addresses derived from it are not
 // hoisted above the wgmmas before it (ptxas, unrolling a block's groups, otherwise kept
 // every group's descriptors live from its start and spilled).
@@ -42,21 +17,21 @@ __device__ __forceinline__ int opaque(int x) {
 }
 
 // One offset block of NT k-tiles (NT * kBK / GS groups) of a tile, pipelined. The block's
-// bfloat16 offset wgmma (into o, a set of its own) and its first group's u8 x u8 wgmmas
-// are issued together; wait_group 1 completes the offsets (group 0 still running) and
-// f += o. Then each group's successor is issued (into the other of two int32 sets)
-// before the group is waited for (wait_group 1) and promoted, so each promotion runs
-// under the next group's MMAs; the block's last group waits with wait_group 0.
+// bfloat16 offset wgmma (accumulating into f) and its first group's u8 x u8 wgmmas are
+// issued together; wait_group 1 completes the offsets (group 0 still running). Then each
+// group's successor is issued (into the other of two int32 sets) before the group is
+// waited for (wait_group 1) and promoted, so each promotion runs under the next group's
+// MMAs; the block's last group waits with wait_group 0.
 // Hazards this shape keeps clear of (ptxas, sm_90a):
 //  * no set is in flight across a loop's back edge (the block is unrolled, its sets
 //    declared in it and complete at its end; an in-flight set across a back edge made
 //    ptxas serialize every wgmma, C7514);
 //  * the groups' first wgmmas read their set (scale-d 0 by predicate, "+r" operands):
 //    with write-only operands (wgmma.cuh's wgmma_first) ptxas serialized every wgmma
-//    here for want of registers (C7512);
-//  * the offsets are not accumulated into f itself: with f an in-flight wgmma
-//    accumulator beside the two sets ptxas serialized them too (C7512).
-// o's registers are free once added: ptxas gives them to group 1's set.
+//    here (C7512, "insufficient register resources");
+//  * the addresses of a group's wgmmas and terms are derived where they are used
+//    (opaque): unrolled, ptxas otherwise kept every group's from the block's start and
+//    spilled.
 // `it` is the ring position of the block's first k-tile; a k-tile's stage is released
 // once its last group is promoted (the wgmma then in flight reads the next stage).
 template <int BN, int STAGES, int GS, int GB, int NT>
@@ -93,7 +68,7 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
   {
     const int s = it % STAGES;
     mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-    wgmma_fence();  // a was written by this thread: before the wgmma reads it
+    wgmma_fence();  // f and a were written by this thread: before the wgmma reads them
     wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s * kTermBytes) +
                                               kGroups * BN * 4), 1);
     wgmma_commit();
