@@ -1178,11 +1178,12 @@ def sub_run(cfg: cuda_tiles.GroupedTmaConfig):
 @pytest.mark.parametrize("name,bits", [("cuda_w8a8_gemm_subnormal", 8),
                                        ("cuda_w4a8_gemm_subnormal", 4)])
 @pytest.mark.parametrize("m,n,k,group_size", [
-    (1, 264, 4096, 64),  # one row; G = 64: ten whole offset blocks and one of 4 groups
+    (1, 264, 4096, 64),  # one row; G = 64: ten whole offset blocks of 6 and one of 4 groups
+    (17, 200, 512, 64),  # G = 8: a block of 6 groups and one of 2 (one k-tile)
     (33, 257, 1152, 32),  # N odd; blocks of 4 groups, 9 k-tiles: the ring wraps
     (129, 264, 128, 128),  # one k-tile, one group: a block of one group
     (1000, 384, 1024, 64),  # many row tiles
-    (300, 392, 896, 128),  # G = 7: a block of 6 and one of 1
+    (300, 392, 896, 128),  # G = 7: a block of 4 groups and one of 3
 ])
 @pytest.mark.parametrize("scale_dtype", ["bfloat16", "float16"])
 def test_subnormal_candidate(rng, name, bits, m, n, k, group_size, scale_dtype):

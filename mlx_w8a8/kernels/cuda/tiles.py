@@ -340,7 +340,9 @@ SUB_TMA_CONFIGS = {
 def sub_groups(group_size: int) -> int:
     """Groups per offset block of the subnormal promotion (template argument ``GB``): the
     block's ``2 GB`` piece columns and 3 constant columns fit one k16 step, and a block is
-    whole k-tiles (``GB`` a multiple of ``128 / group_size``)."""
+    whole k-tiles (``GB`` a multiple of ``128 / group_size``). The consumers unroll a
+    block's groups (``gemm_subnormal.cu``): at group size 128 six groups of four k32
+    wgmmas spilled registers in the block loop, four do not."""
     return {32: 4, 64: 6}.get(group_size, 4)
 
 
