@@ -277,7 +277,8 @@
 # by keyword (the group-wise, 4-bit, GEMV and dequantizing kernels; the rest), for the
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
 set -u
-# Part SPI: the subnormal promotion's mainloop pipelined (two int32 sets, each group's
+# Part SPI: its exactness tests (tests/test_cuda.py -k subnormal), then the subnormal
+# promotion's mainloop pipelined (two int32 sets, each group's
 # promotion under the next group's wgmmas, the offset blocks' wgmma into f with the
 # block's first group) as the package has it, kernel times (tile_gpu_time --sub: the
 # subnormal tiles, the dequantizing GEMM, bf16) against the previous mainloop (<tile>+:
@@ -746,7 +747,9 @@ if [ "$part" = "subr" ]; then  # part DQR's 8-bit race and bench with the subnor
   run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/subr_grouped.json
 fi
-if [ "$part" = "spi" ]; then  # the pipelined subnormal mainloop against the previous one (exp/sub_old) and exp/v5
+if [ "$part" = "spi" ]; then  # the pipelined subnormal mainloop: its tests, then against the previous one (exp/sub_old) and exp/v5
+  N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   run 170 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/sub_old
   run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 4 --m 2048,512 \
