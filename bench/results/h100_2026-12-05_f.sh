@@ -278,13 +278,13 @@
 # whole file's run there that parts ALL and ALL2 did not finish within a call.
 set -u
 # Part SPI: its exactness tests (tests/test_cuda.py -k subnormal), then the subnormal
-# promotion's mainloop pipelined (two int32 sets, each group's
-# promotion under the next group's wgmmas, the offset blocks' wgmma into f with the
-# block's first group) as the package has it, kernel times (tile_gpu_time --sub: the
-# subnormal tiles, the dequantizing GEMM, bf16) against the previous mainloop (<tile>+:
-# exp/sub_old, the kernel files of commit b148acd) and a variant with the offsets in a
-# set of their own (exp/v5); then the per-channel TMA GEMM's 256-wide tile on the same
-# shapes.
+# promotion's mainloop pipelined (two int32 sets, each group's promotion under the next
+# group's wgmmas, the offset blocks' wgmma into f with the block's first group) as the
+# package has it, kernel times (tile_gpu_time --sub: the subnormal tiles, the
+# dequantizing GEMM, bf16) against the previous mainloop (<tile>+: exp/sub_old, the kernel
+# files of commit b148acd). Part SPR: part SUBR's race and bench with it. Part SPX: the
+# 4-bit tiles the same way, the per-channel TMA GEMM's 256-wide tile on those shapes, and
+# the variant with the offsets in a set of their own (exp/v5).
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
 mkdir -p "$O" tmp_t
@@ -747,11 +747,22 @@ if [ "$part" = "subr" ]; then  # part DQR's 8-bit race and bench with the subnor
   run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/subr_grouped.json
 fi
-if [ "$part" = "spi" ]; then  # the pipelined subnormal mainloop: its tests, then against the previous one (exp/sub_old) and exp/v5
+if [ "$part" = "spi" ]; then  # the pipelined subnormal mainloop: its tests, then against the previous one (exp/sub_old)
   N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
-  run 170 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
+  run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/sub_old
+fi
+if [ "$part" = "spr" ]; then  # part SUBR's race and bench with the pipelined mainloop
+  rm -f tmp_t/spr_grouped.json
+  run 130 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 \
+    --m 2048,512,128 --table tmp_t/spr_grouped.json --no-progress --sibling-check off \
+    --prefill-check off --decode-check off
+  cp tmp_t/spr_grouped.json "$O/spr_grouped.json"
+  run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up --table tmp_t/spr_grouped.json
+fi
+if [ "$part" = "spx" ]; then  # the 4-bit tiles, the per-channel reference, the offsets-in-their-own-set variant
   run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 4 --m 2048,512 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/sub_old
   run 60 python3 bench/tile_gpu_time.py --tiles tma256 --m 2048,512 --kn 4096x14336,14336x4096
