@@ -22,8 +22,6 @@ design: they measure where the time goes, not a result).
 - ``denorm2``: ``denorm`` with the offset term kept in the mainloop (a second FMA by
   ``o`` and the row's ``R``, the ``(s, o)`` terms loaded as shipped): two FMAs per
   accumulator and group.
-- ``sub_nooff``: the subnormal promotion (bodies ``tma_subnormal*``) without its offset
-  blocks' bfloat16 wgmma (the A pieces still built);
 - ``sub_s8``: the subnormal promotion with its u8 x u8 wgmmas issued as s8 x u8 (the
   per-channel and epilogue-form kernels' types);
 - ``sub_nopromo``: the subnormal promotion reduced to one float add per accumulator and
@@ -121,14 +119,11 @@ def probes(text: str) -> dict[str, str]:
     sub_nopromo = (text[:sub_body] + "#pragma unroll\n  for (int i = 0; i < BN / 2; ++i) "
                    "f[i] += __int_as_float(d[i]);  // probe: no promotion\n  (void)ts; (void)j; "
                    "(void)tq;" + text[sub_end:])
-    sub_nooff = once(text, """        wgmma_rs<true, BN>(o, a, wgmma_desc_plain(smem_addr(term_smem + s0 * kTermBytes) +
-                                                  kGroups * BN * 4), 1);""",
-                     "        (void)a;  // probe: no offset wgmma")
     sub_s8 = text
     for n in ("128", "64", "32"):
         sub_s8 = once(sub_s8, f'W8A8_WGMMA("{n}", "u8.u8"', f'W8A8_WGMMA("{n}", "s8.u8"')
     return {"nopromo": text[:start] + nop + text[end:],
-            "sub_nooff": sub_nooff, "sub_s8": sub_s8, "sub_nopromo": sub_nopromo,
+            "sub_s8": sub_s8, "sub_nopromo": sub_nopromo,
             "denorm": head + denorm + text[end:],
             "denorm2": head + denorm2 + text[end:],
             "noterm": text[:start] + noterm + text[end:],
