@@ -179,14 +179,14 @@ def test_cuda_rules_agree_with_the_shipped_h200_table():
 
 
 def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
-    """The CUDA rule for group-wise 8-bit weights summarizes the shipped table's grouped
-    entries (prior.py cites them): at M = 128 it picks the table's choice on every
-    single-layer entry (a sibling check's verdict on a summed q+k+v or gate+up shape is
-    how a group runs, left out) but on the weights from 4096 x 14336, where it picks the
-    subnormal GEMM that this race did not have and the H100 race found fastest; at M = 16 it leaves mx.quantized_matmul, and no W8A8
-    kernel it would leave there wins by more than 1.9x. (The M = 512 and 2048 entries
-    are left out of the shipped file: their race predates cuda_dequant_matmul; the H100
-    race with it is checked below.)"""
+    """The shipped table's grouped entries against the CUDA rule for group-wise 8-bit
+    weights: at M = 128 the table's race did not have the subnormal GEMM, which the rule
+    picks on every single-layer entry (a sibling check's verdict on a summed q+k+v or
+    gate+up shape is how a group runs, left out) and the H100 race found fastest on all
+    7 shapes (checked below); the table chose the group-wise TMA GEMM, the rule's next
+    kernel. At M = 16 the rule leaves mx.quantized_matmul, and no W8A8 kernel it would
+    leave there wins by more than 1.9x. (The M = 512 and 2048 entries are left out of the
+    shipped file: their race predates cuda_dequant_matmul.)"""
     paths = [p for p in table.shipped_table_paths() if p.endswith("nvidia-h200.json")]
     entries = [e for e in table.read(paths[0])["sections"][0]["entries"]
                if e["weight_format"] == "grouped"]
@@ -202,12 +202,9 @@ def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
             assert picked is None and e["speedup"] < 1.9, e
             continue
         where = (e["m_bucket"], e["n"], e["k"])
-        if e["n"] * e["k"] >= 4096 * 14336:  # the subnormal GEMM, which this race did not have
-            assert "cuda_w8a8_gemm_subnormal" not in e["candidates"], where
-            assert picked.name == "cuda_w8a8_gemm_subnormal", where
-            assert e["choice"] == "cuda_w8a8_gemm_grouped_tma", where
-        else:
-            assert picked is not None and picked.name == e["choice"], where
+        assert "cuda_w8a8_gemm_subnormal" not in e["candidates"], where
+        assert picked.name == "cuda_w8a8_gemm_subnormal", where
+        assert e["choice"] == "cuda_w8a8_gemm_grouped_tma", where
         checked += 1
     assert checked == 5  # 5 single-layer shapes x M = 128
     assert {e["m_bucket"] for e in entries} == {16, 128}
@@ -240,47 +237,42 @@ def _h100_decisions(weight_format: str) -> list[tuple[dict, Candidate | None, di
 
 
 def test_cuda_rules_for_grouped_prefill_agree_with_the_h100_race():
-    """From M = 512 the group-wise 8-bit rule picks the dequantizing GEMM for weights from
-    4096 x 4096 (no float copy) and the dequantize-then-matmul kernel for smaller ones;
-    at M = 128-511 the subnormal-promotion GEMM for weights from 4096 x 14336 and the
-    group-wise TMA GEMM for the rest. Part SUBR's race (every candidate in it, the
-    subnormal one included): at M = 128 the subnormal GEMM is the fastest on all four
-    large weights and the TMA GEMM within 1.17x of the fastest on the others; the picked
-    kernel is within 1.09x of the fastest at M = 512 (the fastest on 2 of 7) and within
-    1.05x at 2048."""
+    """From M = 128 the group-wise 8-bit rule picks the subnormal-promotion GEMM (bfloat16
+    activations), with the dequantizing GEMM (weights from 4096 x 4096), the
+    dequantize-then-matmul kernel (smaller ones) or, below M = 512, the group-wise TMA
+    GEMM after it for activations it refuses. Part SPR's race (every candidate, the
+    pipelined subnormal mainloop): the subnormal GEMM is the fastest on all 7 shapes at
+    M = 128, and within 1.04x of the fastest at M = 512 and 2048 (the fastest on
+    6 and 4 of 7)."""
     decisions = [d for d in _h100_decisions("grouped") if d[0]["m_bucket"] >= 128]
     assert len(decisions) == 21 and {e["m_bucket"] for e, _, _ in decisions} == {128, 512, 2048}
-    bound = {128: 1.17, 512: 1.09, 2048: 1.05}
+    bound = {128: 1.0, 512: 1.04, 2048: 1.04}
     fastest = {128: 0, 512: 0, 2048: 0}
-    large = 4096 * 14336
     for e, picked, times in decisions:
         assert {"cuda_dequant_gemm", "cuda_dequant_matmul", "cuda_w8a8_gemm_subnormal"} <= set(times), e
         best = min(times.values())
-        if e["m_bucket"] == 128:
-            want = ("cuda_w8a8_gemm_subnormal" if e["n"] * e["k"] >= large
-                    else "cuda_w8a8_gemm_grouped_tma")
-        else:
-            want = "cuda_dequant_gemm" if e["n"] * e["k"] >= 4096 * 4096 else "cuda_dequant_matmul"
-        assert picked.name == want, e
+        assert picked.name == "cuda_w8a8_gemm_subnormal", e
         assert times[picked.name] <= bound[e["m_bucket"]] * best, e
-        fastest[e["m_bucket"]] += times[picked.name] == best
-        if want == "cuda_w8a8_gemm_subnormal":
-            assert times[want] == best, e
-    assert fastest == {128: 6, 512: 2, 2048: 6}
+        fastest[e["m_bucket"]] += e["choice"] == picked.name
+    assert fastest == {128: 7, 512: 6, 2048: 4}
     cuda = _cuda_linears()
-    for m, n, k, name in ((511, 4096, 4096, "cuda_w8a8_gemm_grouped_tma"),
-                          (128, 4096, 14336, "cuda_w8a8_gemm_subnormal"),
-                          (511, 14336, 4096, "cuda_w8a8_gemm_subnormal"),
+    for m, n, k, name in ((511, 4096, 4096, "cuda_w8a8_gemm_subnormal"),
+                          (128, 1024, 4096, "cuda_w8a8_gemm_subnormal"),
                           (127, 14336, 4096, "cuda_w8a8_gemm_grouped_tma"),
-                          (512, 4096, 4096, "cuda_dequant_gemm"), (512, 1024, 4096, "cuda_dequant_matmul"),
-                          (4096, 14336, 4096, "cuda_dequant_gemm")):
+                          (32, 4096, 4096, "cuda_w8a8_gemm_grouped_tma"),
+                          (512, 1024, 4096, "cuda_w8a8_gemm_subnormal"),
+                          (4096, 14336, 4096, "cuda_w8a8_gemm_subnormal")):
         problem = Problem("linear", m, n, k, "bfloat16", "grouped", 64)
         assert prior.choose("cuda", problem, cuda).name == name
-    # float16 activations: the subnormal GEMM refuses them, the TMA GEMM runs
-    fp16 = Problem("linear", 256, 14336, 4096, "float16", "grouped", 64)
-    assert prior.choose("cuda", fp16, [c for c in cuda if c.supports(fp16) or
-                                        c.name != "cuda_w8a8_gemm_subnormal"]).name in (
-        "cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")
+    # float16 activations: the subnormal GEMM refuses them, the rules' next kernels run
+    # (the first this machine supports: the TMA kernels need a Hopper GPU's driver)
+    tma = ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")
+    for m, n, want in ((256, 14336, tma),
+                       (2048, 14336, ("cuda_dequant_gemm", "cuda_dequant_matmul") + tma),
+                       (2048, 1024, ("cuda_dequant_matmul",) + tma)):
+        fp16 = Problem("linear", m, n, 4096, "float16", "grouped", 64)
+        assert not registry.get("linear", "cuda_w8a8_gemm_subnormal").supports(fp16)
+        assert prior.choose("cuda", fp16, [c for c in cuda if c.supports(fp16)]).name in want
 
 
 def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():

@@ -284,7 +284,12 @@ set -u
 # dequantizing GEMM, bf16) against the previous mainloop (<tile>+: exp/sub_old, the kernel
 # files of commit b148acd). Part SPR: part SUBR's race and bench with it. Part SPX: the
 # 4-bit tiles the same way, the per-channel TMA GEMM's 256-wide tile on those shapes, and
-# the variant with the offsets in a set of their own (exp/v5).
+# the variant with the offsets in a set of their own (exp/v5). Parts SPI, SPR and SPX ran
+# on one NVIDIA H100 in one call (tree 5bf7b19, DEADLINE=570); SPR's 21 entries replaced
+# part SUBR's in h100_2026-12-05_f_table.json.
+# Part SPD: the default path (the CUDA prior with part SPR's rules, no table) from the
+# mlx-lm 8-bit gs64 checkpoint, prefill and decode at B = 1 and 16; then group size 128's
+# prefill (offset blocks of 4 groups).
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
 mkdir -p "$O" tmp_t
@@ -768,6 +773,12 @@ if [ "$part" = "spx" ]; then  # the 4-bit tiles, the per-channel reference, the 
   run 60 python3 bench/tile_gpu_time.py --tiles tma256 --m 2048,512 --kn 4096x14336,14336x4096
   run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/v5
+fi
+if [ "$part" = "spd" ]; then  # the default path with part SPR's prior rules: 8-bit gs64, then gs128
+  run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 32 --batch 16 --rounds 3 --warm-up
+  run 120 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs128 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
 fi
 if [ "$part" = "dqo" ]; then  # the float weights on a side stream
   run 150 python3 bench/dequant_overlap.py --weights 4bit-gs64 --tokens 512,2048 --rounds 5

@@ -92,7 +92,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # TMA and the dequantize-then-matmul kernel in the race: tune --model llama-3-8b
     # --format grouped --group-size 64 --m 2048,512,128 (part DQR of
     # bench/results/h100_2026-12-05_f.log; its entries were kept in
-    # h100_2026-12-05_f_table.json until part SUBR's, below, replaced them).
+    # h100_2026-12-05_f_table.json until later races replaced them; their picks stay the
+    # rules' fallbacks where the subnormal GEMM refuses the activations).
     # - M >= 512, weights from 4096 x 4096: cuda_dequant_gemm (no float copy of the
     #   weight). At M = 512 it won 5 of these 6 shapes and took 1.09x the winner's time
     #   (cuda_dequant_matmul) on q+k+v; at M = 2048 it won 2 and took at most 1.05x
@@ -104,25 +105,26 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # - M = 32-511: the group-wise TMA GEMM. At M = 128 the dequantizing GEMM won 4 of 7
     #   shapes by up to 1.15x, the TMA GEMM 2 (by up to 1.22x) and took at most 1.15x the
     #   winner's time on all 7.
-    # The same race again with the subnormal promotion in it (part SUBR; its 21 entries
-    # replaced part DQR's group-wise 8-bit ones in h100_2026-12-05_f_table.json):
-    # - M = 128-511, weights from 4096 x 14336: cuda_w8a8_gemm_subnormal, fastest on all
-    #   four at M = 128 (0.81-0.91x the group-wise TMA GEMM's time); on smaller weights
-    #   the race pruned it after one round that also made the terms of weight copies its
-    #   warm-up had not met (docs/cuda.md; the tuner's warm-up meets every copy since), so
-    #   they keep the TMA GEMM until a race measures it there (within 1.17x of the fastest).
-    # - M >= 512: the rules above; the subnormal GEMM won 3 of the 4 large shapes at
-    #   M = 512 by 1-7% and none at 2048.
+    # The same race again with the subnormal promotion's pipelined mainloop in it (part
+    # SPR; its 21 entries replaced the earlier races' group-wise 8-bit ones in
+    # h100_2026-12-05_f_table.json):
+    # - M >= 128: cuda_w8a8_gemm_subnormal (bfloat16 activations; the rules' next kernels
+    #   for others). At M = 128 it won all 7 shapes (0.82-0.99x the next kernel's time),
+    #   at M = 512 6 of 7 (and 1.03x cuda_dequant_matmul's time on 1024 x 4096), at
+    #   M = 2048 4 of 7 and at most 1.04x the winner's time on the other 3; it keeps no
+    #   float copy of the weight, as the dequantize-then-matmul winners would.
+    # - M = 32-127: the group-wise TMA GEMM (the subnormal GEMM not yet measured there).
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
-        (128, 511, 4096 * 14336, ("cuda_w8a8_gemm_subnormal", "cuda_w8a8_gemm_grouped_tma",
+        (128, 511, 0, ("cuda_w8a8_gemm_subnormal", "cuda_w8a8_gemm_grouped_tma",
+                       "cuda_w8a8_gemm_grouped")),
+        (32, 127, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (512, None, 4096 * 4096, ("cuda_w8a8_gemm_subnormal", "cuda_dequant_gemm",
+                                  "cuda_dequant_matmul", "cuda_w8a8_gemm_grouped_tma",
                                   "cuda_w8a8_gemm_grouped")),
-        (32, 511, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
-        (512, None, 4096 * 4096, ("cuda_dequant_gemm", "cuda_dequant_matmul",
-                                  "cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
-        (512, None, 0, ("cuda_dequant_matmul", "cuda_w8a8_gemm_grouped_tma",
-                        "cuda_w8a8_gemm_grouped")),
+        (512, None, 0, ("cuda_w8a8_gemm_subnormal", "cuda_dequant_matmul",
+                        "cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
     ],
     # CUDA, MLX's 4-bit weights (mlx-lm 4-bit checkpoints), measured on an NVIDIA H100
     # 80GB HBM3 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format
