@@ -215,12 +215,11 @@ def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):
 def test_the_h200_table_leaves_group_wise_prefill_from_m_1024_to_the_prior(as_h200, n, k):
     # The H200 table holds group-wise gs64 entries at M = 16 and 128 only (tables/README.md):
     # an entry speaks for M up to 4x its bucket, so M = 512 keeps the M = 128 entry's
-    # W8A8 kernel, and from M = 1024 the prior's dequantizing GEMM decides (these weights
-    # are from 4096 x 4096; an M = 512 entry there would have kept the W8A8 GEMM up to
-    # M = 2048).
+    # W8A8 kernel, and from M = 1024 the prior's subnormal-promotion GEMM decides (an
+    # M = 512 entry there would have kept its kernel up to M = 2048).
     tuning.use_tuner(as_h200)
     for m, want, source in ((512, "cuda_w8a8_gemm_grouped_tma", "table"),
-                            (1024, "cuda_dequant_gemm", "prior"),
-                            (2048, "cuda_dequant_gemm", "prior")):
+                            (1024, "cuda_w8a8_gemm_subnormal", "prior"),
+                            (2048, "cuda_w8a8_gemm_subnormal", "prior")):
         candidate, got = registry.decide(Problem("linear", m, n, k, "bfloat16", "grouped", 64))
         assert (candidate.name, got) == (want, source), (m, candidate.name, got)
