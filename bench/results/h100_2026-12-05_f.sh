@@ -289,7 +289,8 @@ set -u
 # part SUBR's in h100_2026-12-05_f_table.json.
 # Part SPD: the default path (the CUDA prior with part SPR's rules, no table) from the
 # mlx-lm 8-bit gs64 checkpoint, prefill and decode at B = 1 and 16; then group size 128's
-# prefill (offset blocks of 4 groups).
+# prefill (offset blocks of 4 groups). Part SPD ran on an NVIDIA H100 (tree b882c3f,
+# DEADLINE=330): the group size 128 bench was cut by its limit in its first prefill.
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_f}
 mkdir -p "$O" tmp_t
