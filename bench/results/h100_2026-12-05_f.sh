@@ -284,7 +284,11 @@ set -u
 # dequantizing GEMM, bf16) against the previous mainloop (<tile>+: exp/sub_old, the kernel
 # files of commit b148acd). Part SPR: part SUBR's race and bench with it. Part SPX: the
 # 4-bit tiles the same way, the per-channel TMA GEMM's 256-wide tile on those shapes, and
-# the variant with the offsets in a set of their own (exp/v5). Parts SPI, SPR and SPX ran
+# the variant with the offsets in a set of their own (exp/v5). The exp folders are not
+# kept: exp/sub_old held gemm_grouped_ws.cu and gemm_subnormal.cu of commit b148acd
+# (git show b148acd:mlx_w8a8/shaders/cuda/<file>); exp/v5 held commit 382a23d's two files
+# with the block's offset wgmma writing a set of its own (scale-d 0, write-only operands),
+# that set added to f after the wait that completes it. Parts SPI, SPR and SPX ran
 # on one NVIDIA H100 in one call (tree 5bf7b19, DEADLINE=570); SPR's 21 entries replaced
 # part SUBR's in h100_2026-12-05_f_table.json.
 # Part SPD: the default path (the CUDA prior with part SPR's rules, no table) from the
