@@ -34,7 +34,7 @@ __device__ __forceinline__ int opaque(int x) {
 //    spilled.
 // `it` is the ring position of the block's first k-tile; a k-tile's stage is released
 // once its last group is promoted (the wgmma then in flight reads the next stage).
-template <int BN, int STAGES, int GS, int GB, int NT>
+template <int BN, int STAGES, int GS, int GB, int NT, bool WIDE>
 __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsigned char* smem,
                                                 unsigned char* term_smem, uint32_t full0,
                                                 uint32_t empty0, int wg, int lane,
@@ -59,7 +59,7 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
   auto promote = [&](int (&d)[BN / 2], int u) {
     const int s = stage_of(u), j = u % kGroups;
     pin_set<BN>(d);
-    subnormal_promote<BN>(f, d, smem_addr(term_smem + s * kTermBytes), j, tq);
+    subnormal_promote<BN, WIDE>(f, d, smem_addr(term_smem + s * kTermBytes), j, tq);
     if (j == kGroups - 1) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -91,12 +91,28 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
   }
 }
 
+// The shorter last block of `rest` (1 .. NT) k-tiles, its count as a template argument
+// (each an unrolled block).
+template <int BN, int STAGES, int GS, int GB, int NT, bool WIDE>
+__device__ __forceinline__ void subnormal_rest(int rest, float (&f)[BN / 2], int it,
+                                               unsigned char* smem, unsigned char* term_smem,
+                                               uint32_t full0, uint32_t empty0, int wg, int lane,
+                                               const uint32_t (&a)[4]) {
+  if constexpr (NT >= 1) {
+    if (rest == NT)
+      subnormal_block<BN, STAGES, GS, GB, NT, WIDE>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    else
+      subnormal_rest<BN, STAGES, GS, GB, NT - 1, WIDE>(rest, f, it, smem, term_smem, full0, empty0, wg,
+                                                 lane, a);
+  }
+}
+
 // SUB: a tile's mainloop (declared in gemm_grouped_ws.cu): its offset blocks of GB groups
 // (kBlockTiles k-tiles) in order, the last one shorter where GB groups do not divide the
 // k-tiles. This thread's A columns 2 tq, 2 tq + 1 and 2 tq + 8, 2 tq + 9 are the block's
 // groups tq and tq + 4 where they are piece columns (piece_pair); their R (rows lo, hi) are
 // loaded one block ahead.
-template <int BN, int STAGES, int GS, int GB>
+template <int BN, int STAGES, int GS, int GB, bool WIDE>
 __device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsigned char* smem,
                                                unsigned char* term_smem, uint32_t full0,
                                                uint32_t empty0, int wg, int lane,
@@ -115,31 +131,28 @@ __device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsi
     pr[2] = ok_b ? r_lo[g_b] : 0;
     pr[3] = ok_b ? r_hi[g_b] : 0;
   };
+  auto block_a = [&](uint32_t (&a)[4]) {  // the loaded R as the block's A registers
+    a[0] = piece_pair<GB>(c0, pr[0]);
+    a[1] = piece_pair<GB>(c0, pr[1]);
+    a[2] = piece_pair<GB>(c1, pr[2]);
+    a[3] = piece_pair<GB>(c1, pr[3]);
+  };
   block_sums(0);
   int kb = 0;
 #pragma unroll 1
   for (; kb + kBlockTiles <= ktiles; kb += kBlockTiles, it += kBlockTiles) {
-    const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
-                           piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
+    uint32_t a[4];
+    block_a(a);
     block_sums((kb / kBlockTiles + 1) * GB);
-    subnormal_block<BN, STAGES, GS, GB, kBlockTiles>(f, it, smem, term_smem, full0, empty0, wg,
+    subnormal_block<BN, STAGES, GS, GB, kBlockTiles, WIDE>(f, it, smem, term_smem, full0, empty0, wg,
                                                      lane, a);
   }
   const int rest = ktiles - kb;  // 0 .. kBlockTiles - 1 k-tiles in a shorter last block
   if (rest > 0) {
-    const uint32_t a[4] = {piece_pair<GB>(c0, pr[0]), piece_pair<GB>(c0, pr[1]),
-                           piece_pair<GB>(c1, pr[2]), piece_pair<GB>(c1, pr[3])};
-    // The rest's k-tile count as a template argument (each an unrolled block).
-    if constexpr (kBlockTiles > 1) if (rest == 1)
-      subnormal_block<BN, STAGES, GS, GB, 1>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
-    if constexpr (kBlockTiles > 2) if (rest == 2)
-      subnormal_block<BN, STAGES, GS, GB, 2>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
-    if constexpr (kBlockTiles > 3) if (rest == 3)
-      subnormal_block<BN, STAGES, GS, GB, 3>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
-    if constexpr (kBlockTiles > 4) if (rest == 4)
-      subnormal_block<BN, STAGES, GS, GB, 4>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
-    if constexpr (kBlockTiles > 5) if (rest == 5)
-      subnormal_block<BN, STAGES, GS, GB, 5>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+    uint32_t a[4];
+    block_a(a);
+    subnormal_rest<BN, STAGES, GS, GB, kBlockTiles - 1, WIDE>(rest, f, it, smem, term_smem, full0,
+                                                        empty0, wg, lane, a);
     it += rest;
   }
 }

@@ -1,0 +1,61 @@
+#!/bin/bash
+# Device runs G, 2026-12-06: the subnormal GEMM's promotion loads and its small-M use.
+# Every part appends to g.log (kept as h100_2026-12-06_g.log); each part's header line
+# names its GPU and tree:
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-06_g.sh <parts>
+# Part LDS: the subnormal GEMM's exactness tests (tests/test_cuda.py -k subnormal) with
+# the terms' S stored in the order that gives each thread its four values of two
+# accumulator blocks in one 16-byte load (8-bit codes; the 4-bit bodies take two 8-byte
+# loads of the same order); kernel times (tile_gpu_time --sub) against the same kernel
+# with two 8-byte loads for 8-bit codes too (<tile>+: exp/lds64, the package's
+# gemm_grouped_ws.cu with subnormal_tile's WIDE argument false), at prefill and small M;
+# then Nsight Compute on the package's 128-wide subnormal tile at M = 2048 (4096 x 14336),
+# summarized by bench/ncu_summary.py.
+# Part R16: the group-wise 8-bit race at small M with the subnormal GEMM among the
+# candidates (tune --format grouped --group-size 64 --m 16,32,64, its checks off), then
+# the 4-layer bench's batched decode at B = 16 from the mlx-lm 8-bit gs64 checkpoint on
+# the default path (no table) and with that race's table.
+set -u
+export PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/h100_g}
+mkdir -p "$O" tmp_t
+L="$O/g.log"
+run() {  # run LIMIT CMD...: the command line, its output and its exit status (and seconds) into g.log
+  local limit=$1; shift
+  if [ $((SECONDS + limit)) -gt "${DEADLINE:-100000}" ]; then  # DEADLINE: the call's seconds
+    echo "===== (not run: its limit passes DEADLINE=$DEADLINE) $*" >> "$L"
+    return
+  fi
+  echo "===== $*" >> "$L"
+  local t0=$SECONDS
+  timeout -s INT "$limit" "$@" >> "$L" 2>&1
+  echo "rc=$? ($((SECONDS - t0)) s)" >> "$L"
+}
+N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
+echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
+if [ "$part" = "lds" ]; then
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512,64,16 \
+    --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/lds64
+  run 150 ncu -f --set full --import-source no -o "$O/ncu_sub" -k regex:subnormal -c 1 \
+    python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
+  if [ -f "$O/ncu_sub.ncu-rep" ]; then
+    ncu -i "$O/ncu_sub.ncu-rep" --page details > "$O/ncu_sub.txt" 2>&1
+    ncu -i "$O/ncu_sub.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_sub.sass.csv.gz"
+    rm -f "$O/ncu_sub.ncu-rep"
+    python3 bench/ncu_summary.py "$O/ncu_sub.sass.csv.gz" --top 25 >> "$L" 2>&1
+  fi
+fi
+if [ "$part" = "r16" ]; then
+  rm -f tmp_t/r16.json
+  run 130 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 \
+    --m 16,32,64 --table tmp_t/r16.json --no-progress --sibling-check off \
+    --prefill-check off --decode-check off
+  cp tmp_t/r16.json "$O/r16_grouped.json"
+  args="--model llama-3-8b --weights 8bit-gs64 --layers 4 --tokens 128 --decode 32 --batch 16 --rounds 3 --warm-up"
+  run 90 python3 -m mlx_w8a8.bench $args
+  run 90 python3 -m mlx_w8a8.bench $args --table tmp_t/r16.json
+fi
+done
+grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150
