@@ -9,7 +9,8 @@
 # loads of the same order); kernel times (tile_gpu_time --sub) against the same kernel
 # with two 8-byte loads for 8-bit codes too (<tile>+: exp/lds64, the package's
 # gemm_grouped_ws.cu with subnormal_tile's WIDE argument false), at prefill and small M;
-# then Nsight Compute on the package's 128-wide subnormal tile at M = 2048 (4096 x 14336),
+# the per-channel TMA GEMM's 256- and 128-wide tiles on the same shapes (the 128 x 128
+# tile's time without groups); then Nsight Compute on the package's 128-wide subnormal tile at M = 2048 (4096 x 14336),
 # summarized by bench/ncu_summary.py.
 # Part R16: the group-wise 8-bit race at small M with the subnormal GEMM among the
 # candidates (tune --format grouped --group-size 64 --m 16,32,64, its checks off), then
@@ -38,6 +39,7 @@ if [ "$part" = "lds" ]; then
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512,64,16 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/lds64
+  run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096
   run 150 ncu -f --set full --import-source no -o "$O/ncu_sub" -k regex:subnormal -c 1 \
     python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
   if [ -f "$O/ncu_sub.ncu-rep" ]; then
