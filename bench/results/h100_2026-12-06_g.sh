@@ -8,14 +8,14 @@
 # accumulator blocks in one 16-byte load (8-bit codes; the 4-bit bodies take two 8-byte
 # loads of the same order); kernel times (tile_gpu_time --sub) against the same kernel
 # with two 8-byte loads for 8-bit codes too (<tile>+: exp/lds64, the package's
-# gemm_grouped_ws.cu with subnormal_tile's WIDE argument false), at prefill and small M;
-# the per-channel TMA GEMM's 256- and 128-wide tiles on the same shapes (the 128 x 128
-# tile's time without groups); then Nsight Compute on the package's 128-wide subnormal tile at M = 2048 (4096 x 14336),
-# summarized by bench/ncu_summary.py.
+# gemm_grouped_ws.cu with subnormal_tile's WIDE argument false), at prefill and small M.
 # Part R16: the group-wise 8-bit race at small M with the subnormal GEMM among the
 # candidates (tune --format grouped --group-size 64 --m 16,32,64, its checks off), then
 # the 4-layer bench's batched decode at B = 16 from the mlx-lm 8-bit gs64 checkpoint on
 # the default path (no table) and with that race's table.
+# Part NCU: the per-channel TMA GEMM's 256- and 128-wide tiles on part LDS's shapes (the
+# 128 x 128 tile's time without groups), then Nsight Compute on the package's 128-wide
+# subnormal tile at M = 2048 (4096 x 14336), summarized by bench/ncu_summary.py.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
@@ -37,17 +37,8 @@ for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
 if [ "$part" = "lds" ]; then
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
-  run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512,64,16 \
+  run 150 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512,16 \
     --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/lds64
-  run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096
-  run 150 ncu -f --set full --import-source no -o "$O/ncu_sub" -k regex:subnormal -c 1 \
-    python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
-  if [ -f "$O/ncu_sub.ncu-rep" ]; then
-    ncu -i "$O/ncu_sub.ncu-rep" --page details > "$O/ncu_sub.txt" 2>&1
-    ncu -i "$O/ncu_sub.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_sub.sass.csv.gz"
-    rm -f "$O/ncu_sub.ncu-rep"
-    python3 bench/ncu_summary.py "$O/ncu_sub.sass.csv.gz" --top 25 >> "$L" 2>&1
-  fi
 fi
 if [ "$part" = "r16" ]; then
   rm -f tmp_t/r16.json
@@ -58,6 +49,17 @@ if [ "$part" = "r16" ]; then
   args="--model llama-3-8b --weights 8bit-gs64 --layers 4 --tokens 128 --decode 32 --batch 16 --rounds 3 --warm-up"
   run 90 python3 -m mlx_w8a8.bench $args
   run 90 python3 -m mlx_w8a8.bench $args --table tmp_t/r16.json
+fi
+if [ "$part" = "ncu" ]; then
+  run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096
+  run 150 ncu -f --set full --import-source no -o "$O/ncu_sub" -k regex:subnormal -c 1 \
+    python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
+  if [ -f "$O/ncu_sub.ncu-rep" ]; then
+    ncu -i "$O/ncu_sub.ncu-rep" --page details > "$O/ncu_sub.txt" 2>&1
+    ncu -i "$O/ncu_sub.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_sub.sass.csv.gz"
+    rm -f "$O/ncu_sub.ncu-rep"
+    python3 bench/ncu_summary.py "$O/ncu_sub.sass.csv.gz" --top 25 >> "$L" 2>&1
+  fi
 fi
 done
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150
