@@ -64,9 +64,7 @@ def decode(weight, bn):
     nt = -(-n // bn)
     terms = np.array(gemm_grouped.subnormal_terms(weight, bn))
     assert terms.dtype == np.float32 and terms.size == nt * bn * (g + blocks * 8 + 1)
-    # subnormal_promote's 16-byte loads: column 16 c + 8 h + 2 q + e at 16 c + 4 q + 2 h + e.
-    s_sec = terms[: nt * g * bn].reshape(nt, g, bn // 16, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5)
-    s_sec = s_sec.reshape(nt, g, bn)
+    s_sec = terms[: nt * g * bn].reshape(nt, g, bn)
     p_words = terms[nt * g * bn: nt * (g + blocks * 8) * bn]
     # wgmma_desc_plain: core matrix (8 rows x 8 values) of row group nb and k half kh at
     # 256 nb + 128 kh bytes, row r at 16 r, value e at 2 e.

@@ -290,34 +290,17 @@ __device__ __forceinline__ float fma_keep_subnormal(float a, float b, float c) {
 
 // SUB: f += S U for one group's int32 set d (U >= 0 and < 2^23, so its bits read as a
 // float32 are the subnormal U 2^-149), S_n = s_n 2^E_n the stage's terms (group j's BN
-// values from ts + 4 j BN): one fma per accumulator, the product exact inside it. Each 16
-// columns' S are stored in the order (subnormal_terms) that puts this thread's four,
-// columns 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9, at 16 tq bytes. WIDE: one 16-byte load for
-// them (half the loads and shared-memory wavefronts of two 8-byte ones); the 4-bit
-// bodies take two 8-byte loads (with 16-byte ones ptxas spilled in their block loop).
-template <int BN, bool WIDE>
+// values from ts + 4 j BN): one fma per accumulator, the product exact inside it.
+template <int BN>
 __device__ __forceinline__ void subnormal_promote(float (&f)[BN / 2], const int (&d)[BN / 2],
                                                   uint32_t ts, int j, int tq) {
 #pragma unroll
-  for (int c = 0; c < BN / 16; ++c) {
-    const uint32_t at = ts + (j * BN + 16 * c + 4 * tq) * 4;
-    float s[4];  // columns 16 c + 2 tq + {0, 1, 8, 9}
-    if constexpr (WIDE) {
-      const float4 t = lds_f4(at);
-      s[0] = t.x, s[1] = t.y, s[2] = t.z, s[3] = t.w;
-    } else {
-      const float2 lo = lds_f2(at);
-      s[0] = lo.x, s[1] = lo.y;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {  // accumulator block 2 c + i / 4, column i % 2 of its pair
-      if (!WIDE && i == 4) {
-        const float2 hi = lds_f2(at + 8);
-        s[2] = hi.x, s[3] = hi.y;
-      }
-      f[8 * c + i] = fma_keep_subnormal(__int_as_float(d[8 * c + i]), s[(i / 4) * 2 + i % 2],
-                                        f[8 * c + i]);
-    }
+  for (int c = 0; c < BN / 8; ++c) {
+    const float2 s = lds_f2(ts + (j * BN + 8 * c + 2 * tq) * 4);  // S_n, S_n+1
+    f[4 * c] = fma_keep_subnormal(__int_as_float(d[4 * c]), s.x, f[4 * c]);
+    f[4 * c + 1] = fma_keep_subnormal(__int_as_float(d[4 * c + 1]), s.y, f[4 * c + 1]);
+    f[4 * c + 2] = fma_keep_subnormal(__int_as_float(d[4 * c + 2]), s.x, f[4 * c + 2]);
+    f[4 * c + 3] = fma_keep_subnormal(__int_as_float(d[4 * c + 3]), s.y, f[4 * c + 3]);
   }
 }
 
@@ -394,7 +377,7 @@ __device__ __forceinline__ void load_sub_terms(uint32_t dst, SubTerms st, int kt
 // SUB: a tile's mainloop (gemm_subnormal.cu, defined there for the reason wgmma_rs is):
 // f += every group's and offset block's terms of rows [64 wg, 64 wg + 64); `it` advances
 // by the tile's k-tiles.
-template <int BN, int STAGES, int GS, int GB, bool WIDE>
+template <int BN, int STAGES, int GS, int GB>
 __device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsigned char* smem,
                                                unsigned char* term_smem, uint32_t full0,
                                                uint32_t empty0, int wg, int lane,
@@ -760,7 +743,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     }
     if constexpr (SUB) {
       // The subnormal promotion (the paragraph at the top of the file; gemm_subnormal.cu).
-      subnormal_tile<BN, STAGES, GS, GB, !kW4>(f, it, smem, term_smem, full0, empty0, wg, lane, r_lo,
+      subnormal_tile<BN, STAGES, GS, GB>(f, it, smem, term_smem, full0, empty0, wg, lane, r_lo,
                                          r_hi, groups, ktiles);
       (void)cur_lo;
       (void)cur_hi;

@@ -34,7 +34,7 @@ __device__ __forceinline__ int opaque(int x) {
 //    spilled.
 // `it` is the ring position of the block's first k-tile; a k-tile's stage is released
 // once its last group is promoted (the wgmma then in flight reads the next stage).
-template <int BN, int STAGES, int GS, int GB, int NT, bool WIDE>
+template <int BN, int STAGES, int GS, int GB, int NT>
 __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsigned char* smem,
                                                 unsigned char* term_smem, uint32_t full0,
                                                 uint32_t empty0, int wg, int lane,
@@ -59,7 +59,7 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
   auto promote = [&](int (&d)[BN / 2], int u) {
     const int s = stage_of(u), j = u % kGroups;
     pin_set<BN>(d);
-    subnormal_promote<BN, WIDE>(f, d, smem_addr(term_smem + s * kTermBytes), j, tq);
+    subnormal_promote<BN>(f, d, smem_addr(term_smem + s * kTermBytes), j, tq);
     if (j == kGroups - 1) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -93,16 +93,16 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
 
 // The shorter last block of `rest` (1 .. NT) k-tiles, its count as a template argument
 // (each an unrolled block).
-template <int BN, int STAGES, int GS, int GB, int NT, bool WIDE>
+template <int BN, int STAGES, int GS, int GB, int NT>
 __device__ __forceinline__ void subnormal_rest(int rest, float (&f)[BN / 2], int it,
                                                unsigned char* smem, unsigned char* term_smem,
                                                uint32_t full0, uint32_t empty0, int wg, int lane,
                                                const uint32_t (&a)[4]) {
   if constexpr (NT >= 1) {
     if (rest == NT)
-      subnormal_block<BN, STAGES, GS, GB, NT, WIDE>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
+      subnormal_block<BN, STAGES, GS, GB, NT>(f, it, smem, term_smem, full0, empty0, wg, lane, a);
     else
-      subnormal_rest<BN, STAGES, GS, GB, NT - 1, WIDE>(rest, f, it, smem, term_smem, full0, empty0, wg,
+      subnormal_rest<BN, STAGES, GS, GB, NT - 1>(rest, f, it, smem, term_smem, full0, empty0, wg,
                                                  lane, a);
   }
 }
@@ -112,7 +112,7 @@ __device__ __forceinline__ void subnormal_rest(int rest, float (&f)[BN / 2], int
 // k-tiles. This thread's A columns 2 tq, 2 tq + 1 and 2 tq + 8, 2 tq + 9 are the block's
 // groups tq and tq + 4 where they are piece columns (piece_pair); their R (rows lo, hi) are
 // loaded one block ahead.
-template <int BN, int STAGES, int GS, int GB, bool WIDE>
+template <int BN, int STAGES, int GS, int GB>
 __device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsigned char* smem,
                                                unsigned char* term_smem, uint32_t full0,
                                                uint32_t empty0, int wg, int lane,
@@ -144,14 +144,14 @@ __device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsi
     uint32_t a[4];
     block_a(a);
     block_sums((kb / kBlockTiles + 1) * GB);
-    subnormal_block<BN, STAGES, GS, GB, kBlockTiles, WIDE>(f, it, smem, term_smem, full0, empty0, wg,
+    subnormal_block<BN, STAGES, GS, GB, kBlockTiles>(f, it, smem, term_smem, full0, empty0, wg,
                                                      lane, a);
   }
   const int rest = ktiles - kb;  // 0 .. kBlockTiles - 1 k-tiles in a shorter last block
   if (rest > 0) {
     uint32_t a[4];
     block_a(a);
-    subnormal_rest<BN, STAGES, GS, GB, kBlockTiles - 1, WIDE>(rest, f, it, smem, term_smem, full0,
+    subnormal_rest<BN, STAGES, GS, GB, kBlockTiles - 1>(rest, f, it, smem, term_smem, full0,
                                                         empty0, wg, lane, a);
     it += rest;
   }
