@@ -16,6 +16,10 @@
 # Part NCU: the per-channel TMA GEMM's 256- and 128-wide tiles on part LDS's shapes (the
 # 128 x 128 tile's time without groups), then Nsight Compute on the package's 128-wide
 # subnormal tile at M = 2048 (4096 x 14336), summarized by bench/ncu_summary.py.
+# Part QMM: mx.quantized_matmul (8-bit, gs64, bfloat16) at M = 8-128 on Llama-3-8B's
+# 4096 x 14336, 14336 x 4096 (K x N) and lm_head shapes, right or wrong and how fast
+# (bench/qmm_probe.py --time): part R16's race timed it at 18-21 us on every shape at
+# M = 16-64, the lm_head's 525 MB of codes included.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
@@ -49,6 +53,11 @@ if [ "$part" = "r16" ]; then
   args="--model llama-3-8b --weights 8bit-gs64 --layers 4 --tokens 128 --decode 32 --batch 16 --rounds 3 --warm-up"
   run 90 python3 -m mlx_w8a8.bench $args
   run 90 python3 -m mlx_w8a8.bench $args --table tmp_t/r16.json
+fi
+if [ "$part" = "qmm" ]; then
+  run 120 python3 bench/qmm_probe.py --m 8,16,32,64,128 --n 4096,14336 --k 4096,14336 \
+    --dtype bfloat16 --time 10
+  run 90 python3 bench/qmm_probe.py --m 8,16,64,128 --n 128256 --k 4096 --dtype bfloat16 --time 10
 fi
 if [ "$part" = "ncu" ]; then
   run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096
