@@ -20,6 +20,9 @@
 # 4096 x 14336, 14336 x 4096 (K x N) and lm_head shapes, right or wrong and how fast
 # (bench/qmm_probe.py --time): part R16's race timed it at 18-21 us on every shape at
 # M = 16-64, the lm_head's 525 MB of codes included.
+# Part TST: tests/test_cuda.py -k subnormal again, on the tree with the 8-byte loads back
+# and the short last block's recursive dispatch (machine code unlike part LDS's and
+# 2aed9d2's: bench/sass_diff.py).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
@@ -53,6 +56,9 @@ if [ "$part" = "r16" ]; then
   args="--model llama-3-8b --weights 8bit-gs64 --layers 4 --tokens 128 --decode 32 --batch 16 --rounds 3 --warm-up"
   run 90 python3 -m mlx_w8a8.bench $args
   run 90 python3 -m mlx_w8a8.bench $args --table tmp_t/r16.json
+fi
+if [ "$part" = "tst" ]; then
+  run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
 fi
 if [ "$part" = "qmm" ]; then
   run 120 python3 bench/qmm_probe.py --m 8,16,32,64,128 --n 4096,14336 --k 4096,14336 \
