@@ -23,6 +23,8 @@
 # Part TST: tests/test_cuda.py -k subnormal again, on the tree with the 8-byte loads back
 # and the short last block's recursive dispatch (machine code unlike part LDS's and
 # 2aed9d2's: bench/sass_diff.py).
+# Part QCH: bench/qmm_chain_probe.py on the lm_head shape at M = 16, then 4096 x 14336:
+# mlx_qmm's arm timed as the tuner does and with one ingredient dropped at a time.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
@@ -64,6 +66,10 @@ if [ "$part" = "qmm" ]; then
   run 120 python3 bench/qmm_probe.py --m 8,16,32,64,128 --n 4096,14336 --k 4096,14336 \
     --dtype bfloat16 --time 10
   run 90 python3 bench/qmm_probe.py --m 8,16,64,128 --n 128256 --k 4096 --dtype bfloat16 --time 10
+fi
+if [ "$part" = "qch" ]; then
+  run 60 python3 bench/qmm_chain_probe.py --m 16 --n 128256 --k 4096
+  run 40 python3 bench/qmm_chain_probe.py --m 16 --n 4096 --k 14336
 fi
 if [ "$part" = "ncu" ]; then
   run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096

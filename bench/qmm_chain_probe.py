@@ -1,0 +1,73 @@
+"""Why the tuner's race timed ``mx.quantized_matmul`` far below its kernel's time.
+
+Part R16 of ``bench/results/h100_2026-12-06_g.log`` (an NVIDIA H100, MLX 0.32.4) timed
+``mlx_qmm`` at 18-21 us per call on every shape at M = 16-64, the lm_head's (525 MB of
+codes) included, while part QMM timed the same calls, each evaluated alone, at 88-394
+us (the lm_head at M = 16: 394 us). This times one problem's ``mlx_qmm`` arm (and the
+subnormal GEMM's, for contrast) the way the tuner does (``timing.paired_measure`` over
+the tuner's rotated weight copies, a dependent chain) and in variants that each drop one
+ingredient, then one chain by hand with the wall clock read after ``mx.eval`` and again
+after ``mx.synchronize()``: which ingredient makes the time wrong.
+
+Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import mlx.core as mx
+
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.registry import Problem
+from mlx_w8a8.tuning import gate, timing
+from mlx_w8a8.tuning.tuner import TuneConfig, cold_copies
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", type=int, default=16)
+    p.add_argument("--n", type=int, default=128256)
+    p.add_argument("--k", type=int, default=4096)
+    args = p.parse_args(argv)
+    prob = Problem(op="linear", m=args.m, n=args.n, k=args.k, dtype="bfloat16",
+                   weight_format="grouped", group_size=64)
+    cfg = TuneConfig()
+    inputs = gate.operands(prob, variants=cfg.rotate, seed=cfg.seed)
+    copies = cold_copies(gate.weight_nbytes(inputs[0][1]), cfg.cold_bytes)
+    cycled = gate.cycle_weights(inputs, copies)
+    found = {c.name: c for c in registry.candidates(prob)}
+    names = [n for n in ("mlx_qmm", "cuda_w8a8_gemm_subnormal") if n in found]
+    arms = [(n, registry.layer_run(found[n], prob)) for n in names]
+    print(f"MLX {mx.__version__}, {mx.default_device()}, {prob}; {len(inputs)} inputs, "
+          f"{copies} weight copies")
+    link = timing.linear_link
+    for label, ins, kw in (
+            ("as the tuner", cycled, dict(link=link, warmup=len(cycled))),
+            ("no link", cycled, dict(link=None, warmup=len(cycled))),
+            ("no copies", inputs, dict(link=link, warmup=len(inputs))),
+            ("warm-up 2", cycled, dict(link=link, warmup=2))):
+        res = timing.paired_measure(arms, ins, pairs=3, chain=8, **kw)
+        print(f"{label:13s}", "  ".join(f"{n} {t.median_ns / 1e3:9.1f} us"
+                                         for n, t in res.timings.items()), flush=True)
+    for n, fn in arms:
+        outs = []
+        t0 = time.perf_counter()
+        for j in range(8):
+            x, w, b = cycled[j % len(cycled)]
+            if outs:
+                x, w, b = link(outs[-1], (x, w, b))
+            outs.append(fn(x, w, b))
+        mx.eval(outs)
+        t1 = time.perf_counter()
+        mx.synchronize()
+        t2 = time.perf_counter()
+        print(f"by hand, {n}: 8 chained calls {1e6 * (t1 - t0) / 8:.1f} us each after eval, "
+              f"{1e6 * (t2 - t0) / 8:.1f} us after synchronize", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
