@@ -7,7 +7,9 @@ us (the lm_head at M = 16: 394 us). This times one problem's ``mlx_qmm`` arm (an
 subnormal GEMM's, for contrast) the way the tuner does (``timing.paired_measure`` over
 the tuner's rotated weight copies, a dependent chain) and in variants that each drop one
 ingredient, then one chain by hand with the wall clock read after ``mx.eval`` and again
-after ``mx.synchronize()``: which ingredient makes the time wrong.
+after ``mx.synchronize()``, each link's output checked against its input times the
+dequantized weight in float32: which ingredient makes the time wrong, and whether the
+chained calls computed what they return.
 
 Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096]``.
 """
@@ -64,8 +66,20 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         mx.synchronize()
         t2 = time.perf_counter()
+        # Each link's output against its own input times the dequantized weight in
+        # float32: a call that did not run leaves a wrong (stale) output behind.
+        worst = 0.0
+        for j, y in enumerate(outs):
+            x, w, b = cycled[j % len(cycled)]
+            if j:
+                x, w, b = link(outs[j - 1], (x, w, b))
+            wd = mx.dequantize(w.q, w.scales, w.biases, group_size=64, bits=8)
+            ref = x.astype(mx.float32) @ wd.astype(mx.float32).T
+            err = mx.max(mx.abs(y.astype(mx.float32) - ref)) / mx.maximum(mx.max(mx.abs(ref)), 1e-30)
+            worst = max(worst, err.item())
         print(f"by hand, {n}: 8 chained calls {1e6 * (t1 - t0) / 8:.1f} us each after eval, "
-              f"{1e6 * (t2 - t0) / 8:.1f} us after synchronize", flush=True)
+              f"{1e6 * (t2 - t0) / 8:.1f} us after synchronize; largest relative error of "
+              f"a link's output {worst:.3g}", flush=True)
     return 0
 
 
