@@ -25,6 +25,9 @@
 # 2aed9d2's: bench/sass_diff.py).
 # Part QCH: bench/qmm_chain_probe.py on the lm_head shape at M = 16, then 4096 x 14336:
 # mlx_qmm's arm timed as the tuner does and with one ingredient dropped at a time.
+# Parts LDS, R16 and NCU ran on one NVIDIA H100 in one call (tree 82cfdbe, the 16-byte
+# loads in the package, DEADLINE=470): NCU's Nsight Compute run was not reached. Parts QMM
+# and TST ran on another NVIDIA H100 (tree b8ce34d, DEADLINE=260). Part QCH has not run.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
