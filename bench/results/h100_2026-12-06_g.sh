@@ -33,17 +33,7 @@ export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
 mkdir -p "$O" tmp_t
 L="$O/g.log"
-run() {  # run LIMIT CMD...: the command line, its output and its exit status (and seconds) into g.log
-  local limit=$1; shift
-  if [ $((SECONDS + limit)) -gt "${DEADLINE:-100000}" ]; then  # DEADLINE: the call's seconds
-    echo "===== (not run: its limit passes DEADLINE=$DEADLINE) $*" >> "$L"
-    return
-  fi
-  echo "===== $*" >> "$L"
-  local t0=$SECONDS
-  timeout -s INT "$limit" "$@" >> "$L" 2>&1
-  echo "rc=$? ($((SECONDS - t0)) s)" >> "$L"
-}
+. "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
 for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
