@@ -57,20 +57,20 @@ def main(argv=None) -> int:
                 for m in ints(args.m):
                     x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(dtype)
                     ref = np.array(x.astype(mx.float32) @ wd.T)
+                    def call():
+                        return mx.quantized_matmul(x, wq, s, b, transpose=True,
+                                                   group_size=args.group_size, bits=8)
                     errs = []
                     for attempt in range(2):
                         if attempt:  # leave an output-sized buffer of NaNs behind
                             mx.eval(mx.full((m, n), float("nan"), dtype) * 1.0)
-                        y = mx.quantized_matmul(x, wq, s, b, transpose=True,
-                                                group_size=args.group_size, bits=8)
+                        y = call()
                         got = np.array(y.astype(mx.float32))
                         err = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
                         errs.append(err if np.isfinite(got).all() else float("inf"))
                     total += 1
                     timed = ""
                     if args.time > 0:
-                        call = lambda: mx.quantized_matmul(x, wq, s, b, transpose=True,  # noqa: E731
-                                                           group_size=args.group_size, bits=8)
                         mx.eval(call())
                         ts = []
                         for _ in range(args.time):
