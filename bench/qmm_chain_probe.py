@@ -55,13 +55,14 @@ def main(argv=None) -> int:
         print(f"{label:13s}", "  ".join(f"{n} {t.median_ns / 1e3:9.1f} us"
                                          for n, t in res.timings.items()), flush=True)
     for n, fn in arms:
-        outs = []
+        outs, used = [], []
         t0 = time.perf_counter()
         for j in range(8):
-            x, w, b = cycled[j % len(cycled)]
+            args = cycled[j % len(cycled)]
             if outs:
-                x, w, b = link(outs[-1], (x, w, b))
-            outs.append(fn(x, w, b))
+                args = link(outs[-1], args)
+            used.append(args)
+            outs.append(fn(*args))
         mx.eval(outs)
         t1 = time.perf_counter()
         mx.synchronize()
@@ -69,10 +70,7 @@ def main(argv=None) -> int:
         # Each link's output against its own input times the dequantized weight in
         # float32: a call that did not run leaves a wrong (stale) output behind.
         worst = 0.0
-        for j, y in enumerate(outs):
-            x, w, b = cycled[j % len(cycled)]
-            if j:
-                x, w, b = link(outs[j - 1], (x, w, b))
+        for y, (x, w, _) in zip(outs, used):
             wd = mx.dequantize(w.q, w.scales, w.biases, group_size=64, bits=8)
             ref = x.astype(mx.float32) @ wd.astype(mx.float32).T
             err = mx.max(mx.abs(y.astype(mx.float32) - ref)) / mx.maximum(mx.max(mx.abs(ref)), 1e-30)
