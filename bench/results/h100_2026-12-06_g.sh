@@ -23,6 +23,8 @@
 # Part TST: tests/test_cuda.py -k subnormal again, on the tree with the 8-byte loads back
 # and the short last block's recursive dispatch (machine code unlike part LDS's and
 # 2aed9d2's: bench/sass_diff.py).
+# Part NC2: part NCU's Nsight Compute run alone, and the same on the per-channel TMA GEMM's
+# 128 x 128 tile (M = 2048, 4096 x 14336), each summarized by bench/ncu_summary.py.
 # Part QCH: bench/qmm_chain_probe.py on the lm_head shape at M = 16, then 4096 x 14336:
 # mlx_qmm's arm timed as the tuner does and with one ingredient dropped at a time.
 # Parts LDS, R16 and NCU ran on one NVIDIA H100 in one call (tree 82cfdbe, the 16-byte
@@ -63,6 +65,20 @@ fi
 if [ "$part" = "qch" ]; then
   run 60 python3 bench/qmm_chain_probe.py --m 16 --n 128256 --k 4096
   run 40 python3 bench/qmm_chain_probe.py --m 16 --n 4096 --k 14336
+fi
+if [ "$part" = "nc2" ]; then  # NCU's Nsight Compute runs alone, with the per-channel 128 x 128 tile
+  NC="ncu -f --set full --import-source no"
+  G="--m 2048 --kn 4096x14336"
+  run 150 $NC -o "$O/ncu_sub" -k regex:subnormal -c 1 python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 $G
+  run 100 $NC -o "$O/ncu_pc128" -k regex:gemm_ws -c 1 python3 bench/tile_gpu_time.py --once --tiles tma128 $G
+  for r in ncu_sub ncu_pc128; do
+    if [ -f "$O/$r.ncu-rep" ]; then
+      ncu -i "$O/$r.ncu-rep" --page details > "$O/$r.txt" 2>&1
+      ncu -i "$O/$r.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$r.sass.csv.gz"
+      rm -f "$O/$r.ncu-rep"
+      python3 bench/ncu_summary.py "$O/$r.sass.csv.gz" --top 25 >> "$L" 2>&1
+    fi
+  done
 fi
 if [ "$part" = "ncu" ]; then
   run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096
