@@ -345,10 +345,15 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                 base = cuda_gemm_grouped.gemm_grouped_tma(
                     xq, xs, xr, qw, None, mx.bfloat16, next(iter(configs.values()))).astype(mx.float32)
                 sub_rel = plus_rel = 0.0
+                first_sub, sub_unequal = None, []  # tiles whose output differs from the first's
                 for name, cfg in cuda_tiles.SUB_TMA_CONFIGS.items():
                     if cfg.bits != bits:
                         continue
                     got = cuda_gemm_grouped.gemm_grouped_tma(*uq, qw, None, mx.bfloat16, cfg)
+                    if first_sub is None:
+                        first_sub = got
+                    elif not mx.array_equal(got, first_sub).item():
+                        sub_unequal.append(name)
                     sub_rel = max(sub_rel, (mx.abs(got.astype(mx.float32) - base).max()
                                             / mx.abs(base).max()).item())
                     row[name] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
@@ -384,6 +389,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                       + "  ".join(f"{kname} {v:7.1f}" for kname, v in {**row, **dq}.items())
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
                       + f"  | subnormal max diff vs the plain tile {sub_rel:.2g}"
+                      + f" (tiles unequal to the first: {sub_unequal or 'none'})"
                       + (f" (<tile>+ vs <tile>: {plus_rel:.2g})" if kernel_dir else "")
                       + f"  | dequant {dq_best[1]} {dq_best[0]:.1f} (max diff vs qmm {rel:.2g})"
                       + (f"  | OUTPUT DIFFERS from the plain tile: {differ}" if differ else ""))

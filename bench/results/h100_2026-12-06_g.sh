@@ -25,6 +25,10 @@
 # 2aed9d2's: bench/sass_diff.py).
 # Part NC2: part NCU's Nsight Compute run alone, and the same on the per-channel TMA GEMM's
 # 128 x 128 tile (M = 2048, 4096 x 14336), each summarized by bench/ncu_summary.py.
+# Part SWT: the swapped subnormal tile (gswp128: weight rows as wgmma's A, two S per
+# thread and group) in the subnormal tests, its kernel times beside gsub128 (tile_gpu_time
+# --sub), then the 4-layer prefill bench from the 8-bit gs64 checkpoint with the prior's
+# subnormal tile now gswp128.
 # Part QCH: bench/qmm_chain_probe.py on the lm_head shape at M = 16, then 4096 x 14336:
 # mlx_qmm's arm timed as the tuner does and with one ingredient dropped at a time.
 # Parts LDS, R16 and NCU ran on one NVIDIA H100 in one call (tree 82cfdbe, the 16-byte
@@ -65,6 +69,13 @@ fi
 if [ "$part" = "qch" ]; then
   run 60 python3 bench/qmm_chain_probe.py --m 16 --n 128256 --k 4096
   run 40 python3 bench/qmm_chain_probe.py --m 16 --n 4096 --k 14336
+fi
+if [ "$part" = "swt" ]; then  # the swapped subnormal tile: exact, how fast, the model
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  run 120 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512,128,16 \
+    --kn 4096x14336,14336x4096 --reps 5
+  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
 fi
 if [ "$part" = "nc2" ]; then  # NCU's Nsight Compute runs alone, with the per-channel 128 x 128 tile
   NC="ncu -f --set full --import-source no"
