@@ -29,6 +29,10 @@
 # thread and group) in the subnormal tests, its kernel times beside gsub128 (tile_gpu_time
 # --sub), then the 4-layer prefill bench from the 8-bit gs64 checkpoint with the prior's
 # subnormal tile now gswp128.
+# Part NC3: Nsight Compute on the swapped tile (M = 2048, 4096 x 14336), summarized.
+# Part Q1: part R16's race (checks off) on the lm_head alone at M = 16: does
+# mx.quantized_matmul time at ~19 us again there, where part QCH's probe of the tuner's
+# timing gave 434 us?
 # Part QCH: bench/qmm_chain_probe.py on the lm_head shape at M = 16, then 4096 x 14336:
 # mlx_qmm's arm timed as the tuner does and with one ingredient dropped at a time.
 # Parts LDS, R16 and NCU ran on one NVIDIA H100 in one call (tree 82cfdbe, the 16-byte
@@ -76,6 +80,21 @@ if [ "$part" = "swt" ]; then  # the swapped subnormal tile: exact, how fast, the
     --kn 4096x14336,14336x4096 --reps 5
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+fi
+if [ "$part" = "nc3" ]; then  # Nsight Compute on the swapped subnormal tile (STAGES 4, 8-bit)
+  run 150 ncu -f --set full --import-source no -o "$O/ncu_swp" -k "regex:subnormal.*_128_4_4_8_" \
+    -c 1 python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
+  if [ -f "$O/ncu_swp.ncu-rep" ]; then
+    ncu -i "$O/ncu_swp.ncu-rep" --page details > "$O/ncu_swp.txt" 2>&1
+    ncu -i "$O/ncu_swp.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_swp.sass.csv.gz"
+    rm -f "$O/ncu_swp.ncu-rep"
+    python3 bench/ncu_summary.py "$O/ncu_swp.sass.csv.gz" --top 25 >> "$L" 2>&1
+  fi
+fi
+if [ "$part" = "q1" ]; then  # part R16's race on the lm_head alone at M = 16
+  rm -f tmp_t/q1.json
+  run 90 python3 -m mlx_w8a8.tune --shapes 128256x4096 --format grouped --group-size 64 --m 16 \
+    --table tmp_t/q1.json --no-progress --sibling-check off --prefill-check off --decode-check off
 fi
 if [ "$part" = "nc2" ]; then  # NCU's Nsight Compute runs alone, with the per-channel 128 x 128 tile
   NC="ncu -f --set full --import-source no"
