@@ -30,7 +30,7 @@
 # --sub), then the 4-layer prefill bench from the 8-bit gs64 checkpoint with the prior's
 # subnormal tile now gswp128.
 # Part NC3: Nsight Compute on the swapped tile (M = 2048, 4096 x 14336), summarized.
-# Part Q1: part R16's race (checks off) on the lm_head alone at M = 16: does
+# Part Q1: part R16's race (checks off) on the lm_head and 4096 x 14336 (N x K) at M = 16: does
 # mx.quantized_matmul time at ~19 us again there, where part QCH's probe of the tuner's
 # timing gave 434 us?
 # Part QCH: bench/qmm_chain_probe.py on the lm_head shape at M = 16, then 4096 x 14336:
@@ -93,7 +93,7 @@ if [ "$part" = "nc3" ]; then  # Nsight Compute on the swapped subnormal tile (ST
 fi
 if [ "$part" = "q1" ]; then  # part R16's race on the lm_head alone at M = 16
   rm -f tmp_t/q1.json
-  run 90 python3 -m mlx_w8a8.tune --shapes 128256x4096 --format grouped --group-size 64 --m 16 \
+  run 90 python3 -m mlx_w8a8.tune --shapes 16x128256x4096 16x4096x14336 --format grouped --group-size 64 \
     --table tmp_t/q1.json --no-progress --sibling-check off --prefill-check off --decode-check off
 fi
 if [ "$part" = "nc2" ]; then  # NCU's Nsight Compute runs alone, with the per-channel 128 x 128 tile
