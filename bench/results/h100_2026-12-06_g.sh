@@ -30,6 +30,8 @@
 # --sub), then the 4-layer prefill bench from the 8-bit gs64 checkpoint with the prior's
 # subnormal tile now gswp128.
 # Part NC3: Nsight Compute on the swapped tile (M = 2048, 4096 x 14336), summarized.
+# Part GSZ: the subnormal tiles' kernel times at group sizes 32 and 128 (M = 2048): how
+# the time follows the number of groups (promotions and waits) per k.
 # Part Q1: part R16's race (checks off) on the lm_head and 4096 x 14336 (N x K) at M = 16: does
 # mx.quantized_matmul time at ~19 us again there, where part QCH's probe of the tuner's
 # timing gave 434 us?
@@ -90,6 +92,10 @@ if [ "$part" = "nc3" ]; then  # Nsight Compute on the swapped subnormal tile (ST
     rm -f "$O/ncu_swp.ncu-rep"
     python3 bench/ncu_summary.py "$O/ncu_swp.sass.csv.gz" --top 25 >> "$L" 2>&1
   fi
+fi
+if [ "$part" = "gsz" ]; then  # the subnormal tiles at group sizes 32 and 128 (per-group cost)
+  run 100 python3 bench/tile_gpu_time.py --grouped 32,128 --sub --bits 8 --m 2048 \
+    --kn 4096x14336,14336x4096 --reps 5
 fi
 if [ "$part" = "q1" ]; then  # part R16's race on the lm_head alone at M = 16
   rm -f tmp_t/q1.json
