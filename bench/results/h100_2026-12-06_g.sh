@@ -32,6 +32,9 @@
 # Part NC3: Nsight Compute on the swapped tile (M = 2048, 4096 x 14336), summarized.
 # Part GSZ: the subnormal tiles' kernel times at group sizes 32 and 128 (M = 2048): how
 # the time follows the number of groups (promotions and waits) per k.
+# Part SW2: part SWT's tests and kernel times again, the swapped tile's producer loading
+# each block's group sums before its wait for the stage (part NC3: consumers waiting on
+# full[s], the producer on those loads).
 # Part Q1: part R16's race (checks off) on the lm_head and 4096 x 14336 (N x K) at M = 16: does
 # mx.quantized_matmul time at ~19 us again there, where part QCH's probe of the tuner's
 # timing gave 434 us?
@@ -82,6 +85,11 @@ if [ "$part" = "swt" ]; then  # the swapped subnormal tile: exact, how fast, the
     --kn 4096x14336,14336x4096 --reps 5
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+fi
+if [ "$part" = "sw2" ]; then  # the swapped tile with its producer's group-sum loads moved
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  run 100 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
+    --kn 4096x14336,14336x4096 --reps 5
 fi
 if [ "$part" = "nc3" ]; then  # Nsight Compute on the swapped subnormal tile (STAGES 4, 8-bit)
   run 150 ncu -f --set full --import-source no -o "$O/ncu_swp" -k "regex:subnormal.*_128_4_4_8_" \

@@ -263,6 +263,20 @@ __device__ __forceinline__ void subswap_produce(const int8_t* a, int M, int K, c
     tile_coords(tile, tiles_m, tiles_n, tm, tn);
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
+      // An offset block's first k-tile: its group sums are loaded before the wait for the
+      // stage, so their latency passes while the consumers free it (loaded after it, they
+      // held full[s] back by a global load per block: Nsight Compute, docs/cuda.md).
+      const bool first = kt % kBlockTiles == 0;
+      uint32_t p[8];
+      if (first) {
+        // Recomputed here, not kept across the loop: the warpgroup has kWsProducerRegs
+        // registers (kept, they took ptxas past them: a spilled grid stride).
+        const int32_t* r = sums + static_cast<size_t>(min(tm * BM + pt, M - 1)) * groups;
+        const int g0 = (kt / kBlockTiles) * GB;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          p[i] = piece_pair<GB>(2 * i, i < GB && g0 + i < groups ? r[g0 + i] : 0);
+      }
       mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);  // every thread: it writes below
       const uint32_t ts = smem_addr(term_smem + s * kTermBytes);
       if (loader) {
@@ -274,15 +288,7 @@ __device__ __forceinline__ void subswap_produce(const int8_t* a, int M, int K, c
         load_sub_terms<BN, GS, GB>(ts, sub_terms<BN, GB>(mb.terms, mb.n, mb.tn, groups), kt,
                                    full0 + 8 * s);
       }
-      if (kt % kBlockTiles == 0) {
-        // Recomputed here, not kept across the loop: the warpgroup has kWsProducerRegs
-        // registers (kept, they took ptxas past them: a spilled grid stride).
-        const int32_t* r = sums + static_cast<size_t>(min(tm * BM + pt, M - 1)) * groups;
-        const int g0 = (kt / kBlockTiles) * GB;
-        uint32_t p[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          p[i] = piece_pair<GB>(2 * i, i < GB && g0 + i < groups ? r[g0 + i] : 0);
+      if (first) {
         // This thread's piece row (two 16-byte halves 128 bytes apart).
         const uint32_t dst = ts + (kGroups * BN * 4) + (BN + (pt & ~7)) * 32 + (pt & 7) * 16;
         sts_u4(dst, make_uint4(p[0], p[1], p[2], p[3]));
