@@ -11,7 +11,13 @@ after ``mx.synchronize()``, each link's output checked against its input times t
 dequantized weight in float32: which ingredient makes the time wrong, and whether the
 chained calls computed what they return.
 
-Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096]``.
+Part QCH ran this on an NVIDIA H100: the tuner's way with two arms gave 434 us on the
+lm_head, while ``tune --shapes 16x128256x4096`` (part Q1) gave 17 us again. ``--race``
+then runs the tuner's own call (every candidate of the problem, its rounds, its chain
+rule, its pruning) and variants that each drop one of those, printing the chain length
+and ``mlx_qmm``'s per-round samples: which of them the fast times come from.
+
+Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096] [--race]``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--n", type=int, default=128256)
     p.add_argument("--k", type=int, default=4096)
+    p.add_argument("--race", action="store_true",
+                   help="also the tuner's own timing call and its variants")
     args = p.parse_args(argv)
     prob = Problem(op="linear", m=args.m, n=args.n, k=args.k, dtype="bfloat16",
                    weight_format="grouped", group_size=64)
@@ -46,6 +54,8 @@ def main(argv=None) -> int:
     print(f"MLX {mx.__version__}, {mx.default_device()}, {prob}; {len(inputs)} inputs, "
           f"{copies} weight copies")
     link = timing.linear_link
+    if args.race:
+        race(prob, cfg, cycled, found, link)
     for label, ins, kw in (
             ("as the tuner", cycled, dict(link=link, warmup=len(cycled))),
             ("no link", cycled, dict(link=None, warmup=len(cycled))),
@@ -79,6 +89,29 @@ def main(argv=None) -> int:
               f"{1e6 * (t2 - t0) / 8:.1f} us after synchronize; largest relative error of "
               f"a link's output {worst:.3g}", flush=True)
     return 0
+
+
+def race(prob, cfg, cycled, found, link) -> None:
+    """The tuner's timing call (``Tuner._measure`` without its gate: every candidate,
+    its rounds, chain rule and pruning) and variants, each with ``mlx_qmm``'s samples."""
+    every = [(n, registry.layer_run(c, prob)) for n, c in found.items()]
+    two = [a for a in every if a[0] in ("mlx_qmm", "cuda_w8a8_gemm_subnormal")]
+    tuner = dict(pairs=cfg.pairs, warmup=max(cfg.warmup, len(cycled)), chain=cfg.chain,
+                 max_chain=cfg.max_chain, prune_ratio=timing.PRUNE_RATIO, keep=("mlx_qmm",),
+                 link=link)
+    for label, arms, kw in (
+            ("race", every, tuner),
+            ("race, two arms", two, tuner),
+            ("race, no pruning", every, {**tuner, "prune_ratio": None}),
+            ("race, 3 rounds", every, {**tuner, "pairs": 3}),
+            ("race, chain 8", every, {**tuner, "chain": 8})):
+        res = timing.paired_measure(arms, cycled, **kw)
+        qmm = res.timings["mlx_qmm"]
+        print(f"{label:17s} chain {res.chain}, {len(arms)} arms: "
+              + "  ".join(f"{n} {t.median_ns / 1e3:.1f} us" for n, t in res.timings.items()
+                          if t.ok and t.samples_ns), flush=True)
+        print(f"{'':17s} mlx_qmm per round (us): "
+              + " ".join(f"{v / 1e3:.0f}" for v in qmm.samples_ns), flush=True)
 
 
 if __name__ == "__main__":

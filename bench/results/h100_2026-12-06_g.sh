@@ -35,6 +35,9 @@
 # Part SW2: part SWT's tests and kernel times again, the swapped tile's producer loading
 # each block's group sums before its wait for the stage (part NC3: consumers waiting on
 # full[s], the producer on those loads).
+# Part SW2T: part SW2's kernel times alone. Part QRC: bench/qmm_chain_probe.py --race
+# (the tuner's own timing call with every candidate, then without one ingredient at a
+# time) at M = 16 on 4096 x 14336 (N x K).
 # Part Q1: part R16's race (checks off) on the lm_head and 4096 x 14336 (N x K) at M = 16: does
 # mx.quantized_matmul time at ~19 us again there, where part QCH's probe of the tuner's
 # timing gave 434 us?
@@ -90,6 +93,13 @@ if [ "$part" = "sw2" ]; then  # the swapped tile with its producer's group-sum l
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   run 100 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
     --kn 4096x14336,14336x4096 --reps 5
+fi
+if [ "$part" = "sw2t" ]; then  # part SW2's kernel times alone
+  run 90 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
+    --kn 4096x14336,14336x4096 --reps 5
+fi
+if [ "$part" = "qrc" ]; then  # the tuner's own timing call on mlx_qmm and its variants
+  run 100 python3 bench/qmm_chain_probe.py --m 16 --n 4096 --k 14336 --race
 fi
 if [ "$part" = "nc3" ]; then  # Nsight Compute on the swapped subnormal tile (STAGES 4, 8-bit)
   run 150 ncu -f --set full --import-source no -o "$O/ncu_swp" -k "regex:subnormal.*_128_4_4_8_" \
