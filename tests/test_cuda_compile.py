@@ -298,7 +298,7 @@ def kernel_builds() -> list[KernelBuild]:
     # them; two sibling bodies on every tile, the four between them (the bfloat16 offset
     # wgmma beside the u8 x u8 ones is where a serialized wgmma would show).
     for i, cfg in enumerate(cuda_tiles.SUB_TMA_CONFIGS.values()):
-        sub = (("WB", cfg.bits), ("SW", cfg.swap))
+        sub = (("WB", cfg.bits),)
         for j, gs in enumerate(cuda_tiles.GROUPED_TMA_GROUP_SIZES):
             t = launch.FLOAT_DTYPES[(i + j) % 3]
             body = "tma_subnormal_bias" if (i + j) % 2 else "tma_subnormal"
@@ -688,9 +688,6 @@ def test_kernels_compile_for_sm90a(tmp_path):
         # terms' extra offsets) keeps the grid stride and member pointers in up to 12
         # bytes, stored before the tile loop and loaded once per tile, outside the k-tile
         # loop (cuobjdump -sass of the 64 / group3 build).
-        # Likewise the swapped 8-bit subnormal bodies' producer warpgroup (SW: its 128
-        # threads also load the block's group sums before the stage wait and write the
-        # rows' offset pieces after it) keeps up to 16 bytes in local memory.
         # And one known cost, not a setup spill: the 4-bit subnormal body without bias or
         # siblings at group size 128 (the consumers' pipelined block of 4 groups, 16
         # wgmmas) keeps a few values in local memory inside the block loop, 13 stores and
@@ -698,9 +695,7 @@ def test_kernels_compile_for_sm90a(tmp_path):
         # picks that kernel, and its bias and sibling bodies do not spill.
         tpl = dict(build.template)
         sub4 = build.body.startswith("tma_subnormal") and tpl.get("WB") == 4
-        swap = build.body.startswith("tma_subnormal") and tpl.get("SW") is True
         setup_only = ((tpl.get("PIPE") and all(_spill_bytes(ln) <= 8 for ln in spills))
-                      or (swap and all(_spill_bytes(ln) <= 16 for ln in spills))
                       or (sub4 and all(_spill_bytes(ln) <= 12 for ln in spills))
                       or (sub4 and build.body == "tma_subnormal" and tpl.get("GS") == 128
                           and all(_spill_bytes(ln) <= 64 for ln in spills)))

@@ -192,7 +192,7 @@ def _template(cfg: GroupedTmaConfig, act_groups: bool, group_size: int,
     """The template arguments of the group-wise TMA GEMM's launch (:func:`_body`)."""
     template = [("T", out_dtype), ("GS", group_size)] + cfg.template()
     if cfg.sub:
-        template += [("WB", cfg.bits), ("GB", sub_groups(group_size)), ("SW", cfg.swap)]
+        template += [("WB", cfg.bits), ("GB", sub_groups(group_size))]
     elif _body(cfg, act_groups) == "tma_groupwise":
         template += [("WB", cfg.bits), ("AG", act_groups), ("ORD", cfg.order),
                      ("LIVE", cfg.live), ("PIPE", cfg.pipe)]
@@ -248,9 +248,6 @@ def _grouped_tma_checked(m: int, k: int, weight, cfg) -> GroupedTmaConfig:
         raise ValueError(f"{op} the tile must be a GroupedTmaConfig of the weight's "
                          f"{weight.bits}-bit codes (GROUPED_TMA_CONFIGS, "
                          f"GROUPED4_TMA_CONFIGS), got {cfg}")
-    if cfg.swap and not (cfg.sub and cfg.bits == 8 and cfg.bn == 128 and cfg.producers == 4):
-        raise ValueError(f"{op} swapped operands (swap) need the 8-bit subnormal promotion's "
-                         f"128-wide tile with 4 producer warps; got {cfg}")
     if cfg.sub and (cfg.order or cfg.live or cfg.pipe):
         raise ValueError(f"{op} the subnormal promotion (sub) comes without order, live and "
                          f"pipe, got {cfg}")

@@ -266,11 +266,7 @@ class GroupedTmaConfig(NamedTuple):
     bodies ``tma_subnormal*``; ``SUB_TMA_CONFIGS``): unsigned activation codes, one FMA
     per accumulator and group, the offset term on bfloat16 wgmmas; a stage holds the
     k-tile's ``S`` (4 bytes per column and group) and one offset block's pieces (32 bytes
-    per column), never with ``order``, ``live`` or ``pipe``. ``swap`` (with ``sub``, 8-bit
-    codes, ``bn = 128``, 4 producer warps): the consumers multiply the weight rows by the
-    activation rows (``gemm_grouped_ws.cu``, swapped operands): two ``S`` per thread and
-    group instead of 32; a stage also holds the tile rows' offset pieces (32 bytes per
-    row), which the producer warpgroup writes."""
+    per column), never with ``order``, ``live`` or ``pipe``."""
 
     bn: int
     stages: int
@@ -280,7 +276,6 @@ class GroupedTmaConfig(NamedTuple):
     live: bool = False
     pipe: int = 0
     sub: bool = False
-    swap: bool = False
 
     bm = 128
 
@@ -301,7 +296,6 @@ class GroupedTmaConfig(NamedTuple):
         to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
         groups = 128 // group_size
         terms = groups * self.bn * 4 + self.bn * 32 if self.sub else groups * self.bn * 8
-        terms += self.bm * 32 if self.swap else 0
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
         four = self.bits == 4  # + the packed rows and the packed[s] mbarrier per stage
         packed, barriers = (self.bn * 64, 24) if four else (0, 16)
@@ -340,7 +334,6 @@ SUB_TMA_CONFIGS = {
     "gsub128": GroupedTmaConfig(128, 5, 4, sub=True),
     "gsub64": GroupedTmaConfig(64, 7, 1, sub=True),
     "g4sub128": GroupedTmaConfig(128, 4, 4, 4, sub=True),
-    "gswp128": GroupedTmaConfig(128, 4, 4, sub=True, swap=True),
 }
 
 
@@ -355,10 +348,10 @@ def sub_groups(group_size: int) -> int:
 
 def sub_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     """The subnormal promotion's tile for an ``M x N`` output: the 4-bit tile, or for
-    8-bit codes :func:`tiles_filling` over the swapped 128-wide tile and the 64-wide one."""
+    8-bit codes :func:`tiles_filling` over the 8-bit ones."""
     if bits == 4:
         return SUB_TMA_CONFIGS["g4sub128"]
-    return tiles_filling(m, n, [SUB_TMA_CONFIGS["gswp128"], SUB_TMA_CONFIGS["gsub64"]])
+    return tiles_filling(m, n, [c for c in SUB_TMA_CONFIGS.values() if c.bits == 8])
 
 
 # The group-wise TMA GEMM's pipelined promotion: the run lengths the kernel takes, by

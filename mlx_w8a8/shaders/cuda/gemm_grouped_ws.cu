@@ -145,21 +145,6 @@
 // promotion (one fma per accumulator where the other forms need four CUDA-core
 // instructions) under the next group's wgmmas, in two int32 sets.
 //
-// Swapped operands (SW, with SUB on the 128 x 128 tile, 8-bit codes): each consumer
-// warpgroup multiplies its 64 weight rows (wgmma's A: the stage's B tile) by the tile's
-// 128 activation rows (wgmma's B: the stage's A tile), so its accumulators hold the
-// output tile transposed: a thread's two rows are weight rows and its 32 columns tokens.
-// The promotion's S is then two values per thread and group (two 4-byte loads) instead
-// of 32 (sixteen 8-byte loads: what kept the shared-memory pipe busiest, more than the
-// wgmmas' operand reads; Nsight Compute, docs/cuda.md). The offset block's wgmma has both
-// operands in shared memory: A the weight pieces (the same array), B the tile's 128
-// rows' pieces (the values piece_pair gives, BM x 16 bfloat16 after the weight pieces in
-// the stage), which the producer warpgroup's 128 threads write at each block's first
-// k-tile (a thread a row, from the quantize's group sums; rows past M repeat row M - 1)
-// before arriving on full[s] (count 1 + 4, as the 4-bit producer). The epilogue stages
-// each warp's 16 weight rows x 32 tokens and stores each token's 16 outputs
-// (subswap_epilogue). The arithmetic of every output is the same as without SW.
-//
 // Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
 // the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile
 // r * STAGES + s; empty[s] count 8 (the consumer warps). TMA and bulk copies write shared
@@ -389,18 +374,13 @@ __device__ __forceinline__ void load_sub_terms(uint32_t dst, SubTerms st, int kt
               BN * 32, bar);
 }
 
-// SUB: a stage's terms bytes (sub_term_bytes' largest, and with SW the rows' pieces).
-template <int BN, int GS, bool SW>
-constexpr int kSubStageTermBytes = (kBK / GS) * BN * 4 + BN * 32 + (SW ? 128 * 32 : 0);
-
 // SUB: a tile's mainloop (gemm_subnormal.cu, defined there for the reason wgmma_rs is):
-// f += every group's and offset block's terms of rows [64 wg, 64 wg + 64) (SW: of weight
-// rows [64 wg, 64 wg + 64), transposed); `it` advances by the tile's k-tiles. rw: the
-// thread's warp within its warpgroup.
-template <int BN, int STAGES, int GS, int GB, bool SW>
+// f += every group's and offset block's terms of rows [64 wg, 64 wg + 64); `it` advances
+// by the tile's k-tiles.
+template <int BN, int STAGES, int GS, int GB>
 __device__ __forceinline__ void subnormal_tile(float (&f)[BN / 2], int& it, unsigned char* smem,
                                                unsigned char* term_smem, uint32_t full0,
-                                               uint32_t empty0, int wg, int rw, int lane,
+                                               uint32_t empty0, int wg, int lane,
                                                const int32_t* r_lo, const int32_t* r_hi,
                                                int groups, int ktiles);
 
@@ -533,21 +513,6 @@ __device__ __forceinline__ GroupedMember<T> member_of(const GroupedMembers<T, NM
   return m;
 }
 
-// SW (gemm_subnormal.cu): the producer warpgroup of the swapped subnormal GEMM (as
-// grouped4_produce: lane 0 of warp 8 loads, all 128 threads write the rows' pieces and
-// arrive), and the transposed epilogue of one warp's 16 weight rows from n0 x the tile's
-// 128 tokens from m0.
-template <int BN, int STAGES, int GS, int GB, typename T, int NM>
-__device__ __forceinline__ void subswap_produce(const int8_t* a, int M, int K, const int32_t* sums,
-                                                const GroupedMembers<T, NM>& ms,
-                                                unsigned char* smem, unsigned char* term_smem,
-                                                uint64_t* bars);
-template <bool HAS_BIAS, typename T>
-__device__ __forceinline__ void subswap_epilogue(const int (&d)[64],
-                                                 const SubnormalEpilogue<HAS_BIAS>& epi, T* out,
-                                                 int m0, int n0, int M, int N, int lane,
-                                                 unsigned char* stage_buf);
-
 // The producer warpgroup of the 4-bit GEMM (gemm_grouped_ws with WB = 4, the "4-bit
 // weights" paragraph above): per k-tile, lane 0 of warp 8 arms full[s] with A's box and
 // the terms and loads them, and arms packed[s] with the packed box and loads it; then all
@@ -561,7 +526,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
   constexpr int BM = 128;
   constexpr int kGroups = kBK / GS;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  constexpr int kTermBytes = SUB ? kSubStageTermBytes<BN, GS, false> : kGroups * BN * 8;
+  constexpr int kTermBytes = SUB ? kGroups * BN * 4 + BN * 32 : kGroups * BN * 8;
   constexpr int kPackRow = kBK / 2;  // packed bytes of a row per k-tile (the map's box)
   constexpr int kPackBytes = BN * kPackRow;
   constexpr int kChunks = BN / 32;  // 16-byte packed chunks per thread and k-tile
@@ -638,7 +603,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
 // ms: the weights (GroupedMembers), out [M, n[g]] T per member.
 template <bool HAS_BIAS, typename T, int BN, int STAGES, int PW, int GS, int NM, int WB = 8,
           bool AG = false, bool ORD = false, bool LIVE = false, int PIPE = 0, bool SUB = false,
-          int GB = 0, bool SW = false>
+          int GB = 0>
 __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
@@ -653,8 +618,6 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                 "the subnormal promotion alone, on tiles of 64 or more columns");
   static_assert(!SUB || (GB > 0 && 2 * GB + 3 <= 16 && GB % (kBK / GS) == 0),
                 "an offset block: whole k-tiles, its pieces and constant in one k16 step");
-  static_assert(!SW || (SUB && BN == 128 && PW == 4 && WB == 8),
-                "swapped operands: the 8-bit subnormal promotion's 128 x 128 tile");
   constexpr bool kW4 = WB == 4;
   constexpr int BM = 128;
   static_assert(BM == kTmaTileRowsA, "A's box rows (tma_box_rows_a) are the tile's rows");
@@ -662,7 +625,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   constexpr int kSteps = GS / 32;    // k32 wgmma steps per group
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
   // The k-tile's (s, o) pairs for BN columns; SUB: its S rows and an offset block's pieces.
-  constexpr int kTermBytes = SUB ? kSubStageTermBytes<BN, GS, SW> : kGroups * BN * 8;
+  constexpr int kTermBytes = SUB ? kGroups * BN * 4 + BN * 32 : kGroups * BN * 8;
   constexpr int kPackBytes = kW4 ? BN * kBK / 2 : 0;  // a stage's packed 4-bit rows
   constexpr bool kRealloc = PW == 4;
   unsigned char* smem = wgmma_smem();
@@ -681,21 +644,17 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, kW4 || SW ? 1 + 4 : 1);  // the arm (+ the producer warps)
+      mbar_init(full0 + 8 * s, kW4 ? 1 + 4 : 1);  // the arm (+ the expanding warps)
       mbar_init(empty0 + 8 * s, 8);  // the consumer warps
       if constexpr (kW4) mbar_init(empty0 + 8 * (STAGES + s), 1);  // packed[s]
     }
   }
   __syncthreads();
 
-  if constexpr (kW4 || SW) {
+  if constexpr (kW4) {
     if (warp >= kWsProducerWarp) {
       setmaxnreg_dec<kWsProducerRegs>();  // all four warps stay: they expand the codes
-      if constexpr (kW4)
-        grouped4_produce<BN, STAGES, GS, SUB, GB>(a, M, K, sums, ms, smem, term_smem, pack_smem,
-                                                  bars);
-      else
-        subswap_produce<BN, STAGES, GS, GB>(a, M, K, sums, ms, smem, term_smem, bars);
+      grouped4_produce<BN, STAGES, GS, SUB, GB>(a, M, K, sums, ms, smem, term_smem, pack_smem, bars);
       return;
     }
   } else if (warp >= kWsProducerWarp) {
@@ -784,8 +743,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
     }
     if constexpr (SUB) {
       // The subnormal promotion (the paragraph at the top of the file; gemm_subnormal.cu).
-      subnormal_tile<BN, STAGES, GS, GB, SW>(f, it, smem, term_smem, full0, empty0, wg, warp & 3,
-                                             lane, r_lo, r_hi, groups, ktiles);
+      subnormal_tile<BN, STAGES, GS, GB>(f, it, smem, term_smem, full0, empty0, wg, lane, r_lo,
+                                         r_hi, groups, ktiles);
       (void)cur_lo;
       (void)cur_hi;
     } else if constexpr (PIPE > 0) {
@@ -907,11 +866,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       const int blocks = (groups + GB - 1) / GB;
       const SubnormalEpilogue<HAS_BIAS> epi{
           row_scale, mb.bias, mb.terms + static_cast<size_t>(cols) * (groups + blocks * 8) * BN};
-      if constexpr (SW)
-        subswap_epilogue<HAS_BIAS>(bits, epi, mb.out, tm * BM, mb.tn * BN + row_base - tm * BM,
-                                   M, mb.n, lane, stage_buf);
-      else
-        ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
+      ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
     } else {
       const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
       if (live) ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
