@@ -45,7 +45,12 @@
 # mlx_qmm's arm timed as the tuner does and with one ingredient dropped at a time.
 # Parts LDS, R16 and NCU ran on one NVIDIA H100 in one call (tree 82cfdbe, the 16-byte
 # loads in the package, DEADLINE=470): NCU's Nsight Compute run was not reached. Parts QMM
-# and TST ran on another NVIDIA H100 (tree b8ce34d, DEADLINE=260). Part QCH has not run.
+# and TST ran on another NVIDIA H100 (tree b8ce34d, DEADLINE=260); parts QCH and NC2 on
+# another (tree c8ab7ee, DEADLINE=400); parts SWT and Q1 on another (tree 71a990f, the
+# swapped tile in the package, DEADLINE=560; Q1's shapes were mistyped, rc=2); parts Q1,
+# GSZ and NC3 on another (tree 6fc4d42, DEADLINE=330; GSZ reached its limit after group
+# size 32). Parts SW2, SW2T and QRC have not run (SW2 and SW2T need tree 3016388's
+# swapped tile, since reverted).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}
