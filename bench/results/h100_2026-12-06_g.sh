@@ -58,6 +58,15 @@ mkdir -p "$O" tmp_t
 L="$O/g.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+# ncu_report NAME: the Nsight Compute report $O/NAME.ncu-rep (if made) as its details page
+# (NAME.txt) and its SASS source page (NAME.sass.csv.gz), summarized into the log.
+ncu_report() {
+  [ -f "$O/$1.ncu-rep" ] || return
+  ncu -i "$O/$1.ncu-rep" --page details > "$O/$1.txt" 2>&1
+  ncu -i "$O/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$1.sass.csv.gz"
+  rm -f "$O/$1.ncu-rep"
+  python3 bench/ncu_summary.py "$O/$1.sass.csv.gz" --top 25 >> "$L" 2>&1
+}
 for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
 if [ "$part" = "lds" ]; then
@@ -109,12 +118,7 @@ fi
 if [ "$part" = "nc3" ]; then  # Nsight Compute on the swapped subnormal tile (STAGES 4, 8-bit)
   run 150 ncu -f --set full --import-source no -o "$O/ncu_swp" -k "regex:subnormal.*_128_4_4_8_" \
     -c 1 python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
-  if [ -f "$O/ncu_swp.ncu-rep" ]; then
-    ncu -i "$O/ncu_swp.ncu-rep" --page details > "$O/ncu_swp.txt" 2>&1
-    ncu -i "$O/ncu_swp.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_swp.sass.csv.gz"
-    rm -f "$O/ncu_swp.ncu-rep"
-    python3 bench/ncu_summary.py "$O/ncu_swp.sass.csv.gz" --top 25 >> "$L" 2>&1
-  fi
+  ncu_report ncu_swp
 fi
 if [ "$part" = "gsz" ]; then  # the subnormal tiles at group sizes 32 and 128 (per-group cost)
   run 100 python3 bench/tile_gpu_time.py --grouped 32,128 --sub --bits 8 --m 2048 \
@@ -130,25 +134,14 @@ if [ "$part" = "nc2" ]; then  # NCU's Nsight Compute runs alone, with the per-ch
   G="--m 2048 --kn 4096x14336"
   run 150 $NC -o "$O/ncu_sub" -k regex:subnormal -c 1 python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 $G
   run 100 $NC -o "$O/ncu_pc128" -k regex:gemm_ws -c 1 python3 bench/tile_gpu_time.py --once --tiles tma128 $G
-  for r in ncu_sub ncu_pc128; do
-    if [ -f "$O/$r.ncu-rep" ]; then
-      ncu -i "$O/$r.ncu-rep" --page details > "$O/$r.txt" 2>&1
-      ncu -i "$O/$r.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$r.sass.csv.gz"
-      rm -f "$O/$r.ncu-rep"
-      python3 bench/ncu_summary.py "$O/$r.sass.csv.gz" --top 25 >> "$L" 2>&1
-    fi
-  done
+  ncu_report ncu_sub
+  ncu_report ncu_pc128
 fi
 if [ "$part" = "ncu" ]; then
   run 60 python3 bench/tile_gpu_time.py --tiles tma256,tma128 --m 2048,16 --kn 4096x14336,14336x4096
   run 150 ncu -f --set full --import-source no -o "$O/ncu_sub" -k regex:subnormal -c 1 \
     python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 8 --m 2048 --kn 4096x14336
-  if [ -f "$O/ncu_sub.ncu-rep" ]; then
-    ncu -i "$O/ncu_sub.ncu-rep" --page details > "$O/ncu_sub.txt" 2>&1
-    ncu -i "$O/ncu_sub.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/ncu_sub.sass.csv.gz"
-    rm -f "$O/ncu_sub.ncu-rep"
-    python3 bench/ncu_summary.py "$O/ncu_sub.sass.csv.gz" --top 25 >> "$L" 2>&1
-  fi
+  ncu_report ncu_sub
 fi
 done
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150
