@@ -11,11 +11,9 @@ after ``mx.synchronize()``, each link's output checked against its input times t
 dequantized weight in float32: which ingredient makes the time wrong, and whether the
 chained calls computed what they return.
 
-Part QCH ran this on an NVIDIA H100: the tuner's way with two arms gave 434 us on the
-lm_head, while ``tune --shapes 16x128256x4096`` (part Q1) gave 17 us again. ``--race``
-then runs the tuner's own call (every candidate of the problem, its rounds, its chain
-rule, its pruning) and variants that each drop one of those, printing the chain length
-and ``mlx_qmm``'s per-round samples: which of them the fast times come from.
+``--race`` also runs the tuner's own call (every candidate of the problem, its rounds,
+its chain rule, its pruning) and variants that each drop one of those, printing the
+chain length and ``mlx_qmm``'s per-round samples (why: docs/cuda.md, Not done).
 
 Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096] [--race]``.
 """
@@ -33,6 +31,9 @@ from mlx_w8a8.kernels.registry import Problem
 from mlx_w8a8.tuning import gate, timing
 from mlx_w8a8.tuning.tuner import TuneConfig, cold_copies
 
+# The arms of the tuner-like timings: the reference and one W8A8 kernel for contrast.
+PAIR = ("mlx_qmm", "cuda_w8a8_gemm_subnormal")
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -49,8 +50,7 @@ def main(argv=None) -> int:
     copies = cold_copies(gate.weight_nbytes(inputs[0][1]), cfg.cold_bytes)
     cycled = gate.cycle_weights(inputs, copies)
     found = {c.name: c for c in registry.candidates(prob)}
-    names = [n for n in ("mlx_qmm", "cuda_w8a8_gemm_subnormal") if n in found]
-    arms = [(n, registry.layer_run(found[n], prob)) for n in names]
+    arms = [(n, registry.layer_run(found[n], prob)) for n in PAIR if n in found]
     print(f"MLX {mx.__version__}, {mx.default_device()}, {prob}; {len(inputs)} inputs, "
           f"{copies} weight copies")
     link = timing.linear_link
@@ -95,7 +95,7 @@ def race(prob, cfg, cycled, found, link) -> None:
     """The tuner's timing call (``Tuner._measure`` without its gate: every candidate,
     its rounds, chain rule and pruning) and variants, each with ``mlx_qmm``'s samples."""
     every = [(n, registry.layer_run(c, prob)) for n, c in found.items()]
-    two = [a for a in every if a[0] in ("mlx_qmm", "cuda_w8a8_gemm_subnormal")]
+    two = [a for a in every if a[0] in PAIR]
     tuner = dict(pairs=cfg.pairs, warmup=max(cfg.warmup, len(cycled)), chain=cfg.chain,
                  max_chain=cfg.max_chain, prune_ratio=timing.PRUNE_RATIO, keep=("mlx_qmm",),
                  link=link)
