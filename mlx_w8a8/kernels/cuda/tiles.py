@@ -290,12 +290,13 @@ class GroupedTmaConfig(NamedTuple):
 
     def shared_memory(self, group_size: int) -> int:
         """Dynamic shared memory for ``group_size``: the ring (A and B tiles plus
-        ``128 / group_size`` groups' float32 pairs for ``bn`` columns per stage), 8
+        ``128 / group_size`` groups' float32 pairs for ``bn`` columns per stage; the
+        subnormal promotion's: their bfloat16 ``S`` and an offset block's pieces), 8
         per-warp epilogue staging buffers (2560 bytes), the full/empty mbarriers, room to
         stage 1 + MAX_SIBLINGS tensor maps with 128 bytes to align them, and 1024 bytes
         to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
         groups = 128 // group_size
-        terms = groups * self.bn * 4 + self.bn * 32 if self.sub else groups * self.bn * 8
+        terms = groups * self.bn * 2 + self.bn * 32 if self.sub else groups * self.bn * 8
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
         four = self.bits == 4  # + the packed rows and the packed[s] mbarrier per stage
         packed, barriers = (self.bn * 64, 24) if four else (0, 16)

@@ -21,7 +21,9 @@ __device__ __forceinline__ int opaque(int x) {
 // issued together; wait_group 1 completes the offsets (group 0 still running). Then each
 // group's successor is issued (into the other of two int32 sets) before the group is
 // waited for (wait_group 1) and promoted, so each promotion runs under the next group's
-// MMAs; the block's last group waits with wait_group 0.
+// MMAs; the block's last group waits with wait_group 0. A group's S pairs are loaded into
+// registers after the previous group's promotion (pinned there: loaded earlier, both
+// groups' would be live), so their latency passes under that group's wait.
 // Hazards this shape keeps clear of (ptxas, sm_90a):
 //  * no set is in flight across a loop's back edge (the block is unrolled, its sets
 //    declared in it and complete at its end; an in-flight set across a back edge made
@@ -42,7 +44,7 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
   constexpr int BM = 128;
   constexpr int kGroups = kBK / GS, kSteps = GS / 32, kNG = NT * kGroups;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  constexpr int kTermBytes = kGroups * BN * 4 + BN * 32;
+  constexpr int kTermBytes = kGroups * BN * 2 + BN * 32;
   const int tq = lane & 3;
   auto stage_of = [&](int u) { return (opaque(it) + u / kGroups) % STAGES; };
   auto issue = [&](int (&d)[BN / 2], int u) {
@@ -56,10 +58,14 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
     for (int ks = 1; ks < kSteps; ++ks) wgmma_uu_step<BN>(d, sa, sb, j * kSteps + ks, 1);
     wgmma_commit();
   };
+  uint32_t sp[BN / 8];  // the S pairs of the group to be promoted next
+  auto load_s = [&](int u) {
+    subnormal_s<BN>(sp, smem_addr(term_smem + stage_of(u) * kTermBytes), u % kGroups, tq);
+  };
   auto promote = [&](int (&d)[BN / 2], int u) {
     const int s = stage_of(u), j = u % kGroups;
     pin_set<BN>(d);
-    subnormal_promote<BN>(f, d, smem_addr(term_smem + s * kTermBytes), j, tq);
+    subnormal_promote<BN>(f, d, sp);
     if (j == kGroups - 1) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -70,11 +76,12 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
     mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
     wgmma_fence();  // f and a were written by this thread: before the wgmma reads them
     wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s * kTermBytes) +
-                                              kGroups * BN * 4), 1);
+                                              kGroups * BN * 2), 1);
     wgmma_commit();
   }
   int d0[BN / 2], d1[BN / 2];
   issue(d0, 0);
+  load_s(0);
   wgmma_wait<1>();  // the offsets in f complete, group 0 in flight
   pin_set<BN>(f);
 #pragma unroll
@@ -88,6 +95,10 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
     }
     if (u % 2 == 0) promote(d0, u);
     else promote(d1, u);
+    if (u + 1 < kNG) {
+      pin_set<BN>(f);  // the promotion's fmas before the next group's S loads
+      load_s(u + 1);
+    }
   }
 }
 

@@ -1,0 +1,32 @@
+#!/bin/bash
+# Device runs H, 2026-12-07: the subnormal GEMM with its S stored as bfloat16 pairs and
+# loaded during the group before. Every part appends to h.log (kept as
+# h100_2026-12-07_h.log); each part's header line names its GPU and tree:
+#   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-07_h.sh <parts>
+# Part SBP: tests/test_cuda.py -k subnormal; the subnormal tiles' kernel times
+# (tile_gpu_time --sub, 8-bit codes, group size 64) on this tree, then in the same call
+# on the tree before the change (exp/base: the package and tile_gpu_time.py of commit
+# 8038bdd, S as float32 pairs loaded at each promotion); the 4-layer prefill bench from
+# the 8-bit gs64 checkpoint on the default path (the prior: the subnormal GEMM from
+# M = 128); then the 4-bit tiles, both trees.
+set -u
+export PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/h100_h}
+mkdir -p "$O" tmp_t
+L="$O/h.log"
+. "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
+N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
+echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
+if [ "$part" = "sbp" ]; then
+  T="--grouped 64 --sub --m 2048,512,128 --kn 4096x14336,14336x4096 --reps 5"
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  run 100 python3 bench/tile_gpu_time.py $T --bits 8
+  run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 8
+  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+  run 100 python3 bench/tile_gpu_time.py $T --bits 4
+  run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 4
+fi
+done
+grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150
