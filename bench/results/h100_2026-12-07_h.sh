@@ -3,8 +3,9 @@
 # loaded during the group before. Every part appends to h.log (kept as
 # h100_2026-12-07_h.log); each part's header line names its GPU and tree:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-07_h.sh <parts>
-# Part SBP: tests/test_cuda.py -k subnormal; the subnormal tiles' kernel times
-# (tile_gpu_time --sub, 8-bit codes, group size 64) on this tree, then in the same call
+# Part SBP: tests/test_cuda.py -k subnormal (gsub96 among the tiles forced); the
+# subnormal tiles' kernel times (tile_gpu_time --sub, 8-bit codes, group size 64; gsub96:
+# the 96-wide tile with three int32 sets) on this tree, then in the same call
 # on the tree before the change (exp/base: the package and tile_gpu_time.py of commit
 # 8038bdd, S as float32 pairs loaded at each promotion); the 4-layer prefill bench from
 # the 8-bit gs64 checkpoint on the default path (the prior: the subnormal GEMM from
