@@ -21,9 +21,9 @@ for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
 if [ "$part" = "sbp" ]; then
   T="--grouped 64 --sub --m 2048,512,128 --kn 4096x14336,14336x4096 --reps 5"
-  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   run 100 python3 bench/tile_gpu_time.py $T --bits 8
-  run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 8
+  run 90 python3 exp/base/bench/tile_gpu_time.py $T --bits 8
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
   run 100 python3 bench/tile_gpu_time.py $T --bits 4
