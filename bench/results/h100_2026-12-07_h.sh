@@ -9,7 +9,8 @@
 # on the tree before the change (exp/base: the package and tile_gpu_time.py of commit
 # 8038bdd, S as float32 pairs loaded at each promotion); the 4-layer prefill bench from
 # the 8-bit gs64 checkpoint on the default path (the prior: the subnormal GEMM from
-# M = 128); then the 4-bit tiles, both trees.
+# M = 128); then the 4-bit tiles, both trees. Part SBQ: part SBP's 8-bit kernel times at
+# M = 2048 and 512 (this tree, then exp/base), then its tests, for a short call.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -28,6 +29,12 @@ if [ "$part" = "sbp" ]; then
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
   run 100 python3 bench/tile_gpu_time.py $T --bits 4
   run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 4
+fi
+if [ "$part" = "sbq" ]; then  # part SBP's kernel times first (M = 2048, 512), then its tests
+  T="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"
+  run 80 python3 bench/tile_gpu_time.py $T
+  run 70 python3 exp/base/bench/tile_gpu_time.py $T
+  run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
 fi
 done
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150
