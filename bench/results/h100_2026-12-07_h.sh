@@ -3,6 +3,12 @@
 # loaded during the group before. Every part appends to h.log (kept as
 # h100_2026-12-07_h.log); each part's header line names its GPU and tree:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-07_h.sh <parts>
+# Its parts time kernel code that is not on main: the S pairs and the 96-wide tile were
+# written (commits 93ee429, 1e13844, with 934fa1e's compile-test allowance) and reverted
+# untimed. To run them: git revert the commit that reverted them, then make exp/base, the
+# tree before (untracked):
+#   mkdir -p exp/base && git archive 8038bdd mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/base
+# No part has run: no GPU could be started on 2026-12-07.
 # Part SBP: tests/test_cuda.py -k subnormal (gsub96 among the tiles forced); the
 # subnormal tiles' kernel times (tile_gpu_time --sub, 8-bit codes, group size 64; gsub96:
 # the 96-wide tile with three int32 sets) on this tree, then in the same call
