@@ -5,7 +5,7 @@
 #   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-07_h.sh <parts>
 # Its parts time kernel code that is not on main: the S pairs and the 96-wide tile were
 # written (commits 93ee429, 1e13844, with 934fa1e's compile-test allowance) and reverted
-# untimed. To run them: git revert the commit that reverted them, then make exp/base, the
+# untimed by d73a492. To run them: git revert d73a492, then make exp/base, the
 # tree before (untracked):
 #   mkdir -p exp/base && git archive 8038bdd mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/base
 # No part has run: no GPU could be started on 2026-12-07.
