@@ -63,16 +63,17 @@ def decode(weight, bn):
     blocks = -(-g // gb)
     nt = -(-n // bn)
     terms = np.array(gemm_grouped.subnormal_terms(weight, bn))
-    assert terms.dtype == np.float32 and terms.size == nt * bn * (g + blocks * 8 + 1)
-    s_sec = terms[: nt * g * bn].reshape(nt, g, bn)
-    p_words = terms[nt * g * bn: nt * (g + blocks * 8) * bn]
+    s_words = nt * g * bn // 2  # S: bfloat16, two to a float32 (subnormal_s)
+    assert terms.dtype == np.float32 and terms.size == s_words + nt * bn * (blocks * 8 + 1)
+    s_sec = bf16_values(terms[:s_words]).reshape(nt, g, bn)
+    p_words = terms[s_words: s_words + nt * blocks * 8 * bn]
     # wgmma_desc_plain: core matrix (8 rows x 8 values) of row group nb and k half kh at
     # 256 nb + 128 kh bytes, row r at 16 r, value e at 2 e.
     p = bf16_values(p_words).reshape(nt, blocks, bn // 8, 2, 8, 8)
     pieces = p.transpose(0, 1, 2, 4, 3, 5).reshape(nt, blocks, bn, 16)
-    col = terms[nt * (g + blocks * 8) * bn:].astype(np.float64)
+    col = terms[s_words + nt * blocks * 8 * bn:].astype(np.float64)
     assert col.size == nt * bn
-    return s_sec.astype(np.float64), pieces, col
+    return s_sec, pieces, col
 
 
 def a_pieces(r: np.ndarray, g0: int, gb: int, groups: int, swap=False) -> np.ndarray:

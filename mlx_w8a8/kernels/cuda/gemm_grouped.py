@@ -105,7 +105,9 @@ def subnormal_terms(weight, bn: int) -> mx.array:
     promotion; ``docs/numerics.md``), with ``E_n = 252 - e_n`` for ``e_n`` the biased
     exponent of row ``n``'s largest ``|s|`` (clipped to 1 .. 229):
 
-    - ``S``: ``[tiles][G][bn]``, ``s_ng 2^E_n``, exactly (below ``2^126``);
+    - ``S``: ``[tiles][G][bn]`` bfloat16 (two to a float32 of the flat array),
+      ``s_ng 2^E_n``, exactly: a bfloat16 times a power of two, a normal float32 from
+      ``2^-110`` (the smallest bfloat16 times ``2^23``) to below ``2^126``;
     - the pieces: ``[tiles][blocks][bn x 16]`` bfloat16 pairs in ``wgmma_desc_plain``'s
       layout, one k16 step per block of ``GB`` groups (:func:`~.tiles.sub_groups`):
       columns ``2 i``, ``2 i + 1`` the group's ``128 b'`` and ``b'`` with
@@ -167,7 +169,8 @@ def subnormal_terms(weight, bn: int) -> mx.array:
             s_e = mx.concatenate([s_e, mx.zeros((pad, g), dtype=mx.float32)])
             pieces = mx.concatenate([pieces, mx.zeros((pad, blocks, 16), dtype=mx.bfloat16)])
             scale = mx.concatenate([scale, mx.zeros((pad,), dtype=mx.float32)])
-        s_sec = s_e.reshape(tiles_n, bn, g).transpose(0, 2, 1).reshape(-1)
+        s_sec = (s_e.reshape(tiles_n, bn, g).transpose(0, 2, 1).reshape(-1)
+                 .astype(mx.bfloat16).view(mx.float32))
         p_sec = (pieces.reshape(tiles_n, bn, blocks, 16).transpose(0, 2, 1, 3)
                  .reshape(tiles_n, blocks, bn // 8, 8, 2, 8).transpose(0, 1, 2, 4, 3, 5)
                  .reshape(-1).view(mx.float32))

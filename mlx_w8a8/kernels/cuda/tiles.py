@@ -290,12 +290,13 @@ class GroupedTmaConfig(NamedTuple):
 
     def shared_memory(self, group_size: int) -> int:
         """Dynamic shared memory for ``group_size``: the ring (A and B tiles plus
-        ``128 / group_size`` groups' float32 pairs for ``bn`` columns per stage), 8
+        ``128 / group_size`` groups' float32 pairs for ``bn`` columns per stage; the
+        subnormal promotion's: their bfloat16 ``S`` and an offset block's pieces), 8
         per-warp epilogue staging buffers (2560 bytes), the full/empty mbarriers, room to
         stage 1 + MAX_SIBLINGS tensor maps with 128 bytes to align them, and 1024 bytes
         to round the ring's base up to the 128-byte swizzle's 1024-byte atom."""
         groups = 128 // group_size
-        terms = groups * self.bn * 4 + self.bn * 32 if self.sub else groups * self.bn * 8
+        terms = groups * self.bn * 2 + self.bn * 32 if self.sub else groups * self.bn * 8
         maps = (1 + MAX_SIBLINGS + 1) * tensormap.MAP_BYTES
         four = self.bits == 4  # + the packed rows and the packed[s] mbarrier per stage
         packed, barriers = (self.bn * 64, 24) if four else (0, 16)
@@ -327,13 +328,14 @@ GROUPED4_TMA_CONFIGS = {
 }
 
 
-# The subnormal promotion (bodies tma_subnormal*): 8-bit codes on 128- and 64-wide tiles,
-# 4-bit ones on the 128-wide tile (its producer warpgroup expands them); as many stages as
-# fit 227 KiB at group size 32.
+# The subnormal promotion (bodies tma_subnormal*): 8-bit codes on 128-, 64- and 96-wide
+# tiles (96: three int32 sets, gemm_subnormal.cu), 4-bit ones on the 128-wide tile (its
+# producer warpgroup expands them); as many stages as fit 227 KiB at group size 32.
 SUB_TMA_CONFIGS = {
     "gsub128": GroupedTmaConfig(128, 5, 4, sub=True),
     "gsub64": GroupedTmaConfig(64, 7, 1, sub=True),
     "g4sub128": GroupedTmaConfig(128, 4, 4, 4, sub=True),
+    "gsub96": GroupedTmaConfig(96, 6, 4, sub=True),
 }
 
 
@@ -351,7 +353,9 @@ def sub_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     8-bit codes :func:`tiles_filling` over the 8-bit ones."""
     if bits == 4:
         return SUB_TMA_CONFIGS["g4sub128"]
-    return tiles_filling(m, n, [c for c in SUB_TMA_CONFIGS.values() if c.bits == 8])
+    # gsub96 (three int32 sets) runs where forced (tests, bench/tile_gpu_time.py) until
+    # its times decide a rule.
+    return tiles_filling(m, n, [SUB_TMA_CONFIGS["gsub128"], SUB_TMA_CONFIGS["gsub64"]])
 
 
 # The group-wise TMA GEMM's pipelined promotion: the run lengths the kernel takes, by

@@ -130,7 +130,8 @@
 // body) and the wgmmas are u8 x u8, so a group's int32 sum U = sum u q is >= 0 and below
 // 2^23 (255 * 255 * 128): its bits read as a float32 are the subnormal U 2^-149, and the
 // promotion is one fma per accumulator, f = fma(U as float, S_n, f) with S_n = s 2^E_n
-// (E_n per weight row, gemm_grouped.subnormal_terms), the product exact inside the fma
+// (E_n per weight row, gemm_grouped.subnormal_terms; stored as bfloat16, which holds it
+// exactly: s is bfloat16 and S_n a normal float32), the product exact inside the fma
 // (fma.rn.f32 without .ftz: a flush-to-zero build would zero U). The rest of the group
 // term, b_g A_g - 128 s_g Q_g (A_g the quantize's sum of a, Q_g the weight's code sum),
 // is not promoted per group: per offset block of GB groups (whole k-tiles; GB = 6 at
@@ -143,7 +144,8 @@
 // 2^(149 - E_n) off. The consumers' mainloop is gemm_subnormal.cu's subnormal_tile: per
 // block the offset wgmma with the first group's u8 x u8 wgmmas, then each group's
 // promotion (one fma per accumulator where the other forms need four CUDA-core
-// instructions) under the next group's wgmmas, in two int32 sets.
+// instructions) under the next group's wgmmas, in two int32 sets, its S loaded (as
+// bfloat16 pairs: half the shared-memory wavefronts of float32) during the group before.
 //
 // Synchronization as gemm_ws.cu's TMA producer: full[s] count 1 (the expect_tx arrive;
 // the phase completes when the three loads' bytes landed), phase r of full[s] is k-tile
@@ -204,6 +206,13 @@ __device__ __forceinline__ float4 lds_f4(uint32_t addr) {
 __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
   float2 v;
   asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
+// 4 bytes of shared memory at `addr` (4-byte aligned), volatile as lds_f4.
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
 }
 
@@ -288,19 +297,29 @@ __device__ __forceinline__ float fma_keep_subnormal(float a, float b, float c) {
   return r;
 }
 
+// SUB: group j's S for this thread's columns 8 c + 2 tq, + 1 (c < BN / 8) from the stage's
+// terms at ts (S rows [kGroups][BN] bfloat16): BN / 8 pairs, one 4-byte load each (a
+// warp's load is one wavefront, where the float32 pair took two).
+template <int BN>
+__device__ __forceinline__ void subnormal_s(uint32_t (&p)[BN / 8], uint32_t ts, int j, int tq) {
+#pragma unroll
+  for (int c = 0; c < BN / 8; ++c) p[c] = lds_u32(ts + (j * BN + 8 * c + 2 * tq) * 2);
+}
+
 // SUB: f += S U for one group's int32 set d (U >= 0 and < 2^23, so its bits read as a
-// float32 are the subnormal U 2^-149), S_n = s_n 2^E_n the stage's terms (group j's BN
-// values from ts + 4 j BN): one fma per accumulator, the product exact inside it.
+// float32 are the subnormal U 2^-149), S_n = s_n 2^E_n the group's bfloat16 pairs p
+// (subnormal_s; S_n in the low half, S_n+1 in the high half, each a float32's top 16
+// bits): one fma per accumulator, the product exact inside it.
 template <int BN>
 __device__ __forceinline__ void subnormal_promote(float (&f)[BN / 2], const int (&d)[BN / 2],
-                                                  uint32_t ts, int j, int tq) {
+                                                  const uint32_t (&p)[BN / 8]) {
 #pragma unroll
   for (int c = 0; c < BN / 8; ++c) {
-    const float2 s = lds_f2(ts + (j * BN + 8 * c + 2 * tq) * 4);  // S_n, S_n+1
-    f[4 * c] = fma_keep_subnormal(__int_as_float(d[4 * c]), s.x, f[4 * c]);
-    f[4 * c + 1] = fma_keep_subnormal(__int_as_float(d[4 * c + 1]), s.y, f[4 * c + 1]);
-    f[4 * c + 2] = fma_keep_subnormal(__int_as_float(d[4 * c + 2]), s.x, f[4 * c + 2]);
-    f[4 * c + 3] = fma_keep_subnormal(__int_as_float(d[4 * c + 3]), s.y, f[4 * c + 3]);
+    const float s0 = __uint_as_float(p[c] << 16), s1 = __uint_as_float(p[c] & 0xFFFF0000u);
+    f[4 * c] = fma_keep_subnormal(__int_as_float(d[4 * c]), s0, f[4 * c]);
+    f[4 * c + 1] = fma_keep_subnormal(__int_as_float(d[4 * c + 1]), s1, f[4 * c + 1]);
+    f[4 * c + 2] = fma_keep_subnormal(__int_as_float(d[4 * c + 2]), s0, f[4 * c + 2]);
+    f[4 * c + 3] = fma_keep_subnormal(__int_as_float(d[4 * c + 3]), s1, f[4 * c + 3]);
   }
 }
 
@@ -324,15 +343,22 @@ __device__ __forceinline__ uint32_t piece_pair(int k, int r) {
   return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xFFFF0000u);
 }
 
+// The operand lists of wgmma.cuh for the 96-wide subnormal tile (R = 48; here, where the
+// only tile of that width is, so the other kernels' texts stay as they are).
+#define W8A8_S48 W8A8_S32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+  "%44, %45, %46, %47"
+#define W8A8_O48(i) W8A8_O32(i), W8A8_O16(i + 32)
+
 // SUB's int8 wgmma: unsigned activation codes (a + 128) times the unsigned weight codes,
 // so every group's int32 sum is >= 0; otherwise wgmma_step.
 template <int BN>
 __device__ __forceinline__ void wgmma_uu_step(int (&d)[BN / 2], uint32_t sa, uint32_t sb, int step,
                                               int accumulate) {
-  static_assert(BN == 128 || BN == 64 || BN == 32, "tile widths in use");
+  static_assert(BN == 128 || BN == 96 || BN == 64 || BN == 32, "tile widths in use");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const uint64_t da = wgmma_desc(sa + step * 32), db = wgmma_desc(sb + step * 32);
   if constexpr (BN == 128) W8A8_WGMMA("128", "u8.u8", W8A8_S64, W8A8_O64(0), "64", "65", "66");
+  else if constexpr (BN == 96) W8A8_WGMMA("96", "u8.u8", W8A8_S48, W8A8_O48(0), "48", "49", "50");
   else if constexpr (BN == 64) W8A8_WGMMA("64", "u8.u8", W8A8_S32, W8A8_O32(0), "32", "33", "34");
   else W8A8_WGMMA("32", "u8.u8", W8A8_S16, W8A8_O16(0), "16", "17", "18");
 #else
@@ -346,11 +372,11 @@ __device__ __forceinline__ void wgmma_uu_step(int (&d)[BN / 2], uint32_t sa, uin
 template <int BN, int GS, int GB>
 __device__ __forceinline__ uint32_t sub_term_bytes(int kt) {
   constexpr int kGroups = kBK / GS, kBlockTiles = GB / kGroups;
-  return kGroups * BN * 4 + (kt % kBlockTiles == 0 ? BN * 32 : 0);
+  return kGroups * BN * 2 + (kt % kBlockTiles == 0 ? BN * 32 : 0);
 }
 
 // SUB: one tile column's terms in the member's terms array (gemm_grouped.subnormal_terms,
-// whose sections are S [tiles][G][BN], the pieces [tiles][blocks][BN * 16] bfloat16 and
+// whose sections are S [tiles][G][BN] bfloat16, the pieces [tiles][blocks][BN * 16] bfloat16 and
 // the column scales [tiles][BN], tiles = ceil(n / BN)): where its S rows start and its
 // first block's pieces.
 struct SubTerms {
@@ -360,17 +386,18 @@ struct SubTerms {
 template <int BN, int GB>
 __device__ __forceinline__ SubTerms sub_terms(const float* terms, int n, int tn, int groups) {
   const int tiles = (n + BN - 1) / BN, blocks = (groups + GB - 1) / GB;
-  return {terms + static_cast<size_t>(tn) * groups * BN,
-          terms + (static_cast<size_t>(tiles) * groups + static_cast<size_t>(tn) * blocks * 8) * BN};
+  return {terms + static_cast<size_t>(tn) * groups * BN / 2,
+          terms + static_cast<size_t>(tiles) * groups * BN / 2 +
+              static_cast<size_t>(tn) * blocks * 8 * BN};
 }
 
 // SUB: issues the copies of sub_term_bytes(kt) into dst, completing on bar.
 template <int BN, int GS, int GB>
 __device__ __forceinline__ void load_sub_terms(uint32_t dst, SubTerms st, int kt, uint32_t bar) {
   constexpr int kGroups = kBK / GS, kBlockTiles = GB / kGroups;
-  bulk_load(dst, st.s + static_cast<size_t>(kt) * kGroups * BN, kGroups * BN * 4, bar);
+  bulk_load(dst, st.s + static_cast<size_t>(kt) * kGroups * BN / 2, kGroups * BN * 2, bar);
   if (kt % kBlockTiles == 0)
-    bulk_load(dst + kGroups * BN * 4, st.pieces + static_cast<size_t>(kt / kBlockTiles) * BN * 8,
+    bulk_load(dst + kGroups * BN * 2, st.pieces + static_cast<size_t>(kt / kBlockTiles) * BN * 8,
               BN * 32, bar);
 }
 
@@ -526,7 +553,7 @@ __device__ __forceinline__ void grouped4_produce(const int8_t* a, int M, int K, 
   constexpr int BM = 128;
   constexpr int kGroups = kBK / GS;
   constexpr int kStageBytes = (BM + BN) * kBK;
-  constexpr int kTermBytes = SUB ? kGroups * BN * 4 + BN * 32 : kGroups * BN * 8;
+  constexpr int kTermBytes = SUB ? kGroups * BN * 2 + BN * 32 : kGroups * BN * 8;
   constexpr int kPackRow = kBK / 2;  // packed bytes of a row per k-tile (the map's box)
   constexpr int kPackBytes = BN * kPackRow;
   constexpr int kChunks = BN / 32;  // 16-byte packed chunks per thread and k-tile
@@ -608,7 +635,8 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
   static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
-  static_assert(BN == 128 || BN == 64 || BN == 32, "an int32 and a float32 set of BN / 2");
+  static_assert(BN == 128 || BN == 64 || BN == 32 || (SUB && BN == 96),
+                "an int32 and a float32 set of BN / 2 (96: the subnormal promotion's three sets)");
   static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
   static_assert(NM >= 1 && NM <= kMaxMembers, "1 to kMaxMembers members");
   static_assert(WB == 8 || (WB == 4 && PW == 4), "8-bit codes, or 4-bit ones expanded by 4 warps");
@@ -625,7 +653,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
   constexpr int kSteps = GS / 32;    // k32 wgmma steps per group
   constexpr int kStageBytes = (BM + BN) * kBK;  // a multiple of 1024: swizzle atoms aligned
   // The k-tile's (s, o) pairs for BN columns; SUB: its S rows and an offset block's pieces.
-  constexpr int kTermBytes = SUB ? kGroups * BN * 4 + BN * 32 : kGroups * BN * 8;
+  constexpr int kTermBytes = SUB ? kGroups * BN * 2 + BN * 32 : kGroups * BN * 8;
   constexpr int kPackBytes = kW4 ? BN * kBK / 2 : 0;  // a stage's packed 4-bit rows
   constexpr bool kRealloc = PW == 4;
   unsigned char* smem = wgmma_smem();
@@ -865,7 +893,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
       const int cols = (mb.n + BN - 1) / BN;  // the member's tile columns
       const int blocks = (groups + GB - 1) / GB;
       const SubnormalEpilogue<HAS_BIAS> epi{
-          row_scale, mb.bias, mb.terms + static_cast<size_t>(cols) * (groups + blocks * 8) * BN};
+          row_scale, mb.bias, mb.terms + static_cast<size_t>(cols) * (groups * BN / 2 + blocks * 8 * BN)};
       ws_epilogue<BN>(bits, epi, mb.out, row_base, mb.tn * BN, M, mb.n, lane, stage_buf);
     } else {
       const GroupedEpilogue<HAS_BIAS, AG> epi{row_scale, mb.bias};
