@@ -8,14 +8,17 @@
 # untimed by d73a492. To run them: git revert d73a492, then make exp/base, the
 # tree before (untracked):
 #   mkdir -p exp/base && git archive 8038bdd mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/base
-# No part has run: no GPU could be started on 2026-12-07.
+# and exp/swp, the swapped tile with its producer fix (commit 3016388, reverted by 6d3e109):
+#   mkdir -p exp/swp && git archive 3016388 mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/swp
 # Part SBP: tests/test_cuda.py -k subnormal (gsub96 among the tiles forced); the
 # subnormal tiles' kernel times (tile_gpu_time --sub, 8-bit codes, group size 64; gsub96:
 # the 96-wide tile with three int32 sets) on this tree, then in the same call
 # on the tree before the change (exp/base: the package and tile_gpu_time.py of commit
 # 8038bdd, S as float32 pairs loaded at each promotion); the 4-layer prefill bench from
 # the 8-bit gs64 checkpoint on the default path (the prior: the subnormal GEMM from
-# M = 128); then the 4-bit tiles, both trees. Part SBQ: part SBP's 8-bit kernel times at
+# M = 128); then exp/swp's subnormal tiles (gsub128, gsub64 and the swapped gswp128 with its
+# producer loading a block's group sums before its stage wait; outputs compared with the
+# first tile's). Part SBP4: the 4-bit tiles, both trees. Part SBQ: part SBP's 8-bit kernel times at
 # M = 2048 and 512 (this tree, then exp/base), then its tests, for a short call.
 set -u
 export PYTHONUNBUFFERED=1
@@ -33,6 +36,11 @@ if [ "$part" = "sbp" ]; then
   run 90 python3 exp/base/bench/tile_gpu_time.py $T --bits 8
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+  run 90 python3 exp/swp/bench/tile_gpu_time.py --grouped 64 --sub --m 2048,512 \
+    --kn 4096x14336,14336x4096 --reps 5 --bits 8
+fi
+if [ "$part" = "sbp4" ]; then
+  T="--grouped 64 --sub --m 2048,512,128 --kn 4096x14336,14336x4096 --reps 5"
   run 100 python3 bench/tile_gpu_time.py $T --bits 4
   run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 4
 fi
