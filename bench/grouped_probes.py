@@ -117,10 +117,10 @@ def probes(text: str) -> dict[str, str]:
     sub_body = text.index("#pragma unroll", sub_start)
     sub_end = text.index("\n}\n", sub_body)
     sub_nopromo = (text[:sub_body] + "#pragma unroll\n  for (int i = 0; i < BN / 2; ++i) "
-                   "f[i] += __int_as_float(d[i]);  // probe: no promotion\n  (void)ts; (void)j; "
-                   "(void)tq;" + text[sub_end:])
+                   "f[i] += __int_as_float(d[i]);  // probe: no promotion\n  (void)p;"
+                   + text[sub_end:])
     sub_s8 = text
-    for n in ("128", "64", "32"):
+    for n in ("128", "96", "64", "32"):
         sub_s8 = once(sub_s8, f'W8A8_WGMMA("{n}", "u8.u8"', f'W8A8_WGMMA("{n}", "s8.u8"')
     return {"nopromo": text[:start] + nop + text[end:],
             "sub_s8": sub_s8, "sub_nopromo": sub_nopromo,
