@@ -19,7 +19,8 @@
 # M = 128); then exp/swp's subnormal tiles (gsub128, gsub64 and the swapped gswp128 with its
 # producer loading a block's group sums before its stage wait; outputs compared with the
 # first tile's). Part SBP4: the 4-bit tiles, both trees. Part SBQ: part SBP's 8-bit kernel times at
-# M = 2048 and 512 (this tree, then exp/base), then its tests, for a short call.
+# M = 2048 and 512 (this tree, then exp/base), then its tests, for a short call. Part SBR:
+# part SBQ, then part SBP's prefill bench.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -43,6 +44,14 @@ if [ "$part" = "sbp4" ]; then
   T="--grouped 64 --sub --m 2048,512,128 --kn 4096x14336,14336x4096 --reps 5"
   run 100 python3 bench/tile_gpu_time.py $T --bits 4
   run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 4
+fi
+if [ "$part" = "sbr" ]; then  # part SBQ, then part SBP's prefill bench
+  T="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"
+  run 80 python3 bench/tile_gpu_time.py $T
+  run 70 python3 exp/base/bench/tile_gpu_time.py $T
+  run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+  run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
+    --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
 fi
 if [ "$part" = "sbq" ]; then  # part SBP's kernel times first (M = 2048, 512), then its tests
   T="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"
