@@ -3,10 +3,9 @@
 # loaded during the group before. Every part appends to h.log (kept as
 # h100_2026-12-07_h.log); each part's header line names its GPU and tree:
 #   . .device-mlx/mlx-env.sh && OUT=<dir> TREE=<commit> DEADLINE=<s> bash bench/results/h100_2026-12-07_h.sh <parts>
-# Its parts time kernel code that is not on main: the S pairs and the 96-wide tile were
-# written (commits 93ee429, 1e13844, with 934fa1e's compile-test allowance) and reverted
-# untimed by d73a492. To run them: git revert d73a492, then make exp/base, the
-# tree before (untracked):
+# The S pairs and the 96-wide tile (commits 93ee429, 1e13844, with 934fa1e's compile-test
+# allowance) were reverted untimed by d73a492 and brought back by b08f94f. The parts also
+# need exp/base, the tree before (untracked):
 #   mkdir -p exp/base && git archive 8038bdd mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/base
 # and exp/swp, the swapped tile with its producer fix (commit 3016388, reverted by 6d3e109):
 #   mkdir -p exp/swp && git archive 3016388 mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/swp
@@ -20,7 +19,12 @@
 # producer loading a block's group sums before its stage wait; outputs compared with the
 # first tile's). Part SBP4: the 4-bit tiles, both trees. Part SBQ: part SBP's 8-bit kernel times at
 # M = 2048 and 512 (this tree, then exp/base), then its tests, for a short call. Part SBR:
-# part SBQ, then part SBP's prefill bench.
+# part SBQ, then part SBP's prefill bench. Part SBT: part SBQ's first command alone (on
+# 2026-12-07 its 80 s limit cut it in part SBQ, in the first shape's dequantizing-GEMM
+# arms after every subnormal tile had run: the first process on that machine, which built
+# every kernel).
+# Run on 2026-12-07 (log h100_2026-12-07_h.log): DEADLINE=260 ... sbq on an NVIDIA H100,
+# then part SBT's command directly on the same machine; parts SBP, SBP4 and SBR not run.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -52,6 +56,10 @@ if [ "$part" = "sbr" ]; then  # part SBQ, then part SBP's prefill bench
   run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
+fi
+if [ "$part" = "sbt" ]; then  # part SBQ's first command alone, with a longer limit
+  run 125 python3 bench/tile_gpu_time.py --grouped 64 --sub --m 2048,512 \
+    --kn 4096x14336,14336x4096 --reps 5 --bits 8
 fi
 if [ "$part" = "sbq" ]; then  # part SBP's kernel times first (M = 2048, 512), then its tests
   T="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"
