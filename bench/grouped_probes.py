@@ -120,7 +120,7 @@ def probes(text: str) -> dict[str, str]:
                    "f[i] += __int_as_float(d[i]);  // probe: no promotion\n  (void)p;"
                    + text[sub_end:])
     sub_s8 = text
-    for n in ("128", "96", "64", "32"):
+    for n in ("128", "64", "32"):
         sub_s8 = once(sub_s8, f'W8A8_WGMMA("{n}", "u8.u8"', f'W8A8_WGMMA("{n}", "s8.u8"')
     return {"nopromo": text[:start] + nop + text[end:],
             "sub_s8": sub_s8, "sub_nopromo": sub_nopromo,

@@ -328,14 +328,13 @@ GROUPED4_TMA_CONFIGS = {
 }
 
 
-# The subnormal promotion (bodies tma_subnormal*): 8-bit codes on 128-, 64- and 96-wide
-# tiles (96: three int32 sets, gemm_subnormal.cu), 4-bit ones on the 128-wide tile (its
-# producer warpgroup expands them); as many stages as fit 227 KiB at group size 32.
+# The subnormal promotion (bodies tma_subnormal*): 8-bit codes on 128- and 64-wide tiles,
+# 4-bit ones on the 128-wide tile (its producer warpgroup expands them); as many stages as
+# fit 227 KiB at group size 32.
 SUB_TMA_CONFIGS = {
     "gsub128": GroupedTmaConfig(128, 5, 4, sub=True),
     "gsub64": GroupedTmaConfig(64, 7, 1, sub=True),
     "g4sub128": GroupedTmaConfig(128, 4, 4, 4, sub=True),
-    "gsub96": GroupedTmaConfig(96, 6, 4, sub=True),
 }
 
 
@@ -353,9 +352,7 @@ def sub_tile_for(m: int, n: int, bits: int = 8) -> GroupedTmaConfig:
     8-bit codes :func:`tiles_filling` over the 8-bit ones."""
     if bits == 4:
         return SUB_TMA_CONFIGS["g4sub128"]
-    # gsub96 (three int32 sets) runs where forced (tests, bench/tile_gpu_time.py) until
-    # its times decide a rule.
-    return tiles_filling(m, n, [SUB_TMA_CONFIGS["gsub128"], SUB_TMA_CONFIGS["gsub64"]])
+    return tiles_filling(m, n, [c for c in SUB_TMA_CONFIGS.values() if c.bits == 8])
 
 
 # The group-wise TMA GEMM's pipelined promotion: the run lengths the kernel takes, by

@@ -343,22 +343,15 @@ __device__ __forceinline__ uint32_t piece_pair(int k, int r) {
   return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xFFFF0000u);
 }
 
-// The operand lists of wgmma.cuh for the 96-wide subnormal tile (R = 48; here, where the
-// only tile of that width is, so the other kernels' texts stay as they are).
-#define W8A8_S48 W8A8_S32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
-  "%44, %45, %46, %47"
-#define W8A8_O48(i) W8A8_O32(i), W8A8_O16(i + 32)
-
 // SUB's int8 wgmma: unsigned activation codes (a + 128) times the unsigned weight codes,
 // so every group's int32 sum is >= 0; otherwise wgmma_step.
 template <int BN>
 __device__ __forceinline__ void wgmma_uu_step(int (&d)[BN / 2], uint32_t sa, uint32_t sb, int step,
                                               int accumulate) {
-  static_assert(BN == 128 || BN == 96 || BN == 64 || BN == 32, "tile widths in use");
+  static_assert(BN == 128 || BN == 64 || BN == 32, "tile widths in use");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const uint64_t da = wgmma_desc(sa + step * 32), db = wgmma_desc(sb + step * 32);
   if constexpr (BN == 128) W8A8_WGMMA("128", "u8.u8", W8A8_S64, W8A8_O64(0), "64", "65", "66");
-  else if constexpr (BN == 96) W8A8_WGMMA("96", "u8.u8", W8A8_S48, W8A8_O48(0), "48", "49", "50");
   else if constexpr (BN == 64) W8A8_WGMMA("64", "u8.u8", W8A8_S32, W8A8_O32(0), "32", "33", "34");
   else W8A8_WGMMA("32", "u8.u8", W8A8_S16, W8A8_O16(0), "16", "17", "18");
 #else
@@ -635,8 +628,7 @@ __device__ __forceinline__ void gemm_grouped_ws(const int8_t* a, int M, int K,
                                                 const float* row_scale, const int32_t* sums,
                                                 const GroupedMembers<T, NM>& ms) {
   static_assert(GS == 32 || GS == 64 || GS == 128, "group sizes 32, 64, 128");
-  static_assert(BN == 128 || BN == 64 || BN == 32 || (SUB && BN == 96),
-                "an int32 and a float32 set of BN / 2 (96: the subnormal promotion's three sets)");
+  static_assert(BN == 128 || BN == 64 || BN == 32, "an int32 and a float32 set of BN / 2");
   static_assert(PW == 1 || PW == 4, "one producer warp or a warpgroup");
   static_assert(NM >= 1 && NM <= kMaxMembers, "1 to kMaxMembers members");
   static_assert(WB == 8 || (WB == 4 && PW == 4), "8-bit codes, or 4-bit ones expanded by 4 warps");

@@ -16,34 +16,14 @@ __device__ __forceinline__ int opaque(int x) {
   return r;
 }
 
-// The 96-wide tile's offset wgmma (wgmma_rs has the other widths; this width is here, where
-// its only tile is, so the texts of the kernels that require wgmma_rs.cuh stay as they are).
-#define W8A8_DQ48(i) W8A8_DQ32(i), W8A8_DQ16(i + 32)
-template <int BN>
-__device__ __forceinline__ void offset_wgmma(float (&d)[BN / 2], const uint32_t (&a)[4],
-                                             uint64_t db) {
-  if constexpr (BN == 96) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    const int accumulate = 1;
-    W8A8_WGMMA_RS("96", "bf16", W8A8_S48, W8A8_DQ48(0), "48", "49", "50", "51", "52", "53");
-#else
-    __trap();
-#endif
-  } else {
-    wgmma_rs<true, BN>(d, a, db, 1);
-  }
-}
-
-// One offset block of NT k-tiles (NT * kBK / GS groups) of a tile, pipelined in kSets
-// int32 sets: two, or three where they fit beside f (BN = 96: 4 x 48 registers). The
-// block's bfloat16 offset wgmma (accumulating into f) and its first kSets - 1 groups' u8 x
-// u8 wgmmas are issued together; a wait_group completes the offsets (those groups still
-// running). Then the group kSets - 1 ahead is issued (into the set of the group promoted
-// last) before each group is waited for and promoted, so each promotion runs under the
-// next groups' MMAs (kSets - 1 of them in flight); the block's last groups wait for fewer.
-// A group's S pairs are loaded into registers after the previous group's promotion
-// (pinned there: loaded earlier, both groups' would be live), so their latency passes
-// under that group's wait.
+// One offset block of NT k-tiles (NT * kBK / GS groups) of a tile, pipelined. The block's
+// bfloat16 offset wgmma (accumulating into f) and its first group's u8 x u8 wgmmas are
+// issued together; wait_group 1 completes the offsets (group 0 still running). Then each
+// group's successor is issued (into the other of two int32 sets) before the group is
+// waited for (wait_group 1) and promoted, so each promotion runs under the next group's
+// MMAs; the block's last group waits with wait_group 0. A group's S pairs are loaded into
+// registers after the previous group's promotion (pinned there: loaded earlier, both
+// groups' would be live), so their latency passes under that group's wait.
 // Hazards this shape keeps clear of (ptxas, sm_90a):
 //  * no set is in flight across a loop's back edge (the block is unrolled, its sets
 //    declared in it and complete at its end; an in-flight set across a back edge made
@@ -55,7 +35,7 @@ __device__ __forceinline__ void offset_wgmma(float (&d)[BN / 2], const uint32_t 
 //    (opaque): unrolled, ptxas otherwise kept every group's from the block's start and
 //    spilled.
 // `it` is the ring position of the block's first k-tile; a k-tile's stage is released
-// once its last group is promoted (the wgmmas then in flight read later stages).
+// once its last group is promoted (the wgmma then in flight reads the next stage).
 template <int BN, int STAGES, int GS, int GB, int NT>
 __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsigned char* smem,
                                                 unsigned char* term_smem, uint32_t full0,
@@ -65,8 +45,6 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
   constexpr int kGroups = kBK / GS, kSteps = GS / 32, kNG = NT * kGroups;
   constexpr int kStageBytes = (BM + BN) * kBK;
   constexpr int kTermBytes = kGroups * BN * 2 + BN * 32;
-  constexpr int kSets = BN == 96 ? 3 : 2;
-  constexpr int kLead = kSets - 1 < kNG ? kSets - 1 : kNG;  // groups issued with the offsets
   const int tq = lane & 3;
   auto stage_of = [&](int u) { return (opaque(it) + u / kGroups) % STAGES; };
   auto issue = [&](int (&d)[BN / 2], int u) {
@@ -74,7 +52,7 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
     if (j == 0 && u != 0) mbar_wait(full0 + 8 * s, (pos / STAGES) & 1);
     const uint32_t sa = smem_addr(smem + s * kStageBytes) + wg * 64 * kBK;
     const uint32_t sb = smem_addr(smem + s * kStageBytes + BM * kBK);
-    wgmma_fence();  // this set's promotion kSets groups back: before the writes
+    wgmma_fence();  // this set's promotion two groups back: before the writes
     wgmma_uu_step<BN>(d, sa, sb, j * kSteps, 0);
 #pragma unroll
     for (int ks = 1; ks < kSteps; ++ks) wgmma_uu_step<BN>(d, sa, sb, j * kSteps + ks, 1);
@@ -93,41 +71,30 @@ __device__ __forceinline__ void subnormal_block(float (&f)[BN / 2], int it, unsi
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
     }
   };
-  int d0[BN / 2], d1[BN / 2], d2[BN / 2];  // d2 only with three sets
-  auto on_set = [&](int u, auto fn) {  // fn(group u's set); u is a constant once unrolled
-    if constexpr (kSets == 3) {
-      if (u % 3 == 0) fn(d0);
-      else if (u % 3 == 1) fn(d1);
-      else fn(d2);
-    } else {
-      if (u % 2 == 0) fn(d0);
-      else fn(d1);
-    }
-  };
-  auto wait_ahead = [&](int ahead) {  // every group complete but the last `ahead` issued
-    if (ahead >= 2) wgmma_wait<2>();
-    else if (ahead == 1) wgmma_wait<1>();
-    else wgmma_wait<0>();
-  };
   {
     const int s = it % STAGES;
     mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
     wgmma_fence();  // f and a were written by this thread: before the wgmma reads them
-    offset_wgmma<BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s * kTermBytes) +
-                                            kGroups * BN * 2));
+    wgmma_rs<true, BN>(f, a, wgmma_desc_plain(smem_addr(term_smem + s * kTermBytes) +
+                                              kGroups * BN * 2), 1);
     wgmma_commit();
   }
-#pragma unroll
-  for (int u = 0; u < kLead; ++u) on_set(u, [&](int (&d)[BN / 2]) { issue(d, u); });
+  int d0[BN / 2], d1[BN / 2];
+  issue(d0, 0);
   load_s(0);
-  wait_ahead(kLead);  // the offsets in f complete, the first groups in flight
+  wgmma_wait<1>();  // the offsets in f complete, group 0 in flight
   pin_set<BN>(f);
 #pragma unroll
-  for (int u = 0; u < kNG; ++u) {  // groups u .. u + kSets - 2 are in flight
-    const int v = u + kSets - 1;
-    if (v < kNG) on_set(v, [&](int (&d)[BN / 2]) { issue(d, v); });
-    wait_ahead((v < kNG ? v : kNG - 1) - u);  // group u complete
-    on_set(u, [&](int (&d)[BN / 2]) { promote(d, u); });
+  for (int u = 0; u < kNG; ++u) {  // group u is in set u % 2, in flight
+    if (u + 1 < kNG) {
+      if (u % 2 == 0) issue(d1, u + 1);
+      else issue(d0, u + 1);
+      wgmma_wait<1>();  // group u complete, u + 1 in flight
+    } else {
+      wgmma_wait<0>();  // the block's last group complete
+    }
+    if (u % 2 == 0) promote(d0, u);
+    else promote(d1, u);
     if (u + 1 < kNG) {
       pin_set<BN>(f);  // the promotion's fmas before the next group's S loads
       load_s(u + 1);
