@@ -265,8 +265,8 @@ class GroupedTmaConfig(NamedTuple):
     ``PIPE_M`` (nowhere yet). ``sub``: the subnormal promotion (``gemm_grouped_ws.cu``,
     bodies ``tma_subnormal*``; ``SUB_TMA_CONFIGS``): unsigned activation codes, one FMA
     per accumulator and group, the offset term on bfloat16 wgmmas; a stage holds the
-    k-tile's ``S`` (4 bytes per column and group) and one offset block's pieces (32 bytes
-    per column), never with ``order``, ``live`` or ``pipe``."""
+    k-tile's ``S`` (bfloat16: 2 bytes per column and group) and one offset block's
+    pieces (32 bytes per column), never with ``order``, ``live`` or ``pipe``."""
 
     bn: int
     stages: int
