@@ -190,8 +190,6 @@ def test_cuda_rules_for_grouped_weights_agree_with_the_shipped_h200_table():
     cuda = [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
     checked = 0
     for e in entries:
-        if e.get("sibling_check"):
-            continue
         problem = Problem("linear", e["m_bucket"], e["n"], e["k"], e["dtype"], "grouped",
                           e["group_size"])
         assert prior.choose("cuda", problem, cuda) is None and e["speedup"] < 1.9, e

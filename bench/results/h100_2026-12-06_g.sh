@@ -49,8 +49,8 @@
 # another (tree c8ab7ee, DEADLINE=400); parts SWT and Q1 on another (tree 71a990f, the
 # swapped tile in the package, DEADLINE=560; Q1's shapes were mistyped, rc=2); parts Q1,
 # GSZ and NC3 on another (tree 6fc4d42, DEADLINE=330; GSZ reached its limit after group
-# size 32). Parts SW2, SW2T and QRC have not run (SW2 and SW2T needed a swapped tile with
-# its producer's loads moved, whose code was not kept).
+# size 32). Parts SW2, SW2T and QRC have not run (SW2 and SW2T need the swapped tile with
+# its producer's loads moved: commit 3016388, reverted by 6d3e109).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_g}

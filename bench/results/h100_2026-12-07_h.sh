@@ -32,6 +32,7 @@ mkdir -p "$O" tmp_t
 L="$O/h.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+T8="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"  # 8-bit kernel times (M = 2048, 512)
 for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
 if [ "$part" = "sbp" ]; then
@@ -41,8 +42,7 @@ if [ "$part" = "sbp" ]; then
   run 90 python3 exp/base/bench/tile_gpu_time.py $T --bits 8
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
-  run 90 python3 exp/swp/bench/tile_gpu_time.py --grouped 64 --sub --m 2048,512 \
-    --kn 4096x14336,14336x4096 --reps 5 --bits 8
+  run 90 python3 exp/swp/bench/tile_gpu_time.py $T8
 fi
 if [ "$part" = "sbp4" ]; then
   T="--grouped 64 --sub --m 2048,512,128 --kn 4096x14336,14336x4096 --reps 5"
@@ -50,21 +50,18 @@ if [ "$part" = "sbp4" ]; then
   run 100 python3 exp/base/bench/tile_gpu_time.py $T --bits 4
 fi
 if [ "$part" = "sbr" ]; then  # part SBQ, then part SBP's prefill bench
-  T="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"
-  run 80 python3 bench/tile_gpu_time.py $T
-  run 70 python3 exp/base/bench/tile_gpu_time.py $T
+  run 80 python3 bench/tile_gpu_time.py $T8
+  run 70 python3 exp/base/bench/tile_gpu_time.py $T8
   run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
   run 150 python3 -m mlx_w8a8.bench --model llama-3-8b --weights 8bit-gs64 --layers 4 \
     --tokens 512,2048 --decode 0 --batch 0 --rounds 3 --warm-up
 fi
 if [ "$part" = "sbt" ]; then  # part SBQ's first command alone, with a longer limit
-  run 125 python3 bench/tile_gpu_time.py --grouped 64 --sub --m 2048,512 \
-    --kn 4096x14336,14336x4096 --reps 5 --bits 8
+  run 125 python3 bench/tile_gpu_time.py $T8
 fi
 if [ "$part" = "sbq" ]; then  # part SBP's kernel times first (M = 2048, 512), then its tests
-  T="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"
-  run 80 python3 bench/tile_gpu_time.py $T
-  run 70 python3 exp/base/bench/tile_gpu_time.py $T
+  run 80 python3 bench/tile_gpu_time.py $T8
+  run 70 python3 exp/base/bench/tile_gpu_time.py $T8
   run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
 fi
 done
