@@ -15,7 +15,12 @@ chained calls computed what they return.
 its chain rule, its pruning) and variants that each drop one of those, printing the
 chain length and ``mlx_qmm``'s per-round samples (why: docs/cuda.md, Not done).
 
-Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096] [--race]``.
+``--fresh R`` then runs R more hand-built chains of each arm, each round's first
+activation scaled by its own power of two, so that every link's expected output differs from
+every earlier round's: an output left over from an earlier round (a call that did not
+run, its buffer handed back holding what the same call wrote before) fails the check.
+
+Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096] [--race] [--fresh R]``.
 """
 
 from __future__ import annotations
@@ -42,7 +47,11 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=4096)
     p.add_argument("--race", action="store_true",
                    help="also the tuner's own timing call and its variants")
+    p.add_argument("--fresh", type=int, default=0, metavar="R",
+                   help="also R hand-built chains of each arm on inputs new every round")
     args = p.parse_args(argv)
+    if args.fresh < 0:
+        p.error(f"--fresh takes a count >= 0, got {args.fresh}")
     prob = Problem(op="linear", m=args.m, n=args.n, k=args.k, dtype="bfloat16",
                    weight_format="grouped", group_size=64)
     cfg = TuneConfig()
@@ -65,30 +74,47 @@ def main(argv=None) -> int:
         print(f"{label:13s}", "  ".join(f"{n} {t.median_ns / 1e3:9.1f} us"
                                          for n, t in res.timings.items()), flush=True)
     for n, fn in arms:
-        outs, used = [], []
-        t0 = time.perf_counter()
-        for j in range(8):
-            args = cycled[j % len(cycled)]
-            if outs:
-                args = link(outs[-1], args)
-            used.append(args)
-            outs.append(fn(*args))
-        mx.eval(outs)
-        t1 = time.perf_counter()
-        mx.synchronize()
-        t2 = time.perf_counter()
-        # Each link's output against its own input times the dequantized weight in
-        # float32: a call that did not run leaves a wrong (stale) output behind.
-        worst = 0.0
-        for y, (x, w, _) in zip(outs, used):
-            wd = mx.dequantize(w.q, w.scales, w.biases, group_size=64, bits=8)
-            ref = x.astype(mx.float32) @ wd.astype(mx.float32).T
-            err = mx.max(mx.abs(y.astype(mx.float32) - ref)) / mx.maximum(mx.max(mx.abs(ref)), 1e-30)
-            worst = max(worst, err.item())
-        print(f"by hand, {n}: 8 chained calls {1e6 * (t1 - t0) / 8:.1f} us each after eval, "
-              f"{1e6 * (t2 - t0) / 8:.1f} us after synchronize; largest relative error of "
+        each, done, worst = by_hand(fn, cycled, link, 1.0)
+        print(f"by hand, {n}: 8 chained calls {each:.1f} us each after eval, "
+              f"{done:.1f} us after synchronize; largest relative error of "
               f"a link's output {worst:.3g}", flush=True)
+    for r in range(args.fresh):
+        factor = 2.0 ** (r + 1)  # exact in bfloat16: a computed output errs as round 0
+        for n, fn in arms:
+            each, done, worst = by_hand(fn, cycled, link, factor)
+            print(f"fresh round {r + 1} (x times {factor}), {n}: {each:.1f} us each after eval, "
+                  f"{done:.1f} after synchronize; largest relative error {worst:.3g}", flush=True)
     return 0
+
+
+def by_hand(fn, cycled, link, factor: float):
+    """One chain of 8 calls of ``fn`` built by hand, its first activation times
+    ``factor``: (us per call after ``mx.eval``, after ``mx.synchronize()``, the largest
+    relative error of a link's output against its input times the dequantized weight in
+    float32)."""
+    outs, used = [], []
+    t0 = time.perf_counter()
+    for j in range(8):
+        args = cycled[j % len(cycled)]
+        if outs:
+            args = link(outs[-1], args)
+        elif factor != 1.0:
+            args = ((args[0] * factor).astype(args[0].dtype), *args[1:])
+        used.append(args)
+        outs.append(fn(*args))
+    mx.eval(outs)
+    t1 = time.perf_counter()
+    mx.synchronize()
+    t2 = time.perf_counter()
+    # Each link's output against its own input times the dequantized weight in float32:
+    # a call that did not run leaves a wrong (stale) output behind.
+    worst = 0.0
+    for y, (x, w, _) in zip(outs, used):
+        wd = mx.dequantize(w.q, w.scales, w.biases, group_size=64, bits=8)
+        ref = x.astype(mx.float32) @ wd.astype(mx.float32).T
+        err = mx.max(mx.abs(y.astype(mx.float32) - ref)) / mx.maximum(mx.max(mx.abs(ref)), 1e-30)
+        worst = max(worst, err.item())
+    return 1e6 * (t1 - t0) / 8, 1e6 * (t2 - t0) / 8, worst
 
 
 def race(prob, cfg, cycled, found, link) -> None:

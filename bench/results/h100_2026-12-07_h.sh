@@ -25,6 +25,22 @@
 # every kernel).
 # Run on 2026-12-07 (log h100_2026-12-07_h.log): DEADLINE=260 ... sbq on an NVIDIA H100,
 # then part SBT's command directly on the same machine; parts SBP, SBP4 and SBR not run.
+# Later on 2026-12-07 (runs I, the same log): the model benchmark from mlx-lm gs64
+# checkpoints on the kernels as they are, the swapped tile with its producer fix, and the
+# mx.quantized_matmul timing probe. Part SW3 needs exp/swp2 (untracked): this tree with
+# the swapped tile and its producer fix brought back (git revert 6d3e109, conflicts
+# resolved so that it reads S as the bfloat16 this tree stores; a 5-stage copy of the
+# tile, gswp128s5, added), its tests, bench and pyproject.toml beside the package.
+# Part SW3: exp/swp2's subnormal tiles in one process (gsub128, gsub64, gswp128,
+# gswp128s5), 8-bit, group size 64, M = 2048 and 512. Part SW3T: its tests/test_cuda.py
+# -k subnormal (every tile forced). Part T8: this tree's tiles, as SW3. Part MB8: the
+# 4-layer Llama-3-8B prefill and decode bench from the 8-bit gs64 checkpoint on the
+# default path; part MB4: the same from the 4-bit gs64 checkpoint. Part QRC:
+# bench/qmm_chain_probe.py --race (docs/cuda.md, Not done). Part QRF: part QRC, then
+# hand-built chains on inputs new every round (--fresh), then all that again without
+# MLX's CUDA graphs.
+# Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
+# DEADLINE=520 ... t8 mb4 qrc on the same machine.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -32,6 +48,7 @@ mkdir -p "$O" tmp_t
 L="$O/h.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
+MB="--model llama-3-8b --layers 4 --tokens 512,2048 --decode 16 --batch 16 --rounds 3 --warm-up"
 T8="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"  # 8-bit kernel times (M = 2048, 512)
 for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
@@ -63,6 +80,28 @@ if [ "$part" = "sbq" ]; then  # part SBP's kernel times first (M = 2048, 512), t
   run 80 python3 bench/tile_gpu_time.py $T8
   run 70 python3 exp/base/bench/tile_gpu_time.py $T8
   run 120 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "subnormal"
+fi
+if [ "$part" = "sw3" ]; then
+  run 150 python3 exp/swp2/bench/tile_gpu_time.py $T8
+fi
+if [ "$part" = "sw3t" ]; then
+  (cd exp/swp2 && run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k subnormal)
+fi
+if [ "$part" = "t8" ]; then  # this tree's subnormal tiles, as part SW3
+  run 120 python3 bench/tile_gpu_time.py $T8
+fi
+if [ "$part" = "mb8" ]; then
+  run 200 python3 -m mlx_w8a8.bench $MB --weights 8bit-gs64
+fi
+if [ "$part" = "mb4" ]; then
+  run 200 python3 -m mlx_w8a8.bench $MB --weights 4bit-gs64
+fi
+if [ "$part" = "qrc" ]; then
+  run 150 python3 bench/qmm_chain_probe.py --race
+fi
+if [ "$part" = "qrf" ]; then  # part QRC with fresh inputs after it, then without CUDA graphs
+  run 120 python3 bench/qmm_chain_probe.py --race --fresh 4
+  MLX_USE_CUDA_GRAPHS=0 run 150 python3 bench/qmm_chain_probe.py --race --fresh 2
 fi
 done
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150
