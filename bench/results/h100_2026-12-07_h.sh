@@ -37,8 +37,8 @@
 # 4-layer Llama-3-8B prefill and decode bench from the 8-bit gs64 checkpoint on the
 # default path; part MB4: the same from the 4-bit gs64 checkpoint. Part QRC:
 # bench/qmm_chain_probe.py --race (docs/cuda.md, Not done). Part QRF: part QRC, then
-# hand-built chains on inputs new every round (--fresh), then all that again without
-# MLX's CUDA graphs.
+# hand-built chains on inputs new every round (--fresh), the same on 14336 x 4096 (N x K),
+# then the lm_head's again without MLX's CUDA graphs.
 # Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
 # DEADLINE=520 ... t8 mb4 qrc on the same machine.
 set -u
@@ -101,6 +101,7 @@ if [ "$part" = "qrc" ]; then
 fi
 if [ "$part" = "qrf" ]; then  # part QRC with fresh inputs after it, then without CUDA graphs
   run 120 python3 bench/qmm_chain_probe.py --race --fresh 4
+  run 90 python3 bench/qmm_chain_probe.py --race --fresh 4 --n 14336 --k 4096
   MLX_USE_CUDA_GRAPHS=0 run 150 python3 bench/qmm_chain_probe.py --race --fresh 2
 fi
 done
