@@ -20,7 +20,12 @@ activation scaled by its own power of two, so that every link's expected output 
 every earlier round's: an output left over from an earlier round (a call that did not
 run, its buffer handed back holding what the same call wrote before) fails the check.
 
-Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096] [--race] [--fresh R]``.
+``--collide`` (run first) races ``mlx_qmm`` against each other candidate alone, each
+pair at a chain length of its own, then checks a hand-built chain of that length on
+fresh inputs: which kernel, timed in the same process, makes ``mlx_qmm``'s chained calls
+fast, and whether they then compute.
+
+Usage: ``python bench/qmm_chain_probe.py [--m 16] [--n 128256] [--k 4096] [--collide] [--race] [--fresh R]``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=4096)
     p.add_argument("--race", action="store_true",
                    help="also the tuner's own timing call and its variants")
+    p.add_argument("--collide", action="store_true",
+                   help="first: mlx_qmm raced against each other candidate alone, each pair at "
+                        "a chain length of its own, then a hand-built chain of that length on "
+                        "fresh inputs")
     p.add_argument("--fresh", type=int, default=0, metavar="R",
                    help="also R hand-built chains of each arm on inputs new every round")
     args = p.parse_args(argv)
@@ -63,6 +72,8 @@ def main(argv=None) -> int:
     print(f"MLX {mx.__version__}, {mx.default_device()}, {prob}; {len(inputs)} inputs, "
           f"{copies} weight copies")
     link = timing.linear_link
+    if args.collide:
+        collide(prob, cycled, found, link)
     if args.race:
         race(prob, cfg, cycled, found, link)
     for label, ins, kw in (
@@ -87,14 +98,35 @@ def main(argv=None) -> int:
     return 0
 
 
-def by_hand(fn, cycled, link, factor: float):
-    """One chain of 8 calls of ``fn`` built by hand, its first activation times
+def collide(prob, cycled, found, link) -> None:
+    """``mlx_qmm`` against each other candidate alone (6 rounds), each pair at a chain
+    length no other step of this process uses (MLX keys its cached CUDA graphs by their
+    nodes and edges, not by their kernels, so chains of one length share them), then one
+    chain of ``mlx_qmm`` of that length built by hand on inputs no earlier call saw: its
+    samples and its outputs' error say whether the pair's other kernel left ``mlx_qmm``'s
+    calls timed, or computed, wrongly."""
+    qmm = registry.layer_run(found["mlx_qmm"], prob)
+    others = [n for n in found if n not in ("mlx_qmm", "exact")]
+    for i, name in enumerate(others):
+        chain = 9 + i
+        res = timing.paired_measure([("mlx_qmm", qmm), (name, registry.layer_run(found[name], prob))],
+                                    cycled, pairs=6, warmup=len(cycled), chain=chain, link=link)
+        each, done, worst = by_hand(qmm, cycled, link, 2.0 ** (i + 1), count=chain)
+        print(f"collide {name:28s} chain {chain}: mlx_qmm per round (us) "
+              + " ".join(f"{v / 1e3:.0f}" for v in res.timings["mlx_qmm"].samples_ns)
+              + f"; {name} {res.timings[name].median_ns / 1e3:.1f} us; then by hand on fresh "
+              f"inputs {each:.1f} us a call ({done:.1f} to synchronize), largest relative "
+              f"error {worst:.3g}", flush=True)
+
+
+def by_hand(fn, cycled, link, factor: float, count: int = 8):
+    """One chain of ``count`` calls of ``fn`` built by hand, its first activation times
     ``factor``: (us per call after ``mx.eval``, after ``mx.synchronize()``, the largest
     relative error of a link's output against its input times the dequantized weight in
     float32)."""
     outs, used = [], []
     t0 = time.perf_counter()
-    for j in range(8):
+    for j in range(count):
         args = cycled[j % len(cycled)]
         if outs:
             args = link(outs[-1], args)
@@ -114,7 +146,7 @@ def by_hand(fn, cycled, link, factor: float):
         ref = x.astype(mx.float32) @ wd.astype(mx.float32).T
         err = mx.max(mx.abs(y.astype(mx.float32) - ref)) / mx.maximum(mx.max(mx.abs(ref)), 1e-30)
         worst = max(worst, err.item())
-    return 1e6 * (t1 - t0) / 8, 1e6 * (t2 - t0) / 8, worst
+    return 1e6 * (t1 - t0) / count, 1e6 * (t2 - t0) / count, worst
 
 
 def race(prob, cfg, cycled, found, link) -> None:

@@ -39,7 +39,7 @@
 # bench/qmm_chain_probe.py --race (docs/cuda.md, Not done). Part QRF: part QRC, then
 # hand-built chains on inputs new every round (--fresh), the same on 14336 x 4096 (N x K),
 # then the lm_head's again without MLX's CUDA graphs. Part QRG: QRF's lm_head probes
-# alone. Part BDK: the 4-layer batched decode (B = 16) from the 8-bit gs64 checkpoint on
+# alone, with --collide first (mlx_qmm raced against each other candidate alone). Part BDK: the 4-layer batched decode (B = 16) from the 8-bit gs64 checkpoint on
 # the default path, then with the subnormal GEMM forced in every layer.
 # Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
 # DEADLINE=520 ... t8 mb4 qrc on the same machine.
@@ -106,8 +106,8 @@ if [ "$part" = "bdk" ]; then  # batched decode B = 16 from the 8-bit gs64 checkp
   run 110 python3 -m mlx_w8a8.bench $BD
   run 110 python3 -m mlx_w8a8.bench $BD --kernel cuda_w8a8_gemm_subnormal
 fi
-if [ "$part" = "qrg" ]; then  # part QRF's lm_head probes alone
-  run 90 python3 bench/qmm_chain_probe.py --race --fresh 3
+if [ "$part" = "qrg" ]; then  # part QRF's lm_head probes alone, the pairwise races first
+  run 100 python3 bench/qmm_chain_probe.py --collide --race --fresh 3
   MLX_USE_CUDA_GRAPHS=0 run 120 python3 bench/qmm_chain_probe.py --race --fresh 2
 fi
 if [ "$part" = "qrf" ]; then  # part QRC with fresh inputs after it, then without CUDA graphs
