@@ -40,7 +40,8 @@
 # hand-built chains on inputs new every round (--fresh), the same on 14336 x 4096 (N x K),
 # then the lm_head's again without MLX's CUDA graphs. Part QRG: QRF's lm_head probes
 # alone, with --collide first (mlx_qmm raced against each other candidate alone). Part BDK: the 4-layer batched decode (B = 16) from the 8-bit gs64 checkpoint on
-# the default path, then with the subnormal GEMM forced in every layer.
+# the default path, then with the subnormal GEMM forced in every layer. Part BDQ (short):
+# --collide --fresh 2 on the lm_head, then BDK's forced run.
 # Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
 # DEADLINE=520 ... t8 mb4 qrc on the same machine.
 set -u
@@ -105,6 +106,11 @@ if [ "$part" = "bdk" ]; then  # batched decode B = 16 from the 8-bit gs64 checkp
   BD="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 16 --rounds 5 --warm-up --weights 8bit-gs64"
   run 110 python3 -m mlx_w8a8.bench $BD
   run 110 python3 -m mlx_w8a8.bench $BD --kernel cuda_w8a8_gemm_subnormal
+fi
+if [ "$part" = "bdq" ]; then  # short: the pairwise races with fresh inputs, then BDK's forced run
+  run 80 python3 bench/qmm_chain_probe.py --collide --fresh 2
+  run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16 --decode 16 \
+    --batch 16 --rounds 5 --warm-up --weights 8bit-gs64 --kernel cuda_w8a8_gemm_subnormal
 fi
 if [ "$part" = "qrg" ]; then  # part QRF's lm_head probes alone, the pairwise races first
   run 100 python3 bench/qmm_chain_probe.py --collide --race --fresh 3
