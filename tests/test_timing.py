@@ -226,9 +226,75 @@ def test_a_linked_chain_feeds_each_launch_from_the_one_before(linked):
     inputs = [(mx.full((2, 3), float(i)), None, None) for i in range(3)]
     timing.paired_measure([("a", run)], inputs, pairs=1, warmup=0, chain=3,
                           link=timing.linear_link if linked else None)
-    chain = seen[1:]  # the calibration launch, then one sample of 3 launches (start 0)
+    chain = seen[1:4]  # the calibration launch, then one sample of 3 launches (start 0)
     assert len(chain) == 3 and chain[0] is inputs[0][0]
     for j in (1, 2):
         want = inputs[j][0] + (chain[j - 1][..., :1] * 10 if linked else 0)
         assert mx.array_equal(chain[j], want).item()
         assert (chain[j] is inputs[j][0]) is not linked
+    # Linked, the chain then runs unlinked (the plausibility check): every launch on an
+    # input as given, rotating on from where the rounds stopped.
+    after = seen[4:]
+    assert len(after) == (3 * timing.UNLINKED_SAMPLES if linked else 0)
+    assert all(x is inputs[(3 + i) % 3][0] for i, x in enumerate(after))
+
+
+def _linked_only_fast(log, sleep_s):
+    """An arm that sleeps on an activation as given and not on one the link made: its
+    linked chains time faster than the same launches unlinked (what a launch that does
+    not run, or a stale measurement, looks like)."""
+    def run(x, w, b):
+        log.append("lazy")
+        if any(x is inp[0] for inp in LINKED_INPUTS):
+            time.sleep(sleep_s)
+        return x[..., :2] * 10
+    return run
+
+
+LINKED_INPUTS = [(mx.full((2, 3), float(i)), None, None) for i in range(3)]
+
+
+def test_linked_chains_faster_than_the_unlinked_launches_are_implausible():
+    log = []
+
+    def honest(x, w, b):
+        time.sleep(0.004)
+        return x[..., :2] * 10
+
+    arms = [("honest", honest), ("lazy", _linked_only_fast(log, 0.004))]
+    m = timing.paired_measure(arms, LINKED_INPUTS, pairs=3, warmup=0, chain=4,
+                              link=timing.linear_link)
+    lazy, ok = m.timings["lazy"], m.timings["honest"]
+    # The lazy arm sleeps on 1 launch of 4 linked (the chain's first), on 4 of 4 unlinked.
+    assert lazy.status == "implausible" and not lazy.ok
+    assert "unlinked" in lazy.detail and len(lazy.samples_ns) == 3
+    assert lazy.unlinked_ns > timing.IMPLAUSIBLE_RATIO * lazy.median_ns
+    assert ok.ok and ok.status == "ok" and ok.unlinked_ns is not None
+    assert ok.unlinked_ns < timing.IMPLAUSIBLE_RATIO * ok.median_ns
+    # Unlinked, nothing is checked: the same arm is timed and kept as it is.
+    free = timing.paired_measure(arms, LINKED_INPUTS, pairs=3, warmup=0, chain=4)
+    assert all(t.ok and t.unlinked_ns is None for t in free.timings.values())
+
+
+def test_the_plausibility_check_skips_pruned_and_failed_arms():
+    log = []
+    calls = {"n": 0}
+
+    def breaks(x, w, b):
+        calls["n"] += 1
+        if calls["n"] > 4:  # the probe and the first round's chain of 3
+            raise RuntimeError("broke")
+        return x[..., :2] * 10
+
+    def slow(x, w, b):
+        log.append("slow")
+        time.sleep(0.05)
+        return x[..., :2] * 10
+
+    arms = [("fast", lambda x, w, b: x[..., :2] * 10), ("slow", slow), ("breaks", breaks)]
+    m = timing.paired_measure(arms, LINKED_INPUTS, pairs=2, warmup=0, chain=3,
+                              link=timing.linear_link, prune_ratio=timing.PRUNE_RATIO)
+    assert m.pruned == ("slow",) and m.timings["slow"].unlinked_ns is None
+    assert log.count("slow") == 1 + 3  # the probe and round 0: no unlinked chains
+    assert m.timings["breaks"].status == "unavailable" and m.timings["breaks"].unlinked_ns is None
+    assert m.timings["fast"].unlinked_ns is not None

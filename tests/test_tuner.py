@@ -21,7 +21,8 @@ FAST = TuneConfig(pairs=5, warmup=1, chain=1, rotate=2)
 QMM = registry.get("linear", "mlx_qmm")
 # Every fake this module registers (fake() adds to it), removed after each test: a fake
 # left registered joins other modules' races (a leaked one once failed test_w4a8).
-FAKES = {"fast", "slow", "marginal", "drift", "crash", "flaky", "spy", "spy_a", "spy_b", "spy_c"}
+FAKES = {"fast", "slow", "marginal", "drift", "crash", "flaky", "spy", "spy_a", "spy_b", "spy_c",
+         "lazy"}
 
 
 def sleeper(seconds, offset=0.0):
@@ -128,6 +129,54 @@ def test_far_slower_candidate_gets_one_round_but_the_reference_all(env):
     assert c["slow"]["rounds"] == 1 and c["slow"]["status"] == "ok" and "median_ns" in c["slow"]
     assert "rounds" not in c["mlx_qmm"] and "rounds" not in c["fast"]
     assert out.entry["samples"] == FAST.pairs
+
+
+def linked_only_fast(seconds):
+    """A launch that sleeps on an activation as given (one it has met before: the
+    tuner's inputs repeat, warm-up first) and not on one the chain's link made (a new
+    array each time): its linked chains time faster than the same launches unlinked,
+    as a launch that does not run would (timing.py, the linked-chain check)."""
+    seen = {}
+
+    def run(x, w, b):
+        if id(x) in seen:
+            time.sleep(seconds)
+        else:
+            seen[id(x)] = x  # held, so no later array takes its id
+        return QMM.run(x, w, b)
+    return run
+
+
+LINKED = TuneConfig(pairs=5, warmup=1, chain=4, rotate=2)
+
+
+def test_a_challenger_with_implausible_linked_chains_is_not_chosen(env):
+    # "lazy" sleeps 8 ms on the chain's first launch only: 2 ms a launch linked, which
+    # would beat the reference's 4 ms, against 8 ms unlinked. Without the check it won.
+    slow_reference(0.004)
+    fake("lazy", linked_only_fast(0.008))
+    out = tuner(env, config=LINKED).tune(PROBLEM, candidates=only("lazy"))
+    c = out.entry["candidates"]
+    assert out.choice == "mlx_qmm"
+    assert c["lazy"]["status"] == "implausible" and "unlinked" in c["lazy"]["detail"]
+    assert "median_ns" not in c["lazy"] and c["lazy"]["unlinked_ns"] > 6e6
+    assert c["mlx_qmm"]["status"] == "ok" and 3e6 < c["mlx_qmm"]["unlinked_ns"] < 12e6
+    assert table.entry_problems(out.entry) == []
+
+
+def test_an_implausible_reference_is_scored_by_its_unlinked_launches(env):
+    # The reference times 2 ms a launch linked, 8 ms unlinked; "fast" honestly 5 ms.
+    # Scored by its linked samples the reference would stay; by its unlinked ones it
+    # loses to "fast".
+    registry.register(Candidate(name="mlx_qmm", backend="any", op="linear",
+                                run=linked_only_fast(0.008), digest=QMM.digest))
+    fake("fast", sleeper(0.005))
+    out = tuner(env, config=LINKED).tune(PROBLEM, candidates=only("fast"))
+    c = out.entry["candidates"]["mlx_qmm"]
+    assert out.choice == "fast"
+    assert c["status"] == "ok" and c["median_ns"] == c["unlinked_ns"] > 6e6
+    assert "scored by those unlinked launches" in c["detail"]
+    assert out.entry["speedup"] > 1.2 and table.entry_problems(out.entry) == []
 
 
 def test_an_entry_that_pruned_a_candidate_within_reach_is_measured_again(env):

@@ -115,6 +115,7 @@ CANDIDATE_SCHEMA: dict[str, tuple[str, Any]] = {
     "digest": ("a string", lambda v: isinstance(v, str)),
     "median_ns": ("null or a finite number >= 0", lambda v: v is None or (_is_number(v) and v >= 0)),
     "rounds": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "unlinked_ns": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
 }
 
 

@@ -18,6 +18,17 @@ between launches as it would not in a model. A candidate that raises is marked
 ``unavailable`` and dropped from later rounds; the others go on.
 
 No device events are used, so the same code times CPU, Metal and CUDA.
+
+A linked chain is checked against the same launches unlinked: after the rounds each arm
+times its chain again without the link (the best of :data:`UNLINKED_SAMPLES`), and an
+arm whose linked median is below that by more than :data:`IMPLAUSIBLE_RATIO` is marked
+``implausible``. A dependent chain does the unlinked chain's work plus one add per link
+and cannot run faster per launch (CUDA graphs may overlap the unlinked launches, never
+the linked ones). Hazard this guards against: on an NVIDIA H100 (MLX 0.32.4) a race of
+every group-wise candidate at M = 16 timed ``mx.quantized_matmul``'s linked chains of
+the lm_head (525 MB of codes) at 18-46 us a launch after its first round, where the same
+launches unlinked took 340 us (docs/cuda.md); a table built on such samples sends a
+shape to a kernel for a time it never ran at.
 """
 
 from __future__ import annotations
@@ -51,6 +62,11 @@ TARGET_SAMPLE_S = 0.002
 # 30 full rounds then measured 12% slower than it.
 PRUNE_RATIO = 4.0
 PRUNE_MIN_S = 0.0005
+# The linked-chain check (module docstring): an arm's linked median below its unlinked
+# per-launch time divided by this is implausible; the unlinked time is the best of this
+# many chains (a host stall only lengthens a sample, so the best is the least disturbed).
+IMPLAUSIBLE_RATIO = 2.0
+UNLINKED_SAMPLES = 3
 
 
 @attrs.frozen
@@ -60,14 +76,19 @@ class Timing:
     Args:
         name: the candidate.
         samples_ns: per-launch nanoseconds, one per round it completed.
-        status: ``"ok"`` or ``"unavailable"`` (raised during warm-up or timing).
-        detail: the error, when unavailable.
+        status: ``"ok"``, ``"unavailable"`` (raised during warm-up or timing) or
+            ``"implausible"`` (its linked chains timed faster than the same launches
+            unlinked by more than :data:`IMPLAUSIBLE_RATIO`; the samples are kept).
+        detail: the error, or why the samples are implausible.
+        unlinked_ns: per-launch nanoseconds of the same chain without the link (the
+            best of :data:`UNLINKED_SAMPLES`); ``None`` where not measured.
     """
 
     name: str
     samples_ns: tuple[float, ...] = ()
     status: str = "ok"
     detail: str = ""
+    unlinked_ns: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,6 +144,12 @@ def linear_link(out: Any, args: tuple) -> tuple:
     return (args[0] + y[..., :1].astype(args[0].dtype), *args[1:])
 
 
+def _implausible(median_ns: float, unlinked_ns: float) -> bool:
+    """Whether a linked median of ``median_ns`` is implausibly fast next to the same
+    launches unlinked (``unlinked_ns`` per launch)."""
+    return median_ns * IMPLAUSIBLE_RATIO < unlinked_ns
+
+
 def _launch(fn: Callable[..., Any], inputs: Sequence[tuple], start: int, count: int,
             link: Callable[[Any, tuple], tuple] | None = None) -> float:
     """Build ``count`` launches of ``fn`` over rotated inputs (each made from the one
@@ -172,10 +199,12 @@ def paired_measure(
         link: ``link(previous_output, next_args) -> next_args``: each launch of a
             sample after the first gets arguments made from the previous launch's
             output (:func:`linear_link`), a dependent chain; ``None``: independent
-            launches.
+            launches. With a link, each arm timed in every round is checked against
+            its chain unlinked (module docstring).
 
     Returns:
-        A :class:`Measurement`; an arm that raised has status ``"unavailable"``.
+        A :class:`Measurement`; an arm that raised has status ``"unavailable"``, one
+        whose linked chains timed implausibly fast ``"implausible"``.
 
     Raises:
         ValueError: if ``pairs < 1``, ``warmup < 0``, ``prune_ratio < 1`` or there are
@@ -191,9 +220,9 @@ def paired_measure(
     failed: dict[str, str] = {}
     fns = dict(arms)
 
-    def guarded(name: str, count: int, start: int) -> float | None:
+    def guarded(name: str, count: int, start: int, linked: bool = True) -> float | None:
         try:
-            return _launch(fns[name], inputs, start, count, link)
+            return _launch(fns[name], inputs, start, count, link if linked else None)
         except Exception as error:  # a crashing candidate is skipped, never fatal
             failed[name] = f"{type(error).__name__}: {error}"
             log.warning("[mlx_w8a8.tuning] candidate %r failed while timed (%s); skipped",
@@ -231,15 +260,31 @@ def paired_measure(
                 pruned = tuple(n for n in names if n not in keep and first.get(n, 0.0) > bar)
         if progress is not None:
             progress(1)
-    timings = {
-        name: Timing(
-            name,
-            tuple(samples[name]) if name not in failed else (),
-            "unavailable" if name in failed else "ok",
-            failed.get(name, ""),
-        )
-        for name in names
-    }
+    unlinked: dict[str, float] = {}
+    if link is not None:
+        for name in names:
+            if name in failed or name in pruned or not samples[name]:
+                continue
+            best = None
+            for i in range(UNLINKED_SAMPLES):
+                t = guarded(name, chain, (pairs + i) * chain, linked=False)
+                if t is None:
+                    break
+                best = t if best is None else min(best, t)
+            if name not in failed and best is not None:
+                unlinked[name] = best * 1e9 / chain
+    timings = {}
+    for name in names:
+        status, detail = ("unavailable", failed[name]) if name in failed else ("ok", "")
+        med = float(np.median(samples[name])) if samples[name] else math.inf
+        if status == "ok" and name in unlinked and _implausible(med, unlinked[name]):
+            status = "implausible"
+            detail = (f"linked chains of {chain} timed {med / 1e3:.1f} us a launch, the same "
+                      f"launches unlinked {unlinked[name] / 1e3:.1f} us: a dependent chain "
+                      f"cannot run {IMPLAUSIBLE_RATIO:g}x faster, so these samples are not used")
+            log.warning("[mlx_w8a8.tuning] candidate %r: %s", name, detail)
+        timings[name] = Timing(name, tuple(samples[name]) if name not in failed else (),
+                               status, detail, unlinked.get(name))
     return Measurement(timings, chain, pairs, tuple(n for n in pruned if n not in failed))
 
 

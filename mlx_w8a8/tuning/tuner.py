@@ -734,11 +734,17 @@ class Tuner:
             prune_ratio=cfg.prune_ratio, keep=(reference.name,), link=link,
         )
         times = result.timings
-        if not times[reference.name].ok:
+        ref_t = times[reference.name]
+        if not (ref_t.ok or ref_t.status == "implausible"):
             raise RuntimeError(
-                f"reference {reference.name!r} failed while timed: {times[reference.name].detail}"
+                f"reference {reference.name!r} failed while timed: {ref_t.detail}"
             )
         medians = {n: t.median_ns for n, t in times.items() if t.ok}
+        if not ref_t.ok:
+            # Implausible linked samples (timing.py): the reference is scored by its
+            # unlinked launches instead, which can only be as fast as it really is or
+            # faster (overlapped), so no challenger wins on the reference's bad samples.
+            medians[reference.name] = ref_t.unlinked_ns
         previous = self.recorded_choice(problem) if cfg.keep_choices else None
         choice = timing.select_fastest(
             medians, reference.name, cfg.min_improvement_bps,
@@ -767,9 +773,18 @@ class Tuner:
                     spread_ns=round(t.spread_ns, 1),
                     ratio_to_reference=round(float(sorted(ratios)[len(ratios) // 2]), 4) if ratios else None,
                 )
+                if not ref_t.ok:  # the paired ratios rest on the reference's bad samples
+                    row["ratio_to_reference"] = round(t.median_ns / medians[reference.name], 4)
                 if cand.name in result.pruned:
                     row["rounds"] = 1  # slower than the fastest by > prune_ratio: one round
+            elif cand.name == reference.name:  # implausible: scored by its unlinked launches
+                row.update(status="ok", median_ns=round(ref_t.unlinked_ns, 1),
+                           ratio_to_reference=1.0)
+            if t is not None and t.unlinked_ns is not None:
+                row["unlinked_ns"] = round(t.unlinked_ns, 1)
             detail = v.detail or (t.detail if t is not None else "")
+            if cand.name == reference.name and not ref_t.ok:
+                detail += "; the reference is scored by those unlinked launches"
             if detail:
                 row["detail"] = detail
             info[cand.name] = row
