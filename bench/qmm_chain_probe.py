@@ -114,6 +114,8 @@ def collide(prob, cycled, found, link) -> None:
         each, done, worst = by_hand(qmm, cycled, link, 2.0 ** (i + 1), count=chain)
         print(f"collide {name:28s} chain {chain}: mlx_qmm per round (us) "
               + " ".join(f"{v / 1e3:.0f}" for v in res.timings["mlx_qmm"].samples_ns)
+              + f" ({res.timings['mlx_qmm'].status}, unlinked "
+              f"{(res.timings['mlx_qmm'].unlinked_ns or 0) / 1e3:.1f} us)"
               + f"; {name} {res.timings[name].median_ns / 1e3:.1f} us; then by hand on fresh "
               f"inputs {each:.1f} us a call ({done:.1f} to synchronize), largest relative "
               f"error {worst:.3g}", flush=True)
@@ -169,7 +171,8 @@ def race(prob, cfg, cycled, found, link) -> None:
               + "  ".join(f"{n} {t.median_ns / 1e3:.1f} us" for n, t in res.timings.items()
                           if t.ok and t.samples_ns), flush=True)
         print(f"{'':17s} mlx_qmm per round (us): "
-              + " ".join(f"{v / 1e3:.0f}" for v in qmm.samples_ns), flush=True)
+              + " ".join(f"{v / 1e3:.0f}" for v in qmm.samples_ns)
+              + f"; {qmm.status}, unlinked {(qmm.unlinked_ns or 0) / 1e3:.1f} us", flush=True)
 
 
 if __name__ == "__main__":
