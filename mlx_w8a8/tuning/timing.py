@@ -275,16 +275,17 @@ def paired_measure(
                 unlinked[name] = best * 1e9 / chain
     timings = {}
     for name in names:
-        status, detail = ("unavailable", failed[name]) if name in failed else ("ok", "")
-        med = float(np.median(samples[name])) if samples[name] else math.inf
-        if status == "ok" and name in unlinked and _implausible(med, unlinked[name]):
-            status = "implausible"
-            detail = (f"linked chains of {chain} timed {med / 1e3:.1f} us a launch, the same "
-                      f"launches unlinked {unlinked[name] / 1e3:.1f} us: a dependent chain "
-                      f"cannot run {IMPLAUSIBLE_RATIO:g}x faster, so these samples are not used")
+        t = Timing(name, tuple(samples[name]) if name not in failed else (),
+                   "unavailable" if name in failed else "ok", failed.get(name, ""),
+                   unlinked.get(name))
+        if t.ok and t.unlinked_ns is not None and _implausible(t.median_ns, t.unlinked_ns):
+            detail = (f"linked chains of {chain} timed {t.median_ns / 1e3:.1f} us a launch, "
+                      f"the same launches unlinked {t.unlinked_ns / 1e3:.1f} us: a dependent "
+                      f"chain cannot run {IMPLAUSIBLE_RATIO:g}x faster, so these samples are "
+                      f"not used")
             log.warning("[mlx_w8a8.tuning] candidate %r: %s", name, detail)
-        timings[name] = Timing(name, tuple(samples[name]) if name not in failed else (),
-                               status, detail, unlinked.get(name))
+            t = attrs.evolve(t, status="implausible", detail=detail)
+        timings[name] = t
     return Measurement(timings, chain, pairs, tuple(n for n in pruned if n not in failed))
 
 
