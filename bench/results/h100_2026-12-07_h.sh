@@ -43,7 +43,8 @@
 # the default path, then with the subnormal GEMM forced in every layer. Part BDQ (short):
 # --collide --fresh 2 on the lm_head, then BDK's forced run.
 # Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
-# DEADLINE=520 ... t8 mb4 qrc on the same machine.
+# DEADLINE=520 ... t8 mb4 qrc on the same machine. Parts QRF, QRG, BDK and BDQ not run (no
+# machine could be started).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
