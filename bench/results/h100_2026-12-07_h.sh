@@ -41,7 +41,9 @@
 # then the lm_head's again without MLX's CUDA graphs. Part QRG: QRF's lm_head probes
 # alone, with --collide first (mlx_qmm raced against each other candidate alone). Part BDK: the 4-layer batched decode (B = 16) from the 8-bit gs64 checkpoint on
 # the default path, then with the subnormal GEMM forced in every layer. Part BDQ (short):
-# --collide --fresh 2 on the lm_head, then BDK's forced run.
+# --collide --fresh 2 on the lm_head, then BDK's forced run. Part GRP (not run yet): the
+# 4-layer model's outputs at each prompt length against its first output of that length,
+# in other orders (bench/graph_reuse_probe.py), from the 4-bit and 8-bit gs64 checkpoints.
 # Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
 # DEADLINE=520 ... t8 mb4 qrc on the same machine. Parts QRF, QRG, BDK and BDQ not run (no
 # machine could be started).
@@ -107,6 +109,10 @@ if [ "$part" = "bdk" ]; then  # batched decode B = 16 from the 8-bit gs64 checkp
   BD="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 16 --rounds 5 --warm-up --weights 8bit-gs64"
   run 110 python3 -m mlx_w8a8.bench $BD
   run 110 python3 -m mlx_w8a8.bench $BD --kernel cuda_w8a8_gemm_subnormal
+fi
+if [ "$part" = "grp" ]; then  # outputs across prompts of other lengths (bench/graph_reuse_probe.py)
+  run 150 python3 bench/graph_reuse_probe.py --weights 4bit-gs64 --lengths 100,200,1000 --rounds 3
+  run 150 python3 bench/graph_reuse_probe.py --weights 8bit-gs64 --lengths 16,100,200,1000 --rounds 3
 fi
 if [ "$part" = "bdq" ]; then  # short: the pairwise races with fresh inputs, then BDK's forced run
   run 80 python3 bench/qmm_chain_probe.py --collide --fresh 2
