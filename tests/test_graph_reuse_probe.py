@@ -1,9 +1,9 @@
 """bench/graph_reuse_probe.py on a tiny model on this CPU: a model whose outputs stay the
 same passes, and one whose output at a length changes once other lengths ran is caught."""
 
-import importlib.util
 import io
 import os
+import sys
 from contextlib import redirect_stdout
 
 import mlx.nn as nn
@@ -14,21 +14,14 @@ import tiny_lm  # noqa: E402
 
 from mlx_w8a8 import modelbench  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def load_probe():
-    path = os.path.join(HERE, "..", "bench", "graph_reuse_probe.py")
-    spec = importlib.util.spec_from_file_location("graph_reuse_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import graph_reuse_probe  # noqa: E402
 
 
 def run(folder, *extra):
     out = io.StringIO()
     with redirect_stdout(out):
-        code = load_probe().main(["--model", str(folder), "--layers", "1", "--weights",
+        code = graph_reuse_probe.main(["--model", str(folder), "--layers", "1", "--weights",
                                   "4bit-gs64", "--lengths", "3,9", "--rounds", "2", *extra])
     return code, out.getvalue()
 
