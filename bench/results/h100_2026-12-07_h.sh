@@ -39,7 +39,8 @@
 # bench/qmm_chain_probe.py --race (docs/cuda.md, Not done). Part QRF: part QRC, then
 # hand-built chains on inputs new every round (--fresh), the same on 14336 x 4096 (N x K),
 # then the lm_head's again without MLX's CUDA graphs. Part QRG: QRF's lm_head probes
-# alone, with --collide first (mlx_qmm raced against each other candidate alone). Part BDK: the 4-layer batched decode (B = 16) from the 8-bit gs64 checkpoint on
+# alone, with --collide first (mlx_qmm raced against each other candidate alone). Part
+# BDK: the 4-layer batched decode (B = 16) from the 8-bit gs64 checkpoint on
 # the default path, then with the subnormal GEMM forced in every layer. Part BDQ (short):
 # --collide --fresh 2 on the lm_head, then BDK's forced run. Part GRP (not run yet): the
 # 4-layer model's outputs at each prompt length against its first output of that length,
@@ -55,6 +56,7 @@ L="$O/h.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
 MB="--model llama-3-8b --layers 4 --tokens 512,2048 --decode 16 --batch 16 --rounds 3 --warm-up"
+BD="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 16 --rounds 5 --warm-up --weights 8bit-gs64"  # B = 16 decode
 T8="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --bits 8"  # 8-bit kernel times (M = 2048, 512)
 for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
@@ -106,7 +108,6 @@ if [ "$part" = "qrc" ]; then
   run 150 python3 bench/qmm_chain_probe.py --race
 fi
 if [ "$part" = "bdk" ]; then  # batched decode B = 16 from the 8-bit gs64 checkpoint: default, subnormal forced
-  BD="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 16 --rounds 5 --warm-up --weights 8bit-gs64"
   run 110 python3 -m mlx_w8a8.bench $BD
   run 110 python3 -m mlx_w8a8.bench $BD --kernel cuda_w8a8_gemm_subnormal
 fi
@@ -116,8 +117,7 @@ if [ "$part" = "grp" ]; then  # outputs across prompts of other lengths (bench/g
 fi
 if [ "$part" = "bdq" ]; then  # short: the pairwise races with fresh inputs, then BDK's forced run
   run 80 python3 bench/qmm_chain_probe.py --collide --fresh 2
-  run 110 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16 --decode 16 \
-    --batch 16 --rounds 5 --warm-up --weights 8bit-gs64 --kernel cuda_w8a8_gemm_subnormal
+  run 110 python3 -m mlx_w8a8.bench $BD --kernel cuda_w8a8_gemm_subnormal
 fi
 if [ "$part" = "qrg" ]; then  # part QRF's lm_head probes alone, the pairwise races first
   run 100 python3 bench/qmm_chain_probe.py --collide --race --fresh 3
