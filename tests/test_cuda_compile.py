@@ -3060,21 +3060,19 @@ def test_dequant_spec_takes_the_stored_terms_or_rounds_them_once(monkeypatch):
         again = gemm_dequant.gemm_dequant_spec(300, 256, other, None, mx.float16)
         assert first.tail[1].dtype == mx.float16 and first.tail[1] is again.tail[1]
         assert first.tail[4].dtype == mx.float32  # the bias, as every CUDA linear reads it
-        # The two maps' prototypes: x as [bn, 2K] bytes in boxes of bn / 2 rows (a
-        # cluster's block loads half a token tile) of 128 bytes (128-byte swizzle; the
-        # kernel writes M in), the codes as [N, K bits / 8] bytes in 128-row boxes of
-        # 8 bits bytes with the swizzle of that span (dq_wswz).
+        # The two maps' prototypes: x as [bn, 2K] bytes in bn-row boxes of 128 bytes
+        # (128-byte swizzle; the kernel writes M in), the codes as [N, K bits / 8] bytes
+        # in 128-row boxes of 8 bits bytes with the swizzle of that span (dq_wswz).
         for spec_, m in ((first, 5), (again, 300)):
             bn = dict(spec_.template)["BN"]
             assert bn == gemm_dequant.dequant_tile_for(m, 128).bn
-            assert read_prototypes(spec_.tail[3]) == [(bn, 512, bn // 2),
+            assert read_prototypes(spec_.tail[3]) == [(bn, 512, bn),
                                                       (128, 256 * bits // 8, 128)]
             assert np.array(spec_.tail[3]).tobytes()[128 + 24:128 + 40] == np.array(
                 [8 * bits, 8 * bits], dtype=np.uint64).tobytes()
-            # One scratch slot of two maps per block, + 128 bytes to align the first;
-            # clusters of two blocks, each on a pair of 128-feature tiles.
+            # One scratch slot of two maps per block, + 128 bytes to align the first.
             blocks = spec_.grid[0] // spec_.threadgroup[0]
-            assert blocks == 2 * -(-m // bn)  # one feature-tile pair (N = 128) per token tile
+            assert blocks == -(-m // bn)  # one feature tile (N = 128) per token tile
             assert spec_.output_shapes[1] == ((2 * blocks + 1) * 128,)
             assert spec_.output_dtypes[1] == mx.uint8
         assert mx.array_equal(first.tail[1], other.scales.astype(mx.float16)).item()

@@ -1,4 +1,6 @@
 """Candidate digests (kernels/sources.code_digest): what a candidate runs, not its module."""
+import os
+
 import pytest
 
 from mlx_w8a8.kernels import reference, registry, sources
@@ -279,3 +281,33 @@ def test_digests_follow_a_launch_helper_edit(tmp_path, backend, file, helper, re
     changed = {n for n in base if edited[n] != base[n]}
     assert reached <= changed, changed
     assert not unreached & changed, unreached & changed
+
+
+# A kernel launched in clusters (compile-time cluster_dims, or what only a cluster launch
+# needs) must not ship: MLX keys a custom kernel's graph node as "K" whatever its cluster
+# shape and updates cached graphs in place across kernels, which ran other kernels wrongly
+# after a clustered one (docs/cuda.md, "CUDA graphs and clusters";
+# bench/cluster_graph_probe.py). `.shared::cluster` alone is TMA's destination space, fine.
+CLUSTER_ONLY = ("cluster_dims", "__cluster_dims__", "%cluster_ctarank", "%cluster_nctarank",
+                "multicast::cluster", "barrier.cluster", "mapa.")
+
+
+def _cluster_uses(text: str) -> list[str]:
+    return [c for c in CLUSTER_ONLY if c in text]
+
+
+def test_no_cuda_kernel_runs_in_clusters():
+    folder = os.path.join(os.path.dirname(sources.__file__), "..", "shaders", "cuda")
+    files = sorted(f for f in os.listdir(folder) if f.endswith((".cu", ".cuh")))
+    assert len(files) > 10  # the folder was found
+    found = {f: _cluster_uses(open(os.path.join(folder, f)).read()) for f in files}
+    assert {f: u for f, u in found.items() if u} == {}
+
+
+def test_the_cluster_check_sees_a_clustered_kernel():
+    # The form the dequantizing GEMM had: a compile-time cluster and a multicast load.
+    text = ("#define __global__ __attribute__((global)) __attribute__((cluster_dims(2, 1, 1)))\n"
+            'asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile'
+            '.mbarrier::complete_tx::bytes.multicast::cluster ...");')
+    assert _cluster_uses(text) == ["cluster_dims", "multicast::cluster"]
+    assert _cluster_uses("cp.async.bulk.tensor.2d.shared::cluster.global.tile") == []

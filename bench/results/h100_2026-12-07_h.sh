@@ -48,6 +48,12 @@
 # Run (runs I): DEADLINE=565 ... sw3 mb8 sw3t (tree f5a6a30; an NVIDIA H100), then
 # DEADLINE=520 ... t8 mb4 qrc on the same machine. Parts QRF, QRG, BDK and BDQ not run (no
 # machine could be started).
+# Runs J (2026-12-07): part GRP, then part BDQ (tree d1b6c38, an NVIDIA H100). Part CLG:
+# bench/cluster_graph_probe.py (a clustered and a plain kernel in graphs of one key), the
+# pairwise races again, and the dequantizing GEMM without clusters: its tests, its kernel
+# times beside exp/old's (untracked: the package and tile_gpu_time.py of d1b6c38, the
+# clustered form), and model outputs at odd prompt lengths.
+#   mkdir -p exp/old && git archive d1b6c38 mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/old
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -127,6 +133,14 @@ if [ "$part" = "qrf" ]; then  # part QRC with fresh inputs after it, then withou
   run 120 python3 bench/qmm_chain_probe.py --race --fresh 4
   run 90 python3 bench/qmm_chain_probe.py --race --fresh 4 --n 14336 --k 4096
   MLX_USE_CUDA_GRAPHS=0 run 150 python3 bench/qmm_chain_probe.py --race --fresh 2
+fi
+if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
+  run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2
+  run 80 python3 bench/qmm_chain_probe.py --collide --fresh 2
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm"
+  run 100 python3 bench/tile_gpu_time.py $T8
+  run 80 python3 exp/old/bench/tile_gpu_time.py $T8
+  run 80 python3 bench/graph_reuse_probe.py --weights 4bit-gs64 --lengths 1000,101,200,37 --rounds 2
 fi
 done
 grep -E "^(=====|rc=|[0-9]+ passed|FAILED|prefill|decode|M |M=|[0-9]+ +[0-9]+ +[0-9]+ |   )" "$L" | head -150

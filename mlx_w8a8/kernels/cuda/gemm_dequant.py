@@ -15,7 +15,7 @@ from ...weight import dtype_name
 from .. import registry, tensormap
 from .kernel import CudaKernel, hopper, outputs, tensor_maps, weight_format
 from .launch import SMS, LaunchSpec, _kernel, as_f32, leading_shape
-from .tiles import DEQUANT_K_MULTIPLE, DequantConfig, dequant_tile_for
+from .tiles import DEQUANT_K_MULTIPLE, DequantConfig, dequant_tile_for, tiles
 
 DEQUANT_DTYPES = ("bfloat16", "float16")
 
@@ -49,12 +49,12 @@ def dequant_terms(weight, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
 @functools.lru_cache(maxsize=1024)
 def dequant_prototypes(k: int, n: int, bits: int, bn: int) -> mx.array:
     """The ``proto`` input (uint8 ``[256]``): the activations' map (``[bn, 2k]`` bytes,
-    placeholder rows the kernel replaces with M, boxes of ``bn / 2`` rows x 128 bytes, the
-    128-byte swizzle: each block of a cluster loads half of a token tile), then the
-    codes' (``[n, k bits / 8]`` bytes in boxes of 128 rows x 64 or 32 bytes, the swizzle
-    of that span: ``gemm_dequant.cu``'s ``dq_wswz``). Independent of M."""
+    placeholder rows the kernel replaces with M, boxes of ``bn`` rows x 128 bytes, the
+    128-byte swizzle), then the codes' (``[n, k bits / 8]`` bytes in boxes of 128 rows x
+    64 or 32 bytes, the swizzle of that span: ``gemm_dequant.cu``'s ``dq_wswz``).
+    Independent of M."""
     row = k * bits // 8
-    raw = (tensormap.prototype(bn, 2 * k, bn // 2)
+    raw = (tensormap.prototype(bn, 2 * k, bn)
            + tensormap.prototype(n, row, DequantConfig.bm, 8 * bits, 8 * bits))
     return mx.array(np.frombuffer(raw, dtype=np.uint8))
 
@@ -101,10 +101,8 @@ def gemm_dequant_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
         tail.append(as_f32(bias))
         body += "_bias"
     kern = _kernel(cfg.file, body, names, ("y", "scratch"), cfg.shared_memory(weight.bits))
-    # Clusters of two blocks, each pair of 128-feature tiles on bn tokens (gemm_dequant.cu):
-    # an even grid of at most one block per SM.
-    pairs = -(-m // cfg.bn) * -(-n // (2 * cfg.bm))
-    blocks = 2 * min(pairs, SMS // 2)
+    # tiles() counts M / bm x N / bn; this tile is 128 features x bn tokens.
+    blocks = min(tiles(n, m, cfg), SMS)
     # Each block's two maps in its slot, + 128 bytes to align the first (tma.cuh).
     scratch = (2 * blocks + 1) * tensormap.MAP_BYTES
     template = [("T", dtype), ("BITS", weight.bits), ("GS", weight.group_size),

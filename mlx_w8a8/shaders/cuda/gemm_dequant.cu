@@ -16,72 +16,49 @@
 // instructions per weight element per token tile (not per accumulator, as in the
 // group-wise W8A8 GEMM's promotion).
 //
-// Block: 384 threads, one block per SM, in clusters of two (the launch's grid is even):
-// a persistent grid walking pairs of tiles, each 128 features x BN tokens (BN = 64, 128 or
-// 256), in common.cuh's grouped order over (token tile, feature-tile pair) (token tiles
-// fastest, so clusters running together read the same weights). The cluster's two blocks
-// take the pair's feature tiles 2 p + rank on the same BN tokens: each TMA-loads half of
-// the tokens' box into both blocks' shared memory (multicast), so a block reads from L2
-// the activations of BN / 2 tokens per k-tile, not BN (at BN = 256 the activations are
-// 32 of a stage's 40 KB with 8-bit codes). On an NVIDIA H100 that took 2-4% off the
-// 256-token tile's time at M = 2048 (docs/cuda.md). A pair whose second feature tile lies
-// past N still loads its half of the tokens (its partner needs it) and computes zeros it
-// never stores.
+// Block: 384 threads, one block per SM, a persistent grid walking tiles of 128 features x
+// BN tokens (BN = 64, 128 or 256) in common.cuh's grouped order (token tiles fastest, so
+// blocks running together read the same weight tile).
 //  * Warps 8-11 produce. They give their registers to the consumers (setmaxnreg 40 / 232,
 //    as ws.cuh's TMA producers: a consumer thread holds BN / 2 float32 sums and two
-//    fragment sets, 128 + 32 registers at BN = 256). Warp 8 makes the launch's two
-//    tensor maps (tma.cuh: the activations as bytes [M, 2K] in boxes of BN / 2 rows x 128
-//    bytes, 128-byte swizzle, wgmma's B layout; the codes as bytes [N, K BITS / 8] in
-//    boxes of 128 rows x 64 or 32 bytes, TMA's 64- or 32-byte swizzle, which is dq_wswz)
-//    in this block's slot of the scratch output, and its lane 0 issues, per k-tile (64
-//    elements of K), once ring stage s is free in both blocks (empty[s]), the block's
-//    half of the tokens (multicast to both) and its own codes' box, completing on full[s]
-//    (armed with the stage's bytes: both halves and the codes; rows past M or N arrive as
-//    zeros and count in full).
+//    fragment sets, 128 + 32 registers at BN = 256); warps 9-11 then leave. Warp 8 makes
+//    the launch's two tensor maps (tma.cuh: the activations as bytes [M, 2K] in boxes of
+//    BN rows x 128 bytes, 128-byte swizzle, wgmma's B layout; the codes as bytes
+//    [N, K BITS / 8] in boxes of 128 rows x 64 or 32 bytes, TMA's 64- or 32-byte swizzle,
+//    which is dq_wswz) in this block's slot of the scratch output, and its lane 0 issues,
+//    per k-tile (64 elements of K), after ring stage s is free (empty[s]), the two box
+//    loads completing on full[s] (armed with the stage's bytes: rows past M or N arrive
+//    as zeros and count in full).
 //  * Warps 0-7 consume, warpgroup wg the features [64 wg, 64 wg + 64) of the tile: per
 //    k-tile each thread builds its four m64k16 A fragments (rows 16 w + lane / 4 and 8
 //    below, columns 2 (lane % 4) + {0, 1} and 8 more, the mma.sync A layout) from the
 //    codes and the group's (s, b), fences, issues the four wgmma.m64nBNk16 on the stage's
 //    activations and commits; then waits for the previous k-tile's MMAs
-//    (wgmma.wait_group 1) and releases its stage in both blocks. The fragments alternate
-//    between two register sets (k-tiles of even and odd index), so a k-tile's are built
-//    while the previous k-tile's MMAs still read theirs.
+//    (wgmma.wait_group 1) and releases its stage. The fragments alternate between two
+//    register sets (k-tiles of even and odd index), so a k-tile's are built while the
+//    previous k-tile's MMAs still read theirs.
 //  * Epilogue (per warp): 32 tokens at a time, the float32 sums (+ bias) rounded to T and
 //    transposed through the warp's 1 KB staging buffer, then each lane stores one token's
 //    16 features (32 bytes, two 16-byte stores where N allows).
 //
 // Synchronization: full[s] (count 1: the producer's expect_tx arrive; the phase completes
-// when the two halves and the codes landed, a half from the partner possibly before the
-// arrive: the transaction count may run below zero meanwhile; phase r of stage s is k-tile
-// r * STAGES + s, consumers wait on parity (i / STAGES) & 1), empty[s] (count 16: one
-// arrival per consumer warp of both blocks once the MMAs reading the stage completed, the
-// partner's by a remote arrive; the producer's round r waits for parity ((i / STAGES) & 1)
-// ^ 1, round 0 passing at once). So no block's TMA writes a stage of the partner's the
-// partner still reads, and a partner's half lands only in the phase it is counted in (the
-// stage's previous phase completed before either block released it). TMA writes through
-// the async proxy and completes on full[s], so the fragments' shared-memory loads after
-// the wait see the codes and the wgmmas the activations with no proxy fence. Both
-// blocks' barriers are initialized before a cluster barrier and every thread of both
-// stays until a last cluster barrier: no remote arrive or multicast reaches a block that
-// has not started or has left.
+// when both boxes' bytes landed; phase r of stage s is k-tile r * STAGES + s, consumers
+// wait on parity (i / STAGES) & 1), empty[s] (count 8: one arrival per consumer warp once
+// the MMAs reading the stage completed; the producer's round r waits for parity
+// ((i / STAGES) & 1) ^ 1, round 0 passing at once). TMA writes through the async proxy
+// and completes on full[s], so the fragments' shared-memory loads after the wait see the
+// codes and the wgmmas the activations with no proxy fence.
 //
 // Codes to T: dequant.cuh (DqType, dq_codes4), shared with dequantize.cu.
 //
 // Invariants: K % 64 == 0 (whole k-tiles; group size 32, 64 or 128 divides K), scales and
 // biases of dtype T ([N, K / GS], row-major), M >= 1; x and the codes 16-byte aligned (TMA);
 // proto holds the two maps' prototypes (gemm_dequant.dequant_prototypes, for this BN, K,
-// N and BITS) and scratch (2 gridDim.x + 1) 128 bytes; launched with 384 threads, an even
-// grid (clusters of two: __global__ below) and tiles.DequantConfig.shared_memory(BITS)
-// bytes of dynamic shared memory.
+// N and BITS) and scratch (2 gridDim.x + 1) 128 bytes; launched with 384 threads and
+// tiles.DequantConfig.shared_memory(BITS) bytes of dynamic shared memory.
 // @@ requires ws.cuh
 // @@ requires dequant.cuh
 // @@ requires wgmma_rs.cuh
-
-// Every kernel of this file runs in clusters of two blocks (ws.cuh's bounds, plus the
-// cluster: a compile-time cluster needs no launch attribute, which MLX could not pass).
-#undef __global__
-#define __global__ \
-  __attribute__((global)) __attribute__((launch_bounds(384, 1))) __attribute__((cluster_dims(2, 1, 1)))
 
 namespace w8a8 {
 
@@ -96,47 +73,6 @@ template <int BITS>
 __device__ __forceinline__ int dq_wswz(int r, int c) {
   if constexpr (BITS == 8) return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
   else return r * 32 + ((c ^ ((r >> 2) & 1)) << 4);
-}
-
-// This block's rank in its cluster of two.
-__device__ __forceinline__ uint32_t dq_cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-
-// Every thread of both blocks arrives, then waits for the others (release / acquire at
-// cluster scope); not .aligned: warps may arrive diverged.
-__device__ __forceinline__ void dq_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-// Arrive on the mbarrier at the same shared-memory offset `bar` in block `rank` of the
-// cluster. The arrive's default semantics (release at CTA scope), as CUTLASS's cluster
-// barrier: what it orders is that this warp's reads of the stage are done (its wgmmas
-// waited for, its fragment loads consumed), and .release.cluster compiled to a
-// MEMBAR.ALL.GPU before every such arrive, once per k-tile and warp.
-__device__ __forceinline__ void dq_arrive_remote(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-
-// tma_load_2d into the same offset `dst` of every block in `mask` (bit r: rank r), each
-// completing its bytes on its own mbarrier at offset `bar`.
-__device__ __forceinline__ void dq_tma_load_multicast(uint32_t dst, const void* map, int c0, int c1,
-                                                      uint32_t bar, uint16_t mask) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-#else
-  __trap();
-#endif
 }
 
 __device__ __forceinline__ uint32_t dq_lds(uint32_t addr) {
@@ -199,12 +135,8 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
   const uint32_t full0 = smem_addr(bars), empty0 = smem_addr(bars + STAGES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const uint32_t rank = dq_cluster_rank(), peer = rank ^ 1;
-  // Work items: (token tile, feature-tile pair); this block takes feature tile 2 p + rank.
   const int tiles_m = (M + BN - 1) / BN, tiles_n = (N + BM - 1) / BM;
-  const int pairs_n = (tiles_n + 1) / 2;
-  const int pairs = tiles_m * pairs_n;
-  const int cluster = blockIdx.x >> 1, clusters = gridDim.x >> 1;
+  const int tiles = tiles_m * tiles_n;
   const int ktiles = K / kDqK;
   const int G = K / GS;
 
@@ -212,45 +144,37 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, 16);
+      mbar_init(empty0 + 8 * s, 8);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  dq_cluster_sync();  // both blocks' barriers exist before any remote arrive or multicast
+  __syncthreads();
 
   if (warp >= kWsProducerWarp) {
-    setmaxnreg_dec<kWsProducerRegs>();
-    if (warp == kWsProducerWarp) {
-      // This block's two maps: made through shared memory after the barriers, published
-      // to its slot of the scratch output (warp-collective: every lane of warp 8).
-      unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES));
-      unsigned char* map_x = reinterpret_cast<unsigned char*>(tma_aligned(scratch)) +
-                             static_cast<size_t>(blockIdx.x) * 2 * kTmaMapBytes;
-      unsigned char* map_w = map_x + kTmaMapBytes;
-      tma_make_map(map_x, proto, x, M, BN / 2, stage);
-      tma_make_map(map_w, proto + kTmaMapBytes, wq, 0, 0, stage + kTmaMapBytes);
-      if (lane == 0) {
-        tma_acquire(map_x);
-        tma_acquire(map_w);
-        int it = 0;
-        for (int pt = cluster; pt < pairs; pt += clusters) {
-          int tm, tp;
-          tile_coords(pt, tiles_m, pairs_n, tm, tp);
-          const int tn = 2 * tp + static_cast<int>(rank);
-          for (int kt = 0; kt < ktiles; ++kt, ++it) {
-            const int s = it % STAGES;
-            mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);  // free in both blocks
-            const uint32_t sa = smem_addr(smem + s * kStageBytes);
-            mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
-            dq_tma_load_multicast(sa + rank * (kActBytes / 2), map_x, kt * 128,
-                                  tm * BN + static_cast<int>(rank) * (BN / 2), full0 + 8 * s, 3);
-            tma_load_2d(sa + kActBytes, map_w, kt * kWRow, tn * BM, full0 + 8 * s);
-          }
-        }
+    if (!ws_producer_start<true>(warp)) return;  // warps 9-11 gave their registers
+    // This block's two maps: made through shared memory after the barriers, published to
+    // its slot of the scratch output (warp-collective: every lane of warp 8).
+    unsigned char* stage = reinterpret_cast<unsigned char*>(tma_aligned(bars + 2 * STAGES));
+    unsigned char* map_x = reinterpret_cast<unsigned char*>(tma_aligned(scratch)) +
+                           static_cast<size_t>(blockIdx.x) * 2 * kTmaMapBytes;
+    unsigned char* map_w = map_x + kTmaMapBytes;
+    tma_make_map(map_x, proto, x, M, BN, stage);
+    tma_make_map(map_w, proto + kTmaMapBytes, wq, 0, 0, stage + kTmaMapBytes);
+    if (lane != 0) return;
+    tma_acquire(map_x);
+    tma_acquire(map_w);
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int tm, tn;
+      tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+        const uint32_t sa = smem_addr(smem + s * kStageBytes);
+        mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
+        tma_load_2d(sa, map_x, kt * 128, tm * BN, full0 + 8 * s);
+        tma_load_2d(sa + kActBytes, map_w, kt * kWRow, tn * BM, full0 + 8 * s);
       }
-      __syncwarp();
     }
-    dq_cluster_sync();  // stay until both blocks are done (see the synchronization paragraph)
     return;
   }
 
@@ -269,23 +193,19 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
   float d[BN / 2];
   uint32_t a0[4][4], a1[4][4];
   int it = 0;
-  for (int pt = cluster; pt < pairs; pt += clusters) {
-    int tm, tp;
-    tile_coords(pt, tiles_m, pairs_n, tm, tp);
-    const int m0 = tm * BN, n0 = (2 * tp + static_cast<int>(rank)) * BM;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    const int m0 = tm * BN, n0 = tn * BM;
     const int na = n0 + r0, nb = na + 8;
     const bool va = na < N, vb = nb < N;
     uint32_t rsa, rba, rsb, rbb;  // the next k-tile's raw terms, loaded one k-tile ahead
     dq_load_terms<GS>(ws16, wb16, na, G, 0, va, rsa, rba);
     dq_load_terms<GS>(ws16, wb16, nb, G, 0, vb, rsb, rbb);
 
-    // The stage of ring position it - 1, its MMAs complete: released in both blocks (one
-    // arrive per warp on this block's empty barrier and on the partner's).
+    // The stage of ring position it - 1, its MMAs complete: released (one arrive per warp).
     auto release_previous = [&]() {
-      if (lane == 0) {
-        mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-        dq_arrive_remote(empty0 + 8 * ((it - 1) % STAGES), peer);
-      }
+      if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
     };
     // k-tile kt at ring position i: fragments into a, MMAs issued, k-tile kt - 1 released.
     auto kstep = [&](uint32_t (&a)[4][4], int kt) {
@@ -371,7 +291,6 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
       __syncwarp();
     }
   }
-  dq_cluster_sync();  // the producers' last barrier: both blocks leave together
 }
 
 }  // namespace w8a8
