@@ -54,6 +54,10 @@
 # times beside exp/old's (untracked: the package and tile_gpu_time.py of d1b6c38, the
 # clustered form), and model outputs at odd prompt lengths.
 #   mkdir -p exp/old && git archive d1b6c38 mlx_w8a8 bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/old
+# Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
+# forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
+# then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
+# commands by hand (tree ed8414f).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -133,6 +137,11 @@ if [ "$part" = "qrf" ]; then  # part QRC with fresh inputs after it, then withou
   run 120 python3 bench/qmm_chain_probe.py --race --fresh 4
   run 90 python3 bench/qmm_chain_probe.py --race --fresh 4 --n 14336 --k 4096
   MLX_USE_CUDA_GRAPHS=0 run 150 python3 bench/qmm_chain_probe.py --race --fresh 2
+fi
+if [ "$part" = "bdk2" ]; then  # BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM again
+  for k in cuda_w8a8_gemm_grouped_tma cuda_w8a8_gemm_subnormal; do
+    run 120 python3 -m mlx_w8a8.bench $BD --kernel $k
+  done
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2
