@@ -540,12 +540,51 @@ def test_int8_gemv_large_k_two_launches(rng):
     check_linear(rng, run, 16, 136, 8192, "bfloat16", 64, True, False)
 
 
+@pytest.mark.parametrize("m", [1, 7, 8, 9, 16, 17, 31, 32])
+@pytest.mark.parametrize("per_channel,group_size,scale_dtype",
+                         [(True, 64, "bfloat16"), (False, 64, "bfloat16"),
+                          (False, 128, "float16"), (False, 64, "float32")])
+def test_int8_gemv_mma(rng, m, per_channel, group_size, scale_dtype):
+    """The tensor-core small-M GEMV: every token-tile count (M = 1 ... 32, partial last
+    tiles at 7, 9, 17, 31), N = 264 (a partial last 16-row block), both warp counts
+    (N = 264: 8 warps a block; 20000: 4), K = 1088 (17 steps: warps with unequal step
+    counts) and 4096 (GS 128: 32 groups of two steps), odd M with a bias."""
+    run = registry.get("linear", "cuda_int8_gemv_mma").run
+    assert cuda_gemv.gemv_mma_warps(264) == 8 and cuda_gemv.gemv_mma_warps(20000) == 4
+    check_linear(rng, run, m, 264, 1088 if group_size == 64 else 4096, "bfloat16", group_size,
+                 per_channel, m % 2 == 1, scale_dtype)
+    if m in (16, 31):
+        check_linear(rng, run, m, 20000, 1024, "float16", group_size, per_channel, False,
+                     scale_dtype)
+
+
+@pytest.mark.parametrize("gs", [64, 128])
+def test_int8_gemv_mma_extreme_codes(gs):
+    """Activation codes +-127 and weight codes 255 and 0 (128 on every other code of one
+    row) in every group: the int32 sums at their largest, the q ^ 0x80 flip at both ends;
+    float32 output against the oracle."""
+    m, n, k = 16, 264, 1024
+    x = extreme_activation(m, k)
+    codes = np.full((n, k), 255, dtype=np.uint8)
+    codes[1::2] = 0
+    codes[5, ::2] = 128
+    scales = mx.array(np.linspace(0.5, 2.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    biases = mx.array(np.linspace(-200.0, 3.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    weight = QuantizedWeight(mx.array(codes.view(np.uint32)), scales, biases, gs,
+                             per_channel=False)
+    assert np.array_equal(oracle.codes(weight), codes)
+    want, bound = oracle.linear(x, weight, None)
+    y = registry.get("linear", "cuda_int8_gemv_mma").run(mx.array(x), weight, None)
+    oracle.assert_close(y, want, bound, "float32")
+
+
 # Two-stage split (registry.Candidate.stages) -------------------------------------------
 @pytest.mark.parametrize("name,m,k,fmt", [
     ("cuda_w8a8_gemm", 129, 1024, "per_channel"), ("cuda_w8a8_gemm_ws", 129, 1024, "per_channel"),
     ("cuda_w8a8_gemm_grouped", 129, 1024, "grouped"),
     ("cuda_int8_gemv", 16, 8192, "per_channel"),  # 16 x 8192 does not fit the fused GEMV
     ("cuda_w4a8_gemv", 16, 8192, "grouped4"),  # ... two launches
+    ("cuda_int8_gemv_mma", 16, 8192, "grouped"),
 ])
 def test_stages_equal_run(rng, name, m, k, fmt):
     """apply(quantize(x)) gives the same bits as run(x)."""

@@ -390,6 +390,23 @@ def kernel_builds() -> list[KernelBuild]:
                    ("SMEM_BYTES", mm * 4096))
             out.append(KernelBuild("gemv.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
+    # The tensor-core small-M GEMV: every body, each token-tile count and warp count,
+    # both group sizes and scale dtypes somewhere.
+    for i, (body, nt) in enumerate((b, nt) for b in ("channel", "channel_bias", "grouped",
+                                                     "grouped_bias") for nt in (1, 2, 4)):
+        t = ("bfloat16", "float16", "float32")[i % 3]
+        ins = (("xq", "int8", 2), ("xs", "float32", 2), ("w", "uint32", 2))
+        tpl = (("T", t),)
+        if body.startswith("grouped"):
+            st = ("bfloat16", "float16", "float32")[(i + 1) % 3]
+            ins += (("ws", st, 2), ("wo", "float32", 2))
+            tpl += (("ST", st), ("GS", (64, 128)[i % 2]))
+        else:
+            ins += (("ws", "float32", 1),)
+        if body.endswith("bias"):
+            ins += (("bias", "float32", 1),)
+        tpl += (("NT", nt), ("W", (4, 8)[(i // 3) % 2]))
+        out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl))
     # The dequantizing GEMM: every dtype, code width and group size on the 128- and
     # 256-token tiles, the two bodies alternating; the 64-token tile on four of them.
     for i, (t, bits, gs) in enumerate((t, b, g) for t in ("bfloat16", "float16")
@@ -421,6 +438,8 @@ def block_threads(build: KernelBuild) -> int:
         return cuda_quantize.QUANT_WARP_THREADS if build.body == "rowsum_warp" else cuda_quantize.QUANT_MAX_THREADS
     if build.file == "gemv.cu":
         return cuda_gemv.GEMV_THREADS
+    if build.file == "gemv_mma.cu":
+        return 32 * dict(build.template)["W"]
     if build.file == "dequantize.cu":
         return cuda_dequant_matmul.DEQUANTIZE_THREADS
     tpl = set(build.template)
@@ -1349,7 +1368,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
              "cuda_w8a8_gemm_subnormal", "cuda_w4a8_gemm_subnormal",
-             "cuda_int8_gemv", "cuda_w4a8_gemv", "cuda_dequant_gemm", "cuda_dequant_matmul"]
+             "cuda_int8_gemv", "cuda_int8_gemv_mma", "cuda_w4a8_gemv", "cuda_dequant_gemm",
+             "cuda_dequant_matmul"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1401,7 +1421,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemv_fused_channel",
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias",
                  "w8a8_gemv_fused_grouped4", "w8a8_gemv_fused_grouped4_bias",
-                 "w8a8_gemv_grouped4", "w8a8_gemm_dequant_dequant",
+                 "w8a8_gemv_grouped4", "w8a8_gemm_dequant_dequant", "w8a8_gemv_mma_channel",
+                 "w8a8_gemv_mma_grouped_bias",
                  "w8a8_gemm_dequant_dequant_bias", "w8a8_dequantize_dequantize"):
         assert body in bodies, (body, sorted(bodies))
 
@@ -2854,7 +2875,7 @@ def test_variants_name_what_each_launch_compiles(cuda_here, monkeypatch, rng):
     split = {s: k for s, k in keys_of.items() if len(k) > 1}
     assert not split, list(split.items())[:3]
     names = {key[0] for key in by_key}
-    assert len(names) == 14 and count > 5000, (sorted(names), count)  # no grouped4 layer here
+    assert len(names) == 15 and count > 5000, (sorted(names), count)  # no grouped4 layer here
 
 
 def test_a_new_input_shape_leaves_few_objects_for_the_collector(cuda_here):

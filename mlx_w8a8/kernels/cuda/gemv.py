@@ -240,3 +240,66 @@ class W4A8Gemv(Int8Gemv):
         if p.weight_format == "grouped4" and (p.group_size or 0) % 32:
             yield ("the group size must be a multiple of 32 (a lane's 16-byte load, 32 "
                    f"codes, inside one group), got {p.group_size}")
+
+
+# The tensor-core form (gemv_mma.cu) -------------------------------------------------------
+MMA_GEMV_MAX_M = 32
+MMA_GEMV_GROUP_SIZES = (64, 128)  # a step of 64 codes inside one group, or a group of two
+MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
+
+
+def gemv_mma_warps(n: int) -> int:
+    """Warps per block (each block owns 16 weight rows and splits K among its warps):
+    8 where the blocks alone would give fewer than 1,024 warps (small N), else 4."""
+    return 8 if -(-n // 16) * 4 < 1024 else 4
+
+
+def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
+                  lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
+    8-bit codes, per-channel or group size 64 / 128, ``K % 64 == 0``)."""
+    n = weight.n
+    lead = leading_shape(m, lead)
+    nt = -(-m // 8)
+    warps = gemv_mma_warps(n)
+    w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
+    kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
+    return LaunchSpec(kern, tuple(w_inputs), template + [("NT", nt), ("W", warps)],
+                      [(*lead, n)], [out_dtype], (-(-n // 16) * 32 * warps, 1, 1),
+                      (32 * warps, 1, 1))
+
+
+class Int8GemvMma(CudaKernel):
+    """``cuda_int8_gemv_mma`` (``linear``, ``M <= 32``, 8-bit codes per-channel or in
+    groups of 64 or 128, ``K % 64 == 0``): the plain quantize, then ``gemv_mma.cu``: the
+    weight rows as mma.sync's A operand straight from global memory, 16 rows a block,
+    the tokens as its n8 columns, K split among the block's warps. For the batch sizes
+    of batched decode, where the dp4a GEMV (``cuda_int8_gemv``) reads each activation
+    chunk once per weight row."""
+
+    name = "cuda_int8_gemv_mma"
+    formats = ("per_channel", "grouped")
+
+    def refusals(self, p: registry.Problem):
+        yield weight_format(p, *self.formats)
+        if not 1 <= p.m <= MMA_GEMV_MAX_M:
+            yield f"M must be in [1, {MMA_GEMV_MAX_M}], got {p.m}"
+        yield outputs(p)
+        yield float_rows(p)
+        yield gemm_k(p)
+        if p.k % MMA_GEMV_K_MULTIPLE:
+            yield f"K must be a multiple of {MMA_GEMV_K_MULTIPLE} (a warp's step), got {p.k}"
+        if p.weight_format == "grouped" and p.group_size not in MMA_GEMV_GROUP_SIZES:
+            yield (f"the group size must be one of {MMA_GEMV_GROUP_SIZES} (a step of 64 "
+                   f"codes inside one group), got {p.group_size}")
+
+    def variant(self, p: registry.Problem):
+        grouped = p.weight_format != "per_channel"
+        return (p.dtype, p.has_bias, grouped, p.group_size if grouped else None,
+                -(-p.m // 8), gemv_mma_warps(p.n))
+
+    def activations(self, p: registry.Problem, lead=None):
+        return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
+
+    def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
+        return gemv_mma_spec(p.m, weight, bias, getattr(mx, p.dtype), lead)

@@ -1,0 +1,220 @@
+// Small-M W8A8 linear on tensor cores (1 <= M <= 32): memory-bound over the stored 8-bit
+// weight codes, with mma.sync doing the multiplies the dp4a GEMV (gemv.cu) does on the
+// CUDA cores. At M = 16 the dp4a GEMV reads every activation chunk once per weight row
+// and runs 4 dp4a per 16 bytes and token; here a warp's m16n8k32 MMAs take 16 weight rows
+// x 8 tokens x 32 codes from registers.
+// @@ requires shape.cuh
+//
+// Math (the W8A8 contract of docs/numerics.md, on activations quantized by the quantize
+// kernel's plain body): per-channel weights accumulate sum_k xq[m, k] (q[n, k] - 128) in
+// int32 over the whole row and scale once; grouped weights (group size 64 or 128) get
+// each group's exact int32 sum P and the group's activation-code sum R from the MMAs,
+// then f = fma(s[n, g], P, fma(o[n, g], R, f)) (o = b + 128 s, float32): two roundings a
+// group, as the grouped contract counts them.
+//
+// Operands: the weight rows are the MMA's A (16 rows, row-major), the tokens its B (8
+// columns per n-tile, NT n-tiles). Lane (g, t) = (lane / 4, lane % 4) loads, per step of
+// 64 codes, 16 bytes of weight rows n0 + g and n0 + g + 8 at codes 16 t .. 16 t + 15, and
+// 16 bytes of activation row 8 j + g at the same codes for each n-tile j: the step's
+// k-permutation (an MMA's logical code c of half h of the step is code 16 t + 8 h + c % 4
+// + 4 (c / 16) of lane t's 16, for A and B alike) leaves each dot product's terms as they
+// are, so no shuffle or shared memory is needed to build fragments. The codes q are
+// unsigned; q ^ 0x80 is q - 128 as int8 (s8 x s8 MMAs). R comes from an MMA of the same
+// activations with an A of ones, so it lands in the accumulators' layout.
+//
+// Work split: a block of W warps owns 16 weight rows; warp w takes the K-steps (grouped:
+// the groups) w, w + W, ... (two steps of loads in flight per lane), so each weight row is
+// read by the block's warps together. The W partial sums of an output are added in warp
+// order through shared memory (int32 per-channel, float32 grouped), so the result does
+// not depend on timing.
+//
+// Invariants the launcher guarantees: 1 <= M <= 8 NT, K % 64 == 0, K < 2^17, GS in
+// {0 (per-channel), 64, 128}, rows 16-byte aligned, blockDim.x == 32 W, gridDim.x ==
+// ceil(N / 16). Rows of x past M are read as row M - 1 and never stored; weight rows past
+// N are read as row N - 1 and never stored.
+
+namespace w8a8 {
+
+// c += a b: A s8 (16 x 32, row), B s8 (32 x 8, col), int32 accumulators.
+__device__ __forceinline__ void mma_s8_16832(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <typename V>
+__device__ __forceinline__ float mma_gemv_float(V v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ float mma_gemv_float<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float mma_gemv_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// One step (64 codes) of MMAs: the weight rows' int32 sums into c[j], and with R the
+// activation-code sums into r[j] (an A of ones).
+template <int NT, bool R>
+__device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const uint4 (&x)[NT],
+                                         int (&c)[NT][4], int (&r)[NT][4]) {
+  constexpr uint32_t kFlip = 0x80808080u;
+  constexpr uint32_t kOnes = 0x01010101u;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t a[4] = {word(wa, 2 * h) ^ kFlip, word(wb, 2 * h) ^ kFlip,
+                           word(wa, 2 * h + 1) ^ kFlip, word(wb, 2 * h + 1) ^ kFlip};
+    const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      mma_s8_16832(c[j], a, word(x[j], 2 * h), word(x[j], 2 * h + 1));
+      if constexpr (R) mma_s8_16832(r[j], ones, word(x[j], 2 * h), word(x[j], 2 * h + 1));
+    }
+  }
+}
+
+// GS == 0: per-channel (ws [N] f32 scales, wo unused); GS 64 or 128: grouped (ws [N, K/GS]
+// scales of type ST, wo [N, K/GS] f32 offsets b + 128 s).
+template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST>
+__device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, const uint32_t* w,
+                                         const ST* ws, const float* wo, const float* bias, int M,
+                                         int N, int K, T* y) {
+  static_assert(GS == 0 || GS == 64 || GS == 128, "per-channel, or groups of 64 or 128 codes");
+  static_assert(NT >= 1 && NT <= 4 && W >= 1 && W <= 8, "up to 32 tokens, up to 8 warps");
+  constexpr bool kGrouped = GS > 0;
+  constexpr int kSteps = GS == 128 ? 2 : 1;    // steps (64 codes) of one work unit
+  constexpr int kUnits = 2 / kSteps;           // units loaded ahead: two steps in flight
+  __shared__ int part[W][NT * 4][32];          // each warp's partial sums (float bits grouped)
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  const int na = min(n0 + g, N - 1), nb = min(n0 + g + 8, N - 1);
+  const uint8_t* wa = reinterpret_cast<const uint8_t*>(w) + (size_t)na * K + 16 * t;
+  const uint8_t* wb = reinterpret_cast<const uint8_t*>(w) + (size_t)nb * K + 16 * t;
+  const int8_t* xr[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xr[j] = xq + (size_t)min(8 * j + g, M - 1) * K + 16 * t;
+  const int units = K / (64 * kSteps);
+  const int G = kGrouped ? K / GS : 1;
+
+  int acc[NT][4];    // per-channel: the int32 sums
+  float f[NT][4];    // grouped: the promoted sums
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      acc[j][e] = 0;
+      f[j][e] = 0.f;
+    }
+
+  for (int u0 = warp; u0 < units; u0 += W * kUnits) {  // uniform per warp
+    uint4 va[kUnits][kSteps], vb[kUnits][kSteps], vx[kUnits][kSteps][NT];
+    float sa[kUnits], sb[kUnits], oa[kUnits], ob[kUnits];
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = u0 + u * W;
+      const bool valid = unit < units;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const size_t at = (size_t)(unit * kSteps + s) * 64;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        va[u][s] = valid ? __ldg(reinterpret_cast<const uint4*>(wa + at)) : zero;
+        vb[u][s] = valid ? __ldg(reinterpret_cast<const uint4*>(wb + at)) : zero;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          vx[u][s][j] = valid ? __ldg(reinterpret_cast<const uint4*>(xr[j] + at)) : zero;
+      }
+      if constexpr (kGrouped) {
+        const int gi = valid ? unit : 0;  // a unit is one group
+        sa[u] = mma_gemv_float(ws[(size_t)na * G + gi]);
+        sb[u] = mma_gemv_float(ws[(size_t)nb * G + gi]);
+        oa[u] = wo[(size_t)na * G + gi];
+        ob[u] = wo[(size_t)nb * G + gi];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      if (u0 + u * W >= units) break;
+      if constexpr (kGrouped) {
+        int c[NT][4] = {}, r[NT][4] = {};
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) mma_step<NT, true>(va[u][s], vb[u][s], vx[u][s], c, r);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float sc = e < 2 ? sa[u] : sb[u], of = e < 2 ? oa[u] : ob[u];
+            f[j][e] = fmaf(sc, static_cast<float>(c[j][e]),
+                           fmaf(of, static_cast<float>(r[j][e]), f[j][e]));
+          }
+      } else {
+        int unused[NT][4];
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) mma_step<NT, false>(va[u][s], vb[u][s], vx[u][s], acc, unused);
+      }
+    }
+  }
+
+  // The warps' partials, added in warp order by warp 0.
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      part[warp][j * 4 + e][lane] = kGrouped ? __float_as_int(f[j][e]) : acc[j][e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int n = n0 + g + 8 * (e >> 1), m = 8 * j + 2 * t + (e & 1);
+      float v;
+      if constexpr (kGrouped) {
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < W; ++q) sum += __int_as_float(part[q][j * 4 + e][lane]);
+        v = xs[min(m, M - 1)] * sum;
+      } else {
+        int sum = 0;
+#pragma unroll
+        for (int q = 0; q < W; ++q) sum += part[q][j * 4 + e][lane];
+        v = static_cast<float>(sum) * xs[min(m, M - 1)] * ws[(e >> 1) ? nb : na];
+      }
+      if (n >= N || m >= M) continue;
+      if constexpr (HAS_BIAS) v += bias[n];
+      y[(size_t)m * N + n] = static_cast<T>(v);
+    }
+}
+
+}  // namespace w8a8
+
+// @@ body channel
+// xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
+w8a8::gemv_mma<NT, W, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr,
+                                          w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                          xq_shape[xq_ndim - 1], y);
+
+// @@ body channel_bias
+w8a8::gemv_mma<NT, W, 0, true, T, float>(xq, xs, w, ws, nullptr, bias,
+                                         w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                         xq_shape[xq_ndim - 1], y);
+
+// @@ body grouped
+// As `channel` but ws [N, G] scales (ST) and wo [N, G] f32 offsets.
+w8a8::gemv_mma<NT, W, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr,
+                                        w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                        xq_shape[xq_ndim - 1], y);
+
+// @@ body grouped_bias
+w8a8::gemv_mma<NT, W, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
+                                       w_shape[0], xq_shape[xq_ndim - 1], y);
