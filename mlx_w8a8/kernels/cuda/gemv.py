@@ -250,8 +250,9 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 
 def gemv_mma_warps(n: int) -> int:
     """Warps per block (each block owns 16 weight rows and splits K among its warps):
-    8 where the blocks alone would give fewer than 1,024 warps (small N), else 4."""
-    return 8 if -(-n // 16) * 4 < 1024 else 4
+    8 where 4 a block would give fewer than 2,048 warps (N < 8192: some 15 per SM of an
+    H100 or H200), else 4."""
+    return 8 if -(-n // 16) * 4 < 2048 else 4
 
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,

@@ -1,0 +1,134 @@
+"""The tensor-core small-M GEMV (``cuda_int8_gemv_mma``, ``gemv_mma.cu``) without a GPU: a
+model of how its lanes load a step of 64 codes and build mma.sync m16n8k32 fragments
+from them (the PTX fragment layouts), showing that the step's k-permutation leaves every
+dot product as it is, for the weights, for the activation-code sums (an A of ones) and
+for every lane; a mutant mapping the model must fail; and the launch the definition
+makes (grid, block, template) and what it refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+from kernel_recorder import record_launches
+from mlx_w8a8 import QuantizedWeight
+from mlx_w8a8.kernels import registry
+from mlx_w8a8.kernels.cuda import gemv, launch
+from mlx_w8a8.kernels.registry import Problem
+
+
+def words(chunk: np.ndarray) -> list[np.ndarray]:
+    """A lane's 16 loaded bytes as its four 32-bit words' bytes (element order)."""
+    return [chunk[4 * i:4 * i + 4] for i in range(4)]
+
+
+def a_fragments(rows16: np.ndarray, h: int) -> list[list[np.ndarray]]:
+    """Each lane's four A registers for half ``h`` of a step, as gemv_mma.cu builds
+    them: lane (g, t) holds codes 16 t .. 16 t + 15 of rows g and g + 8."""
+    out = []
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        wa, wb = words(rows16[g, 16 * t:16 * t + 16]), words(rows16[g + 8, 16 * t:16 * t + 16])
+        out.append([wa[2 * h], wb[2 * h], wa[2 * h + 1], wb[2 * h + 1]])
+    return out
+
+
+def b_fragments(tokens8: np.ndarray, h: int) -> list[list[np.ndarray]]:
+    """Each lane's two B registers: lane (g, t) holds codes 16 t .. 16 t + 15 of token g."""
+    out = []
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        x = words(tokens8[g, 16 * t:16 * t + 16])
+        out.append([x[2 * h], x[2 * h + 1]])
+    return out
+
+
+def mma_m16n8k32(a_frags, b_frags) -> np.ndarray:
+    """D = A B as mma.sync.m16n8k32 reads its fragments (PTX ISA, the .s8 layouts): A
+    element (row, col) in lane 4 (row % 8) + (col % 16) / 4, register (row >= 8) + 2
+    (col >= 16), byte col % 4; B element (k, n) in lane 4 n + (k % 16) / 4, register
+    k >= 16, byte k % 4."""
+    a = np.zeros((16, 32), np.int64)
+    b = np.zeros((32, 8), np.int64)
+    for row in range(16):
+        for col in range(32):
+            lane = 4 * (row % 8) + (col % 16) // 4
+            a[row, col] = a_frags[lane][int(row >= 8) + 2 * int(col >= 16)][col % 4]
+    for k in range(32):
+        for n in range(8):
+            b[k, n] = b_frags[4 * n + (k % 16) // 4][int(k >= 16)][k % 4]
+    return a @ b
+
+
+def step(rows16, tokens8, a_of=a_fragments):
+    """One step's sums (two MMAs, halves 0 and 1) as the kernel accumulates them."""
+    return sum(mma_m16n8k32(a_of(rows16, h), b_fragments(tokens8, h)) for h in (0, 1))
+
+
+def test_the_step_permutation_keeps_every_dot_product():
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        w = rng.integers(-128, 128, (16, 64)).astype(np.int64)  # the flipped codes q - 128
+        x = rng.integers(-127, 128, (8, 64)).astype(np.int64)
+        np.testing.assert_array_equal(step(w, x), w @ x.T)
+        # The activation-code sums: an A of ones gives R for every row, in C's layout.
+        np.testing.assert_array_equal(step(np.ones_like(w), x), np.tile(x.sum(1), (16, 1)))
+
+
+def test_a_mutant_mapping_is_caught():
+    # Rows g and g + 8 swapped in the A registers: every dot product moves.
+    def swapped(rows16, h):
+        return [[f[1], f[0], f[3], f[2]] for f in a_fragments(rows16, h)]
+
+    rng = np.random.default_rng(1)
+    w = rng.integers(-128, 128, (16, 64)).astype(np.int64)
+    x = rng.integers(-127, 128, (8, 64)).astype(np.int64)
+    assert not np.array_equal(step(w, x, swapped), w @ x.T)
+
+
+def make_weight(rng, n, k, group_size, per_channel):
+    w = rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)
+    return QuantizedWeight.from_float(mx.array(w).astype(mx.bfloat16), group_size=group_size,
+                                      per_channel=per_channel)
+
+
+@pytest.mark.parametrize("m,n,nt,warps", [(1, 264, 1, 8), (16, 4096, 2, 8),
+                                          (17, 20000, 3, 4), (32, 128256, 4, 4)])
+def test_the_launch(monkeypatch, m, n, nt, warps):
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(2)
+    k = 256
+    weight = make_weight(rng, n, k, 64, per_channel=False)
+    cand = registry.get("linear", "cuda_int8_gemv_mma")
+    launch._kernel.cache_clear()
+    try:
+        y = cand.run(mx.zeros((m, k), dtype=mx.bfloat16), weight, None)
+    finally:
+        launch._kernel.cache_clear()
+    assert y.shape == (m, n) and y.dtype == mx.bfloat16
+    quantize, mma = rec.launches
+    assert quantize["name"].startswith("w8a8_quantize_plain")
+    assert mma["name"].startswith("w8a8_gemv_mma_grouped")
+    tpl = dict(mma["template"])
+    assert (tpl["NT"], tpl["W"], tpl["GS"]) == (nt, warps, 64)
+    # One block of W warps per 16 weight rows.
+    assert mma["threadgroup"] == (32 * warps, 1, 1)
+    assert mma["grid"] == (-(-n // 16) * 32 * warps, 1, 1)
+
+
+@pytest.mark.parametrize("problem,why", [
+    (Problem("linear", 33, 256, 256, "bfloat16", "grouped", 64, False), "M must be in [1, 32], got 33"),
+    (Problem("linear", 16, 256, 256, "bfloat16", "grouped", 32, False),
+     "group size must be one of (64, 128)"),
+    (Problem("linear", 16, 256, 96, "bfloat16", "per_channel", 64, False),
+     "K must be a multiple of 64"),
+    (Problem("linear", 16, 256, 256, "bfloat16", "grouped4", 64, False), "weight format"),
+])
+def test_it_refuses_what_it_cannot_take(monkeypatch, problem, why):
+    monkeypatch.setattr(launch, "cuda_available", lambda: True)
+    ok, reason = registry.get("linear", "cuda_int8_gemv_mma").can_implement(problem)
+    assert not ok and why in reason and reason.startswith("[mlx_w8a8.cuda_int8_gemv_mma]")
+    fine = Problem("linear", 16, 256, 256, "bfloat16", "grouped", 128, True)
+    assert registry.get("linear", "cuda_int8_gemv_mma").can_implement(fine) == (True, "")
