@@ -546,16 +546,45 @@ def test_int8_gemv_large_k_two_launches(rng):
                           (False, 128, "float16"), (False, 64, "float32")])
 def test_int8_gemv_mma(rng, m, per_channel, group_size, scale_dtype):
     """The tensor-core small-M GEMV: every token-tile count (M = 1 ... 32, partial last
-    tiles at 7, 9, 17, 31), N = 264 (a partial last 16-row block), both warp counts
-    (N = 264: 8 warps a block; 20000: 4), K = 1088 (17 steps: warps with unequal step
-    counts) and 4096 (GS 128: 32 groups of two steps), odd M with a bias."""
+    tiles at 7, 9, 17, 31), N = 264 (a partial last 16-row block) and 20000, K = 1088
+    (17 steps: warps with unequal step counts) and 4096 (GS 128: 32 groups of two
+    steps), odd M with a bias."""
     run = registry.get("linear", "cuda_int8_gemv_mma").run
-    assert cuda_gemv.gemv_mma_warps(264) == 8 and cuda_gemv.gemv_mma_warps(20000) == 4
     check_linear(rng, run, m, 264, 1088 if group_size == 64 else 4096, "bfloat16", group_size,
                  per_channel, m % 2 == 1, scale_dtype)
     if m in (16, 31):
         check_linear(rng, run, m, 20000, 1024, "float16", group_size, per_channel, False,
                      scale_dtype)
+
+
+@pytest.mark.parametrize("ns,lead,dtype,with_bias,fmt,group_size", [
+    ((4096, 1024, 1024), (4, 4), "bfloat16", False, "grouped", 64),  # q/k/v, B = 16
+    ((264, 40, 257), (31,), "float16", True, "grouped", 128),  # partial 16-row blocks
+    ((1000, 1002), (2, 1), "float32", True, "per_channel", 64),  # M = 2
+])
+def test_int8_gemv_mma_sibling_launch(rng, ns, lead, dtype, with_bias, fmt, group_size):
+    """One tensor-core GEMV launch for 2-3 weights fed the same x (gemv_mma.cu *_group*):
+    each output bit-identical (NaN where x's special rows give NaN) to the member's own
+    launch and within the oracle's bound; a member's blocks never write another's output
+    (poisoned outputs)."""
+    k = 1024
+    m = int(np.prod(lead))
+    x = activation(rng, m, k, dtype).reshape(*lead, k)
+    members = []
+    for n in ns:
+        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+                if with_bias else None)
+        members.append((make_weight(rng, n, k, group_size, fmt == "per_channel", dtype), bias))
+    acts = cuda_quantize.quantize_spec(m, k, x.dtype, lead=lead).launch(x)
+    ys = cuda_gemv.gemv_mma_group_spec(m, members, x.dtype, lead).launch(*acts)
+    for (weight, bias), y in zip(members, ys):
+        assert y.shape == (*lead, weight.n) and y.dtype == x.dtype
+        alone = cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype).launch(
+            acts[0].reshape(m, k), acts[1].reshape(m, 1))[0]
+        assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
+        want, bound = oracle.linear(host(x.reshape(m, k)), weight,
+                                    None if bias is None else host(bias))
+        oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 
 @pytest.mark.parametrize("gs", [64, 128])

@@ -405,8 +405,25 @@ def kernel_builds() -> list[KernelBuild]:
             ins += (("ws", "float32", 1),)
         if body.endswith("bias"):
             ins += (("bias", "float32", 1),)
-        tpl += (("NT", nt), ("W", (4, 8)[(i // 3) % 2]))
+        tpl += (("NT", nt), ("W", cuda_gemv.MMA_GEMV_WARPS))
         out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl))
+    # Its sibling launches: every body, at M = 16 (NT 2) and 32 (NT 4) alternately.
+    for i, (fmt, g, bias) in enumerate((f, g, b) for f in ("channel", "grouped")
+                                       for g in (2, 3) for b in (False, True)):
+        body = f"{fmt}_group{g}" + ("_bias" if bias else "")
+        ins = (("xq", "int8", 2), ("xs", "float32", 2))
+        tpl = (("T", "bfloat16"),)
+        if fmt == "grouped":
+            tpl += (("ST", "bfloat16"), ("GS", (64, 128)[i % 2]))
+        for m in range(g):
+            ins += ((f"w{m}", "uint32", 2),)
+            ins += ((f"ws{m}", "float32", 1),) if fmt == "channel" else (
+                (f"ws{m}", "bfloat16", 2), (f"wo{m}", "float32", 2))
+            if bias:
+                ins += ((f"bias{m}", "float32", 1),)
+        tpl += (("NT", (2, 4)[i % 2]), ("W", cuda_gemv.MMA_GEMV_WARPS))
+        out.append(KernelBuild("gemv_mma.cu", body, ins,
+                               tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
     # The dequantizing GEMM: every dtype, code width and group size on the 128- and
     # 256-token tiles, the two bodies alternating; the 64-token tile on four of them.
     for i, (t, bits, gs) in enumerate((t, b, g) for t in ("bfloat16", "float16")

@@ -15,7 +15,7 @@ import mlx.core as mx
 from kernel_recorder import record_launches
 from mlx_w8a8 import QuantizedWeight
 from mlx_w8a8.kernels import registry
-from mlx_w8a8.kernels.cuda import gemv, launch
+from mlx_w8a8.kernels.cuda import launch
 from mlx_w8a8.kernels.registry import Problem
 
 
@@ -94,9 +94,8 @@ def make_weight(rng, n, k, group_size, per_channel):
                                       per_channel=per_channel)
 
 
-@pytest.mark.parametrize("m,n,nt,warps", [(1, 264, 1, 8), (16, 4096, 2, 8),
-                                          (17, 20000, 3, 4), (32, 128256, 4, 4)])
-def test_the_launch(monkeypatch, m, n, nt, warps):
+@pytest.mark.parametrize("m,n,nt", [(1, 264, 1), (16, 4096, 2), (17, 20000, 3), (32, 128256, 4)])
+def test_the_launch(monkeypatch, m, n, nt):
     rec = record_launches(monkeypatch)
     rng = np.random.default_rng(2)
     k = 256
@@ -112,10 +111,10 @@ def test_the_launch(monkeypatch, m, n, nt, warps):
     assert quantize["name"].startswith("w8a8_quantize_plain")
     assert mma["name"].startswith("w8a8_gemv_mma_grouped")
     tpl = dict(mma["template"])
-    assert (tpl["NT"], tpl["W"], tpl["GS"]) == (nt, warps, 64)
-    # One block of W warps per 16 weight rows.
-    assert mma["threadgroup"] == (32 * warps, 1, 1)
-    assert mma["grid"] == (-(-n // 16) * 32 * warps, 1, 1)
+    assert (tpl["NT"], tpl["W"], tpl["GS"]) == (nt, 8, 64)
+    # One block of 8 warps per 16 weight rows.
+    assert mma["threadgroup"] == (256, 1, 1)
+    assert mma["grid"] == (-(-n // 16) * 256, 1, 1)
 
 
 @pytest.mark.parametrize("problem,why", [
@@ -132,3 +131,27 @@ def test_it_refuses_what_it_cannot_take(monkeypatch, problem, why):
     assert not ok and why in reason and reason.startswith("[mlx_w8a8.cuda_int8_gemv_mma]")
     fine = Problem("linear", 16, 256, 256, "bfloat16", "grouped", 128, True)
     assert registry.get("linear", "cuda_int8_gemv_mma").can_implement(fine) == (True, "")
+
+
+def test_siblings_are_one_launch_on_one_quantize(monkeypatch):
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(3)
+    k, m = 256, 16
+    members = [(make_weight(rng, n, k, 128, per_channel=False), None) for n in (4096, 1024, 1024)]
+    cand = registry.get("linear", "cuda_int8_gemv_mma")
+    problem = Problem("linear", m, 6144, k, "bfloat16", "grouped", 128, False)
+    launch._kernel.cache_clear()
+    try:
+        key, quantize, apply = cand.bind_group(problem, members)
+        ys = apply(quantize(mx.zeros((m, k), dtype=mx.bfloat16)))
+    finally:
+        launch._kernel.cache_clear()
+    assert [y.shape for y in ys] == [(16, 4096), (16, 1024), (16, 1024)]
+    quantize_launch, group = rec.launches
+    assert quantize_launch["name"].startswith("w8a8_quantize_plain")
+    assert group["name"].startswith("w8a8_gemv_mma_grouped_group3")
+    # The members' blocks one after another: 256 + 64 + 64 of 8 warps.
+    assert group["grid"] == (384 * 256, 1, 1) and group["threadgroup"] == (256, 1, 1)
+    mixed = [members[0], (make_weight(rng, 1024, k, 128, per_channel=True), None)]
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv_mma\] sibling weights"):
+        cand.bind_group(Problem("linear", m, 5120, k, "bfloat16", "grouped", 128, False), mixed)

@@ -57,6 +57,8 @@
 # Part MMA: cuda_int8_gemv_mma (tensor-core small-M GEMV): its tests, a race of every
 # candidate at M = 16 on the 8-bit gs64 Llama-3-8B shapes (table kept as g16.json), the
 # B = 16 decode bench with that table.
+# Part MMB: the tensor-core GEMV's tests again (its sibling launches added) and the B = 16
+# decode bench on the default path (the prior's new rule at M = 9-31).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
@@ -152,6 +154,10 @@ if [ "$part" = "mma" ]; then  # the tensor-core small-M GEMV: tests, a race at M
     --table tmp_t/g16.json --decode-check off --sibling-check off --prefill-check off --no-progress
   cp tmp_t/g16.json "$O/g16.json" 2>/dev/null
   run 110 python3 -m mlx_w8a8.bench $BD --table tmp_t/g16.json
+fi
+if [ "$part" = "mmb" ]; then  # the tensor-core GEMV with its sibling launches and the prior's M = 9-31 rule
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma or stages_equal"
+  run 200 python3 -m mlx_w8a8.bench $BD
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2

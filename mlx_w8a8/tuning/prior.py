@@ -82,8 +82,14 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   1.06-3.15x mx.quantized_matmul; at M = 8 it won 5 of 7, 1.04-2.80x, and took at
     #   most 1.10x the winner's time on the other 2), except for weights below 4096 x 4096
     #   at M = 2-7: 1024 x 4096 kept mx.quantized_matmul there (it won at M = 2 and 4).
-    # - M = 9-31: no rule (at M = 16 the GEMV, mx.quantized_matmul and the TMA GEMM each
-    #   took 1.33x the winner's time or more on some shape).
+    # - M = 9-31: the tensor-core GEMV (cuda_int8_gemv_mma, group sizes 64 and 128; not
+    #   in that tune). A race of every candidate at M = 16 on an NVIDIA H100 (tune --model
+    #   llama-3-8b --format grouped --group-size 64 --m 16, checks off; part MMA of
+    #   bench/results/h100_2026-12-07_h.log, entries kept as h100_2026-12-07_h_g16.json,
+    #   which tests/test_prior.py checks this rule against) had it fastest on all 7 shapes,
+    #   1.03-2.49x mx.quantized_matmul and 0.77-0.97x the next kernel's time. Before it
+    #   (the tune above) the GEMV, mx.quantized_matmul and the TMA GEMM each took 1.33x
+    #   the winner's time or more on some shape. Group size 32: no rule.
     # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
     #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
     #   before its tile skipped idle warps at M = 17-112 (tiles.grouped_tma_tile_for),
@@ -117,6 +123,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
+        (9, 31, 0, ("cuda_int8_gemv_mma",)),
         (128, 511, 0, ("cuda_w8a8_gemm_subnormal", "cuda_w8a8_gemm_grouped_tma",
                        "cuda_w8a8_gemm_grouped")),
         (32, 127, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),

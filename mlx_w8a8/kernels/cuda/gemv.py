@@ -248,11 +248,10 @@ MMA_GEMV_GROUP_SIZES = (64, 128)  # a step of 64 codes inside one group, or a gr
 MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 
 
-def gemv_mma_warps(n: int) -> int:
-    """Warps per block (each block owns 16 weight rows and splits K among its warps):
-    8 where 4 a block would give fewer than 2,048 warps (N < 8192: some 15 per SM of an
-    H100 or H200), else 4."""
-    return 8 if -(-n // 16) * 4 < 2048 else 4
+# Warps per block: each block owns 16 weight rows and splits K among its warps, whose
+# partial sums it adds in warp order. One count for every N, so a sibling launch (whose
+# blocks all have one size) adds each member's partials as the member's own launch does.
+MMA_GEMV_WARPS = 8
 
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
@@ -262,7 +261,7 @@ def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
-    warps = gemv_mma_warps(n)
+    warps = MMA_GEMV_WARPS
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
     return LaunchSpec(kern, tuple(w_inputs), template + [("NT", nt), ("W", warps)],
@@ -270,13 +269,56 @@ def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                       (32 * warps, 1, 1))
 
 
+def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
+                        lead: tuple[int, ...] | None = None) -> LaunchSpec:
+    """One launch of the tensor-core small-M GEMV for sibling weights fed the same
+    activations (``xq, xs`` of the plain quantize, ``M <= 32``).
+
+    Args:
+        members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` ``[N_g, K]``, all
+            per-channel or all grouped with one group size and scale dtype; bias
+            ``[N_g]`` or ``None``, all or none of them set).
+
+    Returns:
+        The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
+        each equal bit for bit to the member's own :func:`gemv_mma_spec` launch.
+    """
+    op = "[mlx_w8a8.cuda_int8_gemv_mma]"
+    members = list(members)
+    sibling_bias(op, members)
+    first = members[0][0]
+    for w, _ in members:
+        if (w.k != first.k or w.format != first.format or w.group_size != first.group_size
+                or w.scales.dtype != first.scales.dtype):
+            raise ValueError(f"{op} sibling weights must share K, the format, the group size "
+                             f"and the scales' dtype, got K={w.k}, format={w.format}, "
+                             f"group_size={w.group_size}, scales {w.scales.dtype} (first: "
+                             f"K={first.k}, {first.format}, group_size={first.group_size}, "
+                             f"scales {first.scales.dtype})")
+    lead = leading_shape(m, lead)
+    ns = [w.n for w, _ in members]
+    warps = MMA_GEMV_WARPS
+    tail, names, template = [], ["xq", "xs"], None
+    for g, (w, b) in enumerate(members):
+        w_inputs, w_names, template, body = _gemv_weight(w, b, out_dtype)
+        tail += w_inputs
+        names += [f"{name}{g}" for name in w_names]
+    base = body.removesuffix("_bias")  # "grouped_bias" -> "grouped_group2_bias"
+    body = f"{base}_group{len(members)}" + body[len(base):]
+    kern = _kernel("gemv_mma.cu", body, tuple(names), tuple(f"y{g}" for g in range(len(ns))))
+    blocks = sum(-(-n // 16) for n in ns)
+    return LaunchSpec(kern, tuple(tail), template + [("NT", -(-m // 8)), ("W", warps)],
+                      [(*lead, n) for n in ns], [out_dtype] * len(ns),
+                      (blocks * 32 * warps, 1, 1), (32 * warps, 1, 1))
+
+
 class Int8GemvMma(CudaKernel):
     """``cuda_int8_gemv_mma`` (``linear``, ``M <= 32``, 8-bit codes per-channel or in
     groups of 64 or 128, ``K % 64 == 0``): the plain quantize, then ``gemv_mma.cu``: the
     weight rows as mma.sync's A operand straight from global memory, 16 rows a block,
-    the tokens as its n8 columns, K split among the block's warps. For the batch sizes
-    of batched decode, where the dp4a GEMV (``cuda_int8_gemv``) reads each activation
-    chunk once per weight row."""
+    the tokens as its n8 columns, K split among the block's warps; sibling layers as one
+    launch on the shared quantize. For the batch sizes of batched decode, where the dp4a
+    GEMV (``cuda_int8_gemv``) reads each activation chunk once per weight row."""
 
     name = "cuda_int8_gemv_mma"
     formats = ("per_channel", "grouped")
@@ -296,11 +338,13 @@ class Int8GemvMma(CudaKernel):
 
     def variant(self, p: registry.Problem):
         grouped = p.weight_format != "per_channel"
-        return (p.dtype, p.has_bias, grouped, p.group_size if grouped else None,
-                -(-p.m // 8), gemv_mma_warps(p.n))
+        return p.dtype, p.has_bias, grouped, p.group_size if grouped else None, -(-p.m // 8)
 
     def activations(self, p: registry.Problem, lead=None):
         return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
 
     def apply(self, p: registry.Problem, weight, bias, lead=None) -> LaunchSpec:
         return gemv_mma_spec(p.m, weight, bias, getattr(mx, p.dtype), lead)
+
+    def apply_group(self, p: registry.Problem, members, lead=None):
+        return (gemv_mma_group_spec(p.m, members, getattr(mx, p.dtype), lead),)

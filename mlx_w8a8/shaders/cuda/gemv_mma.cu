@@ -84,10 +84,11 @@ __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const
 
 // GS == 0: per-channel (ws [N] f32 scales, wo unused); GS 64 or 128: grouped (ws [N, K/GS]
 // scales of type ST, wo [N, K/GS] f32 offsets b + 128 s).
+// The block owning weight rows [n0, n0 + 16).
 template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST>
-__device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, const uint32_t* w,
-                                         const ST* ws, const float* wo, const float* bias, int M,
-                                         int N, int K, T* y) {
+__device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs, const uint32_t* w,
+                                              const ST* ws, const float* wo, const float* bias,
+                                              int M, int N, int K, T* y, int n0) {
   static_assert(GS == 0 || GS == 64 || GS == 128, "per-channel, or groups of 64 or 128 codes");
   static_assert(NT >= 1 && NT <= 4 && W >= 1 && W <= 8, "up to 32 tokens, up to 8 warps");
   constexpr bool kGrouped = GS > 0;
@@ -97,7 +98,6 @@ __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, cons
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * 16;
   const int na = min(n0 + g, N - 1), nb = min(n0 + g + 8, N - 1);
   const uint8_t* wa = reinterpret_cast<const uint8_t*>(w) + (size_t)na * K + 16 * t;
   const uint8_t* wb = reinterpret_cast<const uint8_t*>(w) + (size_t)nb * K + 16 * t;
@@ -196,6 +196,46 @@ __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, cons
     }
 }
 
+template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST>
+__device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, const uint32_t* w,
+                                         const ST* ws, const float* wo, const float* bias, int M,
+                                         int N, int K, T* y) {
+  gemv_mma_rows<NT, W, GS, HAS_BIAS, T, ST>(xq, xs, w, ws, wo, bias, M, N, K, y, blockIdx.x * 16);
+}
+
+// Sibling weights fed the same x (q/k/v, gate/up) in one launch: member g is w[g]
+// [n[g], K / 4] codes with ws[g], wo[g] (grouped; null per-channel), bias[g] (null
+// without) and output y[g] [M, n[g]]; its blocks follow the previous members' (member g
+// takes ceil(n[g] / 16) blocks). Each output is computed as in the member's own launch,
+// so the outputs equal the members' single launches bit for bit. Members are selected
+// with unrolled compile-time indices only (a runtime index would put the arrays in
+// local memory).
+template <typename T, typename ST, int G>
+struct MmaSiblings {
+  const uint32_t* w[G];
+  const ST* ws[G];
+  const float* wo[G];
+  const float* bias[G];
+  T* y[G];
+  int n[G];
+};
+
+template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST, int G>
+__device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs,
+                                               const MmaSiblings<T, ST, G>& ms, int M, int K) {
+  int b = blockIdx.x;  // uniform per block: every thread takes the same member
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int blocks = (ms.n[g] + 15) / 16;
+    if (b < blocks) {
+      gemv_mma_rows<NT, W, GS, HAS_BIAS, T, ST>(xq, xs, ms.w[g], ms.ws[g], ms.wo[g], ms.bias[g],
+                                                M, ms.n[g], K, ms.y[g], b * 16);
+      return;
+    }
+    b -= blocks;
+  }
+}
+
 }  // namespace w8a8
 
 // @@ body channel
@@ -218,3 +258,53 @@ w8a8::gemv_mma<NT, W, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr,
 // @@ body grouped_bias
 w8a8::gemv_mma<NT, W, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
                                        w_shape[0], xq_shape[xq_ndim - 1], y);
+
+// @@ body channel_group2
+// Sibling launches: xq, xs as above; member g has w<g> codes, ws<g> (and wo<g>
+// grouped, bias<g> with _bias) -> y<g> [M, N_g] T.
+w8a8::gemv_mma_group<NT, W, 0, false, T, float, 2>(
+    xq, xs,
+    w8a8::MmaSiblings<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body channel_group2_bias
+w8a8::gemv_mma_group<NT, W, 0, true, T, float, 2>(
+    xq, xs,
+    w8a8::MmaSiblings<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body channel_group3
+w8a8::gemv_mma_group<NT, W, 0, false, T, float, 3>(
+    xq, xs,
+    w8a8::MmaSiblings<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body channel_group3_bias
+w8a8::gemv_mma_group<NT, W, 0, true, T, float, 3>(
+    xq, xs,
+    w8a8::MmaSiblings<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped_group2
+w8a8::gemv_mma_group<NT, W, GS, false, T, ST, 2>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped_group2_bias
+w8a8::gemv_mma_group<NT, W, GS, true, T, ST, 2>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped_group3
+w8a8::gemv_mma_group<NT, W, GS, false, T, ST, 3>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped_group3_bias
+w8a8::gemv_mma_group<NT, W, GS, true, T, ST, 3>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
