@@ -59,6 +59,10 @@
 # B = 16 decode bench with that table.
 # Part MMB: the tensor-core GEMV's tests again (its sibling launches added) and the B = 16
 # decode bench on the default path (the prior's new rule at M = 9-31).
+# Runs J, later on other H100s: DEADLINE=420 ... mma (tree 95323a3; its bench cut by its
+# 110 s limit, then run by hand with a longer one as part MMA2, on the same machine), then
+# on a new machine DEADLINE=370 ... mmb (tree 4d095be; its bench cut by its 200 s limit,
+# the first process on that machine, then run by hand as part MMB2).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
