@@ -403,6 +403,18 @@ def check_linear(rng, run, m, n, k, dtype, group_size, per_channel, with_bias, s
     oracle.assert_close(y, want, bound, dtype)
 
 
+def sibling_members(rng, ns, k, dtype, with_bias, fmt, group_size):
+    """One ``(weight, bias)`` pair per N in ``ns`` (weights ``[N, K]`` of format ``fmt``:
+    ``per_channel``, ``grouped`` or ``grouped4``; biases in ``dtype`` where ``with_bias``)."""
+    members = []
+    for n in ns:
+        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
+                if with_bias else None)
+        members.append((make_weight4(rng, n, k, group_size, dtype) if fmt == "grouped4" else
+                        make_weight(rng, n, k, group_size, fmt == "per_channel", dtype), bias))
+    return members
+
+
 LINEAR_SHAPES = [(1, 264, 4096), (33, 257, 1088), (129, 264, 128), (1000, 384, 1024)]
 
 
@@ -570,11 +582,7 @@ def test_int8_gemv_mma_sibling_launch(rng, ns, lead, dtype, with_bias, fmt, grou
     k = 1024
     m = int(np.prod(lead))
     x = activation(rng, m, k, dtype).reshape(*lead, k)
-    members = []
-    for n in ns:
-        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-                if with_bias else None)
-        members.append((make_weight(rng, n, k, group_size, fmt == "per_channel", dtype), bias))
+    members = sibling_members(rng, ns, k, dtype, with_bias, fmt, group_size)
     acts = cuda_quantize.quantize_spec(m, k, x.dtype, lead=lead).launch(x)
     ys = cuda_gemv.gemv_mma_group_spec(m, members, x.dtype, lead).launch(*acts)
     for (weight, bias), y in zip(members, ys):
@@ -594,14 +602,7 @@ def test_int8_gemv_mma_extreme_codes(gs):
     float32 output against the oracle."""
     m, n, k = 16, 264, 1024
     x = extreme_activation(m, k)
-    codes = np.full((n, k), 255, dtype=np.uint8)
-    codes[1::2] = 0
-    codes[5, ::2] = 128
-    scales = mx.array(np.linspace(0.5, 2.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
-    biases = mx.array(np.linspace(-200.0, 3.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
-    weight = QuantizedWeight(mx.array(codes.view(np.uint32)), scales, biases, gs,
-                             per_channel=False)
-    assert np.array_equal(oracle.codes(weight), codes)
+    weight = extreme_grouped_weight(n, k, gs)
     want, bound = oracle.linear(x, weight, None)
     y = registry.get("linear", "cuda_int8_gemv_mma").run(mx.array(x), weight, None)
     oracle.assert_close(y, want, bound, "float32")
@@ -700,11 +701,7 @@ def test_w8a8_gemm_ws_sibling_launch(rng, config, ns, lead, dtype, with_bias):
     k = 1088
     m = int(np.prod(lead))
     x = activation(rng, m, k, dtype).reshape(*lead, k)
-    members = []
-    for n in ns:
-        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-                if with_bias else None)
-        members.append((make_weight(rng, n, k, 64, True, dtype), bias))
+    members = sibling_members(rng, ns, k, dtype, with_bias, "per_channel", 64)
     acts = cuda_quantize.quantize_spec(m, k, x.dtype, None, True, lead=lead).launch(x)
     ys = cuda_gemm_ws.gemm_ws_group_spec(m, k, members, x.dtype, cfg, lead).launch(*acts)
     for (weight, bias), y in zip(members, ys):
@@ -734,12 +731,7 @@ def test_int8_gemv_sibling_launch(rng, ns, lead, dtype, with_bias, fmt, group_si
     m = int(np.prod(lead))
     assert cuda_gemv.gemv_fuses(m, k)
     x = activation(rng, m, k, dtype).reshape(*lead, k)
-    members = []
-    for n in ns:
-        bias = (mx.array(rng.standard_normal(n).astype(np.float32) * 0.1).astype(MX_DTYPES[dtype])
-                if with_bias else None)
-        members.append((make_weight4(rng, n, k, group_size, dtype) if fmt == "grouped4" else
-                        make_weight(rng, n, k, group_size, fmt == "per_channel", dtype), bias))
+    members = sibling_members(rng, ns, k, dtype, with_bias, fmt, group_size)
     ys = cuda_gemv.gemv_fused_group_spec(m, k, members, x.dtype, lead).launch(x)
     x2 = x.reshape(m, k)
     for (weight, bias), y in zip(members, ys):
@@ -1101,6 +1093,20 @@ def test_w8a8_grouped_tma_all_zero_groups(rng, group_size):
             oracle.assert_close(run(x, weight, None), want, bound, "bfloat16")
 
 
+def extreme_grouped_weight(n: int, k: int, gs: int) -> QuantizedWeight:
+    """Group-wise 8-bit codes 255 and 0 on alternate rows (row 5: 128 on every other
+    code), float32 scales 0.5 ... 2 and biases -200 ... 3 over the groups."""
+    codes = np.full((n, k), 255, dtype=np.uint8)
+    codes[1::2] = 0
+    codes[5, ::2] = 128
+    scales = mx.array(np.linspace(0.5, 2.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    biases = mx.array(np.linspace(-200.0, 3.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
+    weight = QuantizedWeight(mx.array(codes.view(np.uint32)), scales, biases, gs,
+                             per_channel=False)
+    assert np.array_equal(oracle.codes(weight), codes)
+    return weight
+
+
 def extreme_activation(m: int, k: int) -> np.ndarray:
     """Rows of +-1 (every code +-127 after quantization), row 7 with every third value 0."""
     x = np.ones((m, k), dtype=np.float32)
@@ -1118,14 +1124,7 @@ def test_w8a8_grouped_tma_extreme_codes(config):
     cfg = grouped_tma_tile(config)
     m, n, k, gs = 130, 264, 1024, 128
     x = extreme_activation(m, k)
-    codes = np.full((n, k), 255, dtype=np.uint8)
-    codes[1::2] = 0
-    codes[5, ::2] = 128
-    scales = mx.array(np.linspace(0.5, 2.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
-    biases = mx.array(np.linspace(-200.0, 3.0, n * (k // gs)).reshape(n, k // gs).astype(np.float32))
-    weight = QuantizedWeight(mx.array(codes.view(np.uint32)), scales, biases, gs,
-                             per_channel=False)
-    assert np.array_equal(oracle.codes(weight), codes)
+    weight = extreme_grouped_weight(n, k, gs)
     want, bound = oracle.linear(x, weight, None)
     oracle.assert_close(grouped_tma_run(cfg)(mx.array(x), weight, None), want, bound, "float32")
 

@@ -1740,7 +1740,8 @@ def test_requires_puts_each_shared_file_once_before_its_users():
     assert "gemm_ws(" not in launch.load("gemm_grouped_ws.cu")[0]
     assert launch.requires("gemm_wgmma.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
                                                  "gemm_wgmma.cu")
-    assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "gemm.cu")
+    assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "mma.cuh", "gemm.cu")
+    assert launch.requires("gemv_mma.cu") == ("shape.cuh", "mma.cuh", "gemv_mma.cu")
     assert launch.requires("gemv.cu") == ("shape.cuh", "quantize.cuh", "gemv.cu")
     assert launch.requires("quantize.cu") == ("shape.cuh", "quantize.cuh", "quantize.cu")
     header, bodies = launch.load("gemm_ws.cu")

@@ -69,6 +69,23 @@ def _gemv_weight(weight, bias, dtype):
     return w_inputs, w_names, template, body
 
 
+def check_siblings(op: str, members, k: int) -> None:
+    """Raise ``ValueError`` (naming ``op``) unless the sibling ``(weight, bias)`` pairs
+    can share one GEMV launch: the biases all set or all ``None`` (``sibling_bias``), and
+    every weight of ``K = k`` with the first's format, group size and scales' dtype (a
+    grouped launch has one ``ST`` for every ``ws<g>``)."""
+    sibling_bias(op, members)
+    first = members[0][0]
+    for w, _ in members:
+        if (w.k != k or w.format != first.format or w.group_size != first.group_size
+                or w.scales.dtype != first.scales.dtype):
+            raise ValueError(f"{op} sibling weights must share K = {k}, the format, the "
+                             f"group size and the scales' dtype, got K={w.k}, "
+                             f"format={w.format}, group_size={w.group_size}, "
+                             f"scales {w.scales.dtype} (first: {first.format}, "
+                             f"group_size={first.group_size}, scales {first.scales.dtype})")
+
+
 def gemv_fused_spec(m: int, k: int, weight, bias, dtype: mx.Dtype,
                     lead: tuple[int, ...] | None = None) -> LaunchSpec:
     """The one-launch GEMV (activation ``x`` ``[M, K]`` of ``dtype``, ``M <= 16``)."""
@@ -104,16 +121,7 @@ def gemv_fused_group_spec(m: int, k: int, members, dtype: mx.Dtype,
     """
     op = "[mlx_w8a8.cuda_int8_gemv]"
     members = list(members)
-    sibling_bias(op, members)
-    first = members[0][0]
-    for w, _ in members:
-        if (w.k != k or w.format != first.format or w.group_size != first.group_size
-                or w.scales.dtype != first.scales.dtype):  # grouped: one ST for every ws<g>
-            raise ValueError(f"{op} sibling weights must share K = {k}, the format, the "
-                             f"group size and the scales' dtype, got K={w.k}, "
-                             f"format={w.format}, group_size={w.group_size}, "
-                             f"scales {w.scales.dtype} (first: {first.format}, "
-                             f"group_size={first.group_size}, scales {first.scales.dtype})")
+    check_siblings(op, members, k)
     if not gemv_fuses(m, k):
         raise ValueError(f"{op} the sibling launch is the fused kernel: needs "
                          f"bucket(M) * K <= {GEMV_FUSED_MAX_SMEM}, got M={m}, K={k}")
@@ -285,16 +293,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     """
     op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     members = list(members)
-    sibling_bias(op, members)
-    first = members[0][0]
-    for w, _ in members:
-        if (w.k != first.k or w.format != first.format or w.group_size != first.group_size
-                or w.scales.dtype != first.scales.dtype):
-            raise ValueError(f"{op} sibling weights must share K, the format, the group size "
-                             f"and the scales' dtype, got K={w.k}, format={w.format}, "
-                             f"group_size={w.group_size}, scales {w.scales.dtype} (first: "
-                             f"K={first.k}, {first.format}, group_size={first.group_size}, "
-                             f"scales {first.scales.dtype})")
+    check_siblings(op, members, members[0][0].k)
     lead = leading_shape(m, lead)
     ns = [w.n for w, _ in members]
     warps = MMA_GEMV_WARPS

@@ -4,6 +4,7 @@
 // and runs 4 dp4a per 16 bytes and token; here a warp's m16n8k32 MMAs take 16 weight rows
 // x 8 tokens x 32 codes from registers.
 // @@ requires shape.cuh
+// @@ requires mma.cuh
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations quantized by the quantize
 // kernel's plain body): per-channel weights accumulate sum_k xq[m, k] (q[n, k] - 128) in
@@ -35,29 +36,6 @@
 
 namespace w8a8 {
 
-// c += a b: A s8 (16 x 32, row), B s8 (32 x 8, col), int32 accumulators.
-__device__ __forceinline__ void mma_s8_16832(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <typename V>
-__device__ __forceinline__ float mma_gemv_float(V v) {
-  return static_cast<float>(v);
-}
-template <>
-__device__ __forceinline__ float mma_gemv_float<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float mma_gemv_float<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -76,8 +54,8 @@ __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const
     const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      mma_s8_16832(c[j], a, word(x[j], 2 * h), word(x[j], 2 * h + 1));
-      if constexpr (R) mma_s8_16832(r[j], ones, word(x[j], 2 * h), word(x[j], 2 * h + 1));
+      mma_i8<false>(c[j], a, word(x[j], 2 * h), word(x[j], 2 * h + 1));
+      if constexpr (R) mma_i8<false>(r[j], ones, word(x[j], 2 * h), word(x[j], 2 * h + 1));
     }
   }
 }
@@ -136,8 +114,8 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
       }
       if constexpr (kGrouped) {
         const int gi = valid ? unit : 0;  // a unit is one group
-        sa[u] = mma_gemv_float(ws[(size_t)na * G + gi]);
-        sb[u] = mma_gemv_float(ws[(size_t)nb * G + gi]);
+        sa[u] = to_f32(ws[(size_t)na * G + gi]);
+        sb[u] = to_f32(ws[(size_t)nb * G + gi]);
         oa[u] = wo[(size_t)na * G + gi];
         ob[u] = wo[(size_t)nb * G + gi];
       }
