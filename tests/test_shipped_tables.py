@@ -79,18 +79,17 @@ def test_each_shipped_table_is_fresh_for_the_kernels_in_this_tree(as_shipped):
 
 
 def test_the_h200_table_holds_the_buckets_its_readme_says(as_h200):
-    # Per-channel Llama-3-8B at every bucket the tune measured (M = 1-2048), group-wise
-    # gs64 at M = 16 (tables/README.md: the 128, 512 and 2048 ones left out, their race
-    # predating the subnormal GEMM; an entry speaks for M up to 4x its bucket and would
-    # hide the prior's rule there); nothing else.
+    # Per-channel Llama-3-8B at every bucket the tune measured (M = 1-2048); no
+    # group-wise entries (tables/README.md: their races predate the subnormal GEMM and
+    # the tensor-core small-M GEMV, and an entry speaks for M up to 4x its bucket, so it
+    # would hide the prior's rules there); nothing else.
     doc = table.read(shipped_path("nvidia-h200.json"))
     entries = doc["sections"][0]["entries"]
     buckets = {}
     for e in entries:
         buckets.setdefault((e["weight_format"], e["group_size"] if e["weight_format"] != "per_channel"
                             else None), set()).add(e["m_bucket"])
-    assert buckets == {("per_channel", None): {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048},
-                       ("grouped", 64): {16}}, buckets
+    assert buckets == {("per_channel", None): {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048}}, buckets
 
 
 def test_no_shipped_choice_rests_on_a_batched_decode_replacement(as_shipped):
@@ -212,18 +211,13 @@ def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):
 
 
 @pytest.mark.parametrize("n, k", [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)])
-def test_the_h200_table_leaves_group_wise_gemms_from_m_65_to_the_prior(as_h200, n, k):
-    # The H200 table holds group-wise gs64 entries at M = 16 only (tables/README.md): an
-    # entry speaks for M up to 4x its bucket, so M = 64 keeps the M = 16 entry's choice,
-    # and from M = 65 the prior decides: the group-wise TMA GEMM to M = 127, from M = 128
-    # the subnormal-promotion GEMM (the M = 128 entries of a race without it kept the TMA
-    # GEMM up to M = 512).
+def test_the_h200_table_leaves_group_wise_weights_to_the_prior(as_h200, n, k):
+    # The H200 table holds no group-wise entries (tables/README.md): the prior decides at
+    # every M: the tensor-core GEMV at M = 9-31, the group-wise TMA GEMM to M = 127, from
+    # M = 128 the subnormal-promotion GEMM.
     tuning.use_tuner(as_h200)
-    for m, want, source in ((65, "cuda_w8a8_gemm_grouped_tma", "prior"),
-                            (128, "cuda_w8a8_gemm_subnormal", "prior"),
-                            (512, "cuda_w8a8_gemm_subnormal", "prior"),
-                            (2048, "cuda_w8a8_gemm_subnormal", "prior")):
+    for m, want in ((16, "cuda_int8_gemv_mma"), (31, "cuda_int8_gemv_mma"),
+                    (64, "cuda_w8a8_gemm_grouped_tma"), (127, "cuda_w8a8_gemm_grouped_tma"),
+                    (128, "cuda_w8a8_gemm_subnormal"), (2048, "cuda_w8a8_gemm_subnormal")):
         candidate, got = registry.decide(Problem("linear", m, n, k, "bfloat16", "grouped", 64))
-        assert (candidate.name, got) == (want, source), (m, candidate.name, got)
-    _, got = registry.decide(Problem("linear", 64, n, k, "bfloat16", "grouped", 64))
-    assert got == "table", (64, got)
+        assert (candidate.name, got) == (want, "prior"), (m, candidate.name, got)

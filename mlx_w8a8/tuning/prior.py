@@ -68,12 +68,14 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ],
     # CUDA, group-wise 8-bit weights (mlx-lm 8-bit checkpoints), measured on an NVIDIA
     # H200 (MLX 0.32.4, bf16, group size 64): tune --model llama-3-8b --format grouped at
-    # M = 16, 128, 512, 2048 (bench/results/h200_2026-12-05_c_tune_g64.log; its entries
-    # are in the shipped table, which tests/test_prior.py checks these rules against).
+    # M = 16, 128, 512, 2048 (bench/results/h200_2026-12-05_c_tune_g64.log, which
+    # tests/test_prior.py checks these rules against; its entries were shipped until
+    # the kernels below won their buckets on an H100).
     # - M >= 128: the group-wise TMA GEMM won every shape (1.17-2.50x
     #   mx.quantized_matmul; 0.32-0.46x the per-channel TMA GEMM's speed on the large
     #   shapes at M = 2048, docs/cuda.md).
-    # - M = 16: no rule: mx.quantized_matmul, the W8A8 GEMV or the TMA GEMM won by shape.
+    # - M = 16: mx.quantized_matmul, the W8A8 GEMV or the TMA GEMM won by shape (a race
+    #   without the tensor-core GEMV; its rule below).
     # Batched decode sizes, measured on an NVIDIA H100 80GB HBM3 (same versions): tune
     # --model llama-3-8b --format grouped --group-size 64 --m 2,4,8,16,32,64 (part X of
     # bench/results/h100_2026-12-05_f.log, entries kept in h100_2026-12-05_f_table.json,
