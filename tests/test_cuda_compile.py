@@ -405,7 +405,7 @@ def kernel_builds() -> list[KernelBuild]:
             ins += (("ws", "float32", 1),)
         if body.endswith("bias"):
             ins += (("bias", "float32", 1),)
-        tpl += (("NT", nt), ("W", cuda_gemv.MMA_GEMV_WARPS))
+        tpl += (("NT", nt), ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 3) % 2]))
         out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl))
     # Its sibling launches: every body, at M = 16 (NT 2) and 32 (NT 4) alternately.
     for i, (fmt, g, bias) in enumerate((f, g, b) for f in ("channel", "grouped")
@@ -421,7 +421,8 @@ def kernel_builds() -> list[KernelBuild]:
                 (f"ws{m}", "bfloat16", 2), (f"wo{m}", "float32", 2))
             if bias:
                 ins += ((f"bias{m}", "float32", 1),)
-        tpl += (("NT", (2, 4)[i % 2]), ("W", cuda_gemv.MMA_GEMV_WARPS))
+        tpl += (("NT", (2, 4)[i % 2]), ("W", cuda_gemv.MMA_GEMV_WARPS),
+                ("D", cuda_gemv.MMA_GEMV_DEPTH))
         out.append(KernelBuild("gemv_mma.cu", body, ins,
                                tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
     # The dequantizing GEMM: every dtype, code width and group size on the 128- and

@@ -260,19 +260,24 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 # partial sums it adds in warp order. One count for every N, so a sibling launch (whose
 # blocks all have one size) adds each member's partials as the member's own launch does.
 MMA_GEMV_WARPS = 8
+# Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
+MMA_GEMV_DEPTH = 2
 
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
-                  lead: tuple[int, ...] | None = None) -> LaunchSpec:
+                  lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
-    8-bit codes, per-channel or group size 64 / 128, ``K % 64 == 0``)."""
+    8-bit codes, per-channel or group size 64 / 128, ``K % 64 == 0``); ``depth``: steps
+    of loads in flight a lane (2 or 4; ``bench/small_m_gpu_time.py`` times both)."""
+    if depth not in (2, 4):
+        raise ValueError(f"[mlx_w8a8.cuda_int8_gemv_mma] depth must be 2 or 4, got {depth}")
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
     warps = MMA_GEMV_WARPS
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
-    return LaunchSpec(kern, tuple(w_inputs), template + [("NT", nt), ("W", warps)],
+    return LaunchSpec(kern, tuple(w_inputs), template + [("NT", nt), ("W", warps), ("D", depth)],
                       [(*lead, n)], [out_dtype], (-(-n // 16) * 32 * warps, 1, 1),
                       (32 * warps, 1, 1))
 
@@ -306,7 +311,8 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     body = f"{base}_group{len(members)}" + body[len(base):]
     kern = _kernel("gemv_mma.cu", body, tuple(names), tuple(f"y{g}" for g in range(len(ns))))
     blocks = sum(-(-n // 16) for n in ns)
-    return LaunchSpec(kern, tuple(tail), template + [("NT", -(-m // 8)), ("W", warps)],
+    return LaunchSpec(kern, tuple(tail),
+                      template + [("NT", -(-m // 8)), ("W", warps), ("D", MMA_GEMV_DEPTH)],
                       [(*lead, n) for n in ns], [out_dtype] * len(ns),
                       (blocks * 32 * warps, 1, 1), (32 * warps, 1, 1))
 

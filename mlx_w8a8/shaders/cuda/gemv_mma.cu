@@ -24,10 +24,10 @@
 // activations with an A of ones, so it lands in the accumulators' layout.
 //
 // Work split: a block of W warps owns 16 weight rows; warp w takes the K-steps (grouped:
-// the groups) w, w + W, ... (two steps of loads in flight per lane), so each weight row is
+// the groups) w, w + W, ... (D steps of loads in flight per lane), so each weight row is
 // read by the block's warps together. The W partial sums of an output are added in warp
 // order through shared memory (int32 per-channel, float32 grouped), so the result does
-// not depend on timing.
+// not depend on timing. D is 2 or 4 (gemv.MMA_GEMV_DEPTH: 2).
 //
 // Invariants the launcher guarantees: 1 <= M <= 8 NT, K % 64 == 0, K < 2^17, GS in
 // {0 (per-channel), 64, 128}, rows 16-byte aligned, blockDim.x == 32 W, gridDim.x ==
@@ -63,15 +63,16 @@ __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const
 // GS == 0: per-channel (ws [N] f32 scales, wo unused); GS 64 or 128: grouped (ws [N, K/GS]
 // scales of type ST, wo [N, K/GS] f32 offsets b + 128 s).
 // The block owning weight rows [n0, n0 + 16).
-template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST>
+template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST>
 __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs, const uint32_t* w,
                                               const ST* ws, const float* wo, const float* bias,
                                               int M, int N, int K, T* y, int n0) {
   static_assert(GS == 0 || GS == 64 || GS == 128, "per-channel, or groups of 64 or 128 codes");
   static_assert(NT >= 1 && NT <= 4 && W >= 1 && W <= 8, "up to 32 tokens, up to 8 warps");
+  static_assert(D == 2 || D == 4, "two or four steps of loads in flight");
   constexpr bool kGrouped = GS > 0;
   constexpr int kSteps = GS == 128 ? 2 : 1;    // steps (64 codes) of one work unit
-  constexpr int kUnits = 2 / kSteps;           // units loaded ahead: two steps in flight
+  constexpr int kUnits = D / kSteps;           // units loaded ahead: D steps in flight
   __shared__ int part[W][NT * 4][32];          // each warp's partial sums (float bits grouped)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -174,11 +175,12 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
     }
 }
 
-template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST>
+template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST>
 __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, const uint32_t* w,
                                          const ST* ws, const float* wo, const float* bias, int M,
                                          int N, int K, T* y) {
-  gemv_mma_rows<NT, W, GS, HAS_BIAS, T, ST>(xq, xs, w, ws, wo, bias, M, N, K, y, blockIdx.x * 16);
+  gemv_mma_rows<NT, W, D, GS, HAS_BIAS, T, ST>(xq, xs, w, ws, wo, bias, M, N, K, y,
+                                               blockIdx.x * 16);
 }
 
 // Sibling weights fed the same x (q/k/v, gate/up) in one launch: member g is w[g]
@@ -198,7 +200,7 @@ struct MmaSiblings {
   int n[G];
 };
 
-template <int NT, int W, int GS, bool HAS_BIAS, typename T, typename ST, int G>
+template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST, int G>
 __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs,
                                                const MmaSiblings<T, ST, G>& ms, int M, int K) {
   int b = blockIdx.x;  // uniform per block: every thread takes the same member
@@ -206,8 +208,8 @@ __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs
   for (int g = 0; g < G; ++g) {
     const int blocks = (ms.n[g] + 15) / 16;
     if (b < blocks) {
-      gemv_mma_rows<NT, W, GS, HAS_BIAS, T, ST>(xq, xs, ms.w[g], ms.ws[g], ms.wo[g], ms.bias[g],
-                                                M, ms.n[g], K, ms.y[g], b * 16);
+      gemv_mma_rows<NT, W, D, GS, HAS_BIAS, T, ST>(xq, xs, ms.w[g], ms.ws[g], ms.wo[g],
+                                                   ms.bias[g], M, ms.n[g], K, ms.y[g], b * 16);
       return;
     }
     b -= blocks;
@@ -218,71 +220,71 @@ __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs
 
 // @@ body channel
 // xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
-w8a8::gemv_mma<NT, W, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr,
+w8a8::gemv_mma<NT, W, D, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr,
                                           w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                           xq_shape[xq_ndim - 1], y);
 
 // @@ body channel_bias
-w8a8::gemv_mma<NT, W, 0, true, T, float>(xq, xs, w, ws, nullptr, bias,
+w8a8::gemv_mma<NT, W, D, 0, true, T, float>(xq, xs, w, ws, nullptr, bias,
                                          w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                          xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped
 // As `channel` but ws [N, G] scales (ST) and wo [N, G] f32 offsets.
-w8a8::gemv_mma<NT, W, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr,
+w8a8::gemv_mma<NT, W, D, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr,
                                         w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                         xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped_bias
-w8a8::gemv_mma<NT, W, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
+w8a8::gemv_mma<NT, W, D, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
                                        w_shape[0], xq_shape[xq_ndim - 1], y);
 
 // @@ body channel_group2
 // Sibling launches: xq, xs as above; member g has w<g> codes, ws<g> (and wo<g>
 // grouped, bias<g> with _bias) -> y<g> [M, N_g] T.
-w8a8::gemv_mma_group<NT, W, 0, false, T, float, 2>(
+w8a8::gemv_mma_group<NT, W, D, 0, false, T, float, 2>(
     xq, xs,
     w8a8::MmaSiblings<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group2_bias
-w8a8::gemv_mma_group<NT, W, 0, true, T, float, 2>(
+w8a8::gemv_mma_group<NT, W, D, 0, true, T, float, 2>(
     xq, xs,
     w8a8::MmaSiblings<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group3
-w8a8::gemv_mma_group<NT, W, 0, false, T, float, 3>(
+w8a8::gemv_mma_group<NT, W, D, 0, false, T, float, 3>(
     xq, xs,
     w8a8::MmaSiblings<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group3_bias
-w8a8::gemv_mma_group<NT, W, 0, true, T, float, 3>(
+w8a8::gemv_mma_group<NT, W, D, 0, true, T, float, 3>(
     xq, xs,
     w8a8::MmaSiblings<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group2
-w8a8::gemv_mma_group<NT, W, GS, false, T, ST, 2>(
+w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 2>(
     xq, xs,
     w8a8::MmaSiblings<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group2_bias
-w8a8::gemv_mma_group<NT, W, GS, true, T, ST, 2>(
+w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 2>(
     xq, xs,
     w8a8::MmaSiblings<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group3
-w8a8::gemv_mma_group<NT, W, GS, false, T, ST, 3>(
+w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 3>(
     xq, xs,
     w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group3_bias
-w8a8::gemv_mma_group<NT, W, GS, true, T, ST, 3>(
+w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 3>(
     xq, xs,
     w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);

@@ -1,0 +1,63 @@
+"""``bench/small_m_gpu_time.py`` without a GPU: its arms at M <= 16 and 17-32 (the dp4a
+GEMV only where it runs), the tensor-core GEMV at the shipped depth and at four steps
+(recorded launches: the template's D), and its refusals of bad arguments."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+import small_m_gpu_time  # noqa: E402
+from kernel_recorder import record_launches  # noqa: E402
+
+from mlx_w8a8.kernels.cuda import gemv as cuda_gemv, launch  # noqa: E402
+from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
+
+
+@pytest.mark.parametrize("m,names", [
+    (16, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4"]),
+    (17, ["bf16", "qmm", "quantize", "mma", "mma4"]),
+])
+def test_the_arms(monkeypatch, m, names):
+    rec = record_launches(monkeypatch)
+    launch._kernel.cache_clear()
+    try:
+        k, n = 256, 48
+        w = mx.array(np.random.default_rng(0).standard_normal((n, k)).astype(np.float32))
+        w = w.astype(mx.bfloat16)
+        wq, sq, bq = mx.quantize(w, group_size=64, bits=8)
+        weight = QuantizedWeight(wq, sq, bq, 64, per_channel=False)
+        x = mx.zeros((m, k), dtype=mx.bfloat16)
+        calls = small_m_gpu_time.arms(m, x, w, (wq, sq, bq), weight)
+        assert list(calls) == names
+        for name in ("mma", "mma4"):
+            start = len(rec.launches)
+            assert calls[name]().shape == (m, n)
+            (one,) = rec.launches[start:]
+            depth = cuda_gemv.MMA_GEMV_DEPTH if name == "mma" else 4
+            assert one["name"].startswith("w8a8_gemv_mma_grouped") and dict(one["template"])["D"] == depth
+    finally:
+        launch._kernel.cache_clear()
+
+
+@pytest.mark.parametrize("argv,why", [
+    (["--kn", "4096"], "KxN pairs"),
+    (["--kn", "4096x0"], "KxN pairs"),
+    (["--m", "33"], "token counts in [1, 32]"),
+])
+def test_bad_arguments_are_refused(capsys, argv, why):
+    with pytest.raises(SystemExit):
+        small_m_gpu_time.main(argv)
+    assert why in capsys.readouterr().err
+
+
+def test_the_depth_is_two_or_four():
+    weight = QuantizedWeight(mx.zeros((16, 16), dtype=mx.uint32), mx.ones((16, 1)), mx.zeros((16, 1)),
+                             64, per_channel=False)
+    with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv_mma\] depth must be 2 or 4, got 3"):
+        cuda_gemv.gemv_mma_spec(16, weight, None, mx.bfloat16, depth=3)
