@@ -60,9 +60,9 @@ __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const
   }
 }
 
-// GS == 0: per-channel (ws [N] f32 scales, wo unused); GS 64 or 128: grouped (ws [N, K/GS]
-// scales of type ST, wo [N, K/GS] f32 offsets b + 128 s).
-// The block owning weight rows [n0, n0 + 16).
+// The block owning weight rows [n0, n0 + 16). GS == 0: per-channel (ws [N] f32 scales, wo
+// unused); GS 64 or 128: grouped (ws [N, K/GS] scales of type ST, wo [N, K/GS] f32 offsets
+// b + 128 s).
 template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST>
 __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs, const uint32_t* w,
                                               const ST* ws, const float* wo, const float* bias,
