@@ -569,13 +569,41 @@ def test_int8_gemv_mma(rng, m, per_channel, group_size, scale_dtype):
                      scale_dtype)
 
 
+@pytest.mark.parametrize("m", [1, 9, 16, 17, 32])
+@pytest.mark.parametrize("group_size,scale_dtype", [(64, "bfloat16"), (128, "float16"),
+                                                    (64, "float32")])
+def test_w4a8_gemv_mma(rng, m, group_size, scale_dtype):
+    """The tensor-core small-M GEMV on MLX's 4-bit weights as stored: token tiles 1-4,
+    N = 264 (a partial last 16-row block), K = 1088 / 4096 (17 steps; 32 groups of 128),
+    odd M with a bias, against the W4A8 oracle."""
+    run = registry.get("linear", "cuda_w4a8_gemv_mma").run
+    check_linear(rng, run, m, 264, 1088 if group_size == 64 else 4096, "bfloat16", group_size,
+                 False, m % 2 == 1, scale_dtype, bits=4)
+
+
+@pytest.mark.parametrize("m", [16, 31])
+def test_w4a8_gemv_mma_extreme_codes(m):
+    """Activation codes +-127 against extreme_weight4 (every nibble position, every code
+    in order), group size 128, float32 output against the oracle: a wrong nibble order
+    or a dropped group moves outputs far past the bound."""
+    n, k = 264, 1024
+    x = extreme_activation(m, k)
+    weight = extreme_weight4(n, k, 128)
+    want, bound = oracle.linear4(x, weight, None)
+    got = registry.get("linear", "cuda_w4a8_gemv_mma").run(mx.array(x), weight, None)
+    oracle.assert_close(got, want, bound, "float32")
+
+
 @pytest.mark.parametrize("ns,lead,dtype,with_bias,fmt,group_size", [
     ((4096, 1024, 1024), (4, 4), "bfloat16", False, "grouped", 64),  # q/k/v, B = 16
     ((264, 40, 257), (31,), "float16", True, "grouped", 128),  # partial 16-row blocks
     ((1000, 1002), (2, 1), "float32", True, "per_channel", 64),  # M = 2
+    ((4096, 1024, 1024), (16,), "bfloat16", False, "grouped4", 64),  # 4-bit q/k/v
+    ((264, 40), (3, 7), "float16", True, "grouped4", 128),  # 4-bit, M = 21
 ])
 def test_int8_gemv_mma_sibling_launch(rng, ns, lead, dtype, with_bias, fmt, group_size):
-    """One tensor-core GEMV launch for 2-3 weights fed the same x (gemv_mma.cu *_group*):
+    """One tensor-core GEMV launch for 2-3 weights fed the same x (gemv_mma.cu *_group*,
+    the 4-bit ones too):
     each output bit-identical (NaN where x's special rows give NaN) to the member's own
     launch and within the oracle's bound; a member's blocks never write another's output
     (poisoned outputs)."""
@@ -590,8 +618,8 @@ def test_int8_gemv_mma_sibling_launch(rng, ns, lead, dtype, with_bias, fmt, grou
         alone = cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype).launch(
             acts[0].reshape(m, k), acts[1].reshape(m, 1))[0]
         assert mx.array_equal(y.reshape(m, weight.n), alone, equal_nan=True).item()
-        want, bound = oracle.linear(host(x.reshape(m, k)), weight,
-                                    None if bias is None else host(bias))
+        want, bound = (oracle.linear4 if fmt == "grouped4" else oracle.linear)(
+            host(x.reshape(m, k)), weight, None if bias is None else host(bias))
         oracle.assert_close(y.reshape(m, weight.n), want, bound, dtype)
 
 

@@ -407,6 +407,23 @@ def kernel_builds() -> list[KernelBuild]:
             ins += (("bias", "float32", 1),)
         tpl += (("NT", nt), ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 3) % 2]))
         out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl))
+    # Its 4-bit bodies (packed codes, scales and biases of one dtype), each group size,
+    # scale dtype and depth somewhere; siblings at NT 2 and 4.
+    for i, body in enumerate(("grouped4", "grouped4_bias", "grouped4_group2",
+                              "grouped4_group2_bias", "grouped4_group3", "grouped4_group3_bias")):
+        st = ("bfloat16", "float16", "float32")[i % 3]
+        t = ("bfloat16", "float16", "float32")[(i + 1) % 3]
+        members = int(body[len("grouped4_group")]) if "_group" in body else 1
+        ins = (("xq", "int8", 2), ("xs", "float32", 2))
+        for m in range(members):
+            suffix = str(m) if members > 1 else ""
+            ins += ((f"w{suffix}", "uint32", 2), (f"ws{suffix}", st, 2), (f"wo{suffix}", st, 2))
+            if body.endswith("bias"):
+                ins += ((f"bias{suffix}", "float32", 1),)
+        outs = tuple((f"y{m}" if members > 1 else "y", t) for m in range(members))
+        tpl = (("T", t), ("ST", st), ("GS", (64, 128)[i % 2]), ("NT", (1, 2, 4)[i % 3]),
+               ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 2) % 2]))
+        out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl))
     # Its sibling launches: every body, at M = 16 (NT 2) and 32 (NT 4) alternately.
     for i, (fmt, g, bias) in enumerate((f, g, b) for f in ("channel", "grouped")
                                        for g in (2, 3) for b in (False, True)):
@@ -1386,8 +1403,8 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
     names = ["cuda_w8a8_gemm", "cuda_w8a8_gemm_ws", "cuda_w8a8_gemm_tma", "cuda_w8a8_gemm_grouped",
              "cuda_w8a8_gemm_grouped_tma", "cuda_w4a8_gemm_tma", "cuda_act_groups_gemm_tma",
              "cuda_w8a8_gemm_subnormal", "cuda_w4a8_gemm_subnormal",
-             "cuda_int8_gemv", "cuda_int8_gemv_mma", "cuda_w4a8_gemv", "cuda_dequant_gemm",
-             "cuda_dequant_matmul"]
+             "cuda_int8_gemv", "cuda_int8_gemv_mma", "cuda_w4a8_gemv", "cuda_w4a8_gemv_mma",
+             "cuda_dequant_gemm", "cuda_dequant_matmul"]
     linear = [c for c in registry.all_candidates() if c.backend == "cuda" and c.op == "linear"]
     assert sorted(c.name for c in linear) == sorted(names)
     cases = list(_bound_cases(rng))
@@ -1440,7 +1457,7 @@ def test_bound_forms_launch_what_run_launches(monkeypatch, rng):
                  "w8a8_gemv_fused_grouped_bias", "w8a8_gemv_channel", "w8a8_gemv_grouped_bias",
                  "w8a8_gemv_fused_grouped4", "w8a8_gemv_fused_grouped4_bias",
                  "w8a8_gemv_grouped4", "w8a8_gemm_dequant_dequant", "w8a8_gemv_mma_channel",
-                 "w8a8_gemv_mma_grouped_bias",
+                 "w8a8_gemv_mma_grouped_bias", "w8a8_gemv_mma_grouped4",
                  "w8a8_gemm_dequant_dequant_bias", "w8a8_dequantize_dequantize"):
         assert body in bodies, (body, sorted(bodies))
 
@@ -1742,8 +1759,8 @@ def test_requires_puts_each_shared_file_once_before_its_users():
     assert launch.requires("gemm_wgmma.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
                                                  "gemm_wgmma.cu")
     assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "mma.cuh", "gemm.cu")
-    assert launch.requires("gemv_mma.cu") == ("shape.cuh", "mma.cuh", "gemv_mma.cu")
-    assert launch.requires("gemv.cu") == ("shape.cuh", "quantize.cuh", "gemv.cu")
+    assert launch.requires("gemv_mma.cu") == ("shape.cuh", "mma.cuh", "codes4.cuh", "gemv_mma.cu")
+    assert launch.requires("gemv.cu") == ("shape.cuh", "quantize.cuh", "codes4.cuh", "gemv.cu")
     assert launch.requires("quantize.cu") == ("shape.cuh", "quantize.cuh", "quantize.cu")
     header, bodies = launch.load("gemm_ws.cu")
     assert header.count("struct ChannelEpilogue") == 1

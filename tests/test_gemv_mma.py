@@ -155,3 +155,36 @@ def test_siblings_are_one_launch_on_one_quantize(monkeypatch):
     mixed = [members[0], (make_weight(rng, 1024, k, 128, per_channel=True), None)]
     with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv_mma\] sibling weights"):
         cand.bind_group(Problem("linear", m, 5120, k, "bfloat16", "grouped", 128, False), mixed)
+
+
+def test_the_4bit_form_reads_the_stored_arrays(monkeypatch):
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(4)
+    m, n, k = 16, 40, 256
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(mx.bfloat16)
+    weight = QuantizedWeight.from_float(w, group_size=128, per_channel=False, bits=4)
+    cand = registry.get("linear", "cuda_w4a8_gemv_mma")
+    launch._kernel.cache_clear()
+    try:
+        y = cand.run(mx.zeros((m, k), dtype=mx.bfloat16), weight, None)
+    finally:
+        launch._kernel.cache_clear()
+    assert y.shape == (m, n)
+    _, mma = rec.launches
+    assert mma["name"].startswith("w8a8_gemv_mma_grouped4")
+    # The packed codes, scales and biases as stored: no int8 copy of the weight.
+    assert mma["inputs"] == ["xq", "xs", "w", "ws", "wo"]
+    assert [tuple(a.shape) for a in mma["arrays"][2:]] == [(n, k // 8), (n, 2), (n, 2)]
+    assert mma["arrays"][2] is weight.q and mma["arrays"][4] is weight.biases
+    assert dict(mma["template"])["GS"] == 128
+
+
+@pytest.mark.parametrize("problem,why", [
+    (Problem("linear", 16, 256, 256, "bfloat16", "grouped4", 32, False),
+     "group size must be one of (64, 128)"),
+    (Problem("linear", 16, 256, 256, "bfloat16", "grouped", 64, False), "weight format"),
+])
+def test_the_4bit_form_refuses_what_it_cannot_take(monkeypatch, problem, why):
+    monkeypatch.setattr(launch, "cuda_available", lambda: True)
+    ok, reason = registry.get("linear", "cuda_w4a8_gemv_mma").can_implement(problem)
+    assert not ok and why in reason and reason.startswith("[mlx_w8a8.cuda_w4a8_gemv_mma]")

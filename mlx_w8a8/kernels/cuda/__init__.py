@@ -10,7 +10,8 @@ warp-specialized and TMA GEMMs: ``cuda_int8_gemm_ws``, ``cuda_int8_gemm_tma``,
 ``cuda_w8a8_gemm_ws``, ``cuda_w8a8_gemm_tma``), :mod:`.gemm_grouped`
 (``cuda_w8a8_gemm_grouped``, ``cuda_w8a8_gemm_grouped_tma``, ``cuda_w4a8_gemm_tma``,
 ``cuda_act_groups_gemm_tma``, ``cuda_w8a8_gemm_subnormal``, ``cuda_w4a8_gemm_subnormal``),
-:mod:`.gemv` (``cuda_int8_gemv``, ``cuda_int8_gemv_mma``, ``cuda_w4a8_gemv``) and
+:mod:`.gemv` (``cuda_int8_gemv``, ``cuda_int8_gemv_mma``, ``cuda_w4a8_gemv``,
+``cuda_w4a8_gemv_mma``) and
 :mod:`.gemm_dequant` (``cuda_dequant_gemm``: group-wise weights dequantized on chip, the
 activations unquantized).
 Each definition says what it can run (``can_implement``, with a reason), what it
@@ -38,7 +39,7 @@ from .gemm_grouped import (
     W8A8GemmSubnormal,
 )
 from .gemm_ws import Int8GemmTma, Int8GemmWs, W8A8GemmTma, W8A8GemmWs
-from .gemv import Int8Gemv, Int8GemvMma, W4A8Gemv
+from .gemv import Int8Gemv, Int8GemvMma, W4A8Gemv, W4A8GemvMma
 from .kernel import CudaKernel, candidate
 from .quantize import Quantize
 
@@ -46,8 +47,8 @@ from .quantize import Quantize
 KERNELS: tuple[CudaKernel, ...] = (
     Quantize(), Int8Gemm(), Int8GemmWs(), Int8GemmTma(), W8A8Gemm(), W8A8GemmWs(),
     W8A8GemmTma(), W8A8GemmGrouped(), W8A8GemmGroupedTma(), W4A8GemmTma(), ActGroupsTma(),
-    W8A8GemmSubnormal(), W4A8GemmSubnormal(), Int8Gemv(), Int8GemvMma(), W4A8Gemv(), DequantGemm(),
-    DequantMatmul(),
+    W8A8GemmSubnormal(), W4A8GemmSubnormal(), Int8Gemv(), Int8GemvMma(), W4A8Gemv(),
+    W4A8GemvMma(), DequantGemm(), DequantMatmul(),
 )
 
 

@@ -267,7 +267,8 @@ MMA_GEMV_DEPTH = 2
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                   lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
-    8-bit codes, per-channel or group size 64 / 128, ``K % 64 == 0``); ``depth``: steps
+    8-bit codes per-channel or in groups, or MLX's 4-bit codes; group size 64 / 128,
+    ``K % 64 == 0``); ``depth``: steps
     of loads in flight a lane (2 or 4; ``bench/small_m_gpu_time.py`` times both)."""
     if depth not in (2, 4):
         raise ValueError(f"[mlx_w8a8.cuda_int8_gemv_mma] depth must be 2 or 4, got {depth}")
@@ -289,8 +290,8 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
 
     Args:
         members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` ``[N_g, K]``, all
-            per-channel or all grouped with one group size and scale dtype; bias
-            ``[N_g]`` or ``None``, all or none of them set).
+            per-channel, or all group-wise of one code width, group size and scale
+            dtype; bias ``[N_g]`` or ``None``, all or none of them set).
 
     Returns:
         The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
@@ -337,7 +338,7 @@ class Int8GemvMma(CudaKernel):
         yield gemm_k(p)
         if p.k % MMA_GEMV_K_MULTIPLE:
             yield f"K must be a multiple of {MMA_GEMV_K_MULTIPLE} (a warp's step), got {p.k}"
-        if p.weight_format == "grouped" and p.group_size not in MMA_GEMV_GROUP_SIZES:
+        if p.weight_format != "per_channel" and p.group_size not in MMA_GEMV_GROUP_SIZES:
             yield (f"the group size must be one of {MMA_GEMV_GROUP_SIZES} (a step of 64 "
                    f"codes inside one group), got {p.group_size}")
 
@@ -353,3 +354,14 @@ class Int8GemvMma(CudaKernel):
 
     def apply_group(self, p: registry.Problem, members, lead=None):
         return (gemv_mma_group_spec(p.m, members, getattr(mx, p.dtype), lead),)
+
+
+class W4A8GemvMma(Int8GemvMma):
+    """``cuda_w4a8_gemv_mma`` (``linear``, ``M <= 32``, MLX's 4-bit affine weights as
+    stored, group size 64 or 128, ``K % 64 == 0``): ``cuda_int8_gemv_mma``'s launches on
+    the packed codes, each lane's 8 bytes of a step (16 codes) expanded to bytes in
+    registers and multiplied unflipped, each group folded with its scale and stored bias
+    (the W4A8 math of ``docs/numerics.md``); no second copy of the weight."""
+
+    name = "cuda_w4a8_gemv_mma"
+    formats = ("grouped4",)

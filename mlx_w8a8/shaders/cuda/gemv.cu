@@ -2,9 +2,11 @@
 //
 // File layout: the text before the first "// @@ body" line is the `header=` of
 // mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
-// The "// @@ requires" line below makes the loader put quantize.cuh first (the fused
-// kernels quantize x with its helpers; quantize_rows_block below).
+// The "// @@ requires" lines below make the loader put quantize.cuh first (the fused
+// kernels quantize x with its helpers; quantize_rows_block below), then codes4.cuh (the
+// 4-bit codes' expansion).
 // @@ requires quantize.cuh
+// @@ requires codes4.cuh
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations already quantized by the
 // quantize kernel): per-channel weights accumulate sum_k xq[m, k] * (q[n, k] - 128) in
@@ -88,16 +90,6 @@ __device__ __forceinline__ int dot16_codes(uint4 x, uint4 w, int acc) {
   acc = __dp4a(static_cast<int>(x.y), static_cast<int>(w.y), acc);
   acc = __dp4a(static_cast<int>(x.z), static_cast<int>(w.z), acc);
   return __dp4a(static_cast<int>(x.w), static_cast<int>(w.w), acc);
-}
-
-// Eight 4-bit codes of one word (code j in bits 4j .. 4j + 3) as eight bytes in element
-// order: lo holds codes 0, 2, 4, 6 and hi codes 1, 3, 5, 7 in their bytes; the permutes
-// interleave them (selector nibble i picks byte i of the result: 0-3 from lo, 4-7 from hi).
-__device__ __forceinline__ void expand_word4(uint32_t w, uint32_t& b0, uint32_t& b1) {
-  const uint32_t lo = w & 0x0F0F0F0Fu;
-  const uint32_t hi = (w >> 4) & 0x0F0F0F0Fu;
-  b0 = __byte_perm(lo, hi, 0x5140);  // codes 0, 1, 2, 3
-  b1 = __byte_perm(lo, hi, 0x7362);  // codes 4, 5, 6, 7
 }
 
 // A 16-byte chunk of packed 4-bit codes (32 codes) as two 16-byte chunks of byte codes.

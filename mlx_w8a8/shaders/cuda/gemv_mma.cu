@@ -1,26 +1,31 @@
-// Small-M W8A8 linear on tensor cores (1 <= M <= 32): memory-bound over the stored 8-bit
-// weight codes, with mma.sync doing the multiplies the dp4a GEMV (gemv.cu) does on the
-// CUDA cores. At M = 16 the dp4a GEMV reads every activation chunk once per weight row
+// Small-M W8A8 / W4A8 linear on tensor cores (1 <= M <= 32): memory-bound over the stored
+// 8-bit or MLX 4-bit weight codes, with mma.sync doing the multiplies the dp4a GEMVs
+// (gemv.cu) do on the CUDA cores. At M = 16 the dp4a GEMV reads every activation chunk once per weight row
 // and runs 4 dp4a per 16 bytes and token; here a warp's m16n8k32 MMAs take 16 weight rows
 // x 8 tokens x 32 codes from registers.
 // @@ requires shape.cuh
 // @@ requires mma.cuh
+// @@ requires codes4.cuh
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations quantized by the quantize
 // kernel's plain body): per-channel weights accumulate sum_k xq[m, k] (q[n, k] - 128) in
 // int32 over the whole row and scale once; grouped weights (group size 64 or 128) get
 // each group's exact int32 sum P and the group's activation-code sum R from the MMAs,
 // then f = fma(s[n, g], P, fma(o[n, g], R, f)) (o = b + 128 s, float32): two roundings a
-// group, as the grouped contract counts them.
+// group, as the grouped contract counts them. 4-bit weights (WB == 4, MLX's affine 4-bit as
+// stored: eight unsigned codes per uint32, code j of a word in bits 4j .. 4j + 3) take the
+// same path with their codes expanded to bytes in registers (codes4.cuh) and unflipped,
+// and o the stored bias b (of the scales' type): the W4A8 math of docs/numerics.md.
 //
 // Operands: the weight rows are the MMA's A (16 rows, row-major), the tokens its B (8
 // columns per n-tile, NT n-tiles). Lane (g, t) = (lane / 4, lane % 4) loads, per step of
 // 64 codes, 16 bytes of weight rows n0 + g and n0 + g + 8 at codes 16 t .. 16 t + 15, and
-// 16 bytes of activation row 8 j + g at the same codes for each n-tile j: the step's
+// 16 bytes of activation row 8 j + g at the same codes for each n-tile j (4-bit rows: 8
+// bytes, expanded to 16): the step's
 // k-permutation (an MMA's logical code c of half h of the step is code 16 t + 8 h + c % 4
 // + 4 (c / 16) of lane t's 16, for A and B alike) leaves each dot product's terms as they
 // are, so no shuffle or shared memory is needed to build fragments. The codes q are
-// unsigned; q ^ 0x80 is q - 128 as int8 (s8 x s8 MMAs). R comes from an MMA of the same
+// unsigned; q ^ 0x80 is q - 128 as int8 (s8 x s8 MMAs; 4-bit codes 0-15 need no flip). R comes from an MMA of the same
 // activations with an A of ones, so it lands in the accumulators' layout.
 //
 // Work split: a block of W warps owns 16 weight rows; warp w takes the K-steps (grouped:
@@ -40,12 +45,26 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// A lane's 16 codes of a weight row at `p` (its first code's byte): 16 bytes of 8-bit
+// codes, or 8 bytes of 4-bit codes expanded to bytes in element order.
+template <int WB>
+__device__ __forceinline__ uint4 load_codes16(const uint8_t* p) {
+  if constexpr (WB == 8) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  } else {
+    const uint2 packed = __ldg(reinterpret_cast<const uint2*>(p));
+    uint4 out;
+    expand_word4(packed.x, out.x, out.y);
+    expand_word4(packed.y, out.z, out.w);
+    return out;
+  }
+}
+
 // One step (64 codes) of MMAs: the weight rows' int32 sums into c[j], and with R the
-// activation-code sums into r[j] (an A of ones).
-template <int NT, bool R>
+// activation-code sums into r[j] (an A of ones); the weight bytes XORed with kFlip.
+template <int NT, bool R, uint32_t kFlip>
 __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const uint4 (&x)[NT],
                                          int (&c)[NT][4], int (&r)[NT][4]) {
-  constexpr uint32_t kFlip = 0x80808080u;
   constexpr uint32_t kOnes = 0x01010101u;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -61,16 +80,19 @@ __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const
 }
 
 // The block owning weight rows [n0, n0 + 16). GS == 0: per-channel (ws [N] f32 scales, wo
-// unused); GS 64 or 128: grouped (ws [N, K/GS] scales of type ST, wo [N, K/GS] f32 offsets
-// b + 128 s).
-template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST>
+// unused); GS 64 or 128: grouped (ws [N, K/GS] scales of type ST, wo [N, K/GS] offsets of
+// type OT: b + 128 s in f32 for 8-bit codes, the stored biases b for 4-bit ones, WB == 4).
+template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST, int WB = 8,
+          typename OT = float>
 __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs, const uint32_t* w,
-                                              const ST* ws, const float* wo, const float* bias,
+                                              const ST* ws, const OT* wo, const float* bias,
                                               int M, int N, int K, T* y, int n0) {
   static_assert(GS == 0 || GS == 64 || GS == 128, "per-channel, or groups of 64 or 128 codes");
   static_assert(NT >= 1 && NT <= 4 && W >= 1 && W <= 8, "up to 32 tokens, up to 8 warps");
   static_assert(D == 2 || D == 4, "two or four steps of loads in flight");
+  static_assert(WB == 8 || (WB == 4 && GS > 0), "4-bit codes are group-wise");
   constexpr bool kGrouped = GS > 0;
+  constexpr uint32_t kFlip = WB == 8 ? 0x80808080u : 0u;  // 8-bit q - 128; 4-bit q as is
   constexpr int kSteps = GS == 128 ? 2 : 1;    // steps (64 codes) of one work unit
   constexpr int kUnits = D / kSteps;           // units loaded ahead: D steps in flight
   __shared__ int part[W][NT * 4][32];          // each warp's partial sums (float bits grouped)
@@ -78,8 +100,10 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int na = min(n0 + g, N - 1), nb = min(n0 + g + 8, N - 1);
-  const uint8_t* wa = reinterpret_cast<const uint8_t*>(w) + (size_t)na * K + 16 * t;
-  const uint8_t* wb = reinterpret_cast<const uint8_t*>(w) + (size_t)nb * K + 16 * t;
+  // Bytes of codes before code c of a row: c (8-bit), c / 2 (4-bit; c even here).
+  auto bytes_of = [](size_t c) { return WB == 8 ? c : c / 2; };
+  const uint8_t* wa = reinterpret_cast<const uint8_t*>(w) + bytes_of((size_t)na * K + 16 * t);
+  const uint8_t* wb = reinterpret_cast<const uint8_t*>(w) + bytes_of((size_t)nb * K + 16 * t);
   const int8_t* xr[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) xr[j] = xq + (size_t)min(8 * j + g, M - 1) * K + 16 * t;
@@ -105,10 +129,10 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
       const bool valid = unit < units;
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        const size_t at = (size_t)(unit * kSteps + s) * 64;
+        const size_t at = (size_t)(unit * kSteps + s) * 64;  // the step's first code
         const uint4 zero = make_uint4(0, 0, 0, 0);
-        va[u][s] = valid ? __ldg(reinterpret_cast<const uint4*>(wa + at)) : zero;
-        vb[u][s] = valid ? __ldg(reinterpret_cast<const uint4*>(wb + at)) : zero;
+        va[u][s] = valid ? load_codes16<WB>(wa + bytes_of(at)) : zero;
+        vb[u][s] = valid ? load_codes16<WB>(wb + bytes_of(at)) : zero;
 #pragma unroll
         for (int j = 0; j < NT; ++j)
           vx[u][s][j] = valid ? __ldg(reinterpret_cast<const uint4*>(xr[j] + at)) : zero;
@@ -117,8 +141,8 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
         const int gi = valid ? unit : 0;  // a unit is one group
         sa[u] = to_f32(ws[(size_t)na * G + gi]);
         sb[u] = to_f32(ws[(size_t)nb * G + gi]);
-        oa[u] = wo[(size_t)na * G + gi];
-        ob[u] = wo[(size_t)nb * G + gi];
+        oa[u] = to_f32(wo[(size_t)na * G + gi]);
+        ob[u] = to_f32(wo[(size_t)nb * G + gi]);
       }
     }
 #pragma unroll
@@ -127,7 +151,8 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
       if constexpr (kGrouped) {
         int c[NT][4] = {}, r[NT][4] = {};
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) mma_step<NT, true>(va[u][s], vb[u][s], vx[u][s], c, r);
+        for (int s = 0; s < kSteps; ++s)
+          mma_step<NT, true, kFlip>(va[u][s], vb[u][s], vx[u][s], c, r);
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -139,7 +164,8 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
       } else {
         int unused[NT][4];
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) mma_step<NT, false>(va[u][s], vb[u][s], vx[u][s], acc, unused);
+        for (int s = 0; s < kSteps; ++s)
+          mma_step<NT, false, kFlip>(va[u][s], vb[u][s], vx[u][s], acc, unused);
       }
     }
   }
@@ -175,41 +201,44 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
     }
 }
 
-template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST>
+template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST, int WB = 8,
+          typename OT = float>
 __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, const uint32_t* w,
-                                         const ST* ws, const float* wo, const float* bias, int M,
+                                         const ST* ws, const OT* wo, const float* bias, int M,
                                          int N, int K, T* y) {
-  gemv_mma_rows<NT, W, D, GS, HAS_BIAS, T, ST>(xq, xs, w, ws, wo, bias, M, N, K, y,
-                                               blockIdx.x * 16);
+  gemv_mma_rows<NT, W, D, GS, HAS_BIAS, T, ST, WB, OT>(xq, xs, w, ws, wo, bias, M, N, K, y,
+                                                       blockIdx.x * 16);
 }
 
 // Sibling weights fed the same x (q/k/v, gate/up) in one launch: member g is w[g]
-// [n[g], K / 4] codes with ws[g], wo[g] (grouped; null per-channel), bias[g] (null
+// [n[g], K WB / 32] codes with ws[g], wo[g] (grouped; null per-channel), bias[g] (null
 // without) and output y[g] [M, n[g]]; its blocks follow the previous members' (member g
 // takes ceil(n[g] / 16) blocks). Each output is computed as in the member's own launch,
 // so the outputs equal the members' single launches bit for bit. Members are selected
 // with unrolled compile-time indices only (a runtime index would put the arrays in
 // local memory).
-template <typename T, typename ST, int G>
+template <typename T, typename ST, int G, typename OT = float>
 struct MmaSiblings {
   const uint32_t* w[G];
   const ST* ws[G];
-  const float* wo[G];
+  const OT* wo[G];
   const float* bias[G];
   T* y[G];
   int n[G];
 };
 
-template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST, int G>
+template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST, int G, int WB = 8,
+          typename OT = float>
 __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs,
-                                               const MmaSiblings<T, ST, G>& ms, int M, int K) {
+                                               const MmaSiblings<T, ST, G, OT>& ms, int M, int K) {
   int b = blockIdx.x;  // uniform per block: every thread takes the same member
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const int blocks = (ms.n[g] + 15) / 16;
     if (b < blocks) {
-      gemv_mma_rows<NT, W, D, GS, HAS_BIAS, T, ST>(xq, xs, ms.w[g], ms.ws[g], ms.wo[g],
-                                                   ms.bias[g], M, ms.n[g], K, ms.y[g], b * 16);
+      gemv_mma_rows<NT, W, D, GS, HAS_BIAS, T, ST, WB, OT>(xq, xs, ms.w[g], ms.ws[g], ms.wo[g],
+                                                           ms.bias[g], M, ms.n[g], K, ms.y[g],
+                                                           b * 16);
       return;
     }
     b -= blocks;
@@ -220,14 +249,15 @@ __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs
 
 // @@ body channel
 // xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
-w8a8::gemv_mma<NT, W, D, 0, false, T, float>(xq, xs, w, ws, nullptr, nullptr,
-                                          w8a8::rows(xq_shape, xq_ndim), w_shape[0],
-                                          xq_shape[xq_ndim - 1], y);
+// (wo: no offsets, typed so that OT is float.)
+w8a8::gemv_mma<NT, W, D, 0, false, T, float>(xq, xs, w, ws, static_cast<const float*>(nullptr),
+                                             nullptr, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                             xq_shape[xq_ndim - 1], y);
 
 // @@ body channel_bias
-w8a8::gemv_mma<NT, W, D, 0, true, T, float>(xq, xs, w, ws, nullptr, bias,
-                                         w8a8::rows(xq_shape, xq_ndim), w_shape[0],
-                                         xq_shape[xq_ndim - 1], y);
+w8a8::gemv_mma<NT, W, D, 0, true, T, float>(xq, xs, w, ws, static_cast<const float*>(nullptr),
+                                            bias, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                            xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped
 // As `channel` but ws [N, G] scales (ST) and wo [N, G] f32 offsets.
@@ -287,4 +317,40 @@ w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 3>(
 w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 3>(
     xq, xs,
     w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped4
+// 4-bit weights: xq [M, K] int8, xs [M, 1] f32, w [N, K/8] uint32 codes, ws / wo [N, G]
+// scales and biases (ST) -> y [M, N] T.
+w8a8::gemv_mma<NT, W, D, GS, false, T, ST, 4, ST>(xq, xs, w, ws, wo, nullptr,
+                                                  w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                                  xq_shape[xq_ndim - 1], y);
+
+// @@ body grouped4_bias
+w8a8::gemv_mma<NT, W, D, GS, true, T, ST, 4, ST>(xq, xs, w, ws, wo, bias,
+                                                 w8a8::rows(xq_shape, xq_ndim), w_shape[0],
+                                                 xq_shape[xq_ndim - 1], y);
+
+// @@ body grouped4_group2
+w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 2, 4, ST>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped4_group2_bias
+w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 2, 4, ST>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped4_group3
+w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 3, 4, ST>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
+
+// @@ body grouped4_group3_bias
+w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 3, 4, ST>(
+    xq, xs,
+    w8a8::MmaSiblings<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
