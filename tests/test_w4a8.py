@@ -110,15 +110,16 @@ def test_only_the_4bit_candidates_take_the_4bit_format():
     # exact and mlx_qmm read 8-bit codes, and so do the 8-bit CUDA kernels: none may be
     # offered for grouped4 (registered here even where their backend is absent, so their
     # supports() are checked directly). The W4A8 kernels read the packed 4-bit words:
-    # Metal's GEMM at every M, the GEMVs at M <= 16 (the CUDA TMA GEMM refuses here: no
-    # Hopper GPU); the dequantize-then-matmul candidates take both group-wise formats.
+    # Metal's GEMM at every M, the GEMVs at M <= 16, the tensor-core GEMV at M <= 32 (the
+    # CUDA TMA GEMM refuses here: no Hopper GPU); the dequantize-then-matmul candidates
+    # take both group-wise formats.
     for m in (1, 16, 512):
         p = Problem("linear", m, 4096, 4096, "bfloat16", "grouped4", 64)
         takes = {c.name for c in registry.all_candidates() if c.op == "linear" and c.supports(p)
                  and (not c.w8a8 or p.act_scales in c.act_scales)}
         want = {"exact_w4a8", "mlx_qmm4", "metal_w4a8_gemm", "mlx_dequant_matmul",
                 "cuda_dequant_matmul"} | (
-            {"metal_w4a8_gemv", "cuda_w4a8_gemv"} if m <= 16 else set())
+            {"metal_w4a8_gemv", "cuda_w4a8_gemv", "cuda_w4a8_gemv_mma"} if m <= 16 else set())
         assert takes == want, takes
         assert registry.fallback(p).name == "mlx_qmm4"
         assert registry.exact_name(p) == "exact_w4a8"
