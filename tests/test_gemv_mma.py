@@ -94,20 +94,23 @@ def make_weight(rng, n, k, group_size, per_channel):
                                       per_channel=per_channel)
 
 
-@pytest.mark.parametrize("m,n,nt", [(1, 264, 1), (16, 4096, 2), (17, 20000, 3), (32, 128256, 4)])
-def test_the_launch(monkeypatch, m, n, nt):
+def run_recorded(monkeypatch, name, m, weight):
+    """``name``'s candidate run on ``[m, K]`` zeros with launches recorded: (output,
+    the launches)."""
     rec = record_launches(monkeypatch)
-    rng = np.random.default_rng(2)
-    k = 256
-    weight = make_weight(rng, n, k, 64, per_channel=False)
-    cand = registry.get("linear", "cuda_int8_gemv_mma")
     launch._kernel.cache_clear()
     try:
-        y = cand.run(mx.zeros((m, k), dtype=mx.bfloat16), weight, None)
+        y = registry.get("linear", name).run(mx.zeros((m, weight.k), dtype=mx.bfloat16), weight, None)
     finally:
         launch._kernel.cache_clear()
+    return y, rec.launches
+
+
+@pytest.mark.parametrize("m,n,nt", [(1, 264, 1), (16, 4096, 2), (17, 20000, 3), (32, 128256, 4)])
+def test_the_launch(monkeypatch, m, n, nt):
+    weight = make_weight(np.random.default_rng(2), n, 256, 64, per_channel=False)
+    y, (quantize, mma) = run_recorded(monkeypatch, "cuda_int8_gemv_mma", m, weight)
     assert y.shape == (m, n) and y.dtype == mx.bfloat16
-    quantize, mma = rec.launches
     assert quantize["name"].startswith("w8a8_quantize_plain")
     assert mma["name"].startswith("w8a8_gemv_mma_grouped")
     tpl = dict(mma["template"])
@@ -117,20 +120,27 @@ def test_the_launch(monkeypatch, m, n, nt):
     assert mma["grid"] == (-(-n // 16) * 256, 1, 1)
 
 
-@pytest.mark.parametrize("problem,why", [
-    (Problem("linear", 33, 256, 256, "bfloat16", "grouped", 64, False), "M must be in [1, 32], got 33"),
-    (Problem("linear", 16, 256, 256, "bfloat16", "grouped", 32, False),
+@pytest.mark.parametrize("name,problem,why", [
+    ("cuda_int8_gemv_mma", Problem("linear", 33, 256, 256, "bfloat16", "grouped", 64, False),
+     "M must be in [1, 32], got 33"),
+    ("cuda_int8_gemv_mma", Problem("linear", 16, 256, 256, "bfloat16", "grouped", 32, False),
      "group size must be one of (64, 128)"),
-    (Problem("linear", 16, 256, 96, "bfloat16", "per_channel", 64, False),
+    ("cuda_int8_gemv_mma", Problem("linear", 16, 256, 96, "bfloat16", "per_channel", 64, False),
      "K must be a multiple of 64"),
-    (Problem("linear", 16, 256, 256, "bfloat16", "grouped4", 64, False), "weight format"),
+    ("cuda_int8_gemv_mma", Problem("linear", 16, 256, 256, "bfloat16", "grouped4", 64, False),
+     "weight format"),
+    ("cuda_w4a8_gemv_mma", Problem("linear", 16, 256, 256, "bfloat16", "grouped4", 32, False),
+     "group size must be one of (64, 128)"),
+    ("cuda_w4a8_gemv_mma", Problem("linear", 16, 256, 256, "bfloat16", "grouped", 64, False),
+     "weight format"),
 ])
-def test_it_refuses_what_it_cannot_take(monkeypatch, problem, why):
+def test_it_refuses_what_it_cannot_take(monkeypatch, name, problem, why):
     monkeypatch.setattr(launch, "cuda_available", lambda: True)
-    ok, reason = registry.get("linear", "cuda_int8_gemv_mma").can_implement(problem)
-    assert not ok and why in reason and reason.startswith("[mlx_w8a8.cuda_int8_gemv_mma]")
-    fine = Problem("linear", 16, 256, 256, "bfloat16", "grouped", 128, True)
-    assert registry.get("linear", "cuda_int8_gemv_mma").can_implement(fine) == (True, "")
+    ok, reason = registry.get("linear", name).can_implement(problem)
+    assert not ok and why in reason and reason.startswith(f"[mlx_w8a8.{name}]")
+    fine = Problem("linear", 16, 256, 256, "bfloat16",
+                   "grouped" if name == "cuda_int8_gemv_mma" else "grouped4", 128, True)
+    assert registry.get("linear", name).can_implement(fine) == (True, "")
 
 
 def test_siblings_are_one_launch_on_one_quantize(monkeypatch):
@@ -158,33 +168,15 @@ def test_siblings_are_one_launch_on_one_quantize(monkeypatch):
 
 
 def test_the_4bit_form_reads_the_stored_arrays(monkeypatch):
-    rec = record_launches(monkeypatch)
-    rng = np.random.default_rng(4)
     m, n, k = 16, 40, 256
-    w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(mx.bfloat16)
-    weight = QuantizedWeight.from_float(w, group_size=128, per_channel=False, bits=4)
-    cand = registry.get("linear", "cuda_w4a8_gemv_mma")
-    launch._kernel.cache_clear()
-    try:
-        y = cand.run(mx.zeros((m, k), dtype=mx.bfloat16), weight, None)
-    finally:
-        launch._kernel.cache_clear()
+    w = mx.array(np.random.default_rng(4).standard_normal((n, k)).astype(np.float32))
+    weight = QuantizedWeight.from_float(w.astype(mx.bfloat16), group_size=128, per_channel=False,
+                                        bits=4)
+    y, (_, mma) = run_recorded(monkeypatch, "cuda_w4a8_gemv_mma", m, weight)
     assert y.shape == (m, n)
-    _, mma = rec.launches
     assert mma["name"].startswith("w8a8_gemv_mma_grouped4")
     # The packed codes, scales and biases as stored: no int8 copy of the weight.
     assert mma["inputs"] == ["xq", "xs", "w", "ws", "wo"]
     assert [tuple(a.shape) for a in mma["arrays"][2:]] == [(n, k // 8), (n, 2), (n, 2)]
     assert mma["arrays"][2] is weight.q and mma["arrays"][4] is weight.biases
     assert dict(mma["template"])["GS"] == 128
-
-
-@pytest.mark.parametrize("problem,why", [
-    (Problem("linear", 16, 256, 256, "bfloat16", "grouped4", 32, False),
-     "group size must be one of (64, 128)"),
-    (Problem("linear", 16, 256, 256, "bfloat16", "grouped", 64, False), "weight format"),
-])
-def test_the_4bit_form_refuses_what_it_cannot_take(monkeypatch, problem, why):
-    monkeypatch.setattr(launch, "cuda_available", lambda: True)
-    ok, reason = registry.get("linear", "cuda_w4a8_gemv_mma").can_implement(problem)
-    assert not ok and why in reason and reason.startswith("[mlx_w8a8.cuda_w4a8_gemv_mma]")

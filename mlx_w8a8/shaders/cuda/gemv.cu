@@ -3,10 +3,10 @@
 // File layout: the text before the first "// @@ body" line is the `header=` of
 // mx.fast.cuda_kernel; each "// @@ body NAME" line starts one kernel's `source=`.
 // The "// @@ requires" lines below make the loader put quantize.cuh first (the fused
-// kernels quantize x with its helpers; quantize_rows_block below), then codes4.cuh (the
-// 4-bit codes' expansion).
+// kernels quantize x with its helpers; quantize_rows_block below), then gemv.cuh (the
+// 4-bit codes' expansion, the sibling members).
 // @@ requires quantize.cuh
-// @@ requires codes4.cuh
+// @@ requires gemv.cuh
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations already quantized by the
 // quantize kernel): per-channel weights accumulate sum_k xq[m, k] * (q[n, k] - 128) in
@@ -281,21 +281,6 @@ __device__ __forceinline__ void gemv_fused(const T* x, const uint32_t* w, const 
   gemv_rows<MM, RW, GS, HAS_BIAS, T, ST, WB, OT>(xq, x_scale, w, ws, wo, bias, M, N, K, y,
                                                  warp * RW, warps * RW);
 }
-
-// The weights of a sibling launch (q/k/v, gate/up: 2 or 3 members fed the same x):
-// member g is w[g] [n[g], K * WB / 32] codes with its scales ws[g], offsets wo[g]
-// (grouped; null per-channel), bias[g] (null without) and output y[g] [M, n[g]]. Members
-// are selected with unrolled compile-time indices only (a runtime index would put the
-// arrays in local memory).
-template <typename T, typename ST, int G, typename OT = float>
-struct GemvMembers {
-  const uint32_t* w[G];
-  const ST* ws[G];
-  const OT* wo[G];
-  const float* bias[G];
-  T* y[G];
-  int n[G];
-};
 
 // gemv_fused for G weights in one launch: x is quantized once per block, then the warps
 // walk the members' rows as if they were one weight of N = sum n[g] rows (global step

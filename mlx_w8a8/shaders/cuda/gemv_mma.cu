@@ -5,7 +5,7 @@
 // x 8 tokens x 32 codes from registers.
 // @@ requires shape.cuh
 // @@ requires mma.cuh
-// @@ requires codes4.cuh
+// @@ requires gemv.cuh
 //
 // Math (the W8A8 contract of docs/numerics.md, on activations quantized by the quantize
 // kernel's plain body): per-channel weights accumulate sum_k xq[m, k] (q[n, k] - 128) in
@@ -14,7 +14,7 @@
 // then f = fma(s[n, g], P, fma(o[n, g], R, f)) (o = b + 128 s, float32): two roundings a
 // group, as the grouped contract counts them. 4-bit weights (WB == 4, MLX's affine 4-bit as
 // stored: eight unsigned codes per uint32, code j of a word in bits 4j .. 4j + 3) take the
-// same path with their codes expanded to bytes in registers (codes4.cuh) and unflipped,
+// same path with their codes expanded to bytes in registers (gemv.cuh) and unflipped,
 // and o the stored bias b (of the scales' type): the W4A8 math of docs/numerics.md.
 //
 // Operands: the weight rows are the MMA's A (16 rows, row-major), the tokens its B (8
@@ -210,27 +210,14 @@ __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, cons
                                                        blockIdx.x * 16);
 }
 
-// Sibling weights fed the same x (q/k/v, gate/up) in one launch: member g is w[g]
-// [n[g], K WB / 32] codes with ws[g], wo[g] (grouped; null per-channel), bias[g] (null
-// without) and output y[g] [M, n[g]]; its blocks follow the previous members' (member g
-// takes ceil(n[g] / 16) blocks). Each output is computed as in the member's own launch,
-// so the outputs equal the members' single launches bit for bit. Members are selected
-// with unrolled compile-time indices only (a runtime index would put the arrays in
-// local memory).
-template <typename T, typename ST, int G, typename OT = float>
-struct MmaSiblings {
-  const uint32_t* w[G];
-  const ST* ws[G];
-  const OT* wo[G];
-  const float* bias[G];
-  T* y[G];
-  int n[G];
-};
-
+// Sibling weights fed the same x (q/k/v, gate/up) in one launch (gemv.cuh's GemvMembers):
+// member g's blocks follow the previous members' (member g takes ceil(n[g] / 16) blocks).
+// Each output is computed as in the member's own launch, so the outputs equal the
+// members' single launches bit for bit.
 template <int NT, int W, int D, int GS, bool HAS_BIAS, typename T, typename ST, int G, int WB = 8,
           typename OT = float>
 __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs,
-                                               const MmaSiblings<T, ST, G, OT>& ms, int M, int K) {
+                                               const GemvMembers<T, ST, G, OT>& ms, int M, int K) {
   int b = blockIdx.x;  // uniform per block: every thread takes the same member
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -274,49 +261,49 @@ w8a8::gemv_mma<NT, W, D, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq
 // grouped, bias<g> with _bias) -> y<g> [M, N_g] T.
 w8a8::gemv_mma_group<NT, W, D, 0, false, T, float, 2>(
     xq, xs,
-    w8a8::MmaSiblings<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::GemvMembers<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group2_bias
 w8a8::gemv_mma_group<NT, W, D, 0, true, T, float, 2>(
     xq, xs,
-    w8a8::MmaSiblings<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::GemvMembers<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group3
 w8a8::gemv_mma_group<NT, W, D, 0, false, T, float, 3>(
     xq, xs,
-    w8a8::MmaSiblings<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::GemvMembers<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group3_bias
 w8a8::gemv_mma_group<NT, W, D, 0, true, T, float, 3>(
     xq, xs,
-    w8a8::MmaSiblings<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::GemvMembers<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group2
 w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 2>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::GemvMembers<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group2_bias
 w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 2>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::GemvMembers<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group3
 w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 3>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::GemvMembers<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group3_bias
 w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 3>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::GemvMembers<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4
@@ -334,23 +321,23 @@ w8a8::gemv_mma<NT, W, D, GS, true, T, ST, 4, ST>(xq, xs, w, ws, wo, bias,
 // @@ body grouped4_group2
 w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 2, 4, ST>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::GemvMembers<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4_group2_bias
 w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 2, 4, ST>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
+    w8a8::GemvMembers<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4_group3
 w8a8::gemv_mma_group<NT, W, D, GS, false, T, ST, 3, 4, ST>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::GemvMembers<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4_group3_bias
 w8a8::gemv_mma_group<NT, W, D, GS, true, T, ST, 3, 4, ST>(
     xq, xs,
-    w8a8::MmaSiblings<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
+    w8a8::GemvMembers<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
