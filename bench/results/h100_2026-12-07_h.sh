@@ -63,9 +63,10 @@
 # 110 s limit, then run by hand with a longer one as part MMA2, on the same machine), then
 # on a new machine DEADLINE=370 ... mmb (tree 4d095be; its bench cut by its 200 s limit,
 # the first process on that machine, then run by hand as part MMB2).
-# Part SMT (not run yet): bench/small_m_gpu_time.py, the small-M kernels' CUPTI times at
-# M = 16 and 32 on the Llama-3-8B gs64 shapes, the tensor-core GEMV at depths 2 and 4;
-# then its tests (the depth a template argument since part MMB).
+# Part SMT (not run yet): the tensor-core GEMVs' tests (the 4-bit form's first run; the
+# depth a template argument since part MMB), bench/small_m_gpu_time.py (the small-M
+# kernels' CUPTI times at M = 16 and 32 on the Llama-3-8B gs64 shapes, depths 2 and 4),
+# then a race of every candidate at M = 16 on the 4-bit gs64 shapes (table g4_16.json).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
@@ -166,9 +167,12 @@ if [ "$part" = "mmb" ]; then  # the tensor-core GEMV with its sibling launches a
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma or stages_equal"
   run 200 python3 -m mlx_w8a8.bench $BD
 fi
-if [ "$part" = "smt" ]; then  # the small-M kernels' own GPU times (not run yet)
+if [ "$part" = "smt" ]; then  # the small-M kernels' own GPU times; the 4-bit form's tests and race (not run yet)
+  run 100 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
   run 150 python3 bench/small_m_gpu_time.py --m 16,32 --reps 5
-  run 80 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
+  run 200 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 --m 16 \
+    --table tmp_t/g4_16.json --decode-check off --sibling-check off --prefill-check off --no-progress
+  cp tmp_t/g4_16.json "$O/g4_16.json" 2>/dev/null
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2
