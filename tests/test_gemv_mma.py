@@ -2,8 +2,11 @@
 model of how its lanes load a step of 64 codes and build mma.sync m16n8k32 fragments
 from them (the PTX fragment layouts), showing that the step's k-permutation leaves every
 dot product as it is, for the weights, for the activation-code sums (an A of ones) and
-for every lane; a mutant mapping the model must fail; and the launch the definition
-makes (grid, block, template) and what it refuses."""
+for every lane; a mutant mapping the model must fail; the 4-bit form's loads (the byte
+offset of each lane's 8 bytes, gemv.cuh's expand_word4 modelled with CUDA's byte
+permute) giving each lane the codes the 8-bit path's bytes hold, a mutant expansion
+caught; and the launches the definitions make (grid, block, template, the stored 4-bit
+arrays) and what they refuse."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pytest
 
 import mlx.core as mx
 
+import oracle
 from kernel_recorder import record_launches
 from mlx_w8a8 import QuantizedWeight
 from mlx_w8a8.kernels import registry
@@ -180,3 +184,45 @@ def test_the_4bit_form_reads_the_stored_arrays(monkeypatch):
     assert [tuple(a.shape) for a in mma["arrays"][2:]] == [(n, k // 8), (n, 2), (n, 2)]
     assert mma["arrays"][2] is weight.q and mma["arrays"][4] is weight.biases
     assert dict(mma["template"])["GS"] == 128
+
+
+def byte_perm(x: int, y: int, s: int) -> int:
+    """CUDA's __byte_perm(x, y, s): byte i of the result is byte (s >> 4 i) & 7 of the
+    eight bytes x (0-3) then y (4-7)."""
+    pool = (x | (y << 32)).to_bytes(8, "little")
+    return int.from_bytes(bytes(pool[(s >> (4 * i)) & 7] for i in range(4)), "little")
+
+
+def expand_word4(w: int, selectors=(0x5140, 0x7362)) -> bytes:
+    """gemv.cuh's expand_word4, step by step: eight 4-bit codes as eight bytes."""
+    lo, hi = w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F
+    return b"".join(byte_perm(lo, hi, s).to_bytes(4, "little") for s in selectors)
+
+
+def lane_codes4(packed_row: bytes, k: int, step: int, t: int, selectors=(0x5140, 0x7362)) -> list:
+    """The 16 codes lane t of gemv_mma.cu's 4-bit path holds for one step: the 8 bytes at
+    bytes_of(64 step + 16 t) = (64 step + 16 t) / 2 of the row, expanded word by word."""
+    at = (64 * step + 16 * t) // 2
+    words = [int.from_bytes(packed_row[at + 4 * i:at + 4 * i + 4], "little") for i in (0, 1)]
+    return list(b"".join(expand_word4(w, selectors) for w in words))
+
+
+def test_the_4bit_lanes_hold_their_codes_in_element_order():
+    # MLX's packing (code j of a word in bits 4j .. 4j + 3; oracle.codes4 unpacks it) read
+    # as the kernel reads it: each lane's 16 codes of each step are codes 64 step + 16 t
+    # ... of the row, in order (the positions the 8-bit path's bytes hold).
+    rng = np.random.default_rng(5)
+    n, k = 3, 256
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32)).astype(mx.bfloat16)
+    weight = QuantizedWeight.from_float(w, group_size=64, per_channel=False, bits=4)
+    want = oracle.codes4(weight)
+    rows = np.array(weight.q).view(np.uint8)
+    assert rows.shape == (n, k // 2) and len(np.unique(want)) > 8
+    for r in range(n):
+        for step in range(k // 64):
+            for t in range(4):
+                got = lane_codes4(rows[r].tobytes(), k, step, t)
+                assert got == list(want[r, 64 * step + 16 * t:64 * step + 16 * t + 16]), (r, step, t)
+    # A mutant with the two selectors swapped puts codes 4-7 before 0-3: caught.
+    bad = lane_codes4(rows[0].tobytes(), k, 0, 0, selectors=(0x7362, 0x5140))
+    assert bad != list(want[0, :16])
