@@ -27,8 +27,10 @@ and cannot run faster per launch (CUDA graphs may overlap the unlinked launches,
 the linked ones). Hazard this guards against: on an NVIDIA H100 (MLX 0.32.4) a race of
 every group-wise candidate at M = 16 timed ``mx.quantized_matmul``'s linked chains of
 the lm_head (525 MB of codes) at 18-46 us a launch after its first round, where the same
-launches unlinked took 340 us (docs/cuda.md); a table built on such samples sends a
-shape to a kernel for a time it never ran at.
+launches unlinked took 340 us; a table built on such samples sends a shape to a kernel
+for a time it never ran at. The cause there was a kernel compiled in clusters, since
+built without (docs/cuda.md, "CUDA graphs and clusters"); the check stays for any other
+way a chain's launches could go unrun.
 """
 
 from __future__ import annotations
