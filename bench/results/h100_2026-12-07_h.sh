@@ -168,7 +168,7 @@ if [ "$part" = "mmb" ]; then  # the tensor-core GEMV with its sibling launches a
   run 200 python3 -m mlx_w8a8.bench $BD
 fi
 if [ "$part" = "smt" ]; then  # the small-M kernels' own GPU times; the 4-bit form's tests and race (not run yet)
-  run 100 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
   run 150 python3 bench/small_m_gpu_time.py --m 16,32 --reps 5
   run 200 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 --m 16 \
     --table tmp_t/g4_16.json --decode-check off --sibling-check off --prefill-check off --no-progress
