@@ -67,6 +67,8 @@
 # depth a template argument since part MMB), bench/small_m_gpu_time.py (the small-M
 # kernels' CUPTI times at M = 16 and 32 on the Llama-3-8B gs64 shapes, depths 2 and 4),
 # then a race of every candidate at M = 16 on the 4-bit gs64 shapes (table g4_16.json).
+# Part SMR: races of every candidate at M = 8, 24, 32 (4-bit gs64) and 24 (8-bit gs64),
+# then 4-layer B = 16 decode from the 4-bit gs64 checkpoint on the prior's rules.
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
@@ -173,6 +175,14 @@ if [ "$part" = "smt" ]; then  # the small-M kernels' own GPU times; the 4-bit fo
   run 200 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 --m 16 \
     --table tmp_t/g4_16.json --decode-check off --sibling-check off --prefill-check off --no-progress
   cp tmp_t/g4_16.json "$O/g4_16.json" 2>/dev/null
+fi
+if [ "$part" = "smr" ]; then  # the tensor-core GEMVs at M = 8, 24, 32; 4-bit B = 16 decode on the prior
+  run 280 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped4 --group-size 64 --m 8,24,32 \
+    --table tmp_t/g4_s.json --decode-check off --sibling-check off --prefill-check off --no-progress
+  run 120 python3 -m mlx_w8a8.tune --model llama-3-8b --format grouped --group-size 64 --m 24 \
+    --table tmp_t/g8_s.json --decode-check off --sibling-check off --prefill-check off --no-progress
+  cp tmp_t/g4_s.json tmp_t/g8_s.json "$O/" 2>/dev/null
+  run 150 python3 -m mlx_w8a8.bench ${BD/8bit-gs64/4bit-gs64}
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2

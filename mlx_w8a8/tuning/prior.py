@@ -175,8 +175,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   cuda_dequant_matmul (mlx_dequant_matmul won all three M by at most 1.06x).
     ("cuda", "linear", GROUPED4): [
         (2, 7, 4096 * 4096, ("cuda_w4a8_gemv",)),
-        (8, 16, 0, ("cuda_w4a8_gemv",)),
-        (17, 127, 0, ("cuda_w4a8_gemm_tma",)),
+        (8, 16, 0, ("cuda_w4a8_gemv_mma", "cuda_w4a8_gemv")),
+        (17, 31, 0, ("cuda_w4a8_gemv_mma", "cuda_w4a8_gemm_tma")),
+        (32, 127, 0, ("cuda_w4a8_gemm_tma",)),
         (128, None, 4096 * 4096, ("cuda_dequant_gemm", "cuda_dequant_matmul",
                                   "cuda_w4a8_gemm_tma")),
         (128, 511, 0, ("cuda_w4a8_gemm_tma",)),
