@@ -271,10 +271,11 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
     GEMM for weights from 4096 x 4096 (part DQR's race: the fastest, or within 1.12x of
     it at M = 128, 1.05x at 512 and 1.02x at 2048), for smaller ones the 4-bit TMA GEMM
     to M = 511 and then the dequantize-then-matmul kernel (within 1.06x); at M = 32-64
-    the measured kernel, the 4-bit TMA GEMM, on all 14 entries; at M = 8 the 4-bit GEMV,
-    the measured one on all 7; at M = 4 the GEMV exactly where it was measured fastest
-    (the weights from 4096 x 4096); at M = 16 the GEMV, which lost the three wide shapes
-    but makes a Llama-3-8B block's launches fastest in sum; at M = 1 nothing (no gain in
+    the measured kernel, the 4-bit TMA GEMM, on all 14 entries; at M = 4 the GEMV
+    exactly where it was measured fastest (the weights from 4096 x 4096); at M = 8 and
+    16 the tensor-core GEMV, raced later (the test below), where these tunes had the dp4a
+    GEMV fastest on all 7 at M = 8 and, at M = 16, losing the three wide shapes but
+    making a Llama-3-8B block's launches fastest in sum; at M = 1 nothing (no gain in
     the model's decode)."""
     decisions = _h100_decisions("grouped4")
     cuda = _cuda_linears()
@@ -298,14 +299,17 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
         elif e["m_bucket"] >= 32:
             assert picked is not None and picked.name == e["choice"] == "cuda_w4a8_gemm_tma", e
             assert e["speedup"] > 1.05
-        elif e["m_bucket"] == 16:
-            assert picked.name == "cuda_w4a8_gemv"
-            if e["choice"] != picked.name:  # lost only on the wide shapes, to mx.quantized_matmul
+        elif e["m_bucket"] in (8, 16):  # the tensor-core GEMV came later (its own race)
+            assert picked.name == "cuda_w4a8_gemv_mma" and picked.name not in times, e
+            if e["m_bucket"] == 8:
+                assert e["choice"] == "cuda_w4a8_gemv", e
+                gemvs += 1
+            elif e["choice"] != "cuda_w4a8_gemv":  # lost only on the wide shapes, to mx.quantized_matmul
                 assert e["n"] >= 14336 and e["choice"] == "mlx_qmm4", e
-            if (e["n"], e["k"]) in block:
+            if e["m_bucket"] == 16 and (e["n"], e["k"]) in block:
                 for name in ("mlx_qmm4", "cuda_w4a8_gemv", "cuda_w4a8_gemm_tma"):
                     block_sum[name] = block_sum.get(name, 0.0) + times[name]
-        elif e["m_bucket"] in (4, 8):
+        elif e["m_bucket"] == 4:
             assert (picked.name if picked else "mlx_qmm4") == e["choice"], e
             gemvs += picked is not None
         else:
@@ -316,8 +320,8 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
     for m in (2, 3, 5, 7):  # between the measured M = 1, 4 and 8
         wide = Problem("linear", m, 14336, 4096, "bfloat16", "grouped4", 64)
         assert prior.choose("cuda", wide, cuda).name == "cuda_w4a8_gemv"
-    for m, n, name in ((9, 4096, "cuda_w4a8_gemv"), (17, 4096, "cuda_w4a8_gemm_tma"),
-                       (127, 4096, "cuda_w4a8_gemm_tma"), (128, 4096, "cuda_dequant_gemm"),
+    for m, n, name in ((9, 4096, "cuda_w4a8_gemv_mma"), (31, 4096, "cuda_w4a8_gemv_mma"),
+                       (32, 4096, "cuda_w4a8_gemm_tma"), (127, 4096, "cuda_w4a8_gemm_tma"), (128, 4096, "cuda_dequant_gemm"),
                        (128, 1024, "cuda_w4a8_gemm_tma"), (511, 1024, "cuda_w4a8_gemm_tma"),
                        (512, 1024, "cuda_dequant_matmul"), (4096, 14336, "cuda_dequant_gemm")):
         problem = Problem("linear", m, n, 4096, "bfloat16", "grouped4", 64)
@@ -379,32 +383,52 @@ def test_cuda_rules_for_grouped_batched_decode_agree_with_the_h100_tune():
     assert all(count > 0 for name, count in slow_at_16.items() if name != "exact"), slow_at_16
 
 
-def test_cuda_rule_for_grouped_m16_agrees_with_the_h100_race_with_the_tensor_core_gemv(monkeypatch):
-    """The group-wise 8-bit rule at M = 9-31 summarizes a race of every candidate at
-    M = 16 on an H100 (prior.py cites it): on each of the 7 Llama-3-8B shapes the rule's
-    kernel is the measured fastest and faster than mx.quantized_matmul; group size 32,
-    which it refuses, keeps mx.quantized_matmul; M = 32 is the group-wise TMA GEMM's."""
+def test_cuda_rules_for_small_m_agree_with_the_h100_races_with_the_tensor_core_gemvs(monkeypatch):
+    """The rules for group-wise 8-bit weights at M = 9-31 and MLX's 4-bit weights at
+    M = 8-31 summarize races of every candidate on an H100 (prior.py cites them;
+    h100_2026-12-07_h_small_m.json), 7 Llama-3-8B shapes each, group size 64: 8-bit at
+    M = 16 and 24, 4-bit at M = 8, 16 and 24. The rule's tensor-core GEMV is faster than
+    mx.quantized_matmul on all 35 entries, the measured fastest on 32, and within 1.07x
+    of the fastest on the other 3; at M = 8 and 16 it beats the 4-bit dp4a GEMV on every
+    shape. Group size 32, which both forms refuse, falls back: 8-bit keeps
+    mx.quantized_matmul, 4-bit takes the dp4a GEMV at M <= 16 and the 4-bit TMA GEMM
+    above; M = 32 is the TMA GEMMs'."""
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "bench", "results")
-    doc = table.read(os.path.join(results, "h100_2026-12-07_h_g16.json"))
+    doc = table.read(os.path.join(results, "h100_2026-12-07_h_small_m.json"))
     (section,) = doc["sections"]
     assert section["device"]["device_name"] == "NVIDIA H100 80GB HBM3"
     cuda = _cuda_linears()
-    checked = 0
+    rule = {"grouped": "cuda_int8_gemv_mma", "grouped4": "cuda_w4a8_gemv_mma"}
+    seen: dict[tuple[str, int], int] = {}
+    fastest = 0
     for e in section["entries"]:
+        fmt = e["weight_format"]
         times = {name: c["median_ns"] for name, c in e["candidates"].items() if c["status"] == "ok"}
-        for m in (9, 16, 31):
-            problem = Problem("linear", m, e["n"], e["k"], e["dtype"], "grouped", e["group_size"])
-            picked = prior.choose("cuda", problem, cuda)
-            assert picked.name == "cuda_int8_gemv_mma", (m, e["n"], e["k"])
-        assert times[picked.name] == min(times.values()) < times["mlx_qmm"], e
-        checked += 1
-    assert checked == 7
+        problem = Problem("linear", e["m"], e["n"], e["k"], e["dtype"], fmt, e["group_size"])
+        picked = prior.choose("cuda", problem, cuda)
+        assert picked.name == rule[fmt], (fmt, e["m"], e["n"], e["k"])
+        assert times[picked.name] < times[e["reference"]], e
+        assert times[picked.name] <= 1.07 * min(times.values()), e
+        fastest += times[picked.name] == min(times.values())
+        if fmt == "grouped4" and e["m"] <= 16:
+            assert times[picked.name] < times["cuda_w4a8_gemv"], e
+        seen[(fmt, e["m"])] = seen.get((fmt, e["m"]), 0) + 1
+    assert seen == {("grouped", 16): 7, ("grouped", 24): 7, ("grouped4", 8): 7,
+                    ("grouped4", 16): 7, ("grouped4", 24): 7}
+    assert fastest == 32
     monkeypatch.setattr(launch, "cuda_available", lambda: True)  # the refusals, not the device
-    gs32 = Problem("linear", 16, 4096, 4096, "bfloat16", "grouped", 32)
-    assert prior.choose("cuda", gs32, [c for c in cuda if c.supports(gs32)]) is None
-    wide = Problem("linear", 32, 4096, 4096, "bfloat16", "grouped", 64)
-    assert prior.choose("cuda", wide, cuda).name == "cuda_w8a8_gemm_grouped_tma"
+    for fmt, m, want in (("grouped", 16, None), ("grouped4", 16, "cuda_w4a8_gemv"),
+                         ("grouped4", 24, "cuda_w4a8_gemm_tma")):
+        gs32 = Problem("linear", m, 4096, 4096, "bfloat16", fmt, 32)
+        # The GEMVs refuse group size 32 on this machine too; the TMA GEMMs need tensor
+        # maps (a CUDA driver), so they stay offered.
+        offered = [c for c in cuda if "gemv" not in c.name or c.supports(gs32)]
+        picked = prior.choose("cuda", gs32, offered)
+        assert (picked.name if picked else None) == want, (fmt, m)
+    for fmt, want in (("grouped", "cuda_w8a8_gemm_grouped_tma"), ("grouped4", "cuda_w4a8_gemm_tma")):
+        wide = Problem("linear", 32, 4096, 4096, "bfloat16", fmt, 64)
+        assert prior.choose("cuda", wide, cuda).name == want
 
 
 RAW_TABLES = ("h200_2026-12-01_s18_b_raw.json", "h200_2026-12-01_s18_c_raw.json")

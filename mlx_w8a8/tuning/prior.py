@@ -87,11 +87,13 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # - M = 9-31: the tensor-core GEMV (cuda_int8_gemv_mma, group sizes 64 and 128; not
     #   in that tune). A race of every candidate at M = 16 on an NVIDIA H100 (tune --model
     #   llama-3-8b --format grouped --group-size 64 --m 16, checks off; part MMA of
-    #   bench/results/h100_2026-12-07_h.log, entries kept as h100_2026-12-07_h_g16.json,
+    #   bench/results/h100_2026-12-07_h.log, entries kept as h100_2026-12-07_h_small_m.json,
     #   which tests/test_prior.py checks this rule against) had it fastest on all 7 shapes,
     #   1.03-2.49x mx.quantized_matmul and 0.77-0.97x the next kernel's time. Before it
     #   (the tune above) the GEMV, mx.quantized_matmul and the TMA GEMM each took 1.33x
-    #   the winner's time or more on some shape. Group size 32: no rule.
+    #   the winner's time or more on some shape. A race at M = 24 (part SMR there, same
+    #   file) had it fastest on 5 of 7 and within 1.07x of the winner (the subnormal GEMM
+    #   or the dequantizing GEMM) on the other 2. Group size 32: no rule.
     # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
     #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
     #   before its tile skipped idle warps at M = 17-112 (tiles.grouped_tma_tile_for),
@@ -141,12 +143,23 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # bench/results/h100_2026-12-05_f.log) and at M = 8, 16, 32, 64 (part Z5, checks off);
     # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
     # tests/test_prior.py checks these rules against. Not measured on an H200.
-    # - M = 17-127 (smaller weights to 511, below): the 4-bit TMA GEMM won all 7 shapes at
+    # - M = 8-31, group sizes 64 and 128: the tensor-core GEMV on the packed codes
+    #   (cuda_w4a8_gemv_mma). Races of every candidate at M = 8, 16 and 24 on an NVIDIA H100
+    #   (tune --model llama-3-8b --format grouped4 --group-size 64, checks off; parts SMT
+    #   and SMR of bench/results/h100_2026-12-07_h.log, entries kept in
+    #   h100_2026-12-07_h_small_m.json, which tests/test_prior.py checks this rule
+    #   against): it was fastest on 20 of 21 and took 1.002x the dequantizing GEMM's time
+    #   on the 21st (M = 24, 14336 x 4096), 1.18-3.53x mx.quantized_matmul at 4 bits, and
+    #   0.59-0.95x the time of the dp4a GEMV at M = 8 and 16 (the rule's fallback there
+    #   for group size 32; at 17-31 the 4-bit TMA GEMM). M = 32 keeps the TMA GEMM (the
+    #   race at 24 stands for M = 17-32; the 8-bit form's kernel time at M = 32 was
+    #   bf16's, part SMT). In the 4-layer model from the 4-bit gs64 checkpoint, batched
+    #   decode at B = 16 on these rules ran 1.16x bf16 (p25..p75 0.94..1.21) and 4.92x
+    #   mlx-lm 4-bit (part SMR2).
+    # - M = 32-127 (smaller weights to 511, below): the 4-bit TMA GEMM won all 7 shapes at
     #   M = 32 and 64 (1.06-2.22x mx.quantized_matmul at 4 bits), before its tile skipped
     #   idle warps at M = 17-112 (tiles.LIVE_M; not yet timed with 4-bit codes).
-    #   M = 17-31 lie between that and M = 16, where mx.quantized_matmul took 1.2-1.7x
-    #   less time than at M = 32 and the GEMM at most 1.3x less: the rule starts at 17.
-    # - M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
+    # - Group size 32 at M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
     #   won the four from 1024 x 4096 to 4096 x 14336 (1.10-2.30x) and lost the three wide
     #   ones (N >= 14336, K = 4096) to mx.quantized_matmul (its 87, 120 and, on the
     #   lm_head, 301 us against the GEMV's 99, 153 and 434 us), so that over a block's
