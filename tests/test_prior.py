@@ -361,18 +361,22 @@ def test_cuda_rules_for_grouped_batched_decode_agree_with_the_h100_tune():
     8, 16, 32, 64 (prior.py cites it), 7 Llama-3-8B shapes: wherever a rule picks a W8A8
     kernel it is the measured fastest or within 1.10x of it (at M = 2 and 4 also faster
     than mx.quantized_matmul); where none picks one (1024 x 4096 at M = 2 and 4)
-    mx.quantized_matmul stays; at M = 16 no kernel of that race was within 1.10x of the
-    fastest on every shape, and the rule picks the tensor-core GEMV, raced later."""
+    mx.quantized_matmul stays; at M = 8 and 16 the rule picks the tensor-core GEMV,
+    raced later: at M = 8 the dp4a GEMV (its fallback) was within 1.10x of the fastest
+    there, at M = 16 no kernel of that race was within 1.10x on every shape."""
     decisions = [d for d in _h100_decisions("grouped") if d[0]["m_bucket"] <= 64]
     assert len(decisions) == 42 and {e["m_bucket"] for e, _, _ in decisions} == {2, 4, 8, 16, 32, 64}
     slow_at_16: dict[str, int] = {}
     for e, picked, times in decisions:
         best = min(times.values())
-        if e["m_bucket"] == 16:
-            # The tensor-core GEMV came later (its own race: the test below).
+        if e["m_bucket"] in (8, 16):
+            # The tensor-core GEMV came later (its own races: the test below).
             assert picked.name == "cuda_int8_gemv_mma" and picked.name not in times, e
-            for name, t in times.items():
-                slow_at_16[name] = slow_at_16.get(name, 0) + (t > 1.10 * best)
+            if e["m_bucket"] == 16:
+                for name, t in times.items():
+                    slow_at_16[name] = slow_at_16.get(name, 0) + (t > 1.10 * best)
+            else:  # the dp4a GEMV, the rule's fallback for group size 32, within 1.10x
+                assert times["cuda_int8_gemv"] <= 1.10 * best, e
             continue
         if picked is None:
             assert e["m_bucket"] < 8 and e["n"] * e["k"] < 4096 * 4096 and e["choice"] == "mlx_qmm", e
@@ -384,15 +388,15 @@ def test_cuda_rules_for_grouped_batched_decode_agree_with_the_h100_tune():
 
 
 def test_cuda_rules_for_small_m_agree_with_the_h100_races_with_the_tensor_core_gemvs(monkeypatch):
-    """The rules for group-wise 8-bit weights at M = 9-31 and MLX's 4-bit weights at
-    M = 8-31 summarize races of every candidate on an H100 (prior.py cites them;
+    """The rules for group-wise 8-bit and MLX's 4-bit weights at M = 8-31 summarize
+    races of every candidate on an H100 (prior.py cites them;
     h100_2026-12-07_h_small_m.json), 7 Llama-3-8B shapes each, group size 64: 8-bit at
-    M = 16 and 24, 4-bit at M = 8, 16 and 24. The rule's tensor-core GEMV is faster than
-    mx.quantized_matmul on all 35 entries, the measured fastest on 32, and within 1.07x
-    of the fastest on the other 3; at M = 8 and 16 it beats the 4-bit dp4a GEMV on every
-    shape. Group size 32, which both forms refuse, falls back: 8-bit keeps
-    mx.quantized_matmul, 4-bit takes the dp4a GEMV at M <= 16 and the 4-bit TMA GEMM
-    above; M = 32 is the TMA GEMMs'."""
+    M = 8, 16 and 24, 4-bit at M = 8, 16 and 24. The rule's tensor-core GEMV is faster
+    than mx.quantized_matmul on all 42 entries, the measured fastest on 39, and within
+    1.07x of the fastest on the other 3; at M = 8 (both formats) and 16 (4-bit) it beats
+    the dp4a GEMV on every shape. Group size 32, which both forms refuse, falls back:
+    8-bit to the dp4a GEMV at M = 8 and mx.quantized_matmul above, 4-bit to the dp4a
+    GEMV at M <= 16 and the 4-bit TMA GEMM above; M = 32 is the TMA GEMMs'."""
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "bench", "results")
     doc = table.read(os.path.join(results, "h100_2026-12-07_h_small_m.json"))
@@ -411,14 +415,16 @@ def test_cuda_rules_for_small_m_agree_with_the_h100_races_with_the_tensor_core_g
         assert times[picked.name] < times[e["reference"]], e
         assert times[picked.name] <= 1.07 * min(times.values()), e
         fastest += times[picked.name] == min(times.values())
-        if fmt == "grouped4" and e["m"] <= 16:
-            assert times[picked.name] < times["cuda_w4a8_gemv"], e
+        if e["m"] == 8 or (fmt == "grouped4" and e["m"] <= 16):
+            dp4a = "cuda_w4a8_gemv" if fmt == "grouped4" else "cuda_int8_gemv"
+            assert times[picked.name] < times[dp4a], e
         seen[(fmt, e["m"])] = seen.get((fmt, e["m"]), 0) + 1
-    assert seen == {("grouped", 16): 7, ("grouped", 24): 7, ("grouped4", 8): 7,
-                    ("grouped4", 16): 7, ("grouped4", 24): 7}
-    assert fastest == 32
+    assert seen == {("grouped", 8): 7, ("grouped", 16): 7, ("grouped", 24): 7,
+                    ("grouped4", 8): 7, ("grouped4", 16): 7, ("grouped4", 24): 7}
+    assert fastest == 39
     monkeypatch.setattr(launch, "cuda_available", lambda: True)  # the refusals, not the device
-    for fmt, m, want in (("grouped", 16, None), ("grouped4", 16, "cuda_w4a8_gemv"),
+    for fmt, m, want in (("grouped", 8, "cuda_int8_gemv"), ("grouped", 16, None),
+                         ("grouped4", 16, "cuda_w4a8_gemv"),
                          ("grouped4", 24, "cuda_w4a8_gemm_tma")):
         gs32 = Problem("linear", m, 4096, 4096, "bfloat16", fmt, 32)
         # The GEMVs refuse group size 32 on this machine too; the TMA GEMMs need tensor

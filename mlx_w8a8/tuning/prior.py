@@ -84,8 +84,12 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   1.06-3.15x mx.quantized_matmul; at M = 8 it won 5 of 7, 1.04-2.80x, and took at
     #   most 1.10x the winner's time on the other 2), except for weights below 4096 x 4096
     #   at M = 2-7: 1024 x 4096 kept mx.quantized_matmul there (it won at M = 2 and 4).
-    # - M = 9-31: the tensor-core GEMV (cuda_int8_gemv_mma, group sizes 64 and 128; not
-    #   in that tune). A race of every candidate at M = 16 on an NVIDIA H100 (tune --model
+    #   A race of every candidate at M = 8 with the tensor-core GEMV in it (part SMF of
+    #   bench/results/h100_2026-12-07_h.log, kept in h100_2026-12-07_h_small_m.json) had
+    #   that GEMV fastest on all 7 (0.80-0.98x the dp4a GEMV's time): it runs at M = 8 for
+    #   group sizes 64 and 128, the dp4a GEMV for 32.
+    # - M = 9-31 (and 8, above): the tensor-core GEMV (cuda_int8_gemv_mma, group sizes
+    #   64 and 128; not in that tune). A race of every candidate at M = 16 on an NVIDIA H100 (tune --model
     #   llama-3-8b --format grouped --group-size 64 --m 16, checks off; part MMA of
     #   bench/results/h100_2026-12-07_h.log, entries kept as h100_2026-12-07_h_small_m.json,
     #   which tests/test_prior.py checks this rule against) had it fastest on all 7 shapes,
@@ -126,7 +130,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # - M = 32-127: the group-wise TMA GEMM (the subnormal GEMM not yet measured there).
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
-        (8, 8, 0, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
+        (8, 8, 0, ("cuda_int8_gemv_mma", "cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (9, 31, 0, ("cuda_int8_gemv_mma",)),
         (128, 511, 0, ("cuda_w8a8_gemm_subnormal", "cuda_w8a8_gemm_grouped_tma",
                        "cuda_w8a8_gemm_grouped")),
