@@ -71,6 +71,8 @@
 # then 4-layer B = 16 decode from the 4-bit gs64 checkpoint on the prior's rules.
 # Part SMF: a race of every candidate at M = 8 (8-bit gs64); the 32-layer 4-bit gs64 folder
 # served at 8 and 16 concurrent requests (the tensor-core GEMV's M range) beside mlx_lm.server.
+# Part SMS: the 32-layer 8-bit gs64 folder served at 8 and 16 requests (the tensor-core
+# GEMV's M range since part SMF) beside mlx_lm.server bf16.
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
@@ -192,6 +194,10 @@ if [ "$part" = "smf" ]; then  # the 8-bit race at M = 8; the 4-bit folder served
   cp tmp_t/g8_8.json "$O/" 2>/dev/null
   run 420 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 8,16 --max-tokens 128 --arms mlx_lm-bf16,mlx_lm-4bit,w4a8 --json "$O/smf_serve.json"
+fi
+if [ "$part" = "sms" ]; then  # the 8-bit folder served at 8 and 16 requests beside mlx_lm.server bf16
+  run 330 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
+    --levels 8,16 --max-tokens 128 --arms mlx_lm-bf16,w8a8-8bit --json "$O/sms_serve.json"
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2
