@@ -61,7 +61,16 @@ ACT_GROUP_CASES = [
 # The numpy oracle.
 # ---------------------------------------------------------------------------------------
 def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token int8 codes ``[M, K]`` and float32 scales ``[M, 1]`` of ``x``."""
+    """Per-token int8 codes and float32 scales of ``x``, bit-exact to the contract of
+    ``docs/numerics.md`` (the tests' oracle too: ``tests/oracle.py``).
+
+    Args:
+        x: ``[M, K]`` float (the values the kernel sees, already in float32 terms).
+
+    Returns:
+        ``(q, scale)``: ``[M, K]`` int8 and ``[M, 1]`` float32 (a row with a NaN or
+        infinity: scale NaN, codes 0; an all-zero row: codes 0).
+    """
     xf = x.astype(np.float32)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         amax = np.max(np.abs(xf), axis=1, keepdims=True)
@@ -74,6 +83,7 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def host(a: mx.array) -> np.ndarray:
+    """Host copy of ``a``; bfloat16 goes through float32 (numpy has no bfloat16)."""
     return np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
 
 
