@@ -39,14 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    try:
-        serving.run_main(module, PROG, rest, options, _log)
-    except (ValueError, RuntimeError) as error:
-        if not str(error).startswith((f"[{PROG}]", "[mlx_w8a8")):
-            raise  # mlx-lm's and MLX's own errors keep their tracebacks
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return serving.exit_status(PROG, lambda: serving.run_main(module, PROG, rest, options, _log))
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     # mlx-lm's server class, whose listen backlog (a class attribute read when the
     # socket starts listening) this process sets for the block.
     server_class = getattr(module, "ThreadingHTTPServer", http.server.ThreadingHTTPServer)
-    try:
+
+    def serve() -> None:
         with serving.patched(module, options, PROG, log) as loader:
             module.ModelProvider = provider_class(base, loader)
             saved_backlog = server_class.request_queue_size
@@ -95,12 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                 sys.argv = saved
                 module.ModelProvider = base
                 server_class.request_queue_size = saved_backlog
-    except (ValueError, RuntimeError) as error:
-        if not str(error).startswith((f"[{PROG}]", "[mlx_w8a8")):
-            raise  # mlx-lm's and MLX's own errors keep their tracebacks
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+
+    return serving.exit_status(PROG, serve)
 
 
 def _exit_now(status: int) -> None:

@@ -101,6 +101,21 @@ def mlx_lm_version() -> str:
     return __version__
 
 
+def exit_status(prog: str, body: Callable[[], None]) -> int:
+    """Runs a command's ``body``: 0 when it returns, 2 (the message on stderr) when it
+    raises a ``ValueError`` or ``RuntimeError`` of this package's (its message starts
+    with ``[prog]`` or ``[mlx_w8a8``); mlx-lm's and MLX's own errors propagate with their
+    tracebacks."""
+    try:
+        body()
+    except (ValueError, RuntimeError) as error:
+        if not str(error).startswith((f"[{prog}]", "[mlx_w8a8")):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def mlx_lm_module(prog: str, name: str):
     """mlx-lm's module ``name`` (e.g. ``"mlx_lm.server"``), imported by name: mlx-lm's
     package attributes may shadow its modules (``mlx_lm.generate`` is a function).

@@ -691,3 +691,26 @@ def test_serve_compare_refuses_bad_arguments(tmp_path, capsys):
         assert serve_compare.main(["--folders", str(tmp_path)] + extra) == 2
         assert "error:" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_exit_status_maps_only_this_packages_errors_to_2(capsys):
+    """The commands' error mapping: ours end the command with status 2 and the message
+    on stderr; mlx-lm's and MLX's errors keep their tracebacks."""
+    assert serving.exit_status("prog", lambda: None) == 0
+
+    def ours():
+        raise ValueError("[prog] --group-size must be 32, 64 or 128, got 48")
+
+    assert serving.exit_status("prog", ours) == 2
+    assert "error: [prog] --group-size must be" in capsys.readouterr().err
+
+    def package():
+        raise RuntimeError("[mlx_w8a8.load] no weights in folder")
+
+    assert serving.exit_status("prog", package) == 2
+
+    def foreign():
+        raise ValueError("[load_model] Missing parameters")
+
+    with pytest.raises(ValueError, match="Missing parameters"):
+        serving.exit_status("prog", foreign)
