@@ -73,6 +73,8 @@
 # served at 8 and 16 concurrent requests (the tensor-core GEMV's M range) beside mlx_lm.server.
 # Part SMS: the 32-layer 8-bit gs64 folder served at 8 and 16 requests (the tensor-core
 # GEMV's M range since part SMF) beside mlx_lm.server bf16.
+# Part SMD (not run yet): 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
+# outside the server (parts SMF and SMS served 16 requests at 0.81-0.86x bf16, 8 at 1.01-1.16x).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
@@ -198,6 +200,12 @@ fi
 if [ "$part" = "sms" ]; then  # the 8-bit folder served at 8 and 16 requests beside mlx_lm.server bf16
   run 330 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 8,16 --max-tokens 128 --arms mlx_lm-bf16,w8a8-8bit --json "$O/sms_serve.json"
+fi
+if [ "$part" = "smd" ]; then  # (not run yet) the served slowdown at 16 requests, outside the server
+  for w in 8bit-gs64 4bit-gs64; do
+    run 280 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --weights $w --tokens 16 \
+      --decode 16 --batch 8,16 --rounds 4 --warm-up
+  done
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2
