@@ -1,18 +1,20 @@
-"""GPU time of the small-M W8A8 kernels on group-wise 8-bit weights: the kernels' own
+"""GPU time of the small-M W8A8 / W4A8 kernels on group-wise weights: the kernels' own
 durations (CUPTI through ``torch.profiler``), not the tuner's chains, whose per-launch
 times include the host's cost.
 
-For each ``--m`` and each ``--kn`` shape (K x N), on weights ``mx.quantize`` wrote (8-bit,
-``--group-size``) and bfloat16 activations: the bfloat16 ``x @ w.T``,
-``mx.quantized_matmul`` (``qmm``), the plain quantize launch (``quantize``), the dp4a
-GEMV on its output (``gemv``, M <= 16) and the tensor-core GEMV (``mma``: the shipped
-depth, ``gemv.MMA_GEMV_DEPTH``, and ``mma4``: four steps of loads in flight), each the
-median kernel time of ``--reps`` evaluated calls in microseconds, and per W8A8 arm the
-rate at which it read the weight's codes (N K bytes / time, GB/s). The tensor-core
-GEMV's outputs at both depths must be equal bit for bit (a row says where not).
+For each ``--m`` and each ``--kn`` shape (K x N), on weights ``mx.quantize`` wrote
+(``--bits`` 8 or 4, ``--group-size``) and bfloat16 activations: the bfloat16 ``x @ w.T``,
+``mx.quantized_matmul`` at those bits (``qmm``), the plain quantize launch
+(``quantize``), the dp4a GEMV on its output (``gemv``, M <= 16; its 4-bit form at 4
+bits) and the tensor-core GEMV (``mma``: the shipped depth, ``gemv.MMA_GEMV_DEPTH``, and
+``mma4``: four steps of loads in flight; the 4-bit form at 4 bits), each the median
+kernel time of ``--reps`` evaluated calls in microseconds, and per quantized arm the
+rate at which it read the weight's codes (their bytes, N K or N K / 2, per time, GB/s).
+The tensor-core GEMV's outputs at both depths must be equal bit for bit (a row says
+where not).
 
 Usage: ``python bench/small_m_gpu_time.py [--m 16,32] [--kn 4096x14336,14336x4096]
-[--group-size 64] [--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
+[--bits 8] [--group-size 64] [--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
     xq, xs = cuda_quantize.quantize(x)[:2]
     out = {"bf16": lambda: x @ w.T,
            "qmm": lambda: mx.quantized_matmul(x, *qmm_args, transpose=True,
-                                              group_size=weight.group_size, bits=8),
+                                              group_size=weight.group_size, bits=weight.bits),
            "quantize": lambda: cuda_quantize.quantize(x)[0]}
     if m <= cuda_gemv.GEMV_MAX_M:
         out["gemv"] = lambda: cuda_gemv.gemv_quantized(xq, xs, weight, None, x.dtype)
@@ -67,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="16,32")
     p.add_argument("--kn", default=DEFAULT_KN, help=f"KxN shapes (default {DEFAULT_KN})")
     p.add_argument("--group-size", type=int, choices=(64, 128), default=64)
+    p.add_argument("--bits", type=int, choices=(8, 4), default=8)
     p.add_argument("--reps", type=int, default=5)
     args = p.parse_args(argv)
     try:
@@ -78,18 +81,19 @@ def main(argv=None) -> int:
         p.error(f"--m takes token counts in [1, {cuda_gemv.MMA_GEMV_MAX_M}], got {args.m!r}")
     rng = np.random.default_rng(0)
     print(f"MLX {mx.__version__}, {mx.default_device()}; median kernel us of {args.reps} "
-          f"evaluated calls, group size {args.group_size}; GB/s: the codes' N K bytes per us")
+          f"evaluated calls, {args.bits}-bit codes, group size {args.group_size}; GB/s: the "
+          f"codes' bytes (N K {args.bits} / 8) per us")
     for k, n in shapes:
         w = mx.array(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)).astype(mx.bfloat16)
-        wq, sq, bq = mx.quantize(w, group_size=args.group_size, bits=8)
-        weight = QuantizedWeight(wq, sq, bq, args.group_size, per_channel=False)
+        wq, sq, bq = mx.quantize(w, group_size=args.group_size, bits=args.bits)
+        weight = QuantizedWeight(wq, sq, bq, args.group_size, per_channel=False, bits=args.bits)
         mx.eval(w, wq, sq, bq)
         for m in ms:
             x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)
             mx.eval(x)
             calls = arms(m, x, w, (wq, sq, bq), weight)
             row = {name: timed(fn, args.reps)[0] for name, fn in calls.items()}
-            rates = {name: n * k / (1e3 * t) for name, t in row.items()
+            rates = {name: n * k * args.bits / (8e3 * t) for name, t in row.items()
                      if name in ("qmm", "gemv", "mma", "mma4") and t > 0}
             same = mx.array_equal(calls["mma"](), calls["mma4"]()).item()
             print(f"M={m:3d} K={k:6d} N={n:6d}  "

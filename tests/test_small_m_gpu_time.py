@@ -19,28 +19,36 @@ from mlx_w8a8.kernels.cuda import gemv as cuda_gemv, launch  # noqa: E402
 from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
 
+@pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("m,names", [
     (16, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4"]),
     (17, ["bf16", "qmm", "quantize", "mma", "mma4"]),
 ])
-def test_the_arms(monkeypatch, m, names):
+def test_the_arms(monkeypatch, m, names, bits):
+    """Each code width's arms launch its own bodies (4 bits: the grouped4 ones, which
+    read the packed codes) and mx.quantized_matmul at that width."""
     rec = record_launches(monkeypatch)
     launch._kernel.cache_clear()
     try:
         k, n = 256, 48
         w = mx.array(np.random.default_rng(0).standard_normal((n, k)).astype(np.float32))
         w = w.astype(mx.bfloat16)
-        wq, sq, bq = mx.quantize(w, group_size=64, bits=8)
-        weight = QuantizedWeight(wq, sq, bq, 64, per_channel=False)
-        x = mx.zeros((m, k), dtype=mx.bfloat16)
+        wq, sq, bq = mx.quantize(w, group_size=64, bits=bits)
+        weight = QuantizedWeight(wq, sq, bq, 64, per_channel=False, bits=bits)
+        x = mx.array(np.random.default_rng(1).standard_normal((m, k)).astype(np.float32))
+        x = x.astype(mx.bfloat16)
         calls = small_m_gpu_time.arms(m, x, w, (wq, sq, bq), weight)
         assert list(calls) == names
+        want = mx.quantized_matmul(x, wq, sq, bq, transpose=True, group_size=64, bits=bits)
+        assert mx.array_equal(calls["qmm"](), want).item()
+        body = "w8a8_gemv_mma_grouped4" if bits == 4 else "w8a8_gemv_mma_grouped"
         for name in ("mma", "mma4"):
             start = len(rec.launches)
             assert calls[name]().shape == (m, n)
             (one,) = rec.launches[start:]
             depth = cuda_gemv.MMA_GEMV_DEPTH if name == "mma" else 4
-            assert one["name"].startswith("w8a8_gemv_mma_grouped") and dict(one["template"])["D"] == depth
+            assert one["name"].startswith(body) and dict(one["template"])["D"] == depth
+            assert (one["name"].startswith("w8a8_gemv_mma_grouped4")) == (bits == 4)
     finally:
         launch._kernel.cache_clear()
 
@@ -49,6 +57,7 @@ def test_the_arms(monkeypatch, m, names):
     (["--kn", "4096"], "KxN pairs"),
     (["--kn", "4096x0"], "KxN pairs"),
     (["--m", "33"], "token counts in [1, 32]"),
+    (["--bits", "2"], "invalid choice"),
 ])
 def test_bad_arguments_are_refused(capsys, argv, why):
     with pytest.raises(SystemExit):

@@ -73,7 +73,7 @@
 # served at 8 and 16 concurrent requests (the tensor-core GEMV's M range) beside mlx_lm.server.
 # Part SMS: the 32-layer 8-bit gs64 folder served at 8 and 16 requests (the tensor-core
 # GEMV's M range since part SMF) beside mlx_lm.server bf16.
-# Part SMD (not run yet): 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
+# Part SMD (not run yet): the 4-bit tensor-core GEMV's kernel times; 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
 # outside the server (parts SMF and SMS served 16 requests at 0.81-0.86x bf16, 8 at 1.01-1.16x).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
@@ -202,6 +202,7 @@ if [ "$part" = "sms" ]; then  # the 8-bit folder served at 8 and 16 requests bes
     --levels 8,16 --max-tokens 128 --arms mlx_lm-bf16,w8a8-8bit --json "$O/sms_serve.json"
 fi
 if [ "$part" = "smd" ]; then  # (not run yet) the served slowdown at 16 requests, outside the server
+  run 120 python3 bench/small_m_gpu_time.py --m 8,16,24 --bits 4 --reps 5
   for w in 8bit-gs64 4bit-gs64; do
     run 280 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --weights $w --tokens 16 \
       --decode 16 --batch 8,16 --rounds 4 --warm-up
