@@ -75,6 +75,8 @@
 # GEMV's M range since part SMF) beside mlx_lm.server bf16.
 # Part SMD (not run yet): the 4-bit tensor-core GEMV's kernel times; 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
 # outside the server (parts SMF and SMS served 16 requests at 0.81-0.86x bf16, 8 at 1.01-1.16x).
+# Part SMP (not run yet): per-channel weights (models converted from bf16) at M = 8, 16, 24
+# with the tensor-core GEMV in the race (the prior runs the TMA / ws GEMMs there).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
@@ -207,6 +209,11 @@ if [ "$part" = "smd" ]; then  # (not run yet) the served slowdown at 16 requests
     run 280 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --weights $w --tokens 16 \
       --decode 16 --batch 8,16 --rounds 4 --warm-up
   done
+fi
+if [ "$part" = "smp" ]; then  # (not run yet) per-channel weights at M = 8-24 with the tensor-core GEMV raced
+  run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 8,16,24 --table tmp_t/pc_s.json \
+    --decode-check off --sibling-check off --prefill-check off --no-progress
+  cp tmp_t/pc_s.json "$O/" 2>/dev/null
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2
