@@ -17,8 +17,14 @@ temporary directory), so a rerun compiles only texts it has not seen. ``cuobjdum
 taken from ``$CUOBJDUMP``, else PATH, else beside ``nvcc``, else the
 ``nvidia-cuda-cuobjdump`` wheel's ``nvidia/cu*/bin``.
 
-Usage: ``python bench/sass_diff.py COMMIT [--jobs N] [--only TEXT]``; prints ``same`` or
-what differs for each build; exits 1 if any build differs or exists on one side only.
+With ``--added NAME=VALUE`` (a template argument this tree added, at the value that keeps
+the old code: ``--added RT=1``) a build of this tree carrying ``NAME=VALUE`` is compared
+with the commit's build of the same label without it; this tree's builds at other values
+of ``NAME`` have nothing to compare with and are listed as new, not counted as differing.
+
+Usage: ``python bench/sass_diff.py COMMIT [--jobs N] [--only TEXT] [--added NAME=VALUE]``;
+prints ``same`` or what differs for each build; exits 1 if any build differs or exists
+on one side only.
 """
 
 from __future__ import annotations
@@ -199,12 +205,30 @@ def differences(old: dict[str, str], new: dict[str, str], context: int = 4) -> l
     return out
 
 
+def old_label(label: str, added: str) -> str | None:
+    """The commit's label for this tree's build ``label`` when the tree added the template
+    argument ``added`` (``NAME=VALUE``; "" when none was): the label without it, or
+    ``None`` for a build at another value of NAME (new code, nothing to compare)."""
+    if not added:
+        return label
+    name = added.split("=", 1)[0]
+    head, _, args = label.rpartition(":")
+    kept = [arg for arg in args.split(",") if arg != added]
+    if any(arg.split("=", 1)[0] == name for arg in kept):
+        return None
+    return f"{head}:{','.join(kept)}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("commit", help="the git commit to compare this tree against")
     p.add_argument("--jobs", type=int, default=2, help="compiles at once (default 2)")
     p.add_argument("--only", default="", help="only the builds whose label contains this")
+    p.add_argument("--added", default="", metavar="NAME=VALUE",
+                   help="a template argument this tree added, at the value of the old code")
     a = p.parse_args(argv)
+    if a.added and "=" not in a.added:
+        p.error(f"--added takes NAME=VALUE, got {a.added!r}")
     nvcc = shutil.which("nvcc")
     cuobjdump = find_cuobjdump(nvcc)
     if nvcc is None or cuobjdump is None:
@@ -217,6 +241,9 @@ def main(argv=None) -> int:
                        shell=True, cwd=ROOT, check=True)
         sides = {"commit": list_builds(old_tree), "tree": list_builds(ROOT)}
     texts = {side: {lb: t for lb, t in s["builds"] if a.only in lb} for side, s in sides.items()}
+    new_code = [lb for lb in texts["tree"] if old_label(lb, a.added) is None]
+    texts["tree"] = {old_label(lb, a.added): t for lb, t in texts["tree"].items()
+                     if lb not in new_code}
     # One compile per distinct (stand-in header, flags, text): a build the change left
     # alone is the same text on both sides.
     todo = {}
@@ -247,7 +274,10 @@ def main(argv=None) -> int:
         for ln in lines:
             print(ln)
         differ += bool(lines)
-    print(f"{len(labels)} builds: {len(labels) - differ} same, {differ} differ")
+    for label in new_code:
+        print(f"{label}: new (--added {a.added} at another value), not compared")
+    print(f"{len(labels)} builds: {len(labels) - differ} same, {differ} differ"
+          + (f"; {len(new_code)} new" if new_code else ""))
     return 1 if differ else 0
 
 

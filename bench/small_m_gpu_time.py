@@ -7,11 +7,12 @@ For each ``--m`` and each ``--kn`` shape (K x N), on weights ``mx.quantize`` wro
 ``mx.quantized_matmul`` at those bits (``qmm``), the plain quantize launch
 (``quantize``), the dp4a GEMV on its output (``gemv``, M <= 16; its 4-bit form at 4
 bits) and the tensor-core GEMV (``mma``: the shipped depth, ``gemv.MMA_GEMV_DEPTH``, and
-``mma4``: four steps of loads in flight; the 4-bit form at 4 bits), each the median
+``mma4``: four steps of loads in flight; ``mma_r2`` / ``mma_r4``: two / four tiles of
+16 weight rows a block, where RT NT <= 8; the 4-bit form at 4 bits), each the median
 kernel time of ``--reps`` evaluated calls in microseconds, and per quantized arm the
 rate at which it read the weight's codes (their bytes, N K or N K / 2, per time, GB/s).
-The tensor-core GEMV's outputs at both depths must be equal bit for bit (a row says
-where not).
+The tensor-core GEMV's outputs in every form must equal the shipped form's bit for bit
+(a row names those that do not).
 
 Usage: ``python bench/small_m_gpu_time.py [--m 16,32] [--kn 4096x14336,14336x4096]
 [--bits 8] [--group-size 64] [--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
@@ -58,8 +59,11 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
     if m <= cuda_gemv.GEMV_MAX_M:
         out["gemv"] = lambda: cuda_gemv.gemv_quantized(xq, xs, weight, None, x.dtype)
     if m <= cuda_gemv.MMA_GEMV_MAX_M:
-        for depth, name in ((cuda_gemv.MMA_GEMV_DEPTH, "mma"), (4, "mma4")):
-            spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth)
+        forms = [("mma", cuda_gemv.MMA_GEMV_DEPTH, cuda_gemv.MMA_GEMV_ROW_TILES), ("mma4", 4, 1)]
+        forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (2, 4)
+                  if rows * -(-m // 8) <= 8]
+        for name, depth, rows in forms:
+            spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth, rows=rows)
             out[name] = (lambda s=spec: s.launch(xq, xs)[0])
     return out
 
@@ -94,12 +98,15 @@ def main(argv=None) -> int:
             calls = arms(m, x, w, (wq, sq, bq), weight)
             row = {name: timed(fn, args.reps)[0] for name, fn in calls.items()}
             rates = {name: n * k * args.bits / (8e3 * t) for name, t in row.items()
-                     if name in ("qmm", "gemv", "mma", "mma4") and t > 0}
-            same = mx.array_equal(calls["mma"](), calls["mma4"]()).item()
+                     if name not in ("bf16", "quantize") and t > 0}
+            shipped = calls["mma"]()
+            differ = [name for name in calls if name.startswith("mma") and name != "mma"
+                      and not mx.array_equal(calls[name](), shipped).item()]
             print(f"M={m:3d} K={k:6d} N={n:6d}  "
                   + "  ".join(f"{name} {t:7.1f}" for name, t in row.items())
                   + "  | GB/s " + "  ".join(f"{name} {r:6.0f}" for name, r in rates.items())
-                  + ("" if same else "  | OUTPUT DIFFERS between mma and mma4"), flush=True)
+                  + (f"  | OUTPUT DIFFERS from mma: {', '.join(differ)}" if differ else ""),
+                  flush=True)
     return 0
 
 

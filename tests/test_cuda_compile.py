@@ -406,7 +406,10 @@ def kernel_builds() -> list[KernelBuild]:
         if body.endswith("bias"):
             ins += (("bias", "float32", 1),)
         tpl += (("NT", nt), ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 3) % 2]))
-        out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl))
+        out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl + (("RT", 1),)))
+        if nt == (1, 2, 4)[i % 3] and i % 2 == 0:  # more row tiles a block (RT NT <= 8),
+            out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),),  # shipped depth
+                                   tpl[:-1] + (("D", 2), ("RT", 2 if nt == 4 else 4))))
     # Its 4-bit bodies (packed codes, scales and biases of one dtype), each group size,
     # scale dtype and depth somewhere; siblings at NT 2 and 4.
     for i, body in enumerate(("grouped4", "grouped4_bias", "grouped4_group2",
@@ -423,7 +426,9 @@ def kernel_builds() -> list[KernelBuild]:
         outs = tuple((f"y{m}" if members > 1 else "y", t) for m in range(members))
         tpl = (("T", t), ("ST", st), ("GS", (64, 128)[i % 2]), ("NT", (1, 2, 4)[i % 3]),
                ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 2) % 2]))
-        out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl))
+        out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl + (("RT", 1),)))
+        if i % 3 != 1:  # two row tiles a block at NT 1 and 4, the shipped depth
+            out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl[:-1] + (("D", 2), ("RT", 2))))
     # Its sibling launches: every body, at M = 16 (NT 2) and 32 (NT 4) alternately.
     for i, (fmt, g, bias) in enumerate((f, g, b) for f in ("channel", "grouped")
                                        for g in (2, 3) for b in (False, True)):
@@ -440,8 +445,10 @@ def kernel_builds() -> list[KernelBuild]:
                 ins += ((f"bias{m}", "float32", 1),)
         tpl += (("NT", (2, 4)[i % 2]), ("W", cuda_gemv.MMA_GEMV_WARPS),
                 ("D", cuda_gemv.MMA_GEMV_DEPTH))
-        out.append(KernelBuild("gemv_mma.cu", body, ins,
-                               tuple((f"y{m}", "bfloat16") for m in range(g)), tpl))
+        for rt in (1, 2) if i % 3 == 0 else (1,):
+            out.append(KernelBuild("gemv_mma.cu", body, ins,
+                                   tuple((f"y{m}", "bfloat16") for m in range(g)),
+                                   tpl + (("RT", rt),)))
     # The dequantizing GEMM: every dtype, code width and group size on the 128- and
     # 256-token tiles, the two bodies alternating; the 64-token tile on four of them.
     for i, (t, bits, gs) in enumerate((t, b, g) for t in ("bfloat16", "float16")

@@ -19,7 +19,7 @@ import oracle
 from kernel_recorder import record_launches
 from mlx_w8a8 import QuantizedWeight
 from mlx_w8a8.kernels import registry
-from mlx_w8a8.kernels.cuda import launch
+from mlx_w8a8.kernels.cuda import gemv as cuda_gemv, launch
 from mlx_w8a8.kernels.registry import Problem
 
 
@@ -118,10 +118,42 @@ def test_the_launch(monkeypatch, m, n, nt):
     assert quantize["name"].startswith("w8a8_quantize_plain")
     assert mma["name"].startswith("w8a8_gemv_mma_grouped")
     tpl = dict(mma["template"])
-    assert (tpl["NT"], tpl["W"], tpl["GS"]) == (nt, 8, 64)
+    assert (tpl["NT"], tpl["W"], tpl["GS"], tpl["RT"]) == (nt, 8, 64, 1)
     # One block of 8 warps per 16 weight rows.
     assert mma["threadgroup"] == (256, 1, 1)
     assert mma["grid"] == (-(-n // 16) * 256, 1, 1)
+
+
+@pytest.mark.parametrize("m,n,rows,blocks", [(8, 264, 4, 5), (16, 4096, 2, 128), (16, 4100, 4, 65),
+                                             (32, 20000, 2, 625)])
+def test_more_row_tiles_make_fewer_blocks(monkeypatch, m, n, rows, blocks):
+    """``rows`` tiles of 16 weight rows a block (RT): ceil(N / (16 RT)) blocks of the same
+    8 warps, alone and as one member of a sibling launch."""
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(4)
+    weight = make_weight(rng, n, 256, 64, per_channel=False)
+    xq, xs = mx.zeros((m, 256), dtype=mx.int8), mx.ones((m, 1))
+    launch._kernel.cache_clear()
+    try:
+        cuda_gemv.gemv_mma_spec(m, weight, None, mx.bfloat16, rows=rows).launch(xq, xs)
+        other = make_weight(rng, 40, 256, 64, per_channel=False)
+        cuda_gemv.gemv_mma_group_spec(m, [(weight, None), (other, None)], mx.bfloat16,
+                                      rows=rows).launch(xq, xs)
+    finally:
+        launch._kernel.cache_clear()
+    alone, group = rec.launches
+    assert dict(alone["template"])["RT"] == dict(group["template"])["RT"] == rows
+    assert alone["grid"] == (blocks * 256, 1, 1) and alone["threadgroup"] == (256, 1, 1)
+    assert group["grid"] == ((blocks + -(-40 // (16 * rows))) * 256, 1, 1)
+
+
+@pytest.mark.parametrize("m,rows", [(16, 3), (16, 8), (17, 4), (32, 4), (1, 0)])
+def test_row_tiles_are_refused_past_the_kernel(m, rows):
+    """RT is 1, 2 or 4 and RT x token tiles <= 8 (the partials' shared memory)."""
+    weight = make_weight(np.random.default_rng(5), 64, 256, 64, per_channel=False)
+    with pytest.raises(ValueError, match=rf"\[mlx_w8a8.cuda_int8_gemv_mma\] row tiles must be "
+                                         rf"1, 2 or 4 .* got {rows}"):
+        cuda_gemv.gemv_mma_spec(m, weight, None, mx.bfloat16, rows=rows)
 
 
 @pytest.mark.parametrize("name,problem,why", [

@@ -70,3 +70,14 @@ def test_data_sections_read_the_constant_banks_of_an_elf64_file():
     table = b"".join(struct.pack("<IIQQQQ", *h) + bytes(24) for h in heads)
     assert sass_diff.data_sections(bytes(header) + body + table) == [
         "Data .nv.constant3: 0001020304050607"]
+
+
+def test_an_added_template_argument_maps_builds_to_the_commits_labels():
+    """--added RT=1: this tree's RT=1 builds compare with the commit's labels without RT;
+    builds at another RT are new code; with nothing added the label is kept."""
+    label = "gemv_mma.cu:grouped:T=bfloat16,ST=float16,GS=64,NT=2,W=8,D=2"
+    assert sass_diff.old_label(label + ",RT=1", "RT=1") == label
+    assert sass_diff.old_label(label + ",RT=2", "RT=1") is None
+    assert sass_diff.old_label(label, "RT=1") == label
+    assert sass_diff.old_label(label + ",RT=1", "") == label + ",RT=1"
+    assert sass_diff.old_label("gemv_mma.cu:channel:RT=1,T=float32", "RT=1") == "gemv_mma.cu:channel:T=float32"

@@ -1,6 +1,7 @@
 """``bench/small_m_gpu_time.py`` without a GPU: its arms at M <= 16 and 17-32 (the dp4a
-GEMV only where it runs), the tensor-core GEMV at the shipped depth and at four steps
-(recorded launches: the template's D), and its refusals of bad arguments."""
+GEMV only where it runs), the tensor-core GEMV at the shipped depth, at four steps and
+with two or four row tiles a block where the kernel takes them (recorded launches: the
+template's D and RT, the grid), and its refusals of bad arguments."""
 
 import os
 import sys
@@ -21,8 +22,8 @@ from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("m,names", [
-    (16, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4"]),
-    (17, ["bf16", "qmm", "quantize", "mma", "mma4"]),
+    (16, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4", "mma_r2", "mma_r4"]),
+    (17, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2"]),
 ])
 def test_the_arms(monkeypatch, m, names, bits):
     """Each code width's arms launch its own bodies (4 bits: the grouped4 ones, which
@@ -42,12 +43,15 @@ def test_the_arms(monkeypatch, m, names, bits):
         want = mx.quantized_matmul(x, wq, sq, bq, transpose=True, group_size=64, bits=bits)
         assert mx.array_equal(calls["qmm"](), want).item()
         body = "w8a8_gemv_mma_grouped4" if bits == 4 else "w8a8_gemv_mma_grouped"
-        for name in ("mma", "mma4"):
+        for name in [name for name in names if name.startswith("mma")]:
             start = len(rec.launches)
             assert calls[name]().shape == (m, n)
             (one,) = rec.launches[start:]
-            depth = cuda_gemv.MMA_GEMV_DEPTH if name == "mma" else 4
-            assert one["name"].startswith(body) and dict(one["template"])["D"] == depth
+            depth = 4 if name == "mma4" else cuda_gemv.MMA_GEMV_DEPTH
+            rows = int(name[len("mma_r"):]) if name.startswith("mma_r") else 1
+            tpl = dict(one["template"])
+            assert one["name"].startswith(body) and (tpl["D"], tpl["RT"]) == (depth, rows)
+            assert one["grid"] == (-(-n // (16 * rows)) * 256, 1, 1)
             assert (one["name"].startswith("w8a8_gemv_mma_grouped4")) == (bits == 4)
     finally:
         launch._kernel.cache_clear()

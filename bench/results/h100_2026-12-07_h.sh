@@ -73,7 +73,8 @@
 # served at 8 and 16 concurrent requests (the tensor-core GEMV's M range) beside mlx_lm.server.
 # Part SMS: the 32-layer 8-bit gs64 folder served at 8 and 16 requests (the tensor-core
 # GEMV's M range since part SMF) beside mlx_lm.server bf16.
-# Part SMD (not run yet): the 4-bit tensor-core GEMV's kernel times; 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
+# Part SMD (not run yet): the GEMV's row tiles (RT 2, 4: tests, then kernel times), the 4-bit
+# form's kernel times; 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
 # outside the server (parts SMF and SMS served 16 requests at 0.81-0.86x bf16, 8 at 1.01-1.16x).
 # Part SMP (not run yet): per-channel weights (models converted from bf16) at M = 8, 16, 24
 # with the tensor-core GEMV in the race (the prior runs the TMA / ws GEMMs there).
@@ -203,7 +204,9 @@ if [ "$part" = "sms" ]; then  # the 8-bit folder served at 8 and 16 requests bes
   run 330 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 8,16 --max-tokens 128 --arms mlx_lm-bf16,w8a8-8bit --json "$O/sms_serve.json"
 fi
-if [ "$part" = "smd" ]; then  # (not run yet) the served slowdown at 16 requests, outside the server
+if [ "$part" = "smd" ]; then  # (not run yet) row tiles; 4-bit kernel times; the served slowdown
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma or row_tiles"
+  run 120 python3 bench/small_m_gpu_time.py --m 16,24,32 --reps 5
   run 120 python3 bench/small_m_gpu_time.py --m 8,16,24 --bits 4 --reps 5
   for w in 8bit-gs64 4bit-gs64; do
     run 280 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 32 --weights $w --tokens 16 \

@@ -256,35 +256,53 @@ MMA_GEMV_GROUP_SIZES = (64, 128)  # a step of 64 codes inside one group, or a gr
 MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 
 
-# Warps per block: each block owns 16 weight rows and splits K among its warps, whose
+# Warps per block: each block owns 16 RT weight rows and splits K among its warps, whose
 # partial sums it adds in warp order. One count for every N, so a sibling launch (whose
 # blocks all have one size) adds each member's partials as the member's own launch does.
 MMA_GEMV_WARPS = 8
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
+# Tiles of 16 weight rows a block owns (gemv_mma.cu's RT: 1, 2 or 4, with RT NT <= 8):
+# every block reads all of x for its rows, so more rows a block read x fewer times.
+# Only 1 has run on a GPU (bench/small_m_gpu_time.py times 2 beside it).
+MMA_GEMV_ROW_TILES = 1
+
+
+def _mma_row_tiles(op: str, rows: int, nt: int) -> int:
+    """``rows`` (tiles of 16 weight rows a block), checked against what gemv_mma.cu takes."""
+    if rows not in (1, 2, 4) or rows * nt > 8:
+        raise ValueError(f"{op} row tiles must be 1, 2 or 4 with row tiles x token tiles "
+                         f"<= 8 (token tiles {nt}), got {rows}")
+    return rows
 
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
-                  lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH) -> LaunchSpec:
+                  lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH,
+                  rows: int = MMA_GEMV_ROW_TILES) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
     8-bit codes per-channel or in groups, or MLX's 4-bit codes; group size 64 / 128,
-    ``K % 64 == 0``); ``depth``: steps
-    of loads in flight a lane (2 or 4; ``bench/small_m_gpu_time.py`` times both)."""
+    ``K % 64 == 0``); ``depth``: steps of loads in flight a lane (2 or 4); ``rows``:
+    tiles of 16 weight rows a block (1, 2 or 4, at most 8 / ceil(M / 8));
+    ``bench/small_m_gpu_time.py`` times the choices."""
+    op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     if depth not in (2, 4):
-        raise ValueError(f"[mlx_w8a8.cuda_int8_gemv_mma] depth must be 2 or 4, got {depth}")
+        raise ValueError(f"{op} depth must be 2 or 4, got {depth}")
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
+    rows = _mma_row_tiles(op, rows, nt)
     warps = MMA_GEMV_WARPS
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
-    return LaunchSpec(kern, tuple(w_inputs), template + [("NT", nt), ("W", warps), ("D", depth)],
-                      [(*lead, n)], [out_dtype], (-(-n // 16) * 32 * warps, 1, 1),
+    return LaunchSpec(kern, tuple(w_inputs),
+                      template + [("NT", nt), ("W", warps), ("D", depth), ("RT", rows)],
+                      [(*lead, n)], [out_dtype], (-(-n // (16 * rows)) * 32 * warps, 1, 1),
                       (32 * warps, 1, 1))
 
 
 def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
-                        lead: tuple[int, ...] | None = None) -> LaunchSpec:
+                        lead: tuple[int, ...] | None = None,
+                        rows: int = MMA_GEMV_ROW_TILES) -> LaunchSpec:
     """One launch of the tensor-core small-M GEMV for sibling weights fed the same
     activations (``xq, xs`` of the plain quantize, ``M <= 32``).
 
@@ -292,6 +310,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
         members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` ``[N_g, K]``, all
             per-channel, or all group-wise of one code width, group size and scale
             dtype; bias ``[N_g]`` or ``None``, all or none of them set).
+        rows: tiles of 16 weight rows a block, as for :func:`gemv_mma_spec`.
 
     Returns:
         The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
@@ -302,6 +321,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     check_siblings(op, members, members[0][0].k)
     lead = leading_shape(m, lead)
     ns = [w.n for w, _ in members]
+    rows = _mma_row_tiles(op, rows, -(-m // 8))
     warps = MMA_GEMV_WARPS
     tail, names, template = [], ["xq", "xs"], None
     for g, (w, b) in enumerate(members):
@@ -311,9 +331,10 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     base = body.removesuffix("_bias")  # "grouped_bias" -> "grouped_group2_bias"
     body = f"{base}_group{len(members)}" + body[len(base):]
     kern = _kernel("gemv_mma.cu", body, tuple(names), tuple(f"y{g}" for g in range(len(ns))))
-    blocks = sum(-(-n // 16) for n in ns)
+    blocks = sum(-(-n // (16 * rows)) for n in ns)
     return LaunchSpec(kern, tuple(tail),
-                      template + [("NT", -(-m // 8)), ("W", warps), ("D", MMA_GEMV_DEPTH)],
+                      template + [("NT", -(-m // 8)), ("W", warps), ("D", MMA_GEMV_DEPTH),
+                                  ("RT", rows)],
                       [(*lead, n) for n in ns], [out_dtype] * len(ns),
                       (blocks * 32 * warps, 1, 1), (32 * warps, 1, 1))
 
