@@ -20,11 +20,16 @@ between launches as it would not in a model. A candidate that raises is marked
 No device events are used, so the same code times CPU, Metal and CUDA.
 
 A linked chain is checked against the same launches unlinked: after the rounds each arm
-times its chain again without the link (the best of :data:`UNLINKED_SAMPLES`), and an
-arm whose linked median is below that by more than :data:`IMPLAUSIBLE_RATIO` is marked
-``implausible``. A dependent chain does the unlinked chain's work plus one add per link
-and cannot run faster per launch (CUDA graphs may overlap the unlinked launches, never
-the linked ones). Hazard this guards against: on an NVIDIA H100 (MLX 0.32.4) a race of
+times :data:`UNLINKED_SAMPLES` pairs of chains, one without the link and one with it,
+alternating, and an arm is marked ``implausible`` where both its linked median and its
+best linked chain of those pairs are faster than its best unlinked chain by more than
+:data:`IMPLAUSIBLE_RATIO`. A dependent chain does the unlinked chain's work plus one add
+per link and cannot run faster per launch (CUDA graphs may overlap the unlinked
+launches, never the linked ones). The linked chains timed beside the unlinked ones see
+the host's load of that moment too: against the rounds' median alone, unlinked chains
+timed during a burst of other work (a 2-core CI machine) once looked 2x slower. (Tiny
+launches, host-bound, can time faster linked than unlinked at their best, which is why
+the median must agree.) Hazard this guards against: on an NVIDIA H100 (MLX 0.32.4) a race of
 every group-wise candidate at M = 16 timed ``mx.quantized_matmul``'s linked chains of
 the lm_head (525 MB of codes) at 18-46 us a launch after its first round, where the same
 launches unlinked took 340 us; a table built on such samples sends a shape to a kernel
@@ -64,9 +69,10 @@ TARGET_SAMPLE_S = 0.002
 # 30 full rounds then measured 12% slower than it.
 PRUNE_RATIO = 4.0
 PRUNE_MIN_S = 0.0005
-# The linked-chain check (module docstring): an arm's linked median below its unlinked
-# per-launch time divided by this is implausible; the unlinked time is the best of this
-# many chains (a host stall only lengthens a sample, so the best is the least disturbed).
+# The linked-chain check (module docstring): an arm's linked median and its best linked
+# chain beside the unlinked ones, both below its best unlinked chain (per launch)
+# divided by this, are implausible; each best is of this many chains timed in
+# alternation (a host stall only lengthens a sample, so the best is the least disturbed).
 IMPLAUSIBLE_RATIO = 2.0
 UNLINKED_SAMPLES = 3
 
@@ -79,8 +85,9 @@ class Timing:
         name: the candidate.
         samples_ns: per-launch nanoseconds, one per round it completed.
         status: ``"ok"``, ``"unavailable"`` (raised during warm-up or timing) or
-            ``"implausible"`` (its linked chains timed faster than the same launches
-            unlinked by more than :data:`IMPLAUSIBLE_RATIO`; the samples are kept).
+            ``"implausible"`` (its linked chains, in the rounds and beside the unlinked
+            ones, timed faster than the same launches unlinked by more than
+            :data:`IMPLAUSIBLE_RATIO`; the samples are kept).
         detail: the error, or why the samples are implausible.
         unlinked_ns: per-launch nanoseconds of the same chain without the link (the
             best of :data:`UNLINKED_SAMPLES`); ``None`` where not measured.
@@ -146,10 +153,10 @@ def linear_link(out: Any, args: tuple) -> tuple:
     return (args[0] + y[..., :1].astype(args[0].dtype), *args[1:])
 
 
-def _implausible(median_ns: float, unlinked_ns: float) -> bool:
-    """Whether a linked median of ``median_ns`` is implausibly fast next to the same
-    launches unlinked (``unlinked_ns`` per launch)."""
-    return median_ns * IMPLAUSIBLE_RATIO < unlinked_ns
+def _implausible(linked_ns: float, unlinked_ns: float) -> bool:
+    """Whether linked chains of ``linked_ns`` per launch are implausibly fast next to the
+    same launches unlinked (``unlinked_ns`` per launch), both timed side by side."""
+    return linked_ns * IMPLAUSIBLE_RATIO < unlinked_ns
 
 
 def _launch(fn: Callable[..., Any], inputs: Sequence[tuple], start: int, count: int,
@@ -263,28 +270,33 @@ def paired_measure(
         if progress is not None:
             progress(1)
     unlinked: dict[str, float] = {}
+    linked_beside: dict[str, float] = {}  # the best linked chain timed beside them
     if link is not None:
         for name in names:
             if name in failed or name in pruned or not samples[name]:
                 continue
-            best = None
-            for i in range(UNLINKED_SAMPLES):
-                t = guarded(name, chain, (pairs + i) * chain, linked=False)
+            best = {False: None, True: None}
+            for i in range(2 * UNLINKED_SAMPLES):  # unlinked, linked, unlinked, ...
+                linked = i % 2 == 1
+                t = guarded(name, chain, (pairs + i) * chain, linked=linked)
                 if t is None:
                     break
-                best = t if best is None else min(best, t)
-            if name not in failed and best is not None:
-                unlinked[name] = best * 1e9 / chain
+                best[linked] = t if best[linked] is None else min(best[linked], t)
+            if name not in failed and best[False] is not None and best[True] is not None:
+                unlinked[name] = best[False] * 1e9 / chain
+                linked_beside[name] = best[True] * 1e9 / chain
     timings = {}
     for name in names:
         t = Timing(name, tuple(samples[name]) if name not in failed else (),
                    "unavailable" if name in failed else "ok", failed.get(name, ""),
                    unlinked.get(name))
-        if t.ok and t.unlinked_ns is not None and _implausible(t.median_ns, t.unlinked_ns):
-            detail = (f"linked chains of {chain} timed {t.median_ns / 1e3:.1f} us a launch, "
-                      f"the same launches unlinked {t.unlinked_ns / 1e3:.1f} us: a dependent "
-                      f"chain cannot run {IMPLAUSIBLE_RATIO:g}x faster, so these samples are "
-                      f"not used")
+        if (t.ok and t.unlinked_ns is not None and _implausible(t.median_ns, t.unlinked_ns)
+                and _implausible(linked_beside[name], t.unlinked_ns)):
+            detail = (f"linked chains of {chain} timed {t.median_ns / 1e3:.1f} us a launch "
+                      f"({linked_beside[name] / 1e3:.1f} us at best beside the unlinked "
+                      f"ones), the same launches unlinked {t.unlinked_ns / 1e3:.1f} us: a "
+                      f"dependent chain cannot run {IMPLAUSIBLE_RATIO:g}x faster, so these "
+                      f"samples are not used")
             log.warning("[mlx_w8a8.tuning] candidate %r: %s", name, detail)
             t = attrs.evolve(t, status="implausible", detail=detail)
         timings[name] = t
