@@ -263,8 +263,8 @@ MMA_GEMV_WARPS = 8
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
 # Tiles of 16 weight rows a block owns (gemv_mma.cu's RT: 1, 2 or 4, with RT NT <= 8):
-# every block reads all of x for its rows, so more rows a block read x fewer times.
-# Only 1 has run on a GPU (bench/small_m_gpu_time.py times 2 beside it).
+# every block reads all of x for its rows, so the more rows a block owns, the fewer times
+# x is read. Only 1 has run on a GPU (bench/small_m_gpu_time.py times 2 and 4 beside it).
 MMA_GEMV_ROW_TILES = 1
 
 
