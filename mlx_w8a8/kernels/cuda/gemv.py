@@ -342,9 +342,9 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
 class Int8GemvMma(CudaKernel):
     """``cuda_int8_gemv_mma`` (``linear``, ``M <= 32``, 8-bit codes per-channel or in
     groups of 64 or 128, ``K % 64 == 0``): the plain quantize, then ``gemv_mma.cu``: the
-    weight rows as mma.sync's A operand straight from global memory, 16 rows a block,
-    the tokens as its n8 columns, K split among the block's warps; sibling layers as one
-    launch on the shared quantize. For the batch sizes of batched decode, where the dp4a
+    weight rows as mma.sync's A operand straight from global memory, 16 rows a block
+    (16 RT with ``rows=`` of the specs), the tokens as its n8 columns, K split among the
+    block's warps; sibling layers as one launch on the shared quantize. For the batch sizes of batched decode, where the dp4a
     GEMV (``cuda_int8_gemv``) reads each activation chunk once per weight row."""
 
     name = "cuda_int8_gemv_mma"

@@ -178,6 +178,15 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       if (u0 + u * W >= units) break;
+      // Row tiles first .. RT - 1: their products alone, into d[i].
+      auto products = [&](int first, int (&d)[RT][NT][4]) {
+        int unused[NT][4];
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+          for (int i = first; i < RT; ++i)
+            mma_step<NT, false, kFlip>(va[u][s][i], vb[u][s][i], vx[u][s], d[i], unused);
+      };
       if constexpr (kGrouped) {
         // The activation-code sums r do not depend on the rows: row tile 0's MMAs
         // compute them, the other tiles' only their own products.
@@ -185,14 +194,7 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
           mma_step<NT, true, kFlip>(va[u][s][0], vb[u][s][0], vx[u][s], c[0], r);
-        if constexpr (RT > 1) {
-          int unused[NT][4];
-#pragma unroll
-          for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-            for (int i = 1; i < RT; ++i)
-              mma_step<NT, false, kFlip>(va[u][s][i], vb[u][s][i], vx[u][s], c[i], unused);
-        }
+        if constexpr (RT > 1) products(1, c);
 #pragma unroll
         for (int i = 0; i < RT; ++i)
 #pragma unroll
@@ -204,12 +206,7 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
                                 fmaf(of, static_cast<float>(r[j][e]), f[i][j][e]));
             }
       } else {
-        int unused[NT][4];
-#pragma unroll
-        for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-          for (int i = 0; i < RT; ++i)
-            mma_step<NT, false, kFlip>(va[u][s][i], vb[u][s][i], vx[u][s], acc[i], unused);
+        products(0, acc);
       }
     }
   }
