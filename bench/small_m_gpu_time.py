@@ -7,8 +7,9 @@ For each ``--m`` and each ``--kn`` shape (K x N), on weights ``mx.quantize`` wro
 ``mx.quantized_matmul`` at those bits (``qmm``), the plain quantize launch
 (``quantize``), the dp4a GEMV on its output (``gemv``, M <= 16; its 4-bit form at 4
 bits) and the tensor-core GEMV (``mma``: the shipped depth, ``gemv.MMA_GEMV_DEPTH``, and
-``mma4``: four steps of loads in flight; ``mma_r2`` / ``mma_r4``: two / four tiles of
-16 weight rows a block, where RT NT <= 8; the 4-bit form at 4 bits), each the median
+row tiles, ``gemv.mma_row_tiles``; ``mma4``: four steps of loads in flight; ``mma_r1`` /
+``mma_r2`` / ``mma_r4``: one / two / four tiles of 16 weight rows a block where the
+shipped launch has another count and RT NT <= 8; the 4-bit form at 4 bits), each the median
 kernel time of ``--reps`` evaluated calls in microseconds, and per quantized arm the
 rate at which it read the weight's codes (their bytes, N K or N K / 2, per time, GB/s).
 The tensor-core GEMV's outputs in every form must equal the shipped form's bit for bit
@@ -59,9 +60,10 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
     if m <= cuda_gemv.GEMV_MAX_M:
         out["gemv"] = lambda: cuda_gemv.gemv_quantized(xq, xs, weight, None, x.dtype)
     if m <= cuda_gemv.MMA_GEMV_MAX_M:
-        forms = [("mma", cuda_gemv.MMA_GEMV_DEPTH, cuda_gemv.MMA_GEMV_ROW_TILES), ("mma4", 4, 1)]
-        forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (2, 4)
-                  if rows * -(-m // 8) <= 8]
+        shipped = cuda_gemv.mma_row_tiles(m, weight.n)
+        forms = [("mma", cuda_gemv.MMA_GEMV_DEPTH, shipped), ("mma4", 4, shipped)]
+        forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (1, 2, 4)
+                  if rows * -(-m // 8) <= 8 and rows != shipped]
         for name, depth, rows in forms:
             spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth, rows=rows)
             out[name] = (lambda s=spec: s.launch(xq, xs)[0])

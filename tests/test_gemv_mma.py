@@ -110,18 +110,51 @@ def run_recorded(monkeypatch, name, m, weight):
     return y, rec.launches
 
 
-@pytest.mark.parametrize("m,n,nt", [(1, 264, 1), (16, 4096, 2), (17, 20000, 3), (32, 128256, 4)])
-def test_the_launch(monkeypatch, m, n, nt):
+@pytest.mark.parametrize("m,n,nt,rows", [(1, 264, 1, 1), (16, 4096, 2, 1), (17, 20000, 3, 1),
+                                         (32, 128256, 4, 2), (25, 4096, 4, 2), (32, 1024, 4, 1)])
+def test_the_launch(monkeypatch, m, n, nt, rows):
     weight = make_weight(np.random.default_rng(2), n, 256, 64, per_channel=False)
     y, (quantize, mma) = run_recorded(monkeypatch, "cuda_int8_gemv_mma", m, weight)
     assert y.shape == (m, n) and y.dtype == mx.bfloat16
     assert quantize["name"].startswith("w8a8_quantize_plain")
     assert mma["name"].startswith("w8a8_gemv_mma_grouped")
     tpl = dict(mma["template"])
-    assert (tpl["NT"], tpl["W"], tpl["GS"], tpl["RT"]) == (nt, 8, 64, 1)
-    # One block of 8 warps per 16 weight rows.
+    assert (tpl["NT"], tpl["W"], tpl["GS"], tpl["RT"]) == (nt, 8, 64, rows)
+    # One block of 8 warps per 16 RT weight rows.
     assert mma["threadgroup"] == (256, 1, 1)
-    assert mma["grid"] == (-(-n // 16) * 256, 1, 1)
+    assert mma["grid"] == (-(-n // (16 * rows)) * 256, 1, 1)
+
+
+@pytest.mark.parametrize("m,n,rows", [
+    (32, 4096, 2), (25, 4096, 2),   # four token tiles, 128 blocks of two tiles
+    (24, 4096, 1), (17, 128256, 1), (16, 128256, 1), (8, 128256, 1),  # fewer token tiles
+    (32, 3360, 1), (32, 3361, 2),   # 105 / 106 blocks of two tiles against 0.8 x 132 SMs
+    (32, 1024, 1),                  # 32 blocks of two tiles: one tile a block
+])
+def test_row_tiles_where_four_token_tiles_fill_the_gpu(m, n, rows):
+    """Two tiles of rows a block only at four token tiles (M = 25-32, where one tile a
+    block read x from L2 too often: docs/cuda.md) and only where the launch's blocks
+    still fill the GPU (WAVE_FILL x SMS of them)."""
+    assert cuda_gemv.mma_row_tiles(m, n) == rows
+    assert -(-3361 // 32) >= cuda_gemv.WAVE_FILL * launch.SMS > -(-3360 // 32)
+
+
+def test_a_sibling_launch_takes_row_tiles_by_its_summed_rows(monkeypatch):
+    """A sibling launch fills the GPU with every member's blocks, so its row tiles follow
+    the members' summed N (each member's own launch its own N)."""
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(6)
+    members = [(make_weight(rng, n, 256, 64, per_channel=False), None) for n in (2048, 2048)]
+    xq, xs = mx.zeros((32, 256), dtype=mx.int8), mx.ones((32, 1))
+    launch._kernel.cache_clear()
+    try:
+        cuda_gemv.gemv_mma_group_spec(32, members, mx.bfloat16).launch(xq, xs)
+        cuda_gemv.gemv_mma_spec(32, members[0][0], None, mx.bfloat16).launch(xq, xs)
+    finally:
+        launch._kernel.cache_clear()
+    group, alone = rec.launches
+    assert dict(group["template"])["RT"] == 2 and group["grid"] == (128 * 256, 1, 1)
+    assert dict(alone["template"])["RT"] == 1 and alone["grid"] == (128 * 256, 1, 1)
 
 
 @pytest.mark.parametrize("m,n,rows,blocks", [(8, 264, 4, 5), (16, 4096, 2, 128), (16, 4100, 4, 65),

@@ -1,6 +1,6 @@
 """``bench/small_m_gpu_time.py`` without a GPU: its arms at M <= 16 and 17-32 (the dp4a
-GEMV only where it runs), the tensor-core GEMV at the shipped depth, at four steps and
-with two or four row tiles a block where the kernel takes them (recorded launches: the
+GEMV only where it runs), the tensor-core GEMV at the shipped depth and row tiles, at
+four steps and with each other row-tile count the kernel takes (recorded launches: the
 template's D and RT, the grid), and its refusals of bad arguments."""
 
 import os
@@ -21,17 +21,18 @@ from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-@pytest.mark.parametrize("m,names", [
-    (16, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4", "mma_r2", "mma_r4"]),
-    (17, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2"]),
+@pytest.mark.parametrize("m,n,names", [
+    (16, 48, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4", "mma_r2", "mma_r4"]),
+    (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2"]),
+    (32, 4096, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r1"]),  # shipped: two row tiles
 ])
-def test_the_arms(monkeypatch, m, names, bits):
+def test_the_arms(monkeypatch, m, n, names, bits):
     """Each code width's arms launch its own bodies (4 bits: the grouped4 ones, which
     read the packed codes) and mx.quantized_matmul at that width."""
     rec = record_launches(monkeypatch)
     launch._kernel.cache_clear()
     try:
-        k, n = 256, 48
+        k = 256
         w = mx.array(np.random.default_rng(0).standard_normal((n, k)).astype(np.float32))
         w = w.astype(mx.bfloat16)
         wq, sq, bq = mx.quantize(w, group_size=64, bits=bits)
@@ -48,7 +49,8 @@ def test_the_arms(monkeypatch, m, names, bits):
             assert calls[name]().shape == (m, n)
             (one,) = rec.launches[start:]
             depth = 4 if name == "mma4" else cuda_gemv.MMA_GEMV_DEPTH
-            rows = int(name[len("mma_r"):]) if name.startswith("mma_r") else 1
+            rows = (int(name[len("mma_r"):]) if name.startswith("mma_r")
+                    else cuda_gemv.mma_row_tiles(m, n))
             tpl = dict(one["template"])
             assert one["name"].startswith(body) and (tpl["D"], tpl["RT"]) == (depth, rows)
             assert one["grid"] == (-(-n // (16 * rows)) * 256, 1, 1)

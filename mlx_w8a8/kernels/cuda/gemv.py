@@ -12,8 +12,9 @@ import mlx.core as mx
 
 from .. import registry
 from .kernel import CudaKernel, float_rows, gemm_k, outputs, weight_format
-from .launch import LaunchSpec, _kernel, as_f32, leading_shape, sibling_bias
+from .launch import SMS, LaunchSpec, _kernel, as_f32, leading_shape, sibling_bias
 from .quantize import PLAIN, quantize, quantize_spec
+from .tiles import WAVE_FILL
 
 
 GEMV_MAX_M = 16
@@ -262,14 +263,30 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 MMA_GEMV_WARPS = 8
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
-# Tiles of 16 weight rows a block owns (gemv_mma.cu's RT: 1, 2 or 4, with RT NT <= 8):
-# every block reads all of x for its rows, so the more rows a block owns, the fewer times
-# x is read. Only 1 has run on a GPU (bench/small_m_gpu_time.py times 2 and 4 beside it).
-MMA_GEMV_ROW_TILES = 1
+def mma_row_tiles(m: int, n: int) -> int:
+    """Tiles of 16 weight rows a block owns (gemv_mma.cu's RT) for an ``M x N`` launch
+    (``N``: a sibling launch's summed rows): 2 at four token tiles (``M`` = 25-32) where
+    the launch still has ``WAVE_FILL * SMS`` blocks, else 1.
+
+    Every block reads all of x for its rows, so two tiles a block read it half as often.
+    Measured on an NVIDIA H100 (``bench/small_m_gpu_time.py``, CUPTI kernel times, 8-bit
+    codes, group size 64, Llama-3-8B shapes; part SMD of
+    ``bench/results/h100_2026-12-07_h.log``): at M = 32 two tiles took 0.81-0.94x one
+    tile's time on the five shapes this picks them for and 1.03x on 6144 x 4096 (192
+    blocks), and 1.44x on 1024 x 4096 (32 blocks: it keeps one); at M = 16 and 24 one
+    tile was the fastest of 1, 2 and 4 on every shape within 1.01x, at 8 bits and at 4
+    (M = 8 too)."""
+    if -(-m // 8) == 4 and -(-n // 32) >= WAVE_FILL * SMS:
+        return 2
+    return 1
 
 
-def _mma_row_tiles(op: str, rows: int, nt: int) -> int:
-    """``rows`` (tiles of 16 weight rows a block), checked against what gemv_mma.cu takes."""
+def _mma_row_tiles(op: str, m: int, n: int, rows: int | None) -> int:
+    """``rows`` (tiles of 16 weight rows a block; ``None``: :func:`mma_row_tiles`),
+    checked against what gemv_mma.cu takes."""
+    nt = -(-m // 8)
+    if rows is None:
+        return mma_row_tiles(m, n)
     if rows not in (1, 2, 4) or rows * nt > 8:
         raise ValueError(f"{op} row tiles must be 1, 2 or 4 with row tiles x token tiles "
                          f"<= 8 (token tiles {nt}), got {rows}")
@@ -278,19 +295,19 @@ def _mma_row_tiles(op: str, rows: int, nt: int) -> int:
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                   lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH,
-                  rows: int = MMA_GEMV_ROW_TILES) -> LaunchSpec:
+                  rows: int | None = None) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
     8-bit codes per-channel or in groups, or MLX's 4-bit codes; group size 64 / 128,
     ``K % 64 == 0``); ``depth``: steps of loads in flight a lane (2 or 4); ``rows``:
-    tiles of 16 weight rows a block (1, 2 or 4, at most 8 / ceil(M / 8));
-    ``bench/small_m_gpu_time.py`` times the choices."""
+    tiles of 16 weight rows a block (1, 2 or 4, at most 8 / ceil(M / 8); ``None``:
+    :func:`mma_row_tiles`); ``bench/small_m_gpu_time.py`` times the choices."""
     op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     if depth not in (2, 4):
         raise ValueError(f"{op} depth must be 2 or 4, got {depth}")
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
-    rows = _mma_row_tiles(op, rows, nt)
+    rows = _mma_row_tiles(op, m, n, rows)
     warps = MMA_GEMV_WARPS
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
@@ -302,7 +319,7 @@ def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
 
 def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
                         lead: tuple[int, ...] | None = None,
-                        rows: int = MMA_GEMV_ROW_TILES) -> LaunchSpec:
+                        rows: int | None = None) -> LaunchSpec:
     """One launch of the tensor-core small-M GEMV for sibling weights fed the same
     activations (``xq, xs`` of the plain quantize, ``M <= 32``).
 
@@ -310,7 +327,8 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
         members: 2 or 3 ``(weight, bias)`` pairs (``QuantizedWeight`` ``[N_g, K]``, all
             per-channel, or all group-wise of one code width, group size and scale
             dtype; bias ``[N_g]`` or ``None``, all or none of them set).
-        rows: tiles of 16 weight rows a block, as for :func:`gemv_mma_spec`.
+        rows: tiles of 16 weight rows a block, as for :func:`gemv_mma_spec` (``None``:
+            :func:`mma_row_tiles` of the summed rows).
 
     Returns:
         The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
@@ -321,7 +339,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     check_siblings(op, members, members[0][0].k)
     lead = leading_shape(m, lead)
     ns = [w.n for w, _ in members]
-    rows = _mma_row_tiles(op, rows, -(-m // 8))
+    rows = _mma_row_tiles(op, m, sum(ns), rows)
     warps = MMA_GEMV_WARPS
     tail, names, template = [], ["xq", "xs"], None
     for g, (w, b) in enumerate(members):
@@ -365,7 +383,8 @@ class Int8GemvMma(CudaKernel):
 
     def variant(self, p: registry.Problem):
         grouped = p.weight_format != "per_channel"
-        return p.dtype, p.has_bias, grouped, p.group_size if grouped else None, -(-p.m // 8)
+        return (p.dtype, p.has_bias, grouped, p.group_size if grouped else None, -(-p.m // 8),
+                mma_row_tiles(p.m, p.n))
 
     def activations(self, p: registry.Problem, lead=None):
         return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
