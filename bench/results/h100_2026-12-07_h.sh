@@ -78,9 +78,9 @@
 # outside the server (parts SMF and SMS served 16 requests at 0.81-0.86x bf16, 8 at 1.01-1.16x).
 # Runs L: part SMD (above; its 32-layer 4-bit bench not run: DEADLINE). Part SMQ: the row
 # tiles as gemv.mma_row_tiles picks them (two at M = 25-32 where the blocks fill the GPU):
-# the 4-bit form's kernel times at M = 32, races of every candidate at M = 32 (8-bit and
-# 4-bit gs64; the prior runs the TMA GEMMs there), then the 4-layer B = 32 decode from
-# the 8-bit gs64 checkpoint on the prior, and with the 8-bit race's table.
+# races of every candidate at M = 32 (8-bit and 4-bit gs64; the prior runs the TMA GEMMs
+# there), the 4-layer B = 32 decode from the 8-bit gs64 checkpoint on the prior and with
+# the 8-bit race's table, then the 4-bit form's kernel times at M = 32.
 # Part SMP (not run yet): per-channel weights (models converted from bf16) at M = 8, 16, 24
 # with the tensor-core GEMV in the race (the prior runs the TMA / ws GEMMs there).
 # Part BDK2: part BDK's bench with the group-wise TMA GEMM forced, then the subnormal GEMM
@@ -219,7 +219,6 @@ if [ "$part" = "smd" ]; then  # (not run yet) row tiles; 4-bit kernel times; the
   done
 fi
 if [ "$part" = "smq" ]; then  # row tiles by gemv.mma_row_tiles: 4-bit M = 32 times; races and decode at M = 32
-  run 70 python3 bench/small_m_gpu_time.py --m 32 --bits 4 --reps 5
   for f in grouped grouped4; do
     run 130 python3 -m mlx_w8a8.tune --model llama-3-8b --format $f --group-size 64 --m 32 \
       --table tmp_t/${f}_32.json --decode-check off --sibling-check off --prefill-check off --no-progress
@@ -228,6 +227,7 @@ if [ "$part" = "smq" ]; then  # row tiles by gemv.mma_row_tiles: 4-bit M = 32 ti
   B32="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 32 --rounds 4 --warm-up --weights 8bit-gs64"
   run 150 python3 -m mlx_w8a8.bench $B32
   run 120 python3 -m mlx_w8a8.bench $B32 --table tmp_t/grouped_32.json
+  run 70 python3 bench/small_m_gpu_time.py --m 32 --bits 4 --reps 5
 fi
 if [ "$part" = "smp" ]; then  # (not run yet) per-channel weights at M = 8-24 with the tensor-core GEMV raced
   run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 8,16,24 --table tmp_t/pc_s.json \
