@@ -60,7 +60,7 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
     if m <= cuda_gemv.GEMV_MAX_M:
         out["gemv"] = lambda: cuda_gemv.gemv_quantized(xq, xs, weight, None, x.dtype)
     if m <= cuda_gemv.MMA_GEMV_MAX_M:
-        shipped = cuda_gemv.mma_row_tiles(m, weight.n)
+        shipped = cuda_gemv.mma_row_tiles(m, weight.n, weight.bits)
         forms = [("mma", cuda_gemv.MMA_GEMV_DEPTH, shipped), ("mma4", 4, shipped)]
         forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (1, 2, 4)
                   if rows * -(-m // 8) <= 8 and rows != shipped]

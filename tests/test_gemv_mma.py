@@ -132,10 +132,12 @@ def test_the_launch(monkeypatch, m, n, nt, rows):
     (32, 1024, 1),                  # 32 blocks of two tiles: one tile a block
 ])
 def test_row_tiles_where_four_token_tiles_fill_the_gpu(m, n, rows):
-    """Two tiles of rows a block only at four token tiles (M = 25-32, where one tile a
-    block read x from L2 too often: docs/cuda.md) and only where the launch's blocks
-    still fill the GPU (WAVE_FILL x SMS of them)."""
-    assert cuda_gemv.mma_row_tiles(m, n) == rows
+    """Two tiles of rows a block only for 8-bit codes at four token tiles (M = 25-32,
+    where one tile a block read x from L2 too often: docs/cuda.md) and only where the
+    launch's blocks still fill the GPU (WAVE_FILL x SMS of them); 4-bit codes keep one
+    (two were slower there)."""
+    assert cuda_gemv.mma_row_tiles(m, n) == cuda_gemv.mma_row_tiles(m, n, 8) == rows
+    assert cuda_gemv.mma_row_tiles(m, n, 4) == 1
     assert -(-3361 // 32) >= cuda_gemv.WAVE_FILL * launch.SMS > -(-3360 // 32)
 
 
@@ -249,6 +251,18 @@ def test_the_4bit_form_reads_the_stored_arrays(monkeypatch):
     assert [tuple(a.shape) for a in mma["arrays"][2:]] == [(n, k // 8), (n, 2), (n, 2)]
     assert mma["arrays"][2] is weight.q and mma["arrays"][4] is weight.biases
     assert dict(mma["template"])["GS"] == 128
+
+
+def test_the_4bit_form_keeps_one_row_tile_where_the_8bit_form_takes_two(monkeypatch):
+    """At M = 32 on 4096 rows the 8-bit form owns two tiles a block, the 4-bit form one."""
+    rng = np.random.default_rng(7)
+    w = mx.array(rng.standard_normal((4096, 256)).astype(np.float32)).astype(mx.bfloat16)
+    for bits, rows in ((8, 2), (4, 1)):
+        weight = QuantizedWeight.from_float(w, group_size=64, per_channel=False, bits=bits)
+        name = "cuda_int8_gemv_mma" if bits == 8 else "cuda_w4a8_gemv_mma"
+        _, (_, mma) = run_recorded(monkeypatch, name, 32, weight)
+        assert dict(mma["template"])["RT"] == rows, bits
+        assert mma["grid"] == (4096 // (16 * rows) * 256, 1, 1), bits
 
 
 def byte_perm(x: int, y: int, s: int) -> int:

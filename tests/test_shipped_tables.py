@@ -213,11 +213,10 @@ def test_sibling_groups_prefill_as_the_sibling_check_decided(as_h200, n, want):
 @pytest.mark.parametrize("n, k", [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)])
 def test_the_h200_table_leaves_group_wise_weights_to_the_prior(as_h200, n, k):
     # The H200 table holds no group-wise entries (tables/README.md): the prior decides at
-    # every M: the tensor-core GEMV at M = 8-31, the group-wise TMA GEMM to M = 127, from
-    # M = 128 the subnormal-promotion GEMM.
+    # every M: the tensor-core GEMV at M = 8-32, from M = 33 the subnormal-promotion GEMM.
     tuning.use_tuner(as_h200)
-    for m, want in ((8, "cuda_int8_gemv_mma"), (16, "cuda_int8_gemv_mma"), (31, "cuda_int8_gemv_mma"),
-                    (64, "cuda_w8a8_gemm_grouped_tma"), (127, "cuda_w8a8_gemm_grouped_tma"),
+    for m, want in ((8, "cuda_int8_gemv_mma"), (16, "cuda_int8_gemv_mma"), (32, "cuda_int8_gemv_mma"),
+                    (33, "cuda_w8a8_gemm_subnormal"), (127, "cuda_w8a8_gemm_subnormal"),
                     (128, "cuda_w8a8_gemm_subnormal"), (2048, "cuda_w8a8_gemm_subnormal")):
         candidate, got = registry.decide(Problem("linear", m, n, k, "bfloat16", "grouped", 64))
         assert (candidate.name, got) == (want, "prior"), (m, candidate.name, got)

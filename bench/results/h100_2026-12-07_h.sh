@@ -73,10 +73,11 @@
 # served at 8 and 16 concurrent requests (the tensor-core GEMV's M range) beside mlx_lm.server.
 # Part SMS: the 32-layer 8-bit gs64 folder served at 8 and 16 requests (the tensor-core
 # GEMV's M range since part SMF) beside mlx_lm.server bf16.
-# Part SMD (not run yet): the GEMV's row tiles (RT 2, 4: tests, then kernel times), the 4-bit
+# Part SMD: the GEMV's row tiles (RT 2, 4: tests, then kernel times), the 4-bit
 # form's kernel times; 32-layer batched decode at B = 8 and 16 from both gs64 checkpoints,
 # outside the server (parts SMF and SMS served 16 requests at 0.81-0.86x bf16, 8 at 1.01-1.16x).
-# Runs L: part SMD (above; its 32-layer 4-bit bench not run: DEADLINE). Part SMQ: the row
+# Runs L (2026-12-07, two more H100 machines): DEADLINE=540 ... smd (tree 4dda638; its
+# 32-layer 4-bit bench not run: the deadline), then DEADLINE=520 ... smq (tree ff3419d). Part SMQ: the row
 # tiles as gemv.mma_row_tiles picks them (two at M = 25-32 where the blocks fill the GPU):
 # races of every candidate at M = 32 (8-bit and 4-bit gs64; the prior runs the TMA GEMMs
 # there), the 4-layer B = 32 decode from the 8-bit gs64 checkpoint on the prior and with
@@ -209,7 +210,7 @@ if [ "$part" = "sms" ]; then  # the 8-bit folder served at 8 and 16 requests bes
   run 330 python3 bench/serve_compare.py --model llama-3-8b --folders serve-models \
     --levels 8,16 --max-tokens 128 --arms mlx_lm-bf16,w8a8-8bit --json "$O/sms_serve.json"
 fi
-if [ "$part" = "smd" ]; then  # (not run yet) row tiles; 4-bit kernel times; the served slowdown
+if [ "$part" = "smd" ]; then  # row tiles; 4-bit kernel times; the served slowdown
   run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma or row_tiles"
   run 120 python3 bench/small_m_gpu_time.py --m 16,24,32 --reps 5
   run 120 python3 bench/small_m_gpu_time.py --m 8,16,24 --bits 4 --reps 5

@@ -88,7 +88,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   bench/results/h100_2026-12-07_h.log, kept in h100_2026-12-07_h_small_m.json) had
     #   that GEMV fastest on all 7 (0.80-0.98x the dp4a GEMV's time): it runs at M = 8 for
     #   group sizes 64 and 128, the dp4a GEMV for 32.
-    # - M = 9-31 (and 8, above): the tensor-core GEMV (cuda_int8_gemv_mma, group sizes
+    # - M = 9-32 (and 8, above): the tensor-core GEMV (cuda_int8_gemv_mma, group sizes
     #   64 and 128; not in that tune). A race of every candidate at M = 16 on an NVIDIA H100 (tune --model
     #   llama-3-8b --format grouped --group-size 64 --m 16, checks off; part MMA of
     #   bench/results/h100_2026-12-07_h.log, entries kept as h100_2026-12-07_h_small_m.json,
@@ -98,10 +98,18 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   the winner's time or more on some shape. A race at M = 24 (part SMR there, same
     #   file) had it fastest on 5 of 7 and within 1.07x of the winner (the subnormal GEMM
     #   or the dequantizing GEMM) on the other 2. Group size 32: no rule.
-    # - M = 32-127: the group-wise TMA GEMM (it won 6 of 7 shapes at M = 32 and took 0.98x
-    #   the time of the 7th's winner; it won all 7 at M = 64, 1.07-2.10x). Measured
-    #   before its tile skipped idle warps at M = 17-112 (tiles.grouped_tma_tile_for),
-    #   which only made it faster there.
+    # - M = 32 (four token tiles, as M = 25-31; two row tiles a block there since
+    #   gemv.mma_row_tiles): the tensor-core GEMV. A race of every candidate at M = 32
+    #   (part SMQ, same file) had it fastest on 4 of 7 and at most 1.32x the winner's time
+    #   on the others (the lm_head, 362 against the subnormal GEMM's 273 us); over a
+    #   Llama-3-8B block's launches (q+k+v, o, gate+up, down) it took 274 us against the
+    #   subnormal GEMM's 285 and the group-wise TMA GEMM's 324, the rule before.
+    # - M = 33-127: the subnormal GEMM (bfloat16 activations), then the group-wise TMA GEMM.
+    #   It was faster than the TMA GEMM on all 7 shapes at M = 32 (0.75-0.97x its time,
+    #   part SMQ) and the fastest kernel on all 7 at M = 128 (part SPR, below); the races
+    #   at M = 32 and 64 before it existed (part X) had the TMA GEMM win 6 of 7 and 7 of 7
+    #   (1.07-2.10x mx.quantized_matmul at 64), measured before its tile skipped idle
+    #   warps at M = 17-112 (tiles.grouped_tma_tile_for).
     # Prefill sizes, measured on an NVIDIA H100 80GB HBM3 with the dequantizing GEMM on
     # TMA and the dequantize-then-matmul kernel in the race: tune --model llama-3-8b
     # --format grouped --group-size 64 --m 2048,512,128 (part DQR of
@@ -116,9 +124,9 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   which took cuda_dequant_matmul there, against bf16's 1.1 GiB).
     # - M >= 512, smaller weights (k and v, 1024 x 4096): cuda_dequant_matmul, the race's
     #   winner at 512 and 2048 (cuda_dequant_gemm took 1.20x / 1.07x its time).
-    # - M = 32-511: the group-wise TMA GEMM. At M = 128 the dequantizing GEMM won 4 of 7
-    #   shapes by up to 1.15x, the TMA GEMM 2 (by up to 1.22x) and took at most 1.15x the
-    #   winner's time on all 7.
+    # - M = 128: the dequantizing GEMM won 4 of 7 shapes by up to 1.15x, the group-wise
+    #   TMA GEMM (the rules' fallback below M = 512) 2 by up to 1.22x, and it took at
+    #   most 1.15x the winner's time on all 7.
     # The same race again with the subnormal promotion's pipelined mainloop in it (part
     # SPR; its 21 entries replaced the earlier races' group-wise 8-bit ones in
     # h100_2026-12-05_f_table.json):
@@ -127,14 +135,13 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   at M = 512 6 of 7 (and 1.03x cuda_dequant_matmul's time on 1024 x 4096), at
     #   M = 2048 4 of 7 and at most 1.04x the winner's time on the other 3; it keeps no
     #   float copy of the weight, as the dequantize-then-matmul winners would.
-    # - M = 32-127: the group-wise TMA GEMM (the subnormal GEMM not yet measured there).
+    # - M = 33-127: the subnormal GEMM (above).
     ("cuda", "linear", "grouped"): [
         (2, 7, 4096 * 4096, ("cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
         (8, 8, 0, ("cuda_int8_gemv_mma", "cuda_int8_gemv", "cuda_w8a8_gemm_grouped_tma")),
-        (9, 31, 0, ("cuda_int8_gemv_mma",)),
-        (128, 511, 0, ("cuda_w8a8_gemm_subnormal", "cuda_w8a8_gemm_grouped_tma",
-                       "cuda_w8a8_gemm_grouped")),
-        (32, 127, 0, ("cuda_w8a8_gemm_grouped_tma", "cuda_w8a8_gemm_grouped")),
+        (9, 32, 0, ("cuda_int8_gemv_mma",)),
+        (33, 511, 0, ("cuda_w8a8_gemm_subnormal", "cuda_w8a8_gemm_grouped_tma",
+                      "cuda_w8a8_gemm_grouped")),
         (512, None, 4096 * 4096, ("cuda_w8a8_gemm_subnormal", "cuda_dequant_gemm",
                                   "cuda_dequant_matmul", "cuda_w8a8_gemm_grouped_tma",
                                   "cuda_w8a8_gemm_grouped")),
@@ -147,7 +154,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # bench/results/h100_2026-12-05_f.log) and at M = 8, 16, 32, 64 (part Z5, checks off);
     # their H100 entries are kept as bench/results/h100_2026-12-05_f_table.json, which
     # tests/test_prior.py checks these rules against. Not measured on an H200.
-    # - M = 8-31, group sizes 64 and 128: the tensor-core GEMV on the packed codes
+    # - M = 8-32, group sizes 64 and 128: the tensor-core GEMV on the packed codes
     #   (cuda_w4a8_gemv_mma). Races of every candidate at M = 8, 16 and 24 on an NVIDIA H100
     #   (tune --model llama-3-8b --format grouped4 --group-size 64, checks off; parts SMT
     #   and SMR of bench/results/h100_2026-12-07_h.log, entries kept in
@@ -155,12 +162,12 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     #   against): it was fastest on 20 of 21 and took 1.002x the dequantizing GEMM's time
     #   on the 21st (M = 24, 14336 x 4096), 1.18-3.53x mx.quantized_matmul at 4 bits, and
     #   0.59-0.95x the time of the dp4a GEMV at M = 8 and 16 (the rule's fallback there
-    #   for group size 32; at 17-31 the 4-bit TMA GEMM). M = 32 keeps the TMA GEMM (the
-    #   race at 24 stands for M = 17-32; the 8-bit form's kernel time at M = 32 was
-    #   bf16's, part SMT). In the 4-layer model from the 4-bit gs64 checkpoint, batched
-    #   decode at B = 16 on these rules ran 1.16x bf16 (p25..p75 0.94..1.21) and 4.92x
-    #   mlx-lm 4-bit (part SMR2).
-    # - M = 32-127 (smaller weights to 511, below): the 4-bit TMA GEMM won all 7 shapes at
+    #   for group size 32; at 17-32 the 4-bit TMA GEMM). At M = 32 (part SMQ, same file)
+    #   it took 0.50-0.96x the 4-bit TMA GEMM's time on all 7 (the rule there before),
+    #   fastest on 4, at most 1.19x the dequantizing GEMM's on the other 3. In the 4-layer
+    #   model from the 4-bit gs64 checkpoint, batched decode at B = 16 on these rules ran
+    #   1.16x bf16 (p25..p75 0.94..1.21) and 4.92x mlx-lm 4-bit (part SMR2).
+    # - M = 33-127 (smaller weights to 511, below): the 4-bit TMA GEMM won all 7 shapes at
     #   M = 32 and 64 (1.06-2.22x mx.quantized_matmul at 4 bits), before its tile skipped
     #   idle warps at M = 17-112 (tiles.LIVE_M; not yet timed with 4-bit codes).
     # - Group size 32 at M = 8-16: the 4-bit GEMV. At M = 8 it won all 7 shapes (1.08-2.50x); at M = 16 it
@@ -193,8 +200,8 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     ("cuda", "linear", GROUPED4): [
         (2, 7, 4096 * 4096, ("cuda_w4a8_gemv",)),
         (8, 16, 0, ("cuda_w4a8_gemv_mma", "cuda_w4a8_gemv")),
-        (17, 31, 0, ("cuda_w4a8_gemv_mma", "cuda_w4a8_gemm_tma")),
-        (32, 127, 0, ("cuda_w4a8_gemm_tma",)),
+        (17, 32, 0, ("cuda_w4a8_gemv_mma", "cuda_w4a8_gemm_tma")),
+        (33, 127, 0, ("cuda_w4a8_gemm_tma",)),
         (128, None, 4096 * 4096, ("cuda_dequant_gemm", "cuda_dequant_matmul",
                                   "cuda_w4a8_gemm_tma")),
         (128, 511, 0, ("cuda_w4a8_gemm_tma",)),

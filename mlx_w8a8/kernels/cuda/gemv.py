@@ -263,30 +263,34 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 MMA_GEMV_WARPS = 8
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
-def mma_row_tiles(m: int, n: int) -> int:
+
+
+def mma_row_tiles(m: int, n: int, bits: int = 8) -> int:
     """Tiles of 16 weight rows a block owns (gemv_mma.cu's RT) for an ``M x N`` launch
-    (``N``: a sibling launch's summed rows): 2 at four token tiles (``M`` = 25-32) where
-    the launch still has ``WAVE_FILL * SMS`` blocks, else 1.
+    (``N``: a sibling launch's summed rows) on ``bits``-bit codes: 2 for 8-bit codes at
+    four token tiles (``M`` = 25-32) where the launch still has ``WAVE_FILL * SMS``
+    blocks, else 1.
 
     Every block reads all of x for its rows, so two tiles a block read it half as often.
-    Measured on an NVIDIA H100 (``bench/small_m_gpu_time.py``, CUPTI kernel times, 8-bit
-    codes, group size 64, Llama-3-8B shapes; part SMD of
-    ``bench/results/h100_2026-12-07_h.log``): at M = 32 two tiles took 0.81-0.94x one
-    tile's time on the five shapes this picks them for and 1.03x on 6144 x 4096 (192
-    blocks), and 1.44x on 1024 x 4096 (32 blocks: it keeps one); at M = 16 and 24 one
-    tile was the fastest of 1, 2 and 4 on every shape within 1.01x, at 8 bits and at 4
-    (M = 8 too)."""
-    if -(-m // 8) == 4 and -(-n // 32) >= WAVE_FILL * SMS:
+    Measured on an NVIDIA H100 (``bench/small_m_gpu_time.py``, CUPTI kernel times, group
+    size 64, Llama-3-8B shapes; parts SMD and SMQ of
+    ``bench/results/h100_2026-12-07_h.log``): with 8-bit codes at M = 32 two tiles took
+    0.81-0.94x one tile's time on the five shapes this picks them for and 1.03x on 6144 x
+    4096 (192 blocks), and 1.44x on 1024 x 4096 (32 blocks: it keeps one); with 4-bit
+    codes at M = 32 they took 1.11-1.18x one tile's time on five of those six shapes
+    (0.96x on 4096 x 14336); at M = 8 to 24 one tile was the fastest of 1, 2 and 4 on
+    every shape within 1.01x, at both widths."""
+    if bits == 8 and -(-m // 8) == 4 and -(-n // 32) >= WAVE_FILL * SMS:
         return 2
     return 1
 
 
-def _mma_row_tiles(op: str, m: int, n: int, rows: int | None) -> int:
+def _mma_row_tiles(op: str, m: int, n: int, bits: int, rows: int | None) -> int:
     """``rows`` (tiles of 16 weight rows a block; ``None``: :func:`mma_row_tiles`),
     checked against what gemv_mma.cu takes."""
     nt = -(-m // 8)
     if rows is None:
-        return mma_row_tiles(m, n)
+        return mma_row_tiles(m, n, bits)
     if rows not in (1, 2, 4) or rows * nt > 8:
         raise ValueError(f"{op} row tiles must be 1, 2 or 4 with row tiles x token tiles "
                          f"<= 8 (token tiles {nt}), got {rows}")
@@ -307,7 +311,7 @@ def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
-    rows = _mma_row_tiles(op, m, n, rows)
+    rows = _mma_row_tiles(op, m, n, weight.bits, rows)
     warps = MMA_GEMV_WARPS
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
@@ -339,7 +343,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     check_siblings(op, members, members[0][0].k)
     lead = leading_shape(m, lead)
     ns = [w.n for w, _ in members]
-    rows = _mma_row_tiles(op, m, sum(ns), rows)
+    rows = _mma_row_tiles(op, m, sum(ns), members[0][0].bits, rows)
     warps = MMA_GEMV_WARPS
     tail, names, template = [], ["xq", "xs"], None
     for g, (w, b) in enumerate(members):
@@ -384,7 +388,7 @@ class Int8GemvMma(CudaKernel):
     def variant(self, p: registry.Problem):
         grouped = p.weight_format != "per_channel"
         return (p.dtype, p.has_bias, grouped, p.group_size if grouped else None, -(-p.m // 8),
-                mma_row_tiles(p.m, p.n))
+                mma_row_tiles(p.m, p.n, 4 if p.weight_format == "grouped4" else 8))
 
     def activations(self, p: registry.Problem, lead=None):
         return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
