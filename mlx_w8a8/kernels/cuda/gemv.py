@@ -278,8 +278,8 @@ def mma_row_tiles(m: int, n: int, bits: int = 8) -> int:
     0.81-0.94x one tile's time on the five shapes this picks them for and 1.03x on 6144 x
     4096 (192 blocks), and 1.44x on 1024 x 4096 (32 blocks: it keeps one); with 4-bit
     codes at M = 32 they took 1.11-1.18x one tile's time on five of those six shapes
-    (0.96x on 4096 x 14336); at M = 8 to 24 one tile was the fastest of 1, 2 and 4 on
-    every shape within 1.01x, at both widths."""
+    (0.96x on 4096 x 14336); at M = 16 and 24 (and 8, 4-bit) one tile was the fastest of
+    1, 2 and 4 on every shape within 1.01x, at both widths."""
     if bits == 8 and -(-m // 8) == 4 and -(-n // 32) >= WAVE_FILL * SMS:
         return 2
     return 1

@@ -34,8 +34,8 @@
 // lane), so each weight row is read by the block's warps together. The W partial sums of
 // an output are added in warp order through shared memory (int32 per-channel, float32
 // grouped), so the result does not depend on timing. D is 2 or 4 (gemv.MMA_GEMV_DEPTH:
-// 2); RT is 1, 2 or 4 with RT NT <= 8 (gemv.mma_row_tiles: 2 at NT = 4 where the blocks
-// fill the GPU, else 1).
+// 2); RT is 1, 2 or 4 with RT NT <= 8 (gemv.mma_row_tiles: 2 for 8-bit codes at NT = 4
+// where the blocks fill the GPU, else 1).
 //
 // Invariants the launcher guarantees: 1 <= M <= 8 NT, K % 64 == 0, K < 2^17, GS in
 // {0 (per-channel), 64, 128}, rows 16-byte aligned, blockDim.x == 32 W, gridDim.x ==
