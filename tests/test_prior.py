@@ -200,6 +200,10 @@ def test_cuda_rules_for_grouped_weights_hold_against_the_h200_race_they_replaced
     assert checked == 7
 
 
+# A Llama-3-8B block's launches (N, K), siblings fused: q+k+v, o, gate+up, down.
+LLAMA_BLOCK = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}
+
+
 def _cuda_linears() -> list[Candidate]:
     """The linear candidates a CUDA machine has."""
     return [c for c in registry.all_candidates() if c.op == "linear" and c.backend in ("cuda", "any")]
@@ -284,7 +288,6 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
     assert len(decisions) == 63
     assert {e["m_bucket"] for e, _, _ in decisions} == {1, 4, 8, 16, 32, 64, 128, 512, 2048}
     gemvs = dq_fastest = 0
-    block = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # q+k+v, o, gate+up, down
     block_sum: dict[str, float] = {}
     for e, picked, times in decisions:
         assert e["reference"] == "mlx_qmm4", e
@@ -311,7 +314,7 @@ def test_cuda_rules_for_4bit_weights_agree_with_the_h100_tunes():
                 gemvs += 1
             elif e["choice"] != "cuda_w4a8_gemv":  # lost only on the wide shapes, to mx.quantized_matmul
                 assert e["n"] >= 14336 and e["choice"] == "mlx_qmm4", e
-            if e["m_bucket"] == 16 and (e["n"], e["k"]) in block:
+            if e["m_bucket"] == 16 and (e["n"], e["k"]) in LLAMA_BLOCK:
                 for name in ("mlx_qmm4", "cuda_w4a8_gemv", "cuda_w4a8_gemm_tma"):
                     block_sum[name] = block_sum.get(name, 0.0) + times[name]
         elif e["m_bucket"] == 4:
@@ -423,7 +426,6 @@ def test_cuda_rules_for_small_m_agree_with_the_h100_races_with_the_tensor_core_g
     cuda = _cuda_linears()
     rule = {"grouped": "cuda_int8_gemv_mma", "grouped4": "cuda_w4a8_gemv_mma"}
     tma = {"grouped": "cuda_w8a8_gemm_grouped_tma", "grouped4": "cuda_w4a8_gemm_tma"}
-    block = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}  # q+k+v, o, gate+up, down
     block_sum: dict[str, float] = {}
     seen: dict[tuple[str, int], int] = {}
     fastest = {False: 0, True: 0}  # M = 8-24, M = 32
@@ -444,7 +446,7 @@ def test_cuda_rules_for_small_m_agree_with_the_h100_races_with_the_tensor_core_g
         else:
             assert times[picked.name] <= 1.33 * min(times.values()), e
             assert times["cuda_w8a8_gemm_subnormal"] < times[tma[fmt]], e
-            if (e["n"], e["k"]) in block:
+            if (e["n"], e["k"]) in LLAMA_BLOCK:
                 for name in (picked.name, "cuda_w8a8_gemm_subnormal", tma[fmt]):
                     block_sum[name] = block_sum.get(name, 0.0) + times[name]
         if e["m"] == 8 or (fmt == "grouped4" and e["m"] <= 16):
