@@ -82,7 +82,7 @@
 # races of every candidate at M = 32 (8-bit and 4-bit gs64; the prior runs the TMA GEMMs
 # there), the 4-layer B = 32 decode from the 8-bit gs64 checkpoint on the prior and with
 # the 8-bit race's table, then the 4-bit form's kernel times at M = 32.
-# Part SMV: the shipped row tiles (8-bit) at M = 25 and 32 beside the other counts, then
+# Part SMV (not run yet): the shipped row tiles (8-bit) at M = 25 and 32 beside the other counts, then
 # the 4-layer B = 32 decode from the 8-bit gs64 checkpoint on the prior's M = 32 rules.
 # Part SMP (not run yet): per-channel weights (models converted from bf16) at M = 8, 16, 24
 # with the tensor-core GEMV in the race (the prior runs the TMA / ws GEMMs there).
@@ -232,7 +232,7 @@ if [ "$part" = "smq" ]; then  # row tiles by gemv.mma_row_tiles: 4-bit M = 32 ti
   run 120 python3 -m mlx_w8a8.bench $B32 --table tmp_t/grouped_32.json
   run 70 python3 bench/small_m_gpu_time.py --m 32 --bits 4 --reps 5
 fi
-if [ "$part" = "smv" ]; then  # the shipped row tiles at M = 25 and 32; B = 32 decode on the prior's M = 32 rules
+if [ "$part" = "smv" ]; then  # (not run yet) the shipped row tiles at M = 25 and 32; B = 32 decode on the prior's M = 32 rules
   run 60 python3 bench/small_m_gpu_time.py --m 25,32 --kn 14336x4096,4096x14336,4096x128256 --reps 5
   run 175 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16 --decode 8 --batch 32 \
     --rounds 3 --warm-up --weights 8bit-gs64
