@@ -10,6 +10,9 @@ arrays) and what they refuse."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -305,3 +308,42 @@ def test_the_4bit_lanes_hold_their_codes_in_element_order():
     # A mutant with the two selectors swapped puts codes 4-7 before 0-3: caught.
     bad = lane_codes4(rows[0].tobytes(), k, 0, 0, selectors=(0x7362, 0x5140))
     assert bad != list(want[0, :16])
+
+
+GEMV_CUH = Path(__file__).resolve().parent.parent / "mlx_w8a8" / "shaders" / "cuda" / "gemv.cuh"
+
+
+def biased_constants() -> tuple[int, float]:
+    """``kBiased`` and the float ``biased_to_float`` subtracts, as gemv.cuh spells them."""
+    text = GEMV_CUH.read_text()
+    bias = re.search(r"constexpr int kBiased = (0x[0-9A-Fa-f]+);", text)
+    sub = re.search(r"__fsub_rn\(__int_as_float\(biased\), ([0-9.]+)f\)", text)
+    assert bias and sub, "gemv.cuh no longer spells kBiased / biased_to_float as expected"
+    return int(bias.group(1), 16), float(sub.group(1))
+
+
+def biased_to_float(v: np.ndarray, bias: int, sub: float) -> np.ndarray:
+    """The kernels' conversion in float32 numpy: the int32 sum started at ``bias`` (an
+    MMA's or dp4a's wrapping int32 accumulator), its bits read as a float32, minus
+    ``sub`` (numpy's float32 subtract rounds to nearest, as ``__fsub_rn``)."""
+    biased = (v.astype(np.int64) + bias).astype(np.uint32)
+    return biased.view(np.float32) - np.float32(sub)
+
+
+def test_biased_sums_convert_exactly_over_a_groups_range():
+    # The grouped GEMVs start each group's int32 sums (weight products P, activation-code
+    # sums R) at kBiased and convert them with one float subtract instead of an I2F. Exact
+    # only for |v| < 2^22: the largest |P| a group can reach (128 codes of 127 times
+    # q - 128 = -128; the extreme-code GPU tests drive it) must lie inside, and every
+    # value of that range must come back as itself.
+    bias, sub = biased_constants()
+    reach = 128 * 127 * 128
+    edges = np.array([0, 1, -1, reach, -reach, 2**22 - 1, -(2**22)], np.int64)
+    v = np.concatenate([edges, np.random.default_rng(0).integers(-reach, reach + 1, 100_000)])
+    assert np.array_equal(biased_to_float(v, bias, sub).astype(np.int64), v)
+    # 4-bit products (codes 0..15) and R (at most 128 * 127) lie well inside.
+    assert 128 * 127 * 15 < reach and reach < 2**22
+    # Mutants: a start at 2^23 (0x4B000000) reads negative sums as other floats; one at
+    # 2^23 + 2^21 (0x4B200000) keeps a group's reach but not the documented |v| < 2^22.
+    for wrong, wrong_sub in ((0x4B000000, 8388608.0), (0x4B200000, 10485760.0)):
+        assert not np.array_equal(biased_to_float(v, wrong, wrong_sub).astype(np.int64), v)

@@ -90,6 +90,14 @@
 # forced again. Run (runs J, one NVIDIA H100): DEADLINE=540 ... grp bdq (tree d1b6c38),
 # then on the same machine DEADLINE=520 ... clg, DEADLINE=250 ... bdk, and part BDK2's
 # commands by hand (tree ed8414f).
+# Part I2F: the group-wise GEMVs (dp4a and tensor-core) with each group's int32 sums started
+# at 0x4B400000 and converted by one float subtract instead of an I2F (gemv.cuh,
+# biased_to_float): small-M kernel times at M = 4, 8, 16, 32 (8-bit, then 4-bit codes) on
+# this tree, then in the same call on exp/old (untracked: the package and benches of
+# commit 815175e, the conversion by I2F), then the GEMVs' tests. Part I2FB: the 4-layer
+# batched decode at B = 4, 16, 32 from the 8-bit gs64 checkpoint on this tree and on
+# exp/old, then from the 4-bit gs64 checkpoint on this tree.
+#   mkdir -p exp/old && git archive 815175e mlx_w8a8 bench/small_m_gpu_time.py bench/tile_gpu_time.py | tar -x -C exp/old
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -241,6 +249,20 @@ if [ "$part" = "smp" ]; then  # (not run yet) per-channel weights at M = 8-24 wi
   run 260 python3 -m mlx_w8a8.tune --model llama-3-8b --m 8,16,24 --table tmp_t/pc_s.json \
     --decode-check off --sibling-check off --prefill-check off --no-progress
   cp tmp_t/pc_s.json "$O/" 2>/dev/null
+fi
+if [ "$part" = "i2f" ]; then  # GEMV sums converted without I2F: kernel times beside exp/old's, tests
+  S="--m 4,8,16,32 --kn 4096x4096,14336x4096,4096x14336,4096x128256 --reps 5"
+  run 150 python3 bench/small_m_gpu_time.py $S
+  run 120 python3 exp/old/bench/small_m_gpu_time.py $S
+  run 70 python3 bench/small_m_gpu_time.py ${S/4,8,/8,} --bits 4
+  run 70 python3 exp/old/bench/small_m_gpu_time.py ${S/4,8,/8,} --bits 4
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv"
+fi
+if [ "$part" = "i2fb" ]; then  # 4-layer batched decode B = 4, 16, 32: this tree, exp/old (8-bit), this tree (4-bit)
+  B="--model llama-3-8b --layers 4 --tokens 16 --decode 8 --batch 4,16,32 --rounds 3 --warm-up"
+  run 170 python3 -m mlx_w8a8.bench $B --weights 8bit-gs64
+  (cd exp/old && run 170 python3 -m mlx_w8a8.bench $B --weights 8bit-gs64)
+  run 170 python3 -m mlx_w8a8.bench $B --weights 4bit-gs64
 fi
 if [ "$part" = "clg" ]; then  # clusters and MLX's graph cache; the dequantizing GEMM without clusters
   run 40 python3 bench/cluster_graph_probe.py --lengths 1,2,3,5 --rounds 2

@@ -195,11 +195,11 @@ __device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, con
           for (int m = 0; m < MM; ++m) {
             const uint4 x0 = xrow[m][2 * c];
             const uint4 x1 = xrow[m][2 * c + 1];
-            const float xsum = static_cast<float>(sum16(x0) + sum16(x1));
+            const float xsum = biased_to_float(sum16(x0) + sum16(x1) + kBiased);
 #pragma unroll
             for (int r = 0; r < RW; ++r) {
-              const int dot = dot16_codes(x1, second[r], dot16_codes(x0, first[r], 0));
-              facc[r][m] += s[r] * static_cast<float>(dot) + o[r] * xsum;
+              const int dot = dot16_codes(x1, second[r], dot16_codes(x0, first[r], kBiased));
+              facc[r][m] += s[r] * biased_to_float(dot) + o[r] * xsum;
             }
           }
         } else {
@@ -214,10 +214,10 @@ __device__ __forceinline__ void gemv_rows(const int8_t* xq, const float* xs, con
 #pragma unroll
           for (int m = 0; m < MM; ++m) {
             const uint4 xv = xrow[m][c];
-            const float xsum = static_cast<float>(sum16(xv));
+            const float xsum = biased_to_float(sum16(xv) + kBiased);
 #pragma unroll
             for (int r = 0; r < RW; ++r)
-              facc[r][m] += s[r] * static_cast<float>(dot16(xv, wv[u][r], 0)) + o[r] * xsum;
+              facc[r][m] += s[r] * biased_to_float(dot16(xv, wv[u][r], kBiased)) + o[r] * xsum;
           }
         }
       }

@@ -1,8 +1,22 @@
 // What the two GEMV files (gemv.cu, gemv_mma.cu) share: MLX's packed 4-bit codes
-// expanded to bytes in registers, and the members of a sibling launch. A header-only
-// file ("// @@ requires gemv.cuh").
+// expanded to bytes in registers, the exact int-to-float step of a group's sums, and the
+// members of a sibling launch. A header-only file ("// @@ requires gemv.cuh").
 
 namespace w8a8 {
+
+// Integer sums that start from kBiased instead of 0 (an MMA's or dp4a's accumulator)
+// hold v + 0x4B400000 for their value v, and for -2^22 <= v < 2^22 those bits read as a
+// float32 are 1.5 * 2^23 + v exactly, so biased_to_float returns float(v) with one
+// exact float subtract. The conversion it replaces (I2FP, cvt.rn.f32.s32) runs on
+// sm_90's quarter-rate conversion pipe, and the grouped GEMVs convert every group's
+// sums: at 32 tokens that pipe, not the weights' bytes, set the kernel's pace.
+// Invariant (callers): |v| < 2^22. A group's sum of at most 128 products of int8 codes
+// and q - 128 (or 4-bit codes) is at most 128 * 127 * 128 < 2^21; activation-code sums
+// are smaller.
+constexpr int kBiased = 0x4B400000;
+__device__ __forceinline__ float biased_to_float(int biased) {
+  return __fsub_rn(__int_as_float(biased), 12582912.0f);  // 1.5 * 2^23
+}
 
 // Eight 4-bit codes of one word (code j in bits 4j .. 4j + 3) as eight bytes in element
 // order: lo holds codes 0, 2, 4, 6 and hi codes 1, 3, 5, 7 in their bytes; the permutes

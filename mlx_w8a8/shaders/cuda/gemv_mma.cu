@@ -191,7 +191,16 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
       if constexpr (kGrouped) {
         // The activation-code sums r do not depend on the rows: row tile 0's MMAs
         // compute them, the other tiles' only their own products.
-        int c[RT][NT][4] = {}, r[NT][4] = {};
+        // Sums from kBiased (gemv.cuh): converted by one exact subtract each.
+        int c[RT][NT][4], r[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            r[j][e] = kBiased;
+#pragma unroll
+            for (int i = 0; i < RT; ++i) c[i][j][e] = kBiased;
+          }
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
           mma_step<NT, true, kFlip>(va[u][s][0], vb[u][s][0], vx[u][s], c[0], r);
@@ -203,8 +212,8 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const float sc = e < 2 ? sa[u][i] : sb[u][i], of = e < 2 ? oa[u][i] : ob[u][i];
-              f[i][j][e] = fmaf(sc, static_cast<float>(c[i][j][e]),
-                                fmaf(of, static_cast<float>(r[j][e]), f[i][j][e]));
+              f[i][j][e] = fmaf(sc, biased_to_float(c[i][j][e]),
+                                fmaf(of, biased_to_float(r[j][e]), f[i][j][e]));
             }
       } else {
         products(0, acc);
