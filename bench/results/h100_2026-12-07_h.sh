@@ -97,13 +97,26 @@
 # commit 815175e, the conversion by I2F), then the GEMVs' tests. Part I2FB: the 4-layer
 # batched decode at B = 4, 16, 32 from the 8-bit gs64 checkpoint on this tree and on
 # exp/old, then from the 4-bit gs64 checkpoint on this tree.
-#   mkdir -p exp/old && git archive 815175e mlx_w8a8 bench/small_m_gpu_time.py bench/tile_gpu_time.py | tar -x -C exp/old
+#   mkdir -p exp/old && git archive 815175e mlx_w8a8 bench/small_m_gpu_time.py bench/tile_gpu_time.py bench/gpu_timeline.py | tar -x -C exp/old
+# (run first without gpu_timeline.py, whose absence failed exp/old's two commands). Part I2FO:
+# exp/old's 8-bit kernel times, then this tree's, on two shapes. Part NCG: Nsight Compute's
+# full set on the tensor-core GEMV at M = 32 on the lm_head (8-bit gs64, two row tiles),
+# summarized by bench/ncu_summary.py.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
 mkdir -p "$O" tmp_t
 L="$O/h.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
+# ncu_report NAME: the Nsight Compute report $O/NAME.ncu-rep (if made) as its details page
+# and its per-instruction source page, summarized into the log
+ncu_report() {
+  [ -f "$O/$1.ncu-rep" ] || return
+  ncu -i "$O/$1.ncu-rep" --page details > "$O/$1.txt" 2>&1
+  ncu -i "$O/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$1.sass.csv.gz"
+  rm -f "$O/$1.ncu-rep"
+  python3 bench/ncu_summary.py "$O/$1.sass.csv.gz" --top 25 >> "$L" 2>&1
+}
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
 MB="--model llama-3-8b --layers 4 --tokens 512,2048 --decode 16 --batch 16 --rounds 3 --warm-up"
 BD="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 16 --rounds 5 --warm-up --weights 8bit-gs64"  # B = 16 decode
@@ -257,6 +270,16 @@ if [ "$part" = "i2f" ]; then  # GEMV sums converted without I2F: kernel times be
   run 70 python3 bench/small_m_gpu_time.py ${S/4,8,/8,} --bits 4
   run 70 python3 exp/old/bench/small_m_gpu_time.py ${S/4,8,/8,} --bits 4
   run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv"
+fi
+if [ "$part" = "i2fo" ]; then  # exp/old's 8-bit kernel times, then this tree's
+  S="--m 4,8,16,32 --kn 4096x4096,4096x128256 --reps 5"
+  run 150 python3 exp/old/bench/small_m_gpu_time.py $S
+  run 60 python3 bench/small_m_gpu_time.py $S
+fi
+if [ "$part" = "ncg" ]; then  # Nsight Compute on the tensor-core GEMV, M = 32, lm_head, 8-bit gs64
+  run 150 ncu -f --set full --import-source no -o "$O/ncu_gemv" -k "regex:w8a8_gemv_mma" -c 1 \
+    python3 bench/small_m_gpu_time.py --m 32 --kn 4096x128256 --reps 1
+  ncu_report ncu_gemv
 fi
 if [ "$part" = "i2fb" ]; then  # 4-layer batched decode B = 4, 16, 32: this tree, exp/old (8-bit), this tree (4-bit)
   B="--model llama-3-8b --layers 4 --tokens 16 --decode 8 --batch 4,16,32 --rounds 3 --warm-up"
