@@ -9,11 +9,13 @@ For each ``--m`` and each ``--kn`` shape (K x N), on weights ``mx.quantize`` wro
 bits) and the tensor-core GEMV (``mma``: the shipped depth, ``gemv.MMA_GEMV_DEPTH``, and
 row tiles, ``gemv.mma_row_tiles``; ``mma4``: four steps of loads in flight; ``mma_r1`` /
 ``mma_r2`` / ``mma_r4``: one / two / four tiles of 16 weight rows a block where the
-shipped launch has another count and RT NT <= 8; the 4-bit form at 4 bits), each the median
+shipped launch has another count and RT NT <= 8; ``mma_w4`` / ``mma_w2``: four / two warps
+a block instead of eight, splitting K among fewer warps; the 4-bit form at 4 bits), each the median
 kernel time of ``--reps`` evaluated calls in microseconds, and per quantized arm the
 rate at which it read the weight's codes (their bytes, N K or N K / 2, per time, GB/s).
-The tensor-core GEMV's outputs in every form must equal the shipped form's bit for bit
-(a row names those that do not).
+The tensor-core GEMV's outputs in every form but the warp counts must equal the shipped
+form's bit for bit (a row names those that do not); the warp counts add their partials in
+another order, and a row gives their largest difference relative to the largest output.
 
 Usage: ``python bench/small_m_gpu_time.py [--m 16,32] [--kn 4096x14336,14336x4096]
 [--bits 8] [--group-size 64] [--reps 5]``. Needs a CUDA GPU and torch with CUPTI.
@@ -64,8 +66,11 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
         forms = [("mma", cuda_gemv.MMA_GEMV_DEPTH, shipped), ("mma4", 4, shipped)]
         forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (1, 2, 4)
                   if rows * -(-m // 8) <= 8 and rows != shipped]
-        for name, depth, rows in forms:
-            spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth, rows=rows)
+        forms = [(name, depth, rows, cuda_gemv.MMA_GEMV_WARPS) for name, depth, rows in forms]
+        forms += [(f"mma_w{w}", cuda_gemv.MMA_GEMV_DEPTH, shipped, w) for w in (4, 2)]
+        for name, depth, rows, warps in forms:
+            spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth, rows=rows,
+                                           warps=warps)
             out[name] = (lambda s=spec: s.launch(xq, xs)[0])
     return out
 
@@ -103,11 +108,19 @@ def main(argv=None) -> int:
                      if name not in ("bf16", "quantize") and t > 0}
             shipped = calls["mma"]()
             differ = [name for name in calls if name.startswith("mma") and name != "mma"
+                      and not name.startswith("mma_w")
                       and not mx.array_equal(calls[name](), shipped).item()]
+            # Other warp counts add the K split's partials in another order: their
+            # largest difference from the shipped form, relative to its largest output.
+            scale = mx.abs(shipped.astype(mx.float32)).max().item() or 1.0
+            wdiff = {name: mx.abs(calls[name]().astype(mx.float32)
+                                  - shipped.astype(mx.float32)).max().item() / scale
+                     for name in calls if name.startswith("mma_w")}
             print(f"M={m:3d} K={k:6d} N={n:6d}  "
                   + "  ".join(f"{name} {t:7.1f}" for name, t in row.items())
                   + "  | GB/s " + "  ".join(f"{name} {r:6.0f}" for name, r in rates.items())
-                  + (f"  | OUTPUT DIFFERS from mma: {', '.join(differ)}" if differ else ""),
+                  + (f"  | OUTPUT DIFFERS from mma: {', '.join(differ)}" if differ else "")
+                  + "".join(f"  | {name} max diff {d:.1e}" for name, d in wdiff.items()),
                   flush=True)
     return 0
 

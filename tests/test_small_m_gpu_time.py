@@ -1,7 +1,8 @@
 """``bench/small_m_gpu_time.py`` without a GPU: its arms at M <= 16 and 17-32 (the dp4a
 GEMV only where it runs), the tensor-core GEMV at the shipped depth and row tiles, at
-four steps and with each other row-tile count the kernel takes (recorded launches: the
-template's D and RT, the grid), and its refusals of bad arguments."""
+four steps, with each other row-tile count the kernel takes and with four and two warps
+a block (recorded launches: the template's D, RT and W, the grid and block), and its
+refusals of bad arguments."""
 
 import os
 import sys
@@ -22,8 +23,9 @@ from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("m,n,names", [
-    (16, 48, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4", "mma_r2", "mma_r4"]),
-    (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2"]),
+    (16, 48, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4", "mma_r2", "mma_r4", "mma_w4",
+              "mma_w2"]),
+    (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2", "mma_w4", "mma_w2"]),
     (32, 4096, None),  # shipped: two row tiles at 8 bits, one at 4
 ])
 def test_the_arms(monkeypatch, m, n, names, bits):
@@ -42,7 +44,7 @@ def test_the_arms(monkeypatch, m, n, names, bits):
         calls = small_m_gpu_time.arms(m, x, w, (wq, sq, bq), weight)
         if names is None:
             other = "mma_r1" if bits == 8 else "mma_r2"
-            names = ["bf16", "qmm", "quantize", "mma", "mma4", other]
+            names = ["bf16", "qmm", "quantize", "mma", "mma4", other, "mma_w4", "mma_w2"]
         assert list(calls) == names
         want = mx.quantized_matmul(x, wq, sq, bq, transpose=True, group_size=64, bits=bits)
         assert mx.array_equal(calls["qmm"](), want).item()
@@ -54,9 +56,12 @@ def test_the_arms(monkeypatch, m, n, names, bits):
             depth = 4 if name == "mma4" else cuda_gemv.MMA_GEMV_DEPTH
             rows = (int(name[len("mma_r"):]) if name.startswith("mma_r")
                     else cuda_gemv.mma_row_tiles(m, n, bits))
+            warps = int(name[len("mma_w"):]) if name.startswith("mma_w") else 8
             tpl = dict(one["template"])
-            assert one["name"].startswith(body) and (tpl["D"], tpl["RT"]) == (depth, rows)
-            assert one["grid"] == (-(-n // (16 * rows)) * 256, 1, 1)
+            assert one["name"].startswith(body)
+            assert (tpl["D"], tpl["RT"], tpl["W"]) == (depth, rows, warps)
+            assert one["grid"] == (-(-n // (16 * rows)) * 32 * warps, 1, 1)
+            assert one["threadgroup"] == (32 * warps, 1, 1)
             assert (one["name"].startswith("w8a8_gemv_mma_grouped4")) == (bits == 4)
     finally:
         launch._kernel.cache_clear()
@@ -79,3 +84,12 @@ def test_the_depth_is_two_or_four():
                              64, per_channel=False)
     with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv_mma\] depth must be 2 or 4, got 3"):
         cuda_gemv.gemv_mma_spec(16, weight, None, mx.bfloat16, depth=3)
+
+
+@pytest.mark.parametrize("warps", [1, 3, 16])
+def test_the_warps_are_two_four_or_eight(warps):
+    weight = QuantizedWeight(mx.zeros((16, 16), dtype=mx.uint32), mx.ones((16, 1)), mx.zeros((16, 1)),
+                             64, per_channel=False)
+    with pytest.raises(ValueError, match=rf"\[mlx_w8a8.cuda_int8_gemv_mma\] warps must be 2, 4 "
+                                         rf"or 8, got {warps}"):
+        cuda_gemv.gemv_mma_spec(16, weight, None, mx.bfloat16, warps=warps)

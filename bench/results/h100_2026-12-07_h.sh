@@ -101,7 +101,9 @@
 # (run first without gpu_timeline.py, whose absence failed exp/old's two commands). Part I2FO:
 # exp/old's 8-bit kernel times, then this tree's, on two shapes. Part NCG: Nsight Compute's
 # full set on the tensor-core GEMV at M = 32 on the lm_head (8-bit gs64, two row tiles),
-# summarized by bench/ncu_summary.py.
+# summarized by bench/ncu_summary.py. Part WRP: the tensor-core GEMV with four and two warps
+# a block (mma_w4, mma_w2: K split among fewer warps, more blocks resident) beside the
+# shipped eight, at M = 16, 24, 32 (8-bit) and 32 (4-bit).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -270,6 +272,11 @@ if [ "$part" = "i2f" ]; then  # GEMV sums converted without I2F: kernel times be
   run 70 python3 bench/small_m_gpu_time.py ${S/4,8,/8,} --bits 4
   run 70 python3 exp/old/bench/small_m_gpu_time.py ${S/4,8,/8,} --bits 4
   run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv"
+fi
+if [ "$part" = "wrp" ]; then  # the tensor-core GEMV's warps a block: 8 (shipped), 4, 2
+  run 150 python3 bench/small_m_gpu_time.py --m 16,24,32 \
+    --kn 4096x128256,4096x14336,14336x4096,4096x28672,4096x6144 --reps 5
+  run 80 python3 bench/small_m_gpu_time.py --m 32 --kn 4096x128256,14336x4096 --bits 4 --reps 5
 fi
 if [ "$part" = "i2fo" ]; then  # exp/old's 8-bit kernel times, then this tree's
   S="--m 4,8,16,32 --kn 4096x4096,4096x128256 --reps 5"

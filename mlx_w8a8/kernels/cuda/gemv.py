@@ -299,20 +299,23 @@ def _mma_row_tiles(op: str, m: int, n: int, bits: int, rows: int | None) -> int:
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                   lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH,
-                  rows: int | None = None) -> LaunchSpec:
+                  rows: int | None = None, warps: int = MMA_GEMV_WARPS) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
     8-bit codes per-channel or in groups, or MLX's 4-bit codes; group size 64 / 128,
     ``K % 64 == 0``); ``depth``: steps of loads in flight a lane (2 or 4); ``rows``:
     tiles of 16 weight rows a block (1, 2 or 4, at most 8 / ceil(M / 8); ``None``:
-    :func:`mma_row_tiles`); ``bench/small_m_gpu_time.py`` times the choices."""
+    :func:`mma_row_tiles`); ``warps``: warps a block, splitting K (2, 4 or 8; the
+    partials' order, so the output's last bits, follow it);
+    ``bench/small_m_gpu_time.py`` times the choices."""
     op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     if depth not in (2, 4):
         raise ValueError(f"{op} depth must be 2 or 4, got {depth}")
+    if warps not in (2, 4, 8):
+        raise ValueError(f"{op} warps must be 2, 4 or 8, got {warps}")
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
     rows = _mma_row_tiles(op, m, n, weight.bits, rows)
-    warps = MMA_GEMV_WARPS
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
     return LaunchSpec(kern, tuple(w_inputs),
