@@ -300,3 +300,10 @@ def test_the_cuda_tma_candidates_need_the_cuda_tma_capability(monkeypatch):
         registry.needs("fake_tma_linear")
         registry.unregister("linear", "fake_tma_linear")
         registry.set_chooser(previous)
+
+
+@pytest.mark.parametrize("fmt,bits", [("per_channel", 8), ("grouped", 8), ("grouped4", 4),
+                                      ("int8", 8)])
+def test_a_problem_knows_its_code_width(fmt, bits):
+    # The width the kernels' tile and row-tile rules take (4-bit codes pack 8 a word).
+    assert Problem("linear", 4, 32, 128, "float32", fmt, 64).bits == bits

@@ -72,10 +72,6 @@ def within_temp_limit(problem, itemsize: int = 2) -> str | None:
             f"K = {problem.k}) exceeds {ENV_MAX_MB} = {os.environ[ENV_MAX_MB]}")
 
 
-def _bits(problem) -> int:
-    return 4 if problem.weight_format == GROUPED4 else 8
-
-
 def _itemsize(problem) -> int:
     """Bytes per value of the float weight: the matmul's dtype (:func:`_compute_dtype`)."""
     return _compute_dtype(getattr(mx, problem.dtype)).size
@@ -146,7 +142,7 @@ def bind(layer, problem):
     """``x -> y`` for ``layer`` (an ``mlx_w8a8.Linear``) on ``x`` ``[..., K]``: the same
     two ops as :func:`linear`, the layer's arrays read at call time (``registry``'s
     ``bind`` contract)."""
-    group, bits = layer.group_size, _bits(problem)
+    group, bits = layer.group_size, problem.bits
     at = _compute_dtype(getattr(mx, problem.dtype))
     has_bias = problem.has_bias
 

@@ -70,6 +70,11 @@ class Problem:
     has_bias: bool = False
     act_scales: str = attrs.field(default="token", validator=attrs.validators.in_(ACT_SCALES))
 
+    @property
+    def bits(self) -> int:
+        """Bits per stored weight code: 4 for MLX's 4-bit affine weights, else 8."""
+        return 4 if self.weight_format == GROUPED4 else 8
+
     def __attrs_post_init__(self):
         if self.act_scales == "group" and self.weight_format not in ("grouped", GROUPED4):
             raise ValueError(

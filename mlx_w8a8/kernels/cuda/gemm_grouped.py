@@ -437,8 +437,7 @@ class W8A8GemmGroupedTma(W8A8GemmGrouped):
     needs = ("cuda_sm90", "cuda_tma")
 
     def tile(self, p: registry.Problem):  # the code width by the weight's format
-        return grouped_tma_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8,
-                                    p.k, p.group_size)
+        return grouped_tma_tile_for(p.m, p.n, p.bits, p.k, p.group_size)
 
     def refusals(self, p: registry.Problem):
         yield from super().refusals(p)
@@ -514,7 +513,7 @@ class W8A8GemmSubnormal(W8A8GemmGroupedTma):
     bound_form = "subnormal"
 
     def tile(self, p: registry.Problem):
-        return sub_tile_for(p.m, p.n, 4 if p.weight_format == "grouped4" else 8)
+        return sub_tile_for(p.m, p.n, p.bits)
 
     def refusals(self, p: registry.Problem):
         yield from super().refusals(p)

@@ -391,7 +391,7 @@ class Int8GemvMma(CudaKernel):
     def variant(self, p: registry.Problem):
         grouped = p.weight_format != "per_channel"
         return (p.dtype, p.has_bias, grouped, p.group_size if grouped else None, -(-p.m // 8),
-                mma_row_tiles(p.m, p.n, 4 if p.weight_format == "grouped4" else 8))
+                mma_row_tiles(p.m, p.n, p.bits))
 
     def activations(self, p: registry.Problem, lead=None):
         return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
