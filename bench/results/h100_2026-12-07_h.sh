@@ -103,7 +103,10 @@
 # full set on the tensor-core GEMV at M = 32 on the lm_head (8-bit gs64, two row tiles),
 # summarized by bench/ncu_summary.py. Part WRP: the tensor-core GEMV with four and two warps
 # a block (mma_w4, mma_w2: K split among fewer warps, more blocks resident) beside the
-# shipped eight, at M = 16, 24, 32 (8-bit) and 32 (4-bit).
+# shipped eight, at M = 16, 24, 32 (8-bit) and 32 (4-bit). Part RING: the same kernel times
+# with the cp.async ring arms (mma_s2-4, mma_r1s3: each warp's loads through S units of
+# shared memory), 8-bit at M = 16, 24, 32 and 4-bit at 8, 16, 32, then the GEMV tests with
+# the ring's bit-equality test.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -277,6 +280,13 @@ if [ "$part" = "wrp" ]; then  # the tensor-core GEMV's warps a block: 8 (shipped
   run 150 python3 bench/small_m_gpu_time.py --m 16,24,32 \
     --kn 4096x128256,4096x14336,14336x4096,4096x28672,4096x6144 --reps 5
   run 80 python3 bench/small_m_gpu_time.py --m 32 --kn 4096x128256,14336x4096 --bits 4 --reps 5
+fi
+if [ "$part" = "ring" ]; then  # the cp.async ring beside the register path; tests
+  run 170 python3 bench/small_m_gpu_time.py --m 16,24,32 \
+    --kn 4096x128256,4096x14336,14336x4096,4096x28672,4096x6144 --reps 5
+  run 100 python3 bench/small_m_gpu_time.py --m 8,16,32 --kn 4096x128256,14336x4096,4096x14336 \
+    --bits 4 --reps 5
+  run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
 fi
 if [ "$part" = "i2fo" ]; then  # exp/old's 8-bit kernel times, then this tree's
   S="--m 4,8,16,32 --kn 4096x4096,4096x128256 --reps 5"
