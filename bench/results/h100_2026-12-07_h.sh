@@ -106,7 +106,8 @@
 # shipped eight, at M = 16, 24, 32 (8-bit) and 32 (4-bit). Part RING: the same kernel times
 # with the cp.async ring arms (mma_s2-4, mma_r1s3: each warp's loads through S units of
 # shared memory), 8-bit at M = 16, 24, 32 and 4-bit at 8, 16, 32, then the GEMV tests with
-# the ring's bit-equality test.
+# the ring's bit-equality test. Part RING2 (short): the ring's tests, then its 8-bit kernel
+# times at M = 16 and 32 on three shapes.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -287,6 +288,10 @@ if [ "$part" = "ring" ]; then  # the cp.async ring beside the register path; tes
   run 100 python3 bench/small_m_gpu_time.py --m 8,16,32 --kn 4096x128256,14336x4096,4096x14336 \
     --bits 4 --reps 5
   run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
+fi
+if [ "$part" = "ring2" ]; then  # short: the ring's tests, then 8-bit kernel times
+  run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "ring_equals"
+  run 150 python3 bench/small_m_gpu_time.py --m 16,32 --kn 4096x128256,4096x14336,14336x4096 --reps 5
 fi
 if [ "$part" = "i2fo" ]; then  # exp/old's 8-bit kernel times, then this tree's
   S="--m 4,8,16,32 --kn 4096x4096,4096x128256 --reps 5"
