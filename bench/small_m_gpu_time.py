@@ -10,10 +10,7 @@ bits) and the tensor-core GEMV (``mma``: the shipped depth, ``gemv.MMA_GEMV_DEPT
 row tiles, ``gemv.mma_row_tiles``; ``mma4``: four steps of loads in flight; ``mma_r1`` /
 ``mma_r2`` / ``mma_r4``: one / two / four tiles of 16 weight rows a block where the
 shipped launch has another count and RT NT <= 8; ``mma_w4`` / ``mma_w2``: four / two warps
-a block instead of eight, splitting K among fewer warps; ``mma_s2`` / ``mma_s3`` /
-``mma_s4``: each warp's loads through a cp.async ring of 2 / 3 / 4 units in shared memory
-where it fits, ``mma_r1s3`` one row tile with a ring of 3 where the shipped launch has
-more; the 4-bit form at 4 bits), each the median
+a block instead of eight, splitting K among fewer warps; the 4-bit form at 4 bits), each the median
 kernel time of ``--reps`` evaluated calls in microseconds, and per quantized arm the
 rate at which it read the weight's codes (their bytes, N K or N K / 2, per time, GB/s).
 The tensor-core GEMV's outputs in every form but the warp counts must equal the shipped
@@ -70,17 +67,10 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
         forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (1, 2, 4)
                   if rows * -(-m // 8) <= 8 and rows != shipped]
         forms = [(name, depth, rows, cuda_gemv.MMA_GEMV_WARPS) for name, depth, rows in forms]
-        forms = [(name, depth, rows, warps, 0) for name, depth, rows, warps in forms]
-        forms += [(f"mma_w{w}", cuda_gemv.MMA_GEMV_DEPTH, shipped, w, 0) for w in (4, 2)]
-        forms += [(f"mma_s{s}", cuda_gemv.MMA_GEMV_DEPTH, shipped, cuda_gemv.MMA_GEMV_WARPS, s)
-                  for s in (2, 3, 4) if s != cuda_gemv.MMA_GEMV_STAGES
-                  and cuda_gemv.mma_ring_bytes(m, shipped, cuda_gemv.MMA_GEMV_WARPS, s,
-                                               weight.group_size) <= cuda_gemv.SMEM_LIMIT]
-        if shipped != 1:  # one row tile with a ring: fewer registers, more blocks an SM
-            forms += [("mma_r1s3", cuda_gemv.MMA_GEMV_DEPTH, 1, cuda_gemv.MMA_GEMV_WARPS, 3)]
-        for name, depth, rows, warps, stages in forms:
+        forms += [(f"mma_w{w}", cuda_gemv.MMA_GEMV_DEPTH, shipped, w) for w in (4, 2)]
+        for name, depth, rows, warps in forms:
             spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth, rows=rows,
-                                           warps=warps, stages=stages)
+                                           warps=warps)
             out[name] = (lambda s=spec: s.launch(xq, xs)[0])
     return out
 

@@ -648,37 +648,6 @@ def test_gemv_mma_row_tiles_equal_one_tile(rng, m, rows, fmt, group_size, dtype,
         oracle.assert_close(y, want, bound, dtype)
 
 
-@pytest.mark.parametrize("m,rows,stages", [(1, 1, 2), (9, 1, 3), (16, 1, 4), (24, 1, 3),
-                                           (32, 2, 3), (32, 1, 3), (32, 2, 4)])
-@pytest.mark.parametrize("fmt,group_size,dtype,with_bias", [
-    ("per_channel", 64, "bfloat16", True), ("grouped", 64, "bfloat16", False),
-    ("grouped", 128, "float16", True), ("grouped4", 64, "bfloat16", True),
-    ("grouped4", 128, "float32", False)])
-def test_gemv_mma_ring_equals_the_register_path(rng, m, rows, stages, fmt, group_size, dtype,
-                                                with_bias):
-    """Each warp's loads through a cp.async ring of S units (gemv_mma.cu's S): the same
-    sums in the same order as the register path's, so equal bit for bit, and within the
-    oracle's bound; K = 1088 at group size 64 leaves warps with unequal unit counts (17
-    units over 8 warps), N = 264 a last block partly past N (poisoned outputs)."""
-    k = 1088 if group_size == 64 else 1024
-    x = activation(rng, m, k, dtype)
-    ((weight, bias),) = sibling_members(rng, (264,), k, dtype, with_bias, fmt, group_size)
-    steps = None if fmt == "per_channel" else group_size
-    if cuda_gemv.mma_ring_bytes(m, rows, cuda_gemv.MMA_GEMV_WARPS, stages, steps) > cuda_gemv.SMEM_LIMIT:
-        # 4 two-step units (group size 128) at M = 32 with two row tiles: 256 KiB
-        with pytest.raises(ValueError, match="shared memory"):
-            cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype, rows=rows, stages=stages)
-        return
-    xq, xs = cuda_quantize.quantize_spec(m, k, x.dtype).launch(x)[:2]
-    regs = cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype, rows=rows).launch(xq, xs)[0]
-    ring = cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype, rows=rows,
-                                   stages=stages).launch(xq, xs)[0]
-    assert mx.array_equal(ring, regs, equal_nan=True).item()
-    want, bound = (oracle.linear4 if fmt == "grouped4" else oracle.linear)(
-        host(x), weight, None if bias is None else host(bias))
-    oracle.assert_close(ring, want, bound, dtype)
-
-
 @pytest.mark.parametrize("gs", [64, 128])
 def test_int8_gemv_mma_extreme_codes(gs):
     """Activation codes +-127 and weight codes 255 and 0 (128 on every other code of one

@@ -406,15 +406,10 @@ def kernel_builds() -> list[KernelBuild]:
         if body.endswith("bias"):
             ins += (("bias", "float32", 1),)
         tpl += (("NT", nt), ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 3) % 2]))
-        out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),),
-                               tpl + (("RT", 1), ("S", 0))))
+        out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),), tpl + (("RT", 1),)))
         if nt == (1, 2, 4)[i % 3] and i % 2 == 0:  # more row tiles a block (RT NT <= 8),
             out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),),  # shipped depth
-                                   tpl[:-1] + (("D", 2), ("RT", 2 if nt == 4 else 4), ("S", 0))))
-        if i % 4 == 1:  # the cp.async ring of S units a warp, at each token-tile count
-            rt = 2 if nt == 4 else 1
-            out.append(KernelBuild("gemv_mma.cu", body, ins, (("y", t),),
-                                   tpl[:-1] + (("D", 2), ("RT", rt), ("S", (2, 3, 4)[i % 3]))))
+                                   tpl[:-1] + (("D", 2), ("RT", 2 if nt == 4 else 4))))
     # Its 4-bit bodies (packed codes, scales and biases of one dtype), each group size,
     # scale dtype and depth somewhere; siblings at NT 2 and 4.
     for i, body in enumerate(("grouped4", "grouped4_bias", "grouped4_group2",
@@ -431,13 +426,9 @@ def kernel_builds() -> list[KernelBuild]:
         outs = tuple((f"y{m}" if members > 1 else "y", t) for m in range(members))
         tpl = (("T", t), ("ST", st), ("GS", (64, 128)[i % 2]), ("NT", (1, 2, 4)[i % 3]),
                ("W", cuda_gemv.MMA_GEMV_WARPS), ("D", (2, 4)[(i // 2) % 2]))
-        out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl + (("RT", 1), ("S", 0))))
+        out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl + (("RT", 1),)))
         if i % 3 != 1:  # two row tiles a block at NT 1 and 4, the shipped depth
-            out.append(KernelBuild("gemv_mma.cu", body, ins, outs,
-                                   tpl[:-1] + (("D", 2), ("RT", 2), ("S", 0))))
-        if i < 2:  # the cp.async ring (8-byte copies of the packed codes)
-            out.append(KernelBuild("gemv_mma.cu", body, ins, outs,
-                                   tpl[:-1] + (("D", 2), ("RT", 1), ("S", 3))))
+            out.append(KernelBuild("gemv_mma.cu", body, ins, outs, tpl[:-1] + (("D", 2), ("RT", 2))))
     # Its sibling launches: every body, at M = 16 (NT 2) and 32 (NT 4) alternately.
     for i, (fmt, g, bias) in enumerate((f, g, b) for f in ("channel", "grouped")
                                        for g in (2, 3) for b in (False, True)):
@@ -457,7 +448,7 @@ def kernel_builds() -> list[KernelBuild]:
         for rt in (1, 2) if i % 3 == 0 else (1,):
             out.append(KernelBuild("gemv_mma.cu", body, ins,
                                    tuple((f"y{m}", "bfloat16") for m in range(g)),
-                                   tpl + (("RT", rt), ("S", 0))))
+                                   tpl + (("RT", rt),)))
     # The dequantizing GEMM: every dtype, code width and group size on the 128- and
     # 256-token tiles, the two bodies alternating; the 64-token tile on four of them.
     for i, (t, bits, gs) in enumerate((t, b, g) for t in ("bfloat16", "float16")
@@ -1775,8 +1766,7 @@ def test_requires_puts_each_shared_file_once_before_its_users():
     assert launch.requires("gemm_wgmma.cu") == ("shape.cuh", "common.cuh", "wgmma.cuh",
                                                  "gemm_wgmma.cu")
     assert launch.requires("gemm.cu") == ("shape.cuh", "common.cuh", "mma.cuh", "gemm.cu")
-    assert launch.requires("gemv_mma.cu") == ("shape.cuh", "common.cuh", "mma.cuh", "gemv.cuh",
-                                              "gemv_mma.cu")
+    assert launch.requires("gemv_mma.cu") == ("shape.cuh", "mma.cuh", "gemv.cuh", "gemv_mma.cu")
     assert launch.requires("gemv.cu") == ("shape.cuh", "quantize.cuh", "gemv.cuh", "gemv.cu")
     assert launch.requires("quantize.cu") == ("shape.cuh", "quantize.cuh", "quantize.cu")
     header, bodies = launch.load("gemm_ws.cu")

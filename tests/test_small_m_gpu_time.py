@@ -1,8 +1,8 @@
 """``bench/small_m_gpu_time.py`` without a GPU: its arms at M <= 16 and 17-32 (the dp4a
 GEMV only where it runs), the tensor-core GEMV at the shipped depth and row tiles, at
-four steps, with each other row-tile count the kernel takes, with four and two warps
-a block and with cp.async rings of 2-4 units (recorded launches: the template's D, RT, W
-and S, the grid, block and shared memory), and its refusals of bad arguments."""
+four steps, with each other row-tile count the kernel takes and with four and two warps
+a block (recorded launches: the template's D, RT and W, the grid and block), and its
+refusals of bad arguments."""
 
 import os
 import sys
@@ -24,9 +24,8 @@ from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("m,n,names", [
     (16, 48, ["bf16", "qmm", "quantize", "gemv", "mma", "mma4", "mma_r2", "mma_r4", "mma_w4",
-              "mma_w2", "mma_s2", "mma_s3", "mma_s4"]),
-    (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2", "mma_w4", "mma_w2", "mma_s2",
-              "mma_s3", "mma_s4"]),
+              "mma_w2"]),
+    (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2", "mma_w4", "mma_w2"]),
     (32, 4096, None),  # shipped: two row tiles at 8 bits, one at 4
 ])
 def test_the_arms(monkeypatch, m, n, names, bits):
@@ -45,8 +44,7 @@ def test_the_arms(monkeypatch, m, n, names, bits):
         calls = small_m_gpu_time.arms(m, x, w, (wq, sq, bq), weight)
         if names is None:
             other = "mma_r1" if bits == 8 else "mma_r2"
-            names = ["bf16", "qmm", "quantize", "mma", "mma4", other, "mma_w4", "mma_w2",
-                     "mma_s2", "mma_s3", "mma_s4"] + (["mma_r1s3"] if bits == 8 else [])
+            names = ["bf16", "qmm", "quantize", "mma", "mma4", other, "mma_w4", "mma_w2"]
         assert list(calls) == names
         want = mx.quantized_matmul(x, wq, sq, bq, transpose=True, group_size=64, bits=bits)
         assert mx.array_equal(calls["qmm"](), want).item()
@@ -56,17 +54,14 @@ def test_the_arms(monkeypatch, m, n, names, bits):
             assert calls[name]().shape == (m, n)
             (one,) = rec.launches[start:]
             depth = 4 if name == "mma4" else cuda_gemv.MMA_GEMV_DEPTH
-            rows = (int(name[len("mma_r")]) if name.startswith("mma_r")
+            rows = (int(name[len("mma_r"):]) if name.startswith("mma_r")
                     else cuda_gemv.mma_row_tiles(m, n, bits))
             warps = int(name[len("mma_w"):]) if name.startswith("mma_w") else 8
-            stages = int(name[-1]) if name.startswith("mma_s") or name == "mma_r1s3" else 0
             tpl = dict(one["template"])
             assert one["name"].startswith(body)
-            assert (tpl["D"], tpl["RT"], tpl["W"], tpl["S"]) == (depth, rows, warps, stages)
+            assert (tpl["D"], tpl["RT"], tpl["W"]) == (depth, rows, warps)
             assert one["grid"] == (-(-n // (16 * rows)) * 32 * warps, 1, 1)
             assert one["threadgroup"] == (32 * warps, 1, 1)
-            # the ring: 16 bytes a lane for each row tile's two rows and token tile, a unit
-            assert one["shared_memory"] == warps * stages * (2 * rows + -(-m // 8)) * 512
             assert (one["name"].startswith("w8a8_gemv_mma_grouped4")) == (bits == 4)
     finally:
         launch._kernel.cache_clear()
@@ -98,21 +93,3 @@ def test_the_warps_are_two_four_or_eight(warps):
     with pytest.raises(ValueError, match=rf"\[mlx_w8a8.cuda_int8_gemv_mma\] warps must be 2, 4 "
                                          rf"or 8, got {warps}"):
         cuda_gemv.gemv_mma_spec(16, weight, None, mx.bfloat16, warps=warps)
-
-
-@pytest.mark.parametrize("stages", [1, 5])
-def test_the_stages_are_refused_outside_the_choices(stages):
-    weight = QuantizedWeight(mx.zeros((16, 16), dtype=mx.uint32), mx.ones((16, 1)), mx.zeros((16, 1)),
-                             64, per_channel=False)
-    with pytest.raises(ValueError, match=r"\[mlx_w8a8.cuda_int8_gemv_mma\] stages must be one of "
-                                         rf"\(0, 2, 3, 4\), got {stages}"):
-        cuda_gemv.gemv_mma_spec(16, weight, None, mx.bfloat16, stages=stages)
-
-
-def test_a_ring_past_shared_memory_is_refused():
-    # group size 128 (two steps a unit) at M = 32 with two row tiles: 4 units a warp of 8
-    # warps need 256 KiB
-    weight = QuantizedWeight(mx.zeros((16, 32), dtype=mx.uint32), mx.ones((16, 1)), mx.zeros((16, 1)),
-                             128, per_channel=False)
-    with pytest.raises(ValueError, match=r"a ring of 4 units needs 262144 bytes"):
-        cuda_gemv.gemv_mma_spec(32, weight, None, mx.bfloat16, rows=2, stages=4)

@@ -263,19 +263,6 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 MMA_GEMV_WARPS = 8
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
-# Units a warp keeps in its cp.async ring in shared memory (gemv_mma.cu's S; 0: loads into
-# registers, D steps at a time).
-MMA_GEMV_STAGES = 0
-MMA_GEMV_STAGE_CHOICES = (0, 2, 3, 4)
-SMEM_LIMIT = 227 * 1024  # dynamic shared memory a block may have on sm_90
-
-
-def mma_ring_bytes(m: int, rows: int, warps: int, stages: int, group_size: int | None) -> int:
-    """Dynamic shared memory of a tensor-core GEMV launch with a ring of ``stages`` units
-    a warp (0 without): 16 bytes a lane for each row tile's two rows and each token tile,
-    per step of 64 codes (two steps a unit at group size 128)."""
-    steps = 2 if group_size == 128 else 1
-    return warps * stages * steps * (2 * rows + -(-m // 8)) * 32 * 16
 
 
 def mma_row_tiles(m: int, n: int, bits: int = 8) -> int:
@@ -312,38 +299,27 @@ def _mma_row_tiles(op: str, m: int, n: int, bits: int, rows: int | None) -> int:
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                   lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH,
-                  rows: int | None = None, warps: int = MMA_GEMV_WARPS,
-                  stages: int = MMA_GEMV_STAGES) -> LaunchSpec:
+                  rows: int | None = None, warps: int = MMA_GEMV_WARPS) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
     8-bit codes per-channel or in groups, or MLX's 4-bit codes; group size 64 / 128,
     ``K % 64 == 0``); ``depth``: steps of loads in flight a lane (2 or 4); ``rows``:
     tiles of 16 weight rows a block (1, 2 or 4, at most 8 / ceil(M / 8); ``None``:
     :func:`mma_row_tiles`); ``warps``: warps a block, splitting K (2, 4 or 8; the
-    partials' order, so the output's last bits, follow it); ``stages``: units each warp
-    keeps in flight in a cp.async ring in shared memory (2, 3 or 4; 0: loaded into
-    registers, ``depth`` steps at a time; the outputs are the same bits either way);
+    partials' order, so the output's last bits, follow it);
     ``bench/small_m_gpu_time.py`` times the choices."""
     op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     if depth not in (2, 4):
         raise ValueError(f"{op} depth must be 2 or 4, got {depth}")
     if warps not in (2, 4, 8):
         raise ValueError(f"{op} warps must be 2, 4 or 8, got {warps}")
-    if stages not in MMA_GEMV_STAGE_CHOICES:
-        raise ValueError(f"{op} stages must be one of {MMA_GEMV_STAGE_CHOICES}, got {stages}")
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
     rows = _mma_row_tiles(op, m, n, weight.bits, rows)
-    group = None if weight.per_channel else weight.group_size
-    smem = mma_ring_bytes(m, rows, warps, stages, group)
-    if smem > SMEM_LIMIT:
-        raise ValueError(f"{op} a ring of {stages} units needs {smem} bytes of shared memory "
-                         f"(M = {m}, {rows} row tiles, {warps} warps), more than {SMEM_LIMIT}")
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
-    kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",), smem)
+    kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
     return LaunchSpec(kern, tuple(w_inputs),
-                      template + [("NT", nt), ("W", warps), ("D", depth), ("RT", rows),
-                                  ("S", stages)],
+                      template + [("NT", nt), ("W", warps), ("D", depth), ("RT", rows)],
                       [(*lead, n)], [out_dtype], (-(-n // (16 * rows)) * 32 * warps, 1, 1),
                       (32 * warps, 1, 1))
 
@@ -383,7 +359,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     blocks = sum(-(-n // (16 * rows)) for n in ns)
     return LaunchSpec(kern, tuple(tail),
                       template + [("NT", -(-m // 8)), ("W", warps), ("D", MMA_GEMV_DEPTH),
-                                  ("RT", rows), ("S", MMA_GEMV_STAGES)],
+                                  ("RT", rows)],
                       [(*lead, n) for n in ns], [out_dtype] * len(ns),
                       (blocks * 32 * warps, 1, 1), (32 * warps, 1, 1))
 

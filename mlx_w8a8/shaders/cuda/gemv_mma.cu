@@ -4,7 +4,6 @@
 // and runs 4 dp4a per 16 bytes and token; here a warp's m16n8k32 MMAs take 16 weight rows
 // x 8 tokens x 32 codes from registers.
 // @@ requires shape.cuh
-// @@ requires common.cuh
 // @@ requires mma.cuh
 // @@ requires gemv.cuh
 //
@@ -64,28 +63,6 @@ __device__ __forceinline__ uint4 load_codes16(const uint8_t* p) {
   }
 }
 
-// A lane's 16 codes from the bytes its ring slot holds (the ring path, S > 0): 16 bytes of
-// 8-bit codes as they are, or the first 8 bytes (4-bit codes) expanded.
-template <int WB>
-__device__ __forceinline__ uint4 slot_codes16(const uint4& raw) {
-  if constexpr (WB == 8) {
-    return raw;
-  } else {
-    uint4 out;
-    expand_word4(raw.x, out.x, out.y);
-    expand_word4(raw.y, out.z, out.w);
-    return out;
-  }
-}
-
-// 8-byte global -> shared copy (a lane's packed 4-bit codes of a step); src_bytes = 0
-// writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src, bool valid) {
-  int src_bytes = valid ? 8 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-
 // One step (64 codes) of MMAs: the weight rows' int32 sums into c[j], and with R the
 // activation-code sums into r[j] (an A of ones); the weight bytes XORed with kFlip.
 template <int NT, bool R, uint32_t kFlip>
@@ -109,7 +86,7 @@ __device__ __forceinline__ void mma_step(const uint4& wa, const uint4& wb, const
 // wo unused); GS 64 or 128: grouped (ws [N, K/GS] scales of type ST, wo [N, K/GS] offsets
 // of type OT: b + 128 s in f32 for 8-bit codes, the stored biases b for 4-bit ones,
 // WB == 4).
-template <int NT, int W, int D, int RT, int S, int GS, bool HAS_BIAS, typename T, typename ST,
+template <int NT, int W, int D, int RT, int GS, bool HAS_BIAS, typename T, typename ST,
           int WB = 8, typename OT = float>
 __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs, const uint32_t* w,
                                               const ST* ws, const OT* wo, const float* bias,
@@ -124,15 +101,7 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
   constexpr uint32_t kFlip = WB == 8 ? 0x80808080u : 0u;  // 8-bit q - 128; 4-bit q as is
   constexpr int kSteps = GS == 128 ? 2 : 1;    // steps (64 codes) of one work unit
   constexpr int kUnits = D / kSteps;           // units loaded ahead: D steps in flight
-  // Each warp's partial sums (float bits grouped): a static array on the register path,
-  // the warp's own ring (S > 0; dynamic shared memory of W S kSteps (2 RT + NT) 512 bytes,
-  // at least the partials' RT NT 512) after its last unit.
-  __shared__ int part_regs[S == 0 ? W : 1][S == 0 ? RT * NT * 4 : 1][32];
-  extern __shared__ __align__(16) unsigned char w8a8_smem[];
-  auto part = [&](int q) -> int* {
-    if constexpr (S == 0) return &part_regs[q][0][0];
-    else return reinterpret_cast<int*>(w8a8_smem) + q * (S * kSteps * (2 * RT + NT) * 32 * 4);
-  };
+  __shared__ int part[W][RT * NT * 4][32];     // each warp's partial sums (float bits grouped)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -174,163 +143,82 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
         f[i][j][e] = 0.f;
       }
 
-  // One unit's MMAs and promotion from its codes in registers (va, vb: the row tiles'
-  // rows g and g + 8; vx: the token tiles) and, grouped, its terms (sc: the row tiles'
-  // sa, sb, oa, ob).
-  auto compute = [&](const uint4 (&va)[kSteps][RT], const uint4 (&vb)[kSteps][RT],
-                     const uint4 (&vx)[kSteps][NT], const float (&sc)[RT][4]) {
-    // Row tiles first .. RT - 1: their products alone, into d[i].
-    auto products = [&](int first, int (&d)[RT][NT][4]) {
-      int unused[NT][4];
+  for (int u0 = warp; u0 < units; u0 += W * kUnits) {  // uniform per warp
+    uint4 va[kUnits][kSteps][RT], vb[kUnits][kSteps][RT], vx[kUnits][kSteps][NT];
+    float sa[kUnits][RT], sb[kUnits][RT], oa[kUnits][RT], ob[kUnits][RT];
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s)
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = u0 + u * W;
+      const bool valid = unit < units;
 #pragma unroll
-        for (int i = first; i < RT; ++i)
-          mma_step<NT, false, kFlip>(va[s][i], vb[s][i], vx[s], d[i], unused);
-    };
-    if constexpr (kGrouped) {
-      // The activation-code sums r do not depend on the rows: row tile 0's MMAs
-      // compute them, the other tiles' only their own products. Sums from kBiased
-      // (gemv.cuh): converted by one exact subtract each.
-      int c[RT][NT][4], r[NT][4];
+      for (int s = 0; s < kSteps; ++s) {
+        const size_t at = (size_t)(unit * kSteps + s) * 64;  // the step's first code
+        const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          r[j][e] = kBiased;
-#pragma unroll
-          for (int i = 0; i < RT; ++i) c[i][j][e] = kBiased;
+        for (int i = 0; i < RT; ++i) {
+          va[u][s][i] = valid ? load_codes16<WB>(wa[i] + bytes_of(at)) : zero;
+          vb[u][s][i] = valid ? load_codes16<WB>(wb[i] + bytes_of(at)) : zero;
         }
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s)
-        mma_step<NT, true, kFlip>(va[s][0], vb[s][0], vx[s], c[0], r);
-      if constexpr (RT > 1) products(1, c);
+        for (int j = 0; j < NT; ++j)
+          vx[u][s][j] = valid ? __ldg(reinterpret_cast<const uint4*>(xr[j] + at)) : zero;
+      }
+      if constexpr (kGrouped) {
+        const int gi = valid ? unit : 0;  // a unit is one group
+        auto terms = [&](int i, int ra, int rb) {  // row tile i's scales and offsets
+          sa[u][i] = to_f32(ws[(size_t)ra * G + gi]);
+          sb[u][i] = to_f32(ws[(size_t)rb * G + gi]);
+          oa[u][i] = to_f32(wo[(size_t)ra * G + gi]);
+          ob[u][i] = to_f32(wo[(size_t)rb * G + gi]);
+        };
+        terms(0, na0, nb0);  // tile 0 outside the loop: one tile's machine code as before
 #pragma unroll
-      for (int i = 0; i < RT; ++i)
+        for (int i = 1; i < RT; ++i) terms(i, na[i], nb[i]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      if (u0 + u * W >= units) break;
+      // Row tiles first .. RT - 1: their products alone, into d[i].
+      auto products = [&](int first, int (&d)[RT][NT][4]) {
+        int unused[NT][4];
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+          for (int i = first; i < RT; ++i)
+            mma_step<NT, false, kFlip>(va[u][s][i], vb[u][s][i], vx[u][s], d[i], unused);
+      };
+      if constexpr (kGrouped) {
+        // The activation-code sums r do not depend on the rows: row tile 0's MMAs
+        // compute them, the other tiles' only their own products.
+        // Sums from kBiased (gemv.cuh): converted by one exact subtract each.
+        int c[RT][NT][4], r[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float sv = e < 2 ? sc[i][0] : sc[i][1], of = e < 2 ? sc[i][2] : sc[i][3];
-            f[i][j][e] = fmaf(sv, biased_to_float(c[i][j][e]),
-                              fmaf(of, biased_to_float(r[j][e]), f[i][j][e]));
+            r[j][e] = kBiased;
+#pragma unroll
+            for (int i = 0; i < RT; ++i) c[i][j][e] = kBiased;
           }
-    } else {
-      products(0, acc);
-    }
-  };
-  // Row tile i's scales and offsets of group gi: sa, sb, oa, ob.
-  auto terms = [&](float (&sc)[RT][4], int gi) {
-    if constexpr (kGrouped) {
-      auto one = [&](int i, int ra, int rb) {
-        sc[i][0] = to_f32(ws[(size_t)ra * G + gi]);
-        sc[i][1] = to_f32(ws[(size_t)rb * G + gi]);
-        sc[i][2] = to_f32(wo[(size_t)ra * G + gi]);
-        sc[i][3] = to_f32(wo[(size_t)rb * G + gi]);
-      };
-      one(0, na0, nb0);  // tile 0 outside the loop: one tile's machine code as before
 #pragma unroll
-      for (int i = 1; i < RT; ++i) one(i, na[i], nb[i]);
-    }
-  };
-
-  if constexpr (S == 0) {
-    // Registers: kUnits units (D steps) loaded, then computed.
-    for (int u0 = warp; u0 < units; u0 += W * kUnits) {  // uniform per warp
-      uint4 va[kUnits][kSteps][RT], vb[kUnits][kSteps][RT], vx[kUnits][kSteps][NT];
-      float sc[kUnits][RT][4];
+        for (int s = 0; s < kSteps; ++s)
+          mma_step<NT, true, kFlip>(va[u][s][0], vb[u][s][0], vx[u][s], c[0], r);
+        if constexpr (RT > 1) products(1, c);
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
-        const int unit = u0 + u * W;
-        const bool valid = unit < units;
-#pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          const size_t at = (size_t)(unit * kSteps + s) * 64;  // the step's first code
-          const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-          for (int i = 0; i < RT; ++i) {
-            va[u][s][i] = valid ? load_codes16<WB>(wa[i] + bytes_of(at)) : zero;
-            vb[u][s][i] = valid ? load_codes16<WB>(wb[i] + bytes_of(at)) : zero;
-          }
+        for (int i = 0; i < RT; ++i)
 #pragma unroll
           for (int j = 0; j < NT; ++j)
-            vx[u][s][j] = valid ? __ldg(reinterpret_cast<const uint4*>(xr[j] + at)) : zero;
-        }
-        terms(sc[u], valid ? unit : 0);  // a unit is one group
-      }
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
-        if (u0 + u * W >= units) break;
-        compute(va[u], vb[u], vx[u], sc[u]);
-      }
-    }
-  } else {
-    // A ring of S units a warp in shared memory, filled by cp.async: each lane copies the
-    // 16-byte pieces it would load (the register path's addresses) into slots of its own
-    // and reads back only those, so no other lane's copy is waited for. S - 1 units stay
-    // in flight while one is computed; the terms of a unit are loaded into registers when
-    // its copies are issued. Slot (stage, item) of a lane: items are, per step, the row
-    // tiles' rows g, g + 8, then the token tiles.
-    constexpr int kItems = kSteps * (2 * RT + NT);
-    uint4* ring = reinterpret_cast<uint4*>(w8a8_smem) + warp * (S * kItems * 32) + lane;
-    const int mine = warp < units ? (units - warp + W - 1) / W : 0;  // this warp's units
-    auto issue = [&](int stage, int i) {  // this warp's unit i (past its last: zeros)
-      const int unit = warp + i * W;
-      const bool valid = i < mine;
-      uint4* slots = ring + stage * (kItems * 32);
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        const size_t at = valid ? (size_t)(unit * kSteps + s) * 64 : 0;
-        uint4* step = slots + s * (2 * RT + NT) * 32;
-#pragma unroll
-        for (int i2 = 0; i2 < RT; ++i2) {
-          if constexpr (WB == 8) {
-            cp_async_16(smem_addr(step + (2 * i2) * 32), wa[i2] + at, valid);
-            cp_async_16(smem_addr(step + (2 * i2 + 1) * 32), wb[i2] + at, valid);
-          } else {
-            cp_async_8(smem_addr(step + (2 * i2) * 32), wa[i2] + bytes_of(at), valid);
-            cp_async_8(smem_addr(step + (2 * i2 + 1) * 32), wb[i2] + bytes_of(at), valid);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-          cp_async_16(smem_addr(step + (2 * RT + j) * 32), xr[j] + at, valid);
-      }
-      cp_async_commit();  // one group per unit, past the last too: the counts stay uniform
-    };
-    auto consume = [&](int stage, const float (&sc)[RT][4]) {
-      const uint4* slots = ring + stage * (kItems * 32);
-      uint4 va[kSteps][RT], vb[kSteps][RT], vx[kSteps][NT];
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        const uint4* step = slots + s * (2 * RT + NT) * 32;
-#pragma unroll
-        for (int i2 = 0; i2 < RT; ++i2) {
-          va[s][i2] = slot_codes16<WB>(step[(2 * i2) * 32]);
-          vb[s][i2] = slot_codes16<WB>(step[(2 * i2 + 1) * 32]);
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) vx[s][j] = step[(2 * RT + j) * 32];
-      }
-      compute(va, vb, vx, sc);
-    };
-    float sc[S][RT][4];
-#pragma unroll
-    for (int st = 0; st < S - 1; ++st) {
-      issue(st, st);
-      terms(sc[st], st < mine ? warp + st * W : 0);
-    }
-    for (int base = 0; base < mine; base += S) {  // uniform per warp
-#pragma unroll
-      for (int st = 0; st < S; ++st) {
-        const int i = base + st, ahead = i + S - 1, nxt = (st + S - 1) % S;
-        issue(nxt, ahead);  // into the stage unit i - 1 left
-        terms(sc[nxt], ahead < mine ? warp + ahead * W : 0);
-        cp_async_wait<S - 1>();  // unit i's copies complete (this lane's)
-        if (i < mine) consume(st, sc[st]);
+            for (int e = 0; e < 4; ++e) {
+              const float sc = e < 2 ? sa[u][i] : sb[u][i], of = e < 2 ? oa[u][i] : ob[u][i];
+              f[i][j][e] = fmaf(sc, biased_to_float(c[i][j][e]),
+                                fmaf(of, biased_to_float(r[j][e]), f[i][j][e]));
+            }
+      } else {
+        products(0, acc);
       }
     }
-    cp_async_wait<0>();  // none in flight into the ring, which now holds the partials
   }
 
   // The warps' partials, added in warp order by warp 0.
@@ -340,7 +228,7 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        part(warp)[((i * NT + j) * 4 + e) * 32 + lane] =
+        part[warp][(i * NT + j) * 4 + e][lane] =
             kGrouped ? __float_as_int(f[i][j][e]) : acc[i][j][e];
   __syncthreads();
   if (warp != 0) return;
@@ -356,12 +244,12 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
         if constexpr (kGrouped) {
           float sum = 0.f;
 #pragma unroll
-          for (int q = 0; q < W; ++q) sum += __int_as_float(part(q)[at * 32 + lane]);
+          for (int q = 0; q < W; ++q) sum += __int_as_float(part[q][at][lane]);
           v = xs[min(m, M - 1)] * sum;
         } else {
           int sum = 0;
 #pragma unroll
-          for (int q = 0; q < W; ++q) sum += part(q)[at * 32 + lane];
+          for (int q = 0; q < W; ++q) sum += part[q][at][lane];
           v = static_cast<float>(sum) * xs[min(m, M - 1)] * ws[(e >> 1) ? nb[i] : na[i]];
         }
         if (n >= N || m >= M) continue;
@@ -370,12 +258,12 @@ __device__ __forceinline__ void gemv_mma_rows(const int8_t* xq, const float* xs,
       }
 }
 
-template <int NT, int W, int D, int RT, int S, int GS, bool HAS_BIAS, typename T, typename ST,
+template <int NT, int W, int D, int RT, int GS, bool HAS_BIAS, typename T, typename ST,
           int WB = 8, typename OT = float>
 __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, const uint32_t* w,
                                          const ST* ws, const OT* wo, const float* bias, int M,
                                          int N, int K, T* y) {
-  gemv_mma_rows<NT, W, D, RT, S, GS, HAS_BIAS, T, ST, WB, OT>(xq, xs, w, ws, wo, bias, M, N, K, y,
+  gemv_mma_rows<NT, W, D, RT, GS, HAS_BIAS, T, ST, WB, OT>(xq, xs, w, ws, wo, bias, M, N, K, y,
                                                            blockIdx.x * 16 * RT);
 }
 
@@ -383,7 +271,7 @@ __device__ __forceinline__ void gemv_mma(const int8_t* xq, const float* xs, cons
 // member g's blocks follow the previous members' (member g takes ceil(n[g] / (16 RT))
 // blocks). Each output is computed as in the member's own launch, so the outputs equal
 // the members' single launches bit for bit.
-template <int NT, int W, int D, int RT, int S, int GS, bool HAS_BIAS, typename T, typename ST, int G,
+template <int NT, int W, int D, int RT, int GS, bool HAS_BIAS, typename T, typename ST, int G,
           int WB = 8, typename OT = float>
 __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs,
                                                const GemvMembers<T, ST, G, OT>& ms, int M, int K) {
@@ -392,7 +280,7 @@ __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs
   for (int g = 0; g < G; ++g) {
     const int blocks = (ms.n[g] + 16 * RT - 1) / (16 * RT);
     if (b < blocks) {
-      gemv_mma_rows<NT, W, D, RT, S, GS, HAS_BIAS, T, ST, WB, OT>(
+      gemv_mma_rows<NT, W, D, RT, GS, HAS_BIAS, T, ST, WB, OT>(
           xq, xs, ms.w[g], ms.ws[g], ms.wo[g], ms.bias[g], M, ms.n[g], K, ms.y[g], b * 16 * RT);
       return;
     }
@@ -405,71 +293,71 @@ __device__ __forceinline__ void gemv_mma_group(const int8_t* xq, const float* xs
 // @@ body channel
 // xq [M, K] int8, xs [M, 1] f32, w [N, K/4] uint32 codes, ws [N] f32 -> y [M, N] T.
 // (wo: no offsets, typed so that OT is float.)
-w8a8::gemv_mma<NT, W, D, RT, S, 0, false, T, float>(xq, xs, w, ws, static_cast<const float*>(nullptr),
+w8a8::gemv_mma<NT, W, D, RT, 0, false, T, float>(xq, xs, w, ws, static_cast<const float*>(nullptr),
                                              nullptr, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                              xq_shape[xq_ndim - 1], y);
 
 // @@ body channel_bias
-w8a8::gemv_mma<NT, W, D, RT, S, 0, true, T, float>(xq, xs, w, ws, static_cast<const float*>(nullptr),
+w8a8::gemv_mma<NT, W, D, RT, 0, true, T, float>(xq, xs, w, ws, static_cast<const float*>(nullptr),
                                             bias, w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                             xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped
 // As `channel` but ws [N, G] scales (ST) and wo [N, G] f32 offsets.
-w8a8::gemv_mma<NT, W, D, RT, S, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr,
+w8a8::gemv_mma<NT, W, D, RT, GS, false, T, ST>(xq, xs, w, ws, wo, nullptr,
                                         w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                         xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped_bias
-w8a8::gemv_mma<NT, W, D, RT, S, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
+w8a8::gemv_mma<NT, W, D, RT, GS, true, T, ST>(xq, xs, w, ws, wo, bias, w8a8::rows(xq_shape, xq_ndim),
                                        w_shape[0], xq_shape[xq_ndim - 1], y);
 
 // @@ body channel_group2
 // Sibling launches: xq, xs as above; member g has w<g> codes, ws<g> (and wo<g>
 // grouped, bias<g> with _bias) -> y<g> [M, N_g] T.
-w8a8::gemv_mma_group<NT, W, D, RT, S, 0, false, T, float, 2>(
+w8a8::gemv_mma_group<NT, W, D, RT, 0, false, T, float, 2>(
     xq, xs,
     w8a8::GemvMembers<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group2_bias
-w8a8::gemv_mma_group<NT, W, D, RT, S, 0, true, T, float, 2>(
+w8a8::gemv_mma_group<NT, W, D, RT, 0, true, T, float, 2>(
     xq, xs,
     w8a8::GemvMembers<T, float, 2>{{w0, w1}, {ws0, ws1}, {nullptr, nullptr}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group3
-w8a8::gemv_mma_group<NT, W, D, RT, S, 0, false, T, float, 3>(
+w8a8::gemv_mma_group<NT, W, D, RT, 0, false, T, float, 3>(
     xq, xs,
     w8a8::GemvMembers<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body channel_group3_bias
-w8a8::gemv_mma_group<NT, W, D, RT, S, 0, true, T, float, 3>(
+w8a8::gemv_mma_group<NT, W, D, RT, 0, true, T, float, 3>(
     xq, xs,
     w8a8::GemvMembers<T, float, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {nullptr, nullptr, nullptr}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group2
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, false, T, ST, 2>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, false, T, ST, 2>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group2_bias
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, true, T, ST, 2>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, true, T, ST, 2>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 2>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group3
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, false, T, ST, 3>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, false, T, ST, 3>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped_group3_bias
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, true, T, ST, 3>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, true, T, ST, 3>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 3>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
@@ -477,35 +365,35 @@ w8a8::gemv_mma_group<NT, W, D, RT, S, GS, true, T, ST, 3>(
 // @@ body grouped4
 // 4-bit weights: xq [M, K] int8, xs [M, 1] f32, w [N, K/8] uint32 codes, ws / wo [N, G]
 // scales and biases (ST) -> y [M, N] T.
-w8a8::gemv_mma<NT, W, D, RT, S, GS, false, T, ST, 4, ST>(xq, xs, w, ws, wo, nullptr,
+w8a8::gemv_mma<NT, W, D, RT, GS, false, T, ST, 4, ST>(xq, xs, w, ws, wo, nullptr,
                                                   w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                                   xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped4_bias
-w8a8::gemv_mma<NT, W, D, RT, S, GS, true, T, ST, 4, ST>(xq, xs, w, ws, wo, bias,
+w8a8::gemv_mma<NT, W, D, RT, GS, true, T, ST, 4, ST>(xq, xs, w, ws, wo, bias,
                                                  w8a8::rows(xq_shape, xq_ndim), w_shape[0],
                                                  xq_shape[xq_ndim - 1], y);
 
 // @@ body grouped4_group2
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, false, T, ST, 2, 4, ST>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, false, T, ST, 2, 4, ST>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {nullptr, nullptr}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4_group2_bias
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, true, T, ST, 2, 4, ST>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, true, T, ST, 2, 4, ST>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 2, ST>{{w0, w1}, {ws0, ws1}, {wo0, wo1}, {bias0, bias1}, {y0, y1}, {w0_shape[0], w1_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4_group3
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, false, T, ST, 3, 4, ST>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, false, T, ST, 3, 4, ST>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {nullptr, nullptr, nullptr}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
 
 // @@ body grouped4_group3_bias
-w8a8::gemv_mma_group<NT, W, D, RT, S, GS, true, T, ST, 3, 4, ST>(
+w8a8::gemv_mma_group<NT, W, D, RT, GS, true, T, ST, 3, 4, ST>(
     xq, xs,
     w8a8::GemvMembers<T, ST, 3, ST>{{w0, w1, w2}, {ws0, ws1, ws2}, {wo0, wo1, wo2}, {bias0, bias1, bias2}, {y0, y1, y2}, {w0_shape[0], w1_shape[0], w2_shape[0]}},
     w8a8::rows(xq_shape, xq_ndim), xq_shape[xq_ndim - 1]);
