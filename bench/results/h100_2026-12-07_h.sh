@@ -108,6 +108,9 @@
 # shared memory), 8-bit at M = 16, 24, 32 and 4-bit at 8, 16, 32, then the GEMV tests with
 # the ring's bit-equality test. Part RING2 (short): the ring's tests, then its 8-bit kernel
 # times at M = 16 and 32 on three shapes.
+# Runs M (an NVIDIA H100): DEADLINE=560 ... i2f (tree 4b64569). Runs N (another H100):
+# DEADLINE=380 ... ring2 (tree c2f8953; the ring, commit c763194, was reverted after it,
+# so parts RING and RING2 need that tree). Parts WRP, RING, I2FO, I2FB and NCG not run.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
