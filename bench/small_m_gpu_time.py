@@ -9,8 +9,9 @@ For each ``--m`` and each ``--kn`` shape (K x N), on weights ``mx.quantize`` wro
 bits) and the tensor-core GEMV (``mma``: the shipped depth, ``gemv.MMA_GEMV_DEPTH``, and
 row tiles, ``gemv.mma_row_tiles``; ``mma4``: four steps of loads in flight; ``mma_r1`` /
 ``mma_r2`` / ``mma_r4``: one / two / four tiles of 16 weight rows a block where the
-shipped launch has another count and RT NT <= 8; ``mma_w4`` / ``mma_w2``: four / two warps
-a block instead of eight, splitting K among fewer warps; the 4-bit form at 4 bits), each the median
+shipped launch has another count and RT NT <= 8, each at the shipped warps a block;
+``mma_w8`` / ``mma_w4`` / ``mma_w2``: eight / four / two warps a block where the shipped
+launch (``gemv.mma_warps``) has another count; the 4-bit form at 4 bits), each the median
 kernel time of ``--reps`` evaluated calls in microseconds, and per quantized arm the
 rate at which it read the weight's codes (their bytes, N K or N K / 2, per time, GB/s).
 The tensor-core GEMV's outputs in every form but the warp counts must equal the shipped
@@ -66,8 +67,11 @@ def arms(m: int, x, w, qmm_args, weight) -> dict:
         forms = [("mma", cuda_gemv.MMA_GEMV_DEPTH, shipped), ("mma4", 4, shipped)]
         forms += [(f"mma_r{rows}", cuda_gemv.MMA_GEMV_DEPTH, rows) for rows in (1, 2, 4)
                   if rows * -(-m // 8) <= 8 and rows != shipped]
-        forms = [(name, depth, rows, cuda_gemv.MMA_GEMV_WARPS) for name, depth, rows in forms]
-        forms += [(f"mma_w{w}", cuda_gemv.MMA_GEMV_DEPTH, shipped, w) for w in (4, 2)]
+        # every form at the shipped warps (the same sums in the same order as "mma")
+        warps = cuda_gemv.mma_warps(m, weight.n, weight.bits, weight.per_channel, shipped)
+        forms = [(name, depth, rows, warps) for name, depth, rows in forms]
+        forms += [(f"mma_w{w}", cuda_gemv.MMA_GEMV_DEPTH, shipped, w) for w in (8, 4, 2)
+                  if w != warps]
         for name, depth, rows, warps in forms:
             spec = cuda_gemv.gemv_mma_spec(m, weight, None, x.dtype, depth=depth, rows=rows,
                                            warps=warps)

@@ -648,6 +648,30 @@ def test_gemv_mma_row_tiles_equal_one_tile(rng, m, rows, fmt, group_size, dtype,
         oracle.assert_close(y, want, bound, dtype)
 
 
+@pytest.mark.parametrize("m,n,warps", [(9, 264, 2), (32, 264, 4), (32, 264, 2),
+                                       (32, 12672, None)])  # None: the rule (396 blocks: 2)
+@pytest.mark.parametrize("fmt,group_size,dtype,with_bias", [
+    ("grouped", 64, "bfloat16", False), ("grouped", 128, "float16", True),
+    ("per_channel", 64, "bfloat16", True), ("grouped4", 64, "bfloat16", True)])
+def test_gemv_mma_fewer_warps_within_the_bound(rng, m, n, warps, fmt, group_size, dtype,
+                                               with_bias):
+    """Two or four warps a block (gemv_mma.cu's W): K split among fewer warps, their
+    partials added in another order; within the oracle's bound, N = 264 leaving the last
+    block partly past N (poisoned outputs); at N = 12672, M = 32 the shipped rule's two
+    warps (group-wise 8-bit) or eight (the other formats)."""
+    k = 1088 if group_size == 64 else 1024
+    x = activation(rng, m, k, dtype)
+    ((weight, bias),) = sibling_members(rng, (n,), k, dtype, with_bias, fmt, group_size)
+    xq, xs = cuda_quantize.quantize_spec(m, k, x.dtype).launch(x)[:2]
+    spec = cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype, warps=warps)
+    if warps is None:
+        assert dict(spec.template)["W"] == (2 if fmt == "grouped" else 8)
+    y = spec.launch(xq, xs)[0]
+    want, bound = (oracle.linear4 if fmt == "grouped4" else oracle.linear)(
+        host(x), weight, None if bias is None else host(bias))
+    oracle.assert_close(y, want, bound, dtype)
+
+
 @pytest.mark.parametrize("gs", [64, 128])
 def test_int8_gemv_mma_extreme_codes(gs):
     """Activation codes +-127 and weight codes 255 and 0 (128 on every other code of one

@@ -113,19 +113,55 @@ def run_recorded(monkeypatch, name, m, weight):
     return y, rec.launches
 
 
-@pytest.mark.parametrize("m,n,nt,rows", [(1, 264, 1, 1), (16, 4096, 2, 1), (17, 20000, 3, 1),
-                                         (32, 128256, 4, 2), (25, 4096, 4, 2), (32, 1024, 4, 1)])
-def test_the_launch(monkeypatch, m, n, nt, rows):
+@pytest.mark.parametrize("m,n,nt,rows,warps", [
+    (1, 264, 1, 1, 8), (16, 4096, 2, 1, 8), (17, 20000, 3, 1, 2), (32, 128256, 4, 2, 2),
+    (25, 4096, 4, 2, 8), (32, 1024, 4, 1, 8)])
+def test_the_launch(monkeypatch, m, n, nt, rows, warps):
     weight = make_weight(np.random.default_rng(2), n, 256, 64, per_channel=False)
     y, (quantize, mma) = run_recorded(monkeypatch, "cuda_int8_gemv_mma", m, weight)
     assert y.shape == (m, n) and y.dtype == mx.bfloat16
     assert quantize["name"].startswith("w8a8_quantize_plain")
     assert mma["name"].startswith("w8a8_gemv_mma_grouped")
     tpl = dict(mma["template"])
-    assert (tpl["NT"], tpl["W"], tpl["GS"], tpl["RT"]) == (nt, 8, 64, rows)
-    # One block of 8 warps per 16 RT weight rows.
-    assert mma["threadgroup"] == (256, 1, 1)
-    assert mma["grid"] == (-(-n // (16 * rows)) * 256, 1, 1)
+    assert (tpl["NT"], tpl["W"], tpl["GS"], tpl["RT"]) == (nt, warps, 64, rows)
+    # One block of W warps per 16 RT weight rows.
+    assert mma["threadgroup"] == (32 * warps, 1, 1)
+    assert mma["grid"] == (-(-n // (16 * rows)) * 32 * warps, 1, 1)
+
+
+@pytest.mark.parametrize("m,n,bits,per_channel,warps", [
+    (32, 14336, 8, False, 2),    # 448 blocks of two row tiles: at least 3 x 132
+    (32, 12672, 8, False, 2),    # 396 blocks, the threshold
+    (32, 12640, 8, False, 8),    # 395 blocks
+    (16, 6336, 8, False, 2),     # 396 blocks of one row tile
+    (16, 6320, 8, False, 8),
+    (32, 4096, 8, False, 8),     # 128 blocks (o_proj, down_proj's N)
+    (8, 128256, 8, False, 2),
+    (32, 128256, 4, False, 8),   # 4-bit codes: not measured with fewer warps
+    (32, 128256, 8, True, 8),    # per-channel codes: likewise
+])
+def test_warps_follow_the_launchs_blocks(monkeypatch, m, n, bits, per_channel, warps):
+    monkeypatch.setattr(cuda_gemv, "SMS", 132)
+    assert cuda_gemv.mma_warps(m, n, bits, per_channel) == warps
+
+
+def test_a_sibling_launch_takes_warps_by_its_summed_rows(monkeypatch):
+    """gate/up at 8192 rows each (256 blocks of two tiles, 8 warps alone) launch as 512
+    blocks together: 2 warps, so their partials add in another order than alone."""
+    monkeypatch.setattr(cuda_gemv, "SMS", 132)
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(5)
+    members = [(make_weight(rng, 8192, 256, 64, per_channel=False), None) for _ in range(2)]
+    xq, xs = mx.zeros((32, 256), dtype=mx.int8), mx.ones((32, 1))
+    launch._kernel.cache_clear()
+    try:
+        cuda_gemv.gemv_mma_group_spec(32, members, mx.bfloat16).launch(xq, xs)
+        cuda_gemv.gemv_mma_spec(32, members[0][0], None, mx.bfloat16).launch(xq, xs)
+    finally:
+        launch._kernel.cache_clear()
+    group, alone = rec.launches
+    assert dict(group["template"])["W"] == 2 and group["grid"] == (512 * 64, 1, 1)
+    assert dict(alone["template"])["W"] == 8 and alone["grid"] == (256 * 256, 1, 1)
 
 
 @pytest.mark.parametrize("m,n,rows", [
@@ -165,8 +201,8 @@ def test_a_sibling_launch_takes_row_tiles_by_its_summed_rows(monkeypatch):
 @pytest.mark.parametrize("m,n,rows,blocks", [(8, 264, 4, 5), (16, 4096, 2, 128), (16, 4100, 4, 65),
                                              (32, 20000, 2, 625)])
 def test_more_row_tiles_make_fewer_blocks(monkeypatch, m, n, rows, blocks):
-    """``rows`` tiles of 16 weight rows a block (RT): ceil(N / (16 RT)) blocks of the same
-    8 warps, alone and as one member of a sibling launch."""
+    """``rows`` tiles of 16 weight rows a block (RT): ceil(N / (16 RT)) blocks of the
+    same warps (8, or 2 from 3 x SMS blocks), alone and as one member of a sibling launch."""
     rec = record_launches(monkeypatch)
     rng = np.random.default_rng(4)
     weight = make_weight(rng, n, 256, 64, per_channel=False)
@@ -181,8 +217,11 @@ def test_more_row_tiles_make_fewer_blocks(monkeypatch, m, n, rows, blocks):
         launch._kernel.cache_clear()
     alone, group = rec.launches
     assert dict(alone["template"])["RT"] == dict(group["template"])["RT"] == rows
-    assert alone["grid"] == (blocks * 256, 1, 1) and alone["threadgroup"] == (256, 1, 1)
-    assert group["grid"] == ((blocks + -(-40 // (16 * rows))) * 256, 1, 1)
+    w_alone, w_group = dict(alone["template"])["W"], dict(group["template"])["W"]
+    assert (w_alone, w_group) == ((2, 2) if blocks >= 3 * cuda_gemv.SMS else (8, 8))
+    assert alone["grid"] == (blocks * 32 * w_alone, 1, 1)
+    assert alone["threadgroup"] == (32 * w_alone, 1, 1)
+    assert group["grid"] == ((blocks + -(-40 // (16 * rows))) * 32 * w_group, 1, 1)
 
 
 @pytest.mark.parametrize("m,rows", [(16, 3), (16, 8), (17, 4), (32, 4), (1, 0)])

@@ -27,6 +27,7 @@ from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
               "mma_w2"]),
     (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2", "mma_w4", "mma_w2"]),
     (32, 4096, None),  # shipped: two row tiles at 8 bits, one at 4
+    (32, 14336, None),  # 448 blocks of two tiles: two warps a block at 8 bits
 ])
 def test_the_arms(monkeypatch, m, n, names, bits):
     """Each code width's arms launch its own bodies (4 bits: the grouped4 ones, which
@@ -44,7 +45,9 @@ def test_the_arms(monkeypatch, m, n, names, bits):
         calls = small_m_gpu_time.arms(m, x, w, (wq, sq, bq), weight)
         if names is None:
             other = "mma_r1" if bits == 8 else "mma_r2"
-            names = ["bf16", "qmm", "quantize", "mma", "mma4", other, "mma_w4", "mma_w2"]
+            few = bits == 8 and n == 14336
+            names = ["bf16", "qmm", "quantize", "mma", "mma4", other,
+                     *(["mma_w8", "mma_w4"] if few else ["mma_w4", "mma_w2"])]
         assert list(calls) == names
         want = mx.quantized_matmul(x, wq, sq, bq, transpose=True, group_size=64, bits=bits)
         assert mx.array_equal(calls["qmm"](), want).item()
@@ -56,7 +59,8 @@ def test_the_arms(monkeypatch, m, n, names, bits):
             depth = 4 if name == "mma4" else cuda_gemv.MMA_GEMV_DEPTH
             rows = (int(name[len("mma_r"):]) if name.startswith("mma_r")
                     else cuda_gemv.mma_row_tiles(m, n, bits))
-            warps = int(name[len("mma_w"):]) if name.startswith("mma_w") else 8
+            shipped_w = cuda_gemv.mma_warps(m, n, bits, False, cuda_gemv.mma_row_tiles(m, n, bits))
+            warps = int(name[len("mma_w"):]) if name.startswith("mma_w") else shipped_w
             tpl = dict(one["template"])
             assert one["name"].startswith(body)
             assert (tpl["D"], tpl["RT"], tpl["W"]) == (depth, rows, warps)

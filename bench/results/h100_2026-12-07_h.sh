@@ -111,6 +111,9 @@
 # Runs M (an NVIDIA H100): DEADLINE=560 ... i2f (tree 4b64569). Runs N (another H100):
 # DEADLINE=380 ... ring2 (tree c2f8953; the ring, commit c763194, was reverted after it,
 # so parts RING and RING2 need that tree). Parts WRP, RING, I2FO, I2FB and NCG not run.
+# Part WRULE: gemv.mma_warps (two warps a block for group-wise 8-bit launches of at least
+# 3 x SMS blocks): the tensor-core GEMV's tests with the fewer-warps cases, then the
+# 4-layer B = 16 and 32 decode from the 8-bit gs64 checkpoint on the default path.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -295,6 +298,11 @@ fi
 if [ "$part" = "ring2" ]; then  # short: the ring's tests, then 8-bit kernel times
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "ring_equals"
   run 150 python3 bench/small_m_gpu_time.py --m 16,32 --kn 4096x128256,4096x14336,14336x4096 --reps 5
+fi
+if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
+  run 110 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
+  run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16 --decode 8 \
+    --batch 16,32 --rounds 3 --warm-up --weights 8bit-gs64
 fi
 if [ "$part" = "i2fo" ]; then  # exp/old's 8-bit kernel times, then this tree's
   S="--m 4,8,16,32 --kn 4096x4096,4096x128256 --reps 5"

@@ -258,9 +258,11 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 
 
 # Warps per block: each block owns 16 RT weight rows and splits K among its warps, whose
-# partial sums it adds in warp order. One count for every N, so a sibling launch (whose
-# blocks all have one size) adds each member's partials as the member's own launch does.
+# partial sums it adds in warp order (mma_warps: 8, or 2 on launches of many blocks).
 MMA_GEMV_WARPS = 8
+MMA_GEMV_FEW_WARPS = 2
+# Blocks per SM from which group-wise 8-bit launches take MMA_GEMV_FEW_WARPS a block.
+MMA_GEMV_WARP_FILL = 3
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
 
@@ -285,6 +287,27 @@ def mma_row_tiles(m: int, n: int, bits: int = 8) -> int:
     return 1
 
 
+def mma_warps(m: int, n: int, bits: int = 8, per_channel: bool = False,
+              rows: int | None = None) -> int:
+    """Warps a block (gemv_mma.cu's W) for an ``M x N`` launch (``N``: a sibling launch's
+    summed rows) of ``rows`` tiles a block (``None``: :func:`mma_row_tiles`): 2 for
+    group-wise 8-bit codes where the launch has at least ``MMA_GEMV_WARP_FILL * SMS``
+    blocks, else 8.
+
+    Fewer warps split K among fewer lanes in more, smaller blocks, so more blocks share an
+    SM. Measured on an NVIDIA H100 (``bench/small_m_gpu_time.py``, CUPTI kernel times,
+    8-bit gs64, part RING2 of ``bench/results/h100_2026-12-07_h.log``): two warps took
+    0.77-0.91x eight's time on launches of 448-8016 blocks (14336 x 4096 and 128256 x 4096,
+    N x K, at M = 16 and 32) and 1.68x and 2.26x it on 256 and 128 blocks (4096 x 14336).
+    The partials are added in another order, so the last bits of an output follow the
+    count: a sibling launch equals its members' own launches bit for bit where they take
+    the same count. 4-bit and per-channel codes keep 8 (not measured with fewer)."""
+    blocks = -(-n // (16 * (rows or mma_row_tiles(m, n, bits))))
+    if bits == 8 and not per_channel and blocks >= MMA_GEMV_WARP_FILL * SMS:
+        return MMA_GEMV_FEW_WARPS
+    return MMA_GEMV_WARPS
+
+
 def _mma_row_tiles(op: str, m: int, n: int, bits: int, rows: int | None) -> int:
     """``rows`` (tiles of 16 weight rows a block; ``None``: :func:`mma_row_tiles`),
     checked against what gemv_mma.cu takes."""
@@ -299,23 +322,25 @@ def _mma_row_tiles(op: str, m: int, n: int, bits: int, rows: int | None) -> int:
 
 def gemv_mma_spec(m: int, weight, bias, out_dtype: mx.Dtype,
                   lead: tuple[int, ...] | None = None, depth: int = MMA_GEMV_DEPTH,
-                  rows: int | None = None, warps: int = MMA_GEMV_WARPS) -> LaunchSpec:
+                  rows: int | None = None, warps: int | None = None) -> LaunchSpec:
     """The tensor-core small-M launch on the plain quantize's ``xq, xs`` (``M <= 32``,
     8-bit codes per-channel or in groups, or MLX's 4-bit codes; group size 64 / 128,
     ``K % 64 == 0``); ``depth``: steps of loads in flight a lane (2 or 4); ``rows``:
     tiles of 16 weight rows a block (1, 2 or 4, at most 8 / ceil(M / 8); ``None``:
-    :func:`mma_row_tiles`); ``warps``: warps a block, splitting K (2, 4 or 8; the
-    partials' order, so the output's last bits, follow it);
+    :func:`mma_row_tiles`); ``warps``: warps a block, splitting K (2, 4 or 8; ``None``:
+    :func:`mma_warps`; the partials' order, so the output's last bits, follow it);
     ``bench/small_m_gpu_time.py`` times the choices."""
     op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     if depth not in (2, 4):
         raise ValueError(f"{op} depth must be 2 or 4, got {depth}")
-    if warps not in (2, 4, 8):
-        raise ValueError(f"{op} warps must be 2, 4 or 8, got {warps}")
     n = weight.n
     lead = leading_shape(m, lead)
     nt = -(-m // 8)
     rows = _mma_row_tiles(op, m, n, weight.bits, rows)
+    if warps is None:
+        warps = mma_warps(m, n, weight.bits, weight.per_channel, rows)
+    if warps not in (2, 4, 8):
+        raise ValueError(f"{op} warps must be 2, 4 or 8, got {warps}")
     w_inputs, w_names, template, body = _gemv_weight(weight, bias, out_dtype)
     kern = _kernel("gemv_mma.cu", body, ("xq", "xs") + w_names, ("y",))
     return LaunchSpec(kern, tuple(w_inputs),
@@ -339,7 +364,9 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
 
     Returns:
         The spec; its launch returns one ``[*lead, N_g]`` output per member, in order,
-        each equal bit for bit to the member's own :func:`gemv_mma_spec` launch.
+        each equal bit for bit to the member's own :func:`gemv_mma_spec` launch where
+        both take the same warps a block (:func:`mma_warps` counts the summed rows here,
+        the member's own there), else within the same bound.
     """
     op = "[mlx_w8a8.cuda_int8_gemv_mma]"
     members = list(members)
@@ -347,7 +374,7 @@ def gemv_mma_group_spec(m: int, members, out_dtype: mx.Dtype,
     lead = leading_shape(m, lead)
     ns = [w.n for w, _ in members]
     rows = _mma_row_tiles(op, m, sum(ns), members[0][0].bits, rows)
-    warps = MMA_GEMV_WARPS
+    warps = mma_warps(m, sum(ns), members[0][0].bits, members[0][0].per_channel, rows)
     tail, names, template = [], ["xq", "xs"], None
     for g, (w, b) in enumerate(members):
         w_inputs, w_names, template, body = _gemv_weight(w, b, out_dtype)
@@ -391,7 +418,8 @@ class Int8GemvMma(CudaKernel):
     def variant(self, p: registry.Problem):
         grouped = p.weight_format != "per_channel"
         return (p.dtype, p.has_bias, grouped, p.group_size if grouped else None, -(-p.m // 8),
-                mma_row_tiles(p.m, p.n, p.bits))
+                mma_row_tiles(p.m, p.n, p.bits),
+                mma_warps(p.m, p.n, p.bits, p.weight_format == "per_channel"))
 
     def activations(self, p: registry.Problem, lead=None):
         return PLAIN, quantize_spec(p.m, p.k, getattr(mx, p.dtype), lead=lead)
