@@ -300,8 +300,8 @@ if [ "$part" = "ring2" ]; then  # short: the ring's tests, then 8-bit kernel tim
   run 150 python3 bench/small_m_gpu_time.py --m 16,32 --kn 4096x128256,4096x14336,14336x4096 --reps 5
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
-  run 110 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
-  run 200 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16 --decode 8 \
+  run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
+  run 120 python3 -m mlx_w8a8.bench --model llama-3-8b --layers 4 --tokens 16 --decode 8 \
     --batch 16,32 --rounds 3 --warm-up --weights 8bit-gs64
 fi
 if [ "$part" = "i2fo" ]; then  # exp/old's 8-bit kernel times, then this tree's
