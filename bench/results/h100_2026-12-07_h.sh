@@ -114,6 +114,7 @@
 # Part WRULE: gemv.mma_warps (two warps a block for group-wise 8-bit launches of at least
 # 3 x SMS blocks): the tensor-core GEMV's tests with the fewer-warps cases, then the
 # 4-layer B = 16 and 32 decode from the 8-bit gs64 checkpoint on the default path.
+# Runs O (another H100): DEADLINE=212 ... wrule (tree a197681; its bench cut by its limit).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
