@@ -113,6 +113,23 @@ def run_recorded(monkeypatch, name, m, weight):
     return y, rec.launches
 
 
+def sibling_and_first_alone(monkeypatch, ns, seed, m=32):
+    """The recorded launches of a sibling GEMV launch of group-wise weights ``[N, 256]``
+    for ``N`` in ``ns``, then of its first member alone, at ``m`` tokens."""
+    rec = record_launches(monkeypatch)
+    rng = np.random.default_rng(seed)
+    members = [(make_weight(rng, n, 256, 64, per_channel=False), None) for n in ns]
+    xq, xs = mx.zeros((m, 256), dtype=mx.int8), mx.ones((m, 1))
+    launch._kernel.cache_clear()
+    try:
+        cuda_gemv.gemv_mma_group_spec(m, members, mx.bfloat16).launch(xq, xs)
+        cuda_gemv.gemv_mma_spec(m, members[0][0], None, mx.bfloat16).launch(xq, xs)
+    finally:
+        launch._kernel.cache_clear()
+    group, alone = rec.launches
+    return group, alone
+
+
 @pytest.mark.parametrize("m,n,nt,rows,warps", [
     (1, 264, 1, 1, 8), (16, 4096, 2, 1, 8), (17, 20000, 3, 1, 2), (32, 128256, 4, 2, 2),
     (25, 4096, 4, 2, 8), (32, 1024, 4, 1, 8)])
@@ -149,17 +166,7 @@ def test_a_sibling_launch_takes_warps_by_its_summed_rows(monkeypatch):
     """gate/up at 8192 rows each (256 blocks of two tiles, 8 warps alone) launch as 512
     blocks together: 2 warps, so their partials add in another order than alone."""
     monkeypatch.setattr(cuda_gemv, "SMS", 132)
-    rec = record_launches(monkeypatch)
-    rng = np.random.default_rng(5)
-    members = [(make_weight(rng, 8192, 256, 64, per_channel=False), None) for _ in range(2)]
-    xq, xs = mx.zeros((32, 256), dtype=mx.int8), mx.ones((32, 1))
-    launch._kernel.cache_clear()
-    try:
-        cuda_gemv.gemv_mma_group_spec(32, members, mx.bfloat16).launch(xq, xs)
-        cuda_gemv.gemv_mma_spec(32, members[0][0], None, mx.bfloat16).launch(xq, xs)
-    finally:
-        launch._kernel.cache_clear()
-    group, alone = rec.launches
+    group, alone = sibling_and_first_alone(monkeypatch, (8192, 8192), seed=5)
     assert dict(group["template"])["W"] == 2 and group["grid"] == (512 * 64, 1, 1)
     assert dict(alone["template"])["W"] == 8 and alone["grid"] == (256 * 256, 1, 1)
 
@@ -183,17 +190,7 @@ def test_row_tiles_where_four_token_tiles_fill_the_gpu(m, n, rows):
 def test_a_sibling_launch_takes_row_tiles_by_its_summed_rows(monkeypatch):
     """A sibling launch fills the GPU with every member's blocks, so its row tiles follow
     the members' summed N (each member's own launch its own N)."""
-    rec = record_launches(monkeypatch)
-    rng = np.random.default_rng(6)
-    members = [(make_weight(rng, n, 256, 64, per_channel=False), None) for n in (2048, 2048)]
-    xq, xs = mx.zeros((32, 256), dtype=mx.int8), mx.ones((32, 1))
-    launch._kernel.cache_clear()
-    try:
-        cuda_gemv.gemv_mma_group_spec(32, members, mx.bfloat16).launch(xq, xs)
-        cuda_gemv.gemv_mma_spec(32, members[0][0], None, mx.bfloat16).launch(xq, xs)
-    finally:
-        launch._kernel.cache_clear()
-    group, alone = rec.launches
+    group, alone = sibling_and_first_alone(monkeypatch, (2048, 2048), seed=6)
     assert dict(group["template"])["RT"] == 2 and group["grid"] == (128 * 256, 1, 1)
     assert dict(alone["template"])["RT"] == 1 and alone["grid"] == (128 * 256, 1, 1)
 

@@ -58,15 +58,6 @@ mkdir -p "$O" tmp_t
 L="$O/g.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
-# ncu_report NAME: the Nsight Compute report $O/NAME.ncu-rep (if made) as its details page
-# (NAME.txt) and its SASS source page (NAME.sass.csv.gz), summarized into the log.
-ncu_report() {
-  [ -f "$O/$1.ncu-rep" ] || return
-  ncu -i "$O/$1.ncu-rep" --page details > "$O/$1.txt" 2>&1
-  ncu -i "$O/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$1.sass.csv.gz"
-  rm -f "$O/$1.ncu-rep"
-  python3 bench/ncu_summary.py "$O/$1.sass.csv.gz" --top 25 >> "$L" 2>&1
-}
 for part in "$@"; do  # parts in order, one process: DEADLINE holds for them all
 echo "===== part $part, tree ${TREE:-?}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -n 1)" >> "$L"
 if [ "$part" = "lds" ]; then

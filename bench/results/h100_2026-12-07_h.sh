@@ -121,15 +121,6 @@ O=${OUT:-/tmp/h100_h}
 mkdir -p "$O" tmp_t
 L="$O/h.log"
 . "$(dirname "$0")/device_run.sh"  # run LIMIT CMD...: into $L, within DEADLINE
-# ncu_report NAME: the Nsight Compute report $O/NAME.ncu-rep (if made) as its details page
-# and its per-instruction source page, summarized into the log
-ncu_report() {
-  [ -f "$O/$1.ncu-rep" ] || return
-  ncu -i "$O/$1.ncu-rep" --page details > "$O/$1.txt" 2>&1
-  ncu -i "$O/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$O/$1.sass.csv.gz"
-  rm -f "$O/$1.ncu-rep"
-  python3 bench/ncu_summary.py "$O/$1.sass.csv.gz" --top 25 >> "$L" 2>&1
-}
 N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
 MB="--model llama-3-8b --layers 4 --tokens 512,2048 --decode 16 --batch 16 --rounds 3 --warm-up"
 BD="--model llama-3-8b --layers 4 --tokens 16 --decode 16 --batch 16 --rounds 5 --warm-up --weights 8bit-gs64"  # B = 16 decode
