@@ -9,7 +9,7 @@ namespace w8a8 {
 // float32 are 1.5 * 2^23 + v exactly, so biased_to_float returns float(v) with one
 // exact float subtract. The conversion it replaces (I2FP, cvt.rn.f32.s32) runs on
 // sm_90's quarter-rate conversion pipe, and the grouped GEMVs convert every group's
-// sums: at 32 tokens that pipe, not the weights' bytes, set the kernel's pace.
+// sums (on an H100 the tensor-core GEMV's time did not change with it: docs/cuda.md).
 // Invariant (callers): |v| < 2^22. A group's sum of at most 128 products of int8 codes
 // and q - 128 (or 4-bit codes) is at most 128 * 127 * 128 < 2^21; activation-code sums
 // are smaller.
