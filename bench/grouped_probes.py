@@ -27,7 +27,18 @@ design: they measure where the time goes, not a result).
 - ``sub_nopromo``: the subnormal promotion reduced to one float add per accumulator and
   group (no terms loads): the floor of its mainloop.
 
-Usage: ``python bench/grouped_probes.py DIR`` writes ``DIR/<probe>/gemm_grouped_ws.cu``.
+Two more take the subnormal mainloop itself apart (``gemm_subnormal.cu``, with
+``sub_nopromo``'s ``gemm_grouped_ws.cu``), to tell what that floor is made of:
+
+- ``sub_acc``: ``sub_nopromo`` with each group's first wgmma accumulating into its set
+  instead of restarting it (scale-d 1): the sets never restart, the waits stay;
+- ``sub_nowait``: no promotion and no wait between a block's groups (one at its end):
+  a block's wgmmas issued back to back, each group still restarting its set. A stage is
+  then released while wgmmas reading it may still run, so this is a bound on the
+  mainloop's speed, not a kernel.
+
+Usage: ``python bench/grouped_probes.py DIR`` writes ``DIR/<probe>/gemm_grouped_ws.cu``
+(and ``gemm_subnormal.cu`` for the mainloop probes).
 Each edit is checked to apply exactly once, so a changed kernel file stops it with an
 error instead of a probe that measures something else. Needs no GPU.
 """
@@ -43,6 +54,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlx_w8a8.kernels import sources  # noqa: E402
 
 FILE = "gemm_grouped_ws.cu"
+SUB_FILE = "gemm_subnormal.cu"
+# The subnormal mainloop's parts the mainloop probes change (gemm_subnormal.cu).
+SUB_FIRST = "wgmma_uu_step<BN>(d, sa, sb, j * kSteps, 0);"
+SUB_WAIT = "wgmma_wait<1>();  // group u complete, u + 1 in flight"
+SUB_PROMOTE = "pin_set<BN>(d);\n    subnormal_promote<BN>(f, d, sp);"
 # grouped_promote's column loop: the one whose terms are a float4 t (shipped: loaded by
 # lds_f4; the noterm probe: constants).
 LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = "
@@ -55,9 +71,9 @@ SETS = """  int d[BN / 2];
   float f[BN / 2];"""
 
 
-def once(text: str, old: str, new: str) -> str:
+def once(text: str, old: str, new: str, file: str = FILE) -> str:
     if text.count(old) != 1:
-        raise SystemExit(f"[grouped_probes] {FILE} no longer has exactly one {old[:60]!r}")
+        raise SystemExit(f"[grouped_probes] {file} no longer has exactly one {old[:60]!r}")
     return text.replace(old, new)
 
 
@@ -131,15 +147,32 @@ def probes(text: str) -> dict[str, str]:
             "sonly": text[:start] + sonly + text[end:]}
 
 
+def mainloop_probes(grouped: str, sub: str) -> dict[str, dict[str, str]]:
+    """``{probe: {file: text}}``: the probes of the subnormal mainloop (``sub_acc``,
+    ``sub_nowait``; the module docstring says what each removes), from the kernel files'
+    texts ``grouped`` (gemm_grouped_ws.cu) and ``sub`` (gemm_subnormal.cu)."""
+    nopromo = probes(grouped)["sub_nopromo"]
+    acc = once(sub, SUB_FIRST, SUB_FIRST.replace(", 0);", ", 1);  // probe: the set never restarts"),
+               SUB_FILE)
+    nowait = once(sub, SUB_WAIT, "// probe: no wait between groups", SUB_FILE)
+    nowait = once(nowait, SUB_PROMOTE, "(void)d;  // probe: no promotion", SUB_FILE)
+    return {"sub_acc": {FILE: nopromo, SUB_FILE: acc},
+            "sub_nowait": {SUB_FILE: nowait}}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", help="where to write <probe>/gemm_grouped_ws.cu")
+    p.add_argument("dir", help="where to write <probe>/gemm_grouped_ws.cu (and gemm_subnormal.cu)")
     args = p.parse_args(argv)
-    for name, text in probes(sources.read("cuda", FILE)).items():
+    grouped, sub = sources.read("cuda", FILE), sources.read("cuda", SUB_FILE)
+    written = {name: {FILE: text} for name, text in probes(grouped).items()}
+    written.update(mainloop_probes(grouped, sub))
+    for name, files in written.items():
         os.makedirs(os.path.join(args.dir, name), exist_ok=True)
-        with open(os.path.join(args.dir, name, FILE), "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"{args.dir}/{name}/{FILE}")
+        for file, text in files.items():
+            with open(os.path.join(args.dir, name, file), "w", encoding="utf-8") as f:
+                f.write(text)
+            print(f"{args.dir}/{name}/{file}")
     return 0
 
 

@@ -90,9 +90,42 @@ def test_promotion_probes_change_their_part_only():
     assert "fma_keep_subnormal(__int_as_float" not in probes["sub_nopromo"]
 
 
+def test_mainloop_probes_change_their_part_only():
+    """sub_acc: sub_nopromo's promotion file and each group's first wgmma accumulating
+    (scale-d 1); sub_nowait: the subnormal mainloop without its per-group wait and
+    promotion, the group-wise file as shipped (not written)."""
+    grouped = sources.read("cuda", grouped_probes.FILE)
+    sub = sources.read("cuda", grouped_probes.SUB_FILE)
+    probes = grouped_probes.mainloop_probes(grouped, sub)
+    assert set(probes) == {"sub_acc", "sub_nowait"}
+
+    def changed(a, b):  # (lines only in a, lines only in b)
+        la, lb = a.splitlines(), b.splitlines()
+        return [ln for ln in la if ln not in lb], [ln for ln in lb if ln not in la]
+    acc = probes["sub_acc"]
+    assert acc[grouped_probes.FILE] == grouped_probes.probes(grouped)["sub_nopromo"]
+    gone, new = changed(sub, acc[grouped_probes.SUB_FILE])
+    assert [ln.strip() for ln in gone] == [grouped_probes.SUB_FIRST]
+    assert len(new) == 1 and "j * kSteps, 1);" in new[0]
+    nowait = probes["sub_nowait"]
+    assert set(nowait) == {grouped_probes.SUB_FILE}
+    gone, new = changed(sub, nowait[grouped_probes.SUB_FILE])
+    assert sorted(ln.strip() for ln in gone) == sorted(
+        [grouped_probes.SUB_WAIT, *(ln.strip() for ln in grouped_probes.SUB_PROMOTE.split("\n"))])
+    assert "subnormal_promote<BN>" not in nowait[grouped_probes.SUB_FILE]
+    assert nowait[grouped_probes.SUB_FILE].count("wgmma_wait<0>();") == sub.count("wgmma_wait<0>();")
+    with pytest.raises(SystemExit, match="gemm_subnormal.cu no longer has exactly one"):
+        grouped_probes.mainloop_probes(grouped, sub.replace(grouped_probes.SUB_WAIT, ""))
+
+
 def test_writes_one_folder_per_probe(tmp_path, capsys):
     assert grouped_probes.main([str(tmp_path)]) == 0
-    names = ("nopromo", "noterm", "nomma", "sonly", "denorm", "denorm2", "sub_s8", "sub_nopromo")
+    names = ("nopromo", "noterm", "nomma", "sonly", "denorm", "denorm2", "sub_s8", "sub_nopromo",
+             "sub_acc")
     for name in names:
         assert (tmp_path / name / grouped_probes.FILE).is_file()
-    assert capsys.readouterr().out.count(grouped_probes.FILE) == len(names)
+    for name in ("sub_acc", "sub_nowait"):
+        assert (tmp_path / name / grouped_probes.SUB_FILE).is_file()
+    assert not (tmp_path / "sub_nowait" / grouped_probes.FILE).exists()
+    out = capsys.readouterr().out
+    assert out.count(grouped_probes.FILE) == len(names) and out.count(grouped_probes.SUB_FILE) == 2

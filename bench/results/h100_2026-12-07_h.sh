@@ -115,6 +115,14 @@
 # 3 x SMS blocks): the tensor-core GEMV's tests with the fewer-warps cases, then the
 # 4-layer B = 16 and 32 decode from the 8-bit gs64 checkpoint on the default path.
 # Runs O (another H100): DEADLINE=212 ... wrule (tree a197681; its bench cut by its limit).
+# Part WRB: part WRULE's bench (the 4-layer B = 16 and 32 decode from the 8-bit gs64
+# checkpoint, default path) on this tree, then on exp/norule (untracked: this tree's package
+# with MMA_GEMV_WARP_FILL set to 10**9, so every launch keeps eight warps), in one call:
+#   mkdir -p exp/norule && git archive HEAD mlx_w8a8 | tar -x -C exp/norule
+#   sed -i 's/^MMA_GEMV_WARP_FILL = 3$/MMA_GEMV_WARP_FILL = 10**9/' exp/norule/mlx_w8a8/kernels/cuda/gemv.py
+# Part PRB: the subnormal mainloop's probes (bench/grouped_probes.py exp/probes: sub_nopromo,
+# sub_acc, sub_nowait) beside the shipped subnormal tiles, 8-bit gs64, M = 2048 and 512 on
+# 4096 x 14336 (K x N). Part MB8 / MB4 as above on an H200.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -290,6 +298,17 @@ fi
 if [ "$part" = "ring2" ]; then  # short: the ring's tests, then 8-bit kernel times
   run 150 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "ring_equals"
   run 150 python3 bench/small_m_gpu_time.py --m 16,32 --kn 4096x128256,4096x14336,14336x4096 --reps 5
+fi
+if [ "$part" = "wrb" ]; then  # the warps rule in the model: this tree, then exp/norule (8 warps always)
+  B="--model llama-3-8b --layers 4 --tokens 16 --decode 8 --batch 16,32 --rounds 3 --warm-up --weights 8bit-gs64"
+  run 220 python3 -m mlx_w8a8.bench $B
+  (cd exp/norule && run 170 python3 -m mlx_w8a8.bench $B)
+fi
+if [ "$part" = "prb" ]; then  # the subnormal mainloop's floor: probes beside the shipped tiles
+  for p in sub_nopromo sub_acc sub_nowait; do
+    run 110 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
+      --kn 4096x14336 --reps 5 --kernel-dir exp/probes/$p
+  done
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
