@@ -123,6 +123,8 @@
 # Part PRB: the subnormal mainloop's probes (bench/grouped_probes.py exp/probes: sub_nopromo,
 # sub_acc, sub_nowait) beside the shipped subnormal tiles, 8-bit gs64, M = 2048 and 512 on
 # 4096 x 14336 (K x N). Part MB8 / MB4 as above on an H200.
+# Runs P (an NVIDIA H100): DEADLINE=565 ... wrb prb (tree 11052a0; WRB's first bench, the
+# first process on that machine, cut by its 220 s limit, since 330 s).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -301,7 +303,8 @@ if [ "$part" = "ring2" ]; then  # short: the ring's tests, then 8-bit kernel tim
 fi
 if [ "$part" = "wrb" ]; then  # the warps rule in the model: this tree, then exp/norule (8 warps always)
   B="--model llama-3-8b --layers 4 --tokens 16 --decode 8 --batch 16,32 --rounds 3 --warm-up --weights 8bit-gs64"
-  run 220 python3 -m mlx_w8a8.bench $B
+  run 330 python3 -m mlx_w8a8.bench $B
+  echo "===== the next command in exp/norule" >> "$L"
   (cd exp/norule && run 170 python3 -m mlx_w8a8.bench $B)
 fi
 if [ "$part" = "prb" ]; then  # the subnormal mainloop's floor: probes beside the shipped tiles
