@@ -658,14 +658,14 @@ def test_gemv_mma_fewer_warps_within_the_bound(rng, m, n, warps, fmt, group_size
     """Two or four warps a block (gemv_mma.cu's W): K split among fewer warps, their
     partials added in another order; within the oracle's bound, N = 264 leaving the last
     block partly past N (poisoned outputs); at N = 12672, M = 32 the shipped rule's two
-    warps (group-wise 8-bit) or eight (the other formats)."""
+    warps (group-wise codes) or eight (per-channel codes)."""
     k = 1088 if group_size == 64 else 1024
     x = activation(rng, m, k, dtype)
     ((weight, bias),) = sibling_members(rng, (n,), k, dtype, with_bias, fmt, group_size)
     xq, xs = cuda_quantize.quantize_spec(m, k, x.dtype).launch(x)[:2]
     spec = cuda_gemv.gemv_mma_spec(m, weight, bias, x.dtype, warps=warps)
     if warps is None:
-        assert dict(spec.template)["W"] == (2 if fmt == "grouped" else 8)
+        assert dict(spec.template)["W"] == (8 if fmt == "per_channel" else 2)
     y = spec.launch(xq, xs)[0]
     want, bound = (oracle.linear4 if fmt == "grouped4" else oracle.linear)(
         host(x), weight, None if bias is None else host(bias))

@@ -154,8 +154,10 @@ def test_the_launch(monkeypatch, m, n, nt, rows, warps):
     (16, 6320, 8, False, 8),
     (32, 4096, 8, False, 8),     # 128 blocks (o_proj, down_proj's N)
     (8, 128256, 8, False, 2),
-    (32, 128256, 4, False, 8),   # 4-bit codes: not measured with fewer warps
-    (32, 128256, 8, True, 8),    # per-channel codes: likewise
+    (32, 128256, 4, False, 2),   # 4-bit codes: one row tile, 8016 blocks
+    (16, 14336, 4, False, 2),    # 896 blocks
+    (32, 4096, 4, False, 8),     # 256 blocks
+    (32, 128256, 8, True, 8),    # per-channel codes: not measured with fewer warps
 ])
 def test_warps_follow_the_launchs_blocks(monkeypatch, m, n, bits, per_channel, warps):
     monkeypatch.setattr(cuda_gemv, "SMS", 132)

@@ -27,7 +27,7 @@ from mlx_w8a8.weight import QuantizedWeight  # noqa: E402
               "mma_w2"]),
     (17, 48, ["bf16", "qmm", "quantize", "mma", "mma4", "mma_r2", "mma_w4", "mma_w2"]),
     (32, 4096, None),  # shipped: two row tiles at 8 bits, one at 4
-    (32, 14336, None),  # 448 blocks of two tiles: two warps a block at 8 bits
+    (32, 14336, None),  # 448 (8-bit, two row tiles) or 896 blocks: two warps a block
 ])
 def test_the_arms(monkeypatch, m, n, names, bits):
     """Each code width's arms launch its own bodies (4 bits: the grouped4 ones, which
@@ -45,7 +45,7 @@ def test_the_arms(monkeypatch, m, n, names, bits):
         calls = small_m_gpu_time.arms(m, x, w, (wq, sq, bq), weight)
         if names is None:
             other = "mma_r1" if bits == 8 else "mma_r2"
-            few = bits == 8 and n == 14336
+            few = n == 14336  # blocks enough for two warps a block (gemv.mma_warps)
             names = ["bf16", "qmm", "quantize", "mma", "mma4", other,
                      *(["mma_w8", "mma_w4"] if few else ["mma_w4", "mma_w2"])]
         assert list(calls) == names

@@ -125,6 +125,9 @@
 # 4096 x 14336 (K x N). Part MB8 / MB4 as above on an H200.
 # Runs P (an NVIDIA H100): DEADLINE=565 ... wrb prb (tree 11052a0; WRB's first bench, the
 # first process on that machine, cut by its 220 s limit, since 330 s).
+# Runs Q (another H100): DEADLINE=520 ... wrb (tree 000c112), then part W4K by hand on the
+# same machine: python3 bench/small_m_gpu_time.py --m 16,32 --bits 4
+# --kn 4096x128256,4096x14336,14336x4096 --reps 5 (the 4-bit GEMV with 8, 4 and 2 warps).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}

@@ -261,7 +261,7 @@ MMA_GEMV_K_MULTIPLE = 64  # codes per step of a warp
 # partial sums it adds in warp order (mma_warps: 8, or 2 on launches of many blocks).
 MMA_GEMV_WARPS = 8
 MMA_GEMV_FEW_WARPS = 2
-# Blocks per SM from which group-wise 8-bit launches take MMA_GEMV_FEW_WARPS a block.
+# Blocks per SM from which group-wise launches take MMA_GEMV_FEW_WARPS a block.
 MMA_GEMV_WARP_FILL = 3
 # Steps of 64 codes whose loads a lane has in flight (gemv_mma.cu's D: 2 or 4).
 MMA_GEMV_DEPTH = 2
@@ -291,19 +291,23 @@ def mma_warps(m: int, n: int, bits: int = 8, per_channel: bool = False,
               rows: int | None = None) -> int:
     """Warps a block (gemv_mma.cu's W) for an ``M x N`` launch (``N``: a sibling launch's
     summed rows) of ``rows`` tiles a block (``None``: :func:`mma_row_tiles`): 2 for
-    group-wise 8-bit codes where the launch has at least ``MMA_GEMV_WARP_FILL * SMS``
-    blocks, else 8.
+    group-wise codes (8-bit or MLX's 4-bit) where the launch has at least
+    ``MMA_GEMV_WARP_FILL * SMS`` blocks, else 8.
 
     Fewer warps split K among fewer lanes in more, smaller blocks, so more blocks share an
-    SM. Measured on an NVIDIA H100 (``bench/small_m_gpu_time.py``, CUPTI kernel times,
-    8-bit gs64, part RING2 of ``bench/results/h100_2026-12-07_h.log``): two warps took
-    0.77-0.91x eight's time on launches of 448-8016 blocks (14336 x 4096 and 128256 x 4096,
-    N x K, at M = 16 and 32) and 1.68x and 2.26x it on 256 and 128 blocks (4096 x 14336).
-    The partials are added in another order, so the last bits of an output follow the
-    count: a sibling launch equals its members' own launches bit for bit where they take
-    the same count. 4-bit and per-channel codes keep 8 (not measured with fewer)."""
+    SM. Measured on NVIDIA H100s (``bench/small_m_gpu_time.py``, CUPTI kernel times, group
+    size 64; ``bench/results/h100_2026-12-07_h.log``): with 8-bit codes (part RING2) two
+    warps took 0.77-0.91x eight's time on launches of 448-8016 blocks (14336 x 4096 and
+    128256 x 4096, N x K, at M = 16 and 32) and 1.68x and 2.26x it on 256 and 128 blocks
+    (4096 x 14336); in the 4-layer Llama-3-8B decode from the 8-bit gs64 checkpoint the
+    step took 0.92x / 0.93x the eight-warp step's time at B = 16 / 32 (part WRB, the same
+    machine). With 4-bit codes (part W4K) two warps took 0.64-0.95x eight's time on the
+    four launches of 448-8016 blocks and 1.38-2.23x it on 128 and 256 blocks. The partials
+    are added in another order, so the last bits of an output follow the count: a sibling
+    launch equals its members' own launches bit for bit where they take the same count.
+    Per-channel codes keep 8 (not measured with fewer)."""
     blocks = -(-n // (16 * (rows or mma_row_tiles(m, n, bits))))
-    if bits == 8 and not per_channel and blocks >= MMA_GEMV_WARP_FILL * SMS:
+    if not per_channel and blocks >= MMA_GEMV_WARP_FILL * SMS:
         return MMA_GEMV_FEW_WARPS
     return MMA_GEMV_WARPS
 
