@@ -128,6 +128,9 @@
 # Runs Q (another H100): DEADLINE=520 ... wrb (tree 000c112), then part W4K by hand on the
 # same machine: python3 bench/small_m_gpu_time.py --m 16,32 --bits 4
 # --kn 4096x128256,4096x14336,14336x4096 --reps 5 (the 4-bit GEMV with 8, 4 and 2 warps).
+# Part NCD: the tensor-core GEMV's tests with the 4-bit launches' default now two warps on
+# wide launches, then Nsight Compute's full set on the dequantizing GEMM (4-bit gs64, its
+# 256-token tile, M = 2048, 4096 x 14336 K x N), summarized into the log.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -315,6 +318,13 @@ if [ "$part" = "prb" ]; then  # the subnormal mainloop's floor: probes beside th
     run 110 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 8 --m 2048,512 \
       --kn 4096x14336 --reps 5 --kernel-dir exp/probes/$p
   done
+fi
+if [ "$part" = "ncd" ]; then  # the GEMV tests (4-bit default: two warps on wide launches); Nsight Compute on the 4-bit dequantizing GEMM
+  run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
+  run 200 ncu -f --set full --import-source no -o "$O/ncu_dq" -k "regex:gemm_dequant" -c 1 \
+    python3 bench/tile_gpu_time.py --once --grouped 64 --bits 4 --m 2048 --kn 4096x14336
+  ncu_report ncu_dq
+  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active|L1/TEX Hit|Shared Memory|Bank Conflicts|Theoretical Occupancy|Block Limit" "$O/ncu_dq.txt" >> "$L" 2>&1
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
