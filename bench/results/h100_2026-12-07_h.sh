@@ -321,7 +321,7 @@ if [ "$part" = "prb" ]; then  # the subnormal mainloop's floor: probes beside th
 fi
 if [ "$part" = "ncd" ]; then  # the GEMV tests (4-bit default: two warps on wide launches); Nsight Compute on the 4-bit dequantizing GEMM
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
-  run 200 ncu -f --set full --import-source no -o "$O/ncu_dq" -k "regex:gemm_dequant" -c 1 \
+  run 150 ncu -f --set full --import-source no -o "$O/ncu_dq" -k "regex:gemm_dequant" -c 1 \
     python3 bench/tile_gpu_time.py --once --grouped 64 --sub --bits 4 --m 2048 --kn 4096x14336
   ncu_report ncu_dq
   grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active|L1/TEX Hit|Shared Memory|Bank Conflicts|Theoretical Occupancy|Block Limit" "$O/ncu_dq.txt" >> "$L" 2>&1
