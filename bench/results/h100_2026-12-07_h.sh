@@ -131,6 +131,7 @@
 # Part NCD: the tensor-core GEMV's tests with the 4-bit launches' default now two warps on
 # wide launches, then Nsight Compute's full set on the dequantizing GEMM (4-bit gs64, its
 # 256-token tile, M = 2048, 4096 x 14336 K x N), summarized into the log.
+# Runs R (another H100): DEADLINE=250 ... ncd (tree dda26bc).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
