@@ -302,7 +302,7 @@ def mma_warps(m: int, n: int, bits: int = 8, per_channel: bool = False,
     (4096 x 14336); in the 4-layer Llama-3-8B decode from the 8-bit gs64 checkpoint the
     step took 0.92x / 0.93x the eight-warp step's time at B = 16 / 32 (part WRB, the same
     machine). With 4-bit codes (part W4K) two warps took 0.64-0.95x eight's time on the
-    four launches of 448-8016 blocks and 1.38-2.23x it on 128 and 256 blocks. The partials
+    four launches of 896-8016 blocks and 1.38-2.23x it on 256 blocks. The partials
     are added in another order, so the last bits of an output follow the count: a sibling
     launch equals its members' own launches bit for bit where they take the same count.
     Per-channel codes keep 8 (not measured with fewer)."""
