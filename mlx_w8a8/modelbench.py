@@ -81,6 +81,7 @@ this module's model building, prefill and decode).
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -188,6 +189,9 @@ def add_arguments(p) -> None:
     g.add_argument("--skip", nargs="+", metavar="PATTERN",
                    help="layers the mlx_w8a8 variant keeps on W8A16 (mlx_w8a8.quantize's "
                    "skip=, e.g. lm_head down_proj): the speed of a mixed model")
+    g.add_argument("--no-progress", action="store_true",
+                   help="print no progress lines to stderr (by default a line as the warm-up "
+                   "and each row finish, with the row's ratios: a run cut short keeps them)")
 
 
 def settings(args) -> dict:
@@ -706,6 +710,14 @@ def run(args, stream, out, emit) -> int:
     rows = []
     working: dict[int, dict[str, int]] = {}
     warmed = None
+    say = ((lambda line: None) if getattr(args, "no_progress", False)
+           else (lambda line: print(f"[mlx_w8a8.bench] {line}", file=sys.stderr, flush=True)))
+    begun = time.perf_counter()
+
+    def add(label: str, summary: dict) -> None:
+        """A finished row: kept for the table and said at once (progress_line)."""
+        rows.append((label, summary))
+        say(progress_line(label, summary, lm, time.perf_counter() - begun))
     if cfg["warm_up"]:
         import mlx_w8a8
 
@@ -715,6 +727,7 @@ def run(args, stream, out, emit) -> int:
         calls = sum(len(mlx_w8a8.warm_up(variants[n], max_tokens=longest, progress=False).compiled)
                     for n in ("mlx_w8a8", OUTLIERS) if n in variants)
         warmed = (calls, time.perf_counter() - start, longest)
+        say(f"mlx_w8a8.warm_up: {calls} calls, {warmed[1]:.1f} s (M = 1 ... {longest})")
         emit({"kind": "warm_up", "variant": "mlx_w8a8", "max_tokens": longest,
               "calls": warmed[0], "seconds": round(warmed[1], 3)}, stream)
 
@@ -747,11 +760,11 @@ def run(args, stream, out, emit) -> int:
                    "sqnr_db": {n: _finite(v) for n, v in sqnr.items()},
                    "working_bytes": working[t]}
         emit(summary, stream)
-        rows.append((f"prefill T={t}", summary))
+        add(f"prefill T={t}", summary)
         if cfg["new_lengths"]:
             summary = new_lengths(names, cfg["rounds"], t, pool, on, record("prefill-new", t))
             emit(summary, stream)
-            rows.append((f"prefill T={t}+, new lengths", summary))
+            add(f"prefill T={t}+, new lengths", summary)
         mx.clear_cache()
     if cfg["decode"]:
         n = cfg["decode"]
@@ -763,7 +776,7 @@ def run(args, stream, out, emit) -> int:
         summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"],
                    **summarize(times, n)}
         emit(summary, stream)
-        rows.append((f"decode N={n} (prompt {cfg['prompt']})", summary))
+        add(f"decode N={n} (prompt {cfg['prompt']})", summary)
     steps = {}
     for b in batch:
         n = cfg["decode"]
@@ -780,7 +793,7 @@ def run(args, stream, out, emit) -> int:
                               for v, ts in times.items()}}
         emit(summary, stream)
         label_b = f"decode B={b} N={n} (prompt {cfg['prompt']})"
-        rows.append((label_b, summary))
+        add(label_b, summary)
         steps[label_b] = summary["step_s"]
     for n in ("mlx_w8a8", OUTLIERS):
         if n in variants:
@@ -811,6 +824,17 @@ def run(args, stream, out, emit) -> int:
         print(f"decode B=...: B sequences decoding together by {batch_loop_name}; tok/s = "
               "B x steps / time", file=out)
     return 0
+
+
+def progress_line(label: str, summary: dict, lm: str, seconds: float) -> str:
+    """One finished row as a progress line: its medians of ``mlx_w8a8`` over bf16 and
+    over the mlx-lm baseline ``lm`` (the table's first two ratio columns) and the seconds
+    since the variants were built (a warm-up included)."""
+    def ratio(key):
+        median = summary["ratio"].get(key, {}).get("median")
+        return "-" if median is None else f"{median:.2f}x"
+    return (f"{label}: w8a8 / bf16 {ratio('mlx_w8a8/bf16')}, w8a8 / {lm} "
+            f"{ratio(f'mlx_w8a8/{lm}')} ({seconds:.0f} s)")
 
 
 def decisions(model: nn.Module) -> dict[str, str]:
@@ -879,8 +903,6 @@ def _finite(x: float):
 
 
 if __name__ == "__main__":  # a library module of the bench: say which command runs it
-    import sys
-
     print("[mlx_w8a8.modelbench] this module has no command of its own; run it as "
           "python -m mlx_w8a8.bench --model PATH|PRESET (--help for the options)",
           file=sys.stderr)

@@ -538,6 +538,7 @@ def test_weights_folder_composes_with_model(tmp_path, tiny128, capsys):
         assert setup["weights"]["source"] == "checkpoint" and setup["weights"]["bits"] == 4
         assert setup["variants"] == ["bf16", "mlx-lm-4bit", "mlx_w8a8"]
         assert "mlx-lm-4bit tok/s" in text and f"the mlx-lm checkpoint {folder}" in text
+    capsys.readouterr()  # what those runs said on stderr (their progress lines)
     # another model with the folder's weights, and a float-only format of the folder
     for flags, want in ((["--model", tiny128, "--weights", str(folder)],
                          f"--weights {str(folder)!r} is a checkpoint folder"),
@@ -693,3 +694,31 @@ def test_working_memory_is_the_peak_above_what_was_in_use():
     assert work["a"] >= 4 * (1 << 20), work
     modelbench.working_memory(lambda: keep, work, "b")
     assert work["b"] < (1 << 20), work
+
+
+def test_each_finished_row_is_said_on_stderr_as_it_finishes(tiny, tmp_path, capsys):
+    """A line per row on stderr, in the table's order, with the row's medians (what a run
+    cut short keeps); --no-progress prints none and leaves the table as it is."""
+    pytest.importorskip("mlx_lm")
+    argv = ["--model", tiny, "--tokens", "1,4", "--decode", "2", "--prompt", "3", "--rounds", "2",
+            "--batch", "2"]
+    code, text, lines = run(argv, tmp_path)
+    assert code == 0, text
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[mlx_w8a8.bench] ")]
+    summaries = [l for l in lines if l["kind"] == "summary"]
+    labels = ["prefill T=1", "prefill T=4", "decode N=2 (prompt 3)", "decode B=2 N=2 (prompt 3)"]
+    assert [ln.split("] ", 1)[1].split(":")[0] for ln in said] == labels
+    for line, s in zip(said, summaries):
+        ours = s["ratio"]["mlx_w8a8/bf16"]["median"]
+        lm = s["ratio"]["mlx_w8a8/mlx-lm-8bit"]["median"]
+        assert f"w8a8 / bf16 {ours:.2f}x, w8a8 / mlx-lm-8bit {lm:.2f}x (" in line
+        assert line.endswith(" s)")
+    code, quiet_text, _ = run(argv + ["--no-progress"], tmp_path)
+    assert code == 0 and "[mlx_w8a8.bench]" not in capsys.readouterr().err
+    assert quiet_text.count("decode B=2 N=2 (prompt 3)") == text.count("decode B=2 N=2 (prompt 3)")
+
+
+def test_a_progress_line_without_a_ratio_says_so():
+    summary = {"ratio": {"mlx_w8a8/bf16": {"median": 1.234}, "mlx_w8a8/mlx-lm-4bit": {"median": None}}}
+    assert (modelbench.progress_line("prefill T=8", summary, "mlx-lm-4bit", 12.4)
+            == "prefill T=8: w8a8 / bf16 1.23x, w8a8 / mlx-lm-4bit - (12 s)")
