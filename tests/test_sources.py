@@ -199,6 +199,23 @@ def test_closure_refuses_a_constant_without_a_stable_repr(tmp_path, monkeypatch)
         sources.closure([m.run], ("pkg_obj.m",))
 
 
+def test_closures_read_each_function_once(tmp_path, monkeypatch):
+    """Candidates' closures overlap (every CUDA candidate reaches the launch helpers): a
+    second closure over the same functions reads no source again and gives the same
+    digest (the memo is keyed by the function object: an edited copy of a module, new
+    objects under the same names, is read afresh; the helper-edit test above)."""
+    import inspect
+
+    _, first, _ = _closure_digest(tmp_path, monkeypatch, name="once")
+    kern = __import__("pkg.kern", fromlist=["run"])
+    reads = []
+    real = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda obj: reads.append(obj) or real(obj))
+    again = sources.closure_digest([kern.run], ("pkg.kern", "pkg.launch"), (".cu",),
+                                   lambda f: [f"text of {f}"])
+    assert again == first and reads == []
+
+
 def test_candidate_digests_are_the_same_in_every_process():
     """A table written by one process is read by another: a digest that depended on
     hash seeds, addresses or import order would make every shipped entry stale."""

@@ -89,9 +89,9 @@ def closure(entries: Iterable[Callable], modules: Iterable[str]) -> dict[str, st
         key = f"{obj.__module__}.{obj.__qualname__}"
         if key in out:
             continue
-        out[key] = _source(obj)
+        out[key] = _read_once(_SOURCES, _source, obj)
         scope = sys.modules[obj.__module__].__dict__
-        for name, attr in _names(obj):
+        for name, attr in _read_once(_NAMES, _names, obj):
             value = scope.get(name, _MISSING)
             if attr is not None and inspect.ismodule(value) and value.__name__ in modules:
                 owner, name, value = value.__name__, attr, getattr(value, attr, _MISSING)
@@ -133,6 +133,21 @@ def closure_digest(entries: Iterable[Callable], modules: Iterable[str],
 
 
 _MISSING = object()
+
+# What closure reads of each function or class: its source text and the names in it,
+# once per object and process. The candidates' closures overlap (every CUDA candidate
+# reaches the launch helpers), and reading and parsing the same source again for each was
+# most of what `import mlx_w8a8` cost. Keyed by the object itself, so a function put in
+# another's place (a test's monkeypatch) is read afresh.
+_SOURCES: dict = {}
+_NAMES: dict = {}
+
+
+def _read_once(memo: dict, read_source: Callable, obj):
+    """``read_source(obj)``, remembered in ``memo`` for ``obj``."""
+    if obj not in memo:
+        memo[obj] = read_source(obj)
+    return memo[obj]
 
 
 def _is_code(value) -> bool:
