@@ -59,7 +59,7 @@ def code_digest(*functions: Callable, texts: tuple[str, ...] = (), params: str =
         texts: kernel source texts (e.g. from :func:`read`).
         params: launch parameters and constants, as text.
     """
-    return digest(*(_source(f) for f in functions), *texts, params)
+    return digest(*(_source(f, _source_text(f)) for f in functions), *texts, params)
 
 
 def closure(entries: Iterable[Callable], modules: Iterable[str]) -> dict[str, str]:
@@ -89,9 +89,9 @@ def closure(entries: Iterable[Callable], modules: Iterable[str]) -> dict[str, st
         key = f"{obj.__module__}.{obj.__qualname__}"
         if key in out:
             continue
-        out[key] = _read_once(_SOURCES, _source, obj)
+        out[key], names = _read(obj)
         scope = sys.modules[obj.__module__].__dict__
-        for name, attr in _read_once(_NAMES, _names, obj):
+        for name, attr in names:
             value = scope.get(name, _MISSING)
             if attr is not None and inspect.ismodule(value) and value.__name__ in modules:
                 owner, name, value = value.__name__, attr, getattr(value, attr, _MISSING)
@@ -134,20 +134,31 @@ def closure_digest(entries: Iterable[Callable], modules: Iterable[str],
 
 _MISSING = object()
 
-# What closure reads of each function or class: its source text and the names in it,
-# once per object and process. The candidates' closures overlap (every CUDA candidate
-# reaches the launch helpers), and reading and parsing the same source again for each was
-# most of what `import mlx_w8a8` cost. Keyed by the object itself, so a function put in
-# another's place (a test's monkeypatch) is read afresh.
-_SOURCES: dict = {}
-_NAMES: dict = {}
+# What closure reads of each function or class (its code text and the names in it),
+# from one read of its source, once per object and process. The candidates' closures
+# overlap (every CUDA candidate reaches the launch helpers), and reading and parsing the
+# same source again for each was most of what `import mlx_w8a8` cost. Keyed by the object
+# itself, so a function put in another's place (a test's monkeypatch) is read afresh.
+_READ: dict = {}
 
 
-def _read_once(memo: dict, read_source: Callable, obj):
-    """``read_source(obj)``, remembered in ``memo`` for ``obj``."""
-    if obj not in memo:
-        memo[obj] = read_source(obj)
-    return memo[obj]
+def _read(obj) -> tuple[str, list[tuple[str, str | None]]]:
+    """``(_source, _names)`` of ``obj`` from one read of its source, remembered for
+    ``obj``."""
+    got = _READ.get(obj)
+    if got is None:
+        text = _source_text(obj)
+        got = _READ[obj] = (_source(obj, text), _names(obj, text))
+    return got
+
+
+def _source_text(obj) -> str | None:
+    """``obj``'s source, dedented; ``None`` where no source ships (a frozen or
+    byte-compiled-only install)."""
+    try:
+        return textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError):
+        return None
 
 
 def _is_code(value) -> bool:
@@ -177,13 +188,16 @@ def _constant(value, modules: frozenset, stack: list, where: str) -> str:
     return text
 
 
-def _names(obj) -> list[tuple[str, str | None]]:
+def _names(obj, text: str | None) -> list[tuple[str, str | None]]:
     """``(name, attr)`` for each bare name (``attr`` None) and each ``name.attr`` read in
-    the source of ``obj``, sorted; where no source ships, the global names its compiled
-    code reads (attributes included, unqualified)."""
+    ``obj``'s source ``text`` (:func:`_source_text`), sorted; where no source ships (or it
+    does not parse on its own), the global names its compiled code reads (attributes
+    included, unqualified)."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
-    except (OSError, TypeError, SyntaxError):
+        tree = ast.parse(text) if text is not None else None
+    except SyntaxError:
+        tree = None
+    if tree is None:
         code = getattr(obj, "__code__", None)
         return sorted((n, None) for n in (code.co_names if code else ()))
     found = set()
@@ -195,15 +209,13 @@ def _names(obj) -> list[tuple[str, str | None]]:
     return sorted(found, key=lambda t: (t[0], t[1] or ""))
 
 
-def _source(function: Callable) -> str:
-    """:func:`code_text` of ``function``'s source; its compiled code where no source
-    ships (a frozen or byte-compiled-only install), so the digest still follows changes."""
-    try:
-        text = inspect.getsource(function)
-    except (OSError, TypeError):
+def _source(function: Callable, text: str | None) -> str:
+    """:func:`code_text` of ``function``'s source ``text`` (:func:`_source_text`); its
+    compiled code where no source ships, so the digest still follows changes."""
+    if text is None:
         code = function.__code__
         return f"{code.co_code.hex()} {code.co_consts!r} {code.co_names!r}"
-    return code_text(textwrap.dedent(text))
+    return code_text(text)
 
 
 def code_text(text: str) -> str:
