@@ -715,7 +715,9 @@ def run(args, stream, out, emit) -> int:
     begun = time.perf_counter()
 
     def add(label: str, summary: dict) -> None:
-        """A finished row: kept for the table and said at once (progress_line)."""
+        """A finished row: its JSON line, kept for the table and said at once
+        (progress_line)."""
+        emit(summary, stream)
         rows.append((label, summary))
         say(progress_line(label, summary, lm, time.perf_counter() - begun))
     if cfg["warm_up"]:
@@ -759,11 +761,9 @@ def run(args, stream, out, emit) -> int:
         summary = {"kind": "summary", "measure": "prefill", "tokens": t, **summarize(times, t),
                    "sqnr_db": {n: _finite(v) for n, v in sqnr.items()},
                    "working_bytes": working[t]}
-        emit(summary, stream)
         add(f"prefill T={t}", summary)
         if cfg["new_lengths"]:
             summary = new_lengths(names, cfg["rounds"], t, pool, on, record("prefill-new", t))
-            emit(summary, stream)
             add(f"prefill T={t}+, new lengths", summary)
         mx.clear_cache()
     if cfg["decode"]:
@@ -775,7 +775,6 @@ def run(args, stream, out, emit) -> int:
                           record("decode", n))
         summary = {"kind": "summary", "measure": "decode", "tokens": n, "prompt": cfg["prompt"],
                    **summarize(times, n)}
-        emit(summary, stream)
         add(f"decode N={n} (prompt {cfg['prompt']})", summary)
     steps = {}
     for b in batch:
@@ -791,7 +790,6 @@ def run(args, stream, out, emit) -> int:
                    "tokens": b * n, "prompt": cfg["prompt"], **summarize(times, b * n),
                    "step_s": {v: round(render.spread([t / n for t in ts])[0], 6)
                               for v, ts in times.items()}}
-        emit(summary, stream)
         label_b = f"decode B={b} N={n} (prompt {cfg['prompt']})"
         add(label_b, summary)
         steps[label_b] = summary["step_s"]
