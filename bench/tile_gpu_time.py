@@ -47,9 +47,12 @@ largest difference from ``mx.quantized_matmul`` relative to that output's larges
 ``cuda_dequant_matmul``'s dequantize launch alone (``dequantize``) and with its bf16 GEMM
 (``dqmm``).
 
-``--grouped`` also takes ``--kernel-dir DIR`` (and ``--template``): each tile is then also
-timed built from a changed ``gemm_grouped_ws.cu`` (or header) in DIR, named ``<tile>+``,
-its outputs compared with the plain tile's.
+``--grouped`` also takes ``--kernel-dir DIR`` (and ``--template``): each tile of a kernel
+whose files DIR changes (its own or one it requires: ``gemm_grouped_ws.cu``,
+``gemm_subnormal.cu``, ``gemm_dequant.cu``, a header) is then also timed built from DIR,
+named ``<tile>+``; the group-wise TMA GEMM's and the dequantizing GEMM's outputs must equal
+the shipped tile's bit for bit (a row says which differ), the subnormal tiles' largest
+difference is printed.
 
 With ``--once`` nothing is timed: each arm is built and evaluated twice, without the
 profiler, so that a kernel profiler can attach (``ncu -k regex:grouped python
@@ -78,6 +81,7 @@ from mlx_w8a8.kernels.cuda import (  # noqa: E402
     gemm as cuda_gemm,
     gemm_dequant as cuda_gemm_dequant,
     gemm_grouped as cuda_gemm_grouped,
+    launch as cuda_launch,
     quantize as cuda_quantize,
     tiles as cuda_tiles,
 )
@@ -292,6 +296,21 @@ def changed_grouped_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
         m, k, weight, None, mx.bfloat16, cfg))
 
 
+def changes(folder: str, file: str) -> bool:
+    """Whether ``folder`` holds ``file`` or a file it requires (``launch.requires``):
+    a kernel built from the folder would then differ from the package's."""
+    return bool(folder) and any(os.path.exists(os.path.join(folder, f))
+                                for f in cuda_launch.requires(file))
+
+
+def changed_dequant_spec(folder: str, extra: list, m: int, k: int, weight, cfg):
+    """The dequantizing GEMM's launch (bfloat16, no bias) on tile ``cfg`` built from the
+    kernel files in ``folder`` with the template arguments ``extra`` appended
+    (:func:`built_from`)."""
+    return built_from(folder, extra, lambda: cuda_gemm_dequant.gemm_dequant_spec(
+        m, k, weight, None, mx.bfloat16, cfg))
+
+
 def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = "order",
                   kernel_dir: str = "", extra=(), sub_only: bool = False) -> int:
     """``--grouped``: the group-wise TMA GEMM's kernel time per tile, plain and with
@@ -303,6 +322,10 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
     from mlx_w8a8.weight import QuantizedWeight
 
     configs = cuda_tiles.GROUPED4_TMA_CONFIGS if bits == 4 else cuda_tiles.GROUPED_TMA_CONFIGS
+    # The folder's arms, for the kernels its files change.
+    dq_dir = kernel_dir if changes(kernel_dir, cuda_tiles.DequantConfig.file) else ""
+    sub_dir = kernel_dir if changes(kernel_dir, "gemm_subnormal.cu") else ""
+    kernel_dir = kernel_dir if changes(kernel_dir, "gemm_grouped_ws.cu") else ""
     rng = np.random.default_rng(0)
     print(f"MLX {mx.__version__}, {bits}-bit group-wise weights; median kernel us of {reps} "
           f"evaluated calls (GEMM kernel alone; quantize: the group sums' quantize)")
@@ -358,11 +381,11 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                                             / mx.abs(base).max()).item())
                     row[name] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                         *uq, qw, None, mx.bfloat16, cfg), reps)[0]
-                    if kernel_dir:
+                    if sub_dir:
                         # The changed kernel against this one: the largest difference
                         # relative to the largest output (a summation order changed
                         # moves bfloat16 roundings; a wrong term moves far more).
-                        spec = changed_grouped_spec(kernel_dir, list(extra), m, k, qw, cfg)
+                        spec = changed_grouped_spec(sub_dir, list(extra), m, k, qw, cfg)
                         new = spec.launch(*uq)[0].astype(mx.float32)
                         plus_rel = max(plus_rel, (mx.abs(new - got.astype(mx.float32)).max()
                                                   / mx.abs(got.astype(mx.float32)).max()).item())
@@ -378,6 +401,11 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                     rel = max(rel, (mx.abs(got.astype(mx.float32) - ref.astype(mx.float32)).max()
                                     / mx.abs(ref.astype(mx.float32)).max()).item())
                     dq[name] = timed(lambda: cuda_gemm_dequant.gemm_dequant(x, qw, None, cfg), reps)[0]
+                    if dq_dir:  # the same tile built from the folder: its outputs bit for bit
+                        spec = changed_dequant_spec(dq_dir, list(extra), m, k, qw, cfg)
+                        if not mx.array_equal(spec.launch(x)[0], got).item():
+                            differ.append(name + "+")
+                        dq[name + "+"] = timed(lambda: spec.launch(x)[0], reps)[0]
                 dq_best = min((v, kname) for kname, v in dq.items())
                 # Dequantize, then MLX's bf16 GEMM (cuda_dequant_matmul): the dequantize
                 # launch alone, and the call (both kernels).
@@ -390,7 +418,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                       + f"  | best {best[1]} {best[0]:.1f} (+quantize {row['quantize']:.1f})"
                       + f"  | subnormal max diff vs the plain tile {sub_rel:.2g}"
                       + f" (tiles unequal to the first: {sub_unequal or 'none'})"
-                      + (f" (<tile>+ vs <tile>: {plus_rel:.2g})" if kernel_dir else "")
+                      + (f" (<tile>+ vs <tile>: {plus_rel:.2g})" if sub_dir else "")
                       + f"  | dequant {dq_best[1]} {dq_best[0]:.1f} (max diff vs qmm {rel:.2g})"
                       + (f"  | OUTPUT DIFFERS from the plain tile: {differ}" if differ else ""))
     return 0

@@ -146,3 +146,46 @@ def test_once_evaluates_each_arm_twice_and_times_nothing(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
     assert tile_gpu_time.timed(arm, 5) == (0.0, 0.0)
     assert len(calls) == 2
+
+
+def test_a_folder_changes_the_kernels_whose_files_it_holds(tmp_path):
+    """--kernel-dir arms go to the kernels a folder's files change (the file itself or a
+    header it requires), so a folder holding a changed dequantizing GEMM builds no
+    group-wise TMA arm, and a changed shared header reaches both."""
+    assert not tile_gpu_time.changes("", "gemm_dequant.cu")
+    (tmp_path / "gemm_dequant.cu").write_text("// changed\n", encoding="utf-8")
+    folder = str(tmp_path)
+    assert tile_gpu_time.changes(folder, "gemm_dequant.cu")
+    assert not tile_gpu_time.changes(folder, "gemm_grouped_ws.cu")
+    assert not tile_gpu_time.changes(folder, "gemm_subnormal.cu")
+    os.remove(tmp_path / "gemm_dequant.cu")
+    (tmp_path / "ws.cuh").write_text("// changed\n", encoding="utf-8")
+    assert "ws.cuh" in launch.requires("gemm_dequant.cu")
+    assert tile_gpu_time.changes(folder, "gemm_dequant.cu")
+    assert tile_gpu_time.changes(folder, "gemm_grouped_ws.cu")
+
+
+def test_dequant_changed_arm_builds_from_the_folder(builds, tmp_path, rng, monkeypatch):
+    """--grouped --kernel-dir with a changed gemm_dequant.cu: the dequantizing GEMM's
+    launch on a tile built from it, the extra template arguments appended; the package's
+    launch afterwards carries neither."""
+    fake_tensor_maps(monkeypatch)
+    text = sources.read("cuda", "gemm_dequant.cu")
+    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
+    text = text.replace("// @@ body dequant\n", "// @@ body dequant\n" + BODY_MARK + "\n", 1)
+    assert BODY_MARK in text and HEADER_MARK in text
+    (tmp_path / "gemm_dequant.cu").write_text(text, encoding="utf-8")
+    w = mx.array(rng.standard_normal((256, 512)).astype(np.float32))
+    wq, sq, bq = mx.quantize(w.astype(mx.bfloat16), group_size=64, bits=4)
+    weight = QuantizedWeight(wq, sq, bq, 64, per_channel=False, bits=4)
+    cfg = cuda_tiles.DEQUANT_CONFIGS["dq256"]
+    spec = tile_gpu_time.changed_dequant_spec(str(tmp_path), [("DEPTH", 3)], 300, 512, weight, cfg)
+    assert spec.template[-1] == ("DEPTH", 3)
+    built = builds.builds[-1]
+    assert BODY_MARK in built["source"] and HEADER_MARK in header_text(built["header"])
+    from mlx_w8a8.kernels.cuda import gemm_dequant as cuda_gemm_dequant
+
+    shipped = cuda_gemm_dequant.gemm_dequant_spec(300, 512, weight, None, mx.bfloat16, cfg)
+    built = builds.builds[-1]
+    assert BODY_MARK not in built["source"] and HEADER_MARK not in header_text(built["header"])
+    assert shipped.template == spec.template[:-1]
