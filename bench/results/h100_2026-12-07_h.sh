@@ -138,7 +138,9 @@
 # compared with the shipped tile's bit for bit), 4-bit then 8-bit codes, group size 64.
 # exp/dq3 (untracked) holds gemm_dequant.cu with the template argument DEPTH (the
 # fragment sets; wgmma.wait_group DEPTH - 1 after each k-tile's commit, the stage of
-# k-tile kt - DEPTH + 1 released then), passed by --template.
+# k-tile kt - DEPTH + 1 released then), passed by --template. Then, in exp/adopt
+# (untracked: the package and tests with DequantConfig.depth, every tile at depth 3), the
+# dequantizing GEMM's tests (every tile forced, and each depth bit for bit against two sets).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -339,6 +341,8 @@ if [ "$part" = "dq3" ]; then  # the dequantizing GEMM with 3 and 4 fragment sets
   run 170 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=3
   run 100 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=4
   run 120 python3 bench/tile_gpu_time.py $D --bits 8 --template DEPTH=3
+  echo "===== the next command in exp/adopt" >> "$L"
+  (cd exp/adopt && run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm")
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
