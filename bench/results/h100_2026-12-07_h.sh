@@ -132,9 +132,9 @@
 # wide launches, then Nsight Compute's full set on the dequantizing GEMM (4-bit gs64, its
 # 256-token tile, M = 2048, 4096 x 14336 K x N), summarized into the log.
 # Runs R (another H100): DEADLINE=250 ... ncd (tree dda26bc).
-# Part DQ3: the dequantizing GEMM with three and four fragment sets (k-tiles in flight
-# while the next k-tile's fragments are built) beside the shipped two, in one process per
-# depth (bench/tile_gpu_time.py --kernel-dir: <tile>+ built from exp/dq3, its outputs
+# Part DQ3: the dequantizing GEMM with three fragment sets (k-tiles in flight while the
+# next k-tile's fragments are built; four at the end, where time is left) beside the
+# shipped two, in one process per depth (bench/tile_gpu_time.py --kernel-dir: <tile>+ built from exp/dq3, its outputs
 # compared with the shipped tile's bit for bit), 4-bit then 8-bit codes, group size 64.
 # exp/dq3 (untracked) holds gemm_dequant.cu with the template argument DEPTH (the
 # fragment sets; wgmma.wait_group DEPTH - 1 after each k-tile's commit, the stage of
@@ -338,11 +338,11 @@ if [ "$part" = "ncd" ]; then  # the GEMV tests (4-bit default: two warps on wide
 fi
 if [ "$part" = "dq3" ]; then  # the dequantizing GEMM with 3 and 4 fragment sets beside the shipped 2
   D="--grouped 64 --sub --m 2048,512 --kn 4096x14336,14336x4096 --reps 5 --kernel-dir exp/dq3"
-  run 170 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=3
-  run 100 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=4
-  run 120 python3 bench/tile_gpu_time.py $D --bits 8 --template DEPTH=3
+  run 220 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=3
+  run 150 python3 bench/tile_gpu_time.py $D --bits 8 --template DEPTH=3
   echo "===== the next command in exp/adopt" >> "$L"
-  (cd exp/adopt && run 200 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm")
+  (cd exp/adopt && run 170 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm")
+  run 100 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=4
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
