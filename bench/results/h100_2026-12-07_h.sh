@@ -132,6 +132,11 @@
 # wide launches, then Nsight Compute's full set on the dequantizing GEMM (4-bit gs64, its
 # 256-token tile, M = 2048, 4096 x 14336 K x N), summarized into the log.
 # Runs R (another H100): DEADLINE=250 ... ncd (tree dda26bc).
+# Part DQP: probes of the dequantizing GEMM (4-bit, group size 64, M = 2048 and 512 on
+# 4096 x 14336 K x N), each a copy of gemm_dequant.cu in an untracked folder, timed as
+# <tile>+ beside the shipped tiles (their outputs wrong by design): exp/nodq builds each
+# fragment from the loaded code words as they are (the shared-memory loads kept, the byte
+# permutes and packed fmas gone), exp/noload from constants (no fragment loads either).
 # Part DQ3: the dequantizing GEMM with three fragment sets (k-tiles in flight while the
 # next k-tile's fragments are built; four at the end, where time is left) beside the
 # shipped two, in one process per depth (bench/tile_gpu_time.py --kernel-dir: <tile>+ built from exp/dq3, its outputs
@@ -343,6 +348,12 @@ if [ "$part" = "dq3" ]; then  # the dequantizing GEMM with 3 and 4 fragment sets
   echo "===== the next command in exp/adopt" >> "$L"
   (cd exp/adopt && run 170 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_cuda.py -k "dequant_gemm")
   run 100 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=4
+fi
+if [ "$part" = "dqp" ]; then  # the dequantizing GEMM's probes: fragments without dequantization, without loads
+  for p in nodq noload; do
+    run 110 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 4 --m 2048,512 --kn 4096x14336 \
+      --reps 5 --kernel-dir exp/$p
+  done
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
