@@ -1658,27 +1658,6 @@ def test_dequant_gemm_every_tile(rng, config, bits, group_size, shape):
                   m, n, k, dtype, group_size, bits, with_bias)
 
 
-@pytest.mark.parametrize("depth", [2, 3, 4])
-@pytest.mark.parametrize("bits", [8, 4])
-def test_dequant_gemm_fragment_sets_change_no_bit(rng, depth, bits):
-    """Every count of fragment sets (``DequantConfig.depth``: k-tiles in flight while the
-    next one's fragments are built) gives the same bits as two sets and meets the oracle:
-    the same products summed in the same order. K of 1, 2, 3 and 15 k-tiles (fewer
-    k-tiles than sets: the stages released only at the end; a set count dividing K and
-    not), and more tiles than blocks (the rotation and the ring's phases carried across
-    tiles)."""
-    base = dequant_tile("dq128")
-    for m, n, k in ((129, 264, 64), (40, 136, 128), (300, 392, 192), (1100, 2176, 960)):
-        x = activation(rng, m, k, "bfloat16")
-        w = (make_weight(rng, n, k, 64, False, "bfloat16") if bits == 8
-             else make_weight4(rng, n, k, 64, "bfloat16"))
-        two = cuda_gemm_dequant.gemm_dequant(x, w, None, base._replace(depth=2))
-        got = cuda_gemm_dequant.gemm_dequant(x, w, None, base._replace(depth=depth))
-        assert mx.array_equal(got, two, equal_nan=True).item(), (m, n, k, depth)
-        want, bound = oracle.linear_dequant(host(x), w, None, "bfloat16")
-        oracle.assert_close(got, want, bound, "bfloat16")
-
-
 @pytest.mark.parametrize("bits,fmt", [(8, "grouped"), (4, "grouped4")])
 @pytest.mark.parametrize("scale_dtype,dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
                                                ("float32", "bfloat16"), ("bfloat16", "float16")])

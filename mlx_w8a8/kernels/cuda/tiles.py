@@ -417,13 +417,10 @@ def grouped_tma_tile_for(m: int, n: int, bits: int = 8, k: int | None = None,
 class DequantConfig(NamedTuple):
     """Tile of the dequantizing GEMM (``gemm_dequant.cu``): 128 weight rows (output
     features, two m64 consumer warpgroups) x ``bn`` tokens (64, 128 or 256: the wgmma's
-    n), a ``stages``-deep ring filled by TMA loads, ``depth`` register sets of weight
-    fragments (k-tiles whose MMAs may be in flight while the next k-tile's fragments are
-    built: ``depth - 1``)."""
+    n), a ``stages``-deep ring filled by TMA loads."""
 
     bn: int
     stages: int
-    depth: int = 2
 
     file = "gemm_dequant.cu"
     bm = 128  # weight rows per tile
@@ -442,7 +439,7 @@ class DequantConfig(NamedTuple):
                 + 128 + 2 * 128 + 1024)
 
     def template(self) -> list[tuple[str, int]]:
-        return [("BN", self.bn), ("STAGES", self.stages), ("DEPTH", self.depth)]
+        return [("BN", self.bn), ("STAGES", self.stages)]
 
 
 # 8 stages of 24 KiB (128 tokens, 8-bit codes) fit an H100's or H200's 227 KiB beside the

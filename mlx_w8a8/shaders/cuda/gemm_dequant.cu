@@ -33,10 +33,10 @@
 //    k-tile each thread builds its four m64k16 A fragments (rows 16 w + lane / 4 and 8
 //    below, columns 2 (lane % 4) + {0, 1} and 8 more, the mma.sync A layout) from the
 //    codes and the group's (s, b), fences, issues the four wgmma.m64nBNk16 on the stage's
-//    activations and commits; then waits for the MMAs of k-tile kt - DEPTH + 1
-//    (wgmma.wait_group DEPTH - 1) and releases its stage. The fragments rotate through
-//    DEPTH register sets (k-tile kt in set kt % DEPTH), so a k-tile's are built while the
-//    MMAs of the DEPTH - 1 k-tiles before it still read theirs.
+//    activations and commits; then waits for the previous k-tile's MMAs
+//    (wgmma.wait_group 1) and releases its stage. The fragments alternate between two
+//    register sets (k-tiles of even and odd index), so a k-tile's are built while the
+//    previous k-tile's MMAs still read theirs.
 //  * Epilogue (per warp): 32 tokens at a time, the float32 sums (+ bias) rounded to T and
 //    transposed through the warp's 1 KB staging buffer, then each lane stores one token's
 //    16 features (32 bytes, two 16-byte stores where N allows).
@@ -118,7 +118,7 @@ __device__ __forceinline__ DqTerms dq_terms(uint32_t rs, uint32_t rb) {
   return DqTerms{{s, s}, {b, b}};
 }
 
-template <typename T, int BITS, int GS, int BN, int STAGES, bool HAS_BIAS, int DEPTH>
+template <typename T, int BITS, int GS, int BN, int STAGES, bool HAS_BIAS>
 __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uint32_t* wq,
                                              const T* wsc, const T* wbi, const float* bias, T* y,
                                              int N, const uint8_t* proto, uint8_t* scratch) {
@@ -191,8 +191,7 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
   // Byte offsets of the thread's rows in a stage's weight tile, at chunk 0.
   const int wx = BITS == 8 ? (r0 >> 1) & 3 : (r0 >> 2) & 1;  // the rows' swizzle (r0 + 8 alike)
   float d[BN / 2];
-  static_assert(DEPTH >= 2 && DEPTH <= 4, "two to four fragment sets");
-  uint32_t a0[4][4], a1[4][4], a2[4][4], a3[4][4];
+  uint32_t a0[4][4], a1[4][4];
   int it = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tm, tn;
@@ -204,9 +203,9 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
     dq_load_terms<GS>(ws16, wb16, na, G, 0, va, rsa, rba);
     dq_load_terms<GS>(ws16, wb16, nb, G, 0, vb, rsb, rbb);
 
-    // The stage of ring position it - back, its MMAs complete: released (one arrive per warp).
-    auto release_previous = [&](int back) {
-      if (lane == 0) mbar_arrive(empty0 + 8 * ((it - back) % STAGES));
+    // The stage of ring position it - 1, its MMAs complete: released (one arrive per warp).
+    auto release_previous = [&]() {
+      if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
     };
     // k-tile kt at ring position i: fragments into a, MMAs issued, k-tile kt - 1 released.
     auto kstep = [&](uint32_t (&a)[4][4], int kt) {
@@ -244,21 +243,18 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
       for (int ks = 0; ks < 4; ++ks)
         wgmma_rs<DqType<T>::kBf16, BN>(d, a[ks], wgmma_desc(sa + ks * 32), kt != 0 || ks != 0);
       wgmma_commit();
-      ++it;
-      if (kt >= DEPTH - 1) {
-        // k-tile kt - (DEPTH - 1)'s MMAs are done: its stage and fragments are free.
-        wgmma_wait<DEPTH - 1>();
-        release_previous(DEPTH);
+      if (kt > 0) {
+        wgmma_wait<1>();  // k-tile kt - 1's MMAs are done: its stage and fragments are free
+        release_previous();
       }
+      ++it;
     };
-    for (int kt = 0; kt < ktiles; kt += DEPTH) {
+    for (int kt = 0; kt < ktiles; kt += 2) {
       kstep(a0, kt);
       if (kt + 1 < ktiles) kstep(a1, kt + 1);
-      if constexpr (DEPTH > 2) if (kt + 2 < ktiles) kstep(a2, kt + 2);
-      if constexpr (DEPTH > 3) if (kt + 3 < ktiles) kstep(a3, kt + 3);
     }
     wgmma_wait<0>();
-    for (int back = min(DEPTH - 1, ktiles); back >= 1; --back) release_previous(back);
+    release_previous();
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
 
@@ -303,12 +299,12 @@ __device__ __forceinline__ void gemm_dequant(const T* x, int M, int K, const uin
 // x [..., K] (T), w [N, K * BITS / 32] uint32 (MLX's packed codes), ws, wb [N, K / GS]
 // (T: the stored scales and biases), proto uint8 [256] (the two maps' prototypes)
 // -> y [..., N] (T), scratch uint8 [(2 blocks + 1) * 128] (the blocks' maps).
-w8a8::gemm_dequant<T, BITS, GS, BN, STAGES, false, DEPTH>(
+w8a8::gemm_dequant<T, BITS, GS, BN, STAGES, false>(
     x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], w, ws, wb, nullptr, y, w_shape[0],
     proto, scratch);
 
 // @@ body dequant_bias
 // As dequant, with bias [N] float32 after proto.
-w8a8::gemm_dequant<T, BITS, GS, BN, STAGES, true, DEPTH>(
+w8a8::gemm_dequant<T, BITS, GS, BN, STAGES, true>(
     x, w8a8::rows(x_shape, x_ndim), x_shape[x_ndim - 1], w, ws, wb, bias, y, w_shape[0],
     proto, scratch);
