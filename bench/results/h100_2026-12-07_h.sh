@@ -132,11 +132,6 @@
 # wide launches, then Nsight Compute's full set on the dequantizing GEMM (4-bit gs64, its
 # 256-token tile, M = 2048, 4096 x 14336 K x N), summarized into the log.
 # Runs R (another H100): DEADLINE=250 ... ncd (tree dda26bc).
-# Part DQP: probes of the dequantizing GEMM (4-bit, group size 64, M = 2048 and 512 on
-# 4096 x 14336 K x N), each a copy of gemm_dequant.cu in an untracked folder, timed as
-# <tile>+ beside the shipped tiles (their outputs wrong by design): exp/nodq builds each
-# fragment from the loaded code words as they are (the shared-memory loads kept, the byte
-# permutes and packed fmas gone), exp/noload from constants (no fragment loads either).
 # Part DQ3: the dequantizing GEMM with three fragment sets (k-tiles in flight while the
 # next k-tile's fragments are built; four at the end, where time is left) beside the
 # shipped two, in one process per depth (bench/tile_gpu_time.py --kernel-dir: <tile>+ built from exp/dq3, its outputs
@@ -146,6 +141,14 @@
 # k-tile kt - DEPTH + 1 released then), passed by --template. Then, in exp/adopt
 # (untracked: the package and tests with DequantConfig.depth, every tile at depth 3), the
 # dequantizing GEMM's tests (every tile forced, and each depth bit for bit against two sets).
+# Runs S (an NVIDIA H100, after several failed starts): DEADLINE=555 ... dq3 (tree 947238f;
+# exp/dq3 and exp/adopt are the kernel and package of commit 2ab624e: depth 3 as a
+# template argument in exp/dq3, DequantConfig's depth 3 for every tile in exp/adopt).
+# Part DQP: probes of the dequantizing GEMM (4-bit, group size 64, M = 2048 and 512 on
+# 4096 x 14336 K x N), each a copy of gemm_dequant.cu in an untracked folder, timed as
+# <tile>+ beside the shipped tiles (their outputs wrong by design): exp/nodq builds each
+# fragment from the loaded code words as they are (the shared-memory loads kept, the byte
+# permutes and packed fmas gone), exp/noload from constants (no fragment loads either).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
