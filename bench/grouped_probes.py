@@ -37,8 +37,18 @@ Two more take the subnormal mainloop itself apart (``gemm_subnormal.cu``, with
   then released while wgmmas reading it may still run, so this is a bound on the
   mainloop's speed, not a kernel.
 
+And two of the dequantizing GEMM (``gemm_dequant.cu``: MLX's affine weights dequantized
+on chip into wgmma's register operand), to tell its fragment building from the rest:
+
+- ``dq_nodq``: each 4-bit fragment is the code words as loaded from shared memory (the
+  loads stay; the byte permutes, the packed fmas with the group's scale and bias and the
+  terms' global loads go);
+- ``dq_noload``: each 4-bit fragment a constant (no fragment loads either): the bound of
+  its MMAs, TMA loads, ring and epilogue. Both change the 4-bit path only.
+
 Usage: ``python bench/grouped_probes.py DIR`` writes ``DIR/<probe>/gemm_grouped_ws.cu``
-(and ``gemm_subnormal.cu`` for the mainloop probes).
+(``gemm_subnormal.cu`` too for the mainloop probes, ``gemm_dequant.cu`` alone for the
+dequantizing GEMM's).
 Each edit is checked to apply exactly once, so a changed kernel file stops it with an
 error instead of a probe that measures something else. Needs no GPU.
 """
@@ -59,6 +69,13 @@ SUB_FILE = "gemm_subnormal.cu"
 SUB_FIRST = "wgmma_uu_step<BN>(d, sa, sb, j * kSteps, 0);"
 SUB_WAIT = "wgmma_wait<1>();  // group u complete, u + 1 in flight"
 SUB_PROMOTE = "pin_set<BN>(d);\n    subnormal_promote<BN>(f, d, sp);"
+DQ_FILE = "gemm_dequant.cu"
+# The dequantizing GEMM's 4-bit fragment build (gemm_dequant.cu's kstep).
+DQ_LOADS = "const uint2 x0 = dq_lds2(wa + off), x1 = dq_lds2(wb + off);\n"
+DQ_BUILD = """          a[ks][0] = DqType<T>::fma2(dq_codes4<T>(x0.x, sel4), ta.s[h], ta.b[h]);
+          a[ks][1] = DqType<T>::fma2(dq_codes4<T>(x1.x, sel4), tb.s[h], tb.b[h]);
+          a[ks][2] = DqType<T>::fma2(dq_codes4<T>(x0.y, sel4), ta.s[h], ta.b[h]);
+          a[ks][3] = DqType<T>::fma2(dq_codes4<T>(x1.y, sel4), tb.s[h], tb.b[h]);"""
 # grouped_promote's column loop: the one whose terms are a float4 t (shipped: loaded by
 # lds_f4; the noterm probe: constants).
 LOOP = "#pragma unroll\n  for (int c = 0; c < BN / 8; ++c) {\n    const float4 t = "
@@ -160,6 +177,18 @@ def mainloop_probes(grouped: str, sub: str) -> dict[str, dict[str, str]]:
             "sub_nowait": {SUB_FILE: nowait}}
 
 
+def dequant_probes(text: str) -> dict[str, dict[str, str]]:
+    """``{probe: {gemm_dequant.cu: text}}``: the dequantizing GEMM's probes (``dq_nodq``,
+    ``dq_noload``; the module docstring says what each removes) from that file's text."""
+    nodq = once(text, DQ_BUILD, "\n".join(
+        f"          a[ks][{i}] = {w};  // probe: the loaded words, not dequantized"
+        for i, w in enumerate(("x0.x", "x1.x", "x0.y", "x1.y"))), DQ_FILE)
+    noload = once(text, DQ_LOADS + DQ_BUILD, "\n".join(
+        f"          a[ks][{i}] = 0x3f803f80u ^ (ks + {i});  // probe: no loads, a constant"
+        for i in range(4)).lstrip() + "\n          (void)wa; (void)wb; (void)off; (void)h;", DQ_FILE)
+    return {"dq_nodq": {DQ_FILE: nodq}, "dq_noload": {DQ_FILE: noload}}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", help="where to write <probe>/gemm_grouped_ws.cu (and gemm_subnormal.cu)")
@@ -167,6 +196,7 @@ def main(argv=None) -> int:
     grouped, sub = sources.read("cuda", FILE), sources.read("cuda", SUB_FILE)
     written = {name: {FILE: text} for name, text in probes(grouped).items()}
     written.update(mainloop_probes(grouped, sub))
+    written.update(dequant_probes(sources.read("cuda", DQ_FILE)))
     for name, files in written.items():
         os.makedirs(os.path.join(args.dir, name), exist_ok=True)
         for file, text in files.items():

@@ -118,6 +118,33 @@ def test_mainloop_probes_change_their_part_only():
         grouped_probes.mainloop_probes(grouped, sub.replace(grouped_probes.SUB_WAIT, ""))
 
 
+def test_dequant_probes_change_the_4bit_fragment_build_only():
+    """dq_nodq: the 4-bit fragments are the loaded words (their loads kept, the
+    dequantization gone); dq_noload: constants, the loads gone too. The 8-bit build and
+    everything outside the fragment build as shipped."""
+    dq = sources.read("cuda", grouped_probes.DQ_FILE)
+    probes = grouped_probes.dequant_probes(dq)
+    assert set(probes) == {"dq_nodq", "dq_noload"}
+
+    def changed(a, b):  # (lines only in a, lines only in b)
+        la, lb = a.splitlines(), b.splitlines()
+        return [ln for ln in la if ln not in lb], [ln for ln in lb if ln not in la]
+    build = [ln.strip() for ln in grouped_probes.DQ_BUILD.split("\n")]
+    nodq = probes["dq_nodq"][grouped_probes.DQ_FILE]
+    gone, new = changed(dq, nodq)
+    assert [ln.strip() for ln in gone] == build
+    assert [ln.split("//")[0].strip() for ln in new] == [
+        "a[ks][0] = x0.x;", "a[ks][1] = x1.x;", "a[ks][2] = x0.y;", "a[ks][3] = x1.y;"]
+    assert grouped_probes.DQ_LOADS in nodq and "DqType<T>::codes8" in nodq  # 8-bit as shipped
+    noload = probes["dq_noload"][grouped_probes.DQ_FILE]
+    gone, new = changed(dq, noload)
+    assert [ln.strip() for ln in gone] == [grouped_probes.DQ_LOADS.strip(), *build]
+    assert dq.count("dq_lds2(w") == 2 and noload.count("dq_lds2(w") == 0  # the 4-bit loads gone
+    assert len(new) == 5 and all("0x3f803f80u" in ln for ln in new[:4])
+    with pytest.raises(SystemExit, match="gemm_dequant.cu no longer has exactly one"):
+        grouped_probes.dequant_probes(dq.replace(grouped_probes.DQ_BUILD, ""))
+
+
 def test_writes_one_folder_per_probe(tmp_path, capsys):
     assert grouped_probes.main([str(tmp_path)]) == 0
     names = ("nopromo", "noterm", "nomma", "sonly", "denorm", "denorm2", "sub_s8", "sub_nopromo",
@@ -127,5 +154,8 @@ def test_writes_one_folder_per_probe(tmp_path, capsys):
     for name in ("sub_acc", "sub_nowait"):
         assert (tmp_path / name / grouped_probes.SUB_FILE).is_file()
     assert not (tmp_path / "sub_nowait" / grouped_probes.FILE).exists()
+    for name in ("dq_nodq", "dq_noload"):
+        assert [f.name for f in (tmp_path / name).iterdir()] == [grouped_probes.DQ_FILE]
     out = capsys.readouterr().out
     assert out.count(grouped_probes.FILE) == len(names) and out.count(grouped_probes.SUB_FILE) == 2
+    assert out.count(grouped_probes.DQ_FILE) == 2

@@ -144,11 +144,12 @@
 # Runs S (an NVIDIA H100, after several failed starts): DEADLINE=555 ... dq3 (tree 947238f;
 # exp/dq3 and exp/adopt are the kernel and package of commit 2ab624e: depth 3 as a
 # template argument in exp/dq3, DequantConfig's depth 3 for every tile in exp/adopt).
-# Part DQP: probes of the dequantizing GEMM (4-bit, group size 64, M = 2048 and 512 on
-# 4096 x 14336 K x N), each a copy of gemm_dequant.cu in an untracked folder, timed as
-# <tile>+ beside the shipped tiles (their outputs wrong by design): exp/nodq builds each
-# fragment from the loaded code words as they are (the shared-memory loads kept, the byte
-# permutes and packed fmas gone), exp/noload from constants (no fragment loads either).
+# Part DQP (not run yet): probes of the dequantizing GEMM (4-bit, group size 64, M = 2048
+# and 512 on 4096 x 14336 K x N), timed as <tile>+ beside the shipped tiles (their outputs
+# wrong by design), written first by python3 bench/grouped_probes.py exp/probes: dq_nodq
+# builds each fragment from the loaded code words as they are (the shared-memory loads
+# kept, the byte permutes and packed fmas gone), dq_noload from constants (no fragment
+# loads either).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -353,9 +354,10 @@ if [ "$part" = "dq3" ]; then  # the dequantizing GEMM with 3 and 4 fragment sets
   run 100 python3 bench/tile_gpu_time.py $D --bits 4 --template DEPTH=4
 fi
 if [ "$part" = "dqp" ]; then  # the dequantizing GEMM's probes: fragments without dequantization, without loads
-  for p in nodq noload; do
+  python3 bench/grouped_probes.py exp/probes > /dev/null
+  for p in dq_nodq dq_noload; do
     run 110 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 4 --m 2048,512 --kn 4096x14336 \
-      --reps 5 --kernel-dir exp/$p
+      --reps 5 --kernel-dir exp/probes/$p
   done
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
