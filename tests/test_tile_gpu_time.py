@@ -34,14 +34,20 @@ def builds(monkeypatch, tmp_path):
         c.cache_clear()
 
 
+def marked_folder(tmp_path, file: str, body: str) -> str:
+    """A folder holding kernel ``file`` with a line of code added to its header and to
+    its body ``body``."""
+    text = sources.read("cuda", file)
+    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
+    text = text.replace(f"// @@ body {body}\n", f"// @@ body {body}\n" + BODY_MARK + "\n", 1)
+    assert BODY_MARK in text and HEADER_MARK in text
+    (tmp_path / file).write_text(text, encoding="utf-8")
+    return str(tmp_path)
+
+
 def changed_folder(tmp_path) -> str:
     """A gemm_ws.cu with a line of code added to its header and to its channel_u8 body."""
-    text = sources.read("cuda", "gemm_ws.cu")
-    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
-    text = text.replace("// @@ body channel_u8\n", "// @@ body channel_u8\n" + BODY_MARK + "\n", 1)
-    assert BODY_MARK in text and HEADER_MARK in text
-    (tmp_path / "gemm_ws.cu").write_text(text, encoding="utf-8")
-    return str(tmp_path)
+    return marked_folder(tmp_path, "gemm_ws.cu", "channel_u8")
 
 
 def header_text(include: str) -> str:
@@ -50,25 +56,49 @@ def header_text(include: str) -> str:
         return f.read()
 
 
+def last_build_marked(builds) -> bool:
+    """Whether the last kernel built carries the folder's marks (both or neither)."""
+    built = builds.builds[-1]
+    body, header = BODY_MARK in built["source"], HEADER_MARK in header_text(built["header"])
+    assert body == header
+    return body
+
+
+def changed_then_shipped(builds, changed, shipped, extra):
+    """``changed()`` (a launch built from a marked folder with the template arguments
+    ``extra`` appended) carries the marks and ``extra``; ``shipped()`` afterwards (the
+    package's launch) carries neither. Returns both specs."""
+    spec = changed()
+    assert spec.template[-len(extra):] == extra and last_build_marked(builds)
+    base = shipped()
+    assert not last_build_marked(builds)
+    assert base.template == spec.template[:-len(extra)]
+    return spec, base
+
+
 def test_changed_arm_builds_from_the_folder_and_nothing_else_does(builds, tmp_path, rng):
     weight = QuantizedWeight.from_float(
         mx.array(rng.standard_normal((64, 256)).astype(np.float32)), 64, per_channel=True)
     cfg = cuda_tiles.WS_CONFIGS["ws32p4"]
     real_read = sources.read
-    spec = tile_gpu_time.changed_gemm_spec(changed_folder(tmp_path), [("MI", 2)], 16, 256,
-                                           weight, cfg)
-    assert spec.template[-1] == ("MI", 2) and spec.template[:-1] == [("T", mx.bfloat16)] + cfg.template()
-    built = builds.builds[-1]
-    name, source, header = built["mlx_name"], built["source"], built["header"]
-    assert BODY_MARK in source and HEADER_MARK in header_text(header)
-    # Afterwards the package's text again: the reader restored, the caches emptied.
-    assert sources.read is real_read
-    shipped = cuda_gemm.gemm_per_channel_spec(16, 256, weight, None, mx.bfloat16, cfg, unsigned=True)
-    built = builds.builds[-1]
-    name2, source2, header2 = built["mlx_name"], built["source"], built["header"]
-    assert BODY_MARK not in source2 and HEADER_MARK not in header_text(header2)
-    assert name2 != name  # both versions coexist in one process under their own names
-    assert shipped.template == spec.template[:-1]
+    folder = changed_folder(tmp_path)
+    names = []
+
+    def changed():
+        spec = tile_gpu_time.changed_gemm_spec(folder, [("MI", 2)], 16, 256, weight, cfg)
+        names.append(builds.builds[-1]["mlx_name"])
+        # Afterwards the package's text again: the reader restored, the caches emptied.
+        assert sources.read is real_read
+        return spec
+
+    def shipped():
+        spec = cuda_gemm.gemm_per_channel_spec(16, 256, weight, None, mx.bfloat16, cfg, unsigned=True)
+        names.append(builds.builds[-1]["mlx_name"])
+        return spec
+
+    spec, _ = changed_then_shipped(builds, changed, shipped, [("MI", 2)])
+    assert spec.template[:-1] == [("T", mx.bfloat16)] + cfg.template()
+    assert names[0] != names[1]  # both versions coexist in one process under their own names
 
 
 def test_variant_tiles_keep_the_shipped_ones_and_add_only_what_fits():
@@ -111,26 +141,18 @@ def test_grouped_changed_arm_builds_from_the_folder(builds, tmp_path, rng, monke
     """--grouped --kernel-dir: the group-wise TMA GEMM's launch on a tile built from a
     changed gemm_grouped_ws.cu (header and body), with the extra template arguments
     appended; the package's own launch afterwards carries neither."""
+    from mlx_w8a8.kernels.cuda import gemm_grouped as cuda_gemm_grouped
+
     fake_tensor_maps(monkeypatch)
-    text = sources.read("cuda", "gemm_grouped_ws.cu")
-    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
-    text = text.replace("// @@ body tma_grouped\n", "// @@ body tma_grouped\n" + BODY_MARK + "\n", 1)
-    assert BODY_MARK in text and HEADER_MARK in text
-    (tmp_path / "gemm_grouped_ws.cu").write_text(text, encoding="utf-8")
+    folder = marked_folder(tmp_path, "gemm_grouped_ws.cu", "tma_grouped")
     w = mx.array(rng.standard_normal((264, 512)).astype(np.float32))
     weight = QuantizedWeight.from_float(w, 64, per_channel=False)
     cfg = cuda_tiles.GROUPED_TMA_CONFIGS["gtma128"]
-    spec = tile_gpu_time.changed_grouped_spec(str(tmp_path), [("X", 1)], 130, 512, weight, cfg)
-    assert spec.template[-1] == ("X", 1)
+    spec, _ = changed_then_shipped(
+        builds, lambda: tile_gpu_time.changed_grouped_spec(folder, [("X", 1)], 130, 512, weight, cfg),
+        lambda: cuda_gemm_grouped.gemm_grouped_tma_spec(130, 512, weight, None, mx.bfloat16, cfg),
+        [("X", 1)])
     assert spec.template[:-1] == [("T", mx.bfloat16), ("GS", 64)] + cfg.template()
-    built = builds.builds[-1]
-    assert BODY_MARK in built["source"] and HEADER_MARK in header_text(built["header"])
-    from mlx_w8a8.kernels.cuda import gemm_grouped as cuda_gemm_grouped
-
-    shipped = cuda_gemm_grouped.gemm_grouped_tma_spec(130, 512, weight, None, mx.bfloat16, cfg)
-    built = builds.builds[-1]
-    assert BODY_MARK not in built["source"] and HEADER_MARK not in header_text(built["header"])
-    assert shipped.template == spec.template[:-1]
 
 
 def test_once_evaluates_each_arm_twice_and_times_nothing(monkeypatch):
@@ -169,23 +191,15 @@ def test_dequant_changed_arm_builds_from_the_folder(builds, tmp_path, rng, monke
     """--grouped --kernel-dir with a changed gemm_dequant.cu: the dequantizing GEMM's
     launch on a tile built from it, the extra template arguments appended; the package's
     launch afterwards carries neither."""
+    from mlx_w8a8.kernels.cuda import gemm_dequant as cuda_gemm_dequant
+
     fake_tensor_maps(monkeypatch)
-    text = sources.read("cuda", "gemm_dequant.cu")
-    text = text.replace("namespace w8a8 {", "namespace w8a8 {\n" + HEADER_MARK, 1)
-    text = text.replace("// @@ body dequant\n", "// @@ body dequant\n" + BODY_MARK + "\n", 1)
-    assert BODY_MARK in text and HEADER_MARK in text
-    (tmp_path / "gemm_dequant.cu").write_text(text, encoding="utf-8")
+    folder = marked_folder(tmp_path, "gemm_dequant.cu", "dequant")
     w = mx.array(rng.standard_normal((256, 512)).astype(np.float32))
     wq, sq, bq = mx.quantize(w.astype(mx.bfloat16), group_size=64, bits=4)
     weight = QuantizedWeight(wq, sq, bq, 64, per_channel=False, bits=4)
     cfg = cuda_tiles.DEQUANT_CONFIGS["dq256"]
-    spec = tile_gpu_time.changed_dequant_spec(str(tmp_path), [("DEPTH", 3)], 300, 512, weight, cfg)
-    assert spec.template[-1] == ("DEPTH", 3)
-    built = builds.builds[-1]
-    assert BODY_MARK in built["source"] and HEADER_MARK in header_text(built["header"])
-    from mlx_w8a8.kernels.cuda import gemm_dequant as cuda_gemm_dequant
-
-    shipped = cuda_gemm_dequant.gemm_dequant_spec(300, 512, weight, None, mx.bfloat16, cfg)
-    built = builds.builds[-1]
-    assert BODY_MARK not in built["source"] and HEADER_MARK not in header_text(built["header"])
-    assert shipped.template == spec.template[:-1]
+    changed_then_shipped(
+        builds, lambda: tile_gpu_time.changed_dequant_spec(folder, [("DEPTH", 3)], 300, 512, weight, cfg),
+        lambda: cuda_gemm_dequant.gemm_dequant_spec(300, 512, weight, None, mx.bfloat16, cfg),
+        [("DEPTH", 3)])
