@@ -315,7 +315,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                   kernel_dir: str = "", extra=(), sub_only: bool = False) -> int:
     """``--grouped``: the group-wise TMA GEMM's kernel time per tile, plain and with
     ``variant`` on (:func:`grouped_variants`), and built from ``kernel_dir``'s files
-    (``<tile>+``, :func:`changed_grouped_spec`) where given, against
+    where given (``<tile>+``, for the kernels they change: :func:`changes`), against
     ``mx.quantized_matmul`` and bf16, per shape, group size and M; each variant's outputs
     compared with the plain tile's, bit for bit. ``sub_only``: of the group-wise TMA GEMM
     only the subnormal promotion's tiles."""
@@ -325,7 +325,7 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
     # The folder's arms, for the kernels its files change.
     dq_dir = kernel_dir if changes(kernel_dir, cuda_tiles.DequantConfig.file) else ""
     sub_dir = kernel_dir if changes(kernel_dir, "gemm_subnormal.cu") else ""
-    kernel_dir = kernel_dir if changes(kernel_dir, "gemm_grouped_ws.cu") else ""
+    tma_dir = kernel_dir if changes(kernel_dir, "gemm_grouped_ws.cu") else ""
     rng = np.random.default_rng(0)
     print(f"MLX {mx.__version__}, {bits}-bit group-wise weights; median kernel us of {reps} "
           f"evaluated calls (GEMM kernel alone; quantize: the group sums' quantize)")
@@ -355,8 +355,8 @@ def grouped_gemms(ms, shapes, group_sizes, bits: int, reps: int, variant: str = 
                     for label, c in arms:
                         row[label] = timed(lambda: cuda_gemm_grouped.gemm_grouped_tma(
                             xq, xs, xr, qw, None, mx.bfloat16, c), reps)[0]
-                    if kernel_dir:
-                        spec = changed_grouped_spec(kernel_dir, list(extra), m, k, qw, cfg)
+                    if tma_dir:
+                        spec = changed_grouped_spec(tma_dir, list(extra), m, k, qw, cfg)
                         if not mx.array_equal(spec.launch(xq, xs, xr)[0], plain).item():
                             differ.append(name + "+")
                         row[name + "+"] = timed(lambda: spec.launch(xq, xs, xr)[0], reps)[0]
