@@ -22,6 +22,12 @@ def promotion(text: str) -> str:
     return text[start:text.index("\n}\n", start)]
 
 
+def changed_lines(a: str, b: str) -> tuple[list[str], list[str]]:
+    """(lines only in a, lines only in b)."""
+    la, lb = a.splitlines(), b.splitlines()
+    return [ln for ln in la if ln not in lb], [ln for ln in lb if ln not in la]
+
+
 def test_each_probe_removes_only_its_part():
     shipped = sources.read("cuda", grouped_probes.FILE)
     probes = grouped_probes.probes(shipped)
@@ -99,17 +105,14 @@ def test_mainloop_probes_change_their_part_only():
     probes = grouped_probes.mainloop_probes(grouped, sub)
     assert set(probes) == {"sub_acc", "sub_nowait"}
 
-    def changed(a, b):  # (lines only in a, lines only in b)
-        la, lb = a.splitlines(), b.splitlines()
-        return [ln for ln in la if ln not in lb], [ln for ln in lb if ln not in la]
     acc = probes["sub_acc"]
     assert acc[grouped_probes.FILE] == grouped_probes.probes(grouped)["sub_nopromo"]
-    gone, new = changed(sub, acc[grouped_probes.SUB_FILE])
+    gone, new = changed_lines(sub, acc[grouped_probes.SUB_FILE])
     assert [ln.strip() for ln in gone] == [grouped_probes.SUB_FIRST]
     assert len(new) == 1 and "j * kSteps, 1);" in new[0]
     nowait = probes["sub_nowait"]
     assert set(nowait) == {grouped_probes.SUB_FILE}
-    gone, new = changed(sub, nowait[grouped_probes.SUB_FILE])
+    gone, new = changed_lines(sub, nowait[grouped_probes.SUB_FILE])
     assert sorted(ln.strip() for ln in gone) == sorted(
         [grouped_probes.SUB_WAIT, *(ln.strip() for ln in grouped_probes.SUB_PROMOTE.split("\n"))])
     assert "subnormal_promote<BN>" not in nowait[grouped_probes.SUB_FILE]
@@ -126,18 +129,15 @@ def test_dequant_probes_change_the_4bit_fragment_build_only():
     probes = grouped_probes.dequant_probes(dq)
     assert set(probes) == {"dq_nodq", "dq_noload"}
 
-    def changed(a, b):  # (lines only in a, lines only in b)
-        la, lb = a.splitlines(), b.splitlines()
-        return [ln for ln in la if ln not in lb], [ln for ln in lb if ln not in la]
     build = [ln.strip() for ln in grouped_probes.DQ_BUILD.split("\n")]
     nodq = probes["dq_nodq"][grouped_probes.DQ_FILE]
-    gone, new = changed(dq, nodq)
+    gone, new = changed_lines(dq, nodq)
     assert [ln.strip() for ln in gone] == build
     assert [ln.split("//")[0].strip() for ln in new] == [
         "a[ks][0] = x0.x;", "a[ks][1] = x1.x;", "a[ks][2] = x0.y;", "a[ks][3] = x1.y;"]
     assert grouped_probes.DQ_LOADS in nodq and "DqType<T>::codes8" in nodq  # 8-bit as shipped
     noload = probes["dq_noload"][grouped_probes.DQ_FILE]
-    gone, new = changed(dq, noload)
+    gone, new = changed_lines(dq, noload)
     assert [ln.strip() for ln in gone] == [grouped_probes.DQ_LOADS.strip(), *build]
     assert dq.count("dq_lds2(w") == 2 and noload.count("dq_lds2(w") == 0  # the 4-bit loads gone
     assert len(new) == 5 and all("0x3f803f80u" in ln for ln in new[:4])

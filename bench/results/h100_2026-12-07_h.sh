@@ -134,8 +134,9 @@
 # Runs R (another H100): DEADLINE=250 ... ncd (tree dda26bc).
 # Part DQ3: the dequantizing GEMM with three fragment sets (k-tiles in flight while the
 # next k-tile's fragments are built; four at the end, where time is left) beside the
-# shipped two, in one process per depth (bench/tile_gpu_time.py --kernel-dir: <tile>+ built from exp/dq3, its outputs
-# compared with the shipped tile's bit for bit), 4-bit then 8-bit codes, group size 64.
+# shipped two, in one process per depth (bench/tile_gpu_time.py --kernel-dir: <tile>+
+# built from exp/dq3, its outputs compared with the shipped tile's bit for bit), 4-bit
+# then 8-bit codes, group size 64.
 # exp/dq3 (untracked) holds gemm_dequant.cu with the template argument DEPTH (the
 # fragment sets; wgmma.wait_group DEPTH - 1 after each k-tile's commit, the stage of
 # k-tile kt - DEPTH + 1 released then), passed by --template. Then, in exp/adopt
