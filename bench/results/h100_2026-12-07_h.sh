@@ -151,6 +151,10 @@
 # builds each fragment from the loaded code words as they are (the shared-memory loads
 # kept, the byte permutes and packed fmas gone), dq_noload from constants (no fragment
 # loads either).
+# Part SRP (runs T): bench/serve_replay.py, mlx_lm.server's loop replayed in one process
+# (BatchGenerator, insertions every 0.5 s, each token's log-probability read or not) on 32
+# layers of Llama-3-8B from the 8-bit gs64 checkpoint, bf16 against mlx_w8a8, at 8 and 16
+# concurrent slots (docs/serving.md: served at 16 requests 0.81x bf16, at 8 1.16x).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -360,6 +364,10 @@ if [ "$part" = "dqp" ]; then  # the dequantizing GEMM's probes: fragments withou
     run 110 python3 bench/tile_gpu_time.py --grouped 64 --sub --bits 4 --m 2048,512 --kn 4096x14336 \
       --reps 5 --kernel-dir exp/probes/$p
   done
+fi
+if [ "$part" = "srp" ]; then  # the server's loop replayed: 32 layers, 8-bit gs64, 8 and 16 slots
+  run 420 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
+    --levels 8,16 --rounds 2 --json "$O/srp.jsonl"
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
