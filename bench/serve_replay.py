@@ -15,8 +15,9 @@ slots, each sending ``--per-slot`` requests one after another (the prompt
 slot's next request is inserted at the next budget boundary after its last one
 finished, as the server inserts it). Arms (``--arms``): the bf16 model and the
 ``mlx_w8a8`` model built by the model benchmark (:func:`mlx_w8a8.modelbench.make_variants`,
-``--weights``), each with the server's reads (``+item``) and without (``+none``),
-alternating order per round; the ``mlx_w8a8`` model is warmed up first
+``--weights``), each with the server's reads (``+item``), with the same reads on a
+stream of their own (``+aside``: :func:`mlx_w8a8.token_reads.reads_aside`, what
+``mlx_w8a8.server`` does) and without reads (``+none``), alternating order per round; the ``mlx_w8a8`` model is warmed up first
 (:func:`mlx_w8a8.warm_up`), and every arm runs each level once untimed.
 
 Per ``next()`` call it records the wall seconds, the decode rows ``B`` (the generation
@@ -24,7 +25,8 @@ batch before the call), the prompt tokens prefilled and the seconds inside the m
 forward calls (graph building: MLX is lazy, so that is host time). Reported per level and
 arm (medians over rounds): output tokens/s, the median decode-only step (calls that
 prefilled nothing) at the level's full batch and its forward-building part, prefill calls
-and their seconds, and each arm's tokens/s against ``bf16`` with the same reads.
+and their seconds, and each arm's tokens/s against ``bf16`` with the same reads (the ratio is against
+``bf16+item``, what ``mlx_lm.server`` does, for ``+aside``).
 
     python bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \\
         --levels 8,16 --rounds 2 [--json out.jsonl]
@@ -45,7 +47,7 @@ import mlx.core as mx  # noqa: E402
 
 PROG = "bench/serve_replay.py"
 MODELS = ("bf16", "mlx_w8a8")
-READS = ("item", "none")
+READS = ("item", "aside", "none")
 
 
 class Forward:
@@ -76,46 +78,53 @@ def replay(model, slots: int, per_slot: int, max_tokens: int, prompt: str, budge
            reads: str) -> dict:
     """One level: ``slots`` x ``per_slot`` requests through a ``BatchGenerator`` as the
     server drives it. Returns the level's record (see the module docstring)."""
+    import contextlib
+
     from mlx_lm.generate import BatchGenerator
+
+    from mlx_w8a8 import token_reads
 
     forward = Forward(model)
     gen = BatchGenerator(forward, max_tokens=max_tokens)
+    scope = token_reads.reads_aside() if reads == "aside" else contextlib.nullcontext()
     waiting = list(range(slots))  # requests arrived and not inserted yet
     sent = slots
     started, first = {}, {}
     steps, tokens, done = [], 0, 0
     t0 = time.perf_counter()
     try:
-        while done < slots * per_slot:
-            for number in waiting:  # between budgets, as the server's loop inserts them
-                (uid,) = gen.insert([prompt_tokens(number, prompt)], [max_tokens])
-                started[uid] = time.perf_counter()
-            waiting = []
-            chunk = time.perf_counter()
-            while True:  # at least one call a budget, as the server's first check passes
-                rows = len(gen._generation_batch)
-                prefilled = gen._counters.prompt_tokens
-                built = forward.seconds
-                start = time.perf_counter()
-                prompt_responses, responses = gen.next()
-                for r in responses:
-                    if reads == "item":
-                        r.logprobs[r.token].item()  # the server's read of each token
-                    first.setdefault(r.uid, time.perf_counter())
-                    tokens += 1
-                    if r.finish_reason is not None:
-                        done += 1
-                        if sent < slots * per_slot:
-                            waiting.append(sent)
-                            sent += 1
-                steps.append((time.perf_counter() - start, rows,
-                              gen._counters.prompt_tokens - prefilled, forward.seconds - built))
-                if (not prompt_responses and not responses) \
-                        or time.perf_counter() - chunk > budget:
-                    break
-            if not waiting and done < slots * per_slot and not len(gen._generation_batch) \
-                    and not gen._unprocessed_sequences and not len(gen._prompt_batch):
-                raise RuntimeError(f"[{PROG}] the generator stopped with requests left")
+        with scope:
+            while done < slots * per_slot:
+                for number in waiting:  # between budgets, as the server's loop inserts them
+                    (uid,) = gen.insert([prompt_tokens(number, prompt)], [max_tokens])
+                    started[uid] = time.perf_counter()
+                waiting = []
+                chunk = time.perf_counter()
+                while True:  # at least one call a budget, as the server's first check passes
+                    rows = len(gen._generation_batch)
+                    prefilled = gen._counters.prompt_tokens
+                    built = forward.seconds
+                    start = time.perf_counter()
+                    prompt_responses, responses = gen.next()
+                    for r in responses:
+                        if reads != "none":  # the server's read of each token
+                            r.logprobs[r.token].item()
+                        first.setdefault(r.uid, time.perf_counter())
+                        tokens += 1
+                        if r.finish_reason is not None:
+                            done += 1
+                            if sent < slots * per_slot:
+                                waiting.append(sent)
+                                sent += 1
+                    prefilled = gen._counters.prompt_tokens - prefilled
+                    steps.append((time.perf_counter() - start, rows, prefilled,
+                                  forward.seconds - built))
+                    if (not prompt_responses and not responses) \
+                            or time.perf_counter() - chunk > budget:
+                        break
+                if not waiting and done < slots * per_slot and not len(gen._generation_batch) \
+                        and not gen._unprocessed_sequences and not len(gen._prompt_batch):
+                    raise RuntimeError(f"[{PROG}] the generator stopped with requests left")
     finally:
         mx.synchronize(gen.stream)
         gen.close()
@@ -143,7 +152,8 @@ def parse_list(text: str, what: str, allowed=None, kind=str) -> list:
         items = []
     if not items or (allowed is not None and any(v not in allowed for v in items)) \
             or (kind is int and any(v < 1 for v in items)):
-        valid = f"a comma list of {allowed}" if allowed else f"a comma list of positive {kind.__name__}s"
+        valid = (f"a comma list of {allowed}" if allowed
+                 else f"a comma list of positive {kind.__name__}s")
         raise argparse.ArgumentTypeError(f"{what} must be {valid}, got {text!r}")
     return items
 
@@ -162,8 +172,10 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=0.5,
                    help="seconds of next() calls between insertions (mlx_lm.server's 0.5)")
     p.add_argument("--arms", default="bf16,mlx_w8a8", help=f"models among {MODELS}")
-    p.add_argument("--reads", default="item,none",
-                   help="item: read each token's log-probability as the server does; none: not")
+    p.add_argument("--reads", default="item,aside,none",
+                   help="item: read each token's log-probability as mlx_lm.server does; "
+                   "aside: the same reads on a stream of their own (mlx_w8a8.token_reads, "
+                   "as mlx_w8a8.server reads them); none: no reads")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="append one JSON line per level and arm to this file")
@@ -206,13 +218,15 @@ def main(argv=None) -> int:
             med = {k: statistics.median(x[k] for x in rs) for k in
                    ("tokens_per_s", "prefill_s", "ttft_median_s")}
             full = [x["decode_full_ms"] for x in rs if x["decode_full_ms"] is not None]
-            build = [x["decode_full_build_ms"] for x in rs if x["decode_full_build_ms"] is not None]
-            base = f"bf16+{name.split('+')[1]}"
-            ratio = (statistics.median(a["tokens_per_s"] / b["tokens_per_s"]
-                                       for a, b in zip(rs, records[base]))
-                     if base in records else None)
+            build = [x["decode_full_build_ms"] for x in rs
+                     if x["decode_full_build_ms"] is not None]
+            read = name.split("+")[1]
+            ratios = {base: statistics.median(a["tokens_per_s"] / b["tokens_per_s"]
+                                              for a, b in zip(rs, records[base]))
+                      for base in dict.fromkeys([f"bf16+{read}", "bf16+item"])
+                      if base in records}
             print(f"level {level:3d} {name:15s} {med['tokens_per_s']:8.1f} tok/s"
-                  + (f" ({ratio:.2f}x {base})" if ratio is not None else "")
+                  + "".join(f" ({r:.2f}x {base})" for base, r in ratios.items())
                   + (f", decode step at B = {level} {statistics.median(full):6.2f} ms"
                      f" (forward built in {statistics.median(build):5.2f})" if full else
                      ", no decode-only step at the full batch")
@@ -223,7 +237,7 @@ def main(argv=None) -> int:
                     f.write(json.dumps({"bench": "serve_replay", "model": label,
                                         "layers": config.get("num_hidden_layers"),
                                         "weights": args.weights, "level": level, "arm": name,
-                                        "ratio_to_bf16": ratio, "rounds": rs}) + "\n")
+                                        "ratios": ratios, "rounds": rs}) + "\n")
     return 0
 
 

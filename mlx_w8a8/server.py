@@ -8,7 +8,10 @@ its batching and its errors. What changes: each model it loads is converted to
 converted and warmed up before the port opens, a log line says which kernels run, and
 the listening socket queues ``--backlog`` connections (default 128; mlx-lm's server class
 queues Python's default 5, too few for a burst of concurrent clients:
-:data:`mlx_w8a8.serving.DEFAULT_BACKLOG`). Examples::
+:data:`mlx_w8a8.serving.DEFAULT_BACKLOG`), and each generated token's log-probability
+is read on a stream of its own (:mod:`mlx_w8a8.token_reads`: mlx-lm's read waits for
+the next step's GPU work, so host and GPU take turns; the responses are the same).
+Examples::
 
     python -m mlx_w8a8.server --model path/to/w8a8-folder --port 8080
     python -m mlx_w8a8.server --model path/to/mlx-lm-8bit-folder --tuning-table app/tuning.json
@@ -30,18 +33,24 @@ import sys
 PROG = "python -m mlx_w8a8.server"
 
 
-def provider_class(base, loader, prog: str = PROG):
+def provider_class(base, loader, prog: str = PROG, notes: tuple[str, ...] = (),
+                   log=None):
     """A subclass of mlx-lm's ``ModelProvider`` (``base``) that loads the ``--model``
     model when constructed: ``mlx_lm.server.main`` builds the provider before it opens
     the port, so conversion and warm-up finish before the first request is accepted.
 
     It also sets ``loader.options.warm_up_tokens`` from the server's flags when the
-    command line left it unset (:func:`mlx_w8a8.serving.default_warm_up_tokens`).
+    command line left it unset (:func:`mlx_w8a8.serving.default_warm_up_tokens`), and
+    passes each of ``notes`` to ``log`` first: by then ``mlx_lm.server.main`` has set up
+    logging (a line logged before it would set up Python's default, which drops the
+    server's INFO lines).
     """
     from .serving import default_warm_up_tokens
 
     class W8A8ModelProvider(base):
         def __init__(self, cli_args):
+            for note in notes:
+                log(note)
             super().__init__(cli_args)
             if self.is_distributed:
                 raise ValueError(
@@ -59,7 +68,7 @@ def provider_class(base, loader, prog: str = PROG):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import serving
+    from . import serving, token_reads
 
     argv = list(sys.argv[1:] if argv is None else argv)
     options, rest, wants_help = serving.split_argv(PROG, argv, server=True)
@@ -85,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     server_class = getattr(module, "ThreadingHTTPServer", http.server.ThreadingHTTPServer)
 
     def serve() -> None:
-        with serving.patched(module, options, PROG, log) as loader:
-            module.ModelProvider = provider_class(base, loader)
+        with serving.patched(module, options, PROG, log) as loader, \
+                token_reads.reads_aside() as aside:
+            notes = (f"[{PROG}] each token's log-probability is read on a stream of its own "
+                     f"(mlx_w8a8.token_reads): the next step's GPU work and the host's "
+                     f"building of the one after overlap",) if aside else ()
+            module.ModelProvider = provider_class(base, loader, notes=notes, log=log)
             saved_backlog = server_class.request_queue_size
             server_class.request_queue_size = options.backlog
             try:

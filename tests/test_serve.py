@@ -157,6 +157,9 @@ def test_server_logs_its_layers_and_warms_up_before_opening_the_port(server):
     assert "M=1: " in lines[summary] and "M=512: " in lines[summary]
     assert converted < warm < passed < summary < opened
     assert "model pass failed" not in log
+    # every token's log-probability read aside (mlx_w8a8.token_reads), said before serving
+    aside = next(i for i, ln in enumerate(lines) if "is read on a stream of its own" in ln)
+    assert aside < opened
 
 
 def test_completions_are_the_greedy_tokens_of_the_w8a8_model(server, folders):

@@ -36,11 +36,14 @@ def test_every_request_is_served_and_each_arm_is_reported(tmp_path):
     text = out.getvalue()
     assert code == 0, text
     lines = [ln for ln in text.splitlines() if ln.startswith("level ")]
-    assert [ln.split()[2] for ln in lines] == ["bf16+item", "bf16+none", "mlx_w8a8+item",
-                                               "mlx_w8a8+none"], text
-    assert "(1.00x bf16+item)" in lines[0] and "x bf16+none)" in lines[3], text
+    assert [ln.split()[2] for ln in lines] == [f"{m}+{r}" for m in ("bf16", "mlx_w8a8")
+                                               for r in ("item", "aside", "none")], text
+    # each arm against bf16 with the same reads, and against mlx_lm.server's (bf16+item)
+    assert "(1.00x bf16+item)" in lines[0], text
+    assert "(1.00x bf16+aside) (" in lines[1] and "x bf16+item)" in lines[1], text
+    assert "x bf16+none) (" in lines[5], text
     records = [json.loads(ln) for ln in jsonl.read_text().splitlines()]
-    assert len(records) == 4
+    assert len(records) == 6
     for rec in records:
         assert len(rec["rounds"]) == 2
         for r in rec["rounds"]:

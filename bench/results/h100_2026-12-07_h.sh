@@ -155,6 +155,8 @@
 # (BatchGenerator, insertions every 0.5 s, each token's log-probability read or not) on 32
 # layers of Llama-3-8B from the 8-bit gs64 checkpoint, bf16 against mlx_w8a8, at 8 and 16
 # concurrent slots (docs/serving.md: served at 16 requests 0.81x bf16, at 8 1.16x).
+# Part SRA: part SRP with the reads aside too (mlx_w8a8.token_reads, as mlx_w8a8.server
+# reads since): arms +item, +aside, +none, 3 rounds.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -368,6 +370,10 @@ fi
 if [ "$part" = "srp" ]; then  # the server's loop replayed: 32 layers, 8-bit gs64, 8 and 16 slots
   run 420 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
     --levels 8,16 --rounds 2 --json "$O/srp.jsonl"
+fi
+if [ "$part" = "sra" ]; then  # part SRP with the reads aside, 3 rounds
+  run 480 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
+    --levels 8,16 --rounds 3 --json "$O/sra.jsonl"
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
