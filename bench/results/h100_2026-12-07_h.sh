@@ -145,7 +145,7 @@
 # Runs S (an NVIDIA H100, after several failed starts): DEADLINE=555 ... dq3 (tree 947238f;
 # exp/dq3 and exp/adopt are the kernel and package of commit 2ab624e: depth 3 as a
 # template argument in exp/dq3, DequantConfig's depth 3 for every tile in exp/adopt).
-# Part DQP (not run yet): probes of the dequantizing GEMM (4-bit, group size 64, M = 2048
+# Part DQP: probes of the dequantizing GEMM (4-bit, group size 64, M = 2048
 # and 512 on 4096 x 14336 K x N), timed as <tile>+ beside the shipped tiles (their outputs
 # wrong by design), written first by python3 bench/grouped_probes.py exp/probes: dq_nodq
 # builds each fragment from the loaded code words as they are (the shared-memory loads
@@ -155,8 +155,9 @@
 # (BatchGenerator, insertions every 0.5 s, each token's log-probability read or not) on 32
 # layers of Llama-3-8B from the 8-bit gs64 checkpoint, bf16 against mlx_w8a8, at 8 and 16
 # concurrent slots (docs/serving.md: served at 16 requests 0.81x bf16, at 8 1.16x).
-# Part SRA: part SRP with the reads aside too (mlx_w8a8.token_reads, as mlx_w8a8.server
-# reads since): arms +item, +aside, +none, 3 rounds.
+# Part SRA: part SRP with the reads aside (mlx_w8a8.token_reads, as mlx_w8a8.server
+# reads since) against mlx-lm's: arms +item and +aside. Then part SMS (the 32-layer
+# 8-bit folder served at 8 and 16 requests beside mlx_lm.server bf16) again, on this tree.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -371,9 +372,9 @@ if [ "$part" = "srp" ]; then  # the server's loop replayed: 32 layers, 8-bit gs6
   run 420 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
     --levels 8,16 --rounds 2 --json "$O/srp.jsonl"
 fi
-if [ "$part" = "sra" ]; then  # part SRP with the reads aside, 3 rounds
-  run 480 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
-    --levels 8,16 --rounds 3 --json "$O/sra.jsonl"
+if [ "$part" = "sra" ]; then  # part SRP with the reads aside and as mlx-lm reads
+  run 260 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
+    --levels 8,16 --rounds 2 --reads item,aside --json "$O/sra.jsonl"
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
