@@ -922,9 +922,10 @@ def test_act_groups_linear(emulated, rng, nax, body, bits, m, n, k, group_size, 
     want, bound = oracle.linear_act_groups(xv, w, None if bias is None else np.array(bias))
     oracle.assert_close(y, want, bound, dtype)
     assert emulated.ran(body) and emulated.ran("quantize")
-    finite = np.isfinite(want)
-    excess = np.abs(np.array(token.astype(mx.float32))[finite] - want[finite]) / (bound[finite] + 1e-3)
-    assert excess.max() > 10  # the two maths differ: the comparison above can fail
+    # the two maths differ: the per-token result fails the comparison above (a margin
+    # such as "10x the bound somewhere" failed now and then at M = 1 on fresh data)
+    with pytest.raises(AssertionError, match="max excess"):
+        oracle.assert_close(token, want, bound, dtype)
     registry_problem = Problem("linear", m, n, k, dtype, "grouped" if bits == 8 else "grouped4",
                                group_size, with_bias, "group")
     assert registry.get("linear", "metal_gemm_act_groups").supports(registry_problem)
