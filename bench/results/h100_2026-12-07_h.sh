@@ -155,6 +155,8 @@
 # (BatchGenerator, insertions every 0.5 s, each token's log-probability read or not) on 32
 # layers of Llama-3-8B from the 8-bit gs64 checkpoint, bf16 against mlx_w8a8, at 8 and 16
 # concurrent slots (docs/serving.md: served at 16 requests 0.81x bf16, at 8 1.16x).
+# Runs T (another H100): DEADLINE=575 ... srp dqp (tree fccba7f). Part SRA not run (no
+# machine could be started).
 # Part SRA: part SRP with the reads aside (mlx_w8a8.token_reads, as mlx_w8a8.server
 # reads since) against mlx-lm's: arms +item and +aside. Then part SMS (the 32-layer
 # 8-bit folder served at 8 and 16 requests beside mlx_lm.server bf16) again, on this tree.
