@@ -10,7 +10,8 @@ the listening socket queues ``--backlog`` connections (default 128; mlx-lm's ser
 queues Python's default 5, too few for a burst of concurrent clients:
 :data:`mlx_w8a8.serving.DEFAULT_BACKLOG`), and each generated token's log-probability
 is read on a stream of its own (:mod:`mlx_w8a8.token_reads`: mlx-lm's read waits for
-the next step's GPU work, so host and GPU take turns; the responses are the same).
+the next step's GPU work, so host and GPU take turns; the responses are the same;
+``--mlx-lm-reads`` reads as mlx-lm does).
 Examples::
 
     python -m mlx_w8a8.server --model path/to/w8a8-folder --port 8080
@@ -29,6 +30,7 @@ import http.server
 import logging
 import os
 import sys
+from contextlib import nullcontext
 
 PROG = "python -m mlx_w8a8.server"
 
@@ -94,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     server_class = getattr(module, "ThreadingHTTPServer", http.server.ThreadingHTTPServer)
 
     def serve() -> None:
-        with serving.patched(module, options, PROG, log) as loader, \
-                token_reads.reads_aside() as aside:
+        reads = token_reads.reads_aside() if options.aside_reads else nullcontext(False)
+        with serving.patched(module, options, PROG, log) as loader, reads as aside:
             notes = (f"[{PROG}] each token's log-probability is read on a stream of its own "
                      f"(mlx_w8a8.token_reads): the next step's GPU work and the host's "
                      f"building of the one after overlap",) if aside else ()

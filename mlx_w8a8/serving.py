@@ -75,6 +75,9 @@ class ServeOptions(NamedTuple):
             ``act_scales="group"``.
         backlog: the server's listen backlog (connections waiting to be accepted;
             ``mlx_w8a8.server`` only, :data:`DEFAULT_BACKLOG`), or ``None`` (not a server).
+        aside_reads: the server reads each token's log-probability on a stream of its
+            own (:mod:`mlx_w8a8.token_reads`; ``mlx_w8a8.server``'s default), or as
+            ``mlx_lm.server`` does (``False``: ``--mlx-lm-reads``, and not a server).
     """
 
     quantize: bool = False
@@ -85,6 +88,7 @@ class ServeOptions(NamedTuple):
     act_scales: str | None = None
     per_channel: bool = False
     backlog: int | None = None
+    aside_reads: bool = False
 
 
 def mlx_lm_version() -> str:
@@ -174,6 +178,11 @@ def add_flags(parser: argparse.ArgumentParser, server: bool = False) -> None:
                            help=f"connections queued before the server accepts them (default: "
                                 f"{DEFAULT_BACKLOG}; mlx_lm.server's is Python's 5, which drops "
                                 f"or resets connections when many clients connect at once)")
+        group.add_argument("--mlx-lm-reads", action="store_true",
+                           help="read each generated token's log-probability on the "
+                                "generation stream, as mlx_lm.server does (it then waits for "
+                                "the step launched ahead); default: on a stream of its own "
+                                "(mlx_w8a8.token_reads, docs/serving.md)")
     group.add_argument("--quantize", action="store_true",
                        help="also quantize float linear layers to W8A8 on load "
                             "(serve a float model folder)")
@@ -238,7 +247,8 @@ def split_argv(prog: str, argv: list[str],
                            warm_up_tokens=args.warm_up_tokens,
                            act_scales="group" if args.act_groups else None,
                            per_channel=args.per_channel,
-                           backlog=args.backlog if server else None)
+                           backlog=args.backlog if server else None,
+                           aside_reads=server and not getattr(args, "mlx_lm_reads", False))
     return options, rest, any(a in ("-h", "--help") for a in argv)
 
 

@@ -589,6 +589,13 @@ def test_split_argv_keeps_mlx_lm_flags_in_order(tmp_path):
     # A shortened flag is mlx-lm's to resolve (its parser accepts abbreviations).
     options, rest, _ = serving.split_argv("prog", ["--q", "--warm", "8"])
     assert rest == ["--q", "--warm", "8"] and options == serving.ServeOptions()
+    # the server reads each token's log-probability aside unless told to read as mlx-lm
+    assert serving.split_argv("prog", [], server=True)[0].aside_reads is True
+    options, rest, _ = serving.split_argv("prog", ["--mlx-lm-reads", "--port", "1"], server=True)
+    assert options.aside_reads is False and rest == ["--port", "1"]
+    # a server flag: mlx_w8a8.generate leaves it to mlx-lm's parser (which refuses it)
+    options, rest, _ = serving.split_argv("prog", ["--mlx-lm-reads"])
+    assert rest == ["--mlx-lm-reads"] and options.aside_reads is False
 
 
 # --- bench/serve_bench.py -----------------------------------------------------------------
