@@ -36,7 +36,7 @@ PROG = "python -m mlx_w8a8.server"
 
 
 def provider_class(base, loader, prog: str = PROG, notes: tuple[str, ...] = (),
-                   log=None):
+                   log=logging.info):
     """A subclass of mlx-lm's ``ModelProvider`` (``base``) that loads the ``--model``
     model when constructed: ``mlx_lm.server.main`` builds the provider before it opens
     the port, so conversion and warm-up finish before the first request is accepted.

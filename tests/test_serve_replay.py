@@ -2,10 +2,10 @@
 served to its last token, each arm is reported against bf16 with the same reads, and bad
 options are refused."""
 
-import importlib.util
 import io
 import json
 import os
+import sys
 from contextlib import redirect_stdout
 
 import pytest
@@ -13,15 +13,8 @@ import pytest
 pytest.importorskip("mlx_lm.generate", reason="mlx-lm is part of the test extra")
 import tiny_lm  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def load_replay():
-    path = os.path.join(HERE, "..", "bench", "serve_replay.py")
-    spec = importlib.util.spec_from_file_location("serve_replay", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import serve_replay  # noqa: E402
 
 
 def test_every_request_is_served_and_each_arm_is_reported(tmp_path):
@@ -30,7 +23,7 @@ def test_every_request_is_served_and_each_arm_is_reported(tmp_path):
     # budget 0: one next() between insertions, so a slot's second request joins while
     # the others decode (the batch fills and drains, as in the server)
     with redirect_stdout(out):
-        code = load_replay().main(["--model", str(folder), "--weights", "8bit-gs64",
+        code = serve_replay.main(["--model", str(folder), "--weights", "8bit-gs64",
                                    "--levels", "3", "--per-slot", "2", "--max-tokens", "5",
                                    "--rounds", "2", "--budget", "1e-9", "--json", str(jsonl)])
     text = out.getvalue()
@@ -55,8 +48,7 @@ def test_every_request_is_served_and_each_arm_is_reported(tmp_path):
 
 
 def test_prompts_are_the_servers_bytes():
-    replay = load_replay()
-    assert replay.prompt_tokens(12, "ab") == [ord(c) for c in "12: ab"]
+    assert serve_replay.prompt_tokens(12, "ab") == [ord(c) for c in "12: ab"]
 
 
 @pytest.mark.parametrize("bad", [["--levels", "0"], ["--arms", "bf16,q4"],
@@ -64,6 +56,6 @@ def test_prompts_are_the_servers_bytes():
                                  ["--max-tokens", "1"]])
 def test_bad_options_are_refused(bad, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        load_replay().main(["--model", "llama-3-8b", *bad])
+        serve_replay.main(["--model", "llama-3-8b", *bad])
     assert exit_info.value.code == 2
     assert bad[0] in capsys.readouterr().err
