@@ -150,3 +150,20 @@ def test_mlx_lms_batched_responses_are_unchanged_by_the_patch():
     assert len(plain) == 8
     assert [s[:3] for s in aside] == [s[:3] for s in plain]
     assert {s[3] for s in aside} == {AsideRow} and {s[3] for s in plain} == {mx.array}
+
+
+def test_mlx_lm_servers_uses_of_a_response_row_work_on_an_aside_row():
+    """What mlx_lm.server does with a response's ``logprobs``: the token's value
+    (``.item()``) and, with ``top_logprobs``, ``_format_top_logprobs`` (a negation, an
+    argpartition and a gather by a list): the same answers from an AsideRow."""
+    import importlib
+
+    pytest.importorskip("mlx_lm.server", reason="mlx-lm is part of the test extra")
+    server = importlib.import_module("mlx_lm.server")
+    row = evaluated_row()
+    tokenizer = types.SimpleNamespace(convert_ids_to_tokens=lambda ids: [f"t{i}" for i in ids])
+    aside = AsideRow(row)
+    assert aside[17].item() == row[17].item()
+    assert server._format_top_logprobs(aside, 4, tokenizer) == \
+        server._format_top_logprobs(row, 4, tokenizer)
+    assert len(server._format_top_logprobs(aside, 4, tokenizer)) == 4
