@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import warnings
 from contextlib import contextmanager
 
 import mlx.core as mx
@@ -82,7 +83,9 @@ def reads_aside(generate_module=None):
 
     Yields:
         ``True`` when the method was wrapped, ``False`` when the module has no
-        ``GenerationBatch.next`` (another mlx-lm: nothing is changed).
+        ``GenerationBatch.next`` (another mlx-lm: nothing is changed). Where no stream
+        can be made for the reads, responses are left as they are, with one
+        ``RuntimeWarning``.
     """
     if generate_module is None:
         # by name: the package's attribute ``generate`` is its function, not the module
@@ -95,13 +98,22 @@ def reads_aside(generate_module=None):
 
     def next_aside(self, *args, **kwargs):
         responses = original(self, *args, **kwargs)
-        stream = aside_stream()
+        try:
+            stream = aside_stream()
+        except Exception as error:  # noqa: BLE001 (no second stream: read as mlx-lm does)
+            if not failed:
+                failed.append(error)
+                warnings.warn(f"[mlx_w8a8.token_reads] no stream for the reads aside "
+                              f"({error}); each token is read on the generation stream, "
+                              f"as mlx-lm reads it", RuntimeWarning, stacklevel=2)
+            return responses
         for response in responses:
             logprobs = getattr(response, "logprobs", None)
             if isinstance(logprobs, mx.array):
                 response.logprobs = AsideRow(logprobs, stream)
         return responses
 
+    failed: list[Exception] = []  # warned once
     batch.next = next_aside
     try:
         yield True

@@ -167,3 +167,21 @@ def test_mlx_lm_servers_uses_of_a_response_row_work_on_an_aside_row():
     assert server._format_top_logprobs(aside, 4, tokenizer) == \
         server._format_top_logprobs(row, 4, tokenizer)
     assert len(server._format_top_logprobs(aside, 4, tokenizer)) == 4
+
+
+def test_without_a_stream_for_the_reads_responses_are_left_as_they_are(monkeypatch):
+    """A device where no second stream can be made: the server goes on, reading as mlx-lm
+    does, and says so once."""
+    def no_stream(device):
+        raise RuntimeError("no stream here")
+
+    monkeypatch.setattr(token_reads, "_local", threading.local())  # nothing made yet
+    monkeypatch.setattr(mx, "new_stream", no_stream)
+    module = types.SimpleNamespace(GenerationBatch=FakeBatch)
+    batch = FakeBatch()
+    with reads_aside(module), pytest.warns(RuntimeWarning, match="no stream for the reads") \
+            as caught:
+        first, second = batch.next(), batch.next()
+    assert len(caught) == 1
+    assert [type(r.logprobs) for r in first + second] == [mx.array] * 3 + [type(None)] + \
+        [mx.array] * 3 + [type(None)]
