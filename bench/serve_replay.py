@@ -17,16 +17,17 @@ finished, as the server inserts it). Arms (``--arms``): the bf16 model and the
 ``mlx_w8a8`` model built by the model benchmark (:func:`mlx_w8a8.modelbench.make_variants`,
 ``--weights``), each with the server's reads (``+item``), with the same reads on a
 stream of their own (``+aside``: :func:`mlx_w8a8.token_reads.reads_aside`, what
-``mlx_w8a8.server`` does) and without reads (``+none``), alternating order per round; the ``mlx_w8a8`` model is warmed up first
-(:func:`mlx_w8a8.warm_up`), and every arm runs each level once untimed.
+``mlx_w8a8.server`` does) and without reads (``+none``), alternating order per round;
+the ``mlx_w8a8`` model is warmed up first (:func:`mlx_w8a8.warm_up`), and every arm
+runs each level once untimed.
 
 Per ``next()`` call it records the wall seconds, the decode rows ``B`` (the generation
 batch before the call), the prompt tokens prefilled and the seconds inside the model's
 forward calls (graph building: MLX is lazy, so that is host time). Reported per level and
-arm (medians over rounds): output tokens/s, the median decode-only step (calls that
-prefilled nothing) at the level's full batch and its forward-building part, prefill calls
-and their seconds, and each arm's tokens/s against ``bf16`` with the same reads (the ratio is against
-``bf16+item``, what ``mlx_lm.server`` does, for ``+aside``).
+arm (medians over rounds): output tokens/s, against ``bf16`` with the same reads and
+against ``bf16+item`` (what ``mlx_lm.server`` does), the median decode-only step (calls
+that prefilled nothing) at the level's full batch and its forward-building part, prefill
+calls and their seconds, and the median time to first token.
 
     python bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \\
         --levels 8,16 --rounds 2 [--json out.jsonl]

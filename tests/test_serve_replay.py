@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("mlx_lm.generate", reason="mlx-lm is part of the test extra")
 import tiny_lm  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import serve_replay  # noqa: E402
 
 
