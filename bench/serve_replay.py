@@ -103,7 +103,7 @@ def replay(model, slots: int, per_slot: int, max_tokens: int, prompt: str, budge
                 chunk = time.perf_counter()
                 while True:  # at least one call a budget, as the server's first check passes
                     rows = len(gen._generation_batch)
-                    prefilled = gen._counters.prompt_tokens
+                    prompt_before = gen._counters.prompt_tokens
                     built = forward.seconds
                     start = time.perf_counter()
                     prompt_responses, responses = gen.next()
@@ -117,7 +117,7 @@ def replay(model, slots: int, per_slot: int, max_tokens: int, prompt: str, budge
                             if sent < slots * per_slot:
                                 waiting.append(sent)
                                 sent += 1
-                    prefilled = gen._counters.prompt_tokens - prefilled
+                    prefilled = gen._counters.prompt_tokens - prompt_before
                     steps.append((time.perf_counter() - start, rows, prefilled,
                                   forward.seconds - built))
                     if (not prompt_responses and not responses) \
@@ -161,6 +161,7 @@ def parse_list(text: str, what: str, allowed=None, kind=str) -> list:
 
 def main(argv=None) -> int:
     from mlx_w8a8 import modelbench
+    from mlx_w8a8.tuning.model_timing import alternate
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-3-8b", help="a preset, folder or config.json")
@@ -210,10 +211,8 @@ def main(argv=None) -> int:
     for level in levels:
         for name in names:  # untimed: compiles, MLX's graphs of each batch size
             run(name, level)
-        records = {n: [] for n in names}
-        for r in range(args.rounds):
-            for name in (names if r % 2 == 0 else names[::-1]):
-                records[name].append(run(name, level))
+        # the model benchmark's alternation (order reversed every other round)
+        records = alternate(names, args.rounds, lambda name: run(name, level))
         for name in names:
             rs = records[name]
             med = {k: statistics.median(x[k] for x in rs) for k in
