@@ -81,8 +81,12 @@ def check_loopback(url: str) -> str:
     return url.rstrip("/")
 
 
-def parse_levels(text: str) -> list[int]:
+def parse_levels(text: str, flag: str = "--concurrency", prog: str = PROG) -> list[int]:
     """``"1,8,32"`` -> ``[1, 8, 32]``.
+
+    Args:
+        text: the option's value.
+        flag, prog: the option and the command its error names.
 
     Raises:
         ValueError: for an empty list or a level < 1.
@@ -92,7 +96,7 @@ def parse_levels(text: str) -> list[int]:
     except ValueError:
         levels = []
     if not levels or min(levels) < 1:
-        raise ValueError(f"[{PROG}] --concurrency must be positive ints like 1,8,32, got {text!r}")
+        raise ValueError(f"[{prog}] {flag} must be positive ints like 1,8,32, got {text!r}")
     return levels
 
 

@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         bad = [a for a in arms if a not in ARMS]
         if bad or not arms:
             raise ValueError(f"[{PROG}] --arms takes {', '.join(ARMS)}, got {args.arms!r}")
-        levels = serve_bench.parse_levels(args.levels)
+        levels = serve_bench.parse_levels(args.levels, "--levels", PROG)
         if args.requests is not None and not 1 <= args.requests <= serve_bench.MAX_REQUESTS:
             raise ValueError(f"[{PROG}] --requests must be in 1..{serve_bench.MAX_REQUESTS}, "
                              f"got {args.requests}")

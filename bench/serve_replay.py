@@ -46,6 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mlx.core as mx  # noqa: E402
 
+import serve_bench  # noqa: E402  (this folder: the script's own)
+
 PROG = "bench/serve_replay.py"
 MODELS = ("bf16", "mlx_w8a8")
 READS = ("item", "aside", "none")
@@ -146,17 +148,16 @@ def replay(model, slots: int, per_slot: int, max_tokens: int, prompt: str, budge
     }
 
 
-def parse_list(text: str, what: str, allowed=None, kind=str) -> list:
-    try:
-        items = [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        items = []
-    if not items or (allowed is not None and any(v not in allowed for v in items)) \
-            or (kind is int and any(v < 1 for v in items)):
-        valid = (f"a comma list of {allowed}" if allowed
-                 else f"a comma list of positive {kind.__name__}s")
-        raise argparse.ArgumentTypeError(f"{what} must be {valid}, got {text!r}")
-    return items
+def parse_names(text: str, what: str, allowed) -> list[str]:
+    """``"item,aside"`` -> ``["item", "aside"]``, each among ``allowed``.
+
+    Raises:
+        ValueError: for an empty list or a name not allowed.
+    """
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names or any(v not in allowed for v in names):
+        raise ValueError(f"[{PROG}] {what} takes a comma list of {allowed}, got {text!r}")
+    return names
 
 
 def main(argv=None) -> int:
@@ -183,10 +184,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="append one JSON line per level and arm to this file")
     args = p.parse_args(argv)
     try:
-        levels = parse_list(args.levels, "--levels", kind=int)
-        arms = parse_list(args.arms, "--arms", MODELS)
-        reads = parse_list(args.reads, "--reads", READS)
-    except argparse.ArgumentTypeError as error:
+        levels = serve_bench.parse_levels(args.levels, "--levels", PROG)
+        arms = parse_names(args.arms, "--arms", MODELS)
+        reads = parse_names(args.reads, "--reads", READS)
+    except ValueError as error:
         p.error(str(error))
     if args.per_slot < 1 or args.max_tokens < 2 or args.rounds < 1 or args.budget <= 0:
         p.error(f"--per-slot and --rounds must be >= 1, --max-tokens >= 2 and --budget > 0, "

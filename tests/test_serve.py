@@ -612,6 +612,9 @@ def test_serve_bench_levels():
     for bad in ("", "0", "a"):
         with pytest.raises(ValueError, match="--concurrency"):
             serve_bench.parse_levels(bad)
+    # serve_compare's and serve_replay's option is --levels: the error names it
+    with pytest.raises(ValueError, match=r"^\[serve_compare\] --levels .* got '0'"):
+        serve_bench.parse_levels("0", "--levels", "serve_compare")
 
 
 def test_serve_compare_runs_every_arm_after_its_warm_up_pass(tmp_path, capsys):
