@@ -160,6 +160,9 @@
 # Part SRA: part SRP with the reads aside (mlx_w8a8.token_reads, as mlx_w8a8.server
 # reads since) against mlx-lm's: arms +item and +aside. Then part SMS (the 32-layer
 # 8-bit folder served at 8 and 16 requests beside mlx_lm.server bf16) again, on this tree.
+# Runs U (another H100): DEADLINE=480 ... sms sra (tree df1bd12; part SRA skipped by its
+# limit), then parts SRA16 and SRA8 on the same machine (each part SRA's command at one
+# level, its warm-up lines per layer left out of the log).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -377,6 +380,11 @@ fi
 if [ "$part" = "sra" ]; then  # part SRP with the reads aside and as mlx-lm reads
   run 260 python3 bench/serve_replay.py --model llama-3-8b --layers 32 --weights 8bit-gs64 \
     --levels 8,16 --rounds 2 --reads item,aside --json "$O/sra.jsonl"
+fi
+if [ "$part" = "sra16" ] || [ "$part" = "sra8" ]; then  # part SRA at one level
+  run 215 bash -c "python3 bench/serve_replay.py --model llama-3-8b --layers 32 \
+    --weights 8bit-gs64 --levels ${part#sra} --rounds 2 --reads item,aside \
+    --json $O/$part.jsonl 2>&1 | grep -v 'warm_up\] model'"
 fi
 if [ "$part" = "wrule" ]; then  # the warps rule: tests, then B = 16 / 32 decode
   run 90 python3 -m pytest -q $N -p no:cacheprovider tests/test_cuda.py -k "gemv_mma"
