@@ -612,9 +612,17 @@ def test_serve_bench_levels():
     for bad in ("", "0", "a"):
         with pytest.raises(ValueError, match="--concurrency"):
             serve_bench.parse_levels(bad)
-    # serve_compare's and serve_replay's option is --levels: the error names it
-    with pytest.raises(ValueError, match=r"^\[serve_compare\] --levels .* got '0'"):
-        serve_bench.parse_levels("0", "--levels", "serve_compare")
+
+
+def test_serve_compare_names_its_own_levels_flag(tmp_path, capsys):
+    """serve_compare's option is --levels (serve_bench's is --concurrency): a bad value
+    is refused before any folder is written, and the error names the flag given."""
+    import serve_compare
+
+    assert serve_compare.main(["--model", "llama-3-8b", "--folders", str(tmp_path / "f"),
+                               "--levels", "8,0"]) == 2
+    assert "[bench/serve_compare.py] --levels must be positive" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
 
 
 def test_serve_compare_runs_every_arm_after_its_warm_up_pass(tmp_path, capsys):
