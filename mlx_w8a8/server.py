@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         reads = token_reads.reads_aside() if options.aside_reads else nullcontext(False)
         with serving.patched(module, options, PROG, log) as loader, reads as aside:
             notes = (f"[{PROG}] each token's log-probability is read on a stream of its own "
-                     f"(mlx_w8a8.token_reads): the next step's GPU work and the host's "
-                     f"building of the one after overlap",) if aside else ()
+                     f"(mlx_w8a8.token_reads), not behind the step launched ahead; "
+                     f"--mlx-lm-reads reads as mlx_lm.server does",) if aside else ()
             module.ModelProvider = provider_class(base, loader, notes=notes, log=log)
             saved_backlog = server_class.request_queue_size
             server_class.request_queue_size = options.backlog
