@@ -163,6 +163,10 @@
 # Runs U (another H100): DEADLINE=480 ... sms sra (tree df1bd12; part SRA skipped by its
 # limit), then parts SRA16 and SRA8 on the same machine (each part SRA's command at one
 # level, its warm-up lines per layer left out of the log).
+# Parts GQ8, GQ4, GP8, GP4, GM32 (other model shapes and group sizes from mlx-lm
+# checkpoints, the default path, no tuning: the 4-layer bench of part MB8): Qwen2.5-7B
+# from the 8-bit and 4-bit gs64 checkpoints, Phi-3-mini from the 8-bit gs128 and 4-bit
+# gs32 ones, Llama-3-8B from the 8-bit gs32 one.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
@@ -219,6 +223,12 @@ fi
 if [ "$part" = "mb4" ]; then
   run 200 python3 -m mlx_w8a8.bench $MB --weights 4bit-gs64
 fi
+G="--layers 4 --tokens 512,2048 --decode 16 --batch 16 --rounds 3 --warm-up"
+if [ "$part" = "gq8" ]; then run 200 python3 -m mlx_w8a8.bench --model qwen2.5-7b $G --weights 8bit-gs64; fi
+if [ "$part" = "gq4" ]; then run 200 python3 -m mlx_w8a8.bench --model qwen2.5-7b $G --weights 4bit-gs64; fi
+if [ "$part" = "gp8" ]; then run 160 python3 -m mlx_w8a8.bench --model phi-3-mini $G --weights 8bit-gs128; fi
+if [ "$part" = "gp4" ]; then run 160 python3 -m mlx_w8a8.bench --model phi-3-mini $G --weights 4bit-gs32; fi
+if [ "$part" = "gm32" ]; then run 200 python3 -m mlx_w8a8.bench --model llama-3-8b $G --weights 8bit-gs32; fi
 if [ "$part" = "qrc" ]; then
   run 150 python3 bench/qmm_chain_probe.py --race
 fi
