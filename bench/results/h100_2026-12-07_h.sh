@@ -224,11 +224,11 @@ if [ "$part" = "mb4" ]; then
   run 200 python3 -m mlx_w8a8.bench $MB --weights 4bit-gs64
 fi
 G="--layers 4 --tokens 512,2048 --decode 16 --batch 16 --rounds 3 --warm-up"
-if [ "$part" = "gq8" ]; then run 200 python3 -m mlx_w8a8.bench --model qwen2.5-7b $G --weights 8bit-gs64; fi
-if [ "$part" = "gq4" ]; then run 200 python3 -m mlx_w8a8.bench --model qwen2.5-7b $G --weights 4bit-gs64; fi
-if [ "$part" = "gp8" ]; then run 160 python3 -m mlx_w8a8.bench --model phi-3-mini $G --weights 8bit-gs128; fi
-if [ "$part" = "gp4" ]; then run 160 python3 -m mlx_w8a8.bench --model phi-3-mini $G --weights 4bit-gs32; fi
-if [ "$part" = "gm32" ]; then run 200 python3 -m mlx_w8a8.bench --model llama-3-8b $G --weights 8bit-gs32; fi
+if [ "$part" = "gq8" ]; then run 330 python3 -m mlx_w8a8.bench --model qwen2.5-7b $G --weights 8bit-gs64; fi
+if [ "$part" = "gq4" ]; then run 330 python3 -m mlx_w8a8.bench --model qwen2.5-7b $G --weights 4bit-gs64; fi
+if [ "$part" = "gp8" ]; then run 235 python3 -m mlx_w8a8.bench --model phi-3-mini $G --weights 8bit-gs128; fi
+if [ "$part" = "gp4" ]; then run 235 python3 -m mlx_w8a8.bench --model phi-3-mini $G --weights 4bit-gs32; fi
+if [ "$part" = "gm32" ]; then run 300 python3 -m mlx_w8a8.bench --model llama-3-8b $G --weights 8bit-gs32; fi
 if [ "$part" = "qrc" ]; then
   run 150 python3 bench/qmm_chain_probe.py --race
 fi
