@@ -250,6 +250,15 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # exact). M = 9-15 lie between the measured 8 and 16. mlx_dequant_matmul
     # (mx.dequantize, then a float32 matmul here) took 1.16-1.74x exact's time at M = 16
     # and 128 (2026-12-06, same log): no rule.
+    # Weights of an lm_head's size (2026-12-08, same files): the exact kernel's cost
+    # grows faster than the weight (its float32 copies of the codes), so at M = 2 on
+    # 128256 x 2048 it took 9.13 s against mx.quantized_matmul's 4.54 s, while on
+    # 32064 x 3072 it still won (1.54 against 1.70 s) and on 49152 x 576 tied with
+    # mlx_dequant_matmul (374 against 368 ms, both 1.3x faster than mx.quantized_matmul).
+    # At M = 8 on 128256 x 2048 mx.quantized_matmul took 20.9 s, exact 9.88 and
+    # mlx_dequant_matmul 9.74 (a tie): mx.quantized_matmul's time grows with each row,
+    # exact's barely, so they cross near M = 4. Hence mx.quantized_matmul at M = 2-3 for
+    # weights from 2^27 elements (between the 98 M that exact won and the 263 M it lost).
     # With activation groups (act_scales="group": only exact_act_groups of the W8A8
     # kernels runs it) the same shapes (bench/results/tune_cpu_act_groups_2026-12-05.*,
     # checked by tests/test_prior.py): exact_act_groups 5.9-14.5x mx.quantized_matmul at
@@ -261,6 +270,7 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # rules name only the token-scale kernel, so such layers keep the fallback there.
     ("cpu", "linear", "grouped"): [
         (1, 1, 0, ("mlx_qmm",)),
+        (2, 3, 1 << 27, ("mlx_qmm",)),
         (2, 15, 0, (EXACT,)),
         (16, None, 0, (EXACT, EXACT_ACT_GROUPS)),
     ],
