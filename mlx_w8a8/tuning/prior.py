@@ -281,8 +281,17 @@ RULES: dict[tuple[str, str, str], list[Rule]] = {
     # (2026-12-05, same file); at M = 1 mx.quantized_matmul (the exact kernel took 1.66x
     # and 1.83x its time). M = 9-15 lie between the measured 8 and 16. mlx_dequant_matmul
     # took 1.15-1.62x exact_w4a8's time at M = 16 and 128 (2026-12-06, same log).
+    # Weights of an lm_head's size (2026-12-08, same files), as for 8-bit weights above
+    # but sooner: at M = 2 on 128256 x 2048 mx.quantized_matmul took 4.84 s,
+    # mlx_dequant_matmul 7.22 and exact_w4a8 11.4; on 32064 x 3072 mlx_dequant_matmul
+    # 1.72 s, mx.quantized_matmul 2.03 and exact_w4a8 2.10. At M = 8 on 128256 x 2048
+    # exact_w4a8 took 9.90 s, mlx_dequant_matmul 9.73 (a tie), mx.quantized_matmul 19.9.
+    # Hence at M = 2-3 mx.quantized_matmul for weights from 2^27 elements and
+    # mlx_dequant_matmul from 2^26 (one measured shape each).
     ("cpu", "linear", GROUPED4): [
         (1, 1, 0, (QMM4,)),
+        (2, 3, 1 << 27, (QMM4,)),
+        (2, 3, 1 << 26, ("mlx_dequant_matmul",)),
         (2, 15, 0, (EXACT_W4A8,)),
         (16, None, 0, (EXACT_W4A8, EXACT_ACT_GROUPS)),
     ],
