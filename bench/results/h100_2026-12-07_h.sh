@@ -167,6 +167,8 @@
 # checkpoints, the default path, no tuning: the 4-layer bench of part MB8): Qwen2.5-7B
 # from the 8-bit and 4-bit gs64 checkpoints, Phi-3-mini from the 8-bit gs128 and 4-bit
 # gs32 ones, Llama-3-8B from the 8-bit gs32 one.
+# Runs V (an NVIDIA H100): DEADLINE=575 ... gq8 gq4 (tree 816a971; both benches cut by
+# their 200 s limits then, after their warm-ups and, in GQ8, its prefill and B = 1 rows).
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
