@@ -169,6 +169,7 @@
 # gs32 ones, Llama-3-8B from the 8-bit gs32 one.
 # Runs V (an NVIDIA H100): DEADLINE=575 ... gq8 gq4 (tree 816a971; both benches cut by
 # their 200 s limits then, after their warm-ups and, in GQ8, its prefill and B = 1 rows).
+# Runs W (another H100): DEADLINE=250 ... gp8 (tree 97cc49a). Parts GP4, GM32 not run.
 set -u
 export PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/h100_h}
